@@ -1,0 +1,14 @@
+//! Data-plane connections: direct TCP sockets tuned per transfer, carrying the frames of
+//! `blobstream-wire` and the payload bytes they announce.
+//!
+//! I/O here is blocking on purpose: each transfer owns its socket and its thread (GOPI's
+//! "bindings are not multiplexed"), which lets the kernel's zero-copy paths (`sendfile`) move
+//! file bytes straight to the socket and keeps the per-byte cost at the hardware's.
+
+pub mod conn;
+pub mod error;
+pub mod socket;
+
+pub use conn::{Conn, FileSource};
+pub use error::TransportError;
+pub use socket::SocketOptions;

@@ -1,0 +1,349 @@
+//! The data-plane frame format.
+//!
+//! Every data connection carries a sequence of frames. A frame is a fixed 24-byte header,
+//! optionally followed by a small control body (at most [`MAX_BODY_LEN`] bytes). A `DATA`
+//! frame has no body; instead its header *announces* exactly how many raw payload bytes follow
+//! it on the connection, so a receiver always knows when the payload ends and never stops early.
+//! All integers are big-endian.
+//!
+//! ```text
+//!  0       2     3      4             8                    16                   24
+//!  +-------+-----+------+-------------+--------------------+--------------------+
+//!  | "BS"  | ver | kind | body_len u32| a  u64             | b  u64             |
+//!  +-------+-----+------+-------------+--------------------+--------------------+
+//!  | body (body_len bytes, control frames only)                                 |
+//!  +-----------------------------------------------------------------------------+
+//! ```
+//!
+//! | kind | name  | a                         | b                          | body                         |
+//! |------|-------|---------------------------|----------------------------|------------------------------|
+//! | 1    | HELLO | 0                         | 0                          | one-time token (32 bytes)    |
+//! | 2    | DATA  | blob offset of payload    | payload length; then `b` raw bytes follow | none          |
+//! | 3    | SUM   | payload bytes in transfer | flags: bit 0 = FINAL       | algo id (u8) + digest        |
+//! | 4    | ACK   | bytes received / blob size| flags: bit 0 = COMMITTED   | algo id + whole-blob digest, or empty |
+//! | 5    | ERROR | error code (see [`ErrorCode`]) | 0                     | UTF-8 message                |
+//!
+//! A **push** is `HELLO, DATA+payload…, SUM` from the client, answered by the server's `ACK`
+//! (the end-to-end confirmation) or `ERROR`. A **pull** is the client's `HELLO`, answered by
+//! `DATA+payload…, SUM` (or `ERROR`); it needs no confirmation. `SUM` carries the digest of every
+//! payload byte of the transfer, in order, which the receiver verifies.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::digest::Digest;
+use crate::error::WireError;
+
+/// Two bytes every frame starts with.
+pub const MAGIC: u16 = 0x4253; // "BS"
+/// Version of this format.
+pub const VERSION: u8 = 1;
+/// Size of the fixed header.
+pub const HEADER_LEN: usize = 24;
+/// Largest control body accepted; anything larger is rejected before allocating.
+pub const MAX_BODY_LEN: u32 = 64 * 1024;
+/// Length of a one-time data-connection token.
+pub const TOKEN_LEN: usize = 32;
+
+/// `SUM` flag: this transfer completes the upload; commit it.
+pub const FLAG_FINAL: u64 = 1;
+/// `ACK` flag: the blob is committed and visible.
+pub const FLAG_COMMITTED: u64 = 1;
+
+/// The kind byte of a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    Hello = 1,
+    Data = 2,
+    Sum = 3,
+    Ack = 4,
+    Error = 5,
+}
+
+impl FrameKind {
+    fn from_u8(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            1 => Self::Hello,
+            2 => Self::Data,
+            3 => Self::Sum,
+            4 => Self::Ack,
+            5 => Self::Error,
+            other => return Err(WireError::UnknownKind(other)),
+        })
+    }
+
+    /// Lower-case name used in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hello => "HELLO",
+            Self::Data => "DATA",
+            Self::Sum => "SUM",
+            Self::Ack => "ACK",
+            Self::Error => "ERROR",
+        }
+    }
+}
+
+/// Error codes carried by `ERROR` frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum ErrorCode {
+    /// The token is unknown to this server.
+    BadToken = 1,
+    /// The token was valid but its time ran out.
+    TokenExpired = 2,
+    /// The token was already used once.
+    TokenReused = 3,
+    /// A frame broke the format (bad magic, absurd length, unexpected kind).
+    BadFrame = 4,
+    /// A DATA frame fell outside the negotiated range.
+    OutOfRange = 5,
+    /// The receiver's digest differs from the sender's.
+    ChecksumMismatch = 6,
+    /// The store ran out of space.
+    StorageFull = 7,
+    /// The blob does not exist (any more).
+    NotFound = 8,
+    /// The upload was finalised before all its bytes arrived.
+    Incomplete = 9,
+    /// Anything else on the server side.
+    Internal = 10,
+}
+
+impl ErrorCode {
+    /// Decode a code; unknown codes map to `Internal`.
+    pub fn from_u64(v: u64) -> Self {
+        match v {
+            1 => Self::BadToken,
+            2 => Self::TokenExpired,
+            3 => Self::TokenReused,
+            4 => Self::BadFrame,
+            5 => Self::OutOfRange,
+            6 => Self::ChecksumMismatch,
+            7 => Self::StorageFull,
+            8 => Self::NotFound,
+            9 => Self::Incomplete,
+            _ => Self::Internal,
+        }
+    }
+}
+
+/// A decoded fixed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub kind: FrameKind,
+    pub body_len: u32,
+    pub a: u64,
+    pub b: u64,
+}
+
+impl Header {
+    /// Parse and validate a header. Rejects bad magic, versions, kinds, and bodies larger than
+    /// [`MAX_BODY_LEN`] — before anyone allocates for them.
+    pub fn parse(buf: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
+        let magic = u16::from_be_bytes([buf[0], buf[1]]);
+        if magic != MAGIC {
+            return Err(WireError::BadMagic(magic));
+        }
+        if buf[2] != VERSION {
+            return Err(WireError::BadVersion(buf[2]));
+        }
+        let kind = FrameKind::from_u8(buf[3])?;
+        let body_len = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+        if body_len > MAX_BODY_LEN {
+            return Err(WireError::BodyTooLarge { len: body_len, max: MAX_BODY_LEN });
+        }
+        if kind == FrameKind::Data && body_len != 0 {
+            return Err(malformed(kind, "DATA frames carry no body"));
+        }
+        let a = u64::from_be_bytes(buf[8..16].try_into().unwrap());
+        let b = u64::from_be_bytes(buf[16..24].try_into().unwrap());
+        Ok(Self { kind, body_len, a, b })
+    }
+
+    /// Encode into the fixed 24 bytes.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        out[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+        out[2] = VERSION;
+        out[3] = self.kind as u8;
+        out[4..8].copy_from_slice(&self.body_len.to_be_bytes());
+        out[8..16].copy_from_slice(&self.a.to_be_bytes());
+        out[16..24].copy_from_slice(&self.b.to_be_bytes());
+        out
+    }
+
+    /// Header announcing `len` payload bytes for blob offset `offset`.
+    pub fn data(offset: u64, len: u64) -> Self {
+        Self { kind: FrameKind::Data, body_len: 0, a: offset, b: len }
+    }
+}
+
+/// A complete control frame (everything but the raw payload that follows a `DATA` header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    Hello { token: [u8; TOKEN_LEN] },
+    Data { offset: u64, len: u64 },
+    Sum { total: u64, final_: bool, digest: Digest },
+    Ack { received: u64, committed: Option<Digest> },
+    Error { code: ErrorCode, message: String },
+}
+
+fn malformed(kind: FrameKind, reason: &str) -> WireError {
+    WireError::Malformed { kind: kind.name(), reason: reason.to_string() }
+}
+
+impl Frame {
+    /// Build a frame from a validated header and its body (exactly `header.body_len` bytes).
+    pub fn from_parts(h: Header, body: &[u8]) -> Result<Self, WireError> {
+        debug_assert_eq!(body.len(), h.body_len as usize);
+        Ok(match h.kind {
+            FrameKind::Hello => {
+                let token: [u8; TOKEN_LEN] =
+                    body.try_into().map_err(|_| malformed(h.kind, "token must be 32 bytes"))?;
+                Frame::Hello { token }
+            }
+            FrameKind::Data => Frame::Data { offset: h.a, len: h.b },
+            FrameKind::Sum => Frame::Sum {
+                total: h.a,
+                final_: h.b & FLAG_FINAL != 0,
+                digest: Digest::decode(body).map_err(|e| malformed(h.kind, &e.to_string()))?,
+            },
+            FrameKind::Ack => Frame::Ack {
+                received: h.a,
+                committed: if h.b & FLAG_COMMITTED != 0 {
+                    Some(Digest::decode(body).map_err(|e| malformed(h.kind, &e.to_string()))?)
+                } else {
+                    None
+                },
+            },
+            FrameKind::Error => Frame::Error {
+                code: ErrorCode::from_u64(h.a),
+                message: String::from_utf8_lossy(body).into_owned(),
+            },
+        })
+    }
+
+    /// Try to parse one frame from the start of `buf`. `Ok(None)` means more bytes are needed
+    /// (a normal state, not an error); on success returns the frame and the bytes it used. For
+    /// `DATA` only the header is consumed: the announced payload follows.
+    pub fn parse(buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+        let Some(head) = buf.first_chunk::<HEADER_LEN>() else {
+            return Ok(None);
+        };
+        let h = Header::parse(head)?;
+        let total = HEADER_LEN + h.body_len as usize;
+        if buf.len() < total {
+            return Ok(None);
+        }
+        Ok(Some((Frame::from_parts(h, &buf[HEADER_LEN..total])?, total)))
+    }
+
+    /// Encode header and body into one buffer.
+    pub fn encode(&self) -> Bytes {
+        let (kind, a, b, body): (FrameKind, u64, u64, Vec<u8>) = match self {
+            Frame::Hello { token } => (FrameKind::Hello, 0, 0, token.to_vec()),
+            Frame::Data { offset, len } => (FrameKind::Data, *offset, *len, Vec::new()),
+            Frame::Sum { total, final_, digest } => {
+                (FrameKind::Sum, *total, if *final_ { FLAG_FINAL } else { 0 }, digest.encode())
+            }
+            Frame::Ack { received, committed } => match committed {
+                Some(d) => (FrameKind::Ack, *received, FLAG_COMMITTED, d.encode()),
+                None => (FrameKind::Ack, *received, 0, Vec::new()),
+            },
+            Frame::Error { code, message } => {
+                let mut m = message.as_bytes().to_vec();
+                m.truncate(MAX_BODY_LEN as usize);
+                (FrameKind::Error, *code as u64, 0, m)
+            }
+        };
+        let h = Header { kind, body_len: body.len() as u32, a, b };
+        let mut out = BytesMut::with_capacity(HEADER_LEN + body.len());
+        out.put_slice(&h.encode());
+        out.put_slice(&body);
+        out.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::digest::DigestAlgo;
+    use proptest::prelude::*;
+
+    fn roundtrip(f: Frame) {
+        let enc = f.encode();
+        let (g, used) = Frame::parse(&enc).unwrap().unwrap();
+        assert_eq!(g, f);
+        assert_eq!(used, enc.len());
+        // Every strict prefix is "incomplete", never an error.
+        for cut in 0..enc.len() {
+            assert_eq!(Frame::parse(&enc[..cut]).unwrap(), None, "prefix {cut}");
+        }
+    }
+
+    #[test]
+    fn every_kind_roundtrips() {
+        roundtrip(Frame::Hello { token: [7; TOKEN_LEN] });
+        roundtrip(Frame::Data { offset: 1 << 40, len: 12345 });
+        roundtrip(Frame::Sum {
+            total: 99,
+            final_: true,
+            digest: DigestAlgo::Xxh3_128.digest(b"abc"),
+        });
+        roundtrip(Frame::Ack { received: 5, committed: None });
+        roundtrip(Frame::Ack { received: 5, committed: Some(DigestAlgo::Blake3.digest(b"x")) });
+        roundtrip(Frame::Error { code: ErrorCode::TokenReused, message: "used".into() });
+    }
+
+    #[test]
+    fn data_header_is_24_bytes_and_big_endian() {
+        let enc = Frame::Data { offset: 0x0102, len: 0x0304 }.encode();
+        assert_eq!(enc.len(), HEADER_LEN);
+        assert_eq!(&enc[..4], &[b'B', b'S', 1, 2]);
+        assert_eq!(&enc[14..16], &[1, 2]);
+        assert_eq!(&enc[22..24], &[3, 4]);
+    }
+
+    #[test]
+    fn absurd_body_length_is_rejected_from_the_header_alone() {
+        let mut h = Header { kind: FrameKind::Hello, body_len: u32::MAX, a: 0, b: 0 }.encode();
+        assert_eq!(
+            Frame::parse(&h),
+            Err(WireError::BodyTooLarge { len: u32::MAX, max: MAX_BODY_LEN })
+        );
+        h[0] = b'X';
+        assert!(matches!(Frame::parse(&h), Err(WireError::BadMagic(_))));
+    }
+
+    #[test]
+    fn unknown_kind_and_version_are_rejected() {
+        let mut h = Frame::Data { offset: 0, len: 0 }.encode().to_vec();
+        h[3] = 99;
+        assert_eq!(Frame::parse(&h), Err(WireError::UnknownKind(99)));
+        h[3] = 2;
+        h[2] = 9;
+        assert_eq!(Frame::parse(&h), Err(WireError::BadVersion(9)));
+    }
+
+    #[test]
+    fn hello_with_short_token_is_malformed() {
+        let h = Header { kind: FrameKind::Hello, body_len: 3, a: 0, b: 0 };
+        let mut buf = h.encode().to_vec();
+        buf.extend_from_slice(b"abc");
+        assert!(matches!(Frame::parse(&buf), Err(WireError::Malformed { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Frame::parse(&bytes);
+        }
+
+        #[test]
+        fn data_frames_roundtrip(offset in any::<u64>(), len in any::<u64>()) {
+            let enc = Frame::Data { offset, len }.encode();
+            prop_assert_eq!(Frame::parse(&enc).unwrap().unwrap().0, Frame::Data { offset, len });
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Pooled, reference-counted payload buffers.
+//!
+//! Receivers read payload into buffers taken from a [`BufferPool`]; a buffer goes back to its
+//! pool when the last reference is dropped, so a long transfer reuses the same few chunk-sized
+//! allocations instead of allocating per chunk. [`PooledBuf::freeze`] hands out cheap
+//! reference-counted [`Bytes`] views (fragments point into the parent buffer, nothing is copied);
+//! when they are all dropped the buffer can be reclaimed with [`BufferPool::reclaim`].
+
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+
+/// A pool of equally sized buffers.
+#[derive(Clone)]
+pub struct BufferPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    size: usize,
+    max_idle: usize,
+    free: Mutex<Vec<BytesMut>>,
+}
+
+impl BufferPool {
+    /// A pool handing out buffers of `size` bytes, keeping at most `max_idle` spare ones.
+    pub fn new(size: usize, max_idle: usize) -> Self {
+        Self { inner: Arc::new(Inner { size, max_idle, free: Mutex::new(Vec::new()) }) }
+    }
+
+    /// Size of the buffers this pool hands out.
+    pub fn buf_size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Take a buffer (length `size`, contents unspecified).
+    pub fn get(&self) -> PooledBuf {
+        let reused = self.inner.free.lock().unwrap().pop();
+        let mut buf = reused.unwrap_or_else(|| BytesMut::zeroed(self.inner.size));
+        if buf.len() != self.inner.size {
+            buf.resize(self.inner.size, 0);
+        }
+        PooledBuf { buf: Some(buf), pool: self.clone() }
+    }
+
+    /// Number of idle buffers (for instrumentation and tests).
+    pub fn idle(&self) -> usize {
+        self.inner.free.lock().unwrap().len()
+    }
+
+    /// Return a frozen buffer to the pool if no other reference to it is alive.
+    pub fn reclaim(&self, bytes: Bytes) {
+        if let Ok(mut m) = bytes.try_into_mut() {
+            if m.capacity() >= self.inner.size {
+                m.clear();
+                m.resize(self.inner.size, 0);
+                self.put(m);
+            }
+        }
+    }
+
+    fn put(&self, buf: BytesMut) {
+        let mut free = self.inner.free.lock().unwrap();
+        if free.len() < self.inner.max_idle {
+            free.push(buf);
+        }
+    }
+}
+
+/// A buffer on loan from a [`BufferPool`]; returns itself on drop.
+pub struct PooledBuf {
+    buf: Option<BytesMut>,
+    pool: BufferPool,
+}
+
+impl PooledBuf {
+    /// Turn the first `len` bytes into shared, reference-counted [`Bytes`] (no copy). The
+    /// buffer leaves the pool's accounting until [`BufferPool::reclaim`] brings it back.
+    pub fn freeze(mut self, len: usize) -> Bytes {
+        let mut b = self.buf.take().expect("buffer present until drop");
+        b.truncate(len);
+        b.freeze()
+    }
+}
+
+impl std::ops::Deref for PooledBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.buf.as_deref().expect("buffer present until drop")
+    }
+}
+
+impl std::ops::DerefMut for PooledBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.buf.as_deref_mut().expect("buffer present until drop")
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            self.pool.put(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_reused() {
+        let pool = BufferPool::new(1024, 4);
+        let ptr = {
+            let b = pool.get();
+            assert_eq!(b.len(), 1024);
+            b.as_ptr()
+        };
+        assert_eq!(pool.idle(), 1);
+        let b = pool.get();
+        assert_eq!(b.as_ptr(), ptr, "same allocation handed out again");
+        assert_eq!(pool.idle(), 0);
+    }
+
+    #[test]
+    fn frozen_fragments_share_the_parent_and_reclaim_when_unique() {
+        let pool = BufferPool::new(64, 4);
+        let mut b = pool.get();
+        b[..4].copy_from_slice(b"abcd");
+        let whole = b.freeze(4);
+        let frag = whole.slice(1..3);
+        assert_eq!(&frag[..], b"bc");
+        assert_eq!(frag.as_ptr(), unsafe { whole.as_ptr().add(1) });
+        pool.reclaim(whole); // frag still alive: not reclaimed
+        assert_eq!(pool.idle(), 0);
+        pool.reclaim(frag.clone()); // a fragment is not the whole buffer
+        drop(frag);
+        assert_eq!(pool.idle(), 0);
+    }
+
+    #[test]
+    fn idle_count_is_bounded() {
+        let pool = BufferPool::new(8, 2);
+        let bufs: Vec<_> = (0..5).map(|_| pool.get()).collect();
+        drop(bufs);
+        assert_eq!(pool.idle(), 2);
+    }
+}
