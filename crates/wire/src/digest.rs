@@ -100,10 +100,9 @@ impl Hasher {
     /// The digest of everything fed so far.
     pub fn finish(&self) -> Digest {
         match self {
-            Self::Xxh3(h) => Digest {
-                algo: DigestAlgo::Xxh3_128,
-                bytes: h.digest128().to_be_bytes().to_vec(),
-            },
+            Self::Xxh3(h) => {
+                Digest { algo: DigestAlgo::Xxh3_128, bytes: h.digest128().to_be_bytes().to_vec() }
+            }
             Self::Blake3(h) => {
                 Digest { algo: DigestAlgo::Blake3, bytes: h.finalize().as_bytes().to_vec() }
             }
@@ -131,7 +130,8 @@ impl Digest {
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
         let (&id, rest) =
             buf.split_first().ok_or_else(|| WireError::UnknownDigest("(empty)".into()))?;
-        let algo = DigestAlgo::from_id(id).ok_or_else(|| WireError::UnknownDigest(id.to_string()))?;
+        let algo =
+            DigestAlgo::from_id(id).ok_or_else(|| WireError::UnknownDigest(id.to_string()))?;
         if rest.len() != algo.len() {
             return Err(WireError::UnknownDigest(format!("{algo} with {} bytes", rest.len())));
         }

@@ -1,0 +1,294 @@
+//! SQLite-backed catalogue of blobs and pending uploads.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::error::MetaError;
+use crate::record::{BlobRecord, UploadRecord};
+
+type Result<T> = std::result::Result<T, MetaError>;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS blobs (
+    name         TEXT PRIMARY KEY NOT NULL,
+    location     TEXT NOT NULL,
+    size         INTEGER NOT NULL,
+    content_type TEXT NOT NULL,
+    digest       TEXT NOT NULL,
+    created_ms   INTEGER NOT NULL,
+    metadata     TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS uploads (
+    name         TEXT PRIMARY KEY NOT NULL,
+    upload_id    TEXT NOT NULL UNIQUE,
+    size         INTEGER,
+    content_type TEXT NOT NULL,
+    metadata     TEXT NOT NULL,
+    overwrite    INTEGER NOT NULL,
+    resume_tag   TEXT NOT NULL,
+    created_ms   INTEGER NOT NULL
+);
+";
+
+/// The catalogue. One connection behind a mutex: every statement is short.
+pub struct Catalogue {
+    conn: Mutex<Connection>,
+}
+
+impl Catalogue {
+    /// Open (creating if needed) the database at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        Self::init(conn)
+    }
+
+    /// A throw-away in-memory catalogue.
+    pub fn open_in_memory() -> Result<Self> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Self> {
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A committed blob and its store location.
+    pub fn blob(&self, name: &str) -> Result<Option<(BlobRecord, String)>> {
+        let c = self.conn();
+        let mut st = c.prepare_cached(
+            "SELECT name, size, content_type, digest, created_ms, metadata, location
+             FROM blobs WHERE name = ?1",
+        )?;
+        let row =
+            st.query_row([name], |r| Ok((blob_from_row(r), r.get::<_, String>(6)?))).optional()?;
+        match row {
+            None => Ok(None),
+            Some((rec, loc)) => Ok(Some((rec?, loc))),
+        }
+    }
+
+    /// Up to `limit` blobs whose names start with `prefix` and sort after `after`.
+    pub fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
+        let c = self.conn();
+        let mut st = c.prepare_cached(
+            "SELECT name, size, content_type, digest, created_ms, metadata FROM blobs
+             WHERE name >= ?1 AND substr(name, 1, length(?1)) = ?1 AND name > ?2
+             ORDER BY name LIMIT ?3",
+        )?;
+        let rows = st.query_map(params![prefix, after, limit as i64], |r| Ok(blob_from_row(r)))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(r??);
+        }
+        Ok(out)
+    }
+
+    /// Commit a blob (insert or replace) and drop its pending upload, in one transaction.
+    /// Returns the location of the blob it replaced, if any, for the store to delete.
+    pub fn commit_blob(&self, rec: &BlobRecord, location: &str) -> Result<Option<String>> {
+        let mut c = self.conn();
+        let tx = c.transaction()?;
+        let old: Option<String> = tx
+            .query_row("SELECT location FROM blobs WHERE name = ?1", [&rec.name], |r| r.get(0))
+            .optional()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO blobs
+             (name, location, size, content_type, digest, created_ms, metadata)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                rec.name,
+                location,
+                rec.size as i64,
+                rec.content_type,
+                rec.digest,
+                rec.created_ms,
+                to_json(&rec.metadata)
+            ],
+        )?;
+        tx.execute("DELETE FROM uploads WHERE name = ?1", [&rec.name])?;
+        tx.commit()?;
+        Ok(old)
+    }
+
+    /// Remove a blob; returns its location if it existed.
+    pub fn delete_blob(&self, name: &str) -> Result<Option<String>> {
+        let c = self.conn();
+        Ok(c.query_row("DELETE FROM blobs WHERE name = ?1 RETURNING location", [name], |r| {
+            r.get(0)
+        })
+        .optional()?)
+    }
+
+    /// Every location referenced by a blob (for garbage collection of orphan files).
+    pub fn locations(&self) -> Result<Vec<String>> {
+        let c = self.conn();
+        let mut st = c.prepare("SELECT location FROM blobs")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Record a pending upload, replacing any other pending upload of the same name.
+    /// Returns the replaced upload's id.
+    pub fn put_upload(&self, u: &UploadRecord) -> Result<Option<String>> {
+        let mut c = self.conn();
+        let tx = c.transaction()?;
+        let old: Option<String> = tx
+            .query_row("SELECT upload_id FROM uploads WHERE name = ?1", [&u.name], |r| r.get(0))
+            .optional()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO uploads
+             (name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                u.name,
+                u.upload_id,
+                u.size.map(|s| s as i64),
+                u.content_type,
+                to_json(&u.metadata),
+                u.overwrite,
+                u.resume_tag,
+                u.created_ms
+            ],
+        )?;
+        tx.commit()?;
+        Ok(old)
+    }
+
+    /// The pending upload for `name`.
+    pub fn upload(&self, name: &str) -> Result<Option<UploadRecord>> {
+        let c = self.conn();
+        let mut st = c.prepare_cached(
+            "SELECT name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms
+             FROM uploads WHERE name = ?1",
+        )?;
+        let row = st.query_row([name], |r| Ok(upload_from_row(r))).optional()?;
+        row.transpose()
+    }
+
+    /// Every pending upload id (for garbage collection of orphan staging files).
+    pub fn upload_ids(&self) -> Result<Vec<String>> {
+        let c = self.conn();
+        let mut st = c.prepare("SELECT upload_id FROM uploads")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Forget a pending upload; returns its id if there was one.
+    pub fn delete_upload(&self, name: &str) -> Result<Option<String>> {
+        let c = self.conn();
+        Ok(c.query_row("DELETE FROM uploads WHERE name = ?1 RETURNING upload_id", [name], |r| {
+            r.get(0)
+        })
+        .optional()?)
+    }
+}
+
+fn to_json(m: &BTreeMap<String, String>) -> String {
+    serde_json::to_string(m).expect("string maps always serialise")
+}
+
+fn from_json(name: &str, s: &str) -> Result<BTreeMap<String, String>> {
+    serde_json::from_str(s)
+        .map_err(|e| MetaError::Corrupt { name: name.to_string(), reason: e.to_string() })
+}
+
+fn blob_from_row(r: &Row<'_>) -> Result<BlobRecord> {
+    let name: String = r.get(0)?;
+    let metadata = from_json(&name, &r.get::<_, String>(5)?)?;
+    Ok(BlobRecord {
+        size: r.get::<_, i64>(1)? as u64,
+        content_type: r.get(2)?,
+        digest: r.get(3)?,
+        created_ms: r.get(4)?,
+        metadata,
+        name,
+    })
+}
+
+fn upload_from_row(r: &Row<'_>) -> Result<UploadRecord> {
+    let name: String = r.get(0)?;
+    let metadata = from_json(&name, &r.get::<_, String>(4)?)?;
+    Ok(UploadRecord {
+        upload_id: r.get(1)?,
+        size: r.get::<_, Option<i64>>(2)?.map(|s| s as u64),
+        content_type: r.get(3)?,
+        metadata,
+        overwrite: r.get(5)?,
+        resume_tag: r.get(6)?,
+        created_ms: r.get(7)?,
+        name,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(name: &str) -> BlobRecord {
+        BlobRecord {
+            name: name.into(),
+            size: 3,
+            content_type: "image/png".into(),
+            digest: "xxh3-128:00".into(),
+            created_ms: 1,
+            metadata: [("modality".to_string(), "CT".to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn commit_replace_list_delete_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.db");
+        {
+            let c = Catalogue::open(&path).unwrap();
+            assert_eq!(c.commit_blob(&rec("a/1"), "f1").unwrap(), None);
+            assert_eq!(c.commit_blob(&rec("a/1"), "f2").unwrap(), Some("f1".into()));
+            c.commit_blob(&rec("a/2"), "f3").unwrap();
+            c.commit_blob(&rec("b/1"), "f4").unwrap();
+            c.commit_blob(&rec("a%"), "f5").unwrap();
+        }
+        let c = Catalogue::open(&path).unwrap();
+        assert_eq!(c.blob("a/1").unwrap().unwrap(), (rec("a/1"), "f2".to_string()));
+        let names = |v: Vec<BlobRecord>| v.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        assert_eq!(names(c.list("a/", "", 10).unwrap()), ["a/1", "a/2"]);
+        assert_eq!(names(c.list("a/", "a/1", 10).unwrap()), ["a/2"]);
+        assert_eq!(names(c.list("", "", 2).unwrap()), ["a%", "a/1"]);
+        assert_eq!(names(c.list("a%", "", 10).unwrap()), ["a%"], "no LIKE wildcards");
+        assert_eq!(c.delete_blob("a/1").unwrap(), Some("f2".into()));
+        assert_eq!(c.delete_blob("a/1").unwrap(), None);
+        assert!(c.blob("a/1").unwrap().is_none());
+    }
+
+    #[test]
+    fn uploads_are_replaced_and_cleared_on_commit() {
+        let c = Catalogue::open_in_memory().unwrap();
+        let mut u = UploadRecord {
+            name: "x".into(),
+            upload_id: "u1".into(),
+            size: None,
+            content_type: String::new(),
+            metadata: BTreeMap::new(),
+            overwrite: false,
+            resume_tag: "t".into(),
+            created_ms: 0,
+        };
+        assert_eq!(c.put_upload(&u).unwrap(), None);
+        u.upload_id = "u2".into();
+        u.size = Some(9);
+        assert_eq!(c.put_upload(&u).unwrap(), Some("u1".into()));
+        assert_eq!(c.upload("x").unwrap().unwrap(), u);
+        c.commit_blob(&rec("x"), "loc").unwrap();
+        assert!(c.upload("x").unwrap().is_none());
+        assert!(c.upload_ids().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,11 @@
+//! The metadata catalogue: which blobs exist, their size, type, digest, times and user
+//! metadata, and which uploads are pending — in an embedded SQLite database (WAL mode,
+//! `synchronous=FULL`, so an acknowledged commit survives a crash).
+
+mod catalogue;
+mod error;
+mod record;
+
+pub use catalogue::Catalogue;
+pub use error::MetaError;
+pub use record::{BlobRecord, UploadRecord, now_ms};

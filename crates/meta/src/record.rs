@@ -1,0 +1,36 @@
+//! Rows of the catalogue.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A committed blob as the catalogue describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobRecord {
+    pub name: String,
+    pub size: u64,
+    pub content_type: String,
+    /// `algo:hex` digest of the whole blob.
+    pub digest: String,
+    pub created_ms: i64,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A pending upload: reserved by `route`, not yet committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadRecord {
+    pub name: String,
+    /// Store-specific identifier of the staging area (the fs store's temp-file name).
+    pub upload_id: String,
+    /// `None` for uploads of unknown size.
+    pub size: Option<u64>,
+    pub content_type: String,
+    pub metadata: BTreeMap<String, String>,
+    pub overwrite: bool,
+    pub resume_tag: String,
+    pub created_ms: i64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}

@@ -1,0 +1,48 @@
+//! Errors of stores.
+
+use std::io;
+
+use bs_meta::MetaError;
+use thiserror::Error;
+
+/// What went wrong in a store.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("blob {0:?} not found")]
+    NotFound(String),
+    #[error("no pending upload for {0:?} (route it first)")]
+    NoUpload(String),
+    #[error("blob {0:?} already exists (set overwrite to replace it)")]
+    AlreadyExists(String),
+    #[error("invalid blob name {name:?}: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    #[error("write at offset {offset} leaves a gap: only {received} bytes received so far")]
+    Gap { offset: u64, received: u64 },
+    #[error("write of {len} bytes at offset {offset} exceeds the declared size {size}")]
+    BeyondSize { offset: u64, len: u64, size: u64 },
+    #[error("range {offset}+{len} is outside blob {name:?} of {size} bytes")]
+    OutOfRange { name: String, offset: u64, len: u64, size: u64 },
+    #[error("upload of {name:?} is incomplete: {received} of {size} bytes received")]
+    Incomplete { name: String, received: u64, size: u64 },
+    #[error("upload of {0:?} is in use by another transfer")]
+    Busy(String),
+    #[error("storage full: {0}")]
+    StorageFull(String),
+    #[error("blob {name:?} is corrupt on disk: {reason}")]
+    Corrupt { name: String, reason: String },
+    #[error("storage I/O failed: {0}")]
+    Io(io::Error),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+}
+
+impl From<io::Error> for StoreError {
+    /// `ENOSPC`/`EDQUOT` become [`StoreError::StorageFull`]; everything else stays I/O.
+    fn from(e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => Self::StorageFull(e.to_string()),
+            _ if e.kind() == io::ErrorKind::StorageFull => Self::StorageFull(e.to_string()),
+            _ => Self::Io(e),
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! The filesystem store (the default): blob bytes in files named by random ids under
+//! `<root>/blobs/`, uploads staged in `<root>/staging/`, the catalogue in `<root>/meta.db`.
+//!
+//! Commit order makes crashes harmless: staged bytes are fsynced, renamed into `blobs/`, the
+//! directory is fsynced, and only then does the catalogue row appear (one SQLite transaction).
+//! A crash before the row leaves an unreferenced file, removed at the next start; a blob is
+//! visible only when all its bytes are durable.
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bs_meta::{BlobRecord, Catalogue, UploadRecord, now_ms};
+use bs_wire::{Digest, DigestAlgo};
+
+use crate::error::StoreError;
+use crate::name::validate_name;
+use crate::store::{
+    BlobSource, RouteSpec, Routed, Store, UploadSink, check_complete, check_write,
+    digest_file_range,
+};
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// Files plus an SQLite catalogue under one data directory.
+#[derive(Clone)]
+pub struct FsStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    root: PathBuf,
+    cat: Catalogue,
+    algo: DigestAlgo,
+    /// Names whose pending upload is open by a writer.
+    busy: Mutex<HashSet<String>>,
+}
+
+impl FsStore {
+    /// Open (creating if needed) a store in `root`, removing files a crash left behind.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        fs::create_dir_all(root.join("blobs"))?;
+        fs::create_dir_all(root.join("staging"))?;
+        let cat = Catalogue::open(&root.join("meta.db"))?;
+        let store = Self {
+            inner: Arc::new(Inner {
+                root,
+                cat,
+                algo: DigestAlgo::default(),
+                busy: Mutex::new(HashSet::new()),
+            }),
+        };
+        store.collect_garbage()?;
+        Ok(store)
+    }
+
+    /// The data directory.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    fn collect_garbage(&self) -> Result<()> {
+        let i = &self.inner;
+        let live: HashSet<String> = i.cat.locations()?.into_iter().collect();
+        for shard in fs::read_dir(i.root.join("blobs"))? {
+            let shard = shard?.path();
+            if !shard.is_dir() {
+                continue;
+            }
+            for f in fs::read_dir(&shard)? {
+                let f = f?;
+                let id = f.file_name().to_string_lossy().into_owned();
+                if !live.contains(&id) {
+                    tracing::info!(file = %f.path().display(), "removing unreferenced blob file");
+                    fs::remove_file(f.path())?;
+                }
+            }
+        }
+        let pending: HashSet<String> = i.cat.upload_ids()?.into_iter().collect();
+        for f in fs::read_dir(i.root.join("staging"))? {
+            let f = f?;
+            if !pending.contains(&*f.file_name().to_string_lossy()) {
+                fs::remove_file(f.path())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn blob_path(&self, id: &str) -> PathBuf {
+        self.root.join("blobs").join(&id[..2]).join(id)
+    }
+
+    fn staging_path(&self, id: &str) -> PathBuf {
+        self.root.join("staging").join(id)
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        let c = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes()).ok()?;
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
+        (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0)
+            .then(|| st.f_bavail as u64 * st.f_frsize as u64)
+    }
+
+    fn release(&self, name: &str) {
+        self.busy.lock().unwrap().remove(name);
+    }
+
+    fn claim(&self, name: &str) -> Result<()> {
+        if self.busy.lock().unwrap().insert(name.to_string()) {
+            Ok(())
+        } else {
+            Err(StoreError::Busy(name.to_string()))
+        }
+    }
+}
+
+/// A fresh random 128-bit id in hex.
+pub(crate) fn new_id() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    hex::encode(b)
+}
+
+fn not_found_as(e: std::io::Error, name: &str) -> StoreError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        StoreError::NotFound(name.to_string())
+    } else {
+        e.into()
+    }
+}
+
+impl Store for FsStore {
+    fn describe(&self) -> String {
+        format!("fs:{}", self.inner.root.display())
+    }
+
+    fn digest_algo(&self) -> DigestAlgo {
+        self.inner.algo
+    }
+
+    fn stat(&self, name: &str) -> Result<BlobRecord> {
+        validate_name(name)?;
+        let (rec, _) =
+            self.inner.cat.blob(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        Ok(rec)
+    }
+
+    fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
+        Ok(self.inner.cat.list(prefix, after, limit)?)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let upload =
+            if i.busy.lock().unwrap().contains(name) { None } else { i.cat.delete_upload(name)? };
+        if let Some(id) = &upload {
+            let _ = fs::remove_file(i.staging_path(id));
+        }
+        match i.cat.delete_blob(name)? {
+            Some(loc) => {
+                fs::remove_file(i.blob_path(&loc))?;
+                Ok(())
+            }
+            None if upload.is_some() => Ok(()),
+            None => Err(StoreError::NotFound(name.to_string())),
+        }
+    }
+
+    fn route(&self, spec: &RouteSpec) -> Result<Routed> {
+        validate_name(&spec.name)?;
+        let i = &self.inner;
+        if !spec.overwrite && i.cat.blob(&spec.name)?.is_some() {
+            return Err(StoreError::AlreadyExists(spec.name.clone()));
+        }
+        if let (Some(size), Some(free)) = (spec.size, i.free_bytes()) {
+            if size > free {
+                return Err(StoreError::StorageFull(format!(
+                    "{size} bytes requested, {free} bytes free in {}",
+                    i.root.display()
+                )));
+            }
+        }
+        if i.busy.lock().unwrap().contains(&spec.name) {
+            return Err(StoreError::Busy(spec.name.clone()));
+        }
+        if !spec.resume_tag.is_empty() {
+            if let Some(u) = i.cat.upload(&spec.name)? {
+                if u.size == spec.size && u.resume_tag == spec.resume_tag {
+                    if let Ok(f) = File::open(i.staging_path(&u.upload_id)) {
+                        let received = f.metadata()?.len();
+                        let received_digest = (received > 0)
+                            .then(|| digest_file_range(&f, 0, received, i.algo))
+                            .transpose()?;
+                        return Ok(Routed { received, received_digest, resumed: true });
+                    }
+                }
+            }
+        }
+        let id = new_id();
+        File::create(i.staging_path(&id))?;
+        let rec = UploadRecord {
+            name: spec.name.clone(),
+            upload_id: id,
+            size: spec.size,
+            content_type: spec.content_type.clone(),
+            metadata: spec.metadata.clone(),
+            overwrite: spec.overwrite,
+            resume_tag: spec.resume_tag.clone(),
+            created_ms: now_ms(),
+        };
+        if let Some(old) = i.cat.put_upload(&rec)? {
+            let _ = fs::remove_file(i.staging_path(&old));
+        }
+        Ok(Routed { received: 0, received_digest: None, resumed: false })
+    }
+
+    fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
+        i.claim(name)?;
+        // From here on, dropping `sink` (also on error) releases the claim.
+        let mut sink = FsUpload { store: self.inner.clone(), rec, file: None, received: 0 };
+        let path = i.staging_path(&sink.rec.upload_id);
+        let file = OpenOptions::new().write(true).read(true).open(path);
+        let file = file.map_err(|e| not_found_as(e, name))?;
+        sink.received = file.metadata()?.len();
+        sink.file = Some(file);
+        Ok(Box::new(sink))
+    }
+
+    fn abort(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let i = &self.inner;
+        i.claim(name)?;
+        let res = i.cat.delete_upload(name);
+        i.release(name);
+        match res? {
+            Some(id) => Ok(fs::remove_file(i.staging_path(&id))?),
+            None => Err(StoreError::NoUpload(name.to_string())),
+        }
+    }
+
+    fn open_read(&self, name: &str) -> Result<BlobSource> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let (record, loc) =
+            i.cat.blob(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        let file = File::open(i.blob_path(&loc)).map_err(|e| not_found_as(e, name))?;
+        let len = file.metadata()?.len();
+        if len != record.size {
+            return Err(StoreError::Corrupt {
+                name: name.to_string(),
+                reason: format!("file holds {len} bytes, catalogue says {}", record.size),
+            });
+        }
+        Ok(BlobSource::File { file, record })
+    }
+}
+
+/// A pending upload open for writing.
+struct FsUpload {
+    store: Arc<Inner>,
+    rec: UploadRecord,
+    file: Option<File>,
+    received: u64,
+}
+
+impl Drop for FsUpload {
+    fn drop(&mut self) {
+        self.store.release(&self.rec.name);
+    }
+}
+
+impl UploadSink for FsUpload {
+    fn size(&self) -> Option<u64> {
+        self.rec.size
+    }
+
+    fn received(&self) -> u64 {
+        self.received
+    }
+
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        check_write(self.rec.size, self.received, offset, data.len())?;
+        let file = self.file.as_ref().expect("open until commit");
+        file.write_all_at(data, offset)?;
+        self.received = self.received.max(offset + data.len() as u64);
+        Ok(())
+    }
+
+    fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
+        let i = self.store.clone();
+        let name = self.rec.name.clone();
+        check_complete(&name, self.rec.size, self.received)?;
+        if !self.rec.overwrite && i.cat.blob(&name)?.is_some() {
+            return Err(StoreError::AlreadyExists(name));
+        }
+        let file = self.file.take().expect("open until commit");
+        let digest = match whole {
+            Some(d) if d.algo == i.algo => d,
+            _ => digest_file_range(&file, 0, self.received, i.algo)?,
+        };
+        file.sync_all()?;
+        drop(file);
+        let id = self.rec.upload_id.clone();
+        let dest = i.blob_path(&id);
+        let shard = dest.parent().expect("blob paths have a shard directory");
+        fs::create_dir_all(shard)?;
+        fs::rename(i.staging_path(&id), &dest)?;
+        File::open(shard)?.sync_all()?;
+        let record = BlobRecord {
+            name: name.clone(),
+            size: self.received,
+            content_type: self.rec.content_type.clone(),
+            digest: digest.to_string(),
+            created_ms: now_ms(),
+            metadata: self.rec.metadata.clone(),
+        };
+        match i.cat.commit_blob(&record, &id) {
+            Ok(Some(old)) => {
+                let _ = fs::remove_file(i.blob_path(&old));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let _ = fs::rename(&dest, i.staging_path(&id));
+                return Err(e.into());
+            }
+        }
+        Ok(record)
+    }
+}

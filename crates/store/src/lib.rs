@@ -1,0 +1,19 @@
+//! Where blobs live: the [`Store`] trait and its two implementations — [`FsStore`] (the
+//! default: files under a data directory with atomic commits and an SQLite catalogue) and
+//! [`MemStore`] (for tests and caches) — plus [`FaultyStore`], a wrapper that injects disk
+//! faults so error paths can be tested against real stores.
+
+mod error;
+mod faulty;
+mod fs;
+mod mem;
+mod name;
+mod store;
+
+pub use bs_meta::{BlobRecord, now_ms};
+pub use error::StoreError;
+pub use faulty::FaultyStore;
+pub use fs::FsStore;
+pub use mem::MemStore;
+pub use name::{MAX_NAME_LEN, validate_name};
+pub use store::{BlobSource, RouteSpec, Routed, Store, UploadSink, digest_file_range};

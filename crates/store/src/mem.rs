@@ -1,0 +1,248 @@
+//! The memory store: blobs as shared [`Bytes`], for tests, caches and benchmarks. Same
+//! semantics as the filesystem store (names, routing, resume, gaps, commit), no durability.
+//! An optional capacity makes it report `StorageFull` like a full disk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bs_meta::{BlobRecord, UploadRecord, now_ms};
+use bs_wire::{Digest, DigestAlgo};
+use bytes::Bytes;
+
+use crate::error::StoreError;
+use crate::name::validate_name;
+use crate::store::{BlobSource, RouteSpec, Routed, Store, UploadSink, check_complete, check_write};
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// Blobs held in memory.
+#[derive(Clone, Default)]
+pub struct MemStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    blobs: RwLock<BTreeMap<String, (Bytes, BlobRecord)>>,
+    uploads: Mutex<HashMap<String, Pending>>,
+    capacity: Option<u64>,
+}
+
+struct Pending {
+    rec: UploadRecord,
+    /// `None` while a writer holds the bytes.
+    data: Option<Vec<u8>>,
+}
+
+impl MemStore {
+    /// An unbounded memory store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A memory store that refuses to hold more than `bytes` (committed plus pending).
+    pub fn with_capacity(bytes: u64) -> Self {
+        Self { inner: Arc::new(Inner { capacity: Some(bytes), ..Inner::default() }) }
+    }
+}
+
+impl Inner {
+    fn used(&self) -> u64 {
+        let blobs: u64 = self.blobs.read().unwrap().values().map(|(b, _)| b.len() as u64).sum();
+        let pending: u64 = self
+            .uploads
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|p| p.data.as_ref().map(|d| d.len() as u64))
+            .sum();
+        blobs + pending
+    }
+}
+
+impl Store for MemStore {
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+
+    fn digest_algo(&self) -> DigestAlgo {
+        DigestAlgo::default()
+    }
+
+    fn stat(&self, name: &str) -> Result<BlobRecord> {
+        validate_name(name)?;
+        let blobs = self.inner.blobs.read().unwrap();
+        blobs.get(name).map(|(_, r)| r.clone()).ok_or_else(|| StoreError::NotFound(name.into()))
+    }
+
+    fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
+        let blobs = self.inner.blobs.read().unwrap();
+        Ok(blobs
+            .range::<str, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+            .filter(|(k, _)| k.starts_with(prefix))
+            .take(limit)
+            .map(|(_, (_, r))| r.clone())
+            .collect())
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let mut ups = self.inner.uploads.lock().unwrap();
+        let had_upload = match ups.get(name) {
+            Some(p) if p.data.is_some() => ups.remove(name).is_some(),
+            _ => false,
+        };
+        match self.inner.blobs.write().unwrap().remove(name) {
+            Some(_) => Ok(()),
+            None if had_upload => Ok(()),
+            None => Err(StoreError::NotFound(name.into())),
+        }
+    }
+
+    fn route(&self, spec: &RouteSpec) -> Result<Routed> {
+        validate_name(&spec.name)?;
+        let i = &self.inner;
+        if !spec.overwrite && i.blobs.read().unwrap().contains_key(&spec.name) {
+            return Err(StoreError::AlreadyExists(spec.name.clone()));
+        }
+        if let (Some(size), Some(cap)) = (spec.size, i.capacity) {
+            let free = cap.saturating_sub(i.used());
+            if size > free {
+                return Err(StoreError::StorageFull(format!(
+                    "{size} bytes requested, {free} bytes free in memory"
+                )));
+            }
+        }
+        let mut ups = i.uploads.lock().unwrap();
+        match ups.get(&spec.name) {
+            Some(p) if p.data.is_none() => return Err(StoreError::Busy(spec.name.clone())),
+            Some(p)
+                if !spec.resume_tag.is_empty()
+                    && p.rec.size == spec.size
+                    && p.rec.resume_tag == spec.resume_tag =>
+            {
+                let data = p.data.as_ref().expect("checked above");
+                let received = data.len() as u64;
+                let received_digest = (received > 0).then(|| self.digest_algo().digest(data));
+                return Ok(Routed { received, received_digest, resumed: true });
+            }
+            _ => {}
+        }
+        let rec = UploadRecord {
+            name: spec.name.clone(),
+            upload_id: crate::fs::new_id(),
+            size: spec.size,
+            content_type: spec.content_type.clone(),
+            metadata: spec.metadata.clone(),
+            overwrite: spec.overwrite,
+            resume_tag: spec.resume_tag.clone(),
+            created_ms: now_ms(),
+        };
+        let cap = spec.size.map(|s| s.min(1 << 30) as usize).unwrap_or(0);
+        ups.insert(spec.name.clone(), Pending { rec, data: Some(Vec::with_capacity(cap)) });
+        Ok(Routed { received: 0, received_digest: None, resumed: false })
+    }
+
+    fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>> {
+        validate_name(name)?;
+        let mut ups = self.inner.uploads.lock().unwrap();
+        let p = ups.get_mut(name).ok_or_else(|| StoreError::NoUpload(name.into()))?;
+        let data = p.data.take().ok_or_else(|| StoreError::Busy(name.into()))?;
+        Ok(Box::new(MemUpload { store: self.inner.clone(), rec: p.rec.clone(), data: Some(data) }))
+    }
+
+    fn abort(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let mut ups = self.inner.uploads.lock().unwrap();
+        match ups.get(name) {
+            None => Err(StoreError::NoUpload(name.into())),
+            Some(p) if p.data.is_none() => Err(StoreError::Busy(name.into())),
+            Some(_) => {
+                ups.remove(name);
+                Ok(())
+            }
+        }
+    }
+
+    fn open_read(&self, name: &str) -> Result<BlobSource> {
+        validate_name(name)?;
+        let blobs = self.inner.blobs.read().unwrap();
+        let (bytes, record) = blobs.get(name).ok_or_else(|| StoreError::NotFound(name.into()))?;
+        Ok(BlobSource::Memory { bytes: bytes.clone(), record: record.clone() })
+    }
+}
+
+struct MemUpload {
+    store: Arc<Inner>,
+    rec: UploadRecord,
+    /// Taken out of the store while this writer exists; put back on drop unless committed.
+    data: Option<Vec<u8>>,
+}
+
+impl Drop for MemUpload {
+    fn drop(&mut self) {
+        if let Some(data) = self.data.take() {
+            let mut ups = self.store.uploads.lock().unwrap();
+            if let Some(p) = ups.get_mut(&self.rec.name) {
+                if p.rec.upload_id == self.rec.upload_id {
+                    p.data = Some(data);
+                }
+            }
+        }
+    }
+}
+
+impl UploadSink for MemUpload {
+    fn size(&self) -> Option<u64> {
+        self.rec.size
+    }
+
+    fn received(&self) -> u64 {
+        self.data.as_ref().map_or(0, |d| d.len() as u64)
+    }
+
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        check_write(self.rec.size, self.received(), offset, data.len())?;
+        let end = offset as usize + data.len();
+        if let Some(cap) = self.store.capacity {
+            let grow = (end as u64).saturating_sub(self.received());
+            if self.store.used() + self.received() + grow > cap {
+                return Err(StoreError::StorageFull(format!("memory store capacity {cap} bytes")));
+            }
+        }
+        let buf = self.data.as_mut().expect("present until commit");
+        if buf.len() < end {
+            buf.resize(end, 0);
+        }
+        buf[offset as usize..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
+        let name = self.rec.name.clone();
+        check_complete(&name, self.rec.size, self.received())?;
+        let data = self.data.take().expect("present until commit");
+        let algo = DigestAlgo::default();
+        let digest = match whole {
+            Some(d) if d.algo == algo => d,
+            _ => algo.digest(&data),
+        };
+        let record = BlobRecord {
+            name: name.clone(),
+            size: data.len() as u64,
+            content_type: self.rec.content_type.clone(),
+            digest: digest.to_string(),
+            created_ms: now_ms(),
+            metadata: self.rec.metadata.clone(),
+        };
+        let mut blobs = self.store.blobs.write().unwrap();
+        if !self.rec.overwrite && blobs.contains_key(&name) {
+            self.data = Some(data); // back to pending on drop
+            return Err(StoreError::AlreadyExists(name));
+        }
+        blobs.insert(name.clone(), (Bytes::from(data), record.clone()));
+        drop(blobs);
+        self.store.uploads.lock().unwrap().remove(&name);
+        Ok(record)
+    }
+}

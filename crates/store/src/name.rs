@@ -1,0 +1,92 @@
+//! Blob names: what is allowed, and why.
+//!
+//! A name is 1..=1024 bytes of UTF-8 made of `/`-separated segments. Segments may not be
+//! empty, `.` or `..`; names may not start with `/`, contain NUL, control characters or `\`.
+//! Stores never use names as file paths (files are named by random ids), so this is about
+//! names meaning one thing everywhere (CLI, HTTP paths, listings), not only about safety.
+
+use crate::error::StoreError;
+
+/// Longest accepted name, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// Check a blob name; the error says what is wrong with it.
+pub fn validate_name(name: &str) -> Result<(), StoreError> {
+    let bad = |reason| Err(StoreError::InvalidName { name: name.to_string(), reason });
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_NAME_LEN {
+        return bad("longer than 1024 bytes");
+    }
+    if name.starts_with('/') {
+        return bad("absolute (starts with '/')");
+    }
+    if name.chars().any(|c| c == '\0') {
+        return bad("contains NUL");
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return bad("contains a control character");
+    }
+    if name.contains('\\') {
+        return bad("contains '\\'");
+    }
+    for seg in name.split('/') {
+        match seg {
+            "" => return bad("has an empty path segment ('//' or trailing '/')"),
+            "." | ".." => return bad("has a '.' or '..' segment"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn path_tricks_are_refused() {
+        for n in [
+            "",
+            "..",
+            "../etc/passwd",
+            "a/../../b",
+            "a/./b",
+            "/etc/passwd",
+            "a\0b",
+            "a//b",
+            "a/",
+            "a\\..\\b",
+            "line\nbreak",
+        ] {
+            assert!(validate_name(n).is_err(), "{n:?} accepted");
+        }
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn ordinary_names_pass() {
+        for n in [
+            "a",
+            "studies/2026/ct-001.dcm",
+            "video.mp4",
+            "x".repeat(MAX_NAME_LEN).as_str(),
+            "..a/b..",
+            "ünïcode/名前",
+        ] {
+            validate_name(n).unwrap();
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn accepted_names_never_escape(name in "\\PC{0,64}") {
+            if validate_name(&name).is_ok() {
+                prop_assert!(!name.split('/').any(|s| s == ".." || s.is_empty()));
+                prop_assert!(!name.starts_with('/'));
+            }
+        }
+    }
+}

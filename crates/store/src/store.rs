@@ -1,0 +1,170 @@
+//! The store interface every backend implements, and the types it trades in.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use bs_meta::BlobRecord;
+use bs_wire::{Digest, DigestAlgo};
+use bytes::Bytes;
+
+use crate::error::StoreError;
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// What `route` reserves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteSpec {
+    pub name: String,
+    /// `None`: unknown size (streaming); committed when the writer says it is done.
+    pub size: Option<u64>,
+    pub content_type: String,
+    pub metadata: BTreeMap<String, String>,
+    /// Replace an existing blob of the same name on commit.
+    pub overwrite: bool,
+    /// Non-empty: resume a pending upload with the same name, size and tag.
+    pub resume_tag: String,
+}
+
+/// Result of `route`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed {
+    /// Bytes already held (non-zero only when resumed).
+    pub received: u64,
+    /// Digest of those bytes, in the store's algorithm.
+    pub received_digest: Option<Digest>,
+    pub resumed: bool,
+}
+
+/// A committed blob opened for reading, in the form its store keeps it, so the data plane
+/// can pick the cheapest way to send it (`sendfile` for files, a direct write for memory).
+pub enum BlobSource {
+    File { file: File, record: BlobRecord },
+    Memory { bytes: Bytes, record: BlobRecord },
+}
+
+impl BlobSource {
+    pub fn record(&self) -> &BlobRecord {
+        match self {
+            Self::File { record, .. } | Self::Memory { record, .. } => record,
+        }
+    }
+
+    /// Copy bytes at `offset` into `buf`; returns how many (0 at the end).
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        match self {
+            Self::File { file, .. } => Ok(file.read_at(buf, offset)?),
+            Self::Memory { bytes, .. } => {
+                let start = (offset as usize).min(bytes.len());
+                let n = buf.len().min(bytes.len() - start);
+                buf[..n].copy_from_slice(&bytes[start..start + n]);
+                Ok(n)
+            }
+        }
+    }
+
+    /// Digest of a byte range.
+    pub fn digest_range(&self, offset: u64, len: u64, algo: DigestAlgo) -> Result<Digest> {
+        let r = self.record();
+        if offset.checked_add(len).is_none_or(|end| end > r.size) {
+            return Err(StoreError::OutOfRange { name: r.name.clone(), offset, len, size: r.size });
+        }
+        match self {
+            Self::File { file, record } => digest_file_range(file, offset, len, algo)
+                .map_err(|e| corrupt_or_io(&record.name, e)),
+            Self::Memory { bytes, .. } => {
+                Ok(algo.digest(&bytes[offset as usize..(offset + len) as usize]))
+            }
+        }
+    }
+}
+
+fn corrupt_or_io(name: &str, e: std::io::Error) -> StoreError {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        StoreError::Corrupt { name: name.to_string(), reason: e.to_string() }
+    } else {
+        e.into()
+    }
+}
+
+/// Digest of `len` bytes of `file` from `offset`, read in 1 MiB pieces.
+pub fn digest_file_range(
+    file: &File,
+    offset: u64,
+    len: u64,
+    algo: DigestAlgo,
+) -> std::io::Result<Digest> {
+    let mut h = algo.hasher();
+    let mut buf = vec![0u8; (1 << 20).min(len as usize).max(1)];
+    let mut done = 0u64;
+    while done < len {
+        let want = (len - done).min(buf.len() as u64) as usize;
+        let n = file.read_at(&mut buf[..want], offset + done)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("file ends after {done} of {len} bytes"),
+            ));
+        }
+        h.update(&buf[..n]);
+        done += n as u64;
+    }
+    Ok(h.finish())
+}
+
+/// A pending upload opened for writing by one transfer at a time.
+pub trait UploadSink: Send {
+    /// Declared size, if known.
+    fn size(&self) -> Option<u64>;
+    /// Bytes held so far: always a contiguous prefix of the blob.
+    fn received(&self) -> u64;
+    /// Write at `offset`, which must not be past `received()` (no gaps).
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()>;
+    /// Make the upload a visible blob: durable first, then the catalogue. `whole` is the digest
+    /// of every byte, if the caller computed it in the store's algorithm; otherwise the store
+    /// computes it. Fails with `Incomplete` if a declared size was not reached.
+    fn commit(self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord>;
+}
+
+/// A place blobs live. All methods block; call them off the async executor.
+pub trait Store: Send + Sync + 'static {
+    /// Short description for logs ("fs:/var/lib/blobstream", "memory").
+    fn describe(&self) -> String;
+    /// Algorithm of the digests this store keeps.
+    fn digest_algo(&self) -> DigestAlgo;
+    fn stat(&self, name: &str) -> Result<BlobRecord>;
+    /// Up to `limit` blobs starting with `prefix` whose names sort after `after`.
+    fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>>;
+    fn delete(&self, name: &str) -> Result<()>;
+    /// Reserve a new blob or resume a pending one.
+    fn route(&self, spec: &RouteSpec) -> Result<Routed>;
+    /// Open the pending upload of `name` for one writer.
+    fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>>;
+    /// Discard the pending upload of `name`.
+    fn abort(&self, name: &str) -> Result<()>;
+    /// Open a committed blob for reading.
+    fn open_read(&self, name: &str) -> Result<BlobSource>;
+}
+
+/// Shared check for the write path: no gaps, no writing past a declared size.
+pub(crate) fn check_write(size: Option<u64>, received: u64, offset: u64, len: usize) -> Result<()> {
+    if offset > received {
+        return Err(StoreError::Gap { offset, received });
+    }
+    if let Some(size) = size {
+        if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+            return Err(StoreError::BeyondSize { offset, len: len as u64, size });
+        }
+    }
+    Ok(())
+}
+
+/// Shared check for commit: a declared size must have been reached.
+pub(crate) fn check_complete(name: &str, size: Option<u64>, received: u64) -> Result<()> {
+    match size {
+        Some(size) if received != size => {
+            Err(StoreError::Incomplete { name: name.to_string(), received, size })
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,232 @@
+//! One behaviour suite, run against every store (in the manner of object_store's
+//! `integration.rs`): whatever a test asserts holds for memory and filesystem alike.
+
+use bs_store::{BlobSource, FaultyStore, FsStore, MemStore, RouteSpec, Store, StoreError};
+use bs_wire::DigestAlgo;
+
+fn spec(name: &str, size: Option<u64>) -> RouteSpec {
+    RouteSpec {
+        name: name.into(),
+        size,
+        content_type: "application/x-test".into(),
+        ..Default::default()
+    }
+}
+
+fn put(s: &dyn Store, name: &str, data: &[u8]) {
+    s.route(&spec(name, Some(data.len() as u64))).unwrap();
+    let mut w = s.open_upload(name).unwrap();
+    w.write_at(0, data).unwrap();
+    w.commit(None).unwrap();
+}
+
+fn read_all(s: &dyn Store, name: &str) -> Vec<u8> {
+    let src = s.open_read(name).unwrap();
+    let mut out = vec![0u8; src.record().size as usize];
+    let mut off = 0;
+    while off < out.len() {
+        off += src.read_at(&mut out[off..], off as u64).unwrap();
+    }
+    out
+}
+
+fn put_get_stat_list_delete(s: &dyn Store) {
+    put(s, "a/one", b"hello");
+    put(s, "a/two", b"");
+    put(s, "b/three", &[7u8; 100_000]);
+    assert_eq!(read_all(s, "a/one"), b"hello");
+    assert_eq!(read_all(s, "a/two"), b"");
+    let st = s.stat("b/three").unwrap();
+    assert_eq!(st.size, 100_000);
+    assert_eq!(st.content_type, "application/x-test");
+    assert_eq!(st.digest, DigestAlgo::Xxh3_128.digest(&[7u8; 100_000]).to_string());
+    let names: Vec<_> = s.list("a/", "", 10).unwrap().into_iter().map(|r| r.name).collect();
+    assert_eq!(names, ["a/one", "a/two"]);
+    let page: Vec<_> = s.list("", "a/one", 1).unwrap().into_iter().map(|r| r.name).collect();
+    assert_eq!(page, ["a/two"]);
+    s.delete("a/one").unwrap();
+    assert!(matches!(s.stat("a/one"), Err(StoreError::NotFound(_))));
+    assert!(matches!(s.open_read("a/one"), Err(StoreError::NotFound(_))));
+    assert!(matches!(s.delete("a/one"), Err(StoreError::NotFound(_))));
+}
+
+fn nothing_partial_is_visible(s: &dyn Store) {
+    s.route(&spec("p", Some(10))).unwrap();
+    let mut w = s.open_upload("p").unwrap();
+    w.write_at(0, b"12345").unwrap();
+    assert!(matches!(s.stat("p"), Err(StoreError::NotFound(_))));
+    assert!(s.list("", "", 10).unwrap().is_empty());
+    let err = w.commit(None).unwrap_err();
+    assert!(matches!(err, StoreError::Incomplete { received: 5, size: 10, .. }), "{err}");
+    assert!(matches!(s.stat("p"), Err(StoreError::NotFound(_))));
+}
+
+fn gaps_and_overruns_are_refused(s: &dyn Store) {
+    s.route(&spec("g", Some(10))).unwrap();
+    let mut w = s.open_upload("g").unwrap();
+    assert!(matches!(w.write_at(3, b"x"), Err(StoreError::Gap { offset: 3, received: 0 })));
+    assert!(matches!(w.write_at(0, &[0; 11]), Err(StoreError::BeyondSize { .. })));
+    w.write_at(0, b"0123456789").unwrap();
+    w.write_at(2, b"ab").unwrap(); // rewriting inside the prefix is fine
+    w.commit(None).unwrap();
+    assert_eq!(read_all(s, "g"), b"01ab456789");
+}
+
+fn resume_continues_where_it_stopped(s: &dyn Store) {
+    let mut sp = spec("r", Some(8));
+    sp.resume_tag = "file-v1".into();
+    assert!(!s.route(&sp).unwrap().resumed);
+    {
+        let mut w = s.open_upload("r").unwrap();
+        w.write_at(0, b"abc").unwrap();
+    } // writer vanished
+    let routed = s.route(&sp).unwrap();
+    assert!(routed.resumed);
+    assert_eq!(routed.received, 3);
+    assert_eq!(routed.received_digest, Some(DigestAlgo::Xxh3_128.digest(b"abc")));
+    let mut w = s.open_upload("r").unwrap();
+    assert_eq!(w.received(), 3);
+    w.write_at(3, b"defgh").unwrap();
+    w.commit(None).unwrap();
+    assert_eq!(read_all(s, "r"), b"abcdefgh");
+
+    // A different tag starts over.
+    let mut sp2 = spec("r2", Some(2));
+    sp2.resume_tag = "a".into();
+    s.route(&sp2).unwrap();
+    s.open_upload("r2").unwrap().write_at(0, b"x").unwrap();
+    sp2.resume_tag = "b".into();
+    let routed = s.route(&sp2).unwrap();
+    assert!(!routed.resumed);
+    assert_eq!(s.open_upload("r2").unwrap().received(), 0);
+}
+
+fn one_writer_at_a_time(s: &dyn Store) {
+    s.route(&spec("w", None)).unwrap();
+    let w = s.open_upload("w").unwrap();
+    assert!(matches!(s.open_upload("w"), Err(StoreError::Busy(_))));
+    assert!(matches!(s.route(&spec("w", None)), Err(StoreError::Busy(_))));
+    drop(w);
+    let mut w = s.open_upload("w").unwrap();
+    w.write_at(0, b"streamed").unwrap();
+    let rec = w.commit(None).unwrap();
+    assert_eq!(rec.size, 8, "unknown-size uploads take the size they reach");
+}
+
+fn overwrite_is_explicit(s: &dyn Store) {
+    put(s, "o", b"first");
+    assert!(matches!(s.route(&spec("o", Some(1))), Err(StoreError::AlreadyExists(_))));
+    let mut sp = spec("o", Some(6));
+    sp.overwrite = true;
+    s.route(&sp).unwrap();
+    let mut w = s.open_upload("o").unwrap();
+    w.write_at(0, b"second").unwrap();
+    w.commit(None).unwrap();
+    assert_eq!(read_all(s, "o"), b"second");
+}
+
+fn bad_names_and_missing_things(s: &dyn Store) {
+    for bad in ["../x", "/abs", "a\0b", "a//b", &"n".repeat(2000)] {
+        assert!(matches!(s.route(&spec(bad, Some(1))), Err(StoreError::InvalidName { .. })));
+        assert!(matches!(s.stat(bad), Err(StoreError::InvalidName { .. })));
+        assert!(matches!(s.open_read(bad), Err(StoreError::InvalidName { .. })));
+    }
+    assert!(matches!(s.open_upload("nope"), Err(StoreError::NoUpload(_))));
+    assert!(matches!(s.abort("nope"), Err(StoreError::NoUpload(_))));
+    s.route(&spec("ab", Some(1))).unwrap();
+    s.abort("ab").unwrap();
+    assert!(matches!(s.open_upload("ab"), Err(StoreError::NoUpload(_))));
+}
+
+fn range_digests(s: &dyn Store) {
+    put(s, "d", b"0123456789");
+    let src = s.open_read("d").unwrap();
+    assert_eq!(
+        src.digest_range(2, 3, DigestAlgo::Blake3).unwrap(),
+        DigestAlgo::Blake3.digest(b"234")
+    );
+    assert!(matches!(
+        src.digest_range(8, 3, DigestAlgo::Blake3),
+        Err(StoreError::OutOfRange { .. })
+    ));
+}
+
+fn full_disk_loses_nothing(s: impl Store) {
+    let s = FaultyStore::disk_full_after(s, 4);
+    put(&s, "small", b"1234");
+    s.route(&spec("big", Some(10))).unwrap();
+    let mut w = s.open_upload("big").unwrap();
+    let err = w.write_at(0, b"0123456789").unwrap_err();
+    assert!(matches!(err, StoreError::StorageFull(_)), "{err}");
+    drop(w);
+    assert!(matches!(s.stat("big"), Err(StoreError::NotFound(_))));
+    assert_eq!(read_all(&s, "small"), b"1234");
+}
+
+macro_rules! suite {
+    ($($t:ident),*) => {
+        mod mem { $( #[test] fn $t() { super::$t(&bs_store::MemStore::new()); } )* }
+        mod fs { $( #[test] fn $t() {
+            let dir = tempfile::tempdir().unwrap();
+            super::$t(&bs_store::FsStore::open(dir.path()).unwrap());
+        } )* }
+    };
+}
+
+suite!(
+    put_get_stat_list_delete,
+    nothing_partial_is_visible,
+    gaps_and_overruns_are_refused,
+    resume_continues_where_it_stopped,
+    one_writer_at_a_time,
+    overwrite_is_explicit,
+    bad_names_and_missing_things,
+    range_digests
+);
+
+#[test]
+fn full_disk_mem() {
+    full_disk_loses_nothing(MemStore::new());
+}
+
+#[test]
+fn full_disk_fs() {
+    let dir = tempfile::tempdir().unwrap();
+    full_disk_loses_nothing(FsStore::open(dir.path()).unwrap());
+}
+
+#[test]
+fn memory_capacity_reports_storage_full() {
+    let s = MemStore::with_capacity(8);
+    assert!(matches!(s.route(&spec("x", Some(9))), Err(StoreError::StorageFull(_))));
+    s.route(&spec("y", None)).unwrap();
+    let mut w = s.open_upload("y").unwrap();
+    assert!(matches!(w.write_at(0, &[0; 9]), Err(StoreError::StorageFull(_))));
+}
+
+#[test]
+fn fs_blobs_survive_restart_and_crash_leftovers_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = FsStore::open(dir.path()).unwrap();
+        put(&s, "keep", b"durable");
+        let mut sp = spec("pending", Some(4));
+        sp.resume_tag = "t".into();
+        s.route(&sp).unwrap();
+        s.open_upload("pending").unwrap().write_at(0, b"ab").unwrap();
+    }
+    // A crash between rename and catalogue commit leaves an unreferenced file behind.
+    let orphan = dir.path().join("blobs/ff/ff00");
+    std::fs::create_dir_all(orphan.parent().unwrap()).unwrap();
+    std::fs::write(&orphan, b"partial").unwrap();
+    std::fs::write(dir.path().join("staging/stray"), b"x").unwrap();
+
+    let s = FsStore::open(dir.path()).unwrap();
+    assert_eq!(read_all(&s, "keep"), b"durable");
+    assert!(!orphan.exists(), "orphan removed");
+    assert!(!dir.path().join("staging/stray").exists());
+    let mut sp = spec("pending", Some(4));
+    sp.resume_tag = "t".into();
+    assert_eq!(s.route(&sp).unwrap().received, 2, "pending upload resumes after restart");
+    assert!(matches!(s.open_read("keep").unwrap(), BlobSource::File { .. }));
+}
