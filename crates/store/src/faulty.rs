@@ -81,6 +81,9 @@ impl UploadSink for FaultySink {
         }
         Ok(())
     }
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        self.inner.truncate(len)
+    }
     fn commit(self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
         self.inner.commit(whole)
     }

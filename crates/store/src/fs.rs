@@ -296,6 +296,14 @@ impl UploadSink for FsUpload {
         Ok(())
     }
 
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        if len < self.received {
+            self.file.as_ref().expect("open until commit").set_len(len)?;
+            self.received = len;
+        }
+        Ok(())
+    }
+
     fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
         let i = self.store.clone();
         let name = self.rec.name.clone();

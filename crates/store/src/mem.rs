@@ -218,6 +218,12 @@ impl UploadSink for MemUpload {
         Ok(())
     }
 
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        let buf = self.data.as_mut().expect("present until commit");
+        buf.truncate(len.min(buf.len() as u64) as usize);
+        Ok(())
+    }
+
     fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
         let name = self.rec.name.clone();
         check_complete(&name, self.rec.size, self.received())?;

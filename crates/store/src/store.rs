@@ -120,6 +120,9 @@ pub trait UploadSink: Send {
     fn received(&self) -> u64;
     /// Write at `offset`, which must not be past `received()` (no gaps).
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()>;
+    /// Forget every byte from `len` on (a transfer whose checksum failed is rolled back so no
+    /// unverified byte stays behind). No-op if `len >= received()`.
+    fn truncate(&mut self, len: u64) -> Result<()>;
     /// Make the upload a visible blob: durable first, then the catalogue. `whole` is the digest
     /// of every byte, if the caller computed it in the store's algorithm; otherwise the store
     /// computes it. Fails with `Incomplete` if a declared size was not reached.

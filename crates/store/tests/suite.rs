@@ -68,6 +68,10 @@ fn gaps_and_overruns_are_refused(s: &dyn Store) {
     assert!(matches!(w.write_at(0, &[0; 11]), Err(StoreError::BeyondSize { .. })));
     w.write_at(0, b"0123456789").unwrap();
     w.write_at(2, b"ab").unwrap(); // rewriting inside the prefix is fine
+    w.truncate(4).unwrap(); // a failed transfer is rolled back
+    assert_eq!(w.received(), 4);
+    assert!(matches!(w.write_at(5, b"x"), Err(StoreError::Gap { offset: 5, received: 4 })));
+    w.write_at(4, b"456789").unwrap();
     w.commit(None).unwrap();
     assert_eq!(read_all(s, "g"), b"01ab456789");
 }

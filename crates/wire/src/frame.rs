@@ -108,6 +108,8 @@ pub enum ErrorCode {
     Incomplete = 9,
     /// Anything else on the server side.
     Internal = 10,
+    /// Another transfer is writing the same upload, or the server is at its connection limit.
+    Busy = 11,
 }
 
 impl ErrorCode {
@@ -123,6 +125,7 @@ impl ErrorCode {
             7 => Self::StorageFull,
             8 => Self::NotFound,
             9 => Self::Incomplete,
+            11 => Self::Busy,
             _ => Self::Internal,
         }
     }

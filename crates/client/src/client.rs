@@ -1,0 +1,195 @@
+//! The client handle: gRPC calls made synchronous over a private runtime, and the opening of
+//! negotiated data connections.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bs_proto as pb;
+use bs_proto::blob_store_client::BlobStoreClient;
+use bs_transport::{Conn, SocketOptions};
+use bs_wire::{Digest, DigestAlgo, Frame, TOKEN_LEN};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::ClientError;
+use crate::settings::TransferSettings;
+use crate::streams::{PullStream, PushStream};
+
+type Result<T> = std::result::Result<T, ClientError>;
+
+/// A connection to one blobstream server. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    rt: Arc<tokio::runtime::Runtime>,
+    grpc: BlobStoreClient<Channel>,
+    addr: String,
+    settings: TransferSettings,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("addr", &self.addr).finish()
+    }
+}
+
+impl Client {
+    /// Connect to the control plane at `addr` (`host:port`).
+    pub fn connect(addr: &str) -> Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("blobstream-client")
+            .enable_all()
+            .build()
+            .map_err(|e| ClientError::Connect { addr: addr.into(), reason: e.to_string() })?;
+        let uri = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
+        let endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| ClientError::Connect { addr: addr.into(), reason: e.to_string() })?
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true);
+        let channel = rt.block_on(endpoint.connect()).map_err(|e| ClientError::Connect {
+            addr: addr.into(),
+            reason: std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string()),
+        })?;
+        let grpc = BlobStoreClient::new(channel).max_decoding_message_size(64 << 20);
+        Ok(Self { rt: Arc::new(rt), grpc, addr: addr.to_string(), settings: TransferSettings::default() })
+    }
+
+    /// Use these transfer settings from now on.
+    pub fn with_settings(mut self, settings: TransferSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    pub fn settings(&self) -> &TransferSettings {
+        &self.settings
+    }
+
+    /// The server address this client talks to.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn call<T, F>(&self, f: impl FnOnce(BlobStoreClient<Channel>) -> F) -> Result<T>
+    where
+        F: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let fut = f(self.grpc.clone());
+        Ok(self.rt.block_on(fut)?.into_inner())
+    }
+
+    pub fn stat(&self, name: &str) -> Result<pb::BlobInfo> {
+        let req = pb::StatRequest { name: name.into() };
+        self.call(|mut c| async move { c.stat(req).await })
+    }
+
+    /// One page of a listing; returns the blobs and the next page token (empty at the end).
+    pub fn list_page(
+        &self,
+        prefix: &str,
+        page_token: &str,
+        page_size: u32,
+    ) -> Result<(Vec<pb::BlobInfo>, String)> {
+        let req = pb::ListRequest { prefix: prefix.into(), page_token: page_token.into(), page_size };
+        let r = self.call(|mut c| async move { c.list(req).await })?;
+        Ok((r.blobs, r.next_page_token))
+    }
+
+    /// Every blob under `prefix`, page after page.
+    pub fn list(&self, prefix: &str) -> Result<Vec<pb::BlobInfo>> {
+        let (mut all, mut token) = self.list_page(prefix, "", 0)?;
+        while !token.is_empty() {
+            let (page, next) = self.list_page(prefix, &token, 0)?;
+            all.extend(page);
+            token = next;
+        }
+        Ok(all)
+    }
+
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let req = pb::DeleteRequest { name: name.into() };
+        self.call(|mut c| async move { c.delete(req).await }).map(|_| ())
+    }
+
+    /// Discard a pending upload.
+    pub fn abort(&self, name: &str) -> Result<()> {
+        let req = pb::AbortRequest { name: name.into() };
+        self.call(|mut c| async move { c.abort(req).await }).map(|_| ())
+    }
+
+    /// Reserve a blob (or resume a pending reservation).
+    pub fn route(&self, req: pb::RouteRequest) -> Result<pb::RouteResponse> {
+        self.call(|mut c| async move { c.route(req).await })
+    }
+
+    /// Digest of a range of a committed blob.
+    pub fn range_digest(&self, name: &str, offset: u64, length: u64, algo: DigestAlgo) -> Result<Digest> {
+        let req = pb::RangeDigestRequest { name: name.into(), offset, length, algo: algo.name().into() };
+        let r = self.call(|mut c| async move { c.range_digest(req).await })?;
+        r.digest.parse().map_err(|e| ClientError::Protocol(format!("bad digest from server: {e}")))
+    }
+
+    fn negotiate(&self, req: pb::NegotiateRequest) -> Result<(pb::NegotiateResponse, Conn)> {
+        let resp = self.call(|mut c| async move { c.negotiate(req).await })?;
+        let token: [u8; TOKEN_LEN] = resp
+            .token
+            .as_slice()
+            .try_into()
+            .map_err(|_| ClientError::Protocol("server sent a token of the wrong size".into()))?;
+        let addr: SocketAddr = resp
+            .endpoint
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| ClientError::Protocol(format!("bad data endpoint {:?}", resp.endpoint)))?;
+        let buf = |n: u32| (n > 0).then_some(n);
+        let opts = SocketOptions {
+            send_buffer: buf(resp.send_buffer),
+            recv_buffer: buf(resp.recv_buffer),
+            nodelay: true,
+            io_timeout: Some(self.settings.io_timeout),
+        };
+        let stream = opts.connect(addr, self.settings.connect_timeout).map_err(|e| {
+            ClientError::Connect { addr: resp.endpoint.clone(), reason: format!("data plane: {e}") }
+        })?;
+        let mut conn = Conn::new(stream);
+        conn.write_frame(&Frame::Hello { token })?;
+        Ok((resp, conn))
+    }
+
+    fn base_request(&self, name: &str, direction: pb::Direction, offset: u64, length: Option<u64>) -> pb::NegotiateRequest {
+        let s = &self.settings;
+        pb::NegotiateRequest {
+            name: name.into(),
+            direction: direction as i32,
+            offset,
+            length,
+            chunk_size: s.chunk_size,
+            send_buffer: s.socket_buffer,
+            recv_buffer: s.socket_buffer,
+            digests: s.digests.iter().map(|d| d.name().to_string()).collect(),
+            route: None,
+        }
+    }
+
+    /// Start pulling `length` bytes (all remaining when `None`) of `name` from `offset`.
+    pub fn open_pull(&self, name: &str, offset: u64, length: Option<u64>) -> Result<PullStream> {
+        let req = self.base_request(name, pb::Direction::Pull, offset, length);
+        let (resp, conn) = self.negotiate(req)?;
+        PullStream::start(conn, resp)
+    }
+
+    /// Start pushing into `name` from `offset`. With `route`, the blob is routed in the same
+    /// round trip; otherwise it must already be routed. `length` bounds what may be sent.
+    pub fn open_push(
+        &self,
+        name: &str,
+        offset: u64,
+        length: Option<u64>,
+        route: Option<pb::RouteRequest>,
+    ) -> Result<PushStream> {
+        let mut req = self.base_request(name, pb::Direction::Push, offset, length);
+        req.route = route;
+        let (resp, conn) = self.negotiate(req)?;
+        PushStream::start(conn, resp)
+    }
+}

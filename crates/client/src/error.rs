@@ -1,0 +1,50 @@
+//! Errors a client can meet, named so callers can act on them.
+
+use bs_transport::TransportError;
+use thiserror::Error;
+use tonic::Code;
+
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("cannot reach blobstream server at {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("server is out of space: {0}")]
+    StorageFull(String),
+    #[error("server error ({code:?}): {message}")]
+    Rpc { code: Code, message: String },
+    #[error("data transfer failed: {0}")]
+    Transfer(#[from] TransportError),
+    #[error("checksum mismatch: received bytes hash to {actual}, sender says {expected}")]
+    ChecksumMismatch { expected: String, actual: String },
+    #[error("timed out")]
+    Timeout,
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(s: tonic::Status) -> Self {
+        let message = s.message().to_string();
+        match s.code() {
+            Code::NotFound => Self::NotFound(message),
+            Code::AlreadyExists => Self::AlreadyExists(message),
+            Code::InvalidArgument | Code::OutOfRange => Self::InvalidArgument(message),
+            Code::ResourceExhausted => Self::StorageFull(message),
+            Code::DeadlineExceeded => Self::Timeout,
+            code => Self::Rpc { code, message },
+        }
+    }
+}
+
+impl ClientError {
+    /// Timeouts on either plane.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout | Self::Transfer(TransportError::Timeout))
+    }
+}

@@ -1,0 +1,18 @@
+//! Talks to a blobstream server: control-plane calls over gRPC, bulk bytes over the data
+//! connections those calls negotiate.
+//!
+//! The API is synchronous: a [`Client`] owns a small tokio runtime for its gRPC calls (as
+//! `reqwest::blocking` does), and data transfers run on the caller's thread with blocking
+//! sockets, the fastest path for bulk bytes. Do not call it from inside an async task; the
+//! blob crate's asynchronous options run it on a thread of its own.
+
+mod client;
+mod error;
+mod settings;
+mod streams;
+
+pub use bs_proto::{BlobInfo, RouteRequest, RouteResponse};
+pub use client::Client;
+pub use error::ClientError;
+pub use settings::TransferSettings;
+pub use streams::{PullStream, PushAck, PushStream};

@@ -1,0 +1,32 @@
+//! What a client proposes when it negotiates a transfer.
+
+use std::time::Duration;
+
+use bs_wire::DigestAlgo;
+
+/// Transfer parameters a client proposes (the server may lower them).
+#[derive(Debug, Clone)]
+pub struct TransferSettings {
+    /// Chunk size proposal; 0 = server default.
+    pub chunk_size: u32,
+    /// `SO_SNDBUF` / `SO_RCVBUF` for both ends; 0 = kernel autotuning.
+    pub socket_buffer: u32,
+    /// Acceptable digests, preferred first.
+    pub digests: Vec<DigestAlgo>,
+    /// Longest wait for the peer on one read or write.
+    pub io_timeout: Duration,
+    /// Longest wait to establish a connection.
+    pub connect_timeout: Duration,
+}
+
+impl Default for TransferSettings {
+    fn default() -> Self {
+        Self {
+            chunk_size: 0,
+            socket_buffer: 0,
+            digests: vec![DigestAlgo::Xxh3_128],
+            io_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}

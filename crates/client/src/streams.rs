@@ -1,0 +1,225 @@
+//! Data-plane streams: a pull reads the announced payload and verifies its digest at the
+//! end; a push sends payload and waits for the server's end-to-end confirmation.
+
+use std::time::Duration;
+
+use bs_proto as pb;
+use bs_transport::{Conn, TransportError};
+use bs_wire::{Digest, DigestAlgo, Frame, Hasher};
+
+use crate::error::ClientError;
+
+type Result<T> = std::result::Result<T, ClientError>;
+
+fn algo_of(resp: &pb::NegotiateResponse) -> Result<DigestAlgo> {
+    resp.digest.parse().map_err(|_| ClientError::Protocol(format!("unknown digest {:?}", resp.digest)))
+}
+
+fn set_timeout(conn: &Conn, t: Duration) -> Result<()> {
+    let t = Some(t.max(Duration::from_millis(1)));
+    conn.stream().set_read_timeout(t).map_err(TransportError::from)?;
+    conn.stream().set_write_timeout(t).map_err(TransportError::from)?;
+    Ok(())
+}
+
+/// An open pull: read it to the end, then it has verified every byte.
+pub struct PullStream {
+    conn: Conn,
+    info: pb::BlobInfo,
+    offset: u64,
+    len: u64,
+    got: u64,
+    hasher: Hasher,
+    verified: Option<Digest>,
+}
+
+impl std::fmt::Debug for PullStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullStream").field("name", &self.info.name).field("got", &self.got).finish()
+    }
+}
+
+impl PullStream {
+    pub(crate) fn start(mut conn: Conn, resp: pb::NegotiateResponse) -> Result<Self> {
+        let algo = algo_of(&resp)?;
+        let info = resp.blob.ok_or_else(|| ClientError::Protocol("pull without blob info".into()))?;
+        match conn.read_frame_or_remote_error()? {
+            Frame::Data { offset, len } if offset == resp.offset && len == resp.length => {}
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected DATA {}+{}, got {other:?}",
+                    resp.offset, resp.length
+                )));
+            }
+        }
+        Ok(Self { conn, info, offset: resp.offset, len: resp.length, got: 0, hasher: algo.hasher(), verified: None })
+    }
+
+    /// The blob being read (as it was when the pull was negotiated).
+    pub fn info(&self) -> &pb::BlobInfo {
+        &self.info
+    }
+
+    /// Blob offset of the first byte of this pull.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes this pull delivers in all.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes delivered so far.
+    pub fn position(&self) -> u64 {
+        self.got
+    }
+
+    /// Lower the wait for the peer on each read (used to enforce a deadline).
+    pub fn set_io_timeout(&self, t: Duration) -> Result<()> {
+        set_timeout(&self.conn, t)
+    }
+
+    /// Read the next bytes into `buf` (straight from the socket, no intermediate copy).
+    /// Returns 0 at the end, after the digest has been verified; a mismatch is an error.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let left = self.len - self.got;
+        if left == 0 {
+            self.verify()?;
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(left) as usize;
+        self.conn.recv_data_into(&mut buf[..n], Some(&mut self.hasher)).map_err(|e| match e {
+            TransportError::Truncated { got, .. } => TransportError::Truncated { expected: self.len, got: self.got + got },
+            e => e,
+        })?;
+        self.got += n as u64;
+        Ok(n)
+    }
+
+    /// Read everything that is left into `dst` (which must be exactly that long) and verify.
+    pub fn read_exact_to_end(&mut self, dst: &mut [u8]) -> Result<Digest> {
+        if dst.len() as u64 != self.len - self.got {
+            return Err(ClientError::Protocol(format!(
+                "destination holds {} bytes, {} remain",
+                dst.len(),
+                self.len - self.got
+            )));
+        }
+        let mut off = 0;
+        while off < dst.len() {
+            off += self.read(&mut dst[off..])?;
+        }
+        self.verify()
+    }
+
+    /// After the last byte: read the sender's digest and compare.
+    pub fn verify(&mut self) -> Result<Digest> {
+        if let Some(d) = &self.verified {
+            return Ok(d.clone());
+        }
+        if self.got != self.len {
+            return Err(ClientError::Protocol(format!("verify after {} of {} bytes", self.got, self.len)));
+        }
+        match self.conn.read_frame_or_remote_error()? {
+            Frame::Sum { total, digest, .. } => {
+                let ours = self.hasher.finish();
+                if total != self.len || digest != ours {
+                    return Err(ClientError::ChecksumMismatch { expected: digest.to_string(), actual: ours.to_string() });
+                }
+                self.verified = Some(ours.clone());
+                Ok(ours)
+            }
+            other => Err(ClientError::Protocol(format!("expected SUM, got {other:?}"))),
+        }
+    }
+}
+
+/// The server's confirmation of a push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushAck {
+    /// Bytes the upload now holds.
+    pub received: u64,
+    /// Digest of the whole blob, when the push committed it.
+    pub committed: Option<Digest>,
+}
+
+/// An open push: write payload, then `finish` for the server's confirmation.
+pub struct PushStream {
+    conn: Conn,
+    start: u64,
+    next: u64,
+    end: u64,
+    hasher: Hasher,
+    route: Option<pb::RouteResponse>,
+}
+
+impl PushStream {
+    pub(crate) fn start(conn: Conn, resp: pb::NegotiateResponse) -> Result<Self> {
+        let algo = algo_of(&resp)?;
+        Ok(Self {
+            conn,
+            start: resp.offset,
+            next: resp.offset,
+            end: resp.offset.saturating_add(resp.length),
+            hasher: algo.hasher(),
+            route: resp.route,
+        })
+    }
+
+    /// What routing in the same round trip returned (bytes already held when resumed).
+    pub fn routed(&self) -> Option<&pb::RouteResponse> {
+        self.route.as_ref()
+    }
+
+    /// Blob offset the next byte will be written at.
+    pub fn position(&self) -> u64 {
+        self.next
+    }
+
+    /// Lower the wait for the peer on each write (used to enforce a deadline).
+    pub fn set_io_timeout(&self, t: Duration) -> Result<()> {
+        set_timeout(&self.conn, t)
+    }
+
+    /// Send `data` as the next bytes of the blob (one DATA frame, no copy).
+    pub fn write(&mut self, data: &[u8]) -> Result<()> {
+        if self.next.checked_add(data.len() as u64).is_none_or(|e| e > self.end) {
+            return Err(ClientError::InvalidArgument(format!(
+                "push of {} more bytes at {} exceeds the negotiated end {}",
+                data.len(),
+                self.next,
+                self.end
+            )));
+        }
+        self.conn.send_data_slice(self.next, data, Some(&mut self.hasher)).map_err(|e| self.server_reason(e))?;
+        self.next += data.len() as u64;
+        Ok(())
+    }
+
+    /// When a write fails because the server hung up, its ERROR frame says why; prefer that.
+    fn server_reason(&mut self, e: TransportError) -> ClientError {
+        if matches!(e, TransportError::Io(_)) {
+            if let Err(TransportError::Remote { code, message }) = self.conn.read_frame_or_remote_error() {
+                return TransportError::Remote { code, message }.into();
+            }
+        }
+        e.into()
+    }
+
+    /// Send the digest and wait for the server's confirmation. `commit`: this completes the
+    /// blob, make it visible.
+    pub fn finish(mut self, commit: bool) -> Result<PushAck> {
+        let digest = self.hasher.finish();
+        let total = self.next - self.start;
+        self.conn.write_frame(&Frame::Sum { total, final_: commit, digest }).map_err(|e| self.server_reason(e))?;
+        match self.conn.read_frame_or_remote_error()? {
+            Frame::Ack { received, committed } => Ok(PushAck { received, committed }),
+            other => Err(ClientError::Protocol(format!("expected ACK, got {other:?}"))),
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Errors of starting a server.
+
+use std::net::SocketAddr;
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("cannot listen for the {what} on {addr}: {source}")]
+    Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
+    #[error("server I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+}

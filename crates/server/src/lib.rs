@@ -1,0 +1,89 @@
+//! The store server: a gRPC control plane (route, stat, list, delete, negotiate) and a TCP
+//! data plane that moves the bytes a negotiation granted, one thread per transfer.
+//!
+//! Start one with [`Server::start`]; both listeners are bound before it returns, so the
+//! addresses it reports are ready to use (tests bind port 0 and never sleep).
+
+mod config;
+mod control;
+mod data;
+mod error;
+mod status;
+mod tokens;
+
+pub use config::ServerConfig;
+pub use error::ServerError;
+pub use status::store_status;
+pub use tokens::{Direction, Grant, TokenTable};
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bs_proto::blob_store_server::BlobStoreServer;
+use bs_store::Store;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A running server.
+pub struct Server {
+    control_addr: SocketAddr,
+    data_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Bind both planes and start serving `store`. Must be called inside a tokio runtime.
+    pub async fn start(store: Arc<dyn Store>, cfg: ServerConfig) -> Result<Self, ServerError> {
+        let control = tokio::net::TcpListener::bind(cfg.control_addr)
+            .await
+            .map_err(|e| ServerError::Bind { what: "control plane", addr: cfg.control_addr, source: e })?;
+        let control_addr = control.local_addr()?;
+        let data_bind = cfg.data_addr.unwrap_or_else(|| SocketAddr::new(control_addr.ip(), 0));
+        let data = tokio::net::TcpListener::bind(data_bind)
+            .await
+            .map_err(|e| ServerError::Bind { what: "data plane", addr: data_bind, source: e })?;
+        let data_addr = data.local_addr()?;
+        let (shutdown, rx) = watch::channel(false);
+        let tokens = Arc::new(TokenTable::new(cfg.token_ttl));
+        let shared = Arc::new(data::Shared::new(store.clone(), tokens.clone(), &cfg));
+
+        let svc = control::ControlService::new(store, tokens, data_addr, cfg.clone());
+        let mut rx1 = rx.clone();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(control);
+        let grpc = tokio::spawn(async move {
+            let res = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(BlobStoreServer::new(svc))
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = rx1.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = res {
+                tracing::error!(error = %e, "control plane stopped");
+            }
+        });
+        let data_task = tokio::spawn(data::accept_loop(data, shared, rx));
+        tracing::info!(%control_addr, %data_addr, "blobstream server listening");
+        Ok(Self { control_addr, data_addr, shutdown, tasks: vec![grpc, data_task] })
+    }
+
+    /// Address of the gRPC control plane.
+    pub fn control_addr(&self) -> SocketAddr {
+        self.control_addr
+    }
+
+    /// Address of the data plane.
+    pub fn data_addr(&self) -> SocketAddr {
+        self.data_addr
+    }
+
+    /// Stop accepting, let running gRPC calls finish, and wait for both listeners to close.
+    /// Data transfers already running finish on their own threads.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
