@@ -51,7 +51,12 @@ impl Client {
             reason: std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string()),
         })?;
         let grpc = BlobStoreClient::new(channel).max_decoding_message_size(64 << 20);
-        Ok(Self { rt: Arc::new(rt), grpc, addr: addr.to_string(), settings: TransferSettings::default() })
+        Ok(Self {
+            rt: Arc::new(rt),
+            grpc,
+            addr: addr.to_string(),
+            settings: TransferSettings::default(),
+        })
     }
 
     /// Use these transfer settings from now on.
@@ -89,7 +94,8 @@ impl Client {
         page_token: &str,
         page_size: u32,
     ) -> Result<(Vec<pb::BlobInfo>, String)> {
-        let req = pb::ListRequest { prefix: prefix.into(), page_token: page_token.into(), page_size };
+        let req =
+            pb::ListRequest { prefix: prefix.into(), page_token: page_token.into(), page_size };
         let r = self.call(|mut c| async move { c.list(req).await })?;
         Ok((r.blobs, r.next_page_token))
     }
@@ -122,25 +128,29 @@ impl Client {
     }
 
     /// Digest of a range of a committed blob.
-    pub fn range_digest(&self, name: &str, offset: u64, length: u64, algo: DigestAlgo) -> Result<Digest> {
-        let req = pb::RangeDigestRequest { name: name.into(), offset, length, algo: algo.name().into() };
+    pub fn range_digest(
+        &self,
+        name: &str,
+        offset: u64,
+        length: u64,
+        algo: DigestAlgo,
+    ) -> Result<Digest> {
+        let req =
+            pb::RangeDigestRequest { name: name.into(), offset, length, algo: algo.name().into() };
         let r = self.call(|mut c| async move { c.range_digest(req).await })?;
         r.digest.parse().map_err(|e| ClientError::Protocol(format!("bad digest from server: {e}")))
     }
 
     fn negotiate(&self, req: pb::NegotiateRequest) -> Result<(pb::NegotiateResponse, Conn)> {
         let resp = self.call(|mut c| async move { c.negotiate(req).await })?;
-        let token: [u8; TOKEN_LEN] = resp
-            .token
-            .as_slice()
-            .try_into()
-            .map_err(|_| ClientError::Protocol("server sent a token of the wrong size".into()))?;
-        let addr: SocketAddr = resp
-            .endpoint
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| ClientError::Protocol(format!("bad data endpoint {:?}", resp.endpoint)))?;
+        let token: [u8; TOKEN_LEN] =
+            resp.token.as_slice().try_into().map_err(|_| {
+                ClientError::Protocol("server sent a token of the wrong size".into())
+            })?;
+        let addr: SocketAddr =
+            resp.endpoint.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+                ClientError::Protocol(format!("bad data endpoint {:?}", resp.endpoint))
+            })?;
         let buf = |n: u32| (n > 0).then_some(n);
         let opts = SocketOptions {
             send_buffer: buf(resp.send_buffer),
@@ -156,7 +166,13 @@ impl Client {
         Ok((resp, conn))
     }
 
-    fn base_request(&self, name: &str, direction: pb::Direction, offset: u64, length: Option<u64>) -> pb::NegotiateRequest {
+    fn base_request(
+        &self,
+        name: &str,
+        direction: pb::Direction,
+        offset: u64,
+        length: Option<u64>,
+    ) -> pb::NegotiateRequest {
         let s = &self.settings;
         pb::NegotiateRequest {
             name: name.into(),

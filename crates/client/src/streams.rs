@@ -12,7 +12,9 @@ use crate::error::ClientError;
 type Result<T> = std::result::Result<T, ClientError>;
 
 fn algo_of(resp: &pb::NegotiateResponse) -> Result<DigestAlgo> {
-    resp.digest.parse().map_err(|_| ClientError::Protocol(format!("unknown digest {:?}", resp.digest)))
+    resp.digest
+        .parse()
+        .map_err(|_| ClientError::Protocol(format!("unknown digest {:?}", resp.digest)))
 }
 
 fn set_timeout(conn: &Conn, t: Duration) -> Result<()> {
@@ -23,6 +25,7 @@ fn set_timeout(conn: &Conn, t: Duration) -> Result<()> {
 }
 
 /// An open pull: read it to the end, then it has verified every byte.
+#[derive(Debug)]
 pub struct PullStream {
     conn: Conn,
     info: pb::BlobInfo,
@@ -33,16 +36,11 @@ pub struct PullStream {
     verified: Option<Digest>,
 }
 
-impl std::fmt::Debug for PullStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PullStream").field("name", &self.info.name).field("got", &self.got).finish()
-    }
-}
-
 impl PullStream {
     pub(crate) fn start(mut conn: Conn, resp: pb::NegotiateResponse) -> Result<Self> {
         let algo = algo_of(&resp)?;
-        let info = resp.blob.ok_or_else(|| ClientError::Protocol("pull without blob info".into()))?;
+        let info =
+            resp.blob.ok_or_else(|| ClientError::Protocol("pull without blob info".into()))?;
         match conn.read_frame_or_remote_error()? {
             Frame::Data { offset, len } if offset == resp.offset && len == resp.length => {}
             other => {
@@ -52,7 +50,15 @@ impl PullStream {
                 )));
             }
         }
-        Ok(Self { conn, info, offset: resp.offset, len: resp.length, got: 0, hasher: algo.hasher(), verified: None })
+        Ok(Self {
+            conn,
+            info,
+            offset: resp.offset,
+            len: resp.length,
+            got: 0,
+            hasher: algo.hasher(),
+            verified: None,
+        })
     }
 
     /// The blob being read (as it was when the pull was negotiated).
@@ -94,7 +100,9 @@ impl PullStream {
         }
         let n = (buf.len() as u64).min(left) as usize;
         self.conn.recv_data_into(&mut buf[..n], Some(&mut self.hasher)).map_err(|e| match e {
-            TransportError::Truncated { got, .. } => TransportError::Truncated { expected: self.len, got: self.got + got },
+            TransportError::Truncated { got, .. } => {
+                TransportError::Truncated { expected: self.len, got: self.got + got }
+            }
             e => e,
         })?;
         self.got += n as u64;
@@ -123,13 +131,19 @@ impl PullStream {
             return Ok(d.clone());
         }
         if self.got != self.len {
-            return Err(ClientError::Protocol(format!("verify after {} of {} bytes", self.got, self.len)));
+            return Err(ClientError::Protocol(format!(
+                "verify after {} of {} bytes",
+                self.got, self.len
+            )));
         }
         match self.conn.read_frame_or_remote_error()? {
             Frame::Sum { total, digest, .. } => {
                 let ours = self.hasher.finish();
                 if total != self.len || digest != ours {
-                    return Err(ClientError::ChecksumMismatch { expected: digest.to_string(), actual: ours.to_string() });
+                    return Err(ClientError::ChecksumMismatch {
+                        expected: digest.to_string(),
+                        actual: ours.to_string(),
+                    });
                 }
                 self.verified = Some(ours.clone());
                 Ok(ours)
@@ -149,6 +163,7 @@ pub struct PushAck {
 }
 
 /// An open push: write payload, then `finish` for the server's confirmation.
+#[derive(Debug)]
 pub struct PushStream {
     conn: Conn,
     start: u64,
@@ -196,7 +211,9 @@ impl PushStream {
                 self.end
             )));
         }
-        self.conn.send_data_slice(self.next, data, Some(&mut self.hasher)).map_err(|e| self.server_reason(e))?;
+        self.conn
+            .send_data_slice(self.next, data, Some(&mut self.hasher))
+            .map_err(|e| self.server_reason(e))?;
         self.next += data.len() as u64;
         Ok(())
     }
@@ -204,7 +221,9 @@ impl PushStream {
     /// When a write fails because the server hung up, its ERROR frame says why; prefer that.
     fn server_reason(&mut self, e: TransportError) -> ClientError {
         if matches!(e, TransportError::Io(_)) {
-            if let Err(TransportError::Remote { code, message }) = self.conn.read_frame_or_remote_error() {
+            if let Err(TransportError::Remote { code, message }) =
+                self.conn.read_frame_or_remote_error()
+            {
                 return TransportError::Remote { code, message }.into();
             }
         }
@@ -216,7 +235,9 @@ impl PushStream {
     pub fn finish(mut self, commit: bool) -> Result<PushAck> {
         let digest = self.hasher.finish();
         let total = self.next - self.start;
-        self.conn.write_frame(&Frame::Sum { total, final_: commit, digest }).map_err(|e| self.server_reason(e))?;
+        self.conn
+            .write_frame(&Frame::Sum { total, final_: commit, digest })
+            .map_err(|e| self.server_reason(e))?;
         match self.conn.read_frame_or_remote_error()? {
             Frame::Ack { received, committed } => Ok(PushAck { received, committed }),
             other => Err(ClientError::Protocol(format!("expected ACK, got {other:?}"))),

@@ -104,7 +104,10 @@ fn pick_digest(wanted: &[String]) -> Result<DigestAlgo, Status> {
 
 #[tonic::async_trait]
 impl pb::blob_store_server::BlobStore for ControlService {
-    async fn route(&self, req: Request<pb::RouteRequest>) -> Result<Response<pb::RouteResponse>, Status> {
+    async fn route(
+        &self,
+        req: Request<pb::RouteRequest>,
+    ) -> Result<Response<pb::RouteResponse>, Status> {
         let spec = route_spec(req.into_inner());
         let r = self.blocking(move |s| s.route(&spec)).await?;
         Ok(Response::new(routed(r)))
@@ -115,7 +118,10 @@ impl pb::blob_store_server::BlobStore for ControlService {
         Ok(Response::new(info(self.blocking(move |s| s.stat(&name)).await?)))
     }
 
-    async fn list(&self, req: Request<pb::ListRequest>) -> Result<Response<pb::ListResponse>, Status> {
+    async fn list(
+        &self,
+        req: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
         let r = req.into_inner();
         let limit = match r.page_size {
             0 => 1000,
@@ -125,17 +131,30 @@ impl pb::blob_store_server::BlobStore for ControlService {
         let mut page = self.blocking(move |s| s.list(&prefix, &after, limit + 1)).await?;
         let more = page.len() > limit;
         page.truncate(limit);
-        let next_page_token = if more { page.last().map(|b| b.name.clone()).unwrap_or_default() } else { String::new() };
-        Ok(Response::new(pb::ListResponse { blobs: page.into_iter().map(info).collect(), next_page_token }))
+        let next_page_token = if more {
+            page.last().map(|b| b.name.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(pb::ListResponse {
+            blobs: page.into_iter().map(info).collect(),
+            next_page_token,
+        }))
     }
 
-    async fn delete(&self, req: Request<pb::DeleteRequest>) -> Result<Response<pb::DeleteResponse>, Status> {
+    async fn delete(
+        &self,
+        req: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
         let name = req.into_inner().name;
         self.blocking(move |s| s.delete(&name)).await?;
         Ok(Response::new(pb::DeleteResponse {}))
     }
 
-    async fn abort(&self, req: Request<pb::AbortRequest>) -> Result<Response<pb::AbortResponse>, Status> {
+    async fn abort(
+        &self,
+        req: Request<pb::AbortRequest>,
+    ) -> Result<Response<pb::AbortResponse>, Status> {
         let name = req.into_inner().name;
         self.blocking(move |s| s.abort(&name)).await?;
         Ok(Response::new(pb::AbortResponse {}))
@@ -146,9 +165,12 @@ impl pb::blob_store_server::BlobStore for ControlService {
         req: Request<pb::RangeDigestRequest>,
     ) -> Result<Response<pb::RangeDigestResponse>, Status> {
         let r = req.into_inner();
-        let wanted: Vec<String> = std::iter::once(r.algo.clone()).filter(|a| !a.is_empty()).collect();
+        let wanted: Vec<String> =
+            std::iter::once(r.algo.clone()).filter(|a| !a.is_empty()).collect();
         let algo = pick_digest(&wanted)?;
-        let d = self.blocking(move |s| s.open_read(&r.name)?.digest_range(r.offset, r.length, algo)).await?;
+        let d = self
+            .blocking(move |s| s.open_read(&r.name)?.digest_range(r.offset, r.length, algo))
+            .await?;
         Ok(Response::new(pb::RangeDigestResponse { digest: d.to_string() }))
     }
 
@@ -165,7 +187,8 @@ impl pb::blob_store_server::BlobStore for ControlService {
         };
         let algo = pick_digest(&r.digests)?;
         let (lo, hi) = ServerConfig::CHUNK_RANGE;
-        let chunk = if r.chunk_size == 0 { self.cfg.default_chunk } else { r.chunk_size.clamp(lo, hi) };
+        let chunk =
+            if r.chunk_size == 0 { self.cfg.default_chunk } else { r.chunk_size.clamp(lo, hi) };
         let buf = |n: u32| (n > 0).then(|| n.min(self.cfg.max_socket_buffer));
         let socket = SocketOptions {
             send_buffer: buf(r.send_buffer),

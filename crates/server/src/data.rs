@@ -89,7 +89,9 @@ struct Failure {
 impl From<TransportError> for Failure {
     fn from(e: TransportError) -> Self {
         let (code, peer_gone) = match &e {
-            TransportError::Wire(_) | TransportError::Unexpected { .. } => (ErrorCode::BadFrame, false),
+            TransportError::Wire(_) | TransportError::Unexpected { .. } => {
+                (ErrorCode::BadFrame, false)
+            }
             TransportError::Remote { code, .. } => (*code, true),
             _ => (ErrorCode::Internal, true),
         };
@@ -113,7 +115,9 @@ fn handle(shared: &Shared, conn: &mut Conn) {
         let _ = conn.stream().set_read_timeout(Some(shared.io_timeout));
         let token = match conn.read_frame()? {
             Frame::Hello { token } => token,
-            other => return Err(fail(ErrorCode::BadFrame, format!("expected HELLO, got {other:?}"))),
+            other => {
+                return Err(fail(ErrorCode::BadFrame, format!("expected HELLO, got {other:?}")));
+            }
         };
         let grant = shared.tokens.redeem(&token).map_err(|code| {
             let why = match code {
@@ -192,7 +196,11 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
                 let committed = if final_ {
                     let whole = (g.offset == 0 && pos == received).then_some(ours);
                     let rec = sink.commit(whole)?;
-                    Some(rec.digest.parse::<Digest>().map_err(|e| fail(ErrorCode::Internal, e.to_string()))?)
+                    Some(
+                        rec.digest
+                            .parse::<Digest>()
+                            .map_err(|e| fail(ErrorCode::Internal, e.to_string()))?,
+                    )
                 } else {
                     None
                 };
@@ -201,7 +209,10 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
             }
             other => {
                 sink.truncate(g.offset)?;
-                return Err(fail(ErrorCode::BadFrame, format!("expected DATA or SUM, got {other:?}")));
+                return Err(fail(
+                    ErrorCode::BadFrame,
+                    format!("expected DATA or SUM, got {other:?}"),
+                ));
             }
         }
     }
@@ -211,10 +222,19 @@ fn pull(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
     let src = shared.store.open_read(&g.name)?;
     let rec = src.record();
     if g.blob_digest.as_deref().is_some_and(|d| d != rec.digest) {
-        return Err(fail(ErrorCode::NotFound, format!("blob {:?} changed since negotiation", g.name)));
+        return Err(fail(
+            ErrorCode::NotFound,
+            format!("blob {:?} changed since negotiation", g.name),
+        ));
     }
     if g.offset.checked_add(g.length).is_none_or(|e| e > rec.size) {
-        return Err(StoreError::OutOfRange { name: g.name.clone(), offset: g.offset, len: g.length, size: rec.size }.into());
+        return Err(StoreError::OutOfRange {
+            name: g.name.clone(),
+            offset: g.offset,
+            len: g.length,
+            size: rec.size,
+        }
+        .into());
     }
     // The stored digest covers the whole blob: if that is what is asked for, the payload needs
     // no hashing and file bytes can go out by sendfile.

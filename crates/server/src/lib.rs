@@ -4,6 +4,7 @@
 //! Start one with [`Server::start`]; both listeners are bound before it returns, so the
 //! addresses it reports are ready to use (tests bind port 0 and never sleep).
 
+mod background;
 mod config;
 mod control;
 mod data;
@@ -11,6 +12,7 @@ mod error;
 mod status;
 mod tokens;
 
+pub use background::BackgroundServer;
 pub use config::ServerConfig;
 pub use error::ServerError;
 pub use status::store_status;
@@ -35,9 +37,9 @@ pub struct Server {
 impl Server {
     /// Bind both planes and start serving `store`. Must be called inside a tokio runtime.
     pub async fn start(store: Arc<dyn Store>, cfg: ServerConfig) -> Result<Self, ServerError> {
-        let control = tokio::net::TcpListener::bind(cfg.control_addr)
-            .await
-            .map_err(|e| ServerError::Bind { what: "control plane", addr: cfg.control_addr, source: e })?;
+        let control = tokio::net::TcpListener::bind(cfg.control_addr).await.map_err(|e| {
+            ServerError::Bind { what: "control plane", addr: cfg.control_addr, source: e }
+        })?;
         let control_addr = control.local_addr()?;
         let data_bind = cfg.data_addr.unwrap_or_else(|| SocketAddr::new(control_addr.ip(), 0));
         let data = tokio::net::TcpListener::bind(data_bind)

@@ -28,6 +28,7 @@ pub struct FileSource<'a> {
 }
 
 /// One data-plane connection.
+#[derive(Debug)]
 pub struct Conn {
     stream: TcpStream,
 }
@@ -90,7 +91,8 @@ impl Conn {
         let head = Header::data(offset, data.len() as u64).encode();
         let Some(h) = hasher else {
             let mut bufs = [io::IoSlice::new(&head), io::IoSlice::new(data)];
-            return write_all_vectored(&mut self.stream, &mut bufs).map_err(TransportError::from_io);
+            return write_all_vectored(&mut self.stream, &mut bufs)
+                .map_err(TransportError::from_io);
         };
         self.stream.write_all(&head).map_err(TransportError::from_io)?;
         for piece in data.chunks(SEND_PIECE) {

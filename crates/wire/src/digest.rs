@@ -86,6 +86,15 @@ pub enum Hasher {
     Blake3(Box<blake3::Hasher>),
 }
 
+impl std::fmt::Debug for Hasher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Xxh3(_) => "Hasher(xxh3-128)",
+            Self::Blake3(_) => "Hasher(blake3)",
+        })
+    }
+}
+
 impl Hasher {
     /// Feed bytes, in order.
     pub fn update(&mut self, data: &[u8]) {

@@ -1,0 +1,371 @@
+//! The control and data planes end to end, against a real server on port 0: round trips over
+//! both stores, and every kind of bad input the data plane must survive.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use bs_client::{Client, ClientError, RouteRequest, TransferSettings};
+use bs_server::{BackgroundServer, ServerConfig};
+use bs_store::{FaultyStore, FsStore, MemStore, Store};
+use bs_transport::TransportError;
+use bs_wire::{DigestAlgo, ErrorCode, Frame, FrameKind, Header, TOKEN_LEN};
+
+fn server_with(store: Arc<dyn Store>, cfg: ServerConfig) -> (BackgroundServer, Client) {
+    let s = BackgroundServer::start(store, cfg).unwrap();
+    let c = Client::connect(&s.control_addr().to_string()).unwrap();
+    (s, c)
+}
+
+fn server() -> (BackgroundServer, Client) {
+    server_with(Arc::new(MemStore::new()), ServerConfig::ephemeral())
+}
+
+fn data(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[0]).collect()
+}
+
+fn route(size: u64) -> Option<RouteRequest> {
+    Some(RouteRequest {
+        size: Some(size),
+        content_type: "application/octet-stream".into(),
+        ..Default::default()
+    })
+}
+
+fn push(c: &Client, name: &str, bytes: &[u8]) -> bs_client::PushAck {
+    let mut p = c.open_push(name, 0, Some(bytes.len() as u64), route(bytes.len() as u64)).unwrap();
+    p.write(bytes).unwrap();
+    p.finish(true).unwrap()
+}
+
+fn pull(c: &Client, name: &str, offset: u64, len: Option<u64>) -> Vec<u8> {
+    let mut p = c.open_pull(name, offset, len).unwrap();
+    let mut out = vec![0u8; p.len() as usize];
+    p.read_exact_to_end(&mut out).unwrap();
+    out
+}
+
+fn roundtrip(store: Arc<dyn Store>) {
+    let (_s, c) = server_with(store, ServerConfig::ephemeral());
+    let bytes = data(3_000_000);
+    let ack = push(&c, "dir/blob", &bytes);
+    assert_eq!(ack.received, 3_000_000);
+    assert_eq!(ack.committed, Some(DigestAlgo::Xxh3_128.digest(&bytes)));
+    assert_eq!(pull(&c, "dir/blob", 0, None), bytes);
+    assert_eq!(pull(&c, "dir/blob", 1234, Some(5000)), &bytes[1234..6234]);
+    assert_eq!(pull(&c, "dir/blob", 3_000_000, None), b"");
+    let info = c.stat("dir/blob").unwrap();
+    assert_eq!((info.size, info.digest.clone()), (3_000_000, ack.committed.unwrap().to_string()));
+    assert_eq!(c.list("dir/").unwrap().len(), 1);
+    c.delete("dir/blob").unwrap();
+    assert!(matches!(c.stat("dir/blob"), Err(ClientError::NotFound(_))));
+}
+
+#[test]
+fn roundtrip_memory_store() {
+    roundtrip(Arc::new(MemStore::new()));
+}
+
+#[test]
+fn roundtrip_fs_store() {
+    let dir = tempfile::tempdir().unwrap();
+    roundtrip(Arc::new(FsStore::open(dir.path()).unwrap()));
+}
+
+#[test]
+fn blake3_and_socket_buffers_can_be_negotiated() {
+    let (_s, c) = server();
+    let c = c.with_settings(TransferSettings {
+        digests: vec![DigestAlgo::Blake3],
+        socket_buffer: 1 << 20,
+        chunk_size: 128 << 10,
+        ..Default::default()
+    });
+    let bytes = data(500_000);
+    push(&c, "b3", &bytes);
+    assert_eq!(pull(&c, "b3", 10, None), &bytes[10..]);
+}
+
+#[test]
+fn unknown_keys_and_path_tricks_get_precise_errors() {
+    let (_s, c) = server();
+    assert!(matches!(c.stat("missing"), Err(ClientError::NotFound(m)) if m.contains("missing")));
+    assert!(matches!(c.open_pull("missing", 0, None), Err(ClientError::NotFound(_))));
+    assert!(matches!(c.delete("missing"), Err(ClientError::NotFound(_))));
+    for bad in ["../etc/passwd", "/abs", "a\0b", &"x".repeat(5000)] {
+        let e = c.open_push(bad, 0, None, route(1)).unwrap_err();
+        assert!(
+            matches!(&e, ClientError::InvalidArgument(m) if m.contains("invalid blob name")),
+            "{bad:?}: {e}"
+        );
+        assert!(matches!(c.stat(bad), Err(ClientError::InvalidArgument(_))));
+    }
+    push(&c, "x", b"1");
+    assert!(matches!(c.open_pull("x", 5, None), Err(ClientError::InvalidArgument(_))));
+    assert!(matches!(c.open_push("x", 0, None, route(1)), Err(ClientError::AlreadyExists(_))));
+}
+
+/// Speak the data plane by hand: connect and send raw bytes, read the server's answer.
+fn raw(s: &BackgroundServer, bytes: &[u8]) -> Frame {
+    let mut t = TcpStream::connect(s.data_addr()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    t.write_all(bytes).unwrap();
+    let mut conn = bs_transport::Conn::new(t);
+    conn.read_frame().unwrap()
+}
+
+fn error_code(f: Frame) -> ErrorCode {
+    match f {
+        Frame::Error { code, .. } => code,
+        other => panic!("expected ERROR, got {other:?}"),
+    }
+}
+
+#[test]
+fn wrong_tokens_absurd_frames_and_garbage_are_refused_and_others_are_served() {
+    let (s, c) = server();
+    push(&c, "ok", b"still served");
+    assert_eq!(
+        error_code(raw(&s, &Frame::Hello { token: [9; TOKEN_LEN] }.encode())),
+        ErrorCode::BadToken
+    );
+    let absurd = Header { kind: FrameKind::Hello, body_len: u32::MAX, a: 0, b: 0 }.encode();
+    assert_eq!(error_code(raw(&s, &absurd)), ErrorCode::BadFrame);
+    assert_eq!(error_code(raw(&s, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")), ErrorCode::BadFrame);
+    assert_eq!(
+        error_code(raw(&s, &Frame::Data { offset: 0, len: 1 << 60 }.encode())),
+        ErrorCode::BadFrame
+    );
+    // A client that connects and says nothing does not block anyone.
+    let _idle = TcpStream::connect(s.data_addr()).unwrap();
+    assert_eq!(pull(&c, "ok", 0, None), b"still served");
+}
+
+/// Negotiate with the generated gRPC client directly, to get hold of a raw token.
+fn raw_token(s: &BackgroundServer, name: &str) -> [u8; TOKEN_LEN] {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(format!(
+            "http://{}",
+            s.control_addr()
+        ))
+        .await
+        .unwrap();
+        let r = g
+            .negotiate(bs_proto::NegotiateRequest {
+                name: name.into(),
+                direction: bs_proto::Direction::Pull as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        r.token.try_into().unwrap()
+    })
+}
+
+#[test]
+fn tokens_are_one_time() {
+    let (s, c) = server();
+    push(&c, "t", b"abc");
+    let token = raw_token(&s, "t");
+    assert!(matches!(raw(&s, &Frame::Hello { token }.encode()), Frame::Data { offset: 0, len: 3 }));
+    assert_eq!(error_code(raw(&s, &Frame::Hello { token }.encode())), ErrorCode::TokenReused);
+}
+
+#[test]
+fn expired_tokens_are_refused() {
+    let cfg = ServerConfig { token_ttl: Duration::ZERO, ..ServerConfig::ephemeral() };
+    let (_s, c) = server_with(Arc::new(MemStore::new()), cfg);
+    let e = c.open_push("late", 0, None, route(1)).and_then(|mut p| {
+        p.write(b"x")?;
+        p.finish(true)
+    });
+    assert!(
+        matches!(
+            e,
+            Err(ClientError::Transfer(TransportError::Remote {
+                code: ErrorCode::TokenExpired,
+                ..
+            }))
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn truncated_upload_stays_invisible_and_resumes_after_checking_what_arrived() {
+    let (_s, c) = server();
+    let bytes = data(1_000_000);
+    let rr = RouteRequest { size: Some(1_000_000), resume_tag: "v1".into(), ..Default::default() };
+    let mut p = c.open_push("big", 0, None, Some(rr.clone())).unwrap();
+    p.write(&bytes[..300_000]).unwrap();
+    drop(p); // client vanishes before SUM
+    assert!(matches!(c.stat("big"), Err(ClientError::NotFound(_))));
+    // Resume: the server reports what it holds and its digest; we check it against our copy.
+    let mut p = c.open_push("big", 300_000, None, Some(rr)).unwrap();
+    let routed = p.routed().unwrap().clone();
+    assert!(routed.resumed);
+    assert_eq!(routed.received, 300_000);
+    assert_eq!(routed.received_digest, DigestAlgo::Xxh3_128.digest(&bytes[..300_000]).to_string());
+    p.write(&bytes[300_000..]).unwrap();
+    let ack = p.finish(true).unwrap();
+    assert_eq!(
+        ack.committed,
+        Some(DigestAlgo::Xxh3_128.digest(&bytes)),
+        "whole-blob digest recomputed"
+    );
+    assert_eq!(pull(&c, "big", 0, None), bytes);
+}
+
+#[test]
+fn a_push_with_a_wrong_digest_is_rolled_back() {
+    let (s, c) = server();
+    c.route(RouteRequest { name: "bad".into(), size: Some(4), ..Default::default() }).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let token: [u8; TOKEN_LEN] = rt.block_on(async {
+        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(format!(
+            "http://{}",
+            s.control_addr()
+        ))
+        .await
+        .unwrap();
+        let r = g
+            .negotiate(bs_proto::NegotiateRequest {
+                name: "bad".into(),
+                direction: bs_proto::Direction::Push as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        r.into_inner().token.try_into().unwrap()
+    });
+    let mut msg = Frame::Hello { token }.encode().to_vec();
+    msg.extend_from_slice(&Frame::Data { offset: 0, len: 4 }.encode());
+    msg.extend_from_slice(b"abcd");
+    let wrong = DigestAlgo::Xxh3_128.digest(b"abcX");
+    msg.extend_from_slice(&Frame::Sum { total: 4, final_: true, digest: wrong }.encode());
+    assert_eq!(error_code(raw(&s, &msg)), ErrorCode::ChecksumMismatch);
+    assert!(matches!(c.stat("bad"), Err(ClientError::NotFound(_))));
+    // Nothing unverified stayed behind: the upload holds 0 bytes.
+    let mut p = c.open_push("bad", 0, None, None).unwrap();
+    p.write(b"abcd").unwrap();
+    assert_eq!(p.finish(true).unwrap().received, 4);
+}
+
+#[test]
+fn pushing_past_the_declared_size_is_out_of_range() {
+    let (_s, c) = server();
+    let mut p = c.open_push("small", 0, None, route(10)).unwrap();
+    let e = p.write(&[0u8; 4 << 20]).and_then(|_| p.finish(true)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ClientError::Transfer(TransportError::Remote { code: ErrorCode::OutOfRange, .. })
+        ),
+        "{e:?}"
+    );
+    assert!(matches!(c.stat("small"), Err(ClientError::NotFound(_))));
+}
+
+#[test]
+fn a_full_disk_fails_the_push_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FaultyStore::disk_full_after(FsStore::open(dir.path()).unwrap(), 1 << 20);
+    let (_s, c) = server_with(Arc::new(store), ServerConfig::ephemeral());
+    push(&c, "fits", &data(100_000));
+    let bytes = data(3 << 20);
+    let mut p = c.open_push("huge", 0, None, route(bytes.len() as u64)).unwrap();
+    let e = p.write(&bytes).and_then(|_| p.finish(true)).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ClientError::Transfer(TransportError::Remote { code: ErrorCode::StorageFull, .. })
+        ),
+        "{e:?}"
+    );
+    assert!(matches!(c.stat("huge"), Err(ClientError::NotFound(_))));
+    assert_eq!(pull(&c, "fits", 0, None), data(100_000));
+}
+
+/// A TCP relay to the real data plane that forwards at most `cut` bytes (read per connection)
+/// from the server, then drops both connections: the server "dies" mid-pull for the client.
+fn cutting_proxy(l: TcpListener, target: std::net::SocketAddr, cut: Arc<AtomicUsize>) {
+    thread::spawn(move || {
+        for client in l.incoming() {
+            let mut client = client.unwrap();
+            let mut server = TcpStream::connect(target).unwrap();
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut s2);
+            });
+            let mut left = cut.load(Ordering::SeqCst);
+            let mut buf = [0u8; 8192];
+            while left > 0 {
+                let n = match server.read(&mut buf[..left.min(8192)]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if client.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+                left -= n;
+            }
+            let _ = client.shutdown(std::net::Shutdown::Both);
+            let _ = server.shutdown(std::net::Shutdown::Both);
+        }
+    });
+}
+
+#[test]
+fn a_server_dying_mid_pull_is_reported_and_the_pull_resumes() {
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let advertised = proxy.local_addr().unwrap().to_string();
+    let cfg = ServerConfig { advertise_data: Some(advertised), ..ServerConfig::ephemeral() };
+    let (s, c) = server_with(Arc::new(MemStore::new()), cfg);
+    let cut = Arc::new(AtomicUsize::new(usize::MAX));
+    cutting_proxy(proxy, s.data_addr(), cut.clone());
+    let bytes = data(2_000_000);
+    push(&c, "v", &bytes);
+
+    cut.store(24 + 100_000, Ordering::SeqCst); // header plus 100 000 payload bytes
+    let mut p = c.open_pull("v", 0, None).unwrap();
+    let mut out = vec![0u8; 2_000_000];
+    let e = p.read_exact_to_end(&mut out).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ClientError::Transfer(TransportError::Truncated { expected: 2_000_000, got: 100_000 })
+        ),
+        "{e:?}"
+    );
+    // Resume from what arrived: the prefix checks out against the server's range digest.
+    cut.store(usize::MAX, Ordering::SeqCst);
+    let have = DigestAlgo::Xxh3_128.digest(&out[..100_000]);
+    assert_eq!(c.range_digest("v", 0, 100_000, DigestAlgo::Xxh3_128).unwrap(), have);
+    out[100_000..].copy_from_slice(&pull(&c, "v", 100_000, None));
+    assert_eq!(out, bytes);
+}
+
+#[test]
+fn a_silent_peer_times_out() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let cfg = ServerConfig {
+        advertise_data: Some(silent.local_addr().unwrap().to_string()),
+        ..ServerConfig::ephemeral()
+    };
+    let (_s, c) = server_with(Arc::new(MemStore::new()), cfg);
+    let c = c.with_settings(TransferSettings {
+        io_timeout: Duration::from_millis(200),
+        ..Default::default()
+    });
+    // The advertised data endpoint accepts connections and never answers.
+    c.route(RouteRequest { name: "s".into(), size: Some(0), ..Default::default() }).unwrap();
+    let e = c.open_push("s", 0, None, None).and_then(|p| p.finish(true)).unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    drop(silent);
+}
