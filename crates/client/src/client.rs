@@ -17,6 +17,9 @@ use crate::streams::{PullStream, PushStream};
 
 type Result<T> = std::result::Result<T, ClientError>;
 
+/// How long `route` waits for another writer of the same upload to let go.
+pub const BUSY_WAIT: Duration = Duration::from_secs(3);
+
 /// A connection to one blobstream server. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
@@ -122,9 +125,32 @@ impl Client {
         self.call(|mut c| async move { c.abort(req).await }).map(|_| ())
     }
 
-    /// Reserve a blob (or resume a pending reservation).
+    /// Reserve a blob (or resume a pending reservation). A writer that just vanished may
+    /// hold the upload for a moment until the server notices; this waits for it (up to
+    /// [`BUSY_WAIT`]) instead of failing.
     pub fn route(&self, req: pb::RouteRequest) -> Result<pb::RouteResponse> {
-        self.call(|mut c| async move { c.route(req).await })
+        self.while_busy(|| {
+            let r = req.clone();
+            self.call(|mut c| async move { c.route(r).await })
+        })
+    }
+
+    /// Repeat `f` while the server answers "busy" (another writer holds the upload), with
+    /// growing pauses, for at most [`BUSY_WAIT`].
+    fn while_busy<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let give_up = std::time::Instant::now() + BUSY_WAIT;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match f() {
+                Err(ClientError::Rpc { code: tonic::Code::Aborted, .. })
+                    if std::time::Instant::now() + pause < give_up =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Digest of a range of a committed blob.
@@ -142,7 +168,10 @@ impl Client {
     }
 
     fn negotiate(&self, req: pb::NegotiateRequest) -> Result<(pb::NegotiateResponse, Conn)> {
-        let resp = self.call(|mut c| async move { c.negotiate(req).await })?;
+        let resp = self.while_busy(|| {
+            let r = req.clone();
+            self.call(|mut c| async move { c.negotiate(r).await })
+        })?;
         let token: [u8; TOKEN_LEN] =
             resp.token.as_slice().try_into().map_err(|_| {
                 ClientError::Protocol("server sent a token of the wrong size".into())

@@ -1,0 +1,64 @@
+//! Errors of the Blob API. A timeout is its own variant, never folded into a failure.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bs_client::ClientError;
+use bs_store::StoreError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum BlobError {
+    #[error("invalid blob key {key:?}: {reason}")]
+    InvalidKey { key: String, reason: String },
+    #[error("blob {0} not found")]
+    NotFound(String),
+    #[error("blob {0} already exists (overwrite it explicitly)")]
+    AlreadyExists(String),
+    #[error("operation did not finish within {0:?}")]
+    Timeout(Duration),
+    #[error("{path}: {source}")]
+    File { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Store(StoreError),
+    #[error(transparent)]
+    Remote(ClientError),
+    #[error("blob proxy for {key} is {state}; {wanted} needs it {needed}")]
+    WrongState { key: String, state: &'static str, wanted: &'static str, needed: &'static str },
+    #[error("the copy task ended without a result")]
+    Lost,
+}
+
+impl BlobError {
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout(_))
+    }
+
+    pub(crate) fn file(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            Self::NotFound(format!("file:{}", path.into().display()))
+        } else {
+            Self::File { path: path.into(), source }
+        }
+    }
+}
+
+impl From<StoreError> for BlobError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(n) => Self::NotFound(format!("mem:{n}")),
+            StoreError::AlreadyExists(n) => Self::AlreadyExists(format!("mem:{n}")),
+            e => Self::Store(e),
+        }
+    }
+}
+
+impl From<ClientError> for BlobError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::NotFound(m) => Self::NotFound(m),
+            ClientError::AlreadyExists(m) => Self::AlreadyExists(m),
+            e => Self::Remote(e),
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! [`BlobProxy`]: the same operations on a blob wherever it lives — the factory's memory
+//! store, a local file (read through mmap/pread, written to a `.blobstream-part` file renamed
+//! into place on close), or a remote blobstream server (pulled and pushed over the data plane).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bs_client::{BlobInfo, Client, PullStream, PushStream};
+use bs_store::{BlobRecord, BlobSource, MemStore, Store, UploadSink, digest_file_range};
+use bs_wire::{Digest, DigestAlgo};
+use bytes::Bytes;
+
+use crate::error::BlobError;
+use crate::key::BlobKey;
+
+type Result<T> = std::result::Result<T, BlobError>;
+
+/// A handle on one blob, readable (from [`crate::Factory::bind`]) or writable (from
+/// [`crate::Factory::route`]).
+pub struct BlobProxy {
+    key: BlobKey,
+    slot: Slot,
+    pos: u64,
+    open: bool,
+    /// Longest wait for a remote peer on one read or write, applied to every stream opened.
+    io_limit: Option<Duration>,
+}
+
+pub(crate) enum Slot {
+    MemRead {
+        store: MemStore,
+        bytes: Bytes,
+        record: BlobRecord,
+    },
+    MemWrite {
+        sink: Option<Box<dyn UploadSink>>,
+        content_type: String,
+        held: Held,
+    },
+    FileRead {
+        file: File,
+        size: u64,
+    },
+    FileWrite {
+        part: PathBuf,
+        dest: PathBuf,
+        file: File,
+        content_type: String,
+    },
+    RemoteRead {
+        client: Client,
+        info: BlobInfo,
+        pull: Option<PullStream>,
+    },
+    RemoteWrite {
+        client: Client,
+        push: Option<PushStream>,
+        size: Option<u64>,
+        content_type: String,
+        held: Held,
+    },
+}
+
+/// What a writable destination already holds when it was routed with a resume tag.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Held {
+    pub(crate) bytes: u64,
+    pub(crate) digest: Option<Digest>,
+}
+
+/// A readable source as one contiguous slice, when it can be had without copying.
+pub(crate) enum SliceSource {
+    Bytes(Bytes),
+    Map(memmap2::Mmap),
+    Empty,
+}
+
+impl std::ops::Deref for SliceSource {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Bytes(b) => b,
+            Self::Map(m) => m,
+            Self::Empty => &[],
+        }
+    }
+}
+
+/// The part file a local-file destination is written to before it is renamed into place.
+pub(crate) fn part_path(dest: &std::path::Path) -> PathBuf {
+    let mut p = dest.as_os_str().to_owned();
+    p.push(".blobstream-part");
+    PathBuf::from(p)
+}
+
+impl BlobProxy {
+    pub(crate) fn new(key: BlobKey, slot: Slot) -> Self {
+        Self { key, slot, pos: 0, open: true, io_limit: None }
+    }
+
+    pub(crate) fn slot(&self) -> &Slot {
+        &self.slot
+    }
+
+    pub fn key(&self) -> &BlobKey {
+        &self.key
+    }
+
+    /// True for proxies from `bind`, false for proxies from `route`.
+    pub fn is_reader(&self) -> bool {
+        matches!(self.slot, Slot::MemRead { .. } | Slot::FileRead { .. } | Slot::RemoteRead { .. })
+    }
+
+    /// Size in bytes: the blob's size for readers, bytes written so far for writers.
+    pub fn size(&self) -> u64 {
+        match &self.slot {
+            Slot::MemRead { record, .. } => record.size,
+            Slot::FileRead { size, .. } => *size,
+            Slot::RemoteRead { info, .. } => info.size,
+            Slot::MemWrite { sink, .. } => sink.as_ref().map_or(0, |s| s.received()),
+            Slot::FileWrite { file, .. } => file.metadata().map(|m| m.len()).unwrap_or(0),
+            Slot::RemoteWrite { push, held, .. } => {
+                push.as_ref().map_or(held.bytes, |p| p.position())
+            }
+        }
+    }
+
+    /// MIME type (`application/octet-stream` when nobody said).
+    pub fn content_type(&self) -> &str {
+        let ct = match &self.slot {
+            Slot::MemRead { record, .. } => record.content_type.as_str(),
+            Slot::RemoteRead { info, .. } => info.content_type.as_str(),
+            Slot::MemWrite { content_type, .. }
+            | Slot::FileWrite { content_type, .. }
+            | Slot::RemoteWrite { content_type, .. } => content_type.as_str(),
+            Slot::FileRead { .. } => "",
+        };
+        if ct.is_empty() { "application/octet-stream" } else { ct }
+    }
+
+    /// Stored digest of the whole blob (readers of memory and remote blobs).
+    pub fn digest(&self) -> Option<&str> {
+        match &self.slot {
+            Slot::MemRead { record, .. } => Some(&record.digest),
+            Slot::RemoteRead { info, .. } => Some(&info.digest),
+            _ => None,
+        }
+    }
+
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Move the position. Readers: anywhere up to the size. Writers: anywhere up to what has
+    /// been written (no gaps).
+    pub fn seek(&mut self, pos: u64) -> Result<()> {
+        let limit = self.size();
+        if pos > limit {
+            return Err(BlobError::InvalidKey {
+                key: self.key.to_string(),
+                reason: format!("seek to {pos} is past {limit} bytes"),
+            });
+        }
+        if pos != self.pos {
+            match &mut self.slot {
+                Slot::RemoteRead { pull, .. } => *pull = None,
+                Slot::RemoteWrite { push: Some(_), .. } => {
+                    return Err(self.state_err("mid-push", "seek", "between pushes"));
+                }
+                _ => {}
+            }
+        }
+        self.pos = pos;
+        Ok(())
+    }
+
+    fn state_err(
+        &self,
+        state: &'static str,
+        wanted: &'static str,
+        needed: &'static str,
+    ) -> BlobError {
+        BlobError::WrongState { key: self.key.to_string(), state, wanted, needed }
+    }
+
+    fn ensure_open(&self, wanted: &'static str) -> Result<()> {
+        if self.open { Ok(()) } else { Err(self.state_err("closed", wanted, "open")) }
+    }
+
+    /// Read at the position into `buf`; returns the bytes read, 0 at the end. Remote reads
+    /// verify the transfer's digest when they reach the end.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        self.ensure_open("read")?;
+        let pos = self.pos;
+        let n = match &mut self.slot {
+            Slot::MemRead { bytes, .. } => {
+                let start = (pos as usize).min(bytes.len());
+                let n = buf.len().min(bytes.len() - start);
+                buf[..n].copy_from_slice(&bytes[start..start + n]);
+                n
+            }
+            Slot::FileRead { file, .. } => {
+                file.read_at(buf, pos).map_err(|e| BlobError::file(self.key.name(), e))?
+            }
+            Slot::RemoteRead { client, info, pull } => {
+                if pos >= info.size {
+                    if let Some(p) = pull {
+                        p.verify()?;
+                    }
+                    return Ok(0);
+                }
+                if pull.is_none() {
+                    let p = client.open_pull(&info.name, pos, None)?;
+                    if let Some(t) = self.io_limit {
+                        p.set_io_timeout(t)?;
+                    }
+                    *pull = Some(p);
+                }
+                pull.as_mut().expect("just opened").read(buf)?
+            }
+            _ => return Err(self.state_err("a writer", "read", "a reader")),
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    /// Write `data` at the position.
+    pub fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.ensure_open("write")?;
+        let pos = self.pos;
+        match &mut self.slot {
+            Slot::MemWrite { sink, .. } => sink.as_mut().expect("open").write_at(pos, data)?,
+            Slot::FileWrite { file, part, .. } => {
+                file.write_all_at(data, pos).map_err(|e| BlobError::file(part.clone(), e))?
+            }
+            Slot::RemoteWrite { client, push, size, .. } => {
+                if push.is_none() {
+                    let len = size.map(|s| s.saturating_sub(pos));
+                    let p = client.open_push(self.key.name(), pos, len, None)?;
+                    if let Some(t) = self.io_limit {
+                        p.set_io_timeout(t)?;
+                    }
+                    *push = Some(p);
+                }
+                push.as_mut().expect("just opened").write(data)?;
+            }
+            _ => return Err(self.state_err("a reader", "write", "a writer")),
+        }
+        self.pos += data.len() as u64;
+        Ok(())
+    }
+
+    /// Finish: writers make the blob visible (memory commit, file fsync + rename, remote push
+    /// confirmed end to end); readers let go of their resources.
+    pub fn close(&mut self) -> Result<()> {
+        if !self.open {
+            return Ok(());
+        }
+        self.open = false;
+        match &mut self.slot {
+            Slot::MemWrite { sink, .. } => {
+                sink.take().expect("open").commit(None)?;
+            }
+            Slot::FileWrite { part, dest, file, .. } => {
+                file.sync_all().map_err(|e| BlobError::file(part.clone(), e))?;
+                std::fs::rename(&*part, &*dest).map_err(|e| BlobError::file(dest.clone(), e))?;
+            }
+            Slot::RemoteWrite { client, push, .. } => match push.take() {
+                Some(p) => {
+                    p.finish(true)?;
+                }
+                None => {
+                    // Nothing written in this session: commit what the upload holds.
+                    let p = client.open_push(self.key.name(), self.pos, Some(0), None)?;
+                    if let Some(t) = self.io_limit {
+                        p.set_io_timeout(t)?;
+                    }
+                    p.finish(true)?;
+                }
+            },
+            Slot::RemoteRead { pull, .. } => *pull = None,
+            Slot::MemRead { .. } | Slot::FileRead { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Re-open a closed reader (re-reading its blob's current state).
+    pub fn open(&mut self) -> Result<()> {
+        if self.open {
+            return Ok(());
+        }
+        match &mut self.slot {
+            Slot::MemRead { store, bytes, record } => {
+                let BlobSource::Memory { bytes: b, record: r } = store.open_read(&record.name)?
+                else {
+                    unreachable!("the memory store serves memory")
+                };
+                (*bytes, *record) = (b, r);
+            }
+            Slot::RemoteRead { client, info, .. } => *info = client.stat(&info.name)?,
+            Slot::FileRead { .. } => {}
+            _ => return Err(self.state_err("a closed writer", "open", "a reader")),
+        }
+        self.pos = 0;
+        self.open = true;
+        Ok(())
+    }
+
+    // ---- crate-private hooks for the transporter's fast paths ----
+
+    /// Advance the position past bytes written behind the proxy's back (by the kernel).
+    pub(crate) fn seek_unchecked(&mut self, pos: u64) {
+        self.pos = pos;
+    }
+
+    /// The whole source as one slice, when that costs no copy (memory, or a mapped file).
+    pub(crate) fn slice(&self) -> Result<Option<SliceSource>> {
+        Ok(match &self.slot {
+            Slot::MemRead { bytes, .. } => Some(SliceSource::Bytes(bytes.clone())),
+            Slot::FileRead { size: 0, .. } => Some(SliceSource::Empty),
+            Slot::FileRead { file, .. } => {
+                // SAFETY: the map is read-only and lives only for this copy; a concurrent
+                // truncation by another program would fault, as with any mmap reader.
+                let map = unsafe { memmap2::Mmap::map(file) }
+                    .map_err(|e| BlobError::file(self.key.name(), e))?;
+                Some(SliceSource::Map(map))
+            }
+            _ => None,
+        })
+    }
+
+    /// The file behind a local reader or writer.
+    pub(crate) fn local_file(&self) -> Option<&File> {
+        match &self.slot {
+            Slot::FileRead { file, .. } | Slot::FileWrite { file, .. } => Some(file),
+            _ => None,
+        }
+    }
+
+    /// Lower the per-read/-write wait of remote streams, open now or later (to meet a deadline).
+    pub(crate) fn limit_io(&mut self, t: Duration) -> Result<()> {
+        self.io_limit = Some(t);
+        match &self.slot {
+            Slot::RemoteRead { pull: Some(p), .. } => p.set_io_timeout(t)?,
+            Slot::RemoteWrite { push: Some(p), .. } => p.set_io_timeout(t)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Bytes a writer already holds from an earlier, interrupted copy, with their digest.
+    pub(crate) fn held(&self, algo: DigestAlgo) -> Result<Held> {
+        match &self.slot {
+            Slot::MemWrite { held, .. } | Slot::RemoteWrite { held, .. } => Ok(held.clone()),
+            Slot::FileWrite { file, part, .. } => {
+                let bytes = file.metadata().map_err(|e| BlobError::file(part.clone(), e))?.len();
+                let digest = (bytes > 0)
+                    .then(|| digest_file_range(file, 0, bytes, algo))
+                    .transpose()
+                    .map_err(|e| BlobError::file(part.clone(), e))?;
+                Ok(Held { bytes, digest })
+            }
+            _ => Ok(Held::default()),
+        }
+    }
+
+    /// Digest of the first `len` bytes of a reader.
+    pub(crate) fn prefix_digest(&self, len: u64, algo: DigestAlgo) -> Result<Digest> {
+        match &self.slot {
+            Slot::RemoteRead { client, info, .. } => {
+                Ok(client.range_digest(&info.name, 0, len, algo)?)
+            }
+            _ => {
+                let s = self.slice()?.expect("local readers are slices");
+                Ok(algo.digest(&s[..len as usize]))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for BlobProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobProxy")
+            .field("key", &self.key.to_string())
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+/// Open (creating or continuing) the part file of a local destination.
+pub(crate) fn open_part(dest: &std::path::Path, keep: bool) -> Result<(PathBuf, File)> {
+    let part = part_path(dest);
+    let file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .truncate(!keep)
+        .open(&part)
+        .map_err(|e| BlobError::file(part.clone(), e))?;
+    Ok((part, file))
+}

@@ -1,0 +1,282 @@
+//! The transporter: copies a blob, or a byte range, between any two proxies by the fastest
+//! path the pair allows:
+//!
+//! | source → destination | path |
+//! |---|---|
+//! | file → file | `copy_file_range(2)`: the kernel copies (or reflinks) |
+//! | memory or file → anything | one slice (memory, or the file mmapped) written in pieces: memcpy into memory, `pwrite` into files, zero-copy `write` into a push |
+//! | remote → anything | pull into a buffer, write onward (relay) |
+
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use bs_wire::DigestAlgo;
+
+use crate::error::BlobError;
+use crate::factory::{Factory, NewBlob};
+use crate::key::BlobKey;
+use crate::options::{Completion, Deadline, Options};
+use crate::proxy::{BlobProxy, Slot};
+
+type Result<T> = std::result::Result<T, BlobError>;
+
+/// Bytes moved between progress reports and deadline checks.
+const PIECE: usize = 8 << 20;
+/// Longest wait for a peer on one read or write when no deadline is nearer.
+const IO_WAIT: Duration = Duration::from_secs(30);
+
+/// Which path a copy took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyPath {
+    /// `copy_file_range` between two local files.
+    KernelCopy,
+    /// The source as one slice (memory or mmap), written onward without an extra copy.
+    Slice,
+    /// Pulled from a remote store through a buffer.
+    Relay,
+}
+
+/// What a finished copy did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copied {
+    /// Bytes moved by this copy (not counting bytes kept from an interrupted one).
+    pub bytes: u64,
+    /// Offset the copy started at: non-zero when it resumed an interrupted copy.
+    pub resumed_from: u64,
+    pub path: CopyPath,
+}
+
+/// Copies blobs between proxies.
+#[derive(Clone, Default)]
+pub struct Transporter {
+    factory: Factory,
+}
+
+impl Transporter {
+    pub fn new(factory: Factory) -> Self {
+        Self { factory }
+    }
+
+    pub fn factory(&self) -> &Factory {
+        &self.factory
+    }
+
+    /// Copy the whole blob `src` to a new blob `dst` (routed with the source's size and content
+    /// type), resuming an interrupted copy if `opts.resume` is set and the bytes already at the
+    /// destination match the source.
+    pub fn copy(&self, src: &BlobKey, dst: &BlobKey, opts: &Options) -> Completion<Copied> {
+        self.copy_as(src, dst, &NewBlob::default(), opts)
+    }
+
+    /// [`Transporter::copy`] with the destination's content type and metadata given by `spec`
+    /// (an empty content type means the source's). The size always comes from the source;
+    /// `overwrite` and `resume_tag` from `opts`.
+    pub fn copy_as(
+        &self,
+        src: &BlobKey,
+        dst: &BlobKey,
+        spec: &NewBlob,
+        opts: &Options,
+    ) -> Completion<Copied> {
+        let (factory, src, dst, o) = (self.factory.clone(), src.clone(), dst.clone(), opts.clone());
+        let spec = spec.clone();
+        opts.run(move || copy_keys(&factory, &src, &dst, &spec, &o))
+    }
+
+    /// Copy `range` of an open reader (all of it when `None`) to an open writer at its current
+    /// position; the writer is closed (committed) at the end.
+    pub fn copy_range(
+        &self,
+        mut src: BlobProxy,
+        mut dst: BlobProxy,
+        range: Option<Range<u64>>,
+        opts: &Options,
+    ) -> Completion<Copied> {
+        let o = opts.clone();
+        opts.run(move || {
+            let range = range.unwrap_or(0..src.size());
+            let deadline = o.deadline();
+            let path = transfer(&mut src, &mut dst, range.clone(), &deadline, &o)
+                .and_then(|p| {
+                    dst.limit_io(deadline.left(IO_WAIT))?;
+                    dst.close().map(|_| p)
+                })
+                .map_err(|e| deadline.classify(e))?;
+            Ok(Copied { bytes: range.end - range.start, resumed_from: 0, path })
+        })
+    }
+}
+
+/// What identifies the source of an interrupted copy: its digest, or for plain files their
+/// path, size and modification time.
+fn resume_tag(src: &BlobProxy) -> String {
+    if let Some(d) = src.digest() {
+        return d.to_string();
+    }
+    let m = src.local_file().and_then(|f| f.metadata().ok());
+    let mtime = m
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    format!("{}:{}:{}", src.key(), src.size(), mtime.map_or(0, |d| d.as_nanos()))
+}
+
+fn copy_keys(
+    factory: &Factory,
+    src: &BlobKey,
+    dst: &BlobKey,
+    template: &NewBlob,
+    o: &Options,
+) -> Result<Copied> {
+    let deadline = o.deadline();
+    let run = || -> Result<Copied> {
+        let mut src = factory.bind(src)?;
+        let size = src.size();
+        let content_type = match template.content_type.as_str() {
+            "" => src.content_type().to_string(),
+            ct => ct.to_string(),
+        };
+        let spec = NewBlob {
+            size: Some(size),
+            content_type,
+            metadata: template.metadata.clone(),
+            overwrite: o.overwrite,
+            resume_tag: if o.resume { resume_tag(&src) } else { String::new() },
+        };
+        let mut out = factory.route(dst, &spec)?;
+        let mut start = 0;
+        if o.resume {
+            let algo = DigestAlgo::default();
+            let held = out.held(algo)?;
+            if held.bytes > 0 {
+                let same =
+                    held.bytes <= size && held.digest == Some(src.prefix_digest(held.bytes, algo)?);
+                if same {
+                    start = held.bytes;
+                } else {
+                    out = factory.reroute(dst, &spec)?;
+                }
+            }
+        }
+        out.seek(start)?;
+        let path = transfer(&mut src, &mut out, start..size, &deadline, o)?;
+        out.limit_io(deadline.left(IO_WAIT))?;
+        out.close()?;
+        Ok(Copied { bytes: size - start, resumed_from: start, path })
+    };
+    run().map_err(|e| deadline.classify(e))
+}
+
+fn transfer(
+    src: &mut BlobProxy,
+    dst: &mut BlobProxy,
+    range: Range<u64>,
+    deadline: &Deadline,
+    o: &Options,
+) -> Result<CopyPath> {
+    if !src.is_reader() || dst.is_reader() {
+        return Err(BlobError::WrongState {
+            key: dst.key().to_string(),
+            state: "not a writer (or the source is not a reader)",
+            wanted: "copy",
+            needed: "a reader as source and a writer as destination",
+        });
+    }
+    deadline.check()?;
+    let total = range.end - range.start;
+    let report = |done: u64| {
+        if let Some(p) = &o.progress {
+            p(done, total);
+        }
+    };
+    report(0);
+    if let (Some(_), Some(_), Slot::FileRead { .. }) =
+        (src.local_file(), dst.local_file(), src.slot())
+    {
+        if kernel_copy(src, dst, range.clone(), deadline, &report)? {
+            return Ok(CopyPath::KernelCopy);
+        }
+    }
+    if let Some(slice) = src.slice()? {
+        let data = &slice[range.start as usize..range.end as usize];
+        let mut done = 0u64;
+        for piece in data.chunks(PIECE) {
+            deadline.check()?;
+            dst.limit_io(deadline.left(IO_WAIT))?;
+            dst.write(piece)?;
+            done += piece.len() as u64;
+            report(done);
+        }
+        return Ok(CopyPath::Slice);
+    }
+    src.seek(range.start)?;
+    let mut buf = vec![0u8; (1 << 20).min(total as usize).max(1)];
+    let mut done = 0u64;
+    while done < total {
+        deadline.check()?;
+        src.limit_io(deadline.left(IO_WAIT))?;
+        dst.limit_io(deadline.left(IO_WAIT))?;
+        let want = (total - done).min(buf.len() as u64) as usize;
+        let n = src.read(&mut buf[..want])?;
+        if n == 0 {
+            break;
+        }
+        dst.write(&buf[..n])?;
+        done += n as u64;
+        report(done);
+    }
+    // Read past the end once so a remote source verifies its digest.
+    if src.position() == src.size() {
+        src.read(&mut [0u8; 1])?;
+    }
+    Ok(CopyPath::Relay)
+}
+
+/// `copy_file_range` loop. Returns false (nothing copied) where the kernel refuses the pair,
+/// so the caller can fall back to the slice path.
+fn kernel_copy(
+    src: &mut BlobProxy,
+    dst: &mut BlobProxy,
+    range: Range<u64>,
+    deadline: &Deadline,
+    report: &dyn Fn(u64),
+) -> Result<bool> {
+    let (fin, fout) = (
+        src.local_file().expect("checked").as_raw_fd(),
+        dst.local_file().expect("checked").as_raw_fd(),
+    );
+    let mut off_in = range.start as libc::loff_t;
+    let mut off_out = dst.position() as libc::loff_t;
+    let mut done = 0u64;
+    let total = range.end - range.start;
+    while done < total {
+        deadline.check()?;
+        let want = (total - done).min(PIECE as u64 * 8) as usize;
+        // SAFETY: both descriptors are open for the duration of the call; the offsets are
+        // live locals the kernel advances.
+        let n = unsafe { libc::copy_file_range(fin, &mut off_in, fout, &mut off_out, want, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if done == 0
+                && matches!(
+                    e.raw_os_error(),
+                    Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP)
+                )
+            {
+                return Ok(false);
+            }
+            return Err(BlobError::file(dst.key().name(), e));
+        }
+        if n == 0 {
+            return Err(BlobError::file(
+                src.key().name(),
+                std::io::ErrorKind::UnexpectedEof.into(),
+            ));
+        }
+        done += n as u64;
+        report(done);
+    }
+    dst.seek_unchecked(dst.position() + done);
+    Ok(true)
+}

@@ -1,0 +1,316 @@
+//! The Blob API over every location (memory, local file, remote server over the memory and
+//! filesystem stores) and the transporter over every pair of them, with a real server on
+//! port 0.
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bs_blob::{BlobError, BlobKey, CopyPath, Factory, NewBlob, Options, Transporter};
+use bs_client::ClientError;
+use bs_server::{BackgroundServer, ServerConfig};
+use bs_store::{FsStore, MemStore, Store};
+
+fn data(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[1]).collect()
+}
+
+struct World {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    _servers: Vec<BackgroundServer>,
+    /// Control addresses: one server over a memory store, one over a filesystem store.
+    remotes: Vec<String>,
+    t: Transporter,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let fs: Arc<dyn Store> = Arc::new(FsStore::open(root.join("store")).unwrap());
+    let servers = vec![
+        BackgroundServer::start(Arc::new(MemStore::new()), ServerConfig::ephemeral()).unwrap(),
+        BackgroundServer::start(fs, ServerConfig::ephemeral()).unwrap(),
+    ];
+    let remotes = servers.iter().map(|s| s.control_addr().to_string()).collect();
+    World { _dir: dir, root, _servers: servers, remotes, t: Transporter::new(Factory::new()) }
+}
+
+impl World {
+    /// One key per location kind.
+    fn keys(&self, name: &str) -> Vec<BlobKey> {
+        let mut v =
+            vec![BlobKey::memory(name), BlobKey::file(self.root.join(name.replace('/', "_")))];
+        v.extend(self.remotes.iter().map(|r| BlobKey::remote(r, name)));
+        v
+    }
+
+    fn write(&self, key: &BlobKey, bytes: &[u8]) {
+        let spec = NewBlob {
+            size: Some(bytes.len() as u64),
+            content_type: "image/x-test".into(),
+            ..Default::default()
+        };
+        let mut p = self.t.factory().route(key, &spec).unwrap();
+        for piece in bytes.chunks(700_000) {
+            p.write(piece).unwrap();
+        }
+        p.close().unwrap();
+    }
+
+    fn read(&self, key: &BlobKey) -> Vec<u8> {
+        let mut p = self.t.factory().bind(key).unwrap();
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 300_000];
+        loop {
+            let n = p.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(out.len() as u64, p.size());
+        out
+    }
+}
+
+#[test]
+fn proxy_api_behaves_the_same_everywhere() {
+    let w = world();
+    let bytes = data(2_500_000);
+    for key in w.keys("api/blob") {
+        w.write(&key, &bytes);
+        assert_eq!(w.read(&key), bytes, "{key}");
+        let mut p = w.t.factory().bind(&key).unwrap();
+        assert_eq!(p.size(), 2_500_000, "{key}");
+        if !matches!(key.location(), bs_blob::Location::File) {
+            assert_eq!(p.content_type(), "image/x-test", "{key}");
+        }
+        p.seek(2_000_000).unwrap();
+        assert_eq!(p.position(), 2_000_000);
+        let mut buf = vec![0u8; 10];
+        assert_eq!(p.read(&mut buf).unwrap(), 10);
+        assert_eq!(buf, bytes[2_000_000..2_000_010], "{key}");
+        assert!(p.seek(2_500_001).is_err(), "{key}");
+        assert!(matches!(p.write(b"x"), Err(BlobError::WrongState { .. })), "{key}");
+        p.close().unwrap();
+        assert!(matches!(p.read(&mut buf), Err(BlobError::WrongState { .. })), "{key}");
+        p.open().unwrap();
+        assert_eq!(p.read(&mut buf).unwrap(), 10);
+        assert_eq!(buf, bytes[..10], "{key}");
+    }
+}
+
+#[test]
+fn missing_blobs_and_existing_destinations_are_named() {
+    let w = world();
+    for key in w.keys("nothing/here") {
+        assert!(matches!(w.t.factory().bind(&key), Err(BlobError::NotFound(_))), "{key}");
+    }
+    for key in w.keys("exists") {
+        w.write(&key, b"1");
+        let e =
+            w.t.factory()
+                .route(&key, &NewBlob { size: Some(1), ..Default::default() })
+                .unwrap_err();
+        assert!(matches!(e, BlobError::AlreadyExists(_)), "{key}: {e}");
+    }
+}
+
+#[test]
+fn transporter_copies_between_every_pair_of_locations() {
+    let w = world();
+    let bytes = data(3_100_000);
+    let srcs = w.keys("pair/src");
+    for s in &srcs {
+        w.write(s, &bytes);
+    }
+    for (i, s) in srcs.iter().enumerate() {
+        for (j, d) in w.keys(&format!("pair/dst-{i}")).into_iter().enumerate() {
+            let copied =
+                w.t.copy(s, &d, &Options::blocking())
+                    .wait()
+                    .unwrap_or_else(|e| panic!("{s} -> {d}: {e}"));
+            assert_eq!(copied.bytes, bytes.len() as u64);
+            assert_eq!(w.read(&d), bytes, "{s} -> {d}");
+            let expected = match (i, j) {
+                (1, 1) => CopyPath::KernelCopy,
+                (0 | 1, _) => CopyPath::Slice,
+                _ => CopyPath::Relay,
+            };
+            assert_eq!(copied.path, expected, "{s} -> {d}");
+        }
+    }
+}
+
+#[test]
+fn copy_range_between_open_proxies() {
+    let w = world();
+    let bytes = data(1_000_000);
+    let src = BlobKey::memory("range/src");
+    w.write(&src, &bytes);
+    for d in w.keys("range/dst") {
+        let reader = w.t.factory().bind(&src).unwrap();
+        let writer =
+            w.t.factory().route(&d, &NewBlob { size: Some(1000), ..Default::default() }).unwrap();
+        let c =
+            w.t.copy_range(reader, writer, Some(5000..6000), &Options::blocking()).wait().unwrap();
+        assert_eq!(c.bytes, 1000);
+        assert_eq!(w.read(&d), &bytes[5000..6000], "{d}");
+    }
+}
+
+#[test]
+fn asynchronous_mode_changes_only_the_options_value() {
+    let w = world();
+    let bytes = data(4_000_000);
+    let src = BlobKey::file(w.root.join("async-src"));
+    std::fs::write(src.path().unwrap(), &bytes).unwrap();
+    let seen = Arc::new(Mutex::new(None));
+    let progress = Arc::new(AtomicU64::new(0));
+    let (s2, p2) = (seen.clone(), progress.clone());
+    let opts = Options::asynchronous()
+        .on_complete(move |r| {
+            *s2.lock().unwrap() = Some(r.as_ref().map(|c| c.bytes).map_err(|e| e.to_string()))
+        })
+        .progress(move |done, total| {
+            assert!(done <= total);
+            p2.store(done, Ordering::SeqCst);
+        });
+    let dst = BlobKey::remote(&w.remotes[1], "async/dst");
+    let pending = w.t.copy(&src, &dst, &opts);
+    let copied = pending.wait().unwrap();
+    assert_eq!(copied.bytes, 4_000_000);
+    assert_eq!(*seen.lock().unwrap(), Some(Ok(4_000_000)), "callback saw the outcome");
+    assert_eq!(progress.load(Ordering::SeqCst), 4_000_000);
+    assert_eq!(w.read(&dst), bytes);
+
+    // And the same completion can be awaited.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let dst2 = BlobKey::memory("async/awaited");
+    let c = rt.block_on(w.t.copy(&src, &dst2, &Options::asynchronous()));
+    assert_eq!(c.unwrap().bytes, 4_000_000);
+}
+
+#[test]
+fn timeouts_are_not_failures() {
+    let w = world();
+    // A data endpoint that accepts and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let cfg = ServerConfig {
+        advertise_data: Some(silent.local_addr().unwrap().to_string()),
+        ..ServerConfig::ephemeral()
+    };
+    let store = MemStore::new();
+    let s = BackgroundServer::start(Arc::new(store.clone()), cfg).unwrap();
+    let src = BlobKey::memory("t/src");
+    w.write(&src, &data(10));
+    let dst = BlobKey::remote(s.control_addr().to_string(), "t/dst");
+    for opts in [Options::blocking(), Options::asynchronous()] {
+        let e =
+            w.t.copy(&src, &dst, &opts.overwrite(true).timeout(Duration::from_millis(300)))
+                .wait()
+                .unwrap_err();
+        assert!(matches!(e, BlobError::Timeout(t) if t == Duration::from_millis(300)), "{e:?}");
+    }
+    // A failure is a failure, not a timeout.
+    let e =
+        w.t.copy(
+            &BlobKey::memory("t/none"),
+            &dst,
+            &Options::blocking().timeout(Duration::from_secs(5)),
+        )
+        .wait();
+    assert!(matches!(e, Err(BlobError::NotFound(_))), "{e:?}");
+}
+
+#[test]
+fn an_interrupted_upload_resumes_after_its_prefix_checks_out() {
+    let w = world();
+    let bytes = data(3_000_000);
+    let src = BlobKey::file(w.root.join("resume-src"));
+    std::fs::write(src.path().unwrap(), &bytes).unwrap();
+    for remote in &w.remotes {
+        let dst = BlobKey::remote(remote, "resume/dst");
+        // A first attempt dies after 1 MB: write through a proxy routed with the same tag the
+        // transporter will use, and drop it without closing.
+        {
+            let tag_src = w.t.factory().bind(&src).unwrap();
+            let tag = format!(
+                "{}:{}:{}",
+                tag_src.key(),
+                tag_src.size(),
+                std::fs::metadata(src.path().unwrap())
+                    .unwrap()
+                    .modified()
+                    .unwrap()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos()
+            );
+            let spec = NewBlob { size: Some(3_000_000), resume_tag: tag, ..Default::default() };
+            let mut p = w.t.factory().route(&dst, &spec).unwrap();
+            p.write(&bytes[..1_000_000]).unwrap();
+        }
+        let c = w.t.copy(&src, &dst, &Options::blocking().resume(true)).wait().unwrap();
+        assert_eq!((c.resumed_from, c.bytes), (1_000_000, 2_000_000), "{remote}");
+        assert_eq!(w.read(&dst), bytes);
+    }
+}
+
+#[test]
+fn an_interrupted_download_resumes_and_a_wrong_prefix_starts_over() {
+    let w = world();
+    let bytes = data(2_000_000);
+    let src = BlobKey::remote(&w.remotes[0], "dl/src");
+    w.write(&src, &bytes);
+    let dest = w.root.join("download.bin");
+    let part = w.root.join("download.bin.blobstream-part");
+    std::fs::write(&part, &bytes[..700_000]).unwrap();
+    let dst = BlobKey::file(&dest);
+    let c = w.t.copy(&src, &dst, &Options::blocking().resume(true)).wait().unwrap();
+    assert_eq!(c.resumed_from, 700_000);
+    assert_eq!(std::fs::read(&dest).unwrap(), bytes);
+    assert!(!part.exists(), "part file renamed into place");
+
+    // A part file that does not match the source is discarded, not built upon.
+    std::fs::write(&part, vec![0u8; 700_000]).unwrap();
+    let c = w.t.copy(&src, &dst, &Options::blocking().resume(true).overwrite(true)).wait().unwrap();
+    assert_eq!(c.resumed_from, 0);
+    assert_eq!(std::fs::read(&dest).unwrap(), bytes);
+}
+
+#[test]
+fn corruption_on_the_server_is_caught_by_the_receiver() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let s = BackgroundServer::start(Arc::new(store), ServerConfig::ephemeral()).unwrap();
+    let t = Transporter::new(Factory::new());
+    let key = BlobKey::remote(s.control_addr().to_string(), "c/blob");
+    let bytes = data(1_000_000);
+    let mut p =
+        t.factory().route(&key, &NewBlob { size: Some(1_000_000), ..Default::default() }).unwrap();
+    p.write(&bytes).unwrap();
+    p.close().unwrap();
+    // Flip one byte of the stored file behind the store's back (bit rot).
+    let file = walk(dir.path().join("blobs")).pop().unwrap();
+    let mut on_disk = std::fs::read(&file).unwrap();
+    on_disk[500_000] ^= 0xff;
+    std::fs::write(&file, on_disk).unwrap();
+    let e = t.copy(&key, &BlobKey::memory("c/copy"), &Options::blocking()).wait().unwrap_err();
+    assert!(matches!(e, BlobError::Remote(ClientError::ChecksumMismatch { .. })), "{e:?}");
+    assert!(
+        t.factory().bind(&BlobKey::memory("c/copy")).is_err(),
+        "nothing partial became visible"
+    );
+}
+
+fn walk(dir: std::path::PathBuf) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() { out.extend(walk(p)) } else { out.push(p) }
+    }
+    out
+}
