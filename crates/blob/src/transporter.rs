@@ -193,10 +193,9 @@ fn transfer(
     report(0);
     if let (Some(_), Some(_), Slot::FileRead { .. }) =
         (src.local_file(), dst.local_file(), src.slot())
+        && kernel_copy(src, dst, range.clone(), deadline, &report)?
     {
-        if kernel_copy(src, dst, range.clone(), deadline, &report)? {
-            return Ok(CopyPath::KernelCopy);
-        }
+        return Ok(CopyPath::KernelCopy);
     }
     if let Some(slice) = src.slice()? {
         let data = &slice[range.start as usize..range.end as usize];

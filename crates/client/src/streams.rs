@@ -220,12 +220,11 @@ impl PushStream {
 
     /// When a write fails because the server hung up, its ERROR frame says why; prefer that.
     fn server_reason(&mut self, e: TransportError) -> ClientError {
-        if matches!(e, TransportError::Io(_)) {
-            if let Err(TransportError::Remote { code, message }) =
+        if matches!(e, TransportError::Io(_))
+            && let Err(TransportError::Remote { code, message }) =
                 self.conn.read_frame_or_remote_error()
-            {
-                return TransportError::Remote { code, message }.into();
-            }
+        {
+            return TransportError::Remote { code, message }.into();
         }
         e.into()
     }

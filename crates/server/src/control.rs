@@ -51,10 +51,10 @@ impl ControlService {
             return a.clone();
         }
         let mut ep = self.data_addr;
-        if ep.ip().is_unspecified() {
-            if let Some(l) = local {
-                ep.set_ip(l.ip());
-            }
+        if ep.ip().is_unspecified()
+            && let Some(l) = local
+        {
+            ep.set_ip(l.ip());
         }
         ep.to_string()
     }

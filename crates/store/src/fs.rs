@@ -179,29 +179,27 @@ impl Store for FsStore {
         if !spec.overwrite && i.cat.blob(&spec.name)?.is_some() {
             return Err(StoreError::AlreadyExists(spec.name.clone()));
         }
-        if let (Some(size), Some(free)) = (spec.size, i.free_bytes()) {
-            if size > free {
-                return Err(StoreError::StorageFull(format!(
-                    "{size} bytes requested, {free} bytes free in {}",
-                    i.root.display()
-                )));
-            }
+        if let (Some(size), Some(free)) = (spec.size, i.free_bytes())
+            && size > free
+        {
+            return Err(StoreError::StorageFull(format!(
+                "{size} bytes requested, {free} bytes free in {}",
+                i.root.display()
+            )));
         }
         if i.busy.lock().unwrap().contains(&spec.name) {
             return Err(StoreError::Busy(spec.name.clone()));
         }
-        if !spec.resume_tag.is_empty() {
-            if let Some(u) = i.cat.upload(&spec.name)? {
-                if u.size == spec.size && u.resume_tag == spec.resume_tag {
-                    if let Ok(f) = File::open(i.staging_path(&u.upload_id)) {
-                        let received = f.metadata()?.len();
-                        let received_digest = (received > 0)
-                            .then(|| digest_file_range(&f, 0, received, i.algo))
-                            .transpose()?;
-                        return Ok(Routed { received, received_digest, resumed: true });
-                    }
-                }
-            }
+        if !spec.resume_tag.is_empty()
+            && let Some(u) = i.cat.upload(&spec.name)?
+            && u.size == spec.size
+            && u.resume_tag == spec.resume_tag
+            && let Ok(f) = File::open(i.staging_path(&u.upload_id))
+        {
+            let received = f.metadata()?.len();
+            let received_digest =
+                (received > 0).then(|| digest_file_range(&f, 0, received, i.algo)).transpose()?;
+            return Ok(Routed { received, received_digest, resumed: true });
         }
         let id = new_id();
         File::create(i.staging_path(&id))?;

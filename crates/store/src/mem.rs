@@ -183,10 +183,10 @@ impl Drop for MemUpload {
     fn drop(&mut self) {
         if let Some(data) = self.data.take() {
             let mut ups = self.store.uploads.lock().unwrap();
-            if let Some(p) = ups.get_mut(&self.rec.name) {
-                if p.rec.upload_id == self.rec.upload_id {
-                    p.data = Some(data);
-                }
+            if let Some(p) = ups.get_mut(&self.rec.name)
+                && p.rec.upload_id == self.rec.upload_id
+            {
+                p.data = Some(data);
             }
         }
     }

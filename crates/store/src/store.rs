@@ -154,10 +154,10 @@ pub(crate) fn check_write(size: Option<u64>, received: u64, offset: u64, len: us
     if offset > received {
         return Err(StoreError::Gap { offset, received });
     }
-    if let Some(size) = size {
-        if offset.checked_add(len as u64).is_none_or(|end| end > size) {
-            return Err(StoreError::BeyondSize { offset, len: len as u64, size });
-        }
+    if let Some(size) = size
+        && offset.checked_add(len as u64).is_none_or(|end| end > size)
+    {
+        return Err(StoreError::BeyondSize { offset, len: len as u64, size });
     }
     Ok(())
 }

@@ -50,12 +50,12 @@ impl BufferPool {
 
     /// Return a frozen buffer to the pool if no other reference to it is alive.
     pub fn reclaim(&self, bytes: Bytes) {
-        if let Ok(mut m) = bytes.try_into_mut() {
-            if m.capacity() >= self.inner.size {
-                m.clear();
-                m.resize(self.inner.size, 0);
-                self.put(m);
-            }
+        if let Ok(mut m) = bytes.try_into_mut()
+            && m.capacity() >= self.inner.size
+        {
+            m.clear();
+            m.resize(self.inner.size, 0);
+            self.put(m);
         }
     }
 

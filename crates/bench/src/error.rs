@@ -1,0 +1,47 @@
+//! Errors a benchmark can meet, named after the path that failed.
+
+use thiserror::Error;
+
+use crate::model::{Mode, Path};
+
+#[derive(Debug, Error)]
+pub enum BenchError {
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("blobstream client: {0}")]
+    Client(#[from] bs_client::ClientError),
+    #[error("blobstream server: {0}")]
+    Server(#[from] bs_server::ServerError),
+    #[error("blobstream store: {0}")]
+    Store(#[from] bs_store::StoreError),
+    #[error("gRPC baseline: {0}")]
+    Grpc(String),
+    #[error("iperf3: {0}")]
+    Iperf3(String),
+    #[error("{path} is not available: {reason}")]
+    Unavailable { path: Path, reason: String },
+    #[error("{path} {mode} of {size} bytes delivered wrong bytes: {detail}")]
+    Corrupt { path: Path, mode: Mode, size: u64, detail: String },
+    #[error("invalid benchmark request: {0}")]
+    Invalid(String),
+}
+
+impl BenchError {
+    /// An I/O error with what was being done.
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let what = what.into();
+        move |source| Self::Io { what, source }
+    }
+
+    /// A gRPC status or transport error, with its causes.
+    pub(crate) fn grpc(e: impl std::error::Error) -> Self {
+        let mut msg = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            msg.push_str(": ");
+            msg.push_str(&c.to_string());
+            cause = c.source();
+        }
+        Self::Grpc(msg)
+    }
+}

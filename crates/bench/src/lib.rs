@@ -1,0 +1,30 @@
+//! Benchmarks behind `blobstream bench`. [`run_transfer`] is the transfer benchmark (the Blob
+//! Streaming paper's request/response test): the same blob pushed and pulled through
+//! blobstream, raw TCP, gRPC alone and (when installed) iperf3, all on 127.0.0.1, reported
+//! as median Gbit/s with the performance targets checked. [`write_benchmarks_md`] keeps the
+//! results in BENCHMARKS.md, one section per benchmark.
+
+mod benchmarks_md;
+mod error;
+mod machine;
+mod measure;
+mod model;
+mod paths;
+mod payload;
+mod report;
+mod transfer;
+
+pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
+pub use error::BenchError;
+pub use machine::machine_description;
+pub use measure::{PathRunner, Transfer, measure, measure_with, start_runner};
+pub use model::{Measurement, Mode, Path};
+pub use paths::{BlobstreamRunner, GrpcRunner, Iperf3Runner, RawTcpRunner, find_on_path};
+pub use payload::{MB, gbit_per_s, median, payload};
+pub use report::{
+    TARGET_MIN_SIZE, TARGET_VS_GRPC, TARGET_VS_RAW_TCP, TARGETS, TargetCheck, TransferReport,
+    size_text,
+};
+pub use transfer::{
+    CHOSEN_SOCKET_BUFFER, Progress, TransferBenchOptions, TransferPlan, run_transfer,
+};

@@ -1,0 +1,137 @@
+//! One measurement point: warm up, time a number of transfers, check every byte that arrived,
+//! report the median.
+
+use bytes::Bytes;
+
+use crate::error::BenchError;
+use crate::model::{Measurement, Mode, Path};
+use crate::paths::{BlobstreamRunner, GrpcRunner, Iperf3Runner, RawTcpRunner};
+use crate::payload::{median, payload};
+
+/// What one timed transfer gave.
+#[derive(Debug)]
+pub struct Transfer {
+    /// Throughput of this transfer.
+    pub gbit_per_s: f64,
+    /// The bytes that arrived on the receiving side, to check against what was sent. `None`
+    /// when the path cannot hand them over (iperf3).
+    pub received: Option<Bytes>,
+}
+
+/// One path with its servers running, ready to move bytes again and again.
+pub trait PathRunner {
+    fn path(&self) -> Path;
+
+    /// Whether this path measures blobs of `size` bytes.
+    fn measures(&self, size: u64) -> bool {
+        let _ = size;
+        true
+    }
+
+    /// Untimed set-up before a series of transfers (e.g. store the blob pulls will read).
+    fn prepare(&mut self, mode: Mode, data: &Bytes, buffer: u32) -> Result<(), BenchError> {
+        let _ = (mode, data, buffer);
+        Ok(())
+    }
+
+    /// One timed transfer of all of `data`, connection set-up and final confirmation included.
+    fn transfer(&mut self, mode: Mode, data: &Bytes, buffer: u32) -> Result<Transfer, BenchError>;
+
+    /// Untimed clean-up after a series started by `prepare`.
+    fn cleanup(&mut self, mode: Mode, data: &Bytes, buffer: u32) -> Result<(), BenchError> {
+        let _ = (mode, data, buffer);
+        Ok(())
+    }
+}
+
+/// Start the servers of `path` (on 127.0.0.1, port 0).
+pub fn start_runner(path: Path) -> Result<Box<dyn PathRunner>, BenchError> {
+    Ok(match path {
+        Path::Blobstream => Box::new(BlobstreamRunner::start()?),
+        Path::RawTcp => Box::new(RawTcpRunner::new()),
+        Path::Grpc => Box::new(GrpcRunner::start()?),
+        Path::Iperf3 => Box::new(Iperf3Runner::start()?.ok_or_else(|| {
+            BenchError::Unavailable { path, reason: "iperf3 is not on PATH".into() }
+        })?),
+    })
+}
+
+/// Measure `runs` transfers of `size` bytes over `path` in direction `mode` with socket buffers
+/// of `buffer` bytes (0 = kernel default), after one warm-up; starts the path's servers for
+/// this measurement alone.
+pub fn measure(
+    path: Path,
+    mode: Mode,
+    size: u64,
+    buffer: u32,
+    runs: u32,
+) -> Result<Measurement, BenchError> {
+    let mut runner = start_runner(path)?;
+    measure_with(runner.as_mut(), mode, &payload(size), buffer, runs)
+}
+
+/// [`measure`] with a running path and the bytes to move.
+pub fn measure_with(
+    runner: &mut dyn PathRunner,
+    mode: Mode,
+    data: &Bytes,
+    buffer: u32,
+    runs: u32,
+) -> Result<Measurement, BenchError> {
+    if runs == 0 {
+        return Err(BenchError::Invalid("a measurement needs at least one run".into()));
+    }
+    runner.prepare(mode, data, buffer)?;
+    let timed = (|| -> Result<Vec<f64>, BenchError> {
+        let mut samples = Vec::with_capacity(runs as usize);
+        for i in 0..=runs {
+            let t = runner.transfer(mode, data, buffer)?;
+            check(runner.path(), mode, data, t.received.as_deref())?;
+            if i > 0 {
+                samples.push(t.gbit_per_s); // run 0 is the warm-up
+            }
+        }
+        Ok(samples)
+    })();
+    let cleaned = runner.cleanup(mode, data, buffer);
+    let samples = timed?;
+    cleaned?;
+    Ok(Measurement {
+        mode,
+        size_bytes: data.len() as u64,
+        path: runner.path(),
+        socket_buffer: buffer,
+        gbit_per_s: median(&samples),
+        runs,
+    })
+}
+
+/// Every byte sent arrived, in order.
+fn check(path: Path, mode: Mode, sent: &[u8], received: Option<&[u8]>) -> Result<(), BenchError> {
+    let Some(received) = received else { return Ok(()) };
+    let corrupt =
+        |detail: String| BenchError::Corrupt { path, mode, size: sent.len() as u64, detail };
+    if received.len() != sent.len() {
+        return Err(corrupt(format!("{} bytes arrived", received.len())));
+    }
+    match sent.iter().zip(received).position(|(a, b)| a != b) {
+        Some(at) => Err(corrupt(format!("first difference at byte {at}"))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_finds_short_and_wrong_bytes() {
+        let p = Path::RawTcp;
+        assert!(check(p, Mode::Push, b"abc", Some(b"abc")).is_ok());
+        assert!(check(p, Mode::Push, b"abc", None).is_ok());
+        let e = check(p, Mode::Pull, b"abc", Some(b"ab")).unwrap_err();
+        assert!(e.to_string().contains("2 bytes arrived"), "{e}");
+        let e = check(p, Mode::Pull, b"abc", Some(b"abX")).unwrap_err();
+        assert!(e.to_string().contains("byte 2"), "{e}");
+    }
+}

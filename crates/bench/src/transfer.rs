@@ -1,0 +1,155 @@
+//! `blobstream bench transfer`: every path, mode, size and socket buffer of the plan, each
+//! path's servers started once and reused.
+
+use std::fmt;
+
+use crate::error::BenchError;
+use crate::machine::machine_description;
+use crate::measure::{PathRunner, measure_with};
+use crate::model::{Mode, Path};
+use crate::paths::{BlobstreamRunner, GrpcRunner, Iperf3Runner, RawTcpRunner};
+use crate::payload::{MB, payload};
+use crate::report::{TransferReport, size_text};
+
+/// The socket buffer size tried besides the kernel default.
+pub const CHOSEN_SOCKET_BUFFER: u32 = 4 << 20;
+
+/// A callback receiving a short status line.
+pub type Progress = Box<dyn Fn(&str) + Send + Sync>;
+
+/// How `run_transfer` runs.
+#[derive(Default)]
+pub struct TransferBenchOptions {
+    /// Fewer sizes, only the default socket buffer, fewer runs: well under a minute.
+    pub quick: bool,
+    /// Called with a short status line before each measurement.
+    pub progress: Option<Progress>,
+}
+
+impl fmt::Debug for TransferBenchOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransferBenchOptions")
+            .field("quick", &self.quick)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+/// What a run measures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferPlan {
+    /// Blob sizes in bytes.
+    pub sizes: Vec<u64>,
+    /// Socket buffer sizes; 0 = kernel default.
+    pub buffers: Vec<u32>,
+    /// Timed runs per measurement (blobs of 256 MB and more get `large_runs`).
+    pub runs: u32,
+    pub large_runs: u32,
+}
+
+impl TransferPlan {
+    pub fn new(quick: bool) -> Self {
+        if quick {
+            Self { sizes: vec![MB, 32 * MB], buffers: vec![0], runs: 3, large_runs: 3 }
+        } else {
+            Self {
+                sizes: vec![MB, 8 * MB, 32 * MB, 256 * MB],
+                buffers: vec![0, CHOSEN_SOCKET_BUFFER],
+                runs: 5,
+                large_runs: 3,
+            }
+        }
+    }
+
+    /// Timed runs for blobs of `size` bytes.
+    pub fn runs_for(&self, size: u64) -> u32 {
+        if size >= 256 * MB { self.large_runs } else { self.runs }
+    }
+}
+
+/// Run the transfer benchmark (the Blob Streaming paper's request/response test) with every
+/// server in this process on 127.0.0.1.
+pub fn run_transfer(opts: &TransferBenchOptions) -> Result<TransferReport, BenchError> {
+    let plan = TransferPlan::new(opts.quick);
+    let say = |line: &str| {
+        if let Some(p) = &opts.progress {
+            p(line)
+        }
+    };
+    let mut notes = Vec::new();
+    if cfg!(debug_assertions) {
+        notes.push("debug build: numbers are not representative; build with --release".into());
+    }
+    let mut runners: Vec<Box<dyn PathRunner>> = vec![
+        Box::new(BlobstreamRunner::start()?),
+        Box::new(RawTcpRunner::new()),
+        Box::new(GrpcRunner::start()?),
+    ];
+    match Iperf3Runner::start() {
+        Ok(Some(r)) => {
+            runners.push(Box::new(r));
+            notes.push(
+                "iperf3: its own receiver-side rate (data phase only, no connection set-up), \
+                 sizes ≥ 8 MB only"
+                    .into(),
+            );
+        }
+        Ok(None) => {
+            notes.push("iperf3 not installed; install it with scripts/bench-setup.sh".into())
+        }
+        Err(e) => notes.push(format!("iperf3 skipped: {e}")),
+    }
+
+    let mut results = Vec::new();
+    for &size in &plan.sizes {
+        let data = payload(size);
+        let runs = plan.runs_for(size);
+        for &buffer in &plan.buffers {
+            for mode in Mode::ALL {
+                let mut failed = None;
+                for (i, runner) in runners.iter_mut().enumerate() {
+                    if !runner.measures(size) {
+                        continue;
+                    }
+                    let path = runner.path();
+                    let buf = if buffer == 0 { "default".into() } else { size_text(buffer.into()) };
+                    say(&format!(
+                        "{mode} {}, socket buffer {buf}, {path}: {runs} runs",
+                        size_text(size)
+                    ));
+                    match measure_with(runner.as_mut(), mode, &data, buffer, runs) {
+                        Ok(m) => results.push(m),
+                        // An outside tool failing does not void the benchmark.
+                        Err(e) if path == Path::Iperf3 => {
+                            notes.push(format!("iperf3 failed and was skipped from then on: {e}"));
+                            failed = Some(i);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                if let Some(i) = failed {
+                    runners.remove(i);
+                }
+            }
+        }
+    }
+    let command =
+        if opts.quick { "blobstream bench transfer --quick" } else { "blobstream bench transfer" };
+    Ok(TransferReport { results, notes, machine: machine_description(), command: command.into() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans() {
+        let q = TransferPlan::new(true);
+        assert_eq!((q.sizes.as_slice(), q.buffers.as_slice()), (&[MB, 32 * MB][..], &[0][..]));
+        assert_eq!(q.runs_for(32 * MB), 3);
+        let f = TransferPlan::new(false);
+        assert_eq!(f.sizes, [MB, 8 * MB, 32 * MB, 256 * MB]);
+        assert_eq!(f.buffers, [0, 4 << 20]);
+        assert_eq!((f.runs_for(32 * MB), f.runs_for(256 * MB)), (5, 3));
+    }
+}

@@ -1,0 +1,163 @@
+//! Command-line interface: the flags other tools script against.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "blobstream",
+    version,
+    about = "Move and store very large blobs at the speed of the hardware"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args)]
+pub struct Global {
+    /// Control-plane address of the blobstream server for client commands.
+    #[arg(long, global = true, env = "BLOBSTREAM_SERVER", default_value = "127.0.0.1:7070")]
+    pub server: String,
+    /// No progress bars.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run a store server (control plane on --addr, data plane on its own port).
+    Serve(ServeArgs),
+    /// Upload a local file as blob KEY (resumes an interrupted upload of the same file).
+    Put(PutArgs),
+    /// Download blob KEY into FILE ('-' for stdout); resumes an interrupted download.
+    Get(GetArgs),
+    /// Write blob KEY to stdout.
+    Cat { key: String },
+    /// List blobs whose names start with PREFIX.
+    Ls(LsArgs),
+    /// Show a blob's size, content type, digest, creation time and metadata.
+    Stat {
+        key: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete blobs.
+    Rm {
+        #[arg(required = true)]
+        keys: Vec<String>,
+    },
+    /// Copy between local paths and remote blobs: remote operands are `bs:NAME` (on --server)
+    /// or `blob://HOST:PORT/NAME`; anything else is a local path.
+    Cp(CpArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Data directory (blobs and the SQLite catalogue).
+    #[arg(long, default_value = "data")]
+    pub data: PathBuf,
+    /// Keep blobs in memory instead (nothing survives a restart).
+    #[arg(long, conflicts_with = "data")]
+    pub memory: bool,
+    /// Control-plane (gRPC) address.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub addr: SocketAddr,
+    /// Data-plane address [default: the control plane's IP, a port chosen by the OS].
+    #[arg(long)]
+    pub data_addr: Option<SocketAddr>,
+    /// Data endpoint to announce to clients instead of the bound one (behind NAT).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Seconds a negotiated data-connection token stays valid.
+    #[arg(long, default_value_t = 60)]
+    pub token_ttl: u64,
+    /// Seconds to wait for a silent peer on the data plane.
+    #[arg(long, default_value_t = 30)]
+    pub io_timeout: u64,
+    /// Most concurrent data connections.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+}
+
+#[derive(Args)]
+pub struct PutArgs {
+    pub file: PathBuf,
+    pub key: String,
+    /// Content type [default: guessed from the file extension].
+    #[arg(long)]
+    pub content_type: Option<String>,
+    /// User metadata, repeatable.
+    #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse_kv)]
+    pub meta: Vec<(String, String)>,
+    /// Replace an existing blob.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Start over instead of resuming an interrupted upload.
+    #[arg(long)]
+    pub no_resume: bool,
+}
+
+#[derive(Args)]
+pub struct GetArgs {
+    pub key: String,
+    pub file: String,
+    /// Start over instead of resuming an interrupted download.
+    #[arg(long)]
+    pub no_resume: bool,
+}
+
+#[derive(Args)]
+pub struct LsArgs {
+    #[arg(default_value = "")]
+    pub prefix: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct CpArgs {
+    pub src: String,
+    pub dst: String,
+    /// Replace an existing destination blob.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Start over instead of resuming an interrupted copy.
+    #[arg(long)]
+    pub no_resume: bool,
+}
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Push and pull 1–256 MB blobs against raw TCP, gRPC alone and iperf3.
+    Transfer(BenchArgs),
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// A short run (about half a minute); does not rewrite BENCHMARKS.md.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Where the full run's report goes.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub output: PathBuf,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}

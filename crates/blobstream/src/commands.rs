@@ -1,0 +1,228 @@
+//! The client commands: thin shells over the Blob API and the client library.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use bs_blob::{BlobKey, Factory, Location, NewBlob, Options, Transporter};
+use bs_client::{BlobInfo, Client};
+
+use crate::cli::{CpArgs, GetArgs, Global, LsArgs, PutArgs};
+use crate::progress;
+
+fn client(g: &Global) -> Result<Client> {
+    Ok(Client::connect(&g.server)?)
+}
+
+/// A `cp` operand: `bs:NAME` on --server, `blob://HOST:PORT/NAME`, or a local path.
+fn operand(g: &Global, s: &str) -> Result<BlobKey> {
+    if let Some(name) = s.strip_prefix("bs:") {
+        if name.is_empty() {
+            bail!("empty blob name in {s:?}");
+        }
+        return Ok(BlobKey::remote(&g.server, name));
+    }
+    Ok(s.parse()?)
+}
+
+/// Content type from a file extension (what medical and media tools expect to see).
+fn guess_content_type(path: &Path) -> &'static str {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    match ext.as_str() {
+        "dcm" | "dicom" => "application/dicom",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "tif" | "tiff" => "image/tiff",
+        "gif" => "image/gif",
+        "pgm" | "ppm" | "pnm" => "image/x-portable-anymap",
+        "mp4" => "video/mp4",
+        "json" => "application/json",
+        "txt" | "log" => "text/plain",
+        _ => "application/octet-stream",
+    }
+}
+
+/// Run a whole-blob copy with a progress bar; returns what the transporter reports.
+fn copy(
+    g: &Global,
+    src: &BlobKey,
+    dst: &BlobKey,
+    spec: &NewBlob,
+    opts: Options,
+) -> Result<bs_blob::Copied> {
+    let t = Transporter::new(Factory::new());
+    let size = t.factory().bind(src).map(|p| p.size()).unwrap_or(0);
+    let pb = progress::bar(size, dst.name(), g.quiet);
+    let pb2 = pb.clone();
+    let opts = opts.progress(move |done, _| pb2.set_position(done));
+    let res = t.copy_as(src, dst, spec, &opts).wait();
+    pb.finish_and_clear();
+    res.with_context(|| format!("copying {src} to {dst}"))
+}
+
+fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
+    if !g.quiet {
+        let resumed = if c.resumed_from > 0 {
+            format!(" (resumed at byte {})", c.resumed_from)
+        } else {
+            String::new()
+        };
+        eprintln!("{what}: {} bytes{resumed}", c.bytes + c.resumed_from);
+    }
+}
+
+pub fn put(g: &Global, a: PutArgs) -> Result<()> {
+    let src = BlobKey::file(&a.file);
+    let dst = BlobKey::remote(&g.server, &a.key);
+    let spec = NewBlob {
+        content_type: a.content_type.unwrap_or_else(|| guess_content_type(&a.file).to_string()),
+        metadata: a.meta.into_iter().collect(),
+        ..NewBlob::default()
+    };
+    let c = copy(
+        g,
+        &src,
+        &dst,
+        &spec,
+        Options::blocking().resume(!a.no_resume).overwrite(a.overwrite),
+    )?;
+    report(g, &format!("put {}", a.key), &c);
+    Ok(())
+}
+
+pub fn get(g: &Global, a: GetArgs) -> Result<()> {
+    let src = BlobKey::remote(&g.server, &a.key);
+    if a.file == "-" {
+        let f = Factory::new();
+        let mut p = f.bind(&src)?;
+        let mut out = std::io::stdout().lock();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = p.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            out.write_all(&buf[..n]).context("writing to stdout")?;
+        }
+        out.flush().context("writing to stdout")?;
+        return Ok(());
+    }
+    let dst = BlobKey::file(&a.file);
+    let c = copy(
+        g,
+        &src,
+        &dst,
+        &NewBlob::default(),
+        Options::blocking().resume(!a.no_resume).overwrite(true),
+    )?;
+    report(g, &format!("get {} -> {}", a.key, a.file), &c);
+    Ok(())
+}
+
+pub fn cp(g: &Global, a: CpArgs) -> Result<()> {
+    let src = operand(g, &a.src)?;
+    let dst = operand(g, &a.dst)?;
+    // Local files are replaced like cp(1) does; blobs only when asked.
+    let overwrite = a.overwrite || *dst.location() == Location::File;
+    let spec = NewBlob {
+        content_type: src.path().map(|p| guess_content_type(&p).to_string()).unwrap_or_default(),
+        ..NewBlob::default()
+    };
+    let c =
+        copy(g, &src, &dst, &spec, Options::blocking().resume(!a.no_resume).overwrite(overwrite))?;
+    report(g, &format!("cp {src} -> {dst}"), &c);
+    Ok(())
+}
+
+fn info_json(b: &BlobInfo) -> serde_json::Value {
+    serde_json::json!({
+        "name": b.name,
+        "size": b.size,
+        "content_type": b.content_type,
+        "digest": b.digest,
+        "created_unix_ms": b.created_unix_ms,
+        "created": utc(b.created_unix_ms),
+        "metadata": b.metadata,
+    })
+}
+
+pub fn ls(g: &Global, a: LsArgs) -> Result<()> {
+    let blobs = client(g)?.list(&a.prefix)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let v: Vec<_> = blobs.iter().map(info_json).collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(());
+    }
+    for b in &blobs {
+        writeln!(out, "{:>14}  {}  {}", b.size, utc(b.created_unix_ms), b.name)?;
+    }
+    Ok(())
+}
+
+pub fn stat(g: &Global, key: &str, json: bool) -> Result<()> {
+    let b = client(g)?.stat(key)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&info_json(&b))?);
+        return Ok(());
+    }
+    println!("name:         {}", b.name);
+    println!("size:         {}", b.size);
+    println!("content type: {}", b.content_type);
+    println!("digest:       {}", b.digest);
+    println!("created:      {}", utc(b.created_unix_ms));
+    let mut meta: Vec<_> = b.metadata.iter().collect();
+    meta.sort();
+    for (k, v) in meta {
+        println!("meta {k}: {v}");
+    }
+    Ok(())
+}
+
+pub fn rm(g: &Global, keys: &[String]) -> Result<()> {
+    let c = client(g)?;
+    for k in keys {
+        c.delete(k).with_context(|| format!("removing {k}"))?;
+    }
+    Ok(())
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for Unix milliseconds (civil-from-days, H. Hinnant's algorithm:
+/// one small function instead of a date crate).
+pub fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_795_000_000_123), "2026-11-17T10:26:40Z");
+    }
+
+    #[test]
+    fn operands_and_content_types() {
+        let g = Global { server: "h:1".into(), quiet: true };
+        assert_eq!(operand(&g, "bs:a/b").unwrap(), BlobKey::remote("h:1", "a/b"));
+        assert_eq!(operand(&g, "blob://x:2/n").unwrap(), BlobKey::remote("x:2", "n"));
+        assert_eq!(operand(&g, "local.bin").unwrap(), BlobKey::file("local.bin"));
+        assert!(operand(&g, "bs:").is_err());
+        assert_eq!(guess_content_type(Path::new("x/CT.DCM")), "application/dicom");
+        assert_eq!(guess_content_type(Path::new("noext")), "application/octet-stream");
+    }
+}

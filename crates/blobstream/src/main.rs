@@ -1,0 +1,40 @@
+//! `blobstream`: the one binary — the store server (`serve`), the client commands (`put`,
+//! `get`, `cat`, `ls`, `stat`, `rm`, `cp`) and the benchmarks (`bench`).
+
+mod bench;
+mod cli;
+mod commands;
+mod progress;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One clear line: the error and its causes.
+            eprintln!("blobstream: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: cli::Cli) -> anyhow::Result<()> {
+    use cli::Command::*;
+    let g = &cli.global;
+    match cli.command {
+        Serve(a) => serve::run(a),
+        Put(a) => commands::put(g, a),
+        Get(a) => commands::get(g, a),
+        Cat { key } => commands::get(g, cli::GetArgs { key, file: "-".into(), no_resume: true }),
+        Ls(a) => commands::ls(g, a),
+        Stat { key, json } => commands::stat(g, &key, json),
+        Rm { keys } => commands::rm(g, &keys),
+        Cp(a) => commands::cp(g, a),
+        Bench(b) => bench::run(b),
+    }
+}

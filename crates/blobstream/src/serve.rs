@@ -1,0 +1,49 @@
+//! `blobstream serve`: the store server on the embedded default (a data directory with an
+//! SQLite catalogue), until Ctrl-C.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bs_server::{Server, ServerConfig};
+use bs_store::{FsStore, MemStore, Store};
+
+use crate::cli::ServeArgs;
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let store: Arc<dyn Store> = if a.memory {
+        Arc::new(MemStore::new())
+    } else {
+        Arc::new(
+            FsStore::open(&a.data)
+                .with_context(|| format!("opening the store in {}", a.data.display()))?,
+        )
+    };
+    let cfg = ServerConfig {
+        control_addr: a.addr,
+        data_addr: a.data_addr,
+        advertise_data: a.advertise,
+        token_ttl: Duration::from_secs(a.token_ttl),
+        io_timeout: Duration::from_secs(a.io_timeout),
+        max_connections: a.max_connections,
+        ..ServerConfig::default()
+    };
+    let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    rt.block_on(async move {
+        let server = Server::start(store.clone(), cfg).await?;
+        println!("blobstream is serving {}", store.describe());
+        println!("  control plane (gRPC): {}", server.control_addr());
+        println!("  data plane (TCP):     {}", server.data_addr());
+        println!("try: blobstream --server {} put FILE NAME", server.control_addr());
+        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        eprintln!("shutting down");
+        server.shutdown().await;
+        Ok(())
+    })
+}
