@@ -11,9 +11,11 @@ use thiserror::Error;
 pub enum BlobError {
     #[error("invalid blob key {key:?}: {reason}")]
     InvalidKey { key: String, reason: String },
-    #[error("blob {0} not found")]
+    /// The message names the blob.
+    #[error("{0}")]
     NotFound(String),
-    #[error("blob {0} already exists (overwrite it explicitly)")]
+    /// The message names the blob.
+    #[error("{0}")]
     AlreadyExists(String),
     #[error("operation did not finish within {0:?}")]
     Timeout(Duration),
@@ -36,7 +38,7 @@ impl BlobError {
 
     pub(crate) fn file(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::NotFound {
-            Self::NotFound(format!("file:{}", path.into().display()))
+            Self::NotFound(format!("file {} not found", path.into().display()))
         } else {
             Self::File { path: path.into(), source }
         }
@@ -46,8 +48,10 @@ impl BlobError {
 impl From<StoreError> for BlobError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::NotFound(n) => Self::NotFound(format!("mem:{n}")),
-            StoreError::AlreadyExists(n) => Self::AlreadyExists(format!("mem:{n}")),
+            StoreError::NotFound(n) => Self::NotFound(format!("blob mem:{n} not found")),
+            StoreError::AlreadyExists(n) => Self::AlreadyExists(format!(
+                "blob mem:{n} already exists (overwrite it explicitly)"
+            )),
             e => Self::Store(e),
         }
     }

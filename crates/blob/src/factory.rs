@@ -119,7 +119,10 @@ impl Factory {
             Location::File => {
                 let dest = key.path().expect("file key");
                 if !spec.overwrite && dest.exists() {
-                    return Err(BlobError::AlreadyExists(key.to_string()));
+                    return Err(BlobError::AlreadyExists(format!(
+                        "{} already exists (overwrite it explicitly)",
+                        dest.display()
+                    )));
                 }
                 let (part, file) = open_part(&dest, !spec.resume_tag.is_empty())?;
                 Slot::FileWrite { part, dest, file, content_type: spec.content_type.clone() }

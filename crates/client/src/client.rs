@@ -49,9 +49,13 @@ impl Client {
             .map_err(|e| ClientError::Connect { addr: addr.into(), reason: e.to_string() })?
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true);
-        let channel = rt.block_on(endpoint.connect()).map_err(|e| ClientError::Connect {
-            addr: addr.into(),
-            reason: std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string()),
+        let channel = rt.block_on(endpoint.connect()).map_err(|e| {
+            // The innermost cause says what happened ("Connection refused").
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(s) = cause.source() {
+                cause = s;
+            }
+            ClientError::Connect { addr: addr.into(), reason: cause.to_string() }
         })?;
         let grpc = BlobStoreClient::new(channel).max_decoding_message_size(64 << 20);
         Ok(Self {

@@ -165,6 +165,19 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
                         ),
                     ));
                 }
+                if let Some(dst) = sink.lend(pos, len) {
+                    // In-memory upload: read from the socket straight into the store.
+                    let res = conn.recv_data_into(dst, Some(&mut hasher));
+                    let got = match &res {
+                        Ok(()) => len,
+                        Err(TransportError::Truncated { got, .. }) => *got,
+                        Err(_) => 0,
+                    };
+                    sink.filled(pos, got);
+                    pos += got;
+                    res?;
+                    continue;
+                }
                 let mut store_err = None;
                 let res = conn.recv_data_with(len, Some(&mut hasher), &shared.pool, |chunk| {
                     sink.write_at(pos, chunk).map_err(|e| {

@@ -57,6 +57,7 @@ impl<S: Store> Store for FaultyStore<S> {
     }
 }
 
+/// Does not lend memory: every byte goes through `write_at`, where the faults are.
 struct FaultySink {
     inner: Box<dyn UploadSink>,
     budget: Arc<AtomicU64>,

@@ -31,7 +31,25 @@ struct Inner {
 struct Pending {
     rec: UploadRecord,
     /// `None` while a writer holds the bytes.
-    data: Option<Vec<u8>>,
+    data: Option<Buf>,
+}
+
+/// An upload's bytes. Of known size: allocated zeroed at full size up front (the allocator
+/// maps fresh zero pages, nothing is written) so receivers can fill it in place; of unknown
+/// size: grown as bytes arrive.
+struct Buf {
+    bytes: Vec<u8>,
+    received: u64,
+}
+
+impl Buf {
+    fn for_size(size: Option<u64>) -> Self {
+        let bytes = match size {
+            Some(n) => vec![0u8; n as usize],
+            None => Vec::new(),
+        };
+        Self { bytes, received: 0 }
+    }
 }
 
 impl MemStore {
@@ -54,7 +72,7 @@ impl Inner {
             .lock()
             .unwrap()
             .values()
-            .filter_map(|p| p.data.as_ref().map(|d| d.len() as u64))
+            .filter_map(|p| p.data.as_ref().map(|d| d.received))
             .sum();
         blobs + pending
     }
@@ -122,8 +140,9 @@ impl Store for MemStore {
                     && p.rec.resume_tag == spec.resume_tag =>
             {
                 let data = p.data.as_ref().expect("checked above");
-                let received = data.len() as u64;
-                let received_digest = (received > 0).then(|| self.digest_algo().digest(data));
+                let received = data.received;
+                let held = &data.bytes[..received as usize];
+                let received_digest = (received > 0).then(|| self.digest_algo().digest(held));
                 return Ok(Routed { received, received_digest, resumed: true });
             }
             _ => {}
@@ -138,8 +157,7 @@ impl Store for MemStore {
             resume_tag: spec.resume_tag.clone(),
             created_ms: now_ms(),
         };
-        let cap = spec.size.map(|s| s.min(1 << 30) as usize).unwrap_or(0);
-        ups.insert(spec.name.clone(), Pending { rec, data: Some(Vec::with_capacity(cap)) });
+        ups.insert(spec.name.clone(), Pending { rec, data: Some(Buf::for_size(spec.size)) });
         Ok(Routed { received: 0, received_digest: None, resumed: false })
     }
 
@@ -176,7 +194,13 @@ struct MemUpload {
     store: Arc<Inner>,
     rec: UploadRecord,
     /// Taken out of the store while this writer exists; put back on drop unless committed.
-    data: Option<Vec<u8>>,
+    data: Option<Buf>,
+}
+
+impl MemUpload {
+    fn buf(&mut self) -> &mut Buf {
+        self.data.as_mut().expect("present until commit")
+    }
 }
 
 impl Drop for MemUpload {
@@ -198,44 +222,65 @@ impl UploadSink for MemUpload {
     }
 
     fn received(&self) -> u64 {
-        self.data.as_ref().map_or(0, |d| d.len() as u64)
+        self.data.as_ref().map_or(0, |d| d.received)
     }
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         check_write(self.rec.size, self.received(), offset, data.len())?;
-        let end = offset as usize + data.len();
+        let end = offset + data.len() as u64;
         if let Some(cap) = self.store.capacity {
-            let grow = (end as u64).saturating_sub(self.received());
+            let grow = end.saturating_sub(self.received());
             if self.store.used() + self.received() + grow > cap {
                 return Err(StoreError::StorageFull(format!("memory store capacity {cap} bytes")));
             }
         }
-        let buf = self.data.as_mut().expect("present until commit");
-        if buf.len() < end {
-            buf.resize(end, 0);
-        }
-        buf[offset as usize..end].copy_from_slice(data);
+        let buf = self.buf();
+        let start = offset as usize;
+        // Overwrite what is already there, append the rest (no zero-filling on the way).
+        let overlap = (buf.bytes.len() - start).min(data.len());
+        buf.bytes[start..start + overlap].copy_from_slice(&data[..overlap]);
+        buf.bytes.extend_from_slice(&data[overlap..]);
+        buf.received = buf.received.max(end);
         Ok(())
     }
 
+    fn lend(&mut self, offset: u64, len: u64) -> Option<&mut [u8]> {
+        let size = self.rec.size?;
+        check_write(Some(size), self.received(), offset, len as usize).ok()?;
+        if self.store.capacity.is_some() {
+            return None; // capacity accounting happens in write_at
+        }
+        Some(&mut self.buf().bytes[offset as usize..(offset + len) as usize])
+    }
+
+    fn filled(&mut self, offset: u64, n: u64) {
+        let buf = self.buf();
+        buf.received = buf.received.max(offset + n);
+    }
+
     fn truncate(&mut self, len: u64) -> Result<()> {
-        let buf = self.data.as_mut().expect("present until commit");
-        buf.truncate(len.min(buf.len() as u64) as usize);
+        let known = self.rec.size.is_some();
+        let buf = self.buf();
+        buf.received = buf.received.min(len);
+        if !known {
+            buf.bytes.truncate(buf.received as usize);
+        }
         Ok(())
     }
 
     fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
         let name = self.rec.name.clone();
         check_complete(&name, self.rec.size, self.received())?;
-        let data = self.data.take().expect("present until commit");
+        let mut buf = self.data.take().expect("present until commit");
+        buf.bytes.truncate(buf.received as usize);
         let algo = DigestAlgo::default();
         let digest = match whole {
             Some(d) if d.algo == algo => d,
-            _ => algo.digest(&data),
+            _ => algo.digest(&buf.bytes),
         };
         let record = BlobRecord {
             name: name.clone(),
-            size: data.len() as u64,
+            size: buf.received,
             content_type: self.rec.content_type.clone(),
             digest: digest.to_string(),
             created_ms: now_ms(),
@@ -243,10 +288,10 @@ impl UploadSink for MemUpload {
         };
         let mut blobs = self.store.blobs.write().unwrap();
         if !self.rec.overwrite && blobs.contains_key(&name) {
-            self.data = Some(data); // back to pending on drop
+            self.data = Some(buf); // back to pending on drop
             return Err(StoreError::AlreadyExists(name));
         }
-        blobs.insert(name.clone(), (Bytes::from(data), record.clone()));
+        blobs.insert(name.clone(), (Bytes::from(buf.bytes), record.clone()));
         drop(blobs);
         self.store.uploads.lock().unwrap().remove(&name);
         Ok(record)

@@ -120,6 +120,15 @@ pub trait UploadSink: Send {
     fn received(&self) -> u64;
     /// Write at `offset`, which must not be past `received()` (no gaps).
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()>;
+    /// Lend the upload's own memory for `offset..offset + len`, so a receiver can read from
+    /// the socket straight into the store with no intermediate copy. Only in-memory uploads
+    /// of known size can; others return `None` (use `write_at`). After filling, report how
+    /// many bytes arrived with [`UploadSink::filled`].
+    fn lend(&mut self, _offset: u64, _len: u64) -> Option<&mut [u8]> {
+        None
+    }
+    /// `n` bytes from `offset` were filled into memory lent by [`UploadSink::lend`].
+    fn filled(&mut self, _offset: u64, _n: u64) {}
     /// Forget every byte from `len` on (a transfer whose checksum failed is rolled back so no
     /// unverified byte stays behind). No-op if `len >= received()`.
     fn truncate(&mut self, len: u64) -> Result<()>;

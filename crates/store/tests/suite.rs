@@ -155,6 +155,24 @@ fn range_digests(s: &dyn Store) {
     ));
 }
 
+fn lent_memory_is_the_upload_itself(s: &dyn Store) {
+    s.route(&spec("l", Some(6))).unwrap();
+    let mut w = s.open_upload("l").unwrap();
+    assert!(w.lend(0, 7).is_none(), "never past the declared size");
+    assert!(w.lend(2, 1).is_none(), "never leaving a gap");
+    match w.lend(0, 4) {
+        Some(buf) => {
+            buf.copy_from_slice(b"abcd");
+            w.filled(0, 4);
+        }
+        None => w.write_at(0, b"abcd").unwrap(), // stores that keep uploads elsewhere
+    }
+    assert_eq!(w.received(), 4);
+    w.write_at(4, b"ef").unwrap();
+    w.commit(None).unwrap();
+    assert_eq!(read_all(s, "l"), b"abcdef");
+}
+
 fn full_disk_loses_nothing(s: impl Store) {
     let s = FaultyStore::disk_full_after(s, 4);
     put(&s, "small", b"1234");
@@ -185,7 +203,8 @@ suite!(
     one_writer_at_a_time,
     overwrite_is_explicit,
     bad_names_and_missing_things,
-    range_digests
+    range_digests,
+    lent_memory_is_the_upload_itself
 );
 
 #[test]
