@@ -17,7 +17,7 @@ mod transfer;
 pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
 pub use error::BenchError;
 pub use machine::machine_description;
-pub use measure::{PathRunner, Transfer, measure, measure_with, start_runner};
+pub use measure::{PathRunner, Transfer, measure, measure_interleaved, measure_with, start_runner};
 pub use model::{Measurement, Mode, Path};
 pub use paths::{BlobstreamRunner, GrpcRunner, Iperf3Runner, RawTcpRunner, find_on_path};
 pub use payload::{MB, gbit_per_s, median, payload};

@@ -106,6 +106,51 @@ pub fn measure_with(
     })
 }
 
+/// Measure every runner in `runners` on the same point, interleaved: one warm-up each, then
+/// run after run each path in turn, so drift on a shared machine hits every path alike and
+/// the ratios between them hold. Returns one result per runner, in order.
+pub fn measure_interleaved(
+    runners: &mut [&mut dyn PathRunner],
+    mode: Mode,
+    data: &Bytes,
+    buffer: u32,
+    runs: u32,
+) -> Vec<Result<Measurement, BenchError>> {
+    let mut samples: Vec<Result<Vec<f64>, BenchError>> = runners
+        .iter_mut()
+        .map(|r| r.prepare(mode, data, buffer).map(|_| Vec::with_capacity(runs as usize)))
+        .collect();
+    for i in 0..=runs {
+        for (r, s) in runners.iter_mut().zip(samples.iter_mut()) {
+            let Ok(list) = s else { continue };
+            match r.transfer(mode, data, buffer).and_then(|t| {
+                check(r.path(), mode, data, t.received.as_deref()).map(|_| t.gbit_per_s)
+            }) {
+                Ok(g) if i > 0 => list.push(g), // run 0 is the warm-up
+                Ok(_) => {}
+                Err(e) => *s = Err(e),
+            }
+        }
+    }
+    runners
+        .iter_mut()
+        .zip(samples)
+        .map(|(r, s)| {
+            let cleaned = r.cleanup(mode, data, buffer);
+            let s = s?;
+            cleaned?;
+            Ok(Measurement {
+                mode,
+                size_bytes: data.len() as u64,
+                path: r.path(),
+                socket_buffer: buffer,
+                gbit_per_s: median(&s),
+                runs,
+            })
+        })
+        .collect()
+}
+
 /// Every byte sent arrived, in order.
 fn check(path: Path, mode: Mode, sent: &[u8], received: Option<&[u8]>) -> Result<(), BenchError> {
     let Some(received) = received else { return Ok(()) };

@@ -45,7 +45,7 @@ struct Buf {
 impl Buf {
     fn for_size(size: Option<u64>) -> Self {
         let bytes = match size {
-            Some(n) => vec![0u8; n as usize],
+            Some(n) => bs_wire::alloc::zeroed(n as usize),
             None => Vec::new(),
         };
         Self { bytes, received: 0 }

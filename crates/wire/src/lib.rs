@@ -2,6 +2,7 @@
 //! pooled, reference-counted buffers payload bytes travel in. Pure logic, no I/O (like
 //! `quinn-proto`): the `transport` crate drives it over sockets.
 
+pub mod alloc;
 pub mod digest;
 pub mod error;
 pub mod frame;

@@ -53,7 +53,8 @@ impl GrpcBaseline for Baseline {
             .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
             .unwrap_or(0);
         let mut stream = request.into_inner();
-        let mut buf = Vec::with_capacity(size);
+        let mut buf = bs_wire::alloc::zeroed(size);
+        buf.clear(); // keep the capacity (and its huge-page advice), fill by appending
         while let Some(chunk) = stream.message().await? {
             buf.extend_from_slice(&chunk.data);
         }
@@ -221,7 +222,8 @@ async fn client_transfer(
         Mode::Pull => {
             let req = PullRequest { size: n as u64, chunk_size: CHUNK as u32 };
             let mut stream = client.pull(req).await.map_err(BenchError::grpc)?.into_inner();
-            let mut out = Vec::with_capacity(n);
+            let mut out = bs_wire::alloc::zeroed(n);
+            out.clear(); // keep the capacity (and its huge-page advice), fill by appending
             while let Some(chunk) = stream.message().await.map_err(BenchError::grpc)? {
                 out.extend_from_slice(&chunk.data);
             }

@@ -148,7 +148,7 @@ fn handle(mut s: TcpStream, source: &Mutex<Bytes>) -> Outcome {
         s.write_all(&data[..n])?;
         Ok(None)
     } else {
-        let mut buf = vec![0u8; n];
+        let mut buf = bs_wire::alloc::zeroed(n);
         s.read_exact(&mut buf)?;
         s.write_all(&[1])?;
         Ok(Some(buf))
@@ -183,7 +183,7 @@ impl PathRunner for RawTcpRunner {
                 let start = Instant::now();
                 let mut s =
                     connect(server.addr, buffer).map_err(BenchError::io("raw TCP connect"))?;
-                let mut out = vec![0u8; n];
+                let mut out = bs_wire::alloc::zeroed(n);
                 let got = (|| {
                     s.write_all(&(n as u64 | PULL_FLAG).to_be_bytes())?;
                     s.read_exact(&mut out)
