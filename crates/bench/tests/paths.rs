@@ -1,10 +1,7 @@
 //! The real measurement code of every path on tiny blobs: the bytes arrive intact, the runs
 //! are counted, a rate comes out. Timings are never asserted.
 
-use bs_bench::{
-    MB, Mode, Path, TransferBenchOptions, find_on_path, measure, payload, run_transfer,
-    start_runner,
-};
+use bs_bench::{MB, Mode, Path, find_on_path, measure, payload, start_runner};
 
 const PATHS: [Path; 3] = [Path::Blobstream, Path::RawTcp, Path::Grpc];
 
@@ -62,21 +59,4 @@ fn iperf3_when_installed() {
         assert_eq!((m.path, m.runs), (Path::Iperf3, 1));
         assert!(m.gbit_per_s > 0.0, "{m:?}");
     }
-}
-
-/// The whole quick benchmark; slow in a debug build, so run it on demand:
-/// `cargo test -p blobstream-bench -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn quick_transfer_benchmark() {
-    let opts = TransferBenchOptions {
-        quick: true,
-        progress: Some(Box::new(|line: &str| eprintln!("{line}"))),
-    };
-    let r = run_transfer(&opts).unwrap();
-    println!("{}", r.print_table());
-    println!("{}", r.to_markdown());
-    println!("{}", serde_json::to_string_pretty(&r.to_json()).unwrap());
-    assert!(r.results.iter().all(|m| m.gbit_per_s > 0.0 && m.runs == 3));
-    assert_eq!(r.target_checks().len(), 2);
 }

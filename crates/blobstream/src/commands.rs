@@ -212,7 +212,7 @@ mod tests {
     fn utc_formats_known_instants() {
         assert_eq!(utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
-        assert_eq!(utc(1_795_000_000_123), "2026-11-17T10:26:40Z");
+        assert_eq!(utc(1_795_000_000_123), "2026-11-18T11:06:40Z");
     }
 
     #[test]

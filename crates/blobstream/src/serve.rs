@@ -1,6 +1,7 @@
 //! `blobstream serve`: the store server on the embedded default (a data directory with an
 //! SQLite catalogue), until Ctrl-C.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,10 +38,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     rt.block_on(async move {
         let server = Server::start(store.clone(), cfg).await?;
-        println!("blobstream is serving {}", store.describe());
-        println!("  control plane (gRPC): {}", server.control_addr());
-        println!("  data plane (TCP):     {}", server.data_addr());
-        println!("try: blobstream --server {} put FILE NAME", server.control_addr());
+        // Best effort: a closed stdout must not take the server down.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "blobstream is serving {}", store.describe());
+        let _ = writeln!(out, "  control plane (gRPC): {}", server.control_addr());
+        let _ = writeln!(out, "  data plane (TCP):     {}", server.data_addr());
+        let _ = writeln!(out, "try: blobstream --server {} put FILE NAME", server.control_addr());
+        let _ = out.flush();
+        drop(out);
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         eprintln!("shutting down");
         server.shutdown().await;

@@ -222,6 +222,63 @@ fn truncated_upload_stays_invisible_and_resumes_after_checking_what_arrived() {
     assert_eq!(pull(&c, "big", 0, None), bytes);
 }
 
+/// Negotiate a push of `name` with the generated gRPC client, returning the raw token.
+fn raw_push_token(s: &BackgroundServer, name: &str) -> [u8; TOKEN_LEN] {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(format!(
+            "http://{}",
+            s.control_addr()
+        ))
+        .await
+        .unwrap();
+        let r = g
+            .negotiate(bs_proto::NegotiateRequest {
+                name: name.into(),
+                direction: bs_proto::Direction::Push as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        r.into_inner().token.try_into().unwrap()
+    })
+}
+
+#[test]
+fn a_client_vanishing_mid_payload_leaves_nothing_visible() {
+    let (s, c) = server();
+    c.route(RouteRequest {
+        name: "cut".into(),
+        size: Some(1_000_000),
+        resume_tag: "t".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let token = raw_push_token(&s, "cut");
+    let mut t = TcpStream::connect(s.data_addr()).unwrap();
+    t.write_all(&Frame::Hello { token }.encode()).unwrap();
+    t.write_all(&Frame::Data { offset: 0, len: 1_000_000 }.encode()).unwrap();
+    t.write_all(&data(100_000)).unwrap();
+    drop(t); // gone after 100 000 of 1 000 000 announced bytes
+    assert!(matches!(c.stat("cut"), Err(ClientError::NotFound(_))));
+    assert!(c.list("").unwrap().is_empty());
+    // The bytes that did arrive are offered for resume, with their digest to check first.
+    let r = c
+        .route(RouteRequest {
+            name: "cut".into(),
+            size: Some(1_000_000),
+            resume_tag: "t".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(r.resumed);
+    assert_eq!(r.received, 100_000);
+    assert_eq!(r.received_digest, DigestAlgo::Xxh3_128.digest(&data(100_000)).to_string());
+    // And the server keeps serving.
+    push(&c, "after", b"fine");
+    assert_eq!(pull(&c, "after", 0, None), b"fine");
+}
+
 #[test]
 fn a_push_with_a_wrong_digest_is_rolled_back() {
     let (s, c) = server();

@@ -1,0 +1,164 @@
+//! The `blobstream` binary end to end: a real `serve` process on port 0 and the client
+//! commands a user or script runs against it, checked by what they print and their exit codes.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_blobstream");
+
+/// A `blobstream serve` child process; killed on drop.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Serve {
+    /// Start a server on `data` and wait until it prints its control-plane address (it prints
+    /// only after both listeners are bound).
+    fn start(data: &Path) -> Self {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines.next().expect("serve exited before printing its address").unwrap();
+            if let Some(a) = line.split("control plane (gRPC):").nth(1) {
+                break a.trim().to_string();
+            }
+        };
+        // Keep draining stdout so the server never writes into a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self { child, addr }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(BIN).args(["--server", &self.addr]).args(args).output().unwrap()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn fails_with(o: &Output, needle: &str) {
+    assert_eq!(o.status.code(), Some(1), "stdout: {}", String::from_utf8_lossy(&o.stdout));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(needle), "stderr {err:?} lacks {needle:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one clear line: {err:?}");
+}
+
+fn content(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+#[test]
+fn put_list_stat_get_cat_cp_rm_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let file = dir.path().join("scan.dcm");
+    let bytes = content(3_000_000);
+    std::fs::write(&file, &bytes).unwrap();
+    let f = file.to_str().unwrap();
+
+    ok(&s.run(&["put", f, "studies/ct-1.dcm", "--meta", "modality=CT"]));
+    let ls: serde_json::Value =
+        serde_json::from_str(&ok(&s.run(&["ls", "studies/", "--json"]))).unwrap();
+    assert_eq!(ls[0]["name"], "studies/ct-1.dcm");
+    assert_eq!(ls[0]["size"], 3_000_000);
+    assert_eq!(ls[0]["content_type"], "application/dicom");
+    let st: serde_json::Value =
+        serde_json::from_str(&ok(&s.run(&["stat", "studies/ct-1.dcm", "--json"]))).unwrap();
+    assert_eq!(st["metadata"]["modality"], "CT");
+    assert!(st["digest"].as_str().unwrap().starts_with("xxh3-128:"));
+    assert!(ok(&s.run(&["ls"])).contains("studies/ct-1.dcm"));
+
+    let out = dir.path().join("back.dcm");
+    ok(&s.run(&["get", "studies/ct-1.dcm", out.to_str().unwrap()]));
+    assert_eq!(std::fs::read(&out).unwrap(), bytes);
+    let cat = s.run(&["cat", "studies/ct-1.dcm"]);
+    assert!(cat.status.success());
+    assert_eq!(cat.stdout, bytes);
+
+    ok(&s.run(&["cp", "bs:studies/ct-1.dcm", "bs:copies/ct-1.dcm"]));
+    let local = dir.path().join("via-cp.bin");
+    ok(&s.run(&["cp", "bs:copies/ct-1.dcm", local.to_str().unwrap()]));
+    assert_eq!(std::fs::read(&local).unwrap(), bytes);
+
+    fails_with(&s.run(&["put", f, "studies/ct-1.dcm"]), "already exists");
+    ok(&s.run(&["put", f, "studies/ct-1.dcm", "--overwrite"]));
+    fails_with(&s.run(&["put", f, "../etc/passwd"]), "invalid blob name");
+    fails_with(&s.run(&["stat", "no/such"]), "not found");
+    fails_with(&s.run(&["get", "no/such", out.to_str().unwrap()]), "not found");
+    fails_with(&s.run(&["put", "/no/such/file", "x"]), "not found");
+
+    ok(&s.run(&["rm", "studies/ct-1.dcm", "copies/ct-1.dcm"]));
+    assert_eq!(ok(&s.run(&["ls"])), "");
+    fails_with(&s.run(&["rm", "studies/ct-1.dcm"]), "not found");
+}
+
+#[test]
+fn blobs_survive_a_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("f.bin");
+    std::fs::write(&file, content(100_000)).unwrap();
+    {
+        let s = Serve::start(&data);
+        ok(&s.run(&["put", file.to_str().unwrap(), "kept"]));
+    } // killed, not shut down gracefully
+    let s = Serve::start(&data);
+    let st: serde_json::Value =
+        serde_json::from_str(&ok(&s.run(&["stat", "kept", "--json"]))).unwrap();
+    assert_eq!(st["size"], 100_000);
+}
+
+#[test]
+fn an_unreachable_server_is_one_clear_line() {
+    let o = Command::new(BIN).args(["--server", "127.0.0.1:1", "ls"]).output().unwrap();
+    fails_with(&o, "cannot reach blobstream server at 127.0.0.1:1");
+    let o = Command::new(BIN)
+        .env("BLOBSTREAM_SERVER", "127.0.0.1:1")
+        .args(["stat", "x"])
+        .output()
+        .unwrap();
+    fails_with(&o, "127.0.0.1:1");
+}
+
+#[test]
+fn bench_transfer_quick_json_has_the_documented_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN)
+        .args(["bench", "transfer", "--quick", "--json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    let results = v["results"].as_array().unwrap();
+    for path in ["blobstream", "raw_tcp", "grpc"] {
+        for mode in ["push", "pull"] {
+            for size in [1u64 << 20, 32 << 20] {
+                let r = results
+                    .iter()
+                    .find(|r| r["path"] == path && r["mode"] == mode && r["size_bytes"] == size)
+                    .unwrap_or_else(|| panic!("no {path} {mode} {size}"));
+                assert!(r["gbit_per_s"].as_f64().unwrap() > 0.0);
+                assert_eq!(r["runs"], 3);
+            }
+        }
+    }
+    assert!(!dir.path().join("BENCHMARKS.md").exists(), "quick runs leave BENCHMARKS.md alone");
+}
