@@ -81,29 +81,9 @@ pub fn measure_with(
     if runs == 0 {
         return Err(BenchError::Invalid("a measurement needs at least one run".into()));
     }
-    runner.prepare(mode, data, buffer)?;
-    let timed = (|| -> Result<Vec<f64>, BenchError> {
-        let mut samples = Vec::with_capacity(runs as usize);
-        for i in 0..=runs {
-            let t = runner.transfer(mode, data, buffer)?;
-            check(runner.path(), mode, data, t.received.as_deref())?;
-            if i > 0 {
-                samples.push(t.gbit_per_s); // run 0 is the warm-up
-            }
-        }
-        Ok(samples)
-    })();
-    let cleaned = runner.cleanup(mode, data, buffer);
-    let samples = timed?;
-    cleaned?;
-    Ok(Measurement {
-        mode,
-        size_bytes: data.len() as u64,
-        path: runner.path(),
-        socket_buffer: buffer,
-        gbit_per_s: median(&samples),
-        runs,
-    })
+    measure_interleaved(&mut [runner], mode, data, buffer, runs)
+        .pop()
+        .expect("one runner, one result")
 }
 
 /// Measure every runner in `runners` on the same point, interleaved: one warm-up each, then

@@ -146,25 +146,17 @@ fn wrong_tokens_absurd_frames_and_garbage_are_refused_and_others_are_served() {
 }
 
 /// Negotiate with the generated gRPC client directly, to get hold of a raw token.
-fn raw_token(s: &BackgroundServer, name: &str) -> [u8; TOKEN_LEN] {
+fn raw_token(s: &BackgroundServer, name: &str, direction: bs_proto::Direction) -> [u8; TOKEN_LEN] {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(format!(
-            "http://{}",
-            s.control_addr()
-        ))
-        .await
-        .unwrap();
-        let r = g
-            .negotiate(bs_proto::NegotiateRequest {
-                name: name.into(),
-                direction: bs_proto::Direction::Pull as i32,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        r.token.try_into().unwrap()
+        let url = format!("http://{}", s.control_addr());
+        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(url).await.unwrap();
+        let req = bs_proto::NegotiateRequest {
+            name: name.into(),
+            direction: direction as i32,
+            ..Default::default()
+        };
+        g.negotiate(req).await.unwrap().into_inner().token.try_into().unwrap()
     })
 }
 
@@ -172,7 +164,7 @@ fn raw_token(s: &BackgroundServer, name: &str) -> [u8; TOKEN_LEN] {
 fn tokens_are_one_time() {
     let (s, c) = server();
     push(&c, "t", b"abc");
-    let token = raw_token(&s, "t");
+    let token = raw_token(&s, "t", bs_proto::Direction::Pull);
     assert!(matches!(raw(&s, &Frame::Hello { token }.encode()), Frame::Data { offset: 0, len: 3 }));
     assert_eq!(error_code(raw(&s, &Frame::Hello { token }.encode())), ErrorCode::TokenReused);
 }
@@ -222,28 +214,6 @@ fn truncated_upload_stays_invisible_and_resumes_after_checking_what_arrived() {
     assert_eq!(pull(&c, "big", 0, None), bytes);
 }
 
-/// Negotiate a push of `name` with the generated gRPC client, returning the raw token.
-fn raw_push_token(s: &BackgroundServer, name: &str) -> [u8; TOKEN_LEN] {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(format!(
-            "http://{}",
-            s.control_addr()
-        ))
-        .await
-        .unwrap();
-        let r = g
-            .negotiate(bs_proto::NegotiateRequest {
-                name: name.into(),
-                direction: bs_proto::Direction::Push as i32,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        r.into_inner().token.try_into().unwrap()
-    })
-}
-
 #[test]
 fn a_client_vanishing_mid_payload_leaves_nothing_visible() {
     let (s, c) = server();
@@ -254,7 +224,7 @@ fn a_client_vanishing_mid_payload_leaves_nothing_visible() {
         ..Default::default()
     })
     .unwrap();
-    let token = raw_push_token(&s, "cut");
+    let token = raw_token(&s, "cut", bs_proto::Direction::Push);
     let mut t = TcpStream::connect(s.data_addr()).unwrap();
     t.write_all(&Frame::Hello { token }.encode()).unwrap();
     t.write_all(&Frame::Data { offset: 0, len: 1_000_000 }.encode()).unwrap();

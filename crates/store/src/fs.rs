@@ -203,16 +203,7 @@ impl Store for FsStore {
         }
         let id = new_id();
         File::create(i.staging_path(&id))?;
-        let rec = UploadRecord {
-            name: spec.name.clone(),
-            upload_id: id,
-            size: spec.size,
-            content_type: spec.content_type.clone(),
-            metadata: spec.metadata.clone(),
-            overwrite: spec.overwrite,
-            resume_tag: spec.resume_tag.clone(),
-            created_ms: now_ms(),
-        };
+        let rec = spec.upload_record(id);
         if let Some(old) = i.cat.put_upload(&rec)? {
             let _ = fs::remove_file(i.staging_path(&old));
         }

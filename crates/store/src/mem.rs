@@ -147,16 +147,7 @@ impl Store for MemStore {
             }
             _ => {}
         }
-        let rec = UploadRecord {
-            name: spec.name.clone(),
-            upload_id: crate::fs::new_id(),
-            size: spec.size,
-            content_type: spec.content_type.clone(),
-            metadata: spec.metadata.clone(),
-            overwrite: spec.overwrite,
-            resume_tag: spec.resume_tag.clone(),
-            created_ms: now_ms(),
-        };
+        let rec = spec.upload_record(crate::fs::new_id());
         ups.insert(spec.name.clone(), Pending { rec, data: Some(Buf::for_size(spec.size)) });
         Ok(Routed { received: 0, received_digest: None, resumed: false })
     }

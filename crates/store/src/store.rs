@@ -26,6 +26,22 @@ pub struct RouteSpec {
     pub resume_tag: String,
 }
 
+impl RouteSpec {
+    /// The pending-upload row this reservation becomes, under a fresh `upload_id`.
+    pub(crate) fn upload_record(&self, upload_id: String) -> bs_meta::UploadRecord {
+        bs_meta::UploadRecord {
+            name: self.name.clone(),
+            upload_id,
+            size: self.size,
+            content_type: self.content_type.clone(),
+            metadata: self.metadata.clone(),
+            overwrite: self.overwrite,
+            resume_tag: self.resume_tag.clone(),
+            created_ms: bs_meta::now_ms(),
+        }
+    }
+}
+
 /// Result of `route`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routed {
