@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use bs_client::{Client, RouteRequest, TransferSettings};
+use bs_client::{Client, RouteRequest, Security, TransferSettings};
 use bs_store::{BlobSource, MemStore, RouteSpec, Store};
 
 use crate::error::BlobError;
@@ -37,6 +37,7 @@ struct Inner {
     mem: MemStore,
     clients: Mutex<HashMap<String, Client>>,
     settings: TransferSettings,
+    security: Security,
 }
 
 impl Factory {
@@ -46,7 +47,13 @@ impl Factory {
 
     /// A factory whose remote clients propose these transfer settings.
     pub fn with_settings(settings: TransferSettings) -> Self {
-        Self { inner: Arc::new(Inner { settings, ..Inner::default() }) }
+        Self::with_config(settings, Security::default())
+    }
+
+    /// A factory whose remote clients propose `settings` and connect with `security`
+    /// (credentials, TLS).
+    pub fn with_config(settings: TransferSettings, security: Security) -> Self {
+        Self { inner: Arc::new(Inner { settings, security, ..Inner::default() }) }
     }
 
     /// The memory store behind `mem:` keys.
@@ -60,7 +67,8 @@ impl Factory {
         if let Some(c) = clients.get(server) {
             return Ok(c.clone());
         }
-        let c = Client::connect(server)?.with_settings(self.inner.settings.clone());
+        let c = Client::connect_with(server, self.inner.security.clone())?
+            .with_settings(self.inner.settings.clone());
         clients.insert(server.to_string(), c.clone());
         Ok(c)
     }

@@ -26,6 +26,16 @@ pub struct Global {
     /// No progress bars.
     #[arg(long, short, global = true)]
     pub quiet: bool,
+    /// File holding the bearer token for the control plane (serve: the token to require)
+    /// [or the token itself in BLOBSTREAM_AUTH_TOKEN].
+    #[arg(long, global = true, env = "BLOBSTREAM_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// CA certificate (PEM) to trust: speak TLS to the server on both planes.
+    #[arg(long, global = true, env = "BLOBSTREAM_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Name to verify in the server's certificate [default: the host connected to].
+    #[arg(long, global = true, env = "BLOBSTREAM_TLS_DOMAIN")]
+    pub tls_domain: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -86,6 +96,12 @@ pub struct ServeArgs {
     /// Most concurrent data connections.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Certificate chain (PEM): serve TLS on both planes (with --tls-key).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) for --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Args)]

@@ -8,10 +8,14 @@ use bs_blob::{BlobKey, Factory, Location, NewBlob, Options, Transporter};
 use bs_client::{BlobInfo, Client};
 
 use crate::cli::{CpArgs, GetArgs, Global, LsArgs, PutArgs};
-use crate::progress;
+use crate::{progress, security};
 
 fn client(g: &Global) -> Result<Client> {
-    Ok(Client::connect(&g.server)?)
+    Ok(Client::connect_with(&g.server, security::client(g)?)?)
+}
+
+fn factory(g: &Global) -> Result<Factory> {
+    Ok(Factory::with_config(Default::default(), security::client(g)?))
 }
 
 /// A `cp` operand: `bs:NAME` on --server, `blob://HOST:PORT/NAME`, or a local path.
@@ -50,7 +54,7 @@ fn copy(
     spec: &NewBlob,
     opts: Options,
 ) -> Result<bs_blob::Copied> {
-    let t = Transporter::new(Factory::new());
+    let t = Transporter::new(factory(g)?);
     let size = t.factory().bind(src).map(|p| p.size()).unwrap_or(0);
     let pb = progress::bar(size, dst.name(), g.quiet);
     let pb2 = pb.clone();
@@ -93,8 +97,7 @@ pub fn put(g: &Global, a: PutArgs) -> Result<()> {
 pub fn get(g: &Global, a: GetArgs) -> Result<()> {
     let src = BlobKey::remote(&g.server, &a.key);
     if a.file == "-" {
-        let f = Factory::new();
-        let mut p = f.bind(&src)?;
+        let mut p = factory(g)?.bind(&src)?;
         let mut out = std::io::stdout().lock();
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -217,7 +220,13 @@ mod tests {
 
     #[test]
     fn operands_and_content_types() {
-        let g = Global { server: "h:1".into(), quiet: true };
+        let g = Global {
+            server: "h:1".into(),
+            quiet: true,
+            auth_token_file: None,
+            tls_ca: None,
+            tls_domain: None,
+        };
         assert_eq!(operand(&g, "bs:a/b").unwrap(), BlobKey::remote("h:1", "a/b"));
         assert_eq!(operand(&g, "blob://x:2/n").unwrap(), BlobKey::remote("x:2", "n"));
         assert_eq!(operand(&g, "local.bin").unwrap(), BlobKey::file("local.bin"));

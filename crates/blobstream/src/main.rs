@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod commands;
 mod progress;
+mod security;
 mod serve;
 
 use std::process::ExitCode;
@@ -27,7 +28,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
     use cli::Command::*;
     let g = &cli.global;
     match cli.command {
-        Serve(a) => serve::run(a),
+        Serve(a) => serve::run(g, a),
         Put(a) => commands::put(g, a),
         Get(a) => commands::get(g, a),
         Cat { key } => commands::get(g, cli::GetArgs { key, file: "-".into(), no_resume: true }),

@@ -9,9 +9,10 @@ use anyhow::{Context, Result};
 use bs_server::{Server, ServerConfig};
 use bs_store::{FsStore, MemStore, Store};
 
-use crate::cli::ServeArgs;
+use crate::cli::{Global, ServeArgs};
+use crate::security;
 
-pub fn run(a: ServeArgs) -> Result<()> {
+pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -29,12 +30,19 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let cfg = ServerConfig {
         control_addr: a.addr,
         data_addr: a.data_addr,
-        advertise_data: a.advertise,
+        advertise_data: a.advertise.clone(),
         token_ttl: Duration::from_secs(a.token_ttl),
         io_timeout: Duration::from_secs(a.io_timeout),
         max_connections: a.max_connections,
+        auth_token: security::token(g)?,
+        tls: security::server_tls(&a)?,
         ..ServerConfig::default()
     };
+    if cfg.auth_token.is_none() && !cfg.control_addr.ip().is_loopback() {
+        tracing::warn!(
+            "listening beyond loopback without an auth token: anyone who can connect can read and write"
+        );
+    }
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     rt.block_on(async move {
         let server = Server::start(store.clone(), cfg).await?;

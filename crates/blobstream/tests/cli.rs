@@ -17,9 +17,15 @@ impl Serve {
     /// Start a server on `data` and wait until it prints its control-plane address (it prints
     /// only after both listeners are bound).
     fn start(data: &Path) -> Self {
+        Self::start_with(data, &[], &[])
+    }
+
+    fn start_with(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(BIN)
             .args(["serve", "--addr", "127.0.0.1:0", "--data"])
             .arg(data)
+            .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -161,4 +167,45 @@ fn bench_transfer_quick_json_has_the_documented_shape() {
         }
     }
     assert!(!dir.path().join("BENCHMARKS.md").exists(), "quick runs leave BENCHMARKS.md alone");
+}
+
+#[test]
+fn tls_and_a_token_protect_both_planes() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key, token) =
+        (dir.path().join("cert.pem"), dir.path().join("key.pem"), dir.path().join("token"));
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let (cert, key, token) =
+        (cert.to_str().unwrap(), key.to_str().unwrap(), token.to_str().unwrap());
+    let s = Serve::start_with(
+        &dir.path().join("data"),
+        &["--tls-cert", cert, "--tls-key", key, "--auth-token-file", token],
+        &[],
+    );
+    let file = dir.path().join("f.bin");
+    std::fs::write(&file, content(2_000_000)).unwrap();
+    let tls = ["--tls-ca", cert, "--tls-domain", "localhost"];
+    let run = |extra: &[&str], env: &[(&str, &str)], args: &[&str]| {
+        Command::new(BIN)
+            .args(["--server", &s.addr])
+            .args(extra)
+            .envs(env.iter().copied())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    ok(&run(&tls, &[("BLOBSTREAM_AUTH_TOKEN", "t0ken")], &["put", file.to_str().unwrap(), "p"]));
+    let back = dir.path().join("back.bin");
+    ok(&run(&tls, &[("BLOBSTREAM_AUTH_TOKEN", "t0ken")], &["get", "p", back.to_str().unwrap()]));
+    assert_eq!(std::fs::read(&back).unwrap(), content(2_000_000));
+    fails_with(&run(&tls, &[], &["stat", "p"]), "requires a token");
+    fails_with(
+        &run(&tls, &[("BLOBSTREAM_AUTH_TOKEN", "nope")], &["stat", "p"]),
+        "wrong credentials",
+    );
+    let plain = run(&[], &[("BLOBSTREAM_AUTH_TOKEN", "t0ken")], &["stat", "p"]);
+    assert_eq!(plain.status.code(), Some(1), "plaintext is refused");
 }

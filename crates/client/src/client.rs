@@ -9,10 +9,13 @@ use bs_proto as pb;
 use bs_proto::blob_store_client::BlobStoreClient;
 use bs_transport::{Conn, SocketOptions};
 use bs_wire::{Digest, DigestAlgo, Frame, TOKEN_LEN};
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::error::ClientError;
-use crate::settings::TransferSettings;
+use crate::settings::{Security, TransferSettings};
 use crate::streams::{PullStream, PushStream};
 
 type Result<T> = std::result::Result<T, ClientError>;
@@ -20,13 +23,32 @@ type Result<T> = std::result::Result<T, ClientError>;
 /// How long `route` waits for another writer of the same upload to let go.
 pub const BUSY_WAIT: Duration = Duration::from_secs(3);
 
+type Grpc = BlobStoreClient<InterceptedService<Channel, Bearer>>;
+
+/// Adds `authorization: Bearer <token>` to every call when a token is configured.
+#[derive(Clone)]
+struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut req: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
 /// A connection to one blobstream server. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
     rt: Arc<tokio::runtime::Runtime>,
-    grpc: BlobStoreClient<Channel>,
+    grpc: Grpc,
     addr: String,
     settings: TransferSettings,
+    security: Security,
 }
 
 impl std::fmt::Debug for Client {
@@ -36,19 +58,43 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connect to the control plane at `addr` (`host:port`).
+    /// Connect to the control plane at `addr` (`host:port`), without TLS or credentials.
     pub fn connect(addr: &str) -> Result<Self> {
+        Self::connect_with(addr, Security::default())
+    }
+
+    /// Connect with credentials and/or TLS.
+    pub fn connect_with(addr: &str, security: Security) -> Result<Self> {
+        let bad = |reason: String| ClientError::Connect { addr: addr.into(), reason };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("blobstream-client")
             .enable_all()
             .build()
-            .map_err(|e| ClientError::Connect { addr: addr.into(), reason: e.to_string() })?;
-        let uri = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
-        let endpoint = Endpoint::from_shared(uri)
-            .map_err(|e| ClientError::Connect { addr: addr.into(), reason: e.to_string() })?
+            .map_err(|e| bad(e.to_string()))?;
+        let scheme = if security.tls.is_some() { "https" } else { "http" };
+        let uri =
+            if addr.contains("://") { addr.to_string() } else { format!("{scheme}://{addr}") };
+        let mut endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| bad(e.to_string()))?
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true);
+        if let Some(tls) = &security.tls {
+            let mut cfg =
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(tls.ca_pem()));
+            if let Some(d) = tls.domain() {
+                cfg = cfg.domain_name(d);
+            }
+            endpoint = endpoint.tls_config(cfg).map_err(|e| bad(format!("TLS: {e}")))?;
+        }
+        let bearer = match &security.auth_token {
+            None => Bearer(None),
+            Some(t) => Bearer(Some(
+                format!("Bearer {t}")
+                    .parse()
+                    .map_err(|_| bad("the auth token is not valid header text".into()))?,
+            )),
+        };
         let channel = rt.block_on(endpoint.connect()).map_err(|e| {
             // The innermost cause says what happened ("Connection refused").
             let mut cause: &dyn std::error::Error = &e;
@@ -57,12 +103,14 @@ impl Client {
             }
             ClientError::Connect { addr: addr.into(), reason: cause.to_string() }
         })?;
-        let grpc = BlobStoreClient::new(channel).max_decoding_message_size(64 << 20);
+        let grpc =
+            BlobStoreClient::with_interceptor(channel, bearer).max_decoding_message_size(64 << 20);
         Ok(Self {
             rt: Arc::new(rt),
             grpc,
             addr: addr.to_string(),
             settings: TransferSettings::default(),
+            security,
         })
     }
 
@@ -81,7 +129,7 @@ impl Client {
         &self.addr
     }
 
-    fn call<T, F>(&self, f: impl FnOnce(BlobStoreClient<Channel>) -> F) -> Result<T>
+    fn call<T, F>(&self, f: impl FnOnce(Grpc) -> F) -> Result<T>
     where
         F: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
@@ -194,7 +242,26 @@ impl Client {
         let stream = opts.connect(addr, self.settings.connect_timeout).map_err(|e| {
             ClientError::Connect { addr: resp.endpoint.clone(), reason: format!("data plane: {e}") }
         })?;
-        let mut conn = Conn::new(stream);
+        let mut conn = match (&self.security.tls, resp.tls) {
+            (None, false) => Conn::new(stream),
+            (Some(tls), true) => {
+                let host =
+                    resp.endpoint.rsplit_once(':').map_or(resp.endpoint.as_str(), |(h, _)| h);
+                Conn::tls_client(stream, tls, host.trim_start_matches('[').trim_end_matches(']'))?
+            }
+            (None, true) => {
+                return Err(ClientError::Protocol(
+                    "the server's data plane requires TLS: give its CA certificate (--tls-ca)"
+                        .into(),
+                ));
+            }
+            (Some(_), false) => {
+                return Err(ClientError::Protocol(
+                    "TLS was asked for but the server's data plane offers none; refusing plaintext"
+                        .into(),
+                ));
+            }
+        };
         conn.write_frame(&Frame::Hello { token })?;
         Ok((resp, conn))
     }

@@ -14,6 +14,8 @@ pub enum ClientError {
     AlreadyExists(String),
     #[error("{0}")]
     InvalidArgument(String),
+    #[error("not allowed: {0}")]
+    Unauthenticated(String),
     #[error("server is out of space: {0}")]
     StorageFull(String),
     #[error("server error ({code:?}): {message}")]
@@ -36,6 +38,7 @@ impl From<tonic::Status> for ClientError {
             Code::AlreadyExists => Self::AlreadyExists(message),
             Code::InvalidArgument | Code::OutOfRange => Self::InvalidArgument(message),
             Code::ResourceExhausted => Self::StorageFull(message),
+            Code::Unauthenticated | Code::PermissionDenied => Self::Unauthenticated(message),
             Code::DeadlineExceeded => Self::Timeout,
             code => Self::Rpc { code, message },
         }

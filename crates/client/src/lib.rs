@@ -12,7 +12,8 @@ mod settings;
 mod streams;
 
 pub use bs_proto::{BlobInfo, RouteRequest, RouteResponse};
+pub use bs_transport::TlsClient;
 pub use client::Client;
 pub use error::ClientError;
-pub use settings::TransferSettings;
+pub use settings::{Security, TransferSettings};
 pub use streams::{PullStream, PushAck, PushStream};

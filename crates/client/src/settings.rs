@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use bs_transport::TlsClient;
 use bs_wire::DigestAlgo;
 
 /// Transfer parameters a client proposes (the server may lower them).
@@ -29,4 +30,13 @@ impl Default for TransferSettings {
             connect_timeout: Duration::from_secs(10),
         }
     }
+}
+
+/// Credentials and TLS for talking to a server.
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// Sent as `authorization: Bearer <token>` on every control-plane call.
+    pub auth_token: Option<String>,
+    /// Speak TLS on both planes, trusting this CA.
+    pub tls: Option<TlsClient>,
 }

@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bs_transport::TlsServer;
+
 /// How a server listens and what it allows.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -23,6 +25,10 @@ pub struct ServerConfig {
     pub default_chunk: u32,
     /// Largest socket buffer a client may ask for.
     pub max_socket_buffer: u32,
+    /// When set, every control-plane call must carry `authorization: Bearer <token>`.
+    pub auth_token: Option<String>,
+    /// When set, both planes speak TLS only.
+    pub tls: Option<TlsServer>,
 }
 
 impl Default for ServerConfig {
@@ -36,6 +42,8 @@ impl Default for ServerConfig {
             max_connections: 256,
             default_chunk: 1 << 20,
             max_socket_buffer: 64 << 20,
+            auth_token: None,
+            tls: None,
         }
     }
 }

@@ -258,6 +258,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             expires_in_ms: self.tokens.ttl().as_millis() as u64,
             blob: blob.map(info),
             route: route.map(routed),
+            tls: self.cfg.tls.is_some(),
         }))
     }
 }

@@ -24,6 +24,7 @@ pub(crate) struct Shared {
     slots: Arc<Semaphore>,
     io_timeout: Duration,
     pool: BufferPool,
+    tls: Option<bs_transport::TlsServer>,
 }
 
 impl Shared {
@@ -34,6 +35,7 @@ impl Shared {
             slots: Arc::new(Semaphore::new(cfg.max_connections)),
             io_timeout: cfg.io_timeout,
             pool: BufferPool::new(1 << 20, 64),
+            tls: cfg.tls.clone(),
         }
     }
 }
@@ -66,7 +68,16 @@ pub(crate) async fn accept_loop(
         let permit = shared.slots.clone().try_acquire_owned();
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || {
-            let mut conn = Conn::new(stream);
+            let mut conn = match &shared.tls {
+                None => Conn::new(stream),
+                Some(tls) => match Conn::tls_server(stream, tls) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, %peer, "cannot start TLS");
+                        return;
+                    }
+                },
+            };
             if permit.is_err() {
                 let _ = conn.write_frame(&Frame::Error {
                     code: ErrorCode::Busy,

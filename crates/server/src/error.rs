@@ -8,6 +8,8 @@ use thiserror::Error;
 pub enum ServerError {
     #[error("cannot listen for the {what} on {addr}: {source}")]
     Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
+    #[error("TLS configuration rejected: {0}")]
+    Tls(String),
     #[error("server I/O failed: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -4,6 +4,7 @@
 //! Start one with [`Server::start`]; both listeners are bound before it returns, so the
 //! addresses it reports are ready to use (tests bind port 0 and never sleep).
 
+mod auth;
 mod background;
 mod config;
 mod control;
@@ -13,6 +14,7 @@ mod status;
 mod tokens;
 
 pub use background::BackgroundServer;
+pub use bs_transport::TlsServer;
 pub use config::ServerConfig;
 pub use error::ServerError;
 pub use status::store_status;
@@ -51,12 +53,26 @@ impl Server {
         let shared = Arc::new(data::Shared::new(store.clone(), tokens.clone(), &cfg));
 
         let svc = control::ControlService::new(store, tokens, data_addr, cfg.clone());
+        let svc =
+            BlobStoreServer::with_interceptor(svc, auth::Auth::new(cfg.auth_token.as_deref()));
         let mut rx1 = rx.clone();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(control);
+        // `serve_with_incoming` ignores the builder's nodelay setting: set it per connection,
+        // so small control replies are never held back by Nagle's algorithm.
+        let incoming = tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::TcpListenerStream::new(control),
+            |s| s.inspect(|s| drop(s.set_nodelay(true))),
+        );
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &cfg.tls {
+            let (cert, key) = tls.pem();
+            let identity = tonic::transport::Identity::from_pem(cert, key);
+            builder = builder
+                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                .map_err(|e| ServerError::Tls(e.to_string()))?;
+        }
         let grpc = tokio::spawn(async move {
-            let res = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
-                .add_service(BlobStoreServer::new(svc))
+            let res = builder
+                .add_service(svc)
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = rx1.wait_for(|s| *s).await;
                 })

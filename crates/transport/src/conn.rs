@@ -17,6 +17,7 @@ use std::os::unix::fs::FileExt;
 use bs_wire::{BufferPool, Frame, HEADER_LEN, Hasher, Header};
 
 use crate::error::TransportError;
+use crate::tls::{TlsClient, TlsServer};
 
 type Result<T> = std::result::Result<T, TransportError>;
 
@@ -27,23 +28,97 @@ pub struct FileSource<'a> {
     pub len: u64,
 }
 
+/// The byte stream under a connection: a plain socket, or TLS over one.
+enum Io {
+    Plain(TcpStream),
+    TlsServer(Box<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>),
+    TlsClient(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Io {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Io::Plain(s) => s.read(buf),
+            Io::TlsServer(s) => s.read(buf),
+            Io::TlsClient(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Io {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Io::Plain(s) => s.write(buf),
+            Io::TlsServer(s) => s.write(buf),
+            Io::TlsClient(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Io::Plain(s) => s.write_vectored(bufs),
+            Io::TlsServer(s) => s.write_vectored(bufs),
+            Io::TlsClient(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Io::Plain(s) => s.flush(),
+            Io::TlsServer(s) => s.flush(),
+            Io::TlsClient(s) => s.flush(),
+        }
+    }
+}
+
 /// One data-plane connection.
-#[derive(Debug)]
 pub struct Conn {
-    stream: TcpStream,
+    stream: Io,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("peer", &self.peer_addr())
+            .field("tls", &self.is_tls())
+            .finish()
+    }
 }
 
 impl Conn {
+    /// A plain TCP connection.
     pub fn new(stream: TcpStream) -> Self {
-        Self { stream }
+        Self { stream: Io::Plain(stream) }
     }
 
+    /// The server side of a TLS connection (the handshake runs on first use).
+    pub fn tls_server(stream: TcpStream, tls: &TlsServer) -> Result<Self> {
+        let c = rustls::ServerConnection::new(tls.config()).map_err(tls_err)?;
+        Ok(Self { stream: Io::TlsServer(Box::new(rustls::StreamOwned::new(c, stream))) })
+    }
+
+    /// The client side of a TLS connection to a server reached as `host`.
+    pub fn tls_client(stream: TcpStream, tls: &TlsClient, host: &str) -> Result<Self> {
+        let name = tls.server_name(host).map_err(|e| TransportError::Tls(e.to_string()))?;
+        let c = rustls::ClientConnection::new(tls.config(), name).map_err(tls_err)?;
+        Ok(Self { stream: Io::TlsClient(Box::new(rustls::StreamOwned::new(c, stream))) })
+    }
+
+    pub fn is_tls(&self) -> bool {
+        !matches!(self.stream, Io::Plain(_))
+    }
+
+    /// The socket underneath (for options and timeouts).
     pub fn stream(&self) -> &TcpStream {
-        &self.stream
+        match &self.stream {
+            Io::Plain(s) => s,
+            Io::TlsServer(s) => &s.sock,
+            Io::TlsClient(s) => &s.sock,
+        }
     }
 
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.stream.peer_addr().ok()
+        self.stream().peer_addr().ok()
     }
 
     /// Read one control frame (for `DATA`, only its header: the payload follows).
@@ -112,24 +187,25 @@ impl Conn {
         pool: &BufferPool,
     ) -> Result<()> {
         self.write_frame(&Frame::Data { offset: blob_offset, len: src.len })?;
-        match hasher {
-            None => self.sendfile(src),
-            Some(h) => {
-                let mut buf = pool.get();
-                let mut done = 0u64;
-                while done < src.len {
-                    let want = (src.len - done).min(buf.len() as u64) as usize;
-                    let n = src.file.read_at(&mut buf[..want], src.offset + done)?;
-                    if n == 0 {
-                        return Err(short_file(src.len, done));
-                    }
-                    h.update(&buf[..n]);
-                    self.stream.write_all(&buf[..n]).map_err(TransportError::from_io)?;
-                    done += n as u64;
-                }
-                Ok(())
-            }
+        if hasher.is_none() && !self.is_tls() {
+            return self.sendfile(src);
         }
+        let mut hasher = hasher;
+        let mut buf = pool.get();
+        let mut done = 0u64;
+        while done < src.len {
+            let want = (src.len - done).min(buf.len() as u64) as usize;
+            let n = src.file.read_at(&mut buf[..want], src.offset + done)?;
+            if n == 0 {
+                return Err(short_file(src.len, done));
+            }
+            if let Some(h) = hasher.as_deref_mut() {
+                h.update(&buf[..n]);
+            }
+            self.stream.write_all(&buf[..n]).map_err(TransportError::from_io)?;
+            done += n as u64;
+        }
+        Ok(())
     }
 
     /// Zero-copy file → socket. `std::io::copy` only sometimes picks `sendfile` (it depends on
@@ -142,7 +218,7 @@ impl Conn {
             // SAFETY: both descriptors are valid for the duration of the call and `off` is a
             // live local the kernel updates.
             let n = unsafe {
-                libc::sendfile(self.stream.as_raw_fd(), src.file.as_raw_fd(), &mut off, count)
+                libc::sendfile(self.stream().as_raw_fd(), src.file.as_raw_fd(), &mut off, count)
             };
             if n < 0 {
                 let e = io::Error::last_os_error();
@@ -220,8 +296,19 @@ impl Conn {
     }
 
     /// Half-close our sending side (tells the peer no more frames come).
-    pub fn shutdown_write(&self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    pub fn shutdown_write(&mut self) {
+        match &mut self.stream {
+            Io::TlsServer(s) => {
+                s.conn.send_close_notify();
+                let _ = s.flush();
+            }
+            Io::TlsClient(s) => {
+                s.conn.send_close_notify();
+                let _ = s.flush();
+            }
+            Io::Plain(_) => {}
+        }
+        let _ = self.stream().shutdown(std::net::Shutdown::Write);
     }
 }
 
@@ -238,7 +325,11 @@ fn short_file(expected: u64, got: u64) -> TransportError {
     ))
 }
 
-fn write_all_vectored(s: &mut TcpStream, mut bufs: &mut [io::IoSlice<'_>]) -> io::Result<()> {
+fn tls_err(e: rustls::Error) -> TransportError {
+    TransportError::Tls(e.to_string())
+}
+
+fn write_all_vectored(s: &mut impl Write, mut bufs: &mut [io::IoSlice<'_>]) -> io::Result<()> {
     io::IoSlice::advance_slices(&mut bufs, 0);
     while !bufs.is_empty() {
         match s.write_vectored(bufs) {
@@ -316,10 +407,70 @@ mod tests {
         assert!(matches!(b.read_frame(), Err(TransportError::Closed)));
     }
 
+    /// A self-signed certificate for "localhost": (cert PEM, key PEM).
+    pub(crate) fn self_signed() -> (String, String) {
+        let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        (c.cert.pem(), c.signing_key.serialize_pem())
+    }
+
+    #[test]
+    fn tls_connections_carry_frames_and_file_payloads() {
+        let (cert, key) = self_signed();
+        let server = TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+        let client = TlsClient::from_pem(cert.as_bytes(), None).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let data: Vec<u8> = (0..500_000u32).map(|i| (i % 253) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&data).unwrap();
+        let t = thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut conn = Conn::tls_server(s, &server).unwrap();
+            let Frame::Hello { token } = conn.read_frame().unwrap() else { panic!() };
+            assert_eq!(token, [5; bs_wire::TOKEN_LEN]);
+            let pool = BufferPool::new(4096, 1);
+            // No hasher: over TLS this cannot be sendfile, it must still arrive intact.
+            conn.send_data_file(0, FileSource { file: &f, offset: 0, len: 500_000 }, None, &pool)
+                .unwrap();
+            conn.shutdown_write();
+        });
+        let mut c =
+            Conn::tls_client(TcpStream::connect(addr).unwrap(), &client, "localhost").unwrap();
+        assert!(c.is_tls());
+        c.write_frame(&Frame::Hello { token: [5; bs_wire::TOKEN_LEN] }).unwrap();
+        let Frame::Data { len, .. } = c.read_frame().unwrap() else { panic!() };
+        let mut got = vec![0u8; len as usize];
+        c.recv_data_into(&mut got, None).unwrap();
+        assert_eq!(got, data);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn tls_with_an_untrusted_certificate_fails_as_tls() {
+        let (cert, key) = self_signed();
+        let (other_ca, _) = self_signed();
+        let server = TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+        let client = TlsClient::from_pem(other_ca.as_bytes(), None).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut conn = Conn::tls_server(s, &server).unwrap();
+            let _ = conn.read_frame();
+        });
+        let mut c =
+            Conn::tls_client(TcpStream::connect(addr).unwrap(), &client, "localhost").unwrap();
+        let e = c
+            .write_frame(&Frame::Hello { token: [0; bs_wire::TOKEN_LEN] })
+            .and_then(|_| c.read_frame().map(|_| ()));
+        assert!(matches!(e, Err(TransportError::Tls(_))), "{e:?}");
+        t.join().unwrap();
+    }
+
     #[test]
     fn read_timeout_is_a_timeout() {
         let (_a, mut b) = pair();
-        b.stream.set_read_timeout(Some(std::time::Duration::from_millis(20))).unwrap();
+        b.stream().set_read_timeout(Some(std::time::Duration::from_millis(20))).unwrap();
         assert!(matches!(b.read_frame(), Err(TransportError::Timeout)));
     }
 }

@@ -20,6 +20,8 @@ pub enum TransportError {
     Wire(#[from] WireError),
     #[error("unexpected {got} frame (expected {expected})")]
     Unexpected { expected: &'static str, got: &'static str },
+    #[error("TLS failed on the data connection: {0}")]
+    Tls(String),
     #[error("peer reported {code:?}: {message}")]
     Remote { code: ErrorCode, message: String },
 }
@@ -29,6 +31,12 @@ impl TransportError {
     pub fn from_io(e: io::Error) -> Self {
         match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Self::Timeout,
+            // rustls reports handshake and record failures as InvalidData carrying its error.
+            io::ErrorKind::InvalidData
+                if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) =>
+            {
+                Self::Tls(e.to_string())
+            }
             _ => Self::Io(e),
         }
     }

@@ -8,7 +8,9 @@
 pub mod conn;
 pub mod error;
 pub mod socket;
+pub mod tls;
 
 pub use conn::{Conn, FileSource};
 pub use error::TransportError;
 pub use socket::SocketOptions;
+pub use tls::{TlsClient, TlsError, TlsServer};

@@ -1,0 +1,50 @@
+//! Credentials and TLS from flags, files and environment variables.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use bs_client::{Security, TlsClient};
+use bs_server::TlsServer;
+
+use crate::cli::{Global, ServeArgs};
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading the {what} {}", path.display()))
+}
+
+/// The bearer token: from `--auth-token-file`, else `BLOBSTREAM_AUTH_TOKEN`, else none.
+pub fn token(g: &Global) -> Result<Option<String>> {
+    let t = match &g.auth_token_file {
+        Some(p) => String::from_utf8(read(p, "auth token file")?)
+            .with_context(|| format!("{} is not text", p.display()))?,
+        None => match std::env::var("BLOBSTREAM_AUTH_TOKEN") {
+            Ok(t) => t,
+            Err(_) => return Ok(None),
+        },
+    };
+    let t = t.trim().to_string();
+    if t.is_empty() {
+        bail!("the auth token is empty");
+    }
+    Ok(Some(t))
+}
+
+/// What a client command connects with.
+pub fn client(g: &Global) -> Result<Security> {
+    let tls = match &g.tls_ca {
+        None => None,
+        Some(ca) => Some(
+            TlsClient::from_pem(&read(ca, "CA certificate")?, g.tls_domain.clone())
+                .with_context(|| format!("using {} as CA", ca.display()))?,
+        ),
+    };
+    Ok(Security { auth_token: token(g)?, tls })
+}
+
+/// The server's TLS identity, if `--tls-cert`/`--tls-key` were given.
+pub fn server_tls(a: &ServeArgs) -> Result<Option<TlsServer>> {
+    let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) else { return Ok(None) };
+    let tls = TlsServer::from_pem(&read(cert, "certificate")?, &read(key, "private key")?)
+        .with_context(|| format!("using {} and {}", cert.display(), key.display()))?;
+    Ok(Some(tls))
+}
