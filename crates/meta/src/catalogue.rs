@@ -183,6 +183,14 @@ impl Catalogue {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
+    /// (name, upload id) of uploads created before `ms` (Unix milliseconds).
+    pub fn uploads_created_before(&self, ms: i64) -> Result<Vec<(String, String)>> {
+        let c = self.conn();
+        let mut st = c.prepare("SELECT name, upload_id FROM uploads WHERE created_ms < ?1")?;
+        let rows = st.query_map([ms], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
     /// Forget a pending upload; returns its id if there was one.
     pub fn delete_upload(&self, name: &str) -> Result<Option<String>> {
         let c = self.conn();
@@ -287,6 +295,8 @@ mod tests {
         u.size = Some(9);
         assert_eq!(c.put_upload(&u).unwrap(), Some("u1".into()));
         assert_eq!(c.upload("x").unwrap().unwrap(), u);
+        assert_eq!(c.uploads_created_before(1).unwrap(), [("x".to_string(), "u2".to_string())]);
+        assert!(c.uploads_created_before(0).unwrap().is_empty());
         c.commit_blob(&rec("x"), "loc").unwrap();
         assert!(c.upload("x").unwrap().is_none());
         assert!(c.upload_ids().unwrap().is_empty());

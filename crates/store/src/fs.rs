@@ -24,6 +24,9 @@ use crate::store::{
 
 type Result<T> = std::result::Result<T, StoreError>;
 
+/// Pending uploads older than this are removed when the store opens.
+pub const PENDING_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
 /// Files plus an SQLite catalogue under one data directory.
 #[derive(Clone)]
 pub struct FsStore {
@@ -64,6 +67,12 @@ impl FsStore {
 
     fn collect_garbage(&self) -> Result<()> {
         let i = &self.inner;
+        let cutoff = now_ms() - PENDING_TTL.as_millis() as i64;
+        for (name, id) in i.cat.uploads_created_before(cutoff)? {
+            tracing::info!(%name, "removing an upload left pending for over a week");
+            i.cat.delete_upload(&name)?;
+            let _ = fs::remove_file(i.staging_path(&id));
+        }
         let live: HashSet<String> = i.cat.locations()?.into_iter().collect();
         for shard in fs::read_dir(i.root.join("blobs"))? {
             let shard = shard?.path();
@@ -110,12 +119,33 @@ impl Inner {
     fn release(&self, name: &str) {
         self.busy.lock().unwrap().remove(name);
     }
+}
 
-    fn claim(&self, name: &str) -> Result<()> {
-        if self.busy.lock().unwrap().insert(name.to_string()) {
-            Ok(())
+/// Exclusive use of one name's pending upload, released on drop.
+struct Claim<'a> {
+    inner: &'a Inner,
+    name: Option<String>,
+}
+
+impl<'a> Claim<'a> {
+    fn take(inner: &'a Inner, name: &str) -> Result<Self> {
+        if inner.busy.lock().unwrap().insert(name.to_string()) {
+            Ok(Self { inner, name: Some(name.to_string()) })
         } else {
             Err(StoreError::Busy(name.to_string()))
+        }
+    }
+
+    /// Hand the claim over to someone who will release it (the upload sink).
+    fn keep(mut self) {
+        self.name = None;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if let Some(n) = self.name.take() {
+            self.inner.release(&n);
         }
     }
 }
@@ -158,8 +188,11 @@ impl Store for FsStore {
     fn delete(&self, name: &str) -> Result<()> {
         validate_name(name)?;
         let i = &self.inner;
-        let upload =
-            if i.busy.lock().unwrap().contains(name) { None } else { i.cat.delete_upload(name)? };
+        // A pending upload goes too, unless a transfer is writing it right now.
+        let upload = match Claim::take(i, name) {
+            Ok(_claim) => i.cat.delete_upload(name)?,
+            Err(_) => None,
+        };
         if let Some(id) = &upload {
             let _ = fs::remove_file(i.staging_path(id));
         }
@@ -187,15 +220,16 @@ impl Store for FsStore {
                 i.root.display()
             )));
         }
-        if i.busy.lock().unwrap().contains(&spec.name) {
-            return Err(StoreError::Busy(spec.name.clone()));
-        }
+        // Nobody writes, replaces or deletes this upload while we decide.
+        let _claim = Claim::take(i, &spec.name)?;
         if !spec.resume_tag.is_empty()
             && let Some(u) = i.cat.upload(&spec.name)?
             && u.size == spec.size
             && u.resume_tag == spec.resume_tag
             && let Ok(f) = File::open(i.staging_path(&u.upload_id))
         {
+            // Keep the bytes; take this request's type, metadata and overwrite flag.
+            i.cat.put_upload(&spec.upload_record(u.upload_id.clone()))?;
             let received = f.metadata()?.len();
             let received_digest =
                 (received > 0).then(|| digest_file_range(&f, 0, received, i.algo)).transpose()?;
@@ -213,9 +247,9 @@ impl Store for FsStore {
     fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>> {
         validate_name(name)?;
         let i = &self.inner;
+        let claim = Claim::take(i, name)?;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
-        i.claim(name)?;
-        // From here on, dropping `sink` (also on error) releases the claim.
+        claim.keep(); // from here on the sink releases it when dropped
         let mut sink = FsUpload { store: self.inner.clone(), rec, file: None, received: 0 };
         let path = i.staging_path(&sink.rec.upload_id);
         let file = OpenOptions::new().write(true).read(true).open(path);
@@ -228,10 +262,8 @@ impl Store for FsStore {
     fn abort(&self, name: &str) -> Result<()> {
         validate_name(name)?;
         let i = &self.inner;
-        i.claim(name)?;
-        let res = i.cat.delete_upload(name);
-        i.release(name);
-        match res? {
+        let _claim = Claim::take(i, name)?;
+        match i.cat.delete_upload(name)? {
             Some(id) => Ok(fs::remove_file(i.staging_path(&id))?),
             None => Err(StoreError::NoUpload(name.to_string())),
         }
@@ -312,7 +344,10 @@ impl UploadSink for FsUpload {
         let shard = dest.parent().expect("blob paths have a shard directory");
         fs::create_dir_all(shard)?;
         fs::rename(i.staging_path(&id), &dest)?;
-        File::open(shard)?.sync_all()?;
+        if let Err(e) = File::open(shard).and_then(|d| d.sync_all()) {
+            let _ = fs::rename(&dest, i.staging_path(&id));
+            return Err(e.into());
+        }
         let record = BlobRecord {
             name: name.clone(),
             size: self.received,

@@ -13,7 +13,7 @@ mod store;
 pub use bs_meta::{BlobRecord, now_ms};
 pub use error::StoreError;
 pub use faulty::FaultyStore;
-pub use fs::FsStore;
+pub use fs::{FsStore, PENDING_TTL};
 pub use mem::MemStore;
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use store::{BlobSource, RouteSpec, Routed, Store, UploadSink, digest_file_range};

@@ -43,12 +43,22 @@ struct Buf {
 }
 
 impl Buf {
-    fn for_size(size: Option<u64>) -> Self {
+    /// Reserve memory for an upload; a size the machine cannot hold is `StorageFull`, not an
+    /// abort.
+    fn for_size(size: Option<u64>) -> Result<Self> {
         let bytes = match size {
-            Some(n) => bs_wire::alloc::zeroed(n as usize),
+            Some(n) => usize::try_from(n)
+                .ok()
+                .and_then(bs_wire::alloc::try_zeroed)
+                .ok_or_else(|| StoreError::StorageFull(format!("cannot reserve {n} bytes of memory")))?,
             None => Vec::new(),
         };
-        Self { bytes, received: 0 }
+        Ok(Self { bytes, received: 0 })
+    }
+
+    /// Memory this upload holds: all of it for known sizes (reserved up front).
+    fn held(&self) -> u64 {
+        (self.bytes.len() as u64).max(self.received)
     }
 }
 
@@ -72,7 +82,7 @@ impl Inner {
             .lock()
             .unwrap()
             .values()
-            .filter_map(|p| p.data.as_ref().map(|d| d.received))
+            .filter_map(|p| p.data.as_ref().map(Buf::held))
             .sum();
         blobs + pending
     }
@@ -131,24 +141,34 @@ impl Store for MemStore {
                 )));
             }
         }
-        let mut ups = i.uploads.lock().unwrap();
-        match ups.get(&spec.name) {
-            Some(p) if p.data.is_none() => return Err(StoreError::Busy(spec.name.clone())),
-            Some(p)
-                if !spec.resume_tag.is_empty()
-                    && p.rec.size == spec.size
-                    && p.rec.resume_tag == spec.resume_tag =>
-            {
-                let data = p.data.as_ref().expect("checked above");
-                let received = data.received;
-                let held = &data.bytes[..received as usize];
-                let received_digest = (received > 0).then(|| self.digest_algo().digest(held));
-                return Ok(Routed { received, received_digest, resumed: true });
+        {
+            let mut ups = i.uploads.lock().unwrap();
+            match ups.get_mut(&spec.name) {
+                Some(p) if p.data.is_none() => return Err(StoreError::Busy(spec.name.clone())),
+                Some(p)
+                    if !spec.resume_tag.is_empty()
+                        && p.rec.size == spec.size
+                        && p.rec.resume_tag == spec.resume_tag =>
+                {
+                    // Keep the bytes; take this request's type, metadata and overwrite flag.
+                    p.rec = spec.upload_record(p.rec.upload_id.clone());
+                    let data = p.data.as_ref().expect("checked above");
+                    let received = data.received;
+                    let held = &data.bytes[..received as usize];
+                    let received_digest = (received > 0).then(|| self.digest_algo().digest(held));
+                    return Ok(Routed { received, received_digest, resumed: true });
+                }
+                _ => {}
             }
-            _ => {}
         }
+        // Allocate outside the lock; then install, unless a writer appeared meanwhile.
+        let buf = Buf::for_size(spec.size)?;
         let rec = spec.upload_record(crate::fs::new_id());
-        ups.insert(spec.name.clone(), Pending { rec, data: Some(Buf::for_size(spec.size)) });
+        let mut ups = i.uploads.lock().unwrap();
+        if ups.get(&spec.name).is_some_and(|p| p.data.is_none()) {
+            return Err(StoreError::Busy(spec.name.clone()));
+        }
+        ups.insert(spec.name.clone(), Pending { rec, data: Some(buf) });
         Ok(Routed { received: 0, received_digest: None, resumed: false })
     }
 
@@ -219,11 +239,11 @@ impl UploadSink for MemUpload {
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         check_write(self.rec.size, self.received(), offset, data.len())?;
         let end = offset + data.len() as u64;
-        if let Some(cap) = self.store.capacity {
-            let grow = end.saturating_sub(self.received());
-            if self.store.used() + self.received() + grow > cap {
-                return Err(StoreError::StorageFull(format!("memory store capacity {cap} bytes")));
-            }
+        // Known sizes were reserved (and counted) when routed; only streams grow.
+        if let (None, Some(cap)) = (self.rec.size, self.store.capacity)
+            && self.store.used() + end.max(self.received()) > cap
+        {
+            return Err(StoreError::StorageFull(format!("memory store capacity {cap} bytes")));
         }
         let buf = self.buf();
         let start = offset as usize;
@@ -238,9 +258,6 @@ impl UploadSink for MemUpload {
     fn lend(&mut self, offset: u64, len: u64) -> Option<&mut [u8]> {
         let size = self.rec.size?;
         check_write(Some(size), self.received(), offset, len as usize).ok()?;
-        if self.store.capacity.is_some() {
-            return None; // capacity accounting happens in write_at
-        }
         Some(&mut self.buf().bytes[offset as usize..(offset + len) as usize])
     }
 

@@ -173,6 +173,21 @@ fn lent_memory_is_the_upload_itself(s: &dyn Store) {
     assert_eq!(read_all(s, "l"), b"abcdef");
 }
 
+fn resuming_takes_the_new_request_flags(s: &dyn Store) {
+    let mut sp = spec("f", Some(2));
+    sp.resume_tag = "t".into();
+    s.route(&sp).unwrap();
+    s.open_upload("f").unwrap().write_at(0, b"a").unwrap();
+    sp.overwrite = true;
+    sp.content_type = "text/plain".into();
+    assert!(s.route(&sp).unwrap().resumed);
+    let mut w = s.open_upload("f").unwrap();
+    w.write_at(1, b"b").unwrap();
+    let rec = w.commit(None).unwrap();
+    assert_eq!(rec.content_type, "text/plain");
+    assert_eq!(read_all(s, "f"), b"ab");
+}
+
 fn full_disk_loses_nothing(s: impl Store) {
     let s = FaultyStore::disk_full_after(s, 4);
     put(&s, "small", b"1234");
@@ -204,7 +219,8 @@ suite!(
     overwrite_is_explicit,
     bad_names_and_missing_things,
     range_digests,
-    lent_memory_is_the_upload_itself
+    lent_memory_is_the_upload_itself,
+    resuming_takes_the_new_request_flags
 );
 
 #[test]
@@ -216,6 +232,20 @@ fn full_disk_mem() {
 fn full_disk_fs() {
     let dir = tempfile::tempdir().unwrap();
     full_disk_loses_nothing(FsStore::open(dir.path()).unwrap());
+}
+
+#[test]
+fn impossible_sizes_are_storage_full_not_a_crash() {
+    let s = MemStore::new();
+    for size in [u64::MAX, 1 << 62] {
+        let e = s.route(&spec("huge", Some(size))).unwrap_err();
+        assert!(matches!(e, StoreError::StorageFull(_)), "{e}");
+    }
+    put(&s, "fine", b"still works");
+    assert_eq!(read_all(&s, "fine"), b"still works");
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsStore::open(dir.path()).unwrap();
+    assert!(matches!(fs.route(&spec("huge", Some(u64::MAX))), Err(StoreError::StorageFull(_))));
 }
 
 #[test]
