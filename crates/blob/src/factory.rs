@@ -63,14 +63,13 @@ impl Factory {
 
     /// The (cached) client for a server.
     pub fn client(&self, server: &str) -> Result<Client> {
-        let mut clients = self.inner.clients.lock().unwrap();
-        if let Some(c) = clients.get(server) {
+        if let Some(c) = self.inner.clients.lock().unwrap().get(server) {
             return Ok(c.clone());
         }
+        // Connect without holding the lock: a slow server must not stall other servers' copies.
         let c = Client::connect_with(server, self.inner.security.clone())?
             .with_settings(self.inner.settings.clone());
-        clients.insert(server.to_string(), c.clone());
-        Ok(c)
+        Ok(self.inner.clients.lock().unwrap().entry(server.to_string()).or_insert(c).clone())
     }
 
     /// A reader for an existing blob.

@@ -213,6 +213,13 @@ impl BlobProxy {
                 }
                 if pull.is_none() {
                     let p = client.open_pull(&info.name, pos, None)?;
+                    if p.info().digest != info.digest {
+                        // Overwritten since bound: never hand out a mix of two versions.
+                        return Err(BlobError::NotFound(format!(
+                            "blob {} changed since it was opened; open it again",
+                            self.key
+                        )));
+                    }
                     if let Some(t) = self.io_limit {
                         p.set_io_timeout(t)?;
                     }

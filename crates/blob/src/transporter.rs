@@ -26,6 +26,10 @@ const PIECE: usize = 8 << 20;
 /// Longest wait for a peer on one read or write when no deadline is nearer.
 const IO_WAIT: Duration = Duration::from_secs(30);
 
+/// Buffers relayed copies pass through, reused from copy to copy.
+static RELAY_BUFFERS: std::sync::LazyLock<bs_wire::BufferPool> =
+    std::sync::LazyLock::new(|| bs_wire::BufferPool::new(1 << 20, 8));
+
 /// Which path a copy took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyPath {
@@ -96,6 +100,12 @@ impl Transporter {
         let o = opts.clone();
         opts.run(move || {
             let range = range.unwrap_or(0..src.size());
+            if range.start > range.end || range.end > src.size() {
+                return Err(BlobError::InvalidKey {
+                    key: src.key().to_string(),
+                    reason: format!("range {range:?} is outside its {} bytes", src.size()),
+                });
+            }
             let deadline = o.deadline();
             let path = transfer(&mut src, &mut dst, range.clone(), &deadline, &o)
                 .and_then(|p| {
@@ -210,7 +220,7 @@ fn transfer(
         return Ok(CopyPath::Slice);
     }
     src.seek(range.start)?;
-    let mut buf = vec![0u8; (1 << 20).min(total as usize).max(1)];
+    let mut buf = RELAY_BUFFERS.get();
     let mut done = 0u64;
     while done < total {
         deadline.check()?;

@@ -78,6 +78,9 @@ pub struct ServeArgs {
     /// Keep blobs in memory instead (nothing survives a restart).
     #[arg(long, conflicts_with = "data")]
     pub memory: bool,
+    /// With --memory: most bytes held [default: half the machine's memory].
+    #[arg(long, requires = "memory")]
+    pub memory_limit: Option<u64>,
     /// Control-plane (gRPC) address.
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub addr: SocketAddr,

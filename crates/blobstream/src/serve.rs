@@ -20,7 +20,7 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let store: Arc<dyn Store> = if a.memory {
-        Arc::new(MemStore::new())
+        Arc::new(MemStore::with_capacity(a.memory_limit.unwrap_or_else(half_the_memory)))
     } else {
         Arc::new(
             FsStore::open(&a.data)
@@ -59,4 +59,13 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         server.shutdown().await;
         Ok(())
     })
+}
+
+/// Half of MemTotal from /proc/meminfo (1 GiB if it cannot be read).
+fn half_the_memory() -> u64 {
+    let kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok()
+    });
+    kib.map_or(1 << 30, |k| k * 1024 / 2)
 }

@@ -133,8 +133,12 @@ impl Client {
     where
         F: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
-        let fut = f(self.grpc.clone());
-        Ok(self.rt.block_on(fut)?.into_inner())
+        // A control call never waits longer than one data-plane read would.
+        let (limit, fut) = (self.settings.io_timeout, f(self.grpc.clone()));
+        match self.rt.block_on(async move { tokio::time::timeout(limit, fut).await }) {
+            Ok(r) => Ok(r?.into_inner()),
+            Err(_) => Err(ClientError::Timeout),
+        }
     }
 
     pub fn stat(&self, name: &str) -> Result<pb::BlobInfo> {

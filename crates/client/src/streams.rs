@@ -166,6 +166,8 @@ pub struct PushAck {
 #[derive(Debug)]
 pub struct PushStream {
     conn: Conn,
+    /// Largest DATA frame, as negotiated.
+    chunk: usize,
     start: u64,
     next: u64,
     end: u64,
@@ -178,6 +180,7 @@ impl PushStream {
         let algo = algo_of(&resp)?;
         Ok(Self {
             conn,
+            chunk: (resp.chunk_size as usize).max(1),
             start: resp.offset,
             next: resp.offset,
             end: resp.offset.saturating_add(resp.length),
@@ -201,7 +204,8 @@ impl PushStream {
         set_timeout(&self.conn, t)
     }
 
-    /// Send `data` as the next bytes of the blob (one DATA frame, no copy).
+    /// Send `data` as the next bytes of the blob, in DATA frames of at most the negotiated
+    /// chunk size, straight from `data` (no copy).
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
         if self.next.checked_add(data.len() as u64).is_none_or(|e| e > self.end) {
             return Err(ClientError::InvalidArgument(format!(
@@ -211,10 +215,11 @@ impl PushStream {
                 self.end
             )));
         }
-        self.conn
-            .send_data_slice(self.next, data, Some(&mut self.hasher))
-            .map_err(|e| self.server_reason(e))?;
-        self.next += data.len() as u64;
+        for piece in data.chunks(self.chunk) {
+            let sent = self.conn.send_data_slice(self.next, piece, Some(&mut self.hasher));
+            sent.map_err(|e| self.server_reason(e))?;
+            self.next += piece.len() as u64;
+        }
         Ok(())
     }
 

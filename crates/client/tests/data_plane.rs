@@ -278,7 +278,12 @@ fn a_push_with_a_wrong_digest_is_rolled_back() {
     msg.extend_from_slice(&Frame::Sum { total: 4, final_: true, digest: wrong }.encode());
     assert_eq!(error_code(raw(&s, &msg)), ErrorCode::ChecksumMismatch);
     assert!(matches!(c.stat("bad"), Err(ClientError::NotFound(_))));
-    // Nothing unverified stayed behind: the upload holds 0 bytes.
+    // Nothing unverified stayed behind: the upload holds 0 bytes, so continuing at 4 is a gap.
+    let e = c.open_push("bad", 4, None, None).and_then(|p| p.finish(true)).unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Transfer(TransportError::Remote { code: ErrorCode::OutOfRange, message }) if message.contains("only 0 bytes")),
+        "{e:?}"
+    );
     let mut p = c.open_push("bad", 0, None, None).unwrap();
     p.write(b"abcd").unwrap();
     assert_eq!(p.finish(true).unwrap().received, 4);
@@ -395,4 +400,122 @@ fn a_silent_peer_times_out() {
     let e = c.open_push("s", 0, None, None).and_then(|p| p.finish(true)).unwrap_err();
     assert!(e.is_timeout(), "{e:?}");
     drop(silent);
+}
+
+#[test]
+fn an_absurd_data_length_after_a_valid_hello_is_refused_at_once() {
+    let (s, c) = server();
+    c.route(RouteRequest { name: "ten".into(), size: Some(10), ..Default::default() }).unwrap();
+    let token = raw_token(&s, "ten", bs_proto::Direction::Push);
+    let mut msg = Frame::Hello { token }.encode().to_vec();
+    msg.extend_from_slice(&Frame::Data { offset: 0, len: 1 << 60 }.encode());
+    assert_eq!(error_code(raw(&s, &msg)), ErrorCode::OutOfRange);
+    assert!(matches!(c.stat("ten"), Err(ClientError::NotFound(_))));
+}
+
+#[test]
+fn connections_beyond_the_limit_are_told_busy_and_served_once_there_is_room() {
+    let cfg = ServerConfig { max_connections: 1, ..ServerConfig::ephemeral() };
+    let (s, c) = server_with(Arc::new(MemStore::new()), cfg);
+    push(&c, "x", b"payload");
+    let idle = TcpStream::connect(s.data_addr()).unwrap(); // holds the one greeting slot
+    assert_eq!(
+        error_code(raw(&s, &Frame::Hello { token: [1; TOKEN_LEN] }.encode())),
+        ErrorCode::Busy
+    );
+    drop(idle);
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.open_pull("x", 0, None) {
+            Ok(mut p) => {
+                let mut out = vec![0u8; 7];
+                p.read_exact_to_end(&mut out).unwrap();
+                assert_eq!(out, b"payload");
+                break;
+            }
+            Err(e) if std::time::Instant::now() < give_up => {
+                assert!(
+                    matches!(
+                        e,
+                        ClientError::Transfer(TransportError::Remote { code: ErrorCode::Busy, .. })
+                    ),
+                    "{e:?}"
+                );
+                thread::yield_now();
+            }
+            Err(e) => panic!("still busy: {e:?}"),
+        }
+    }
+}
+
+#[test]
+fn impossible_sizes_are_refused_and_the_server_lives_on() {
+    let (_s, c) = server();
+    let e = c
+        .route(RouteRequest { name: "huge".into(), size: Some(u64::MAX), ..Default::default() })
+        .unwrap_err();
+    assert!(matches!(e, ClientError::StorageFull(_)), "{e:?}");
+    push(&c, "small", b"ok");
+    assert_eq!(pull(&c, "small", 0, None), b"ok");
+}
+
+#[test]
+fn a_blob_replaced_after_negotiation_is_not_served_half_old() {
+    let (s, c) = server();
+    push(&c, "v", b"version one");
+    let token = raw_token(&s, "v", bs_proto::Direction::Pull);
+    let mut p = c
+        .open_push(
+            "v",
+            0,
+            None,
+            Some(RouteRequest { size: Some(11), overwrite: true, ..Default::default() }),
+        )
+        .unwrap();
+    p.write(b"version two").unwrap();
+    p.finish(true).unwrap();
+    assert_eq!(error_code(raw(&s, &Frame::Hello { token }.encode())), ErrorCode::NotFound);
+}
+
+#[test]
+fn bad_negotiations_are_invalid_arguments() {
+    let (s, c) = server();
+    push(&c, "n", b"1");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let url = format!("http://{}", s.control_addr());
+        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(url).await.unwrap();
+        let no_direction = bs_proto::NegotiateRequest { name: "n".into(), ..Default::default() };
+        assert_eq!(
+            g.negotiate(no_direction).await.unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        let bad_digest = bs_proto::NegotiateRequest {
+            name: "n".into(),
+            direction: bs_proto::Direction::Pull as i32,
+            digests: vec!["md5".into()],
+            ..Default::default()
+        };
+        assert_eq!(g.negotiate(bad_digest).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+    });
+}
+
+#[test]
+fn a_final_push_commits_only_what_it_verified() {
+    let (_s, c) = server();
+    let rr = RouteRequest { size: None, resume_tag: "t".into(), ..Default::default() };
+    let mut p = c.open_push("tail", 0, None, Some(rr.clone())).unwrap();
+    p.write(&data(100)).unwrap();
+    drop(p); // 100 bytes held, never confirmed
+    // Wait (bounded) until the server has taken in the 100 bytes.
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while c.route(RouteRequest { name: "tail".into(), ..rr.clone() }).unwrap().received < 100 {
+        assert!(std::time::Instant::now() < give_up);
+        thread::yield_now();
+    }
+    let mut p = c.open_push("tail", 0, None, None).unwrap();
+    p.write(&data(60)).unwrap();
+    let ack = p.finish(true).unwrap();
+    assert_eq!(ack.received, 60);
+    assert_eq!(pull(&c, "tail", 0, None), data(60), "the unconfirmed tail was dropped");
 }

@@ -19,7 +19,11 @@ pub struct ServerConfig {
     pub token_ttl: Duration,
     /// Longest wait for a peer on one read or write of the data plane.
     pub io_timeout: Duration,
-    /// Most concurrent data connections; further ones are refused with a BUSY error frame.
+    /// A new data connection must present its token within this time, however slowly it
+    /// sends.
+    pub hello_timeout: Duration,
+    /// Most concurrent data transfers, and separately most connections still to present a
+    /// token; further ones are refused with a BUSY error frame.
     pub max_connections: usize,
     /// Chunk size used when a client proposes none.
     pub default_chunk: u32,
@@ -39,8 +43,9 @@ impl Default for ServerConfig {
             advertise_data: None,
             token_ttl: Duration::from_secs(60),
             io_timeout: Duration::from_secs(30),
+            hello_timeout: Duration::from_secs(10),
             max_connections: 256,
-            default_chunk: 1 << 20,
+            default_chunk: 4 << 20,
             max_socket_buffer: 64 << 20,
             auth_token: None,
             tls: None,

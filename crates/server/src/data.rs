@@ -11,7 +11,7 @@ use std::time::Duration;
 use bs_store::{BlobSource, Store, StoreError};
 use bs_transport::{Conn, FileSource, TransportError};
 use bs_wire::{BufferPool, Digest, ErrorCode, Frame};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::config::ServerConfig;
 use crate::status::store_code;
@@ -21,8 +21,12 @@ use crate::tokens::{Direction, Grant, TokenTable};
 pub(crate) struct Shared {
     store: Arc<dyn Store>,
     tokens: Arc<TokenTable>,
+    /// Connections that have not presented a token yet.
+    greeting: Arc<Semaphore>,
+    /// Transfers admitted by a token.
     slots: Arc<Semaphore>,
     io_timeout: Duration,
+    hello_timeout: Duration,
     pool: BufferPool,
     tls: Option<bs_transport::TlsServer>,
 }
@@ -32,8 +36,10 @@ impl Shared {
         Self {
             store,
             tokens,
+            greeting: Arc::new(Semaphore::new(cfg.max_connections)),
             slots: Arc::new(Semaphore::new(cfg.max_connections)),
             io_timeout: cfg.io_timeout,
+            hello_timeout: cfg.hello_timeout,
             pool: BufferPool::new(1 << 20, 64),
             tls: cfg.tls.clone(),
         }
@@ -65,7 +71,7 @@ pub(crate) async fn accept_loop(
                 continue;
             }
         };
-        let permit = shared.slots.clone().try_acquire_owned();
+        let permit = shared.greeting.clone().try_acquire_owned();
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = match &shared.tls {
@@ -79,13 +85,10 @@ pub(crate) async fn accept_loop(
                 },
             };
             if permit.is_err() {
-                let _ = conn.write_frame(&Frame::Error {
-                    code: ErrorCode::Busy,
-                    message: "server is at its data connection limit; retry later".into(),
-                });
+                let _ = conn.write_frame(&busy());
                 return;
             }
-            handle(&shared, &mut conn);
+            handle(&shared, &mut conn, permit.ok());
         });
     }
 }
@@ -116,15 +119,21 @@ impl From<StoreError> for Failure {
     }
 }
 
+fn busy() -> Frame {
+    Frame::Error {
+        code: ErrorCode::Busy,
+        message: "server is at its data connection limit; retry later".into(),
+    }
+}
+
 fn fail(code: ErrorCode, message: impl Into<String>) -> Failure {
     Failure { code, message: message.into(), peer_gone: false }
 }
 
-fn handle(shared: &Shared, conn: &mut Conn) {
+fn handle(shared: &Shared, conn: &mut Conn, greeting: Option<OwnedSemaphorePermit>) {
     let peer = conn.peer_addr();
     let res = (|| -> Result<(), Failure> {
-        let _ = conn.stream().set_read_timeout(Some(shared.io_timeout));
-        let token = match conn.read_frame()? {
+        let token = match conn.read_frame_within(shared.hello_timeout)? {
             Frame::Hello { token } => token,
             other => {
                 return Err(fail(ErrorCode::BadFrame, format!("expected HELLO, got {other:?}")));
@@ -137,6 +146,10 @@ fn handle(shared: &Shared, conn: &mut Conn) {
                 _ => "unknown token",
             };
             fail(code, why)
+        })?;
+        drop(greeting);
+        let _slot = shared.slots.clone().try_acquire_owned().map_err(|_| {
+            fail(ErrorCode::Busy, "server is at its data transfer limit; retry later")
         })?;
         let mut socket = grant.socket;
         socket.io_timeout = Some(shared.io_timeout);
@@ -166,13 +179,16 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
     loop {
         match conn.read_frame()? {
             Frame::Data { offset, len } => {
-                if offset != pos || offset.checked_add(len).is_none_or(|e| e > end) {
+                let past_size = sink.size().is_some_and(|s| offset.saturating_add(len) > s);
+                if offset != pos || offset.checked_add(len).is_none_or(|e| e > end) || past_size {
                     sink.truncate(g.offset)?;
                     return Err(fail(
                         ErrorCode::OutOfRange,
                         format!(
-                            "DATA {offset}+{len} outside the granted range {}+{} (next byte {pos})",
-                            g.offset, g.length
+                            "DATA {offset}+{len} outside the granted range {}+{} of a blob of {} bytes (next byte {pos})",
+                            g.offset,
+                            g.length,
+                            sink.size().map_or("unknown".into(), |s| s.to_string())
                         ),
                     ));
                 }
@@ -215,6 +231,11 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
                             pos - g.offset
                         ),
                     ));
+                }
+                if final_ {
+                    // Commit ends with this verified transfer: bytes an earlier, unconfirmed
+                    // transfer left past it are dropped, never committed unchecked.
+                    sink.truncate(pos)?;
                 }
                 let received = sink.received();
                 let committed = if final_ {

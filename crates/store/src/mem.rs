@@ -47,10 +47,11 @@ impl Buf {
     /// abort.
     fn for_size(size: Option<u64>) -> Result<Self> {
         let bytes = match size {
-            Some(n) => usize::try_from(n)
-                .ok()
-                .and_then(bs_wire::alloc::try_zeroed)
-                .ok_or_else(|| StoreError::StorageFull(format!("cannot reserve {n} bytes of memory")))?,
+            Some(n) => {
+                usize::try_from(n).ok().and_then(bs_wire::alloc::try_zeroed).ok_or_else(|| {
+                    StoreError::StorageFull(format!("cannot reserve {n} bytes of memory"))
+                })?
+            }
             None => Vec::new(),
         };
         Ok(Self { bytes, received: 0 })

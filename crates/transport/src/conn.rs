@@ -124,9 +124,23 @@ impl Conn {
     /// Read one control frame (for `DATA`, only its header: the payload follows).
     /// A clean close before the first header byte is [`TransportError::Closed`].
     pub fn read_frame(&mut self) -> Result<Frame> {
+        self.read_frame_by(None)
+    }
+
+    /// [`Conn::read_frame`], but the whole frame must arrive within `limit` — however slowly
+    /// a peer trickles bytes (a per-read timeout alone would let it hold the connection).
+    pub fn read_frame_within(&mut self, limit: std::time::Duration) -> Result<Frame> {
+        let deadline = std::time::Instant::now() + limit;
+        let res = self.read_frame_by(Some(deadline));
+        let _ = self.stream().set_read_timeout(None);
+        res
+    }
+
+    fn read_frame_by(&mut self, deadline: Option<std::time::Instant>) -> Result<Frame> {
         let mut head = [0u8; HEADER_LEN];
         let mut got = 0;
         while got < HEADER_LEN {
+            self.arm(deadline)?;
             match self.stream.read(&mut head[got..]) {
                 Ok(0) if got == 0 => return Err(TransportError::Closed),
                 Ok(0) => return Err(TransportError::Truncated { expected: 24, got: got as u64 }),
@@ -137,8 +151,22 @@ impl Conn {
         }
         let h = Header::parse(&head)?;
         let mut body = vec![0u8; h.body_len as usize];
-        self.read_exact_counted(&mut body)?;
+        let (total, mut got) = (body.len(), 0);
+        while got < total {
+            self.arm(deadline)?;
+            got += self.read_some(&mut body[got..], total as u64, got as u64)?;
+        }
         Ok(Frame::from_parts(h, &body)?)
+    }
+
+    /// Before a read: shorten the socket's read timeout to what is left until `deadline`.
+    fn arm(&self, deadline: Option<std::time::Instant>) -> Result<()> {
+        let Some(d) = deadline else { return Ok(()) };
+        let left = d.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(TransportError::Timeout);
+        }
+        self.stream().set_read_timeout(Some(left)).map_err(TransportError::from_io)
     }
 
     /// Read a frame and turn a peer's `ERROR` frame into [`TransportError::Remote`].
@@ -285,14 +313,6 @@ impl Conn {
                 Err(e) => return Err(TransportError::from_io(e)),
             }
         }
-    }
-
-    fn read_exact_counted(&mut self, buf: &mut [u8]) -> Result<()> {
-        let (total, mut got) = (buf.len(), 0);
-        while got < total {
-            got += self.read_some(&mut buf[got..], total as u64, got as u64)?;
-        }
-        Ok(())
     }
 
     /// Half-close our sending side (tells the peer no more frames come).
@@ -464,6 +484,24 @@ mod tests {
             .write_frame(&Frame::Hello { token: [0; bs_wire::TOKEN_LEN] })
             .and_then(|_| c.read_frame().map(|_| ()));
         assert!(matches!(e, Err(TransportError::Tls(_))), "{e:?}");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_trickling_peer_cannot_outlast_the_frame_deadline() {
+        let (mut a, mut b) = pair();
+        let t = thread::spawn(move || {
+            // One byte every 30 ms: each read succeeds quickly, the frame never completes.
+            for _ in 0..20 {
+                if a.stream.write_all(b"B").is_err() {
+                    break;
+                }
+                thread::sleep(std::time::Duration::from_millis(30));
+            }
+        });
+        let e = b.read_frame_within(std::time::Duration::from_millis(100)).unwrap_err();
+        assert!(matches!(e, TransportError::Timeout), "{e:?}");
+        drop(b);
         t.join().unwrap();
     }
 

@@ -1,14 +1,13 @@
-//! Pooled, reference-counted payload buffers.
+//! Pooled payload buffers.
 //!
-//! Receivers read payload into buffers taken from a [`BufferPool`]; a buffer goes back to its
-//! pool when the last reference is dropped, so a long transfer reuses the same few chunk-sized
-//! allocations instead of allocating per chunk. [`PooledBuf::freeze`] hands out cheap
-//! reference-counted [`Bytes`] views (fragments point into the parent buffer, nothing is copied);
-//! when they are all dropped the buffer can be reclaimed with [`BufferPool::reclaim`].
+//! Receivers and relays read payload into buffers taken from a [`BufferPool`]; a buffer goes
+//! back to its pool when dropped, so transfers reuse the same few chunk-sized allocations
+//! instead of allocating per chunk or per transfer. (Blobs held in memory are shared as
+//! reference-counted `Bytes`: every reader of a memory blob sees the same bytes, uncopied.)
 
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
 /// A pool of equally sized buffers.
 #[derive(Clone)]
@@ -48,17 +47,6 @@ impl BufferPool {
         self.inner.free.lock().unwrap().len()
     }
 
-    /// Return a frozen buffer to the pool if no other reference to it is alive.
-    pub fn reclaim(&self, bytes: Bytes) {
-        if let Ok(mut m) = bytes.try_into_mut()
-            && m.capacity() >= self.inner.size
-        {
-            m.clear();
-            m.resize(self.inner.size, 0);
-            self.put(m);
-        }
-    }
-
     fn put(&self, buf: BytesMut) {
         let mut free = self.inner.free.lock().unwrap();
         if free.len() < self.inner.max_idle {
@@ -71,16 +59,6 @@ impl BufferPool {
 pub struct PooledBuf {
     buf: Option<BytesMut>,
     pool: BufferPool,
-}
-
-impl PooledBuf {
-    /// Turn the first `len` bytes into shared, reference-counted [`Bytes`] (no copy). The
-    /// buffer leaves the pool's accounting until [`BufferPool::reclaim`] brings it back.
-    pub fn freeze(mut self, len: usize) -> Bytes {
-        let mut b = self.buf.take().expect("buffer present until drop");
-        b.truncate(len);
-        b.freeze()
-    }
 }
 
 impl std::ops::Deref for PooledBuf {
@@ -119,22 +97,6 @@ mod tests {
         assert_eq!(pool.idle(), 1);
         let b = pool.get();
         assert_eq!(b.as_ptr(), ptr, "same allocation handed out again");
-        assert_eq!(pool.idle(), 0);
-    }
-
-    #[test]
-    fn frozen_fragments_share_the_parent_and_reclaim_when_unique() {
-        let pool = BufferPool::new(64, 4);
-        let mut b = pool.get();
-        b[..4].copy_from_slice(b"abcd");
-        let whole = b.freeze(4);
-        let frag = whole.slice(1..3);
-        assert_eq!(&frag[..], b"bc");
-        assert_eq!(frag.as_ptr(), unsafe { whole.as_ptr().add(1) });
-        pool.reclaim(whole); // frag still alive: not reclaimed
-        assert_eq!(pool.idle(), 0);
-        pool.reclaim(frag.clone()); // a fragment is not the whole buffer
-        drop(frag);
         assert_eq!(pool.idle(), 0);
     }
 
