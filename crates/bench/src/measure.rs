@@ -126,6 +126,7 @@ pub fn measure_interleaved(
                 socket_buffer: buffer,
                 gbit_per_s: median(&s),
                 runs,
+                samples: s,
             })
         })
         .collect()

@@ -84,4 +84,7 @@ pub struct Measurement {
     pub gbit_per_s: f64,
     /// Timed runs (the warm-up is not counted).
     pub runs: u32,
+    /// Each timed run's Gbit/s, in run order. Runs of different paths with the same index
+    /// ran back to back (interleaved), so they are compared pairwise.
+    pub samples: Vec<f64>,
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use crate::model::{Measurement, Mode, Path};
-use crate::payload::MB;
+use crate::payload::{MB, median};
 
 /// Targets apply to blobs of at least this size.
 pub const TARGET_MIN_SIZE: u64 = 32 * MB;
@@ -107,10 +107,27 @@ impl TransferReport {
     }
 
     /// blobstream's throughput divided by `other`'s on one row.
+    ///
+    /// Runs were interleaved, so run *i* of blobstream and run *i* of the baseline met the
+    /// same machine conditions: the ratio is the median of those per-run ratios, which drift
+    /// on a shared machine cancels out of. Without paired samples (iperf3's own numbers, or
+    /// hand-made reports) it is the ratio of the medians.
     pub fn ratio(&self, mode: Mode, size: u64, buffer: u32, other: Path) -> Option<f64> {
-        let bs = self.get(mode, size, buffer, Path::Blobstream)?.gbit_per_s;
-        let o = self.get(mode, size, buffer, other)?.gbit_per_s;
-        (o > 0.0).then(|| bs / o)
+        let bs = self.get(mode, size, buffer, Path::Blobstream)?;
+        let o = self.get(mode, size, buffer, other)?;
+        if bs.samples.len() == o.samples.len() && !bs.samples.is_empty() {
+            let per_run: Vec<f64> = bs
+                .samples
+                .iter()
+                .zip(&o.samples)
+                .filter(|(_, o)| **o > 0.0)
+                .map(|(b, o)| b / o)
+                .collect();
+            if per_run.len() == bs.samples.len() {
+                return Some(median(&per_run));
+            }
+        }
+        (o.gbit_per_s > 0.0).then(|| bs.gbit_per_s / o.gbit_per_s)
     }
 
     /// (size, socket buffer) of every row measured in `mode`, smallest first.
@@ -198,8 +215,10 @@ impl TransferReport {
         md.push_str(
             "Gbit/s, median of the runs after one warm-up; each run moves the blob from memory on \
              one side into a fresh buffer on the other, connection set-up and final \
-             confirmation included. MB = 2²⁰ bytes; socket buffer \"default\" = kernel \
-             autotuning.\n",
+             confirmation included. The paths take turns run by run, and each ratio is the \
+             median of the per-run ratios (blobstream's run i against the baseline's run i), \
+             so drift on a shared machine cancels out. MB = 2²⁰ bytes; socket buffer \
+             \"default\" = kernel autotuning.\n",
         );
         for mode in Mode::ALL {
             let rows = self.rows(mode);
@@ -293,8 +312,33 @@ impl TransferReport {
 mod tests {
     use super::*;
 
+    #[test]
+    fn ratios_pair_runs_that_ran_back_to_back() {
+        let mut bs = m(Mode::Push, 32 * MB, Path::Blobstream, 21.0);
+        bs.samples = vec![10.0, 30.0, 21.0];
+        let mut raw = m(Mode::Push, 32 * MB, Path::RawTcp, 20.0);
+        raw.samples = vec![11.0, 30.0, 20.0];
+        let r = TransferReport {
+            results: vec![bs, raw],
+            notes: vec![],
+            machine: String::new(),
+            command: String::new(),
+        };
+        // Per-run ratios 0.91, 1.00, 1.05: their median is 1.00 (the medians' ratio is 1.05).
+        let ratio = r.ratio(Mode::Push, 32 * MB, 0, Path::RawTcp).unwrap();
+        assert!((ratio - 1.0).abs() < 1e-9, "{ratio}");
+    }
+
     fn m(mode: Mode, size: u64, path: Path, gbit: f64) -> Measurement {
-        Measurement { mode, size_bytes: size, path, socket_buffer: 0, gbit_per_s: gbit, runs: 3 }
+        Measurement {
+            mode,
+            size_bytes: size,
+            path,
+            socket_buffer: 0,
+            gbit_per_s: gbit,
+            runs: 3,
+            samples: Vec::new(),
+        }
     }
 
     fn report() -> TransferReport {

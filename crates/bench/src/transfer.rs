@@ -55,8 +55,8 @@ impl TransferPlan {
             Self {
                 sizes: vec![MB, 8 * MB, 32 * MB, 256 * MB],
                 buffers: vec![0, CHOSEN_SOCKET_BUFFER],
-                runs: 7,
-                large_runs: 5,
+                runs: 11,
+                large_runs: 7,
             }
         }
     }
@@ -162,6 +162,6 @@ mod tests {
         let f = TransferPlan::new(false);
         assert_eq!(f.sizes, [MB, 8 * MB, 32 * MB, 256 * MB]);
         assert_eq!(f.buffers, [0, 4 << 20]);
-        assert_eq!((f.runs_for(32 * MB), f.runs_for(256 * MB)), (7, 5));
+        assert_eq!((f.runs_for(32 * MB), f.runs_for(256 * MB)), (11, 7));
     }
 }
