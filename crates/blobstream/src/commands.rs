@@ -55,10 +55,9 @@ fn copy(
     opts: Options,
 ) -> Result<bs_blob::Copied> {
     let t = Transporter::new(factory(g)?);
-    let size = t.factory().bind(src).map(|p| p.size()).unwrap_or(0);
-    let pb = progress::bar(size, dst.name(), g.quiet);
-    let pb2 = pb.clone();
-    let opts = opts.progress(move |done, _| pb2.set_position(done));
+    let pb = progress::bar(dst.name());
+    let (pb2, quiet) = (pb.clone(), g.quiet);
+    let opts = opts.progress(move |done, total| progress::update(&pb2, done, total, quiet));
     let res = t.copy_as(src, dst, spec, &opts).wait();
     pb.finish_and_clear();
     res.with_context(|| format!("copying {src} to {dst}"))
