@@ -1,0 +1,199 @@
+//! Pixel buffers: row-major, channels interleaved, no row padding.
+//!
+//! [`Image<T>`] holds samples of one type (`u8` or `u16`) with 1 (gray), 3 (RGB) or 4 (RGBA)
+//! channels; [`DynImage`] is either. Filters that treat colour and alpha differently say so in
+//! their own documentation; unless stated, alpha is copied through unchanged.
+
+use crate::error::ImagingError;
+
+/// A sample type: `u8` or `u16`.
+pub trait Sample: Copy + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
+    /// Largest value (255 or 65535).
+    const MAX: u32;
+    fn to_u32(self) -> u32;
+    /// From a value already in `0..=MAX`.
+    fn from_u32(v: u32) -> Self;
+    /// From any value, clamped into `0..=MAX`.
+    fn clamp_i32(v: i32) -> Self {
+        Self::from_u32(v.clamp(0, Self::MAX as i32) as u32)
+    }
+}
+
+impl Sample for u8 {
+    const MAX: u32 = 255;
+    #[inline(always)]
+    fn to_u32(self) -> u32 {
+        self as u32
+    }
+    #[inline(always)]
+    fn from_u32(v: u32) -> Self {
+        v as u8
+    }
+}
+
+impl Sample for u16 {
+    const MAX: u32 = 65535;
+    #[inline(always)]
+    fn to_u32(self) -> u32 {
+        self as u32
+    }
+    #[inline(always)]
+    fn from_u32(v: u32) -> Self {
+        v as u16
+    }
+}
+
+/// An image of one sample type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Image<T: Sample> {
+    pub width: usize,
+    pub height: usize,
+    /// 1 (gray), 3 (RGB) or 4 (RGBA).
+    pub channels: usize,
+    /// `width * height * channels` samples, row after row.
+    pub data: Vec<T>,
+}
+
+impl<T: Sample> Image<T> {
+    /// An image filled with `T::default()` (black, transparent).
+    pub fn new(width: usize, height: usize, channels: usize) -> Self {
+        Self { width, height, channels, data: vec![T::default(); width * height * channels] }
+    }
+
+    /// Wrap samples, checking the shape.
+    pub fn from_vec(
+        width: usize,
+        height: usize,
+        channels: usize,
+        data: Vec<T>,
+    ) -> Result<Self, ImagingError> {
+        if !matches!(channels, 1 | 3 | 4) {
+            return Err(ImagingError::InvalidImage(format!(
+                "{channels} channels (need 1, 3 or 4)"
+            )));
+        }
+        let want = width.checked_mul(height).and_then(|p| p.checked_mul(channels));
+        if want != Some(data.len()) {
+            return Err(ImagingError::InvalidImage(format!(
+                "{width}×{height}×{channels} needs {want:?} samples, got {}",
+                data.len()
+            )));
+        }
+        Ok(Self { width, height, channels, data })
+    }
+
+    /// Samples of row `y`.
+    #[inline]
+    pub fn row(&self, y: usize) -> &[T] {
+        let w = self.width * self.channels;
+        &self.data[y * w..(y + 1) * w]
+    }
+
+    /// Mutable samples of row `y`.
+    #[inline]
+    pub fn row_mut(&mut self, y: usize) -> &mut [T] {
+        let w = self.width * self.channels;
+        &mut self.data[y * w..(y + 1) * w]
+    }
+
+    /// The sample of channel `c` at (`x`, `y`).
+    #[inline]
+    pub fn get(&self, x: usize, y: usize, c: usize) -> T {
+        self.data[(y * self.width + x) * self.channels + c]
+    }
+
+    /// Number of colour channels (alpha excluded).
+    pub fn color_channels(&self) -> usize {
+        if self.channels == 4 { 3 } else { self.channels }
+    }
+
+    pub fn has_alpha(&self) -> bool {
+        self.channels == 4
+    }
+}
+
+/// Pixel layout names used in listings and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PixelKind {
+    Gray8,
+    Gray16,
+    Rgb8,
+    Rgb16,
+    Rgba8,
+    Rgba16,
+}
+
+impl PixelKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Gray8 => "gray8",
+            Self::Gray16 => "gray16",
+            Self::Rgb8 => "rgb8",
+            Self::Rgb16 => "rgb16",
+            Self::Rgba8 => "rgba8",
+            Self::Rgba16 => "rgba16",
+        }
+    }
+}
+
+impl std::fmt::Display for PixelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An image of either sample type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DynImage {
+    U8(Image<u8>),
+    U16(Image<u16>),
+}
+
+impl DynImage {
+    pub fn width(&self) -> usize {
+        match self {
+            Self::U8(i) => i.width,
+            Self::U16(i) => i.width,
+        }
+    }
+
+    pub fn height(&self) -> usize {
+        match self {
+            Self::U8(i) => i.height,
+            Self::U16(i) => i.height,
+        }
+    }
+
+    pub fn channels(&self) -> usize {
+        match self {
+            Self::U8(i) => i.channels,
+            Self::U16(i) => i.channels,
+        }
+    }
+
+    pub fn kind(&self) -> PixelKind {
+        match (self, self.channels()) {
+            (Self::U8(_), 1) => PixelKind::Gray8,
+            (Self::U8(_), 3) => PixelKind::Rgb8,
+            (Self::U8(_), _) => PixelKind::Rgba8,
+            (Self::U16(_), 1) => PixelKind::Gray16,
+            (Self::U16(_), 3) => PixelKind::Rgb16,
+            (Self::U16(_), _) => PixelKind::Rgba16,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_checked() {
+        assert!(Image::<u8>::from_vec(2, 2, 3, vec![0; 12]).is_ok());
+        assert!(Image::<u8>::from_vec(2, 2, 3, vec![0; 11]).is_err());
+        assert!(Image::<u16>::from_vec(2, 2, 2, vec![0; 8]).is_err());
+        assert!(Image::<u8>::from_vec(usize::MAX, 2, 1, vec![]).is_err());
+        let i = Image::<u16>::from_vec(2, 1, 1, vec![1, 2]).unwrap();
+        assert_eq!(DynImage::U16(i).kind(), PixelKind::Gray16);
+    }
+}
