@@ -78,10 +78,10 @@ impl FilterInfo {
         if !v.is_finite() {
             return Err(bad(format!("{text:?} is not finite")));
         }
-        if let Some((lo, hi)) = info.range {
-            if v < lo || v > hi {
-                return Err(bad(format!("{v} is outside {lo}..={hi}")));
-            }
+        if let Some((lo, hi)) = info.range
+            && (v < lo || v > hi)
+        {
+            return Err(bad(format!("{v} is outside {lo}..={hi}")));
         }
         Ok(v)
     }
