@@ -22,6 +22,10 @@ pub enum BenchError {
     Unavailable { path: Path, reason: String },
     #[error("{path} {mode} of {size} bytes delivered wrong bytes: {detail}")]
     Corrupt { path: Path, mode: Mode, size: u64, detail: String },
+    #[error("imaging: {0}")]
+    Imaging(#[from] bs_imaging::ImagingError),
+    #[error("filter baseline (Python): {0}")]
+    Baseline(String),
     #[error("invalid benchmark request: {0}")]
     Invalid(String),
 }

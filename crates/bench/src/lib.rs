@@ -6,6 +6,7 @@
 
 mod benchmarks_md;
 mod error;
+pub mod filters;
 mod machine;
 mod measure;
 mod model;
@@ -16,6 +17,7 @@ mod transfer;
 
 pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
 pub use error::BenchError;
+pub use filters::{FilterBenchOptions, FilterReport, run_filters};
 pub use machine::machine_description;
 pub use measure::{PathRunner, Transfer, measure, measure_interleaved, measure_with, start_runner};
 pub use model::{Measurement, Mode, Path};

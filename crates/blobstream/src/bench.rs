@@ -4,24 +4,42 @@
 use std::io::IsTerminal;
 
 use anyhow::{Context, Result};
-use bs_bench::{TransferBenchOptions, run_transfer, write_benchmarks_md};
+use bs_bench::{
+    FilterBenchOptions, TransferBenchOptions, run_filters, run_transfer, write_benchmarks_md,
+};
 
 use crate::cli::{BenchArgs, BenchCommand};
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Transfer(a) => transfer(a),
+        BenchCommand::Filters(a) => filters(a),
     }
 }
 
+fn progress(a: &BenchArgs) -> Option<Box<dyn Fn(&str) + Send + Sync>> {
+    (std::io::stderr().is_terminal() || !a.json)
+        .then(|| Box::new(|line: &str| eprintln!("  {line}")) as Box<dyn Fn(&str) + Send + Sync>)
+}
+
+fn filters(a: BenchArgs) -> Result<()> {
+    let opts = FilterBenchOptions { quick: a.quick, progress: progress(&a) };
+    let report = run_filters(&opts).context("filter benchmark")?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    } else {
+        print!("{}", report.print_table());
+    }
+    if !a.quick {
+        write_benchmarks_md(&a.output, "filters", &report.to_markdown())
+            .with_context(|| format!("writing {}", a.output.display()))?;
+        eprintln!("wrote {}", a.output.display());
+    }
+    Ok(())
+}
+
 fn transfer(a: BenchArgs) -> Result<()> {
-    let chatty = std::io::stderr().is_terminal() || !a.json;
-    let opts = TransferBenchOptions {
-        quick: a.quick,
-        progress: chatty.then(|| {
-            Box::new(|line: &str| eprintln!("  {line}")) as Box<dyn Fn(&str) + Send + Sync>
-        }),
-    };
+    let opts = TransferBenchOptions { quick: a.quick, progress: progress(&a) };
     let report = run_transfer(&opts).context("transfer benchmark")?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);

@@ -65,9 +65,51 @@ pub enum Command {
     /// Copy between local paths and remote blobs: remote operands are `bs:NAME` (on --server)
     /// or `blob://HOST:PORT/NAME`; anything else is a local path.
     Cp(CpArgs),
+    /// List the image filters and chains (built-in, and loaded from --defs).
+    Filters(FiltersArgs),
+    /// Apply a filter or chain to an image file (PNG, JPEG, TIFF, GIF, PGM/PPM; DICOM in).
+    Filter(FilterArgs),
+    /// Show an image file's dimensions, pixel type and metadata (DICOM tags included).
+    ImageInfo {
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Args)]
+pub struct FiltersArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory of filter definitions (*.toml: kernels and chains).
+    #[arg(long, env = "BLOBSTREAM_FILTERS_DIR")]
+    pub defs: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct FilterArgs {
+    /// Filter or chain name (see `blobstream filters`).
+    pub name: String,
+    pub input: PathBuf,
+    /// Output file; its extension picks the format.
+    pub output: PathBuf,
+    /// Filter parameter, repeatable.
+    #[arg(long = "param", short = 'p', value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+    /// Threads to use; 0 = all cores.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Directory of filter definitions (*.toml: kernels and chains).
+    #[arg(long, env = "BLOBSTREAM_FILTERS_DIR")]
+    pub defs: Option<PathBuf>,
+    /// Refuse images with more pixels than this.
+    #[arg(long, default_value_t = 100_000_000)]
+    pub max_pixels: u64,
 }
 
 #[derive(Args)]
@@ -159,6 +201,8 @@ pub struct CpArgs {
 pub enum BenchCommand {
     /// Push and pull 1–256 MB blobs against raw TCP, gRPC alone and iperf3.
     Transfer(BenchArgs),
+    /// Every filter on 512², 2048² and 4096² images against OpenCV and Pillow.
+    Filters(BenchArgs),
 }
 
 #[derive(Args)]

@@ -1,9 +1,11 @@
 //! `blobstream`: the one binary — the store server (`serve`), the client commands (`put`,
-//! `get`, `cat`, `ls`, `stat`, `rm`, `cp`) and the benchmarks (`bench`).
+//! `get`, `cat`, `ls`, `stat`, `rm`, `cp`), the image tools (`filters`, `filter`,
+//! `image-info`) and the benchmarks (`bench`).
 
 mod bench;
 mod cli;
 mod commands;
+mod imaging;
 mod progress;
 mod security;
 mod serve;
@@ -36,6 +38,9 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Stat { key, json } => commands::stat(g, &key, json),
         Rm { keys } => commands::rm(g, &keys),
         Cp(a) => commands::cp(g, a),
+        Filters(a) => imaging::filters(a),
+        Filter(a) => imaging::filter(a),
+        ImageInfo { file, json } => imaging::image_info(&file, json),
         Bench(b) => bench::run(b),
     }
 }

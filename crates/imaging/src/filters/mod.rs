@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::filter::Filter;
 
+pub(crate) mod common;
 // The eight filters of MedJava / xv.
 pub mod blur;
 pub mod despeckle;

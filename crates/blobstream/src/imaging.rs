@@ -1,0 +1,107 @@
+//! The image commands: `filters` (list), `filter` (apply to a file) and `image-info`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use bs_imageio::{Decoded, Format, Limits};
+use bs_imaging::{DynImage, Params, Registry, Run};
+
+use crate::cli::{FilterArgs, FiltersArgs};
+
+fn registry(defs: &Option<PathBuf>) -> Result<Registry> {
+    Ok(match defs {
+        Some(dir) => Registry::with_dir(dir)
+            .with_context(|| format!("loading filter definitions from {}", dir.display()))?,
+        None => Registry::builtin(),
+    })
+}
+
+pub fn filters(a: FiltersArgs) -> Result<()> {
+    let list = registry(&a.defs)?.list();
+    if a.json {
+        let v: Vec<_> = list
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "name": f.name,
+                    "kind": f.kind,
+                    "summary": f.summary,
+                    "source": f.source,
+                    "params": f.params.iter().map(|p| serde_json::json!({
+                        "name": p.name, "default": p.default, "range": p.range, "help": p.help,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    for f in &list {
+        let params: Vec<String> =
+            f.params.iter().map(|p| format!("{}={}", p.name, p.default)).collect();
+        println!("{:<16} {:<8} {}", f.name, f.kind, f.summary);
+        if !params.is_empty() {
+            println!("{:<16} {:<8} params: {}", "", "", params.join(" "));
+        }
+    }
+    Ok(())
+}
+
+/// Formats that only hold 8-bit samples.
+fn eight_bit_only(path: &Path) -> bool {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+    matches!(Format::from_extension(&ext), Some(Format::Jpeg | Format::Gif))
+}
+
+pub fn filter(a: FilterArgs) -> Result<()> {
+    let reg = registry(&a.defs)?;
+    let params = Params::parse(&a.params).context("reading --param")?;
+    // Check the filter and its parameters before reading a possibly large file.
+    let f = reg.get(&a.name)?;
+    f.info().check_known(&params)?;
+    let limits = Limits { max_pixels: a.max_pixels, ..Limits::default() };
+    let input = bs_imageio::read(&a.input, &limits)?;
+    let t = Instant::now();
+    let out = f.apply(&input.image, &params, &Run::with_threads(a.threads))?;
+    let took = t.elapsed();
+    let out = if matches!(out, DynImage::U16(_)) && eight_bit_only(&a.output) {
+        // JPEG and GIF hold 8 bits: window the result for display (the DICOM window when
+        // the input had one, otherwise its own range).
+        bs_imageio::apply_window(&Decoded {
+            image: out,
+            format: input.format,
+            meta: input.meta.clone(),
+        })
+    } else {
+        out
+    };
+    bs_imageio::write(&a.output, &out)?;
+    eprintln!(
+        "{}: {}×{} {} in {:.1} ms -> {}",
+        a.name,
+        out.width(),
+        out.height(),
+        input.image.kind(),
+        took.as_secs_f64() * 1e3,
+        a.output.display()
+    );
+    Ok(())
+}
+
+pub fn image_info(file: &Path, json: bool) -> Result<()> {
+    let d = bs_imageio::read(file, &Limits::default())?;
+    if json {
+        let mut v = serde_json::to_value(&d.meta)?;
+        v["format"] = serde_json::Value::from(d.format.name());
+        v["file"] = serde_json::Value::from(file.display().to_string());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("file:   {}", file.display());
+    println!("format: {}", d.format.name());
+    for (k, v) in d.meta.to_map() {
+        println!("{k}: {v}");
+    }
+    Ok(())
+}

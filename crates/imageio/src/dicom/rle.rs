@@ -1,0 +1,225 @@
+//! RLE Lossless (DICOM PS3.5 Annex G) decoding of one frame.
+//!
+//! Written here rather than taken from dicom-rs because dicom-rs's RLE reader indexes and
+//! unwraps on malformed input (a short fragment, a segment that decodes to too few bytes, a
+//! huge segment count) and so panics on corrupt files; this one returns errors, and allocates
+//! only the output frame, whose size the caller has already checked against the limits.
+//!
+//! A frame is one fragment: a 64-byte header (segment count, then 15 little-endian segment
+//! offsets) followed by PackBits-coded segments, one per byte of each sample, the most
+//! significant byte's segment first (for 16-bit RGB: R-MSB, R-LSB, G-MSB, G-LSB, B-MSB, B-LSB).
+//! The output is the frame's samples interleaved (R G B R G B ...) and little-endian.
+
+use crate::error::ImageIoError;
+use crate::format::Format;
+
+const DICOM: Format = Format::Dicom;
+
+/// Decode one RLE frame of `rows × cols` pixels with `samples` samples of `bytes_per_sample`
+/// bytes.
+pub(crate) fn decode_frame(
+    fragment: &[u8],
+    rows: usize,
+    cols: usize,
+    samples: usize,
+    bytes_per_sample: usize,
+) -> Result<Vec<u8>, ImageIoError> {
+    let corrupt = |reason: String| ImageIoError::corrupt(DICOM, format!("RLE frame: {reason}"));
+    let pixels = rows.checked_mul(cols).ok_or_else(|| corrupt("image too large".into()))?;
+    let segments = samples * bytes_per_sample;
+    if fragment.len() < 64 {
+        return Err(ImageIoError::truncated(
+            DICOM,
+            format!("RLE frame of {} bytes is shorter than its 64-byte header", fragment.len()),
+        ));
+    }
+    let word = |i: usize| {
+        let b = &fragment[i * 4..i * 4 + 4];
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+    };
+    let count = word(0);
+    if count != segments {
+        return Err(corrupt(format!(
+            "{count} segments, but {samples} samples of {bytes_per_sample} bytes need {segments}"
+        )));
+    }
+    let mut offsets: Vec<usize> = (1..=count).map(word).collect();
+    offsets.push(fragment.len());
+    for (i, pair) in offsets.windows(2).enumerate() {
+        if pair[0] < 64 || pair[0] > pair[1] {
+            return Err(corrupt(format!(
+                "segment {i} offset {} is outside the fragment or out of order",
+                pair[0]
+            )));
+        }
+    }
+    // PackBits expands at most 64-fold (2 bytes make a run of 128): refuse a frame whose
+    // segments cannot hold the image before allocating it.
+    for (seg, pair) in offsets.windows(2).enumerate() {
+        if (pair[1] - pair[0]).saturating_mul(64) < pixels {
+            return Err(ImageIoError::truncated(
+                DICOM,
+                format!(
+                    "RLE segment {seg} of {} bytes cannot hold {pixels} pixels",
+                    pair[1] - pair[0]
+                ),
+            ));
+        }
+    }
+    let total = pixels.checked_mul(segments).ok_or_else(|| corrupt("image too large".into()))?;
+    let mut out = vec![0u8; total];
+    let stride = segments;
+    for seg in 0..segments {
+        let sample = seg / bytes_per_sample;
+        let byte_rank = seg % bytes_per_sample; // 0 = most significant
+        let dst_start = sample * bytes_per_sample + (bytes_per_sample - 1 - byte_rank);
+        let src = &fragment[offsets[seg]..offsets[seg + 1]];
+        let written = unpack_bits(src, pixels, |i, v| out[dst_start + i * stride] = v);
+        if written < pixels {
+            return Err(ImageIoError::truncated(
+                DICOM,
+                format!("RLE segment {seg} decodes to {written} bytes, {pixels} expected"),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// PackBits-decode `src`, calling `put(index, byte)` for the first `want` output bytes; returns
+/// how many were produced (at most `want`; extra output is padding and ignored).
+fn unpack_bits(src: &[u8], want: usize, mut put: impl FnMut(usize, u8)) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < src.len() && n < want {
+        let h = src[i] as i8;
+        i += 1;
+        if h >= 0 {
+            let run = (h as usize + 1).min(src.len() - i).min(want - n);
+            for k in 0..run {
+                put(n + k, src[i + k]);
+            }
+            n += run;
+            i += h as usize + 1;
+        } else if h != -128 {
+            let Some(&v) = src.get(i) else { break };
+            i += 1;
+            let run = ((1 - h as isize) as usize).min(want - n);
+            for k in 0..run {
+                put(n + k, v);
+            }
+            n += run;
+        }
+    }
+    n
+}
+
+/// PackBits-encode one segment (for tests and for writing RLE): literal runs of up to 128
+/// bytes and repeat runs of 2 to 128 bytes; the result is padded to an even length.
+#[cfg(test)]
+pub(crate) fn pack_bits(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < data.len() {
+        let mut run = 1;
+        while i + run < data.len() && run < 128 && data[i + run] == data[i] {
+            run += 1;
+        }
+        if run >= 2 {
+            out.push((1 - run as i32) as i8 as u8);
+            out.push(data[i]);
+            i += run;
+        } else {
+            let start = i;
+            while i < data.len()
+                && i - start < 128
+                && !(i + 1 < data.len() && data[i + 1] == data[i])
+            {
+                i += 1;
+            }
+            if i == start {
+                i += 1;
+            }
+            out.push((i - start - 1) as u8);
+            out.extend_from_slice(&data[start..i]);
+        }
+    }
+    if out.len() % 2 == 1 {
+        out.push(0x80); // no-op
+    }
+    out
+}
+
+/// Build an RLE frame (header + segments) from interleaved little-endian samples.
+#[cfg(test)]
+pub(crate) fn encode_frame(data: &[u8], samples: usize, bytes_per_sample: usize) -> Vec<u8> {
+    let segments = samples * bytes_per_sample;
+    let pixels = data.len() / segments;
+    let mut header = vec![0u8; 64];
+    header[..4].copy_from_slice(&(segments as u32).to_le_bytes());
+    let mut body = Vec::new();
+    for seg in 0..segments {
+        let sample = seg / bytes_per_sample;
+        let byte_rank = seg % bytes_per_sample;
+        let at = sample * bytes_per_sample + (bytes_per_sample - 1 - byte_rank);
+        let plane: Vec<u8> = (0..pixels).map(|p| data[p * segments + at]).collect();
+        let offset = 64 + body.len() as u32;
+        header[4 + seg * 4..8 + seg * 4].copy_from_slice(&offset.to_le_bytes());
+        body.extend(pack_bits(&plane));
+    }
+    header.extend(body);
+    header
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packbits_reference_example() {
+        // The example of the TIFF PackBits specification.
+        let encoded = [
+            0xFE, 0xAA, 0x02, 0x80, 0x00, 0x2A, 0xFD, 0xAA, 0x03, 0x80, 0x00, 0x2A, 0x22, 0xF7,
+            0xAA,
+        ];
+        let mut out = vec![0u8; 24];
+        assert_eq!(unpack_bits(&encoded, 24, |i, v| out[i] = v), 24);
+        assert_eq!(
+            out,
+            [
+                0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0xAA, 0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0x22,
+                0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA
+            ]
+        );
+    }
+
+    #[test]
+    fn round_trip_16bit_rgb() {
+        let data: Vec<u8> = (0..5 * 3 * 3 * 2).map(|i| (i * 7 % 13) as u8).collect();
+        let frame = encode_frame(&data, 3, 2);
+        assert_eq!(decode_frame(&frame, 3, 5, 3, 2).unwrap(), data);
+        let gray: Vec<u8> = [vec![9u8; 300], (0..=255).collect()].concat();
+        let frame = encode_frame(&gray, 1, 1);
+        assert_eq!(decode_frame(&frame, 1, gray.len(), 1, 1).unwrap(), gray);
+    }
+
+    #[test]
+    fn malformed_frames_are_errors() {
+        let data = vec![1u8; 64];
+        let frame = encode_frame(&data, 1, 1);
+        assert!(decode_frame(&frame[..10], 8, 8, 1, 1).is_err());
+        assert!(decode_frame(&frame, 8, 9, 1, 1).is_err()); // too few bytes decoded
+        assert!(decode_frame(&frame, 8, 8, 3, 1).is_err()); // wrong segment count
+        let mut bad = frame.clone();
+        bad[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_frame(&bad, 8, 8, 1, 1).is_err());
+        let mut bad = frame;
+        bad[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_frame(&bad, 8, 8, 1, 1).is_err());
+        // A literal run longer than the data left.
+        let mut short = vec![0u8; 64];
+        short[0] = 1;
+        short[4] = 64;
+        short.extend([0x7F, 1, 2]);
+        assert!(decode_frame(&short, 8, 8, 1, 1).is_err());
+    }
+}

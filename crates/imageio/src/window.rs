@@ -1,0 +1,117 @@
+//! Window/level for display: decoded (modality-valued) pixels to 8-bit.
+//!
+//! VOI LINEAR as DICOM PS3.3 C.11.2.1.2.1 defines it, with output range 0..=255, for a window
+//! centre `c` and width `w` (a width below 1 counts as 1):
+//!
+//! - `x ≤ c − 0.5 − (w − 1)/2` → 0
+//! - `x > c − 0.5 + (w − 1)/2` → 255
+//! - otherwise `((x − (c − 0.5)) / (w − 1) + 0.5) × 255`, rounded
+//!
+//! where `x` is the modality value ([`ImageMeta::modality_value`], so rescale has been applied
+//! and the shift into u16 undone). For MONOCHROME1 the result is inverted (low values white),
+//! so the output always reads as MONOCHROME2.
+
+use bs_imaging::{DynImage, Image};
+
+use crate::meta::{Decoded, ImageMeta};
+
+/// Apply the window stored in the file (first Window Center / Width) and return 8-bit pixels.
+///
+/// Without a stored window, grayscale uses the full range of the image's own values
+/// (min..max); 8-bit images without a window come back unchanged. Colour images are not
+/// windowed: 16-bit colour is reduced to 8 bits (`v >> 8`), 8-bit colour returned as is.
+pub fn apply_window(decoded: &Decoded) -> DynImage {
+    let meta = &decoded.meta;
+    match (meta.window_center, meta.window_width) {
+        (Some(c), Some(w)) => apply_window_with(decoded, c, w),
+        _ => match &decoded.image {
+            DynImage::U8(_) => decoded.image.clone(),
+            DynImage::U16(img) if img.channels == 1 => {
+                let (lo, hi) =
+                    img.data.iter().fold((u16::MAX, 0u16), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                let (lo, hi) = (value(meta, lo), value(meta, hi));
+                let (lo, hi) = (lo.min(hi), lo.max(hi));
+                apply_window_with(decoded, (lo + hi + 1.0) / 2.0, hi - lo + 1.0)
+            }
+            DynImage::U16(_) => apply_window_with(decoded, 0.0, 1.0),
+        },
+    }
+}
+
+/// Apply a window of `center` and `width` (modality units) and return 8-bit pixels; colour
+/// images are reduced to 8 bits without windowing.
+pub fn apply_window_with(decoded: &Decoded, center: f64, width: f64) -> DynImage {
+    let meta = &decoded.meta;
+    let invert = meta.pixel_inverted == Some(true);
+    let map = |p: u16| {
+        let y = voi_linear(value(meta, p), center, width);
+        if invert { 255 - y } else { y }
+    };
+    match &decoded.image {
+        DynImage::U8(img) if img.channels == 1 => {
+            let lut: Vec<u8> = (0..=255u16).map(map).collect();
+            DynImage::U8(with_data(img, img.data.iter().map(|&v| lut[usize::from(v)]).collect()))
+        }
+        DynImage::U16(img) if img.channels == 1 => {
+            let lut: Vec<u8> = (0..=u16::MAX).map(map).collect();
+            DynImage::U8(with_data(img, img.data.iter().map(|&v| lut[usize::from(v)]).collect()))
+        }
+        DynImage::U8(_) => decoded.image.clone(),
+        DynImage::U16(img) => {
+            DynImage::U8(with_data(img, img.data.iter().map(|&v| (v >> 8) as u8).collect()))
+        }
+    }
+}
+
+/// The modality value of pixel `p` (the pixel itself when the image has no DICOM mapping).
+fn value(meta: &ImageMeta, p: u16) -> f64 {
+    meta.modality_value(u32::from(p)).unwrap_or(f64::from(p))
+}
+
+/// VOI LINEAR (PS3.3 C.11.2.1.2.1) into 0..=255.
+pub fn voi_linear(x: f64, center: f64, width: f64) -> u8 {
+    let width = if width.is_finite() { width.max(1.0) } else { 1.0 };
+    let c = center - 0.5;
+    let half = (width - 1.0) / 2.0;
+    if x.is_nan() || x <= c - half {
+        0
+    } else if x > c + half {
+        255
+    } else {
+        (((x - c) / (width - 1.0) + 0.5) * 255.0).round().clamp(0.0, 255.0) as u8
+    }
+}
+
+/// An image of `img`'s shape holding `data`.
+fn with_data<T: bs_imaging::Sample, U: bs_imaging::Sample>(
+    img: &Image<T>,
+    data: Vec<U>,
+) -> Image<U> {
+    Image { width: img.width, height: img.height, channels: img.channels, data }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn voi_linear_matches_the_standard() {
+        // c = 40, w = 400: below -160 black, above 239.5 white.
+        assert_eq!(voi_linear(-1000.0, 40.0, 400.0), 0);
+        assert_eq!(voi_linear(-160.0, 40.0, 400.0), 0);
+        assert_eq!(voi_linear(240.0, 40.0, 400.0), 255);
+        assert_eq!(voi_linear(39.5, 40.0, 400.0), 128); // (0/399 + 0.5) * 255 = 127.5
+        // Width 1 is a threshold at c - 0.5.
+        assert_eq!(voi_linear(9.5, 10.0, 1.0), 0);
+        assert_eq!(voi_linear(9.6, 10.0, 1.0), 255);
+        assert_eq!(voi_linear(5.0, 10.0, 0.0), 0);
+        assert_eq!(voi_linear(f64::NAN, 10.0, 10.0), 0);
+        // Monotonic.
+        let mut last = 0;
+        for x in -300..300 {
+            let y = voi_linear(f64::from(x), 40.0, 400.0);
+            assert!(y >= last);
+            last = y;
+        }
+    }
+}

@@ -1,0 +1,633 @@
+//! DICOM input: files made by the tests with dicom-object in several transfer syntaxes, bit
+//! depths and photometric interpretations; exact pixels and metadata; clear errors for what
+//! cannot be decoded.
+
+mod common;
+
+use bs_imageio::{Format, ImageIoError, Limits, apply_window, decode, read};
+use bs_imaging::{DynImage, Image};
+use common::*;
+use dicom_dictionary_std::tags;
+
+fn gray8(w: usize, h: usize, data: Vec<u8>) -> DynImage {
+    DynImage::U8(Image::from_vec(w, h, 1, data).unwrap())
+}
+
+fn gray16(w: usize, h: usize, data: Vec<u16>) -> DynImage {
+    DynImage::U16(Image::from_vec(w, h, 1, data).unwrap())
+}
+
+fn decode_ok(bytes: &[u8]) -> bs_imageio::Decoded {
+    match decode(bytes, Some("test.dcm"), &Limits::default()) {
+        Ok(d) => d,
+        Err(e) => panic!("decode failed: {e}"),
+    }
+}
+
+#[test]
+fn monochrome2_8bit_explicit_le_pixels_and_metadata() {
+    let pixels: Vec<u8> = (0..12).map(|i| i * 20).collect();
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(3, 4, 8, 8, false),
+        vec![],
+        pixel_data_8(pixels.clone()),
+    );
+    let d = decode_ok(&bytes);
+    assert_eq!(d.format, Format::Dicom);
+    assert_eq!(d.image, gray8(4, 3, pixels));
+    let m = &d.meta;
+    assert_eq!((m.width, m.height), (4, 3));
+    assert_eq!(m.pixel_kind, "gray8");
+    assert_eq!((m.bits_stored, m.signed), (8, false));
+    assert_eq!(m.photometric_interpretation, "MONOCHROME2");
+    assert_eq!((m.number_of_frames, m.frames_decoded), (1, 1));
+    assert_eq!(m.patient_name.as_deref(), Some("Doe^Jane"));
+    assert_eq!(m.patient_id.as_deref(), Some("PID-0042"));
+    assert_eq!(m.study_instance_uid.as_deref(), Some("1.2.826.0.1.3680043.2.1125.1.7"));
+    assert_eq!(m.study_date.as_deref(), Some("20240131"));
+    assert_eq!(m.study_description.as_deref(), Some("HEAD W/O CONTRAST"));
+    assert_eq!(m.series_instance_uid.as_deref(), Some("1.2.826.0.1.3680043.2.1125.1.8"));
+    assert_eq!(m.series_number.as_deref(), Some("3"));
+    assert_eq!(m.series_description.as_deref(), Some("AXIAL 5mm"));
+    assert_eq!(m.modality.as_deref(), Some("CT"));
+    assert_eq!(m.acquisition_date.as_deref(), Some("20240131"));
+    assert_eq!(m.acquisition_time.as_deref(), Some("101530.25"));
+    assert_eq!(m.sop_instance_uid.as_deref(), Some("1.2.826.0.1.3680043.2.1125.1.9"));
+    assert_eq!(m.transfer_syntax_uid.as_deref(), Some(EXPLICIT_LE));
+    assert_eq!(m.transfer_syntax_name.as_deref(), Some("Explicit VR Little Endian"));
+    assert_eq!((m.rescale_slope, m.window_center), (None, None));
+    assert_eq!((m.pixel_offset, m.pixel_inverted), (Some(0.0), Some(false)));
+    let map = m.to_map();
+    assert_eq!(map["patient_name"], "Doe^Jane");
+    assert_eq!(map["modality"], "CT");
+    assert_eq!(map["width"], "4");
+    assert!(!map.contains_key("window_center"));
+}
+
+#[test]
+fn unsigned_16bit_with_rescale_and_window() {
+    // CT-style: unsigned 12-bit stored, HU = stored - 1024, window 40/400.
+    let stored: Vec<u16> = vec![0, 864, 964, 1064, 1264, 4095];
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(2, 3, 16, 12, false),
+        vec![
+            ds(tags::RESCALE_INTERCEPT, "-1024"),
+            ds(tags::RESCALE_SLOPE, "1"),
+            ds(tags::WINDOW_CENTER, "40\\500"),
+            ds(tags::WINDOW_WIDTH, "400\\2000"),
+        ],
+        pixel_data_16(stored.clone()),
+    );
+    let d = decode_ok(&bytes);
+    // The range -1024..=3071 does not fit u16, so offset 1024: pixels equal the stored values.
+    assert_eq!(d.image, gray16(3, 2, stored));
+    let m = &d.meta;
+    assert_eq!((m.rescale_slope, m.rescale_intercept), (Some(1.0), Some(-1024.0)));
+    assert_eq!((m.window_center, m.window_width), (Some(40.0), Some(400.0)));
+    assert_eq!((m.pixel_offset, m.pixel_inverted), (Some(1024.0), Some(false)));
+    assert_eq!(m.modality_value(1064), Some(40.0));
+    assert_eq!(m.bits_stored, 12);
+    // HU -1024 and -160 are at or below the window, -60 → 63.9, 40 → 127.8, 240 → above.
+    assert_eq!(apply_window(&d), gray8(3, 2, vec![0, 0, 64, 128, 255, 255]));
+}
+
+#[test]
+fn rescale_slope_is_applied_first() {
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(1, 4, 16, 8, false),
+        vec![ds(tags::RESCALE_INTERCEPT, "10"), ds(tags::RESCALE_SLOPE, "2")],
+        pixel_data_16(vec![0, 1, 100, 255]),
+    );
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, gray16(4, 1, vec![10, 12, 210, 520]));
+    assert_eq!(d.meta.pixel_offset, Some(0.0));
+    // No stored window: the image's own range 10..=520 maps onto 0..=255.
+    let DynImage::U8(w) = apply_window(&d) else { panic!("8-bit expected") };
+    assert_eq!((w.data[0], w.data[3]), (0, 255));
+    assert!(w.data[1] < w.data[2]);
+}
+
+#[test]
+fn signed_16bit_ct_with_intercept() {
+    let stored: Vec<i16> = vec![-2000, -1, 0, 1024, 3071, i16::MIN, i16::MAX, 40 + 1024];
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(2, 4, 16, 16, true),
+        vec![
+            ds(tags::RESCALE_INTERCEPT, "-1024"),
+            ds(tags::RESCALE_SLOPE, "1"),
+            ds(tags::WINDOW_CENTER, "40"),
+            ds(tags::WINDOW_WIDTH, "80"),
+        ],
+        pixel_data_16(stored.iter().map(|&v| v as u16).collect()),
+    );
+    let d = decode_ok(&bytes);
+    assert!(d.meta.signed);
+    // m = stored - 1024 ranges over -33792..=31743: offset 33792 maps it onto 0..=65535.
+    assert_eq!(d.meta.pixel_offset, Some(33792.0));
+    let DynImage::U16(img) = &d.image else { panic!("16-bit expected") };
+    let hu: Vec<f64> =
+        img.data.iter().map(|&p| d.meta.modality_value(u32::from(p)).unwrap()).collect();
+    let want: Vec<f64> = stored.iter().map(|&v| f64::from(v) - 1024.0).collect();
+    assert_eq!(hu, want);
+    assert_eq!(img.data[5], 0);
+    assert_eq!(img.data[6], 65535);
+    let DynImage::U8(win) = apply_window(&d) else { panic!("8-bit expected") };
+    // HU 40 is the centre: ((40 - 39.5) / 79 + 0.5) * 255 = 129.1.
+    assert_eq!(win.data[7], 129);
+    assert_eq!((win.data[0], win.data[4]), (0, 255));
+}
+
+#[test]
+fn signed_12bit_is_sign_extended() {
+    // Two's complement in 12 bits: 0x800 = -2048, 0xFFF = -1.
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(1, 4, 16, 12, true),
+        vec![],
+        pixel_data_16(vec![0x0800, 0x0FFF, 0, 0x07FF]),
+    );
+    let d = decode_ok(&bytes);
+    assert_eq!(d.meta.pixel_offset, Some(2048.0));
+    assert_eq!(d.image, gray16(4, 1, vec![0, 2047, 2048, 4095]));
+}
+
+#[test]
+fn monochrome1_is_inverted() {
+    let mut spec = PixelSpec::gray(1, 4, 8, 8, false);
+    spec.photometric = "MONOCHROME1";
+    let bytes = image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0, 10, 200, 255]));
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, gray8(4, 1, vec![255, 245, 55, 0]));
+    assert_eq!(d.meta.photometric_interpretation, "MONOCHROME1");
+    assert_eq!((d.meta.pixel_offset, d.meta.pixel_inverted), (Some(255.0), Some(true)));
+    assert_eq!(d.meta.modality_value(245), Some(10.0));
+
+    // 16-bit MONOCHROME1 with a window: inverted over 0..=4095, and the window output is
+    // inverted too (low modality values white).
+    let mut spec = PixelSpec::gray(1, 3, 16, 12, false);
+    spec.photometric = "MONOCHROME1";
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &spec,
+        vec![ds(tags::WINDOW_CENTER, "2048"), ds(tags::WINDOW_WIDTH, "4096")],
+        pixel_data_16(vec![0, 4095, 1000]),
+    );
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, gray16(3, 1, vec![4095, 0, 3095]));
+    assert_eq!(d.meta.modality_value(3095), Some(1000.0));
+    let DynImage::U8(w) = apply_window(&d) else { panic!("8-bit expected") };
+    assert_eq!((w.data[0], w.data[1]), (255, 0));
+}
+
+#[test]
+fn rgb_8bit_interleaved_and_planar() {
+    let rgb: Vec<u8> = (0..2 * 3 * 3).map(|i| i as u8 * 10).collect();
+    let bytes = image_file(EXPLICIT_LE, &PixelSpec::rgb8(2, 3), vec![], pixel_data_8(rgb.clone()));
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, DynImage::U8(Image::from_vec(3, 2, 3, rgb.clone()).unwrap()));
+    assert_eq!(d.meta.pixel_kind, "rgb8");
+    assert_eq!(d.meta.pixel_offset, None);
+    assert_eq!(apply_window(&d), d.image);
+
+    // The same pixels stored as planes (RRRRRR GGGGGG BBBBBB).
+    let src = &rgb;
+    let planar: Vec<u8> = (0..3).flat_map(|c| (0..6).map(move |p| src[p * 3 + c])).collect();
+    let mut spec = PixelSpec::rgb8(2, 3);
+    spec.planar = Some(1);
+    let d = decode_ok(&image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(planar)));
+    assert_eq!(d.image, DynImage::U8(Image::from_vec(3, 2, 3, rgb).unwrap()));
+}
+
+#[test]
+fn implicit_vr_little_endian() {
+    let values: Vec<u16> = vec![1, 500, 4000, 65535, 0, 1234];
+    let bytes = image_file(
+        IMPLICIT_LE,
+        &PixelSpec::gray(2, 3, 16, 16, false),
+        vec![ds(tags::WINDOW_CENTER, "100"), ds(tags::WINDOW_WIDTH, "50")],
+        pixel_data_16(values.clone()),
+    );
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, gray16(3, 2, values));
+    assert_eq!(d.meta.transfer_syntax_uid.as_deref(), Some(IMPLICIT_LE));
+    assert_eq!(d.meta.patient_name.as_deref(), Some("Doe^Jane"));
+    assert_eq!(d.meta.window_center, Some(100.0));
+
+    let pixels: Vec<u8> = (0..12).collect();
+    let bytes = image_file(
+        IMPLICIT_LE,
+        &PixelSpec::gray(3, 4, 8, 8, false),
+        vec![],
+        pixel_data_8(pixels.clone()),
+    );
+    assert_eq!(decode_ok(&bytes).image, gray8(4, 3, pixels));
+}
+
+#[test]
+fn explicit_vr_big_endian() {
+    let values: Vec<u16> = vec![0x0102, 0x0304, 0xFF00, 7];
+    let bytes = image_file(
+        EXPLICIT_BE,
+        &PixelSpec::gray(2, 2, 16, 16, false),
+        vec![],
+        pixel_data_16(values.clone()),
+    );
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, gray16(2, 2, values));
+    assert_eq!(d.meta.transfer_syntax_uid.as_deref(), Some(EXPLICIT_BE));
+}
+
+#[test]
+fn deflated_explicit_vr_little_endian() {
+    let pixels: Vec<u8> = (0..64).map(|i| (i * 3) as u8).collect();
+    let bytes = image_file(
+        DEFLATED_LE,
+        &PixelSpec::gray(8, 8, 8, 8, false),
+        vec![],
+        pixel_data_8(pixels.clone()),
+    );
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, gray8(8, 8, pixels));
+    assert_eq!(d.meta.patient_id.as_deref(), Some("PID-0042"));
+}
+
+#[test]
+fn rle_lossless_gray8_gray16_rgb8() {
+    let gray: Vec<u8> = (0..40).map(|i| if i < 20 { 7 } else { (i * 11) as u8 }).collect();
+    let bytes = image_file(
+        RLE,
+        &PixelSpec::gray(5, 8, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![rle_frame(&gray, 1, 1)]),
+    );
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, gray8(8, 5, gray));
+    assert_eq!(d.meta.transfer_syntax_name.as_deref(), Some("RLE Lossless"));
+
+    let values: Vec<u16> = (0..30).map(|i| (i * 2000 + 3) as u16).collect();
+    let bytes = image_file(
+        RLE,
+        &PixelSpec::gray(5, 6, 16, 16, false),
+        vec![ds(tags::RESCALE_INTERCEPT, "0"), ds(tags::RESCALE_SLOPE, "1")],
+        pixel_data_encapsulated(vec![rle_frame(&le16(&values), 1, 2)]),
+    );
+    assert_eq!(decode_ok(&bytes).image, gray16(6, 5, values));
+
+    let rgb: Vec<u8> = (0..4 * 4 * 3).map(|i| (i * 5 % 256) as u8).collect();
+    let bytes = image_file(
+        RLE,
+        &PixelSpec::rgb8(4, 4),
+        vec![],
+        pixel_data_encapsulated(vec![rle_frame(&rgb, 3, 1)]),
+    );
+    assert_eq!(decode_ok(&bytes).image, DynImage::U8(Image::from_vec(4, 4, 3, rgb).unwrap()));
+}
+
+#[test]
+fn rle_corrupt_segment_is_an_error() {
+    let gray: Vec<u8> = (0..40).collect();
+    let mut frame = rle_frame(&gray, 1, 1);
+    frame.truncate(70); // the segment decodes to fewer bytes than the frame needs
+    let bytes = image_file(
+        RLE,
+        &PixelSpec::gray(5, 8, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![frame]),
+    );
+    let err = decode(&bytes, Some("cut.dcm"), &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Truncated { .. }), "{err}");
+    assert!(err.to_string().contains("cut.dcm"), "{err}");
+}
+
+#[test]
+fn jpeg_baseline_through_dicom_pixeldata() {
+    let img = smooth_image8(16, 16, 1);
+    let jpeg = bs_imageio::encode(&DynImage::U8(img.clone()), Format::Jpeg).unwrap();
+    let bytes = image_file(
+        JPEG_BASELINE,
+        &PixelSpec::gray(16, 16, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![jpeg.clone()]),
+    );
+    let d = decode_ok(&bytes);
+    assert!(max_abs_diff(&d.image, &DynImage::U8(img)) <= 8);
+
+    // The JPEG stream disagreeing with Rows/Columns is refused before decoding.
+    let bytes = image_file(
+        JPEG_BASELINE,
+        &PixelSpec::gray(8, 16, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![jpeg]),
+    );
+    let err = decode(&bytes, None, &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Corrupt { .. }), "{err}");
+
+    let rgb = smooth_image8(16, 8, 3);
+    let jpeg = bs_imageio::encode(&DynImage::U8(rgb.clone()), Format::Jpeg).unwrap();
+    let mut spec = PixelSpec::rgb8(8, 16);
+    spec.photometric = "YBR_FULL_422";
+    let bytes = image_file(JPEG_BASELINE, &spec, vec![], pixel_data_encapsulated(vec![jpeg]));
+    let d = decode_ok(&bytes);
+    assert!(max_abs_diff(&d.image, &DynImage::U8(rgb)) <= 24);
+}
+
+#[test]
+fn multi_frame_decodes_the_first_frame() {
+    let frames: Vec<u8> = (0..3 * 4).map(|i| i as u8).collect();
+    let mut spec = PixelSpec::gray(2, 2, 8, 8, false);
+    spec.frames = Some(3);
+    let d = decode_ok(&image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(frames)));
+    assert_eq!(d.image, gray8(2, 2, vec![0, 1, 2, 3]));
+    assert_eq!((d.meta.number_of_frames, d.meta.frames_decoded), (3, 1));
+}
+
+#[test]
+fn jpeg_2000_and_unknown_transfer_syntaxes_are_refused_by_name() {
+    let bytes = image_file(
+        JPEG_2000,
+        &PixelSpec::gray(2, 2, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![vec![0xFF, 0x4F, 0xFF, 0x51]]),
+    );
+    match decode(&bytes, Some("j2k.dcm"), &Limits::default()) {
+        Err(ImageIoError::UnsupportedTransferSyntax { file, uid, name }) => {
+            assert_eq!(file, "j2k.dcm");
+            assert_eq!(uid, JPEG_2000);
+            assert!(name.contains("JPEG 2000"), "{name}");
+        }
+        other => panic!("expected UnsupportedTransferSyntax, got {other:?}"),
+    }
+    // Just the meta group (no data set at all) is enough to be refused.
+    let header_only = dicom_file("1.2.840.10008.1.2.4.80", vec![]);
+    match decode(&header_only, None, &Limits::default()) {
+        Err(ImageIoError::UnsupportedTransferSyntax { uid, name, .. }) => {
+            assert_eq!(uid, "1.2.840.10008.1.2.4.80");
+            assert!(name.contains("JPEG-LS"), "{name}");
+        }
+        other => panic!("expected UnsupportedTransferSyntax, got {other:?}"),
+    }
+    // dicom-object will not write an unknown syntax: patch the UID of an Explicit VR LE file
+    // ("1.2.840.10008.1.2.1\0", 20 bytes) into another of the same length.
+    let mut unknown = dicom_file(EXPLICIT_LE, vec![]);
+    let at = unknown.windows(20).position(|w| w == b"1.2.840.10008.1.2.1\0").unwrap();
+    unknown[at..at + 20].copy_from_slice(b"1.2.3.4.5.6\0\0\0\0\0\0\0\0\0");
+    let err = decode(&unknown, None, &Limits::default()).unwrap_err();
+    assert!(
+        matches!(&err, ImageIoError::UnsupportedTransferSyntax { uid, .. } if uid == "1.2.3.4.5.6"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("1.2.3.4.5.6"));
+}
+
+#[test]
+fn unsupported_pixels_and_missing_attributes() {
+    let mut spec = PixelSpec::gray(2, 2, 8, 8, false);
+    spec.photometric = "PALETTE COLOR";
+    let err = decode(
+        &image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0; 4])),
+        None,
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("PALETTE COLOR"));
+
+    let spec = PixelSpec::gray(2, 2, 32, 32, false);
+    let err = decode(
+        &image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0; 16])),
+        None,
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+
+    // No pixel data at all.
+    let mut elems = patient_elements();
+    elems.extend(PixelSpec::gray(2, 2, 8, 8, false).elements());
+    let err = decode(&dicom_file(EXPLICIT_LE, elems), None, &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("Pixel Data"));
+
+    // Pixel data shorter than Rows × Columns.
+    let err = decode(
+        &image_file(
+            EXPLICIT_LE,
+            &PixelSpec::gray(4, 4, 8, 8, false),
+            vec![],
+            pixel_data_8(vec![1; 10]),
+        ),
+        None,
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ImageIoError::Truncated { .. }), "{err}");
+}
+
+#[test]
+fn pixel_limit_is_checked_before_decoding() {
+    // 65535 × 65535 (the most DICOM can declare) with 4 bytes of pixel data.
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(65535, 65535, 8, 8, false),
+        vec![],
+        pixel_data_8(vec![0; 4]),
+    );
+    match decode(&bytes, None, &Limits::default()) {
+        Err(ImageIoError::TooLarge { width, height, limit, .. }) => {
+            assert_eq!((width, height, limit), (65535, 65535, 100_000_000));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    let small = Limits { max_pixels: 10, ..Limits::default() };
+    let ok = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(4, 4, 8, 8, false),
+        vec![],
+        pixel_data_8(vec![0; 16]),
+    );
+    assert!(matches!(decode(&ok, None, &small), Err(ImageIoError::TooLarge { .. })));
+    let few_bytes = Limits { max_bytes: 100, ..Limits::default() };
+    assert!(matches!(decode(&ok, None, &few_bytes), Err(ImageIoError::TooManyBytes { .. })));
+}
+
+#[test]
+fn a_huge_declared_length_is_refused_without_allocating() {
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(2, 2, 8, 8, false),
+        vec![],
+        pixel_data_8(vec![0; 4]),
+    );
+    // Find the Patient ID element (0010,0020) LO and make its 2-byte length 0xFFFF; then the
+    // Pixel Data (7FE0,0010) OB 4-byte length 0xFFFFFFF0.
+    let mut patched = bytes.clone();
+    let at = find(&patched, &[0x10, 0x00, 0x20, 0x00, b'L', b'O']).unwrap();
+    patched[at + 6..at + 8].copy_from_slice(&[0xFF, 0xFF]);
+    let err = decode(&patched, None, &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Truncated { .. } | ImageIoError::Corrupt { .. }), "{err}");
+
+    let mut patched = bytes;
+    let at = find(&patched, &[0xE0, 0x7F, 0x10, 0x00, b'O', b'B']).unwrap();
+    patched[at + 8..at + 12].copy_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+    let err = decode(&patched, None, &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Truncated { .. }), "{err}");
+    assert!(err.to_string().contains("(7FE0,0010)"), "{err}");
+
+    // The same in the file meta group.
+    let mut meta = dicom_file(EXPLICIT_LE, vec![]);
+    let at = find(&meta, &[0x02, 0x00, 0x10, 0x00, b'U', b'I']).unwrap();
+    meta[at + 6..at + 8].copy_from_slice(&[0xFF, 0x7F]);
+    assert!(decode(&meta, None, &Limits::default()).is_err());
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[test]
+fn truncated_and_corrupt_files_give_errors() {
+    let files = [
+        image_file(
+            EXPLICIT_LE,
+            &PixelSpec::gray(4, 4, 16, 12, false),
+            vec![],
+            pixel_data_16((0..16).collect()),
+        ),
+        image_file(
+            IMPLICIT_LE,
+            &PixelSpec::gray(4, 4, 8, 8, false),
+            vec![],
+            pixel_data_8((0..16).collect()),
+        ),
+        image_file(
+            RLE,
+            &PixelSpec::gray(4, 4, 8, 8, false),
+            vec![],
+            pixel_data_encapsulated(vec![rle_frame(&[3; 16], 1, 1)]),
+        ),
+        image_file(
+            DEFLATED_LE,
+            &PixelSpec::gray(4, 4, 8, 8, false),
+            vec![],
+            pixel_data_8((0..16).collect()),
+        ),
+    ];
+    for bytes in &files {
+        assert!(decode(bytes, None, &Limits::default()).is_ok());
+        // (Cutting only an encapsulated file's final sequence delimiter is accepted, as
+        // dicom-rs does, so the last cut is 10 bytes from the end.)
+        for cut in
+            [0, 10, 128, 131, 132, 140, 200, bytes.len() / 2, bytes.len() - 20, bytes.len() - 10]
+        {
+            let result = decode(&bytes[..cut], Some("cut.dcm"), &Limits::default());
+            let err = result.expect_err("a cut file must not decode");
+            assert_eq!(err.file(), "cut.dcm");
+        }
+    }
+    // DICM magic followed by garbage.
+    let mut garbage = vec![0u8; 128];
+    garbage.extend_from_slice(b"DICM");
+    garbage.extend((0..500u32).map(|i| (i * 97 % 251) as u8));
+    assert!(decode(&garbage, None, &Limits::default()).is_err());
+    // A .dcm name on something that is not DICOM at all.
+    let err = decode(b"hello, world", Some("x.dcm"), &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Corrupt { format: Format::Dicom, .. }), "{err}");
+}
+
+#[test]
+fn read_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scan.dcm");
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(2, 2, 8, 8, false),
+        vec![],
+        pixel_data_8(vec![1, 2, 3, 4]),
+    );
+    std::fs::write(&path, &bytes).unwrap();
+    let d = read(&path, &Limits::default()).unwrap();
+    assert_eq!(d.image, gray8(2, 2, vec![1, 2, 3, 4]));
+
+    std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+    let err = read(&path, &Limits::default()).unwrap_err();
+    assert!(err.to_string().contains("scan.dcm"), "{err}");
+    let err = read(dir.path().join("missing.dcm"), &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Io { .. }), "{err}");
+    assert!(err.to_string().contains("missing.dcm"));
+}
+
+#[test]
+fn a_file_without_preamble_is_read_too() {
+    let bytes = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(2, 2, 8, 8, false),
+        vec![],
+        pixel_data_8(vec![9, 8, 7, 6]),
+    );
+    let d = decode_ok(&bytes[128..]);
+    assert_eq!(d.image, gray8(2, 2, vec![9, 8, 7, 6]));
+}
+
+/// Implicit or explicit VR little-endian element bytes.
+fn elem(explicit: bool, group: u16, element: u16, vr: &[u8; 2], value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&group.to_le_bytes());
+    out.extend_from_slice(&element.to_le_bytes());
+    let long = matches!(vr, b"SQ" | b"OB" | b"OW" | b"UN");
+    if explicit {
+        out.extend_from_slice(vr);
+        if long {
+            out.extend_from_slice(&[0, 0]);
+            out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        } else {
+            out.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        }
+    } else {
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    }
+    out.extend_from_slice(value);
+    out
+}
+
+/// A data set with a defined-length sequence holding a defined-length item, written by hand
+/// (dicom-object writes undefined lengths); `item_len_delta` corrupts the item's length.
+fn defined_length_file(explicit: bool, item_len_delta: i64) -> Vec<u8> {
+    let ts = if explicit { EXPLICIT_LE } else { IMPLICIT_LE };
+    let mut out = dicom_file(ts, vec![]);
+    let content = elem(explicit, 0x0008, 0x0100, b"SH", b"AB");
+    let mut item = vec![0xFE, 0xFF, 0x00, 0xE0];
+    item.extend_from_slice(&((content.len() as i64 + item_len_delta) as u32).to_le_bytes());
+    item.extend_from_slice(&content);
+    out.extend(elem(explicit, 0x0008, 0x2218, b"SQ", &item));
+    out.extend(elem(explicit, 0x0028, 0x0002, b"US", &1u16.to_le_bytes()));
+    out.extend(elem(explicit, 0x0028, 0x0004, b"CS", b"MONOCHROME2 "));
+    out.extend(elem(explicit, 0x0028, 0x0010, b"US", &2u16.to_le_bytes()));
+    out.extend(elem(explicit, 0x0028, 0x0011, b"US", &2u16.to_le_bytes()));
+    out.extend(elem(explicit, 0x0028, 0x0100, b"US", &8u16.to_le_bytes()));
+    out.extend(elem(explicit, 0x0028, 0x0101, b"US", &8u16.to_le_bytes()));
+    out.extend(elem(explicit, 0x0028, 0x0102, b"US", &7u16.to_le_bytes()));
+    out.extend(elem(explicit, 0x0028, 0x0103, b"US", &0u16.to_le_bytes()));
+    out.extend(elem(explicit, 0x7FE0, 0x0010, b"OB", &[1, 2, 3, 4]));
+    out
+}
+
+#[test]
+fn defined_length_sequences_in_both_vr_encodings() {
+    for explicit in [true, false] {
+        let d = decode_ok(&defined_length_file(explicit, 0));
+        assert_eq!(d.image, gray8(2, 2, vec![1, 2, 3, 4]), "explicit: {explicit}");
+        // An item claiming more than its sequence holds, or less than its content.
+        for delta in [4, -2, 1_000_000] {
+            let err = decode(&defined_length_file(explicit, delta), None, &Limits::default())
+                .expect_err("inconsistent lengths must fail");
+            assert!(
+                matches!(err, ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. }),
+                "{err}"
+            );
+        }
+    }
+}

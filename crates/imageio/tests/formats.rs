@@ -1,0 +1,200 @@
+//! PNG, JPEG, TIFF, GIF and PGM/PPM: round trips for every pixel layout each format holds,
+//! refusals for those it does not, limits and bad input.
+
+mod common;
+
+use bs_imageio::{Format, ImageIoError, Limits, decode, encode, read, write};
+use bs_imaging::{DynImage, Image};
+use common::*;
+
+fn round_trip(img: &DynImage, format: Format) -> bs_imageio::Decoded {
+    let bytes =
+        encode(img, format).unwrap_or_else(|e| panic!("encode {format} {}: {e}", img.kind()));
+    let d = decode(&bytes, None, &Limits::default())
+        .unwrap_or_else(|e| panic!("decode {format} {}: {e}", img.kind()));
+    assert_eq!(d.format, format);
+    assert_eq!((d.meta.width as usize, d.meta.height as usize), (img.width(), img.height()));
+    d
+}
+
+fn layouts() -> Vec<DynImage> {
+    vec![
+        DynImage::U8(test_image8(7, 5, 1)),
+        DynImage::U16(test_image16(7, 5, 1)),
+        DynImage::U8(test_image8(7, 5, 3)),
+        DynImage::U16(test_image16(7, 5, 3)),
+        DynImage::U8(test_image8(7, 5, 4)),
+        DynImage::U16(test_image16(7, 5, 4)),
+    ]
+}
+
+#[test]
+fn png_and_tiff_round_trip_every_layout_exactly() {
+    for format in [Format::Png, Format::Tiff] {
+        for img in layouts() {
+            let d = round_trip(&img, format);
+            assert_eq!(d.image, img, "{format} {}", img.kind());
+            assert_eq!(d.meta.pixel_kind, img.kind().name());
+            let bits = if matches!(img, DynImage::U8(_)) { 8 } else { 16 };
+            assert_eq!(d.meta.bits_stored, bits, "{format} {}", img.kind());
+        }
+    }
+}
+
+#[test]
+fn pnm_round_trips_gray_and_rgb_at_8_and_16_bits() {
+    for img in layouts().into_iter().filter(|i| i.channels() != 4) {
+        let bytes = encode(&img, Format::Pnm).unwrap();
+        let magic = if img.channels() == 1 { b"P5" } else { b"P6" };
+        assert_eq!(&bytes[..2], magic);
+        let d = round_trip(&img, Format::Pnm);
+        assert_eq!(d.image, img, "{}", img.kind());
+    }
+    let err = encode(&DynImage::U8(test_image8(2, 2, 4)), Format::Pnm).unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { format: Format::Pnm, .. }), "{err}");
+}
+
+#[test]
+fn jpeg_round_trips_gray8_and_rgb8_closely() {
+    for channels in [1, 3] {
+        let img = DynImage::U8(smooth_image8(32, 24, channels));
+        let d = round_trip(&img, Format::Jpeg);
+        assert_eq!(d.image.kind(), img.kind());
+        let diff = max_abs_diff(&d.image, &img);
+        assert!(diff <= 12, "JPEG {} differs by {diff}", img.kind());
+    }
+    for img in [DynImage::U8(test_image8(4, 4, 4)), DynImage::U16(test_image16(4, 4, 1))] {
+        let err = encode(&img, Format::Jpeg).unwrap_err();
+        assert!(matches!(err, ImageIoError::Unsupported { format: Format::Jpeg, .. }), "{err}");
+    }
+}
+
+#[test]
+fn gif_round_trips_few_colour_images_exactly() {
+    for channels in [3, 4] {
+        let img = few_colours8(9, 6, channels);
+        let d = round_trip(&DynImage::U8(img.clone()), Format::Gif);
+        // GIF decodes as RGBA.
+        let DynImage::U8(out) = &d.image else { panic!("8-bit expected") };
+        assert_eq!(out.channels, 4);
+        for (p, q) in img.data.chunks(channels).zip(out.data.chunks(4)) {
+            assert_eq!(&p[..3], &q[..3]);
+            assert_eq!(q[3], 255);
+        }
+    }
+    // Gray is written as RGB and comes back with R = G = B.
+    let gray = Image::from_vec(4, 2, 1, vec![0, 50, 100, 150, 200, 250, 3, 7]).unwrap();
+    let d = round_trip(&DynImage::U8(gray.clone()), Format::Gif);
+    let DynImage::U8(out) = &d.image else { panic!("8-bit expected") };
+    let back: Vec<u8> = out.data.chunks(4).map(|p| p[0]).collect();
+    assert_eq!(back, gray.data);
+    let err = encode(&DynImage::U16(test_image16(4, 4, 3)), Format::Gif).unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { format: Format::Gif, .. }), "{err}");
+}
+
+#[test]
+fn dicom_cannot_be_written() {
+    let err = encode(&DynImage::U8(test_image8(2, 2, 1)), Format::Dicom).unwrap_err();
+    assert!(matches!(err, ImageIoError::UnsupportedFormat { .. }), "{err}");
+}
+
+#[test]
+fn write_and_read_choose_the_format_by_extension() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = DynImage::U16(test_image16(5, 4, 1));
+    for name in ["a.png", "a.tif", "a.tiff", "a.pgm", "a.PNG"] {
+        let path = dir.path().join(name);
+        write(&path, &img).unwrap();
+        let d = read(&path, &Limits::default()).unwrap();
+        assert_eq!(d.image, img, "{name}");
+    }
+    let rgb = DynImage::U8(test_image8(3, 3, 3));
+    write(dir.path().join("c.ppm"), &rgb).unwrap();
+    assert_eq!(read(dir.path().join("c.ppm"), &Limits::default()).unwrap().image, rgb);
+
+    let err = write(dir.path().join("b.pgm"), &rgb).unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("b.pgm"), "{err}");
+    let err = write(dir.path().join("b.ppm"), &img).unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+    let err = write(dir.path().join("b.webp"), &img).unwrap_err();
+    assert!(matches!(err, ImageIoError::UnsupportedFormat { .. }), "{err}");
+    let err = write(dir.path().join("b.dcm"), &img).unwrap_err();
+    assert!(matches!(err, ImageIoError::UnsupportedFormat { .. }), "{err}");
+    let err = write(dir.path().join("no/such/dir/x.png"), &img).unwrap_err();
+    assert!(matches!(err, ImageIoError::Io { .. }), "{err}");
+}
+
+#[test]
+fn huge_declared_dimensions_are_refused_before_allocating() {
+    let bytes = png_header_only(100_000, 100_000);
+    match decode(&bytes, Some("huge.png"), &Limits::default()) {
+        Err(ImageIoError::TooLarge { file, width, height, limit }) => {
+            assert_eq!(file, "huge.png");
+            assert_eq!((width, height, limit), (100_000, 100_000, 100_000_000));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    // Under the pixel limit but over the byte limit.
+    let limits = Limits { max_pixels: u64::MAX, max_bytes: 1 << 20 };
+    let err = decode(&png_header_only(10_000, 10_000), None, &limits).unwrap_err();
+    assert!(matches!(err, ImageIoError::TooManyBytes { .. }), "{err}");
+    // A real image over a small pixel limit.
+    let png = encode(&DynImage::U8(test_image8(8, 8, 3)), Format::Png).unwrap();
+    let small = Limits { max_pixels: 63, ..Limits::default() };
+    assert!(matches!(decode(&png, None, &small), Err(ImageIoError::TooLarge { .. })));
+    let tiny_input = Limits { max_bytes: 16, ..Limits::default() };
+    assert!(matches!(decode(&png, None, &tiny_input), Err(ImageIoError::TooManyBytes { .. })));
+}
+
+#[test]
+fn truncated_and_corrupt_raster_files_give_errors() {
+    let images = [
+        (Format::Png, DynImage::U8(test_image8(16, 16, 3))),
+        (Format::Jpeg, DynImage::U8(smooth_image8(16, 16, 3))),
+        (Format::Tiff, DynImage::U16(test_image16(16, 16, 1))),
+        (Format::Gif, DynImage::U8(few_colours8(16, 16, 3))),
+        (Format::Pnm, DynImage::U8(test_image8(16, 16, 1))),
+    ];
+    for (format, img) in images {
+        let bytes = encode(&img, format).unwrap();
+        for cut in [0, 1, 3, 8, 20, bytes.len() / 2, bytes.len() - 30] {
+            let result = decode(&bytes[..cut], Some("x"), &Limits::default());
+            let err = result.expect_err("a cut file must not decode");
+            assert_eq!(err.file(), "x", "{format} cut at {cut}: {err}");
+        }
+    }
+    let err = decode(b"", None, &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::UnsupportedFormat { .. }), "{err}");
+    let err = decode(b"just some text", Some("notes.txt"), &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::UnsupportedFormat { .. }), "{err}");
+    assert!(err.to_string().starts_with("notes.txt: "), "{err}");
+    // PNG magic then garbage.
+    let mut bad = b"\x89PNG\r\n\x1a\n".to_vec();
+    bad.extend((0..300u32).map(|i| (i * 31 % 256) as u8));
+    assert!(decode(&bad, None, &Limits::default()).is_err());
+    // A name picks the format when the bytes do not.
+    let err = decode(&[1, 2, 3, 4, 5], Some("x.gif"), &Limits::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ImageIoError::Corrupt { format: Format::Gif, .. }
+                | ImageIoError::Truncated { format: Format::Gif, .. }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn metadata_of_raster_images() {
+    let d = round_trip(&DynImage::U8(test_image8(3, 2, 1)), Format::Png);
+    assert_eq!(d.meta.photometric_interpretation, "MONOCHROME2");
+    assert_eq!(d.meta.pixel_kind, "gray8");
+    assert_eq!(d.meta.patient_name, None);
+    let map = d.meta.to_map();
+    assert_eq!(map["width"], "3");
+    assert_eq!(map["height"], "2");
+    assert!(!map.contains_key("modality"));
+    let d = round_trip(&DynImage::U8(test_image8(3, 2, 4)), Format::Png);
+    assert_eq!(d.meta.photometric_interpretation, "RGB");
+}

@@ -1,0 +1,395 @@
+//! What the eight MedJava/xv filters (blur, despeckle, sharpen, edge, emboss, oilpaint,
+//! pixelize, spread) share: their [`FilterInfo`] shape, whole-number parameters, a check that
+//! rejects inconsistent images before any indexing, row bands for running sums, exact integer
+//! division by a run-time constant without a divide instruction ([`Div`]), xv's grey, a small
+//! seedable PRNG, and, for tests, small-image helpers and proptest strategies.
+
+use crate::error::ImagingError;
+use crate::filter::{FilterInfo, ParamInfo, Run};
+use crate::image::{Image, Sample};
+use crate::params::Params;
+
+/// The [`FilterInfo`] of a built-in filter.
+pub(crate) fn builtin_info(name: &str, summary: &str, params: Vec<ParamInfo>) -> FilterInfo {
+    FilterInfo {
+        name: name.into(),
+        summary: summary.into(),
+        params,
+        kind: "builtin".into(),
+        source: None,
+    }
+}
+
+fn bad(info: &FilterInfo, name: &str, reason: String) -> ImagingError {
+    ImagingError::BadParam { filter: info.name.clone(), param: name.to_string(), reason }
+}
+
+/// A numeric parameter that must be a whole number inside its declared range.
+pub(crate) fn whole(info: &FilterInfo, p: &Params, name: &str) -> Result<usize, ImagingError> {
+    let v = info.number(p, name)?;
+    if v.fract() != 0.0 {
+        return Err(bad(info, name, format!("{v} is not a whole number")));
+    }
+    // In range (checked by `number`), and every declared range is small and non-negative.
+    Ok(v as usize)
+}
+
+/// A whole-number parameter that must also be odd (a window size).
+pub(crate) fn odd(info: &FilterInfo, p: &Params, name: &str) -> Result<usize, ImagingError> {
+    let v = whole(info, p, name)?;
+    if v % 2 == 0 {
+        return Err(bad(info, name, format!("{v} is not odd (a window has a centre)")));
+    }
+    Ok(v)
+}
+
+/// A `u64` parameter given as text (too wide for the `f64` ranges of [`ParamInfo::number`]).
+pub(crate) fn u64_param(info: &FilterInfo, p: &Params, name: &str) -> Result<u64, ImagingError> {
+    let text = info.text(p, name);
+    text.parse::<u64>()
+        .map_err(|_| bad(info, name, format!("{text:?} is not a whole number in 0..=2^64-1")))
+}
+
+/// Reject an image whose fields disagree (they are public), so that no filter indexes out of
+/// bounds: channels must be 1, 3 or 4 and `data` exactly `width * height * channels` long.
+pub(crate) fn check_image<T: Sample>(img: &Image<T>) -> Result<(), ImagingError> {
+    if !matches!(img.channels, 1 | 3 | 4) {
+        return Err(ImagingError::InvalidImage(format!(
+            "{} channels (need 1, 3 or 4)",
+            img.channels
+        )));
+    }
+    let want = img.width.checked_mul(img.height).and_then(|p| p.checked_mul(img.channels));
+    if want != Some(img.data.len()) {
+        return Err(ImagingError::InvalidImage(format!(
+            "{}×{}×{} needs {want:?} samples, got {}",
+            img.width,
+            img.height,
+            img.channels,
+            img.data.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Call `f(y0, band)` for bands of whole rows of `out` (rows of `row_len` samples), where
+/// `band` holds output rows `y0..y0 + band.len() / row_len`. Filters that keep running sums
+/// or scratch rows use bands so that state lives for many rows; bands run in parallel on
+/// `run`'s threads (about four per thread). Results never depend on the banding.
+pub(crate) fn bands<T: Send>(
+    run: &Run,
+    out: &mut [T],
+    row_len: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    if row_len == 0 || out.is_empty() {
+        return;
+    }
+    let rows = out.len() / row_len;
+    let per = rows.div_ceil(run.thread_count() * 4).max(1);
+    run.rows(out, per * row_len, |b, band| f(b * per, band));
+}
+
+/// Whether to run the AVX2 builds of inner loops: true on x86-64 CPUs that have AVX2 (the
+/// check is a cached flag), false elsewhere and while a test forces the baseline build.
+///
+/// Filters compile their hot band function twice from one `#[inline(always)]` body: once for
+/// the target's baseline (SSE2 on x86-64) and once with `#[target_feature(enable = "avx2")]`,
+/// so the same loops vectorise with twice the lanes and with the 16-bit min/max and 32-bit
+/// multiplies SSE2 lacks. Both builds are integer code (or IEEE arithmetic without fused
+/// operations), so they give bit-identical results.
+#[inline]
+pub(crate) fn use_avx2() -> bool {
+    #[cfg(test)]
+    if FORCE_BASELINE.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Tests set this to run the baseline build of the inner loops on an AVX2 machine. Other
+/// tests running meanwhile are unaffected: both builds give the same results.
+#[cfg(test)]
+pub(crate) static FORCE_BASELINE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Define `$name`, which runs the `#[inline(always)]` function `$body` compiled for AVX2 when
+/// [`use_avx2`] says so and for the baseline otherwise (see there).
+macro_rules! multiversion {
+    ($(#[$m:meta])* fn $name:ident<$($g:ident: $b:path $(| $bb:path)*),*>($($a:ident: $t:ty),* $(,)?) $(-> $ret:ty)? => $body:ident) => {
+        $(#[$m])*
+        fn $name<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2")]
+                fn avx2<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
+                    $body::<$($g),*>($($a),*)
+                }
+                if $crate::filters::common::use_avx2() {
+                    // SAFETY: `use_avx2` has checked that this CPU supports AVX2.
+                    return unsafe { avx2::<$($g),*>($($a),*) };
+                }
+            }
+            $body::<$($g),*>($($a),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
+/// Copy the alpha samples (every 4th) of `src` into `dst`; nothing for 1 or 3 channels.
+pub(crate) fn copy_alpha<T: Copy>(dst: &mut [T], src: &[T], channels: usize) {
+    if channels == 4 {
+        for (d, s) in dst.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
+            d[3] = s[3];
+        }
+    }
+}
+
+/// xv's grey of a colour: `(11 R + 16 G + 5 B) >> 5`.
+#[inline(always)]
+pub(crate) fn grey(r: u32, g: u32, b: u32) -> u32 {
+    (11 * r + 16 * g + 5 * b) >> 5
+}
+
+/// Division by a run-time constant `d`, rounding half up: `(x + d / 2) / d`, exact for every
+/// `x <= max_num`, computed as a multiply and a shift (which vectorises; a divide does not).
+///
+/// With `y = x + d/2 <= Y`, `k` the smallest power with `2^k > Y·d` and
+/// `m = ⌊2^k / d⌋ + 1 = (2^k + e)/d` (`1 <= e <= d`): `y·m / 2^k = y/d + y·e/(d·2^k)`, and
+/// `y·e/2^k < 1`, so the fraction `(y mod d + y·e/2^k)/d` stays below 1 and the floor is
+/// `⌊y/d⌋`. `m <= 2Y + 1`, so for the sums used here (`Y < 2^27`) `m` fits in 32 bits and
+/// `y·m` in 64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Div {
+    pub half: u32,
+    pub m: u32,
+    pub k: u32,
+}
+
+impl Div {
+    pub fn new(d: u32, max_num: u32) -> Self {
+        assert!(d > 0);
+        let half = d / 2;
+        let y = (max_num as u64 + half as u64) * d as u64;
+        let k = 64 - y.leading_zeros();
+        let m = (1u64 << k) / d as u64 + 1;
+        assert!(m <= u32::MAX as u64 && k < 64, "Div::new({d}, {max_num}) out of range");
+        Self { half, m: m as u32, k }
+    }
+
+    #[inline(always)]
+    pub fn apply(self, x: u32) -> u32 {
+        (((x + self.half) as u64 * self.m as u64) >> self.k) as u32
+    }
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a tiny, fast, well-mixed PRNG; the same seed always
+/// gives the same sequence on every platform.
+#[derive(Debug, Clone)]
+pub(crate) struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    #[inline(always)]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n > 0`) by Lemire's multiply-shift: `⌊r·n / 2^64⌋`.
+    #[inline(always)]
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testkit {
+    //! Small-image helpers and proptest strategies for the filters' tests.
+
+    use proptest::prelude::*;
+
+    use crate::filter::{Filter, Run};
+    use crate::image::{DynImage, Image};
+    use crate::params::Params;
+
+    pub fn img8(w: usize, h: usize, c: usize, data: &[u8]) -> DynImage {
+        DynImage::U8(Image::from_vec(w, h, c, data.to_vec()).unwrap())
+    }
+
+    pub fn img16(w: usize, h: usize, c: usize, data: &[u16]) -> DynImage {
+        DynImage::U16(Image::from_vec(w, h, c, data.to_vec()).unwrap())
+    }
+
+    /// Apply with the given parameters on one thread, panicking on error.
+    pub fn apply(f: &dyn Filter, img: &DynImage, params: &[(&str, &str)]) -> DynImage {
+        let mut p = Params::new();
+        for (k, v) in params {
+            p = p.with(k, v);
+        }
+        f.apply(img, &p, &Run::single()).unwrap()
+    }
+
+    pub fn data8(img: &DynImage) -> Vec<u8> {
+        match img {
+            DynImage::U8(i) => i.data.clone(),
+            DynImage::U16(_) => panic!("expected an 8-bit image"),
+        }
+    }
+
+    pub fn data16(img: &DynImage) -> Vec<u16> {
+        match img {
+            DynImage::U16(i) => i.data.clone(),
+            DynImage::U8(_) => panic!("expected a 16-bit image"),
+        }
+    }
+
+    /// Any image up to `max_w`×`max_h` (sizes from 1), 1, 3 or 4 channels, 8 or 16 bits.
+    /// Samples come from a few values half of the time, so that ties and flat areas occur.
+    pub fn any_image(max_w: usize, max_h: usize) -> impl Strategy<Value = DynImage> {
+        (
+            1..=max_w,
+            1..=max_h,
+            prop::sample::select(vec![1usize, 3, 4]),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_flat_map(|(w, h, c, wide, few)| {
+                let n = w * h * c;
+                let samples = if few {
+                    prop::collection::vec(
+                        prop::sample::select(vec![0u16, 1, 2, 254, 255, 65535]),
+                        n,
+                    )
+                    .boxed()
+                } else {
+                    prop::collection::vec(any::<u16>(), n).boxed()
+                };
+                samples.prop_map(move |v| {
+                    if wide {
+                        DynImage::U16(Image::from_vec(w, h, c, v).unwrap())
+                    } else {
+                        let v = v.into_iter().map(|s| (s & 0xff) as u8).collect();
+                        DynImage::U8(Image::from_vec(w, h, c, v).unwrap())
+                    }
+                })
+            })
+    }
+
+    /// A constant image (every pixel the same colour).
+    pub fn constant_image(max_w: usize, max_h: usize) -> impl Strategy<Value = DynImage> {
+        (
+            1..=max_w,
+            1..=max_h,
+            prop::sample::select(vec![1usize, 3, 4]),
+            any::<bool>(),
+            any::<[u16; 4]>(),
+        )
+            .prop_map(|(w, h, c, wide, px)| {
+                let v: Vec<u16> = (0..w * h).flat_map(|_| px[..c].to_vec()).collect();
+                if wide {
+                    DynImage::U16(Image::from_vec(w, h, c, v).unwrap())
+                } else {
+                    let v = v.into_iter().map(|s| s as u8).collect();
+                    DynImage::U8(Image::from_vec(w, h, c, v).unwrap())
+                }
+            })
+    }
+
+    /// Applying `f` on 1 and on 3 threads gives the same image (or the same error).
+    pub fn same_on_threads(f: &dyn Filter, img: &DynImage, p: &Params) {
+        let one = f.apply(img, p, &Run::single());
+        let three = f.apply(img, p, &Run::with_threads(3));
+        match (one, three) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => panic!("1 thread: {a:?}, 3 threads: {b:?}"),
+        }
+    }
+
+    /// Images that must not make a filter panic: empty, 1×1, 1×N, N×1, of every kind.
+    pub fn tiny_images() -> Vec<DynImage> {
+        let mut v = Vec::new();
+        for (w, h) in [(0, 0), (0, 3), (3, 0), (1, 1), (1, 2), (2, 1), (1, 7), (7, 1), (2, 2)] {
+            for c in [1, 3, 4] {
+                let n = w * h * c;
+                let d8: Vec<u8> = (0..n).map(|i| (i * 37 % 256) as u8).collect();
+                let d16: Vec<u16> = (0..n).map(|i| (i * 7919 % 65536) as u16).collect();
+                v.push(DynImage::U8(Image::from_vec(w, h, c, d8).unwrap()));
+                v.push(DynImage::U16(Image::from_vec(w, h, c, d16).unwrap()));
+            }
+        }
+        v
+    }
+
+    /// An image whose fields disagree; filters must reject it, not panic.
+    pub fn broken_images() -> Vec<DynImage> {
+        vec![
+            DynImage::U8(Image { width: 3, height: 3, channels: 3, data: vec![0; 5] }),
+            DynImage::U16(Image { width: 2, height: 2, channels: 2, data: vec![0; 8] }),
+            DynImage::U8(Image { width: usize::MAX, height: 3, channels: 1, data: vec![] }),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn div_is_exact_for_all_8_bit_window_sums() {
+        for d in 1..=961u32 {
+            let max = d * 255;
+            let div = Div::new(d, max);
+            for x in 0..=max {
+                assert_eq!(div.apply(x), (x + d / 2) / d, "d {d} x {x}");
+            }
+        }
+    }
+
+    #[test]
+    fn div_is_exact_for_16_bit_window_sums() {
+        // Every d that a 31×31 window with clipping can produce, at the top of the range and
+        // around every multiple near it (where an inexact reciprocal would fail first).
+        for d in 1..=961u32 {
+            let max = d * 65535;
+            let div = Div::new(d, max);
+            for q in (0..=65535u32).step_by(257).chain(65500..=65535) {
+                for x in (q * d).saturating_sub(d)..=(q * d + d).min(max) {
+                    assert_eq!(div.apply(x), (x + d / 2) / d, "d {d} x {x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn splitmix_is_reproducible() {
+        let mut a = SplitMix64(0);
+        // Reference value of SplitMix64 seeded with 0.
+        assert_eq!(a.next_u64(), 0xE220_A839_7B1D_CDAF);
+        let mut b = SplitMix64(42);
+        let mut c = SplitMix64(42);
+        for _ in 0..100 {
+            let (x, y) = (b.below(7), c.below(7));
+            assert!(x < 7);
+            assert_eq!(x, y);
+        }
+    }
+
+    #[test]
+    fn grey_weights_sum_to_one() {
+        assert_eq!(grey(255, 255, 255), 255);
+        assert_eq!(grey(65535, 65535, 65535), 65535);
+        assert_eq!(grey(128, 128, 128), 128);
+        assert_eq!(grey(32, 0, 0), 11);
+    }
+}
