@@ -138,3 +138,22 @@ fn no_declared_size_drives_an_allocation() {
         }
     }
 }
+
+#[test]
+fn huge_declared_images_are_refused_without_allocating() {
+    for bytes in [png_header_only(100_000, 100_000), tiff_header_only(100_000, 100_000)] {
+        let largest = largest_allocation(&bytes, &Limits::default());
+        assert!(largest < 1 << 20, "allocated {largest} bytes");
+        assert!(matches!(
+            decode(&bytes, None, &Limits::default()),
+            Err(bs_imageio::ImageIoError::TooLarge { .. })
+        ));
+    }
+    let dicom = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(65535, 65535, 16, 16, false),
+        vec![],
+        pixel_data_16(vec![0; 4]),
+    );
+    assert!(largest_allocation(&dicom, &Limits::default()) < 1 << 20);
+}

@@ -631,3 +631,27 @@ fn defined_length_sequences_in_both_vr_encodings() {
         }
     }
 }
+
+#[test]
+fn encapsulated_uncompressed_and_deflated_frames() {
+    let values: Vec<u16> = (0..12).map(|i| i * 5000).collect();
+    let spec = PixelSpec::gray(3, 4, 16, 16, false);
+    let bytes = image_file(
+        "1.2.840.10008.1.2.1.98",
+        &spec,
+        vec![],
+        pixel_data_encapsulated(vec![le16(&values)]),
+    );
+    assert_eq!(decode_ok(&bytes).image, gray16(4, 3, values.clone()));
+
+    use std::io::Write;
+    let mut deflater =
+        flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+    deflater.write_all(&le16(&values)).unwrap();
+    let frame = deflater.finish().unwrap();
+    let bytes =
+        image_file("1.2.840.10008.1.2.8.1", &spec, vec![], pixel_data_encapsulated(vec![frame]));
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, gray16(4, 3, values));
+    assert_eq!(d.meta.transfer_syntax_uid.as_deref(), Some("1.2.840.10008.1.2.8.1"));
+}

@@ -135,6 +135,10 @@ fn huge_declared_dimensions_are_refused_before_allocating() {
         }
         other => panic!("expected TooLarge, got {other:?}"),
     }
+    let err = decode(&tiff_header_only(100_000, 100_000), None, &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::TooLarge { width: 100_000, height: 100_000, .. }), "{err}");
+    // The hand-made TIFF header is otherwise valid: a 4 × 4 one decodes from its 16-byte strip.
+    assert!(decode(&tiff_header_only(4, 4), None, &Limits::default()).is_ok());
     // Under the pixel limit but over the byte limit.
     let limits = Limits { max_pixels: u64::MAX, max_bytes: 1 << 20 };
     let err = decode(&png_header_only(10_000, 10_000), None, &limits).unwrap_err();

@@ -3,7 +3,7 @@
 //! # What is read
 //!
 //! A file is recognised by "DICM" at offset 128 (or at 0 when the preamble is missing). Before
-//! dicom-object parses it, [`scan`] walks its element structure and refuses lengths longer than
+//! dicom-object parses it, the `scan` module walks its element structure and refuses lengths longer than
 //! the input, so parsing never allocates more than the input's size; then Rows × Columns is
 //! checked against [`Limits`] before any pixel buffer is made. Only the first frame of a
 //! multi-frame image is decoded ([`ImageMeta::number_of_frames`] says how many there are,
@@ -15,7 +15,7 @@
 //!   Deflated Explicit VR Little Endian (inflated with a cap of `max_bytes`), Encapsulated
 //!   Uncompressed Explicit VR Little Endian, Deflated Image Frame Compression: native samples,
 //!   read here from the Pixel Data element.
-//! - RLE Lossless: decoded by this crate's [`rle`] module (dicom-rs's RLE reader panics on
+//! - RLE Lossless: decoded by this crate's `rle` module (dicom-rs's RLE reader panics on
 //!   corrupt input).
 //! - JPEG Baseline (Process 1), JPEG Extended (Process 2 & 4, 8-bit only), JPEG Lossless
 //!   (Process 14) and JPEG Lossless SV1: dicom-pixeldata with the pure-Rust `jpeg-decoder`,

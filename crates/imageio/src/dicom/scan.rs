@@ -257,7 +257,8 @@ pub(crate) fn scan_dataset(data: &[u8], ts: &TransferSyntax) -> Result<(), Image
                     ));
                 }
                 let value = take(data, pos, len.0, tag)?;
-                if tag == PIXEL_REPRESENTATION && vr == VR::US && value.len() >= 2 {
+                if tag == PIXEL_REPRESENTATION && matches!(vr, VR::US | VR::OW) && value.len() >= 2
+                {
                     let b = [value[0], value[1]];
                     let v = match ts.endianness() {
                         Endianness::Little => u16::from_le_bytes(b),

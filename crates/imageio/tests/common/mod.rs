@@ -288,3 +288,31 @@ pub fn png_header_only(w: u32, h: u32) -> Vec<u8> {
     out.extend(png_chunk(b"IEND", &[]));
     out
 }
+
+/// A little-endian TIFF whose one IFD claims `w × h` 8-bit gray pixels in a single strip of a
+/// few bytes.
+pub fn tiff_header_only(w: u32, h: u32) -> Vec<u8> {
+    let entries: [(u16, u16, u32); 9] = [
+        (256, 4, w),                  // ImageWidth, LONG
+        (257, 4, h),                  // ImageLength
+        (258, 3, 8),                  // BitsPerSample, SHORT
+        (259, 3, 1),                  // Compression: none
+        (262, 3, 1),                  // PhotometricInterpretation: BlackIsZero
+        (273, 4, 8 + 2 + 9 * 12 + 4), // StripOffsets: right after the IFD
+        (277, 3, 1),                  // SamplesPerPixel
+        (278, 4, h),                  // RowsPerStrip
+        (279, 4, 16),                 // StripByteCounts
+    ];
+    let mut out = b"II*\0".to_vec();
+    out.extend_from_slice(&8u32.to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    for (tag, kind, value) in entries {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&[0u8; 16]);
+    out
+}
