@@ -5,7 +5,8 @@ use std::io::IsTerminal;
 
 use anyhow::{Context, Result};
 use bs_bench::{
-    FilterBenchOptions, TransferBenchOptions, run_filters, run_transfer, write_benchmarks_md,
+    FilterBenchOptions, Progress, TransferBenchOptions, run_filters, run_transfer,
+    write_benchmarks_md,
 };
 
 use crate::cli::{BenchArgs, BenchCommand};
@@ -17,7 +18,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     }
 }
 
-fn progress(a: &BenchArgs) -> Option<Box<dyn Fn(&str) + Send + Sync>> {
+fn progress(a: &BenchArgs) -> Option<Progress> {
     (std::io::stderr().is_terminal() || !a.json)
         .then(|| Box::new(|line: &str| eprintln!("  {line}")) as Box<dyn Fn(&str) + Send + Sync>)
 }

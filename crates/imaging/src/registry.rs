@@ -792,12 +792,12 @@ mod tests {
         assert_eq!(r.reload().unwrap(), ReloadReport::default());
         let held = r.get("smooth").unwrap();
 
-        write(dir.path(), "b.toml", "[[kernel]]\nname='edge'\nweights=[[-1,0,1]]\noffset=128");
+        write(dir.path(), "b.toml", "[[kernel]]\nname='hdiff'\nweights=[[-1,0,1]]\noffset=128");
         let rep = r.reload().unwrap();
-        assert_eq!(rep.added, vec!["edge".to_string()]);
+        assert_eq!(rep.added, vec!["hdiff".to_string()]);
         assert!(rep.removed.is_empty() && rep.changed.is_empty());
         let g = gray8(3, 1, &[0, 10, 30]);
-        assert_eq!(run(&r, "edge", &g), gray8(3, 1, &[138, 158, 148]));
+        assert_eq!(run(&r, "hdiff", &g), gray8(3, 1, &[138, 158, 148]));
 
         let text = BASIC.replace("[[1, 2, 1]]", "[[1, 0, 1]]").replace(
             "[[chain]]\n        name = \"neg-smooth\"",
@@ -827,12 +827,12 @@ mod tests {
         }
         assert_eq!(r.list(), before);
         assert!(r.get("broken").is_err());
-        assert_eq!(run(&r, "edge", &g), gray8(3, 1, &[138, 158, 148]));
+        assert_eq!(run(&r, "hdiff", &g), gray8(3, 1, &[138, 158, 148]));
         // Fixing it loads it.
         write(dir.path(), "c.toml", "[[chain]]\nname='broken'\nsteps=[{filter='invert'}]");
         assert_eq!(r.reload().unwrap().added, vec!["broken".to_string()]);
         std::fs::remove_file(dir.path().join("b.toml")).unwrap();
-        assert_eq!(r.reload().unwrap().removed, vec!["edge".to_string()]);
+        assert_eq!(r.reload().unwrap().removed, vec!["hdiff".to_string()]);
     }
 
     /// Poll `cond` until it holds, for at most 10 s.

@@ -12,7 +12,7 @@ pub use report::{FilterMeasurement, FilterReport};
 
 use std::time::Instant;
 
-use bs_imaging::{DynImage, Params, Registry, Run};
+use bs_imaging::{Params, Registry, Run};
 
 use crate::error::BenchError;
 use crate::machine::machine_description;
@@ -112,9 +112,4 @@ pub fn run_filters(opts: &FilterBenchOptions) -> Result<FilterReport, BenchError
 
 fn dedup(v: [usize; 2]) -> Vec<usize> {
     if v[0] == v[1] { vec![v[0]] } else { v.to_vec() }
-}
-
-/// Megapixels of an image.
-fn mpix(img: &DynImage) -> f64 {
-    (img.width() * img.height()) as f64 / 1e6
 }

@@ -31,15 +31,15 @@
 //! the one that leaves (one vectorised pass per row). Sums along each row are, for sizes 3
 //! and 5, `size` shifted slice additions (vectorised), above that prefix sums (one scalar add
 //! per sample) and one vectorised subtraction. The division is a multiply and a shift by a
-//! per-count constant ([`Div`]), exact for every sum. For 8-bit images up to size 13 all sums
-//! stay in 16 bits (twice the lanes per vector). The inner loops are built for the baseline
-//! CPU and for AVX2, chosen at run time ([`multiversion`]). The image is read once, in one
-//! pass; bands of rows run in parallel ([`bands`]); the result does not depend on the number
-//! of threads or on the CPU.
+//! per-count constant (`common::Div`), exact for every sum. For 8-bit images up to size 13
+//! all sums stay in 16 bits (twice the lanes per vector). The inner loops are built for the
+//! baseline CPU and for AVX2, chosen at run time (`common::multiversion!`). The image is read
+//! once, in one pass; bands of rows run in parallel (`common::bands`); the result does not
+//! depend on the number of threads or on the CPU.
 //!
-//! Measured (release build, one thread of this 2-core machine, 2048² rgb8): size 3 about
-//! 1.2 Gpixel/s, size 5 about 1.0, sizes 7 to 31 0.55–0.8; 2048² gray16 size 3 about
-//! 2 Gpixel/s.
+//! Measured (release build, 2048², one thread of a shared 2-core machine, medians of 7;
+//! absolute numbers drift): rgb8 size 3 1.0–1.2 Gpixel/s, size 5 about 1.0, sizes 7 to 31
+//! 0.55–0.8; gray16 size 3 about 1.9 Gpixel/s.
 
 use std::sync::Arc;
 
@@ -428,6 +428,16 @@ mod tests {
             let e = Blur.apply(&img, &Params::new(), &Run::single());
             assert!(matches!(e, Err(ImagingError::InvalidImage(_))));
         }
+    }
+
+    #[test]
+    fn baseline_build_matches_too() {
+        on_baseline((any_image(14, 6), 0usize..16), |(img, r)| {
+            let p = Params::new().with("size", 2 * r + 1);
+            let out = Blur.apply(&img, &p, &Run::single()).unwrap();
+            prop_assert_eq!(out, naive_dyn(&img, 2 * r + 1));
+            Ok(())
+        });
     }
 
     proptest! {

@@ -101,7 +101,7 @@ pub(crate) fn bands<T: Send>(
 #[inline]
 pub(crate) fn use_avx2() -> bool {
     #[cfg(test)]
-    if FORCE_BASELINE.load(std::sync::atomic::Ordering::Relaxed) {
+    if FORCE_BASELINE.load(std::sync::atomic::Ordering::Relaxed) > 0 {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
@@ -114,11 +114,12 @@ pub(crate) fn use_avx2() -> bool {
     }
 }
 
-/// Tests set this to run the baseline build of the inner loops on an AVX2 machine. Other
-/// tests running meanwhile are unaffected: both builds give the same results.
+/// While above 0 (tests raise it, see `testkit::on_baseline`), the baseline build of the
+/// inner loops runs even on an AVX2 machine. Other tests running meanwhile are unaffected:
+/// both builds give the same results.
 #[cfg(test)]
-pub(crate) static FORCE_BASELINE: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
+pub(crate) static FORCE_BASELINE: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
 
 /// Define `$name`, which runs the `#[inline(always)]` function `$body` compiled for AVX2 when
 /// [`use_avx2`] says so and for the baseline otherwise (see there).
@@ -314,6 +315,25 @@ pub(crate) mod testkit {
             (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
             (a, b) => panic!("1 thread: {a:?}, 3 threads: {b:?}"),
         }
+    }
+
+    /// Run proptest cases of `strategy` through `check` with the baseline build of the inner
+    /// loops (on an AVX2 machine the other tests exercise the AVX2 build).
+    pub fn on_baseline<S: Strategy>(
+        strategy: S,
+        check: impl Fn(S::Value) -> Result<(), TestCaseError>,
+    ) {
+        use std::sync::atomic::Ordering::Relaxed;
+        struct Restore;
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                super::FORCE_BASELINE.fetch_sub(1, Relaxed);
+            }
+        }
+        super::FORCE_BASELINE.fetch_add(1, Relaxed);
+        let _restore = Restore;
+        assert!(!super::use_avx2());
+        proptest::test_runner::TestRunner::default().run(&strategy, check).unwrap();
     }
 
     /// Images that must not make a filter panic: empty, 1×1, 1×N, N×1, of every kind.

@@ -15,9 +15,9 @@
 //! The mean of the two middle values is truncated, as xv's integer division does; it only
 //! occurs in clipped windows (for size 3: the edges, 6 values, and the corners, 4 values).
 //!
-//! Channels are independent (per-channel median, as in xv and the paper's "median colour"
-//! computed plane by plane), so the output colour need not occur in the window; a
-//! vector median would cost far more and the paper measures the per-channel one.
+//! Channels are independent (a per-channel median, xv's definition; the paper says "the
+//! median colour"), so the output colour need not occur in the window; a vector median would
+//! cost far more and is not what xv measured.
 //!
 //! **Pixel types**: gray8, gray16, rgb8, rgb16 (each colour channel on its own); in rgba8 and
 //! rgba16 the colour channels are filtered and alpha is copied unchanged.
@@ -26,20 +26,25 @@
 //!
 //! # Speed
 //!
-//! - Size 3, away from the border: a min/max network on whole rows. Each row's vertical
-//!   triples are sorted once (3 compare-exchanges per sample); the median of a 3×3 window is
-//!   then `med3(max of the three column minima, med3 of the column medians, min of the column
-//!   maxima)`, 8 more min/max per sample, all element-wise on slices, which the compiler turns
-//!   into vector min/max (16 or 32 samples at a time). The border pixels sort their clipped
-//!   windows.
+//! - Size 3, away from the border: a min/max network on whole rows. Each vertical triple of
+//!   samples is sorted once (6 min/max); the median of a 3×3 window is then
+//!   `med3(max of the three column minima, med3 of the column medians, min of the column
+//!   maxima)`, 12 more min/max per sample, all element-wise on slices (in chunks that stay in
+//!   L1), which the compiler turns into vector min/max, 32 8-bit samples at a time with AVX2.
+//!   The border pixels sort their clipped windows (at most 9 values, on the stack).
 //! - Larger sizes, 8-bit: Huang's sliding histogram (256 bins per channel; per pixel, the
 //!   column entering the window is added and the one leaving removed, and the median found by
-//!   walking from the previous median, counting values below it), O(size) per pixel.
+//!   walking from the previous median, counting values below it), O(size) per pixel plus the
+//!   walk, which is long only on noise.
 //! - Larger sizes, 16-bit: the window is gathered and the median selected
-//!   (`select_nth_unstable`), O(size²) per pixel: correct but slower (a fallback).
+//!   (`select_nth_unstable`), O(size²) per pixel: correct but slow (a fallback).
 //!
 //! Rows run in parallel bands; inner loops are built for the baseline CPU and for AVX2; the
 //! result does not depend on the number of threads or on the CPU.
+//!
+//! Measured (release, 2048², one thread of a shared 2-core machine, uniform noise): size 3
+//! rgb8 about 1.3–1.5 Gpixel/s, gray8 about 6, gray16 about 2.3–3.7; size 5 rgb8 (Huang)
+//! about 12 Mpixel/s on noise; size 5 gray16 (selection) about 6 Mpixel/s.
 
 use std::sync::Arc;
 
@@ -87,8 +92,9 @@ impl Filter for Despeckle {
 ///
 /// # Panics
 ///
-/// If the image's fields disagree (see [`Image::from_vec`]).
+/// If `radius > 7` (size 15) or the image's fields disagree (see [`Image::from_vec`]).
 pub fn median<T: Sample + Ord>(img: &Image<T>, radius: usize, run: &Run) -> Image<T> {
+    assert!(radius <= 7, "median radius {radius} > 7");
     let (w, h, c) = (img.width, img.height, img.channels);
     if radius == 0 || w == 0 || h == 0 {
         return img.clone();
@@ -299,7 +305,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::filters::common::FORCE_BASELINE;
     use crate::filters::common::testkit::*;
 
     /// The definition, written as directly as possible.
@@ -418,14 +423,10 @@ mod tests {
 
     #[test]
     fn baseline_build_matches_too() {
-        let mut runner = proptest::test_runner::TestRunner::default();
-        FORCE_BASELINE.store(true, std::sync::atomic::Ordering::Relaxed);
-        let r = runner.run(&any_image(12, 6), |img| {
+        on_baseline(any_image(12, 6), |img| {
             prop_assert_eq!(apply(&Despeckle, &img, &[]), naive_dyn(&img, 3));
             Ok(())
         });
-        FORCE_BASELINE.store(false, std::sync::atomic::Ordering::Relaxed);
-        r.unwrap();
     }
 
     proptest! {

@@ -23,9 +23,9 @@
 //!   the scaled channels clip at 255. We divide by the largest *channel* value instead: no
 //!   clipping, hue of the edges kept, and for gray images the two are the same.
 //! - *Border*: xv leaves the 1-pixel frame at the original colours, so the output mixes an
-//!   edge map with a frame of the photograph, unscaled. We compute the border with the
-//!   replicated-border rule (as OpenCV's Sobel/Prewitt do by default), so the whole output is
-//!   an edge map; a constant image is black everywhere including its frame, and 1×N images
+//!   edge map with a frame of the photograph, unscaled. We compute the frame too, with the
+//!   replicated-border rule above (OpenCV's `BORDER_REPLICATE`), so the whole output is an
+//!   edge map: a constant image is black everywhere including its frame, and 1×N images
 //!   work.
 //!
 //! **Pixel types**: gray8, gray16, rgb8, rgb16 (each colour channel on its own, one common
@@ -34,12 +34,17 @@
 //!
 //! # Speed
 //!
-//! Two passes, because `M` is known only after the whole image: the first computes `e` on
+//! Two passes, because `M` is known only after the whole image. The first computes `e` on
 //! whole rows from a vertical sum and a vertical difference of the three rows (vectorised
-//! slice arithmetic, division by 3 as a multiply) and each band's largest value; the second
-//! maps every sample through a table of `MAX + 1` entries built with one addition per entry
-//! (skipped when `M = MAX`). Rows run in parallel bands; inner loops are built for the
-//! baseline CPU and for AVX2; the result does not depend on the number of threads.
+//! slice arithmetic, in 16 bits for 8-bit images; the division by 3 is a multiply) and each
+//! band's largest value. The second stretches: for 8-bit images with an exact multiply and
+//! shift (`common::Div`, vectorised), for 16-bit images through a table of `M + 1` entries
+//! built with one addition each; it is skipped when `M = MAX`. Rows run in parallel bands;
+//! inner loops are built for the baseline CPU and for AVX2; the result does not depend on
+//! the number of threads or on the CPU.
+//!
+//! Measured (release, 2048², one thread of a shared 2-core machine): rgb8 about
+//! 0.8 Gpixel/s, gray8 about 3, gray16 about 1.1–1.4.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -265,7 +270,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::filters::common::FORCE_BASELINE;
     use crate::filters::common::testkit::*;
 
     /// The definition, written as directly as possible.
@@ -359,14 +363,10 @@ mod tests {
 
     #[test]
     fn baseline_build_matches_too() {
-        let mut runner = proptest::test_runner::TestRunner::default();
-        FORCE_BASELINE.store(true, Ordering::Relaxed);
-        let r = runner.run(&any_image(12, 6), |img| {
+        on_baseline(any_image(12, 6), |img| {
             prop_assert_eq!(apply(&Edge, &img, &[]), naive_dyn(&img));
             Ok(())
         });
-        FORCE_BASELINE.store(false, Ordering::Relaxed);
-        r.unwrap();
     }
 
     proptest! {

