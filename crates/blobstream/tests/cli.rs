@@ -209,3 +209,73 @@ fn tls_and_a_token_protect_both_planes() {
     let plain = run(&[], &[("BLOBSTREAM_AUTH_TOKEN", "t0ken")], &["stat", "p"]);
     assert_eq!(plain.status.code(), Some(1), "plaintext is refused");
 }
+
+/// A small PNG made with the project's own encoder.
+fn write_png(path: &Path, w: usize, h: usize) {
+    let mut img = bs_imaging::Image::<u8>::new(w, h, 3);
+    for (i, v) in img.data.iter_mut().enumerate() {
+        *v = (i * 7 % 256) as u8;
+    }
+    bs_imageio::write(path, &bs_imaging::DynImage::U8(img)).unwrap();
+}
+
+#[test]
+fn image_commands_filter_describe_and_refuse_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("card.png");
+    write_png(&input, 40, 30);
+    let run = |args: &[&str]| Command::new(BIN).args(args).output().unwrap();
+
+    let list: serde_json::Value = serde_json::from_str(&ok(&run(&["filters", "--json"]))).unwrap();
+    let names: Vec<&str> =
+        list.as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    for f in [
+        "blur",
+        "despeckle",
+        "sharpen",
+        "edge",
+        "emboss",
+        "oilpaint",
+        "pixelize",
+        "spread",
+        "window",
+    ] {
+        assert!(names.contains(&f), "{f} missing from {names:?}");
+    }
+
+    let out = dir.path().join("out.png");
+    let (i, o) = (input.to_str().unwrap(), out.to_str().unwrap());
+    ok(&run(&["filter", "zoom", i, o, "--param", "factor=2", "--threads", "1"]));
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&run(&["image-info", o, "--json"]))).unwrap();
+    assert_eq!((info["width"].as_u64(), info["height"].as_u64()), (Some(80), Some(60)));
+    assert_eq!(info["format"], "PNG");
+    assert_eq!(info["pixel_kind"], "rgb8");
+
+    fails_with(&run(&["filter", "nope", i, o]), "unknown filter");
+    fails_with(&run(&["filter", "blur", i, o, "--param", "size=4"]), "size");
+    fails_with(&run(&["filter", "blur", i, o, "--param", "bogus=1"]), "unknown parameter");
+    let junk = dir.path().join("junk.png");
+    std::fs::write(&junk, b"\x89PNG\r\n\x1a\nnot really").unwrap();
+    fails_with(&run(&["filter", "blur", junk.to_str().unwrap(), o]), "junk.png");
+    fails_with(&run(&["image-info", junk.to_str().unwrap()]), "junk.png");
+    fails_with(&run(&["filter", "blur", i, o, "--max-pixels", "100"]), "limit");
+
+    // Definitions from a directory: a kernel and a chain using it.
+    let defs = dir.path().join("defs");
+    std::fs::create_dir(&defs).unwrap();
+    std::fs::write(
+        defs.join("mine.toml"),
+        "[[kernel]]\nname = \"soft\"\nweights = [[1,2,1],[2,4,2],[1,2,1]]\n\n[[chain]]\nname = \"soft-edges\"\nsteps = [{ filter = \"soft\" }, { filter = \"edge\" }]\n",
+    )
+    .unwrap();
+    let d = defs.to_str().unwrap();
+    assert!(ok(&run(&["filters", "--defs", d])).contains("soft-edges"));
+    ok(&run(&["filter", "soft-edges", i, o, "--defs", d]));
+    std::fs::write(
+        defs.join("broken.toml"),
+        "[[chain]]\nname = \"x\"\nsteps = [{ filter = \"missing\" }]\n",
+    )
+    .unwrap();
+    fails_with(&run(&["filters", "--defs", d]), "broken.toml");
+}

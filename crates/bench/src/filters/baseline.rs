@@ -9,6 +9,9 @@ use serde::Deserialize;
 use super::report::FilterMeasurement;
 use crate::error::BenchError;
 
+/// (implementation, "filter on pixel (reason)"): a comparison the baseline could not make.
+pub type Gap = (String, String);
+
 /// The virtualenv's Python and the harness script.
 pub struct Python {
     python: PathBuf,
@@ -72,7 +75,7 @@ impl Python {
         threads: usize,
         all: usize,
         filters: &[&str],
-    ) -> Result<(Vec<FilterMeasurement>, Vec<String>), BenchError> {
+    ) -> Result<(Vec<FilterMeasurement>, Vec<Gap>), BenchError> {
         let depth = if matches!(img, DynImage::U16(_)) { "16" } else { "8" };
         let _ = all;
         let cv_threads = if threads == 1 { "1" } else { "0" };
@@ -116,12 +119,7 @@ impl Python {
         let missing = parsed
             .missing
             .into_iter()
-            .map(|m| {
-                format!(
-                    "{} has no {} equivalent for {pixel} ({})",
-                    m.implementation, m.filter, m.reason
-                )
-            })
+            .map(|m| (m.implementation, format!("{} on {pixel} ({})", m.filter, m.reason)))
             .collect();
         Ok((found, missing))
     }

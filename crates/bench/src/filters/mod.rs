@@ -69,6 +69,7 @@ pub fn run_filters(opts: &FilterBenchOptions) -> Result<FilterReport, BenchError
                 .into(),
         );
     }
+    let mut gaps: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     let dir = tempfile::tempdir().map_err(BenchError::io("temporary directory"))?;
     for (side, runs) in plan(opts.quick) {
         for pixel in ["rgb8", "gray16"] {
@@ -96,14 +97,18 @@ pub fn run_filters(opts: &FilterBenchOptions) -> Result<FilterReport, BenchError
                     let (found, missing) =
                         py.run(&raw, &img, pixel, runs, threads, all, &FILTERS)?;
                     results.extend(found);
-                    for m in missing {
-                        if !notes.contains(&m) {
-                            notes.push(m);
+                    for (implementation, what) in missing {
+                        let list = gaps.entry(implementation).or_default();
+                        if !list.contains(&what) {
+                            list.push(what);
                         }
                     }
                 }
             }
         }
+    }
+    for (implementation, list) in gaps {
+        notes.push(format!("not compared with {implementation}: {}", list.join(", ")));
     }
     let command =
         if opts.quick { "blobstream bench filters --quick" } else { "blobstream bench filters" };
