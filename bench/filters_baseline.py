@@ -35,7 +35,9 @@ def median_seconds(fn, runs):
         fn()
         times.append(time.perf_counter() - t)
     times.sort()
-    return times[len(times) // 2]
+    n = len(times)
+    # The same median as the Rust side: the mean of the middle two for an even count.
+    return times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2
 
 
 def opencv_ops(img):

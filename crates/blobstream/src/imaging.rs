@@ -60,8 +60,22 @@ pub fn filter(a: FilterArgs) -> Result<()> {
     // Check the filter and its parameters before reading a possibly large file.
     let f = reg.get(&a.name)?;
     f.info().check_known(&params)?;
+    if a.threads > std::thread::available_parallelism().map_or(1, |n| n.get()) {
+        anyhow::bail!("--threads {} is more than this machine's cores (0 = all)", a.threads);
+    }
     let limits = Limits { max_pixels: a.max_pixels, ..Limits::default() };
     let input = bs_imageio::read(&a.input, &limits)?;
+    // DICOM pixels are decoded as modality value + offset (so signed data fits u16): give the
+    // window its center and width in modality units (HU for CT), as radiologists state them.
+    // (MONOCHROME1 data is stored inverted; there the values stay decoded-pixel units.)
+    let mut params = params;
+    if let (Some(offset), Some(_)) =
+        (input.meta.pixel_offset, f.info().params.iter().find(|p| p.name == "intercept"))
+        && params.get("intercept").is_none()
+        && input.meta.pixel_inverted != Some(true)
+    {
+        params = params.with("intercept", -offset);
+    }
     let t = Instant::now();
     let out = f.apply(&input.image, &params, &Run::with_threads(a.threads))?;
     let took = t.elapsed();

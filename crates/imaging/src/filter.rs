@@ -102,6 +102,9 @@ pub trait Filter: Send + Sync {
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError>;
 }
 
+/// Most threads a run uses, whatever it asks for (unless the machine has more cores).
+pub const MAX_THREADS: usize = 64;
+
 /// How to run: on how many threads. Work is split into bands of whole output rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Run {
@@ -130,9 +133,11 @@ impl Run {
 
     /// Threads this run uses.
     pub fn thread_count(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         match self.threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
+            0 => cores,
+            // More threads than cores only adds overhead; never build absurd pools.
+            n => n.min(cores.max(MAX_THREADS)),
         }
     }
 

@@ -28,16 +28,17 @@ pub fn test_image(side: usize, pixel: &str) -> DynImage {
                     let (dx, dy) = ((x as f64 - c) / c, (y as f64 - c) / c);
                     let r2 = dx * dx + dy * dy;
                     // Air outside, soft tissue inside, a bright "bone" ring and two lesions.
-                    let mut v = if r2 > 0.81 { 24.0 } else { 1040.0 };
+                    // Values span most of the 16-bit range, like a 16-bit scanner's output.
+                    let mut v = if r2 > 0.81 { 400.0 } else { 16_600.0 };
                     if (0.64..0.72).contains(&r2) {
-                        v = 2400.0;
+                        v = 58_000.0;
                     }
                     if (dx - 0.3).powi(2) + dy * dy < 0.01
                         || (dx + 0.35).powi(2) + (dy - 0.2).powi(2) < 0.004
                     {
-                        v = 1300.0;
+                        v = 21_000.0;
                     }
-                    v += (noise.next() % 40) as f64;
+                    v += (noise.next() % 640) as f64;
                     img.data[y * side + x] = v as u16;
                 }
             }

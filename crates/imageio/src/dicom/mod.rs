@@ -154,11 +154,11 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         .map_err(|e| parse_error(&e))?;
 
     let layout = layout(&obj)?;
-    limits.check(
-        layout.cols as u64,
-        layout.rows as u64,
-        (layout.samples_per_pixel * layout.bytes_per_sample()) as u64,
-    )?;
+    // Header values are untrusted: multiply without overflow (validated in full below).
+    let bytes_per_pixel = (layout.samples_per_pixel as u64)
+        .checked_mul(layout.bytes_per_sample() as u64)
+        .ok_or_else(|| ImageIoError::corrupt(DICOM, "absurd Samples per Pixel"))?;
+    limits.check(layout.cols as u64, layout.rows as u64, bytes_per_pixel)?;
     // What the samples look like once decoded: the JPEG decoder delivers colour as interleaved
     // RGB, and this crate's RLE decoder interleaves the planes.
     let decoded_layout = match codec {
