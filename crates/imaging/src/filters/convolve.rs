@@ -16,7 +16,8 @@
 //!   neighbour.
 //! - Border: clamp-to-edge — coordinates outside the image are clamped to the nearest edge
 //!   pixel (replicated border), so a constant image through a kernel whose weights sum to the
-//!   divisor stays constant.
+//!   divisor stays constant (exactly so while the partial sums stay below 2^24, as with small
+//!   integer weights; huge weights round in `f32`).
 //! - `divisor`: given, or the sum of the weights, or 1 when that sum is 0.
 //! - `offset` is given in 8-bit units: `offset' = offset` on 8-bit images and
 //!   `offset · 65535 / 255` on 16-bit ones, so `offset = 128` is mid-grey for both.

@@ -7,8 +7,12 @@
 //!
 //! ```text
 //! I   = (11R + 16G + 5B) >> 5   (xv's grey; gray images: the sample itself)
-//! bin = ⌊I · levels / (MAX + 1)⌋    (0 ..= levels − 1)
+//! bin = ⌊(I − lo) · levels / (hi − lo + 1)⌋    (0 ..= levels − 1)
 //! ```
+//!
+//! where `lo` and `hi` are the smallest and largest `I` in the image: the bins cover the
+//! values the image actually uses, so a 12-bit CT stored in 16-bit samples (0..4095) is
+//! painted as well as a full-range image.
 //!
 //! For every pixel (x, y), over the `(2·radius + 1)²` window centred on it, **clipped to the
 //! image** (it shrinks at the border): the winning bin is the one holding the most window
@@ -121,23 +125,37 @@ pub fn oil_paint<T: Sample>(img: &Image<T>, radius: usize, levels: usize, run: &
     // divs[k] divides a sum of k samples, rounding half up.
     let divs: Vec<Div> =
         (0..=(n * n) as u32).map(|k| Div::new(k.max(1), k.max(1) * T::MAX)).collect();
+    let lut = bin_table(img, levels);
     let mut out = Image::new(img.width, img.height, img.channels);
     bands(run, &mut out.data, img.width * img.channels, |y0, band| {
-        oil_band(img, radius, levels, &divs, y0, band);
+        oil_band(img, radius, levels, &lut, &divs, y0, band);
     });
     out
 }
 
-/// The bin of one pixel.
+/// The intensity `I` of one pixel.
 #[inline(always)]
-fn bin_of<T: Sample>(px: &[T], levels: u32) -> u8 {
-    let i = if px.len() == 1 {
+fn intensity<T: Sample>(px: &[T]) -> u32 {
+    if px.len() == 1 {
         px[0].to_u32()
     } else {
         grey(px[0].to_u32(), px[1].to_u32(), px[2].to_u32())
-    };
-    let bits = if T::MAX == 255 { 8 } else { 16 };
-    ((i * levels) >> bits) as u8
+    }
+}
+
+/// `bin` for every possible intensity `0..=MAX`, over the image's own `lo..=hi`.
+fn bin_table<T: Sample>(img: &Image<T>, levels: usize) -> Vec<u8> {
+    let cc = img.color_channels();
+    let (mut lo, mut hi) = (u32::MAX, 0);
+    for px in img.data.chunks_exact(img.channels) {
+        let i = intensity(&px[..cc]);
+        lo = lo.min(i);
+        hi = hi.max(i);
+    }
+    let (lo, span) = if lo > hi { (0, 1) } else { (lo, (hi - lo + 1) as u64) };
+    (0..=T::MAX)
+        .map(|i| ((i.clamp(lo, lo + span as u32 - 1) - lo) as u64 * levels as u64 / span) as u8)
+        .collect()
 }
 
 multiversion! {
@@ -146,6 +164,7 @@ multiversion! {
         img: &Image<T>,
         r: usize,
         levels: usize,
+        lut: &[u8],
         divs: &[Div],
         y0: usize,
         band: &mut [T],
@@ -157,6 +176,7 @@ fn oil_band_body<T: Sample>(
     img: &Image<T>,
     r: usize,
     levels: usize,
+    lut: &[u8],
     divs: &[Div],
     y0: usize,
     band: &mut [T],
@@ -167,9 +187,9 @@ fn oil_band_body<T: Sample>(
     macro_rules! go {
         ($c:literal, $cc:literal) => {
             match levels {
-                ..=16 => oil_rows::<T, $c, $cc, 16>(img, r, levels, divs, y0, band),
-                17..=32 => oil_rows::<T, $c, $cc, 32>(img, r, levels, divs, y0, band),
-                _ => oil_rows::<T, $c, $cc, 64>(img, r, levels, divs, y0, band),
+                ..=16 => oil_rows::<T, $c, $cc, 16>(img, r, lut, divs, y0, band),
+                17..=32 => oil_rows::<T, $c, $cc, 32>(img, r, lut, divs, y0, band),
+                _ => oil_rows::<T, $c, $cc, 64>(img, r, lut, divs, y0, band),
             }
         };
     }
@@ -234,7 +254,7 @@ fn slide<const CC: usize, const L: usize>(
 fn oil_rows<T: Sample, const C: usize, const CC: usize, const L: usize>(
     img: &Image<T>,
     r: usize,
-    levels: usize,
+    lut: &[u8],
     divs: &[Div],
     y0: usize,
     band: &mut [T],
@@ -243,7 +263,7 @@ fn oil_rows<T: Sample, const C: usize, const CC: usize, const L: usize>(
     let rl = w * C;
     let bin_row = |y: usize, dst: &mut [u8]| {
         for (b, px) in dst.iter_mut().zip(img.row(y).chunks_exact(C)) {
-            *b = bin_of(&px[..CC], levels as u32);
+            *b = lut[intensity(&px[..CC]) as usize];
         }
     };
     let mut bins = vec![0u8; w];
@@ -315,7 +335,14 @@ mod tests {
                 ((11 * r.to_u32() + 16 * g.to_u32() + 5 * b.to_u32()) >> 5) as u64
             }
         };
-        let bin = |x, y| (intensity(x, y) * levels as u64 / (T::MAX as u64 + 1)) as usize;
+        let all: Vec<u64> = (0..h)
+            .flat_map(|y| (0..w).map(move |x| (x, y)))
+            .map(|(x, y)| intensity(x, y))
+            .collect();
+        let (Some(&lo), Some(&hi)) = (all.iter().min(), all.iter().max()) else {
+            return img.clone();
+        };
+        let bin = |x, y| ((intensity(x, y) - lo) * levels as u64 / (hi - lo + 1)) as usize;
         let mut out = img.clone();
         for y in 0..h {
             for x in 0..w {
@@ -384,17 +411,29 @@ mod tests {
 
     #[test]
     fn rgb_and_rgba_every_pixel() {
-        // Greys 34 (bin 2) and 30 (bin 1): a 1–1 tie, the lower bin wins: (0, 60, 0) everywhere.
+        // Greys 34 and 30 span lo = 30..hi = 34: 30 is bin 0, 34 bin 12 (of 16) or 1 (of 2).
+        // A 1–1 tie either way, the lower bin wins: (0, 60, 0) everywhere.
         let img = img8(2, 1, 3, &[100, 0, 0, 0, 60, 0]);
         assert_eq!(data8(&apply(&OilPaint, &img, &[])), [0, 60, 0, 0, 60, 0]);
-        // Two bins: both in bin 0, the mean colour (50, 30, 0).
         let p = [("levels", "2")];
-        assert_eq!(data8(&apply(&OilPaint, &img, &p)), [50, 30, 0, 50, 30, 0]);
+        assert_eq!(data8(&apply(&OilPaint, &img, &p)), [0, 60, 0, 0, 60, 0]);
         let img = img8(2, 1, 4, &[100, 0, 0, 9, 0, 60, 0, 8]);
-        assert_eq!(data8(&apply(&OilPaint, &img, &p)), [50, 30, 0, 9, 50, 30, 0, 8]);
+        assert_eq!(data8(&apply(&OilPaint, &img, &p)), [0, 60, 0, 9, 0, 60, 0, 8]);
         let img = img16(2, 1, 3, &[1, 2, 3, 4, 6, 9]);
-        // Same bin; means 2.5 → 3, 4, 6.
-        assert_eq!(data16(&apply(&OilPaint, &img, &[])), [3, 4, 6, 3, 4, 6]);
+        // Greys 1 and 5 (the whole range): bins 0 and 12, a tie, the lower wins: (1, 2, 3).
+        assert_eq!(data16(&apply(&OilPaint, &img, &[])), [1, 2, 3, 1, 2, 3]);
+    }
+
+    #[test]
+    fn twelve_bit_data_in_sixteen_bit_samples_is_painted_too() {
+        // Values 0..4095 (a 12-bit CT): with bins over MAX + 1 they would all share bin 0 and
+        // the filter would be a plain mean; over the image's own range they separate.
+        let px = [0u16, 4095, 4095, 0, 4095, 4095];
+        let out = data16(&apply(&OilPaint, &img16(6, 1, 1, &px), &[("radius", "1")]));
+        // (0,0): {0, 4095} tie → bin 0 → 0. (1,0): {0, 4095, 4095} → 4095. (2,0): {4095,
+        // 4095, 0} → 4095. (3,0): {4095, 0, 4095} → 4095. (4,0): {0, 4095, 4095} → 4095.
+        // (5,0): {4095, 4095} → 4095.
+        assert_eq!(out, [0, 4095, 4095, 4095, 4095, 4095]);
     }
 
     #[test]

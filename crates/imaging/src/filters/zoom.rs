@@ -42,8 +42,8 @@ use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
 use crate::params::Params;
 
-/// Largest output, in pixels (2^28: 16384 × 16384).
-pub const MAX_PIXELS: u64 = 1 << 28;
+/// Largest output, in pixels (2^26: 8192 × 8192; 512 MiB at rgba16).
+pub const MAX_PIXELS: u64 = 1 << 26;
 
 /// Largest `width` / `height` parameter.
 const MAX_SIDE: f64 = 1_048_576.0;
