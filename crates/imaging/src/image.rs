@@ -90,19 +90,31 @@ impl<T: Sample> Image<T> {
         channels: usize,
         data: Vec<T>,
     ) -> Result<Self, ImagingError> {
-        if !matches!(channels, 1 | 3 | 4) {
+        let img = Self { width, height, channels, data };
+        img.validate()?;
+        Ok(img)
+    }
+
+    /// Check that the (public) fields agree: 1, 3 or 4 channels and exactly
+    /// `width × height × channels` samples. Filters call this before indexing.
+    pub fn validate(&self) -> Result<(), ImagingError> {
+        if !matches!(self.channels, 1 | 3 | 4) {
             return Err(ImagingError::InvalidImage(format!(
-                "{channels} channels (need 1, 3 or 4)"
+                "{} channels (need 1, 3 or 4)",
+                self.channels
             )));
         }
-        let want = width.checked_mul(height).and_then(|p| p.checked_mul(channels));
-        if want != Some(data.len()) {
+        let want = self.width.checked_mul(self.height).and_then(|p| p.checked_mul(self.channels));
+        if want != Some(self.data.len()) {
             return Err(ImagingError::InvalidImage(format!(
-                "{width}×{height}×{channels} needs {want:?} samples, got {}",
-                data.len()
+                "{}×{}×{} needs {want:?} samples, got {}",
+                self.width,
+                self.height,
+                self.channels,
+                self.data.len()
             )));
         }
-        Ok(Self { width, height, channels, data })
+        Ok(())
     }
 
     /// Samples of row `y`.

@@ -51,25 +51,9 @@ pub(crate) fn u64_param(info: &FilterInfo, p: &Params, name: &str) -> Result<u64
 }
 
 /// Reject an image whose fields disagree (they are public), so that no filter indexes out of
-/// bounds: channels must be 1, 3 or 4 and `data` exactly `width * height * channels` long.
+/// bounds (see [`Image::validate`]).
 pub(crate) fn check_image<T: Sample>(img: &Image<T>) -> Result<(), ImagingError> {
-    if !matches!(img.channels, 1 | 3 | 4) {
-        return Err(ImagingError::InvalidImage(format!(
-            "{} channels (need 1, 3 or 4)",
-            img.channels
-        )));
-    }
-    let want = img.width.checked_mul(img.height).and_then(|p| p.checked_mul(img.channels));
-    if want != Some(img.data.len()) {
-        return Err(ImagingError::InvalidImage(format!(
-            "{}×{}×{} needs {want:?} samples, got {}",
-            img.width,
-            img.height,
-            img.channels,
-            img.data.len()
-        )));
-    }
-    Ok(())
+    img.validate()
 }
 
 /// Call `f(y0, band)` for bands of whole rows of `out` (rows of `row_len` samples), where

@@ -66,27 +66,8 @@ fn invert<T: Sample>(img: &Image<T>, run: &Run) -> Result<Image<T>, ImagingError
     Ok(out)
 }
 
-/// Reject images whose public fields disagree (channels not 1, 3 or 4, or a sample count that
-/// is not `width × height × channels`). Shared by the radiology filters.
-pub(crate) fn check_shape<T: Sample>(img: &Image<T>) -> Result<(), ImagingError> {
-    if !matches!(img.channels, 1 | 3 | 4) {
-        return Err(ImagingError::InvalidImage(format!(
-            "{} channels (need 1, 3 or 4)",
-            img.channels
-        )));
-    }
-    let want = img.width.checked_mul(img.height).and_then(|p| p.checked_mul(img.channels));
-    if want != Some(img.data.len()) {
-        return Err(ImagingError::InvalidImage(format!(
-            "{}×{}×{} needs {want:?} samples, got {}",
-            img.width,
-            img.height,
-            img.channels,
-            img.data.len()
-        )));
-    }
-    Ok(())
-}
+/// Reject images whose public fields disagree (shared by the radiology filters).
+pub(crate) use super::common::check_image as check_shape;
 
 #[cfg(test)]
 pub(crate) mod testkit {
