@@ -12,10 +12,8 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use bs_imageio::{Format, Limits, decode, encode};
-use bs_imaging::DynImage;
+use bs_imageio::{Limits, decode};
 use common::*;
-use dicom_dictionary_std::tags;
 
 struct Counting;
 
@@ -60,60 +58,10 @@ fn largest_allocation(bytes: &[u8], limits: &Limits) -> usize {
     LARGEST.with(|l| l.get())
 }
 
-fn samples() -> Vec<Vec<u8>> {
-    let gray16: Vec<u16> = (0..64).map(|i| i * 1000).collect();
-    let gray8: Vec<u8> = (0..64).map(|i| i as u8 * 3).collect();
-    let window = vec![
-        ds(tags::RESCALE_INTERCEPT, "-1024"),
-        ds(tags::RESCALE_SLOPE, "1"),
-        ds(tags::WINDOW_CENTER, "40"),
-        ds(tags::WINDOW_WIDTH, "400"),
-    ];
-    let jpeg = encode(&DynImage::U8(smooth_image8(8, 8, 1)), Format::Jpeg).unwrap();
-    vec![
-        image_file(
-            EXPLICIT_LE,
-            &PixelSpec::gray(8, 8, 16, 12, true),
-            window.clone(),
-            pixel_data_16(gray16.clone()),
-        ),
-        image_file(
-            IMPLICIT_LE,
-            &PixelSpec::gray(8, 8, 16, 16, false),
-            window,
-            pixel_data_16(gray16.clone()),
-        ),
-        image_file(
-            EXPLICIT_BE,
-            &PixelSpec::gray(8, 8, 16, 16, false),
-            vec![],
-            pixel_data_16(gray16.clone()),
-        ),
-        image_file(
-            DEFLATED_LE,
-            &PixelSpec::gray(8, 8, 8, 8, false),
-            vec![],
-            pixel_data_8(gray8.clone()),
-        ),
-        image_file(
-            RLE,
-            &PixelSpec::gray(8, 8, 16, 16, false),
-            vec![],
-            pixel_data_encapsulated(vec![rle_frame(&le16(&gray16), 1, 2)]),
-        ),
-        image_file(
-            JPEG_BASELINE,
-            &PixelSpec::gray(8, 8, 8, 8, false),
-            vec![],
-            pixel_data_encapsulated(vec![jpeg]),
-        ),
-    ]
-}
-
 #[test]
 fn no_declared_size_drives_an_allocation() {
     let limits = Limits { max_pixels: 1 << 16, max_bytes: 64 << 20 };
-    for (k, sample) in samples().iter().enumerate() {
+    for (k, sample) in dicom_samples().iter().enumerate() {
         // A 64K-entry 16-bit lookup table is the largest fixed allocation; the rest scales
         // with the input.
         let bound = (1 << 18) + 64 * sample.len();

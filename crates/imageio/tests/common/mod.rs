@@ -316,3 +316,63 @@ pub fn tiff_header_only(w: u32, h: u32) -> Vec<u8> {
     out.extend_from_slice(&[0u8; 16]);
     out
 }
+
+/// Small valid DICOM files of every transfer syntax the crate decodes: seeds for fuzzing and
+/// for allocation checks.
+pub fn dicom_samples() -> Vec<Vec<u8>> {
+    let gray16: Vec<u16> = (0..64).map(|i| i * 1000).collect();
+    let gray8: Vec<u8> = (0..64).map(|i| i as u8 * 3).collect();
+    let window = vec![
+        ds(tags::RESCALE_INTERCEPT, "-1024"),
+        ds(tags::RESCALE_SLOPE, "1"),
+        ds(tags::WINDOW_CENTER, "40"),
+        ds(tags::WINDOW_WIDTH, "400"),
+    ];
+    let jpeg = bs_imageio::encode(&DynImage::U8(smooth_image8(8, 8, 1)), bs_imageio::Format::Jpeg)
+        .unwrap();
+    vec![
+        image_file(
+            EXPLICIT_LE,
+            &PixelSpec::gray(8, 8, 16, 12, true),
+            window.clone(),
+            pixel_data_16(gray16.clone()),
+        ),
+        image_file(
+            IMPLICIT_LE,
+            &PixelSpec::gray(8, 8, 16, 16, false),
+            window,
+            pixel_data_16(gray16.clone()),
+        ),
+        image_file(
+            EXPLICIT_BE,
+            &PixelSpec::gray(8, 8, 16, 16, false),
+            vec![],
+            pixel_data_16(gray16.clone()),
+        ),
+        image_file(
+            DEFLATED_LE,
+            &PixelSpec::gray(8, 8, 8, 8, false),
+            vec![],
+            pixel_data_8(gray8.clone()),
+        ),
+        image_file(
+            RLE,
+            &PixelSpec::gray(8, 8, 16, 16, false),
+            vec![],
+            pixel_data_encapsulated(vec![rle_frame(&le16(&gray16), 1, 2)]),
+        ),
+        image_file(
+            RLE,
+            &PixelSpec::rgb8(4, 4),
+            vec![],
+            pixel_data_encapsulated(vec![rle_frame(&gray8[..48], 3, 1)]),
+        ),
+        image_file(
+            JPEG_BASELINE,
+            &PixelSpec::gray(8, 8, 8, 8, false),
+            vec![],
+            pixel_data_encapsulated(vec![jpeg]),
+        ),
+        image_file(EXPLICIT_LE, &PixelSpec::rgb8(4, 4), vec![], pixel_data_8(gray8[..48].to_vec())),
+    ]
+}
