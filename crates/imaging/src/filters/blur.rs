@@ -43,7 +43,7 @@
 
 use std::sync::Arc;
 
-use super::common::{Div, bands, builtin_info, check_image, copy_alpha, multiversion, odd};
+use super::common::{Div, bands, builtin_info, copy_alpha, each_depth, multiversion, odd};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -70,16 +70,7 @@ impl Filter for Blur {
         let info = self.info();
         info.check_known(params)?;
         let r = odd(&info, params, "size")? / 2;
-        Ok(match img {
-            DynImage::U8(i) => {
-                check_image(i)?;
-                DynImage::U8(box_blur(i, r, run))
-            }
-            DynImage::U16(i) => {
-                check_image(i)?;
-                DynImage::U16(box_blur(i, r, run))
-            }
-        })
+        Ok(each_depth!(img, i => box_blur(i, r, run)))
     }
 }
 

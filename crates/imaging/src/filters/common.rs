@@ -56,6 +56,24 @@ pub(crate) fn check_image<T: Sample>(img: &Image<T>) -> Result<(), ImagingError>
     img.validate()
 }
 
+/// Apply `$e` (an expression over the `Image<T>` bound to `$i`) to a [`DynImage`] of either
+/// depth, after [`check_image`]: the dispatch every single-image filter starts with.
+macro_rules! each_depth {
+    ($img:expr, $i:ident => $e:expr) => {
+        match $img {
+            $crate::image::DynImage::U8($i) => {
+                $crate::filters::common::check_image($i)?;
+                $crate::image::DynImage::U8($e)
+            }
+            $crate::image::DynImage::U16($i) => {
+                $crate::filters::common::check_image($i)?;
+                $crate::image::DynImage::U16($e)
+            }
+        }
+    };
+}
+pub(crate) use each_depth;
+
 /// Call `f(y0, band)` for bands of whole rows of `out` (rows of `row_len` samples), where
 /// `band` holds output rows `y0..y0 + band.len() / row_len`. Filters that keep running sums
 /// or scratch rows use bands so that state lives for many rows; bands run in parallel on

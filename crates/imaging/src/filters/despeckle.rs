@@ -48,7 +48,7 @@
 
 use std::sync::Arc;
 
-use super::common::{bands, builtin_info, check_image, copy_alpha, multiversion, odd};
+use super::common::{bands, builtin_info, copy_alpha, each_depth, multiversion, odd};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -75,16 +75,7 @@ impl Filter for Despeckle {
         let info = self.info();
         info.check_known(params)?;
         let r = odd(&info, params, "size")? / 2;
-        Ok(match img {
-            DynImage::U8(i) => {
-                check_image(i)?;
-                DynImage::U8(median(i, r, run))
-            }
-            DynImage::U16(i) => {
-                check_image(i)?;
-                DynImage::U16(median(i, r, run))
-            }
-        })
+        Ok(each_depth!(img, i => median(i, r, run)))
     }
 }
 

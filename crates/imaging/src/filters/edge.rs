@@ -49,7 +49,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::common::{Div, bands, builtin_info, check_image, copy_alpha, multiversion};
+use super::common::{Div, bands, builtin_info, copy_alpha, each_depth, multiversion};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -74,16 +74,7 @@ impl Filter for Edge {
 
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError> {
         self.info().check_known(params)?;
-        Ok(match img {
-            DynImage::U8(i) => {
-                check_image(i)?;
-                DynImage::U8(edges(i, run))
-            }
-            DynImage::U16(i) => {
-                check_image(i)?;
-                DynImage::U16(edges(i, run))
-            }
-        })
+        Ok(each_depth!(img, i => edges(i, run)))
     }
 }
 

@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 
-use super::common::{bands, builtin_info, check_image, copy_alpha, grey, multiversion};
+use super::common::{bands, builtin_info, copy_alpha, each_depth, grey, multiversion};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -61,16 +61,7 @@ impl Filter for Emboss {
 
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError> {
         self.info().check_known(params)?;
-        Ok(match img {
-            DynImage::U8(i) => {
-                check_image(i)?;
-                DynImage::U8(emboss(i, run))
-            }
-            DynImage::U16(i) => {
-                check_image(i)?;
-                DynImage::U16(emboss(i, run))
-            }
-        })
+        Ok(each_depth!(img, i => emboss(i, run)))
     }
 }
 

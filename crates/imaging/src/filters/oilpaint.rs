@@ -52,7 +52,7 @@
 
 use std::sync::Arc;
 
-use super::common::{Div, bands, builtin_info, check_image, copy_alpha, grey, multiversion, whole};
+use super::common::{Div, bands, builtin_info, copy_alpha, each_depth, grey, multiversion, whole};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -99,16 +99,7 @@ impl Filter for OilPaint {
         info.check_known(params)?;
         let r = whole(&info, params, "radius")?;
         let levels = whole(&info, params, "levels")?;
-        Ok(match img {
-            DynImage::U8(i) => {
-                check_image(i)?;
-                DynImage::U8(oil_paint(i, r, levels, run))
-            }
-            DynImage::U16(i) => {
-                check_image(i)?;
-                DynImage::U16(oil_paint(i, r, levels, run))
-            }
-        })
+        Ok(each_depth!(img, i => oil_paint(i, r, levels, run)))
     }
 }
 

@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 
-use super::common::{bands, builtin_info, check_image, copy_alpha, whole};
+use super::common::{bands, builtin_info, copy_alpha, each_depth, whole};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -70,16 +70,7 @@ impl Filter for Pixelize {
         info.check_known(params)?;
         let bw = whole(&info, params, "block_w")?;
         let bh = whole(&info, params, "block_h")?;
-        Ok(match img {
-            DynImage::U8(i) => {
-                check_image(i)?;
-                DynImage::U8(pixelize(i, bw, bh, run))
-            }
-            DynImage::U16(i) => {
-                check_image(i)?;
-                DynImage::U16(pixelize(i, bw, bh, run))
-            }
-        })
+        Ok(each_depth!(img, i => pixelize(i, bw, bh, run)))
     }
 }
 

@@ -47,7 +47,7 @@
 
 use std::sync::Arc;
 
-use super::common::{bands, builtin_info, check_image, copy_alpha, multiversion};
+use super::common::{bands, builtin_info, copy_alpha, each_depth, multiversion};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -74,16 +74,7 @@ impl Filter for Sharpen {
         let info = self.info();
         info.check_known(params)?;
         let p = info.number(params, "amount")?;
-        Ok(match img {
-            DynImage::U8(i) => {
-                check_image(i)?;
-                DynImage::U8(sharpen(i, p, run))
-            }
-            DynImage::U16(i) => {
-                check_image(i)?;
-                DynImage::U16(sharpen(i, p, run))
-            }
-        })
+        Ok(each_depth!(img, i => sharpen(i, p, run)))
     }
 }
 
