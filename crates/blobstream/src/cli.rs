@@ -147,6 +147,21 @@ pub struct ServeArgs {
     /// Private key (PEM) for --tls-cert.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// HTTP address of the HTTP API and the browser client (HTTPS with --tls-cert).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub http: SocketAddr,
+    /// Do not start the HTTP server.
+    #[arg(long, conflicts_with = "http")]
+    pub no_http: bool,
+    /// Largest HTTP upload, in bytes.
+    #[arg(long, default_value_t = 64 << 30)]
+    pub max_upload: u64,
+    /// Do not put the sample images into an empty store.
+    #[arg(long)]
+    pub no_samples: bool,
+    /// Directory of filter definitions (TOML kernels and chains), reloaded when it changes.
+    #[arg(long, value_name = "DIR")]
+    pub filters: Option<PathBuf>,
 }
 
 #[derive(Args)]

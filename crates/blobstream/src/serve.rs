@@ -6,8 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use bs_imaging::registry::Registry;
+use bs_meta::ImageIndex;
 use bs_server::{Server, ServerConfig};
 use bs_store::{FsStore, MemStore, Store};
+use bs_web::{WebConfig, WebServer};
 
 use crate::cli::{Global, ServeArgs};
 use crate::security;
@@ -19,13 +22,28 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let store: Arc<dyn Store> = if a.memory {
-        Arc::new(MemStore::with_capacity(a.memory_limit.unwrap_or_else(half_the_memory)))
+    let (store, index): (Arc<dyn Store>, _) = if a.memory {
+        let store = MemStore::with_capacity(a.memory_limit.unwrap_or_else(half_the_memory));
+        (Arc::new(store), ImageIndex::open_in_memory())
     } else {
-        Arc::new(
-            FsStore::open(&a.data)
-                .with_context(|| format!("opening the store in {}", a.data.display()))?,
-        )
+        let store = FsStore::open(&a.data)
+            .with_context(|| format!("opening the store in {}", a.data.display()))?;
+        // The image index lives in the catalogue's database file.
+        let index = ImageIndex::open(&store.root().join("meta.db"));
+        (Arc::new(store), index)
+    };
+    let index = Arc::new(index.context("opening the image index")?);
+    let registry = Arc::new(match &a.filters {
+        Some(dir) => Registry::with_dir(dir)
+            .with_context(|| format!("loading filter definitions from {}", dir.display()))?,
+        None => Registry::builtin(),
+    });
+    let web_cfg = WebConfig {
+        addr: a.http,
+        max_upload: a.max_upload,
+        auth_token: security::token(g)?,
+        tls: security::server_tls(&a)?,
+        ..WebConfig::default()
     };
     let cfg = ServerConfig {
         control_addr: a.addr,
@@ -46,16 +64,50 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     rt.block_on(async move {
         let server = Server::start(store.clone(), cfg).await?;
+        let web = if a.no_http {
+            None
+        } else {
+            let web = WebServer::start(store.clone(), index, registry.clone(), web_cfg)
+                .await
+                .context("starting the HTTP server")?;
+            let state = web.state().clone();
+            let seed = !a.no_samples;
+            let seeded = tokio::task::spawn_blocking(move || {
+                let n = if seed { bs_web::seed_samples(&state)? } else { 0 };
+                // Blobs stored over gRPC or by an older version: index them in the background.
+                std::thread::spawn(move || {
+                    if let Err(e) = bs_web::index_all(&state) {
+                        tracing::warn!("indexing stored images: {e}");
+                    }
+                });
+                Ok::<_, bs_web::WebError>(n)
+            })
+            .await?
+            .context("storing the sample images")?;
+            if seeded > 0 {
+                tracing::info!("empty store: added {seeded} sample images under samples/");
+            }
+            Some(web)
+        };
+        let _watch = a.filters.is_some().then(|| registry.watch(Duration::from_secs(2)));
         // Best effort: a closed stdout must not take the server down.
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "blobstream is serving {}", store.describe());
         let _ = writeln!(out, "  control plane (gRPC): {}", server.control_addr());
         let _ = writeln!(out, "  data plane (TCP):     {}", server.data_addr());
+        if let Some(web) = &web {
+            let _ = writeln!(out, "  web (HTTP):           {}", web.url());
+            let _ =
+                writeln!(out, "open {} in a browser to browse, view, filter and upload", web.url());
+        }
         let _ = writeln!(out, "try: blobstream --server {} put FILE NAME", server.control_addr());
         let _ = out.flush();
         drop(out);
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         eprintln!("shutting down");
+        if let Some(web) = web {
+            web.shutdown().await;
+        }
         server.shutdown().await;
         Ok(())
     })

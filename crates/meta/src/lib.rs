@@ -4,8 +4,10 @@
 
 mod catalogue;
 mod error;
+mod images;
 mod record;
 
 pub use catalogue::Catalogue;
 pub use error::MetaError;
+pub use images::{ImageEntry, ImageIndex, ImageQuery};
 pub use record::{BlobRecord, UploadRecord, now_ms};

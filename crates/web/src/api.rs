@@ -1,0 +1,415 @@
+//! The JSON endpoints under `/api/`: listing by folder, metadata search, filters and filter
+//! runs, image metadata, raw pixels for client-side window/level, and thumbnails.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bs_imageio::Format;
+use bs_imaging::{Params, Run};
+use bs_meta::ImageQuery;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde::{Deserialize, Serialize};
+
+use crate::error::WebError;
+use crate::images::{bits, display, raw_bytes};
+use crate::info::{BlobInfo, describe};
+use crate::keys::{key_from_path, validate_key, validate_prefix};
+use crate::upload::{UploadSpec, store_stream};
+use crate::{AppState, blocking, query};
+
+/// Most entries (folders + items) one listing page returns, and the default.
+const MAX_PAGE: usize = 2000;
+const DEFAULT_PAGE: usize = 500;
+/// Most steps in one filter request.
+const MAX_STEPS: usize = 16;
+/// Largest JSON request body.
+const MAX_JSON: usize = 64 << 10;
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    prefix: String,
+    #[serde(default)]
+    after: String,
+    limit: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct Folder {
+    prefix: String,
+    name: String,
+}
+
+/// `GET /api/list`: one folder level.
+pub async fn list(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let q: ListQuery = query(req.uri())?;
+    validate_prefix(&q.prefix)?;
+    let limit = page_limit(q.limit)?;
+    let prefix = q.prefix.clone();
+    let st2 = st.clone();
+    let (folders, recs, next) = blocking(move || {
+        let (mut folders, mut items) = (Vec::new(), Vec::new());
+        let mut cursor = q.after.clone();
+        let mut next = None;
+        'pages: loop {
+            let page = st2.store.list(&q.prefix, &cursor, 256)?;
+            if page.is_empty() {
+                break;
+            }
+            for rec in page {
+                if folders.len() + items.len() >= limit {
+                    next = Some(cursor.clone());
+                    break 'pages;
+                }
+                let rest = &rec.name[q.prefix.len()..];
+                if let Some(i) = rest.find('/') {
+                    let name = rest[..i].to_string();
+                    let prefix = format!("{}{name}/", q.prefix);
+                    // Skip every name inside this folder with one jump.
+                    cursor = format!("{prefix}{}", char::MAX);
+                    folders.push(Folder { prefix, name });
+                    continue 'pages;
+                }
+                cursor = rec.name.clone();
+                items.push(rec);
+            }
+        }
+        Ok((folders, items, next))
+    })
+    .await?;
+    let items: Vec<BlobInfo> = recs.into_iter().map(|r| describe(&st.images, r)).collect();
+    Ok(Json(serde_json::json!({
+        "prefix": prefix,
+        "folders": folders,
+        "items": items,
+        "next_after": next,
+    }))
+    .into_response())
+}
+
+fn page_limit(limit: Option<usize>) -> Result<usize, WebError> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(n) => Err(WebError::BadRequest(format!("limit {n} is not in 1..={MAX_PAGE}"))),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct SearchQuery {
+    q: Option<String>,
+    patient: Option<String>,
+    modality: Option<String>,
+    date_from: Option<String>,
+    date_to: Option<String>,
+    #[serde(default)]
+    prefix: String,
+    limit: Option<usize>,
+}
+
+/// `GET /api/search`.
+pub async fn search(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let q: SearchQuery = query(req.uri())?;
+    validate_prefix(&q.prefix)?;
+    for (name, d) in [("date_from", &q.date_from), ("date_to", &q.date_to)] {
+        if let Some(d) = d
+            && !d.is_empty()
+            && !(d.len() == 8 && d.bytes().all(|c| c.is_ascii_digit()))
+        {
+            return Err(WebError::BadRequest(format!("{name} must be YYYYMMDD, not {d:?}")));
+        }
+    }
+    let iq = ImageQuery {
+        text: q.q,
+        patient: q.patient,
+        modality: q.modality,
+        date_from: q.date_from,
+        date_to: q.date_to,
+        prefix: q.prefix,
+        limit: page_limit(q.limit)?,
+    };
+    let st2 = st.clone();
+    let results = blocking(move || {
+        let mut out = Vec::new();
+        for e in st2.images.index().search(&iq)? {
+            match st2.store.stat(&e.name) {
+                Ok(rec) if rec.digest == e.digest => out.push(describe(&st2.images, rec)),
+                // Deleted or replaced since it was indexed: the row is stale.
+                Ok(_) | Err(bs_store::StoreError::NotFound(_)) => {
+                    let _ = st2.images.index().forget(&e.name);
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(out)
+    })
+    .await?;
+    Ok(Json(serde_json::json!({ "results": results })).into_response())
+}
+
+/// `GET /api/filters`.
+pub async fn filters(State(st): State<Arc<AppState>>) -> Response {
+    let list: Vec<_> = st
+        .registry
+        .list()
+        .into_iter()
+        .map(|f| {
+            let params: Vec<_> = f
+                .params
+                .iter()
+                .map(|p| {
+                    serde_json::json!({
+                        "name": p.name,
+                        "default": p.default,
+                        "min": p.range.map(|r| r.0),
+                        "max": p.range.map(|r| r.1),
+                        "help": p.help,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "name": f.name, "summary": f.summary, "kind": f.kind, "params": params,
+            })
+        })
+        .collect();
+    Json(serde_json::json!({ "filters": list })).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterRequest {
+    key: String,
+    steps: Vec<Step>,
+    #[serde(default)]
+    format: Option<String>,
+    #[serde(default)]
+    store_as: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    filter: String,
+    #[serde(default)]
+    params: BTreeMap<String, serde_json::Value>,
+}
+
+/// `POST /api/filter`.
+pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let fr: FilterRequest = read_json(req).await?;
+    validate_key(&fr.key)?;
+    if fr.steps.is_empty() || fr.steps.len() > MAX_STEPS {
+        return Err(WebError::BadRequest(format!("steps: give 1 to {MAX_STEPS} filter steps")));
+    }
+    let format = fr.format.as_deref().unwrap_or("png").to_ascii_lowercase();
+    let out_format = match format.as_str() {
+        "raw" if fr.store_as.is_none() => None,
+        "raw" => {
+            return Err(WebError::BadRequest("store_as needs an image format, not raw".into()));
+        }
+        f => Some(Format::from_name(f).filter(|f| f.can_encode()).ok_or_else(|| {
+            WebError::BadRequest(format!("format {f:?}: use raw, png, tiff, jpeg, gif or pgm"))
+        })?),
+    };
+    if let Some(k) = &fr.store_as {
+        validate_key(k)?;
+    }
+    let mut steps = Vec::with_capacity(fr.steps.len());
+    for s in &fr.steps {
+        let mut p = BTreeMap::new();
+        for (k, v) in &s.params {
+            let v = match v {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::Bool(b) => b.to_string(),
+                other => {
+                    return Err(WebError::BadRequest(format!(
+                        "parameter {k} of {}: expected a string or number, got {other}",
+                        s.filter
+                    )));
+                }
+            };
+            p.insert(k.clone(), v);
+        }
+        steps.push((s.filter.clone(), Params(p)));
+    }
+    let st2 = st.clone();
+    let key = fr.key.clone();
+    let (result, times, encoded) = blocking(move || {
+        let (_, d) = st2.images.decode(&key)?;
+        let run = Run::all();
+        let mut img = d.image.clone();
+        let mut times = Vec::new();
+        for (name, params) in &steps {
+            let t = Instant::now();
+            img = st2.registry.apply(name, &img, params, &run)?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            st2.metrics.filtered(name, ms / 1e3);
+            times.push((name.clone(), ms));
+        }
+        let encoded = match out_format {
+            None => raw_bytes(&img),
+            Some(f) => Bytes::from(bs_imageio::encode(&img, f)?),
+        };
+        Ok((img, times, encoded))
+    })
+    .await?;
+    let total: f64 = times.iter().map(|t| t.1).sum();
+    let steps_header: Vec<String> = times.iter().map(|(n, ms)| format!("{n}={ms:.3}")).collect();
+    if let Some(target) = fr.store_as {
+        let f = out_format.expect("raw was refused with store_as");
+        let spec = UploadSpec {
+            key: target,
+            size: Some(encoded.len() as u64),
+            content_type: mime_of(f).into(),
+            overwrite: true,
+            max_bytes: st.cfg.max_upload,
+        };
+        let body = tokio_stream::iter([Ok::<_, std::convert::Infallible>(encoded)]);
+        let rec = store_stream(st.store.clone(), spec, body).await?;
+        let st2 = st.clone();
+        let name = rec.name.clone();
+        blocking(move || {
+            st2.images.refresh(&name)?;
+            Ok(())
+        })
+        .await?;
+        let steps: Vec<_> =
+            times.iter().map(|(n, ms)| serde_json::json!({"filter": n, "ms": ms})).collect();
+        let info = describe(&st.images, rec);
+        let body = serde_json::json!({
+            "key": info.key, "filter_ms": total, "steps": steps, "blob": info,
+        });
+        return Ok((StatusCode::CREATED, Json(body)).into_response());
+    }
+    let mut r = Response::new(Body::from(encoded));
+    let h = r.headers_mut();
+    match out_format {
+        None => {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            pixel_headers(h, &result);
+        }
+        Some(f) => {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime_of(f)));
+        }
+    }
+    h.insert("x-filter-ms", hv(&format!("{total:.3}")));
+    h.insert("x-filter-steps", hv(&steps_header.join(",")));
+    h.insert("server-timing", hv(&format!("filter;dur={total:.3}")));
+    Ok(r)
+}
+
+fn mime_of(f: Format) -> &'static str {
+    match f {
+        Format::Png => "image/png",
+        Format::Jpeg => "image/jpeg",
+        Format::Tiff => "image/tiff",
+        Format::Gif => "image/gif",
+        Format::Dicom => "application/dicom",
+        _ => "image/x-portable-anymap",
+    }
+}
+
+fn pixel_headers(h: &mut axum::http::HeaderMap, img: &bs_imaging::DynImage) {
+    h.insert("x-width", HeaderValue::from(img.width()));
+    h.insert("x-height", HeaderValue::from(img.height()));
+    h.insert("x-channels", HeaderValue::from(img.channels()));
+    h.insert("x-bits", HeaderValue::from(bits(img)));
+}
+
+/// `GET /api/meta/{key}`.
+pub async fn meta(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let key = key_from_path(req.uri().path(), "/api/meta/")?;
+    let st2 = st.clone();
+    let (rec, d) = blocking(move || st2.images.decode(&key)).await?;
+    let info = describe(&st.images, rec);
+    let mut meta = serde_json::to_value(&d.meta).map_err(WebError::internal)?;
+    if let Some(m) = meta.as_object_mut() {
+        m.insert("format".into(), d.format.name().into());
+    }
+    Ok(Json(serde_json::json!({ "blob": info, "image": meta, "display": display(&d) }))
+        .into_response())
+}
+
+/// `GET /api/pixels/{key}`.
+pub async fn pixels(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let key = key_from_path(req.uri().path(), "/api/pixels/")?;
+    let st2 = st.clone();
+    let (img, bytes) = blocking(move || {
+        let (_, d) = st2.images.decode(&key)?;
+        Ok((d.clone(), raw_bytes(&d.image)))
+    })
+    .await?;
+    let mut r = Response::new(Body::from(bytes));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    pixel_headers(h, &img.image);
+    Ok(r)
+}
+
+#[derive(Deserialize)]
+pub struct ThumbQuery {
+    size: Option<u32>,
+}
+
+/// `GET /api/thumbnail/{key}`.
+pub async fn thumbnail(
+    State(st): State<Arc<AppState>>,
+    req: Request,
+) -> Result<Response, WebError> {
+    let key = key_from_path(req.uri().path(), "/api/thumbnail/")?;
+    let q: ThumbQuery = query(req.uri())?;
+    let size = q.size.unwrap_or(160);
+    if !(16..=512).contains(&size) {
+        return Err(WebError::BadRequest(format!("size {size} is not in 16..=512")));
+    }
+    let st2 = st.clone();
+    let png = blocking(move || st2.images.thumbnail(&key, size)).await?;
+    let mut r = Response::new(Body::from(png));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("image/png"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(r)
+}
+
+/// `GET /api/health`.
+pub async fn health() -> Response {
+    Json(serde_json::json!({ "status": "ok" })).into_response()
+}
+
+/// A JSON request body of at most [`MAX_JSON`] bytes, with `Content-Type: application/json`.
+pub async fn read_json<T: serde::de::DeserializeOwned>(req: Request) -> Result<T, WebError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if !ct.starts_with("application/json") {
+        return Err(WebError::UnsupportedMediaType(format!(
+            "expected Content-Type: application/json, got {:?}",
+            if ct.is_empty() { "nothing".to_string() } else { ct }
+        )));
+    }
+    let body = http_body_util::Limited::new(req.into_body(), MAX_JSON);
+    let bytes = body.collect().await.map_err(|e| {
+        if e.is::<http_body_util::LengthLimitError>() {
+            WebError::TooLarge(format!("JSON body over {MAX_JSON} bytes"))
+        } else {
+            WebError::BadRequest(format!("reading the body: {e}"))
+        }
+    })?;
+    serde_json::from_slice(&bytes.to_bytes())
+        .map_err(|e| WebError::BadRequest(format!("JSON body: {e}")))
+}
+
+fn hv(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}

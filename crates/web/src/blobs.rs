@@ -1,0 +1,243 @@
+//! `/blobs/{key}`: GET (Range, ETag, If-None-Match), HEAD, PUT (streamed), DELETE, and
+//! `POST /blobs` multipart uploads.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Multipart, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bs_meta::BlobRecord;
+use serde::Deserialize;
+
+use crate::body::blob_bytes;
+use crate::error::WebError;
+use crate::keys::{key_from_path, path_of, validate_key, validate_prefix};
+use crate::upload::{UploadSpec, store_stream};
+use crate::{AppState, blocking, info};
+
+pub const ROUTE: &str = "/blobs/";
+
+/// Stored blobs may be anything, HTML included: never let one run script in our origin.
+const BLOB_CSP: &str = "default-src 'none'; sandbox";
+
+pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let head = req.method() == Method::HEAD;
+    let key = key_from_path(req.uri().path(), ROUTE)?;
+    let store = st.store.clone();
+    let src = blocking(move || Ok(store.open_read(&key)?)).await?;
+    let rec = src.record().clone();
+    let etag = format!("\"{}\"", rec.digest);
+    let h = req.headers();
+    if let Some(inm) = h.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok())
+        && inm.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
+    {
+        let mut r = StatusCode::NOT_MODIFIED.into_response();
+        r.headers_mut().insert(header::ETAG, hv(&etag));
+        return Ok(r);
+    }
+    let range = match h.get(header::RANGE) {
+        None => None,
+        Some(v) => {
+            let v = v.to_str().map_err(|_| WebError::RangeNotSatisfiable {
+                size: rec.size,
+                reason: "Range header is not ASCII".into(),
+            })?;
+            // If-Range with a different validator: send everything.
+            let if_range_ok = h
+                .get(header::IF_RANGE)
+                .and_then(|v| v.to_str().ok())
+                .is_none_or(|ir| ir.trim() == etag);
+            if if_range_ok { Some(crate::range::parse(v, rec.size)?) } else { None }
+        }
+    };
+    let (status, start, len) = match range {
+        Some((a, b)) => (StatusCode::PARTIAL_CONTENT, a, b - a + 1),
+        None => (StatusCode::OK, 0, rec.size),
+    };
+    let body = if head {
+        Body::empty()
+    } else {
+        let bytes = blocking(move || blob_bytes(src)).await?;
+        Body::from(bytes.slice(start as usize..(start + len) as usize))
+    };
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    let hs = r.headers_mut();
+    hs.insert(header::CONTENT_TYPE, hv(&content_type_of(&rec)));
+    hs.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    hs.insert(header::ETAG, hv(&etag));
+    hs.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    hs.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(BLOB_CSP));
+    if status == StatusCode::PARTIAL_CONTENT {
+        let cr = format!("bytes {}-{}/{}", start, start + len - 1, rec.size);
+        hs.insert(header::CONTENT_RANGE, hv(&cr));
+    }
+    Ok(r)
+}
+
+pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let key = key_from_path(req.uri().path(), ROUTE)?;
+    let h = req.headers();
+    let ct = header_str(h, header::CONTENT_TYPE);
+    if ct.to_ascii_lowercase().starts_with("multipart/") {
+        return Err(WebError::UnsupportedMediaType(
+            "PUT takes the blob's bytes as the body; send multipart/form-data with POST /blobs"
+                .into(),
+        ));
+    }
+    let size = match h.get(header::CONTENT_LENGTH) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| WebError::BadRequest("Content-Length is not a number".into()))?,
+        ),
+    };
+    let overwrite = h.get(header::IF_NONE_MATCH).is_none_or(|v| v.as_bytes() != b"*");
+    if !overwrite {
+        let (store, k) = (st.store.clone(), key.clone());
+        if blocking(move || Ok(store.stat(&k).is_ok())).await? {
+            return Err(WebError::Conflict(format!("blob {key:?} exists (If-None-Match: *)")));
+        }
+    }
+    let content_type = if ct.is_empty() { guess_type(&key).to_string() } else { ct };
+    let spec = UploadSpec { key, size, content_type, overwrite, max_bytes: st.cfg.max_upload };
+    let rec = store_stream(st.store.clone(), spec, req.into_body().into_data_stream()).await?;
+    st.metrics.uploaded(rec.size);
+    let info = stored(&st, rec).await?;
+    let mut r = (StatusCode::CREATED, axum::Json(&info)).into_response();
+    r.headers_mut().insert(header::LOCATION, hv(&path_of(ROUTE, &info.key)));
+    r.headers_mut().insert(header::ETAG, hv(&format!("\"{}\"", info.digest)));
+    Ok(r)
+}
+
+/// Index a freshly stored blob and describe it.
+async fn stored(st: &Arc<AppState>, rec: BlobRecord) -> Result<info::BlobInfo, WebError> {
+    let st2 = st.clone();
+    let name = rec.name.clone();
+    blocking(move || {
+        let _ = st2.images.index().forget(&name);
+        st2.images.refresh(&name)?;
+        Ok(())
+    })
+    .await?;
+    Ok(info::describe(&st.images, rec))
+}
+
+pub async fn delete(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let key = key_from_path(req.uri().path(), ROUTE)?;
+    let st2 = st.clone();
+    blocking(move || {
+        st2.store.delete(&key)?;
+        st2.images.index().forget(&key)?;
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize)]
+pub struct PostQuery {
+    #[serde(default)]
+    prefix: String,
+}
+
+/// `POST /blobs?prefix=folder/` with `multipart/form-data`.
+pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let q: PostQuery = crate::query(req.uri())?;
+    validate_prefix(&q.prefix)?;
+    let ct = header_str(req.headers(), header::CONTENT_TYPE);
+    if !ct.to_ascii_lowercase().starts_with("multipart/form-data") {
+        return Err(WebError::UnsupportedMediaType(format!(
+            "POST /blobs takes multipart/form-data (got {:?}); PUT /blobs/KEY takes raw bytes",
+            if ct.is_empty() { "nothing" } else { &ct }
+        )));
+    }
+    let mut mp = Multipart::from_request(req, &())
+        .await
+        .map_err(|e| WebError::BadRequest(format!("multipart body: {}", e.body_text())))?;
+    let bad = |e: axum::extract::multipart::MultipartError| {
+        WebError::BadRequest(format!("multipart body: {}", e.body_text()))
+    };
+    let mut next_key: Option<String> = None;
+    let mut out = Vec::new();
+    while let Some(mut field) = mp.next_field().await.map_err(bad)? {
+        let name = field.name().unwrap_or_default().to_string();
+        if name == "key" && field.file_name().is_none() {
+            let k = field.text().await.map_err(bad)?;
+            validate_key(&k)?;
+            next_key = Some(k);
+            continue;
+        }
+        let Some(file_name) = field.file_name().map(str::to_string) else {
+            continue; // other text fields are ignored
+        };
+        let key = match next_key.take() {
+            Some(k) => k,
+            None => {
+                // Browsers send a base name; others might send a path: keep its last part.
+                let base = file_name.rsplit(['/', '\\']).next().unwrap_or_default();
+                let k = format!("{}{}", q.prefix, base);
+                validate_key(&k)?;
+                k
+            }
+        };
+        let content_type = match field.content_type() {
+            Some(t) if t != "application/octet-stream" => t.to_string(),
+            _ => guess_type(&key).to_string(),
+        };
+        let spec = UploadSpec {
+            key,
+            size: None,
+            content_type,
+            overwrite: true,
+            max_bytes: st.cfg.max_upload,
+        };
+        let rec = store_stream(st.store.clone(), spec, &mut field).await?;
+        st.metrics.uploaded(rec.size);
+        out.push(stored(&st, rec).await?);
+    }
+    if out.is_empty() {
+        return Err(WebError::BadRequest("the form holds no file".into()));
+    }
+    Ok((StatusCode::CREATED, axum::Json(serde_json::json!({ "stored": out }))).into_response())
+}
+
+fn hv(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+fn header_str(h: &HeaderMap, name: header::HeaderName) -> String {
+    h.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().trim().to_string()
+}
+
+/// The stored type, unless it says nothing; then a guess from the name.
+pub fn content_type_of(rec: &BlobRecord) -> String {
+    let t = rec.content_type.trim();
+    if t.is_empty() || t == "application/octet-stream" {
+        guess_type(&rec.name).to_string()
+    } else {
+        t.to_string()
+    }
+}
+
+/// A media type for a name's extension.
+pub fn guess_type(name: &str) -> &'static str {
+    let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+    match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "tif" | "tiff" => "image/tiff",
+        "gif" => "image/gif",
+        "pgm" | "ppm" | "pnm" => "image/x-portable-anymap",
+        "dcm" | "dicom" => "application/dicom",
+        "json" => "application/json",
+        "txt" | "md" | "csv" => "text/plain; charset=utf-8",
+        "html" | "htm" => "text/html; charset=utf-8",
+        "mp4" => "video/mp4",
+        _ => "application/octet-stream",
+    }
+}

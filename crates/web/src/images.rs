@@ -1,0 +1,261 @@
+//! Images held in the store: decoding with a cache, the metadata index kept in step with the
+//! blobs, display defaults for window/level, raw samples for the browser, and thumbnails.
+
+use std::sync::Arc;
+
+use bs_imageio::{Decoded, Format, Limits};
+use bs_imaging::{DynImage, Image};
+use bs_meta::{BlobRecord, ImageIndex};
+use bs_store::Store;
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::body::blob_bytes;
+use crate::cache::Lru;
+use crate::error::WebError;
+
+/// Decoded images kept for reuse: up to this many bytes of pixels.
+const DECODED_CACHE_BYTES: usize = 768 << 20;
+/// Thumbnails kept: up to this many bytes of PNG.
+const THUMB_CACHE_BYTES: usize = 64 << 20;
+
+/// Access to the store's images.
+pub struct Images {
+    store: Arc<dyn Store>,
+    index: Arc<ImageIndex>,
+    limits: Limits,
+    decoded: Lru<String, Arc<Decoded>>,
+    thumbs: Lru<(String, u32), Bytes>,
+}
+
+/// How the browser should map raw samples to grey levels by default.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Display {
+    /// Default window centre and width, in display units.
+    pub center: f64,
+    pub width: f64,
+    /// Smallest and largest value in the image, in display units.
+    pub min: f64,
+    pub max: f64,
+    /// `value = raw - offset`, or `offset - raw` when `inverted`.
+    pub offset: f64,
+    pub inverted: bool,
+    /// "HU" for CT, otherwise empty.
+    pub unit: String,
+}
+
+impl Images {
+    pub fn new(store: Arc<dyn Store>, index: Arc<ImageIndex>, limits: Limits) -> Self {
+        Self {
+            store,
+            index,
+            limits,
+            decoded: Lru::new(DECODED_CACHE_BYTES),
+            thumbs: Lru::new(THUMB_CACHE_BYTES),
+        }
+    }
+
+    pub fn index(&self) -> &ImageIndex {
+        &self.index
+    }
+
+    /// Decode the blob `key` (cached by digest), indexing it on the way.
+    pub fn decode(&self, key: &str) -> Result<(BlobRecord, Arc<Decoded>), WebError> {
+        let src = self.store.open_read(key)?;
+        let rec = src.record().clone();
+        if let Some(d) = self.decoded.get(&rec.digest) {
+            return Ok((rec, d));
+        }
+        if rec.size > self.limits.max_bytes {
+            return Err(WebError::TooLarge(format!(
+                "{key}: {} bytes is more than the {} bytes an image may have",
+                rec.size, self.limits.max_bytes
+            )));
+        }
+        let bytes = blob_bytes(src)?;
+        let decoded = match bs_imageio::decode(&bytes, Some(key), &self.limits) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                let _ = self.index.put_not_image(key, &rec.digest, &e.to_string());
+                return Err(e.into());
+            }
+        };
+        self.put_index(&rec, &decoded);
+        let weight = decoded.image.width() * decoded.image.height() * decoded.image.channels() * 2;
+        self.decoded.put(rec.digest.clone(), decoded.clone(), weight);
+        Ok((rec, decoded))
+    }
+
+    fn put_index(&self, rec: &BlobRecord, d: &Decoded) {
+        let json = serde_json::to_string(&d.meta).unwrap_or_else(|_| "{}".into());
+        let mut fields = d.meta.to_map();
+        fields.insert("format".into(), d.format.name().to_string());
+        if let Err(e) = self.index.put(&rec.name, &rec.digest, &fields, &json) {
+            tracing::warn!("indexing {}: {e}", rec.name);
+        }
+    }
+
+    /// Bring the index entry of `key` up to date: decode it if its first bytes or its name say
+    /// it is an image, otherwise record that it is not. Returns the fresh metadata, if any.
+    pub fn refresh(&self, key: &str) -> Result<Option<serde_json::Value>, WebError> {
+        let rec = self.store.stat(key)?;
+        if let Some(m) = self.known(&rec) {
+            return Ok(m);
+        }
+        let src = self.store.open_read(key)?;
+        let mut head = [0u8; 132];
+        let n = src.read_at(&mut head, 0)?;
+        drop(src);
+        if Format::from_magic(&head[..n]).is_none() && Format::from_name(key).is_none() {
+            self.index.put_not_image(key, &rec.digest, "not an image format")?;
+            return Ok(None);
+        }
+        match self.decode(key) {
+            Ok((_, d)) => Ok(serde_json::to_value(&d.meta).ok()),
+            Err(WebError::Unprocessable(_) | WebError::TooLarge(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// What the index knows about `rec` at its current digest: `Some(Some(meta))` an image,
+    /// `Some(None)` not an image, `None` not indexed (or indexed for other bytes).
+    pub fn known(&self, rec: &BlobRecord) -> Option<Option<serde_json::Value>> {
+        let e = self.index.get(&rec.name).ok()??;
+        if e.digest != rec.digest {
+            return None;
+        }
+        Some(if e.is_image { serde_json::from_str(&e.meta).ok() } else { None })
+    }
+
+    /// A PNG thumbnail whose longer side is `size`, with the default window applied.
+    pub fn thumbnail(&self, key: &str, size: u32) -> Result<Bytes, WebError> {
+        let rec = self.store.stat(key)?;
+        let ck = (rec.digest.clone(), size);
+        if let Some(t) = self.thumbs.get(&ck) {
+            return Ok(t);
+        }
+        let (_, d) = self.decode(key)?;
+        let shown = bs_imageio::apply_window(&d);
+        let DynImage::U8(img) = shown else {
+            return Err(WebError::Internal("window did not give 8-bit pixels".into()));
+        };
+        let small = shrink(&img, size as usize);
+        let png = bs_imageio::encode(&DynImage::U8(small), Format::Png)?;
+        let png = Bytes::from(png);
+        self.thumbs.put(ck, png.clone(), png.len());
+        Ok(png)
+    }
+}
+
+/// Display defaults for a decoded image.
+pub fn display(d: &Decoded) -> Display {
+    let meta = &d.meta;
+    let offset = meta.pixel_offset.unwrap_or(0.0);
+    let inverted = meta.pixel_inverted == Some(true);
+    let value = |raw: f64| if inverted { offset - raw } else { raw - offset };
+    let (lo, hi) = match &d.image {
+        DynImage::U8(i) => range(&i.data),
+        DynImage::U16(i) => range(&i.data),
+    };
+    let (a, b) = (value(lo), value(hi));
+    let (min, max) = (a.min(b), a.max(b));
+    let unit = if meta.pixel_offset.is_some() && meta.modality.as_deref() == Some("CT") {
+        "HU"
+    } else {
+        ""
+    };
+    let (center, width) = match (meta.window_center, meta.window_width) {
+        (Some(c), Some(w)) => (c, w),
+        // Same defaults as `apply_window`: 8-bit shown as is, 16-bit over its own range.
+        _ => match &d.image {
+            DynImage::U8(_) => (128.0, 256.0),
+            DynImage::U16(i) if i.channels == 1 => ((min + max + 1.0) / 2.0, max - min + 1.0),
+            DynImage::U16(_) => (32768.0, 65536.0),
+        },
+    };
+    Display { center, width, min, max, offset, inverted, unit: unit.into() }
+}
+
+fn range<T: Copy + Into<f64> + PartialOrd>(data: &[T]) -> (f64, f64) {
+    let mut it = data.iter().copied();
+    let Some(first) = it.next() else { return (0.0, 0.0) };
+    let (lo, hi) = it.fold((first, first), |(lo, hi), v| {
+        (if v < lo { v } else { lo }, if v > hi { v } else { hi })
+    });
+    (lo.into(), hi.into())
+}
+
+/// Samples as little-endian bytes (the `/api/pixels` body).
+pub fn raw_bytes(img: &DynImage) -> Bytes {
+    match img {
+        DynImage::U8(i) => Bytes::copy_from_slice(&i.data),
+        DynImage::U16(i) => {
+            let mut out = Vec::with_capacity(i.data.len() * 2);
+            for v in &i.data {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            Bytes::from(out)
+        }
+    }
+}
+
+/// Bits per sample of a decoded image (8 or 16).
+pub fn bits(img: &DynImage) -> u32 {
+    match img {
+        DynImage::U8(_) => 8,
+        DynImage::U16(_) => 16,
+    }
+}
+
+/// Area-average reduction so the longer side is at most `size` (never enlarges). Written
+/// here because the filters' zoom samples points (nearest/bilinear), which aliases when
+/// shrinking a 2048-pixel image to 128.
+pub fn shrink(img: &Image<u8>, size: usize) -> Image<u8> {
+    let (w, h, c) = (img.width, img.height, img.channels);
+    let longest = w.max(h).max(1);
+    if longest <= size {
+        return img.clone();
+    }
+    let nw = (w * size).div_ceil(longest).max(1);
+    let nh = (h * size).div_ceil(longest).max(1);
+    let mut out = Image::<u8>::new(nw, nh, c);
+    for oy in 0..nh {
+        let (y0, y1) = (oy * h / nh, ((oy + 1) * h / nh).max(oy * h / nh + 1));
+        for ox in 0..nw {
+            let (x0, x1) = (ox * w / nw, ((ox + 1) * w / nw).max(ox * w / nw + 1));
+            let n = ((y1 - y0) * (x1 - x0)) as u32;
+            for ch in 0..c {
+                let mut sum = 0u32;
+                for y in y0..y1 {
+                    let row = img.row(y);
+                    for x in x0..x1 {
+                        sum += u32::from(row[x * c + ch]);
+                    }
+                }
+                out.data[(oy * nw + ox) * c + ch] = ((sum + n / 2) / n) as u8;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shrink_averages_blocks_and_keeps_aspect() {
+        let img = Image::<u8>::from_vec(4, 2, 1, vec![0, 10, 20, 30, 40, 50, 60, 70]).unwrap();
+        let s = shrink(&img, 2);
+        assert_eq!((s.width, s.height), (2, 1));
+        assert_eq!(s.data, vec![25, 45]);
+        assert_eq!(shrink(&img, 8), img, "never enlarges");
+    }
+
+    #[test]
+    fn raw_bytes_are_little_endian() {
+        let img = DynImage::U16(Image::from_vec(2, 1, 1, vec![0x0102, 0xA0B0]).unwrap());
+        assert_eq!(&raw_bytes(&img)[..], &[0x02, 0x01, 0xB0, 0xA0]);
+        assert_eq!(bits(&img), 16);
+    }
+}

@@ -1,0 +1,311 @@
+//! The HTTP plane of blobstream: an axum server beside the gRPC control plane and the TCP
+//! data plane, serving the blob store over HTTP (`/blobs/`), JSON endpoints for browsing,
+//! metadata search and filters (`/api/`), the OpenAPI document, Prometheus metrics, and the
+//! browser client (`/`). See docs/http-api.md.
+//!
+//! Start one with [`WebServer::start`]; the listener is bound before it returns, so
+//! [`WebServer::addr`] is ready to use (tests bind port 0).
+
+mod api;
+mod assets;
+mod auth;
+mod blobs;
+mod body;
+mod cache;
+mod error;
+mod images;
+mod info;
+mod keys;
+mod metrics;
+pub mod openapi;
+mod range;
+pub mod samples;
+mod upload;
+
+pub use error::WebError;
+pub use images::Images;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::Uri;
+use axum::middleware;
+use axum::routing::{get, post};
+use bs_imageio::Limits;
+use bs_imaging::registry::Registry;
+use bs_meta::ImageIndex;
+use bs_store::{RouteSpec, Store};
+use bs_transport::TlsServer;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Every route with its methods, as the OpenAPI document names them (a test keeps the two in
+/// step). The browser client's static files are served besides these.
+pub const ROUTES: &[(&str, &[&str])] = &[
+    ("/blobs/{key}", &["get", "head", "put", "delete"]),
+    ("/blobs", &["post"]),
+    ("/api/list", &["get"]),
+    ("/api/search", &["get"]),
+    ("/api/filters", &["get"]),
+    ("/api/filter", &["post"]),
+    ("/api/meta/{key}", &["get"]),
+    ("/api/pixels/{key}", &["get"]),
+    ("/api/thumbnail/{key}", &["get"]),
+    ("/api/session", &["get", "post"]),
+    ("/api/health", &["get"]),
+    ("/api/openapi.json", &["get"]),
+    ("/metrics", &["get"]),
+];
+
+/// How the HTTP server listens and what it allows.
+#[derive(Debug, Clone)]
+pub struct WebConfig {
+    pub addr: SocketAddr,
+    /// Largest upload accepted, in bytes (413 above).
+    pub max_upload: u64,
+    /// Limits for decoding stored images.
+    pub limits: Limits,
+    /// When set, API requests need this bearer token (or the session cookie).
+    pub auth_token: Option<String>,
+    /// When set, HTTPS only.
+    pub tls: Option<TlsServer>,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_upload: 64 << 30,
+            limits: Limits::default(),
+            auth_token: None,
+            tls: None,
+        }
+    }
+}
+
+impl WebConfig {
+    /// Defaults on loopback port 0 (for tests and benchmarks).
+    pub fn ephemeral() -> Self {
+        Self { addr: SocketAddr::from(([127, 0, 0, 1], 0)), ..Self::default() }
+    }
+}
+
+/// What every handler shares.
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub images: Images,
+    pub registry: Arc<Registry>,
+    pub cfg: WebConfig,
+    pub metrics: metrics::Metrics,
+}
+
+/// The router over `state`.
+pub fn router(state: Arc<AppState>) -> Router {
+    let static_files = |r: Router<Arc<AppState>>| {
+        assets::ASSETS.iter().fold(r, |r, (path, _, _)| {
+            r.route(path, get(move || async move { assets::serve(path) }))
+        })
+    };
+    let api = Router::new()
+        .route("/blobs", post(blobs::post).layer(DefaultBodyLimit::disable()))
+        .route(
+            "/blobs/{*key}",
+            get(blobs::get).head(blobs::get).put(blobs::put).delete(blobs::delete),
+        )
+        .route("/api/list", get(api::list))
+        .route("/api/search", get(api::search))
+        .route("/api/filters", get(api::filters))
+        .route("/api/filter", post(api::filter))
+        .route("/api/meta/{*key}", get(api::meta))
+        .route("/api/pixels/{*key}", get(api::pixels))
+        .route("/api/thumbnail/{*key}", get(api::thumbnail))
+        .route("/api/session", get(auth::status).post(auth::login))
+        .route("/api/health", get(api::health))
+        .route("/api/openapi.json", get(|| async { axum::Json(openapi::document()) }))
+        .route("/metrics", get(metrics::handler));
+    static_files(api)
+        .route_layer(middleware::from_fn_with_state(state.clone(), metrics::record))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), auth::check))
+        .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> WebError {
+    WebError::NoRoute(uri.path().to_string())
+}
+
+async fn method_not_allowed(req: Request) -> WebError {
+    WebError::MethodNotAllowed { method: req.method().to_string(), path: req.uri().path().into() }
+}
+
+/// Run blocking store or image work off the async executor.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, WebError> + Send + 'static,
+) -> Result<T, WebError> {
+    tokio::task::spawn_blocking(f).await.map_err(WebError::internal)?
+}
+
+/// Parse the query string into `T`, with a JSON error on failure.
+pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, WebError> {
+    axum::extract::Query::<T>::try_from_uri(uri)
+        .map(|q| q.0)
+        .map_err(|e| WebError::BadRequest(format!("query string: {}", e.body_text())))
+}
+
+/// A running HTTP server.
+pub struct WebServer {
+    addr: SocketAddr,
+    https: bool,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    state: Arc<AppState>,
+}
+
+impl WebServer {
+    /// Bind and serve. Must be called inside a tokio runtime.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        index: Arc<ImageIndex>,
+        registry: Arc<Registry>,
+        cfg: WebConfig,
+    ) -> Result<Self, WebError> {
+        let listener = tokio::net::TcpListener::bind(cfg.addr).await.map_err(|e| {
+            WebError::Internal(format!("binding the HTTP server to {}: {e}", cfg.addr))
+        })?;
+        let addr = listener.local_addr().map_err(WebError::internal)?;
+        let images = Images::new(store.clone(), index, cfg.limits);
+        let tls = cfg.tls.clone();
+        let state = Arc::new(AppState {
+            store,
+            images,
+            registry,
+            cfg,
+            metrics: metrics::Metrics::default(),
+        });
+        let app = router(state.clone());
+        let (shutdown, mut rx) = watch::channel(false);
+        let task = match tls {
+            None => tokio::spawn(async move {
+                use axum::serve::ListenerExt;
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
+                let res = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    })
+                    .await;
+                if let Err(e) = res {
+                    tracing::error!("HTTP server stopped: {e}");
+                }
+            }),
+            Some(tls) => tokio::spawn(serve_tls(listener, app, tls, rx)),
+        };
+        Ok(Self { addr, https: state.cfg.tls.is_some(), shutdown, task, state })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL to open in a browser.
+    pub fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}/", self.addr)
+    }
+
+    /// Shared state (for seeding and tests).
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
+    /// Stop accepting, let requests in flight finish, and return.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// HTTPS: accept TCP, complete the TLS handshake, serve HTTP/1.1 or HTTP/2 on it.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    tls: TlsServer,
+    mut rx: watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+    loop {
+        let (tcp, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("HTTPS accept: {e}");
+                    continue;
+                }
+            },
+            _ = rx.wait_for(|s| *s) => return,
+        };
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let handshake =
+                tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
+            let Ok(Ok(stream)) = handshake.await else { return };
+            let svc = hyper_util::service::TowerToHyperService::new(app);
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = builder.serve_connection_with_upgrades(io, svc).await {
+                tracing::debug!("HTTPS connection: {e}");
+            }
+        });
+    }
+}
+
+/// Put the sample images into `store` if it holds no blob at all; returns how many were
+/// stored. Also indexes them.
+pub fn seed_samples(state: &AppState) -> Result<usize, WebError> {
+    if !state.store.list("", "", 1)?.is_empty() {
+        return Ok(0);
+    }
+    let samples = samples::all();
+    for (name, content_type, bytes) in &samples {
+        let spec = RouteSpec {
+            name: name.to_string(),
+            size: Some(bytes.len() as u64),
+            content_type: content_type.to_string(),
+            overwrite: false,
+            ..RouteSpec::default()
+        };
+        state.store.route(&spec)?;
+        let mut sink = state.store.open_upload(name)?;
+        sink.write_at(0, bytes)?;
+        sink.commit(None)?;
+        state.images.refresh(name)?;
+    }
+    Ok(samples.len())
+}
+
+/// Index every blob the image index has no current entry for (blobs stored through gRPC or
+/// the CLI, or before this version). Meant for a background thread at start-up.
+pub fn index_all(state: &AppState) -> Result<usize, WebError> {
+    let mut after = String::new();
+    let mut n = 0;
+    loop {
+        let page = state.store.list("", &after, 256)?;
+        let Some(last) = page.last() else { return Ok(n) };
+        after = last.name.clone();
+        for rec in page {
+            if state.images.known(&rec).is_none() {
+                match state.images.refresh(&rec.name) {
+                    Ok(_) => n += 1,
+                    Err(WebError::NotFound(_)) => {}
+                    Err(e) => tracing::warn!("indexing {}: {e}", rec.name),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! `/metrics`: request counts by route, method and status; request latencies; bytes sent and
+//! received; filter run times — in the Prometheus/OpenMetrics text format (prometheus-client).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+use crate::AppState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    method: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FilterLabels {
+    filter: String,
+}
+
+type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The server's metrics.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    requests: Family<RequestLabels, Counter>,
+    latency: Hist<RouteLabels>,
+    bytes_out: Family<RouteLabels, Counter>,
+    bytes_in: Counter,
+    filter_seconds: Hist<FilterLabels>,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut r = Registry::with_prefix("blobstream_http");
+        let requests = Family::<RequestLabels, Counter>::default();
+        r.register("requests", "HTTP requests by route, method and status", requests.clone());
+        let latency: Hist<RouteLabels> = Family::new_with_constructor(latency_histogram);
+        r.register("request_duration_seconds", "Time to the response head", latency.clone());
+        let bytes_out = Family::<RouteLabels, Counter>::default();
+        r.register("response_bytes", "Response body bytes (Content-Length)", bytes_out.clone());
+        let bytes_in = Counter::default();
+        r.register("upload_bytes", "Bytes stored by PUT and POST uploads", bytes_in.clone());
+        let filter_seconds: Hist<FilterLabels> = Family::new_with_constructor(latency_histogram);
+        r.register("filter_duration_seconds", "Time one filter step took", filter_seconds.clone());
+        Self { registry: Mutex::new(r), requests, latency, bytes_out, bytes_in, filter_seconds }
+    }
+}
+
+impl Metrics {
+    pub fn uploaded(&self, bytes: u64) {
+        self.bytes_in.inc_by(bytes);
+    }
+
+    pub fn filtered(&self, filter: &str, seconds: f64) {
+        self.filter_seconds.get_or_create(&FilterLabels { filter: filter.into() }).observe(seconds);
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = prometheus_client::encoding::text::encode(&mut out, &r);
+        out
+    }
+}
+
+/// Middleware recording every request.
+pub async fn record(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().to_string();
+    let t = Instant::now();
+    let resp = next.run(req).await;
+    let m = &st.metrics;
+    let rl = RouteLabels { route: route.clone() };
+    m.latency.get_or_create(&rl).observe(t.elapsed().as_secs_f64());
+    let len = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(n) = len.filter(|_| method != "HEAD") {
+        m.bytes_out.get_or_create(&rl).inc_by(n);
+    }
+    let status = resp.status().as_u16();
+    m.requests.get_or_create(&RequestLabels { route, method, status }).inc();
+    resp
+}
+
+/// `GET /metrics`.
+pub async fn handler(State(st): State<Arc<AppState>>) -> Response {
+    let mut r = st.metrics.render().into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    r
+}

@@ -1,0 +1,290 @@
+//! The OpenAPI 3.0 document served at `/api/openapi.json`. Written out here rather than
+//! derived, so it reads as the contract; a test checks its paths and methods against the
+//! router's route table ([`crate::ROUTES`]) so the two cannot drift apart.
+
+use serde_json::{Value, json};
+
+fn err(desc: &str) -> Value {
+    json!({ "description": desc, "content": { "application/json": {
+        "schema": { "$ref": "#/components/schemas/Error" } } } })
+}
+
+fn ok_json(desc: &str, schema: &str) -> Value {
+    json!({ "description": desc, "content": { "application/json": {
+        "schema": { "$ref": format!("#/components/schemas/{schema}") } } } })
+}
+
+fn key_param() -> Value {
+    json!({ "name": "key", "in": "path", "required": true,
+        "description": "Blob key; each '/'-separated segment percent-encoded",
+        "schema": { "type": "string", "minLength": 1, "maxLength": 1024 } })
+}
+
+fn q(name: &str, schema: Value, desc: &str) -> Value {
+    json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": desc })
+}
+
+/// Errors any key-addressed request can get.
+fn key_errors(mut responses: Value) -> Value {
+    let m = responses.as_object_mut().expect("object");
+    m.insert("400".into(), err("Invalid key or request"));
+    m.insert("401".into(), err("Authentication required"));
+    m.insert("404".into(), err("No such blob"));
+    m.insert("503".into(), err("The blob is busy (being written); retry"));
+    responses
+}
+
+fn image_errors(responses: Value) -> Value {
+    let mut r = key_errors(responses);
+    let m = r.as_object_mut().expect("object");
+    m.insert("413".into(), err("Image over the size or pixel limit"));
+    m.insert("422".into(), err("Not a readable image, or corrupt"));
+    r
+}
+
+/// The document.
+pub fn document() -> Value {
+    let blob_get = |head: bool| {
+        let mut ok = json!({ "description": "The blob's bytes",
+            "headers": {
+                "ETag": { "schema": { "type": "string" } },
+                "Accept-Ranges": { "schema": { "type": "string" } } },
+            "content": { "*/*": { "schema": { "type": "string", "format": "binary" } } } });
+        let mut partial = json!({ "description": "One range of the blob",
+            "headers": { "Content-Range": { "schema": { "type": "string" } } },
+            "content": { "*/*": { "schema": { "type": "string", "format": "binary" } } } });
+        if head {
+            ok.as_object_mut().unwrap().remove("content");
+            partial.as_object_mut().unwrap().remove("content");
+        }
+        let mut r = key_errors(json!({
+            "200": ok, "206": partial,
+            "304": { "description": "Not modified (If-None-Match)" },
+            "416": err("Range not satisfiable") }));
+        if head {
+            for v in r.as_object_mut().unwrap().values_mut() {
+                v.as_object_mut().unwrap().remove("content");
+            }
+        }
+        json!({
+            "summary": if head { "Headers of a blob" } else { "Download a blob (Range, ETag)" },
+            "parameters": [key_param(),
+                { "name": "Range", "in": "header", "required": false, "schema": { "type": "string" } },
+                { "name": "If-None-Match", "in": "header", "required": false, "schema": { "type": "string" } }],
+            "responses": r,
+        })
+    };
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "blobstream HTTP API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Blob store, image metadata search, filters and thumbnails. See docs/http-api.md."
+        },
+        "paths": {
+            "/blobs/{key}": {
+                "get": blob_get(false),
+                "head": blob_get(true),
+                "put": {
+                    "summary": "Upload a blob (streamed; replaces unless If-None-Match: *)",
+                    "parameters": [key_param(),
+                        { "name": "If-None-Match", "in": "header", "required": false, "schema": { "type": "string", "enum": ["*"] } }],
+                    "requestBody": { "required": true, "content": {
+                        "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } },
+                    "responses": key_errors(json!({
+                        "201": ok_json("Stored", "BlobInfo"),
+                        "409": err("Exists (If-None-Match: *)"),
+                        "413": err("Over the upload limit"),
+                        "415": err("Multipart body; use POST /blobs"),
+                        "507": err("Store full") })),
+                },
+                "delete": {
+                    "summary": "Delete a blob",
+                    "parameters": [key_param()],
+                    "responses": key_errors(json!({ "204": { "description": "Deleted" } })),
+                },
+            },
+            "/blobs": {
+                "post": {
+                    "summary": "Upload files from a multipart form",
+                    "parameters": [q("prefix", json!({ "type": "string" }), "Folder to store into: empty or ending with '/'")],
+                    "requestBody": { "required": true, "content": { "multipart/form-data": { "schema": {
+                        "type": "object",
+                        "properties": { "file": { "type": "string", "format": "binary" }, "key": { "type": "string" } },
+                        "required": ["file"] } } } },
+                    "responses": {
+                        "201": ok_json("Stored", "Stored"),
+                        "400": err("Bad form, prefix or file name"),
+                        "401": err("Authentication required"),
+                        "413": err("Over the upload limit"),
+                        "415": err("Not multipart/form-data"),
+                        "503": err("Busy"),
+                        "507": err("Store full") },
+                },
+            },
+            "/api/list": { "get": {
+                "summary": "One folder level: sub-folders and blobs",
+                "parameters": [
+                    q("prefix", json!({ "type": "string" }), "Folder: empty or ending with '/'"),
+                    q("after", json!({ "type": "string" }), "Resume after this cursor (next_after)"),
+                    q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 2000 }), "Page size")],
+                "responses": { "200": ok_json("Listing", "Listing"),
+                    "400": err("Bad prefix or limit"), "401": err("Authentication required") },
+            } },
+            "/api/search": { "get": {
+                "summary": "Search image metadata",
+                "parameters": [
+                    q("q", json!({ "type": "string" }), "Free text over the key and every metadata value"),
+                    q("patient", json!({ "type": "string" }), "Patient name or ID (substring)"),
+                    q("modality", json!({ "type": "string" }), "Modality, e.g. CT"),
+                    q("date_from", json!({ "type": "string", "pattern": "^[0-9]{8}$" }), "Study date from, YYYYMMDD"),
+                    q("date_to", json!({ "type": "string", "pattern": "^[0-9]{8}$" }), "Study date to, YYYYMMDD"),
+                    q("prefix", json!({ "type": "string" }), "Folder"),
+                    q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 2000 }), "Most results")],
+                "responses": { "200": ok_json("Matches", "SearchResults"),
+                    "400": err("Bad criteria"), "401": err("Authentication required") },
+            } },
+            "/api/filters": { "get": {
+                "summary": "Filters and their parameters",
+                "responses": { "200": ok_json("Filters", "FilterList"), "401": err("Authentication required") },
+            } },
+            "/api/filter": { "post": {
+                "summary": "Apply filters to a stored image; return the result or store it",
+                "requestBody": { "required": true, "content": { "application/json": {
+                    "schema": { "$ref": "#/components/schemas/FilterRequest" } } } },
+                "responses": {
+                    "200": { "description": "The filtered image",
+                        "headers": {
+                            "X-Filter-Ms": { "schema": { "type": "string" } },
+                            "X-Filter-Steps": { "schema": { "type": "string" } } },
+                        "content": {
+                            "image/png": { "schema": { "type": "string", "format": "binary" } },
+                            "image/jpeg": { "schema": { "type": "string", "format": "binary" } },
+                            "image/tiff": { "schema": { "type": "string", "format": "binary" } },
+                            "image/gif": { "schema": { "type": "string", "format": "binary" } },
+                            "image/x-portable-anymap": { "schema": { "type": "string", "format": "binary" } },
+                            "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } },
+                    "201": ok_json("Stored result", "FilterStored"),
+                    "400": err("Bad request"),
+                    "401": err("Authentication required"),
+                    "404": err("No such blob"),
+                    "413": err("Too large"),
+                    "415": err("Not application/json"),
+                    "422": err("Not an image, unknown filter or bad parameter"),
+                    "503": err("Busy"),
+                    "507": err("Store full") },
+            } },
+            "/api/meta/{key}": { "get": {
+                "summary": "Image metadata and display defaults",
+                "parameters": [key_param()],
+                "responses": image_errors(json!({ "200": ok_json("Metadata", "ImageMetaResponse") })),
+            } },
+            "/api/pixels/{key}": { "get": {
+                "summary": "Decoded samples, little-endian, for client-side window/level",
+                "parameters": [key_param()],
+                "responses": image_errors(json!({ "200": {
+                    "description": "Samples; X-Width, X-Height, X-Channels, X-Bits describe them",
+                    "headers": {
+                        "X-Width": { "schema": { "type": "integer" } },
+                        "X-Height": { "schema": { "type": "integer" } },
+                        "X-Channels": { "schema": { "type": "integer" } },
+                        "X-Bits": { "schema": { "type": "integer" } } },
+                    "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } } })),
+            } },
+            "/api/thumbnail/{key}": { "get": {
+                "summary": "PNG thumbnail with the default window",
+                "parameters": [key_param(),
+                    q("size", json!({ "type": "integer", "minimum": 16, "maximum": 512 }), "Longest side")],
+                "responses": image_errors(json!({ "200": { "description": "PNG",
+                    "content": { "image/png": { "schema": { "type": "string", "format": "binary" } } } } })),
+            } },
+            "/api/session": {
+                "get": { "summary": "Whether authentication is required and present",
+                    "responses": { "200": ok_json("Session", "Session") } },
+                "post": { "summary": "Log in with the server's token (sets a cookie)",
+                    "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                        "type": "object", "properties": { "token": { "type": "string" } }, "required": ["token"] } } } },
+                    "responses": { "204": { "description": "Logged in (or no auth configured)" },
+                        "400": err("Bad body"), "401": err("Wrong token"), "413": err("Body too large"),
+                        "415": err("Not application/json") } },
+            },
+            "/api/health": { "get": { "summary": "Liveness",
+                "responses": { "200": { "description": "OK", "content": { "application/json": { "schema": {
+                    "type": "object", "properties": { "status": { "type": "string" } }, "required": ["status"] } } } } } } },
+            "/api/openapi.json": { "get": { "summary": "This document",
+                "responses": { "200": { "description": "OpenAPI 3.0", "content": { "application/json": { "schema": { "type": "object" } } } } } } },
+            "/metrics": { "get": { "summary": "Prometheus metrics",
+                "responses": { "200": { "description": "OpenMetrics text", "content": {
+                    "application/openmetrics-text": { "schema": { "type": "string" } } } },
+                    "401": err("Authentication required") } } },
+        },
+        "components": { "schemas": schemas() },
+    })
+}
+
+fn schemas() -> Value {
+    json!({
+        "Error": { "type": "object", "required": ["error"], "properties": { "error": {
+            "type": "object", "required": ["code", "message"],
+            "properties": { "code": { "type": "string" }, "message": { "type": "string" } } } } },
+        "BlobInfo": { "type": "object",
+            "required": ["key", "size", "content_type", "digest", "created_ms", "is_image"],
+            "properties": {
+                "key": { "type": "string" }, "size": { "type": "integer", "minimum": 0 },
+                "content_type": { "type": "string" }, "digest": { "type": "string" },
+                "created_ms": { "type": "integer" }, "is_image": { "type": "boolean" },
+                "image": { "type": "object" } } },
+        "Stored": { "type": "object", "required": ["stored"], "properties": {
+            "stored": { "type": "array", "items": { "$ref": "#/components/schemas/BlobInfo" } } } },
+        "Listing": { "type": "object", "required": ["prefix", "folders", "items", "next_after"],
+            "properties": {
+                "prefix": { "type": "string" },
+                "folders": { "type": "array", "items": { "type": "object", "required": ["prefix", "name"],
+                    "properties": { "prefix": { "type": "string" }, "name": { "type": "string" } } } },
+                "items": { "type": "array", "items": { "$ref": "#/components/schemas/BlobInfo" } },
+                "next_after": { "type": "string", "nullable": true } } },
+        "SearchResults": { "type": "object", "required": ["results"], "properties": {
+            "results": { "type": "array", "items": { "$ref": "#/components/schemas/BlobInfo" } } } },
+        "FilterList": { "type": "object", "required": ["filters"], "properties": { "filters": {
+            "type": "array", "items": { "type": "object", "required": ["name", "summary", "kind", "params"],
+                "properties": {
+                    "name": { "type": "string" }, "summary": { "type": "string" }, "kind": { "type": "string" },
+                    "params": { "type": "array", "items": { "type": "object",
+                        "required": ["name", "default", "help"],
+                        "properties": {
+                            "name": { "type": "string" }, "default": { "type": "string" },
+                            "min": { "type": "number", "nullable": true }, "max": { "type": "number", "nullable": true },
+                            "help": { "type": "string" } } } } } } } } },
+        "FilterRequest": { "type": "object", "required": ["key", "steps"], "additionalProperties": false,
+            "properties": {
+                "key": { "type": "string" },
+                "steps": { "type": "array", "minItems": 1, "maxItems": 16, "items": {
+                    "type": "object", "required": ["filter"], "additionalProperties": false,
+                    "properties": { "filter": { "type": "string" },
+                        "params": { "type": "object", "additionalProperties": {
+                            "oneOf": [{ "type": "string" }, { "type": "number" }, { "type": "boolean" }] } } } } },
+                "format": { "type": "string", "enum": ["raw", "png", "tiff", "jpeg", "gif", "pgm"] },
+                "store_as": { "type": "string" } } },
+        "FilterStored": { "type": "object", "required": ["key", "filter_ms", "steps", "blob"],
+            "properties": {
+                "key": { "type": "string" }, "filter_ms": { "type": "number" },
+                "steps": { "type": "array", "items": { "type": "object", "required": ["filter", "ms"],
+                    "properties": { "filter": { "type": "string" }, "ms": { "type": "number" } } } },
+                "blob": { "$ref": "#/components/schemas/BlobInfo" } } },
+        "ImageMetaResponse": { "type": "object", "required": ["blob", "image", "display"],
+            "properties": {
+                "blob": { "$ref": "#/components/schemas/BlobInfo" },
+                "image": { "type": "object", "required": ["width", "height", "pixel_kind", "format"],
+                    "properties": { "width": { "type": "integer" }, "height": { "type": "integer" },
+                        "pixel_kind": { "type": "string" }, "format": { "type": "string" } } },
+                "display": { "type": "object",
+                    "required": ["center", "width", "min", "max", "offset", "inverted", "unit"],
+                    "properties": {
+                        "center": { "type": "number" }, "width": { "type": "number" },
+                        "min": { "type": "number" }, "max": { "type": "number" },
+                        "offset": { "type": "number" }, "inverted": { "type": "boolean" },
+                        "unit": { "type": "string" } } } } },
+        "Session": { "type": "object", "required": ["auth_required", "authenticated"], "properties": {
+            "auth_required": { "type": "boolean" }, "authenticated": { "type": "boolean" } } },
+    })
+}

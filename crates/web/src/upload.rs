@@ -1,0 +1,153 @@
+//! Streaming an HTTP body into the store: chunks go through a bounded channel to one blocking
+//! writer (the store's calls block), so a blob is never held in memory whole and a slow disk
+//! slows the client down instead of filling memory. The upload commits only when the body
+//! ended normally with every promised byte; otherwise it is aborted and nothing is visible.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bs_meta::BlobRecord;
+use bs_store::{RouteSpec, Store};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, StreamExt};
+
+use crate::error::WebError;
+
+/// What to store.
+pub struct UploadSpec {
+    pub key: String,
+    /// Declared length (Content-Length), if any: fewer or more bytes fail the upload.
+    pub size: Option<u64>,
+    pub content_type: String,
+    pub overwrite: bool,
+    /// Refuse more than this many bytes.
+    pub max_bytes: u64,
+}
+
+enum Msg {
+    Data(Bytes),
+    Finish,
+}
+
+/// Store everything `body` yields under `spec.key`.
+pub async fn store_stream<E, S>(
+    store: Arc<dyn Store>,
+    spec: UploadSpec,
+    body: S,
+) -> Result<BlobRecord, WebError>
+where
+    E: std::fmt::Display,
+    S: Stream<Item = Result<Bytes, E>>,
+{
+    let mut body = std::pin::pin!(body);
+    if let Some(size) = spec.size
+        && size > spec.max_bytes
+    {
+        return Err(too_large(size, spec.max_bytes));
+    }
+    let (tx, rx) = mpsc::channel::<Msg>(16);
+    let writer = {
+        let store = store.clone();
+        let route = RouteSpec {
+            name: spec.key.clone(),
+            size: spec.size,
+            content_type: spec.content_type.clone(),
+            metadata: BTreeMap::new(),
+            overwrite: spec.overwrite,
+            resume_tag: String::new(),
+        };
+        tokio::task::spawn_blocking(move || write_all(store, route, rx))
+    };
+    let mut total = 0u64;
+    let outcome = loop {
+        match body.next().await.transpose() {
+            Ok(Some(chunk)) => {
+                total += chunk.len() as u64;
+                if total > spec.max_bytes {
+                    break Err(too_large(total, spec.max_bytes));
+                }
+                if let Some(size) = spec.size
+                    && total > size
+                {
+                    break Err(WebError::BadRequest(format!(
+                        "body is longer than its Content-Length of {size} bytes"
+                    )));
+                }
+                if tx.send(Msg::Data(chunk)).await.is_err() {
+                    break Ok(()); // the writer failed; its error is reported below
+                }
+            }
+            Ok(None) => {
+                if let Some(size) = spec.size
+                    && total < size
+                {
+                    break Err(truncated(total, Some(size)));
+                }
+                let _ = tx.send(Msg::Finish).await;
+                break Ok(());
+            }
+            Err(e) => {
+                break Err(WebError::BadRequest(format!(
+                    "upload interrupted after {total} bytes: {e}"
+                )));
+            }
+        }
+    };
+    drop(tx); // without Finish, the writer aborts
+    let written = writer.await.map_err(WebError::internal)?;
+    outcome?;
+    written
+}
+
+fn too_large(n: u64, max: u64) -> WebError {
+    WebError::TooLarge(format!("upload of {n} bytes or more exceeds the limit of {max} bytes"))
+}
+
+fn truncated(got: u64, size: Option<u64>) -> WebError {
+    match size {
+        Some(s) => WebError::BadRequest(format!("upload truncated: {got} of {s} bytes arrived")),
+        None => WebError::BadRequest(format!("upload truncated after {got} bytes")),
+    }
+}
+
+/// The blocking side: route, write every chunk, commit on `Finish`, abort otherwise.
+fn write_all(
+    store: Arc<dyn Store>,
+    route: RouteSpec,
+    mut rx: mpsc::Receiver<Msg>,
+) -> Result<BlobRecord, WebError> {
+    let name = route.name.clone();
+    store.route(&route)?;
+    let mut sink = match store.open_upload(&name) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = store.abort(&name);
+            return Err(e.into());
+        }
+    };
+    let mut offset = sink.received();
+    loop {
+        match rx.blocking_recv() {
+            Some(Msg::Data(b)) => {
+                if let Err(e) = sink.write_at(offset, &b) {
+                    drop(sink);
+                    let _ = store.abort(&name);
+                    return Err(e.into());
+                }
+                offset += b.len() as u64;
+            }
+            Some(Msg::Finish) => {
+                return sink.commit(None).map_err(|e| {
+                    let _ = store.abort(&name);
+                    e.into()
+                });
+            }
+            None => {
+                drop(sink);
+                let _ = store.abort(&name);
+                return Err(truncated(offset, route.size));
+            }
+        }
+    }
+}
