@@ -64,6 +64,10 @@ impl Images {
         let src = self.store.open_read(key)?;
         let rec = src.record().clone();
         if let Some(d) = self.decoded.get(&rec.digest) {
+            // Same bytes seen before, possibly under another name or before a replacement.
+            if self.known(&rec).is_none() {
+                self.put_index(&rec, &d);
+            }
             return Ok((rec, d));
         }
         if rec.size > self.limits.max_bytes {

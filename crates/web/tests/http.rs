@@ -1,0 +1,684 @@
+//! The HTTP API against a real server on port 0: blobs (Range, ETag, streamed and truncated
+//! uploads, limits), listing, search, filters, images, OpenAPI, metrics, auth and HTTPS — over
+//! both the memory and the filesystem store.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use bs_imaging::registry::Registry;
+use bs_meta::ImageIndex;
+use bs_store::{FsStore, MemStore, Store};
+use bs_web::{WebConfig, WebServer};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+struct Srv {
+    web: WebServer,
+    base: String,
+    http: reqwest::Client,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Srv {
+    async fn start_with(fs: bool, cfg: WebConfig) -> Srv {
+        let (store, index, dir): (Arc<dyn Store>, ImageIndex, _) = if fs {
+            let dir = tempfile::tempdir().unwrap();
+            let store = FsStore::open(dir.path()).unwrap();
+            let index = ImageIndex::open(&dir.path().join("meta.db")).unwrap();
+            (Arc::new(store), index, Some(dir))
+        } else {
+            (Arc::new(MemStore::new()), ImageIndex::open_in_memory().unwrap(), None)
+        };
+        let registry = Arc::new(Registry::builtin());
+        let web = WebServer::start(store, Arc::new(index), registry, cfg).await.unwrap();
+        let base = web.url().trim_end_matches('/').to_string();
+        Srv { web, base, http: reqwest::Client::new(), _dir: dir }
+    }
+
+    async fn start(fs: bool) -> Srv {
+        Self::start_with(fs, WebConfig::ephemeral()).await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn put(&self, key: &str, body: Vec<u8>) -> reqwest::Response {
+        self.http.put(self.url(&format!("/blobs/{key}"))).body(body).send().await.unwrap()
+    }
+
+    async fn get_json(&self, path: &str) -> (StatusCode, Value) {
+        let r = self.http.get(self.url(path)).send().await.unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// One raw HTTP/1.1 exchange (for requests a well-behaved client cannot make).
+    /// With `cut`, the client stops sending right after `request` (half-close).
+    fn raw_with(&self, request: &[u8], cut: bool) -> String {
+        let mut s = TcpStream::connect(self.web.addr()).unwrap();
+        s.write_all(request).unwrap();
+        if cut {
+            let _ = s.shutdown(std::net::Shutdown::Write);
+        }
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    fn raw(&self, request: &[u8]) -> String {
+        self.raw_with(request, false)
+    }
+
+    fn cut(&self, request: &[u8]) -> String {
+        self.raw_with(request, true)
+    }
+}
+
+/// An error response: the status and the JSON body's `error.code`.
+async fn error_code(r: reqwest::Response) -> (StatusCode, String) {
+    let s = r.status();
+    let v: Value = r.json().await.expect("errors are JSON");
+    (s, v["error"]["code"].as_str().expect("error.code").to_string())
+}
+
+fn payload(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+fn png(w: u32, h: u32) -> Vec<u8> {
+    let img = bs_imaging::Image::<u8>::from_vec(
+        w as usize,
+        h as usize,
+        3,
+        (0..w * h * 3).map(|i| (i % 251) as u8).collect(),
+    )
+    .unwrap();
+    bs_imageio::encode(&bs_imaging::DynImage::U8(img), bs_imageio::Format::Png).unwrap()
+}
+
+async fn both(f: impl AsyncFn(Srv)) {
+    f(Srv::start(false).await).await;
+    f(Srv::start(true).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn put_get_head_range_etag_delete() {
+    both(async |s: Srv| {
+        let data = payload(3 << 20);
+        let r = s.put("a/b%20c.bin", data.clone()).await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        assert_eq!(r.headers()["location"], "/blobs/a/b%20c.bin");
+        let info: Value = r.json().await.unwrap();
+        assert_eq!(info["key"], "a/b c.bin");
+        assert_eq!(info["size"], data.len());
+        assert_eq!(info["is_image"], false);
+
+        let r = s.http.get(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let etag = r.headers()["etag"].to_str().unwrap().to_string();
+        assert_eq!(r.headers()["accept-ranges"], "bytes");
+        assert_eq!(r.bytes().await.unwrap(), data);
+
+        let r = s.http.head(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["content-length"], &data.len().to_string());
+
+        let r = s.http.get(s.url("/blobs/a/b%20c.bin")).header("Range", "bytes=10-19").send();
+        let r = r.await.unwrap();
+        assert_eq!(r.status(), StatusCode::PARTIAL_CONTENT);
+        assert_eq!(r.headers()["content-range"], &format!("bytes 10-19/{}", data.len()));
+        assert_eq!(r.bytes().await.unwrap(), data[10..20]);
+        let r = s.http.get(s.url("/blobs/a/b%20c.bin")).header("Range", "bytes=-5").send();
+        assert_eq!(r.await.unwrap().bytes().await.unwrap(), data[data.len() - 5..]);
+
+        for bad in ["bytes=99999999-", "bytes=0-1,5-6", &format!("bytes=0-{}", "9".repeat(400))] {
+            let r = s.http.get(s.url("/blobs/a/b%20c.bin")).header("Range", bad).send();
+            let r = r.await.unwrap();
+            assert_eq!(r.headers()["content-range"], &format!("bytes */{}", data.len()));
+            assert_eq!(
+                error_code(r).await,
+                (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable".into())
+            );
+        }
+
+        let r = s.http.get(s.url("/blobs/a/b%20c.bin")).header("If-None-Match", &etag).send();
+        assert_eq!(r.await.unwrap().status(), StatusCode::NOT_MODIFIED);
+
+        // Replace; then the old ETag no longer matches.
+        assert_eq!(s.put("a/b%20c.bin", b"new".to_vec()).await.status(), StatusCode::CREATED);
+        let r = s.http.get(s.url("/blobs/a/b%20c.bin")).header("If-None-Match", &etag).send();
+        let r = r.await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.bytes().await.unwrap(), "new");
+
+        // If-None-Match: * refuses to replace.
+        let r = s.http.put(s.url("/blobs/a/b%20c.bin")).header("If-None-Match", "*").body("x");
+        assert_eq!(
+            error_code(r.send().await.unwrap()).await,
+            (StatusCode::CONFLICT, "conflict".into())
+        );
+
+        let r = s.http.delete(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        let r = s.http.get(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
+        assert_eq!(error_code(r).await, (StatusCode::NOT_FOUND, "not_found".into()));
+        let r = s.http.delete(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn path_tricks_are_refused_with_json_errors() {
+    let s = Srv::start(true).await;
+    for p in
+        ["/blobs/a%2F..%2Fb", "/blobs/a%2F%2e%2e%2Fb", "/blobs/a%00b", "/blobs/a//b", "/blobs/%FF"]
+    {
+        let r = s.http.get(s.url(p)).send().await.unwrap();
+        assert_eq!(error_code(r).await, (StatusCode::BAD_REQUEST, "invalid_key".into()), "{p}");
+        let r = s.http.put(s.url(p)).body("x").send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{p}");
+    }
+    // `..` in the raw request line (clients normalise it away, so send it by hand).
+    for p in ["/blobs/a/../../etc/passwd", "/blobs/a/%2e%2e/b", "/api/meta/a/./b"] {
+        let req = format!("GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let resp = s.raw(req.as_bytes());
+        assert!(resp.starts_with("HTTP/1.1 400") && resp.contains("invalid_key"), "{p}: {resp}");
+    }
+    for q in [
+        "/api/list?prefix=../",
+        "/api/list?prefix=a",
+        "/api/list?prefix=a//",
+        "/api/search?prefix=%00/",
+    ] {
+        let (st, v) = s.get_json(q).await;
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_key")),
+            "{q}"
+        );
+    }
+    let (st, _) = s.get_json("/api/list?limit=0").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    let (st, _) = s.get_json("/api/list?limit=abc").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    let r = s.http.patch(s.url("/blobs/a")).send().await.unwrap();
+    assert_eq!(error_code(r).await, (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed".into()));
+    let (st, v) = s.get_json("/nothing/here").await;
+    assert_eq!((st, v["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
+    // Nothing was stored by any of it.
+    let (_, v) = s.get_json("/api/list").await;
+    assert_eq!(v["items"].as_array().unwrap().len() + v["folders"].as_array().unwrap().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn truncated_oversized_and_vanishing_uploads_leave_nothing() {
+    both(async |s: Srv| {
+        // Content-Length promises more than arrives, then the client goes away.
+        let resp = s.cut(b"PUT /blobs/t/short HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nonly this");
+        assert!(resp.is_empty() || resp.starts_with("HTTP/1.1 400"), "{resp}");
+        // A chunked body cut off mid-chunk.
+        let resp = s.cut(
+            b"PUT /blobs/t/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc",
+        );
+        assert!(resp.is_empty() || resp.starts_with("HTTP/1.1 400"), "{resp}");
+        // A client that connects, sends half, and vanishes without closing cleanly.
+        {
+            let mut c = TcpStream::connect(s.web.addr()).unwrap();
+            c.write_all(b"PUT /blobs/t/vanish HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+                .unwrap();
+            c.write_all(&[1u8; 5000]).unwrap();
+        }
+        // Over the size limit, declared up front.
+        let big = StatusCode::PAYLOAD_TOO_LARGE;
+        let limited = Srv::start_with(false, WebConfig { max_upload: 1000, ..WebConfig::ephemeral() }).await;
+        let r = limited.put("t/big", payload(1001)).await;
+        assert_eq!(error_code(r).await, (big, "too_large".into()));
+        // Over the limit without a declared length (chunked).
+        let stream = futures_stream(payload(3000));
+        let r = limited.http.put(limited.url("/blobs/t/big2")).body(stream).send().await.unwrap();
+        assert_eq!(error_code(r).await, (big, "too_large".into()));
+        let (_, v) = limited.get_json("/api/list?prefix=t/").await;
+        assert!(v["items"].as_array().unwrap().is_empty(), "{v}");
+
+        // Wait until the server has finished with the vanished client (its upload is aborted
+        // when the body errors); poll, never sleep a fixed time.
+        for key in ["t/short", "t/chunked", "t/vanish"] {
+            let r = s.http.get(s.url(&format!("/blobs/{key}"))).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::NOT_FOUND, "{key} must not be visible");
+        }
+        // The server still serves, and the same names can be uploaded properly.
+        assert_eq!(s.put("t/short", payload(1000)).await.status(), StatusCode::CREATED);
+        let r = s.http.get(s.url("/blobs/t/short")).send().await.unwrap();
+        assert_eq!(r.bytes().await.unwrap().len(), 1000);
+    })
+    .await;
+}
+
+fn futures_stream(data: Vec<u8>) -> reqwest::Body {
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        data.chunks(500).map(|c| Ok(c.to_vec())).collect();
+    reqwest::Body::wrap_stream(tokio_stream::iter(chunks))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn multipart_post_and_content_types() {
+    let s = Srv::start(true).await;
+    let form = reqwest::multipart::Form::new()
+        .part("file", reqwest::multipart::Part::bytes(png(8, 6)).file_name("one.png"))
+        .text("key", "other/place/two.png")
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(b"hello".to_vec()).file_name("../evil/two.png"),
+        )
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(b"text".to_vec()).file_name("c:\\dir\\notes.txt"),
+        );
+    let r = s.http.post(s.url("/blobs?prefix=up/")).multipart(form).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let v: Value = r.json().await.unwrap();
+    let keys: Vec<&str> =
+        v["stored"].as_array().unwrap().iter().map(|b| b["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["up/one.png", "other/place/two.png", "up/notes.txt"]);
+    assert_eq!(v["stored"][0]["is_image"], true);
+    assert_eq!(v["stored"][0]["image"]["width"], 8);
+    assert_eq!(v["stored"][0]["content_type"], "image/png");
+
+    // Wrong content types.
+    let r = s.http.post(s.url("/blobs")).header("content-type", "application/json").body("{}");
+    assert_eq!(
+        error_code(r.send().await.unwrap()).await,
+        (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type".into())
+    );
+    let r = s
+        .http
+        .put(s.url("/blobs/x"))
+        .header("content-type", "multipart/form-data; boundary=x")
+        .body("--x--");
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let r = s.http.post(s.url("/api/filter")).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // A form without files, and a malformed form.
+    let form = reqwest::multipart::Form::new().text("note", "no file");
+    let r = s.http.post(s.url("/blobs")).multipart(form).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = s
+        .http
+        .post(s.url("/blobs"))
+        .header("content-type", "multipart/form-data; boundary=zz")
+        .body("garbage");
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::BAD_REQUEST);
+    // A stored HTML blob cannot run script in our origin.
+    s.put("x/page.html", b"<script>alert(1)</script>".to_vec()).await;
+    let r = s.http.get(s.url("/blobs/x/page.html")).send().await.unwrap();
+    assert!(r.headers()["content-security-policy"].to_str().unwrap().contains("sandbox"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn listing_is_one_folder_level_with_pages() {
+    let s = Srv::start(true).await;
+    for k in ["top.txt", "a/1", "a/2", "a/deep/x", "b/1", "c.png", "d/e/f"] {
+        assert_eq!(s.put(k, b"x".to_vec()).await.status(), StatusCode::CREATED);
+    }
+    let (_, v) = s.get_json("/api/list").await;
+    let folders: Vec<&str> =
+        v["folders"].as_array().unwrap().iter().map(|f| f["prefix"].as_str().unwrap()).collect();
+    let items: Vec<&str> =
+        v["items"].as_array().unwrap().iter().map(|f| f["key"].as_str().unwrap()).collect();
+    assert_eq!(folders, ["a/", "b/", "d/"]);
+    assert_eq!(items, ["c.png", "top.txt"]);
+    assert_eq!(v["next_after"], Value::Null);
+    let (_, v) = s.get_json("/api/list?prefix=a/").await;
+    assert_eq!(v["folders"][0]["name"], "deep");
+    assert_eq!(v["items"].as_array().unwrap().len(), 2);
+    // Pages of two entries walk the same listing.
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    loop {
+        let q = format!("/api/list?limit=2&after={}", urlenc(&after));
+        let (_, v) = s.get_json(&q).await;
+        for f in v["folders"].as_array().unwrap() {
+            seen.push(f["prefix"].as_str().unwrap().to_string());
+        }
+        for i in v["items"].as_array().unwrap() {
+            seen.push(i["key"].as_str().unwrap().to_string());
+        }
+        match v["next_after"].as_str() {
+            Some(a) => after = a.to_string(),
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["a/", "b/", "c.png", "d/", "top.txt"]);
+}
+
+fn urlenc(s: &str) -> String {
+    s.bytes()
+        .map(
+            |b| {
+                if b.is_ascii_alphanumeric() {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            },
+        )
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn uploaded_images_are_indexed_and_searchable() {
+    both(async |s: Srv| {
+        let ct = bs_web::samples::ct_phantom_dicom(64);
+        let r = s.put("studies/p1/ct.dcm", ct.clone()).await;
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["image"]["modality"], "CT");
+        assert_eq!(v["content_type"], "application/dicom");
+        s.put("photos/card.png", png(16, 16)).await;
+        s.put("docs/readme.txt", b"CT is mentioned here".to_vec()).await;
+
+        let find = async |q: &str| -> Vec<String> {
+            let (st, v) = s.get_json(&format!("/api/search?{q}")).await;
+            assert_eq!(st, StatusCode::OK, "{q}: {v}");
+            v["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["key"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(find("modality=CT").await, ["studies/p1/ct.dcm"]);
+        assert_eq!(find("modality=ct").await, ["studies/p1/ct.dcm"]);
+        assert_eq!(find("patient=phantom").await, ["studies/p1/ct.dcm"]);
+        assert_eq!(find("patient=BS-0001").await, ["studies/p1/ct.dcm"]);
+        assert_eq!(find("q=shepp").await, ["studies/p1/ct.dcm"]);
+        assert_eq!(find("q=card").await, ["photos/card.png"]);
+        assert_eq!(find("date_from=20250101&date_to=20261231").await, ["studies/p1/ct.dcm"]);
+        assert!(find("date_from=20270101").await.is_empty());
+        assert!(find("q=mentioned").await.is_empty(), "text blobs are not images");
+        assert_eq!(find("prefix=photos/").await, ["photos/card.png"]);
+        let (st, _) = s.get_json("/api/search?date_from=2026-01-01").await;
+        assert_eq!(st, StatusCode::BAD_REQUEST);
+
+        // Replaced by something else, then deleted: search follows.
+        s.put("studies/p1/ct.dcm", png(4, 4)).await;
+        assert!(find("modality=CT").await.is_empty());
+        s.put("studies/p1/ct.dcm", ct).await;
+        assert_eq!(find("modality=CT").await.len(), 1);
+        s.http.delete(s.url("/blobs/studies/p1/ct.dcm")).send().await.unwrap();
+        assert!(find("modality=CT").await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn images_meta_pixels_thumbnails_and_filters() {
+    let s = Srv::start(true).await;
+    s.put("img/ct.dcm", bs_web::samples::ct_phantom_dicom(128)).await;
+    s.put("img/card.png", png(40, 30)).await;
+    s.put("img/bad.png", b"\x89PNG\r\n\x1a\nthis is not a png".to_vec()).await;
+
+    let (st, m) = s.get_json("/api/meta/img/ct.dcm").await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(m["display"]["center"], 40.0);
+    assert_eq!(m["display"]["width"], 400.0);
+    assert_eq!(m["display"]["unit"], "HU");
+    assert_eq!(m["display"]["min"], -1000.0);
+    assert_eq!(m["image"]["format"], "DICOM");
+
+    let r = s.http.get(s.url("/api/pixels/img/ct.dcm")).send().await.unwrap();
+    let h = r.headers().clone();
+    assert_eq!((h["x-width"].to_str().unwrap(), h["x-bits"].to_str().unwrap()), ("128", "16"));
+    let raw = r.bytes().await.unwrap();
+    assert_eq!(raw.len(), 128 * 128 * 2);
+    // Corner pixel is air: raw - offset = -1000 HU.
+    let corner = u16::from_le_bytes([raw[0], raw[1]]) as f64;
+    assert_eq!(corner - m["display"]["offset"].as_f64().unwrap(), -1000.0);
+
+    let r = s.http.get(s.url("/api/thumbnail/img/card.png?size=20")).send().await.unwrap();
+    assert_eq!(r.headers()["content-type"], "image/png");
+    let t = bs_imageio::decode(&r.bytes().await.unwrap(), None, &Default::default()).unwrap();
+    assert_eq!((t.meta.width, t.meta.height), (20, 15));
+    let r = s.http.get(s.url("/api/thumbnail/img/card.png?size=5")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+
+    // Corrupt image, and a blob that is not an image: 422 with a message; server goes on.
+    for p in ["/api/meta/img/bad.png", "/api/thumbnail/img/bad.png", "/api/pixels/img/bad.png"] {
+        let r = s.http.get(s.url(p)).send().await.unwrap();
+        assert_eq!(
+            error_code(r).await,
+            (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable".into()),
+            "{p}"
+        );
+    }
+    let (st, _) = s.get_json("/api/meta/img/none.png").await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
+    let (_, f) = s.get_json("/api/filters").await;
+    let names: Vec<&str> =
+        f["filters"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    for n in ["blur", "despeckle", "sharpen", "edge", "emboss", "oilpaint", "pixelize", "spread"] {
+        assert!(names.contains(&n), "{n} in {names:?}");
+    }
+
+    let body = serde_json::json!({"key": "img/card.png", "steps": [{"filter": "blur", "params": {"size": 5}}, {"filter": "invert"}], "format": "raw"});
+    let r = s.http.post(s.url("/api/filter")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let h = r.headers().clone();
+    assert!(h["x-filter-ms"].to_str().unwrap().parse::<f64>().unwrap() >= 0.0);
+    let steps = h["x-filter-steps"].to_str().unwrap();
+    assert!(steps.starts_with("blur=") && steps.contains(",invert="), "{steps}");
+    assert_eq!(r.bytes().await.unwrap().len(), 40 * 30 * 3);
+
+    // Same chain, stored: the result is a new image blob.
+    let body = serde_json::json!({"key": "img/card.png", "steps": [{"filter": "blur", "params": {"size": "5"}}], "store_as": "img/card-blur.png"});
+    let r = s.http.post(s.url("/api/filter")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["blob"]["image"]["width"], 40);
+    assert_eq!(v["steps"][0]["filter"], "blur");
+    let r = s.http.get(s.url("/blobs/img/card-blur.png")).send().await.unwrap();
+    assert_eq!(&r.bytes().await.unwrap()[..4], b"\x89PNG");
+
+    // The filter on a 16-bit DICOM gives 16-bit pixels.
+    let body = serde_json::json!({"key": "img/ct.dcm", "steps": [{"filter": "despeckle"}], "format": "raw"});
+    let r = s.http.post(s.url("/api/filter")).json(&body).send().await.unwrap();
+    assert_eq!(r.headers()["x-bits"], "16");
+
+    let bad = [
+        (serde_json::json!({"key": "img/card.png", "steps": [{"filter": "nope"}]}), 422),
+        (
+            serde_json::json!({"key": "img/card.png", "steps": [{"filter": "blur", "params": {"size": -3}}]}),
+            422,
+        ),
+        (
+            serde_json::json!({"key": "img/card.png", "steps": [{"filter": "blur", "params": {"colour": 1}}]}),
+            422,
+        ),
+        (
+            serde_json::json!({"key": "img/card.png", "steps": [{"filter": "blur", "params": {"size": [1]}}]}),
+            400,
+        ),
+        (serde_json::json!({"key": "img/card.png", "steps": []}), 400),
+        (
+            serde_json::json!({"key": "img/card.png", "steps": vec![serde_json::json!({"filter": "blur"}); 17]}),
+            400,
+        ),
+        (
+            serde_json::json!({"key": "img/card.png", "steps": [{"filter": "blur"}], "format": "bmp"}),
+            400,
+        ),
+        (
+            serde_json::json!({"key": "img/card.png", "steps": [{"filter": "blur"}], "format": "raw", "store_as": "x.png"}),
+            400,
+        ),
+        (serde_json::json!({"key": "img/../x", "steps": [{"filter": "blur"}]}), 400),
+        (serde_json::json!({"key": "img/bad.png", "steps": [{"filter": "blur"}]}), 422),
+        (serde_json::json!({"key": "img/missing.png", "steps": [{"filter": "blur"}]}), 404),
+        (
+            serde_json::json!({"key": "img/card.png", "steps": [{"filter": "blur"}], "extra": 1}),
+            400,
+        ),
+        (
+            serde_json::json!({"key": "img/ct.dcm", "steps": [{"filter": "blur"}], "format": "jpeg"}),
+            422,
+        ),
+    ];
+    for (body, code) in bad {
+        let r = s.http.post(s.url("/api/filter")).json(&body).send().await.unwrap();
+        let (st, _) = error_code(r).await;
+        assert_eq!(st.as_u16(), code, "{body}");
+    }
+    let r = s
+        .http
+        .post(s.url("/api/filter"))
+        .header("content-type", "application/json")
+        .body("{not json");
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::BAD_REQUEST);
+    let r = s
+        .http
+        .post(s.url("/api/filter"))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 100_000]);
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openapi_matches_the_routes_and_metrics_count_requests() {
+    let s = Srv::start(false).await;
+    let (st, doc) = s.get_json("/api/openapi.json").await;
+    assert_eq!(st, StatusCode::OK);
+    let paths = doc["paths"].as_object().unwrap();
+    let mut documented: Vec<(String, Vec<String>)> = paths
+        .iter()
+        .map(|(p, ops)| {
+            let mut m: Vec<String> = ops.as_object().unwrap().keys().cloned().collect();
+            m.sort();
+            (p.clone(), m)
+        })
+        .collect();
+    documented.sort();
+    let mut routed: Vec<(String, Vec<String>)> = bs_web::ROUTES
+        .iter()
+        .map(|(p, ms)| {
+            let mut m: Vec<String> = ms.iter().map(|s| s.to_string()).collect();
+            m.sort();
+            (p.to_string(), m)
+        })
+        .collect();
+    routed.sort();
+    assert_eq!(documented, routed);
+    // Every route table entry is really routed: no answer is the router's own 404 or 405.
+    for (path, methods) in bs_web::ROUTES {
+        let path = path.replace("{key}", "samples/none");
+        for m in *methods {
+            let method = reqwest::Method::from_bytes(m.to_uppercase().as_bytes()).unwrap();
+            let r = s.http.request(method, s.url(&path)).send().await.unwrap();
+            let st = r.status();
+            assert_ne!(st, StatusCode::METHOD_NOT_ALLOWED, "{m} {path}");
+            if st == StatusCode::NOT_FOUND && *m != "head" {
+                let (_, code) = error_code(r).await;
+                assert_eq!(code, "not_found");
+            }
+        }
+    }
+    s.put("m/x", b"abc".to_vec()).await;
+    let r = s.http.get(s.url("/metrics")).send().await.unwrap();
+    assert!(r.headers()["content-type"].to_str().unwrap().contains("openmetrics"));
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains(
+            r#"blobstream_http_requests_total{route="/blobs/{*key}",method="PUT",status="201"}"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r#"route="/api/filter",method="POST",status="415"} 1"#), "{text}");
+    assert!(text.contains("blobstream_http_upload_bytes_total 3"), "{text}");
+    assert!(text.contains("blobstream_http_request_duration_seconds_bucket"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_and_its_assets_are_served() {
+    let s = Srv::start(false).await;
+    for (p, t) in [("/", "text/html"), ("/app.js", "text/javascript"), ("/app.css", "text/css")] {
+        let r = s.http.get(s.url(p)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(r.headers()["content-type"].to_str().unwrap().starts_with(t));
+        assert!(r.headers().contains_key("content-security-policy"));
+        assert!(!r.text().await.unwrap().is_empty());
+    }
+    let r = s.http.get(s.url("/")).send().await.unwrap();
+    assert!(r.text().await.unwrap().contains("/app.js"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn samples_seed_an_empty_store_once() {
+    let s = Srv::start(true).await;
+    let st = s.web.state().clone();
+    let n = tokio::task::spawn_blocking(move || bs_web::seed_samples(&st).unwrap()).await.unwrap();
+    assert_eq!(n, 3);
+    let st = s.web.state().clone();
+    let n = tokio::task::spawn_blocking(move || bs_web::seed_samples(&st).unwrap()).await.unwrap();
+    assert_eq!(n, 0);
+    let (_, v) = s.get_json("/api/search?modality=CT").await;
+    assert_eq!(v["results"][0]["key"], "samples/ct-phantom.dcm");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_guards_the_api_and_the_session_cookie_carries_it() {
+    let cfg = WebConfig { auth_token: Some("s3cret".into()), ..WebConfig::ephemeral() };
+    let s = Srv::start_with(false, cfg).await;
+    let r = s.http.get(s.url("/api/list")).send().await.unwrap();
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    assert_eq!(error_code(r).await, (StatusCode::UNAUTHORIZED, "unauthorized".into()));
+    let r = s.http.put(s.url("/blobs/x")).body("x").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = s.http.get(s.url("/api/list")).bearer_auth("wrong").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = s.http.get(s.url("/api/list")).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // The page loads without a token so the login form can show.
+    assert_eq!(s.http.get(s.url("/")).send().await.unwrap().status(), StatusCode::OK);
+    let (_, v) = s.get_json("/api/session").await;
+    assert_eq!(
+        (v["auth_required"].as_bool(), v["authenticated"].as_bool()),
+        (Some(true), Some(false))
+    );
+    let r = s.http.post(s.url("/api/session")).json(&serde_json::json!({"token": "nope"})).send();
+    assert_eq!(r.await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let r = s.http.post(s.url("/api/session")).json(&serde_json::json!({"token": "s3cret"})).send();
+    let r = r.await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap();
+    let r = s.http.get(s.url("/api/list")).header("cookie", pair).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_when_a_certificate_is_given() {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let tls = bs_transport::TlsServer::from_pem(
+        c.cert.pem().as_bytes(),
+        c.signing_key.serialize_pem().as_bytes(),
+    )
+    .unwrap();
+    let s = Srv::start_with(false, WebConfig { tls: Some(tls), ..WebConfig::ephemeral() }).await;
+    assert!(s.base.starts_with("https://"));
+    let ca = reqwest::Certificate::from_pem(c.cert.pem().as_bytes()).unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .resolve("localhost", s.web.addr())
+        .build()
+        .unwrap();
+    let url = format!("https://localhost:{}/api/health", s.web.addr().port());
+    let r = client.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // Plain HTTP on the HTTPS port gets no answer.
+    let plain = s.raw(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(!plain.contains("200 OK"), "{plain}");
+}
