@@ -74,6 +74,9 @@ const el = {
 const ctx = el.canvas.getContext('2d');
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 const IMAGE_EXTENSIONS = /\.(png|jpe?g|tiff?|gif|pgm|ppm|pnm|pbm|dcm|dicom)$/i;
+// Filters whose output is grey levels rather than the input's values (for CT: not HU), so the
+// result is shown on its own full scale instead of through the current window.
+const GREY_LEVEL_FILTERS = new Set(['window', 'edge', 'emboss']);
 const CT_PRESETS = [
   { id: 'brain', label: 'Brain', w: 80, c: 40 },
   { id: 'soft-tissue', label: 'Soft tissue', w: 400, c: 40 },
@@ -100,6 +103,7 @@ const state = {
   fitted: true,
   drag: null,
   drawPending: false,
+  lutDirty: false, // the window changed: re-render the rasters before drawing
   saveNameAuto: true,
   filterSeq: 0,
 };
@@ -108,7 +112,7 @@ const state = {
 // Small helpers
 
 /** A key or prefix in a URL path: each segment percent-encoded, joined with '/'. */
-export function encodeKey(key) {
+function encodeKey(key) {
   return key.split('/').map(encodeURIComponent).join('/');
 }
 
@@ -627,10 +631,16 @@ async function deleteBlob(key) {
 // Upload: file picker and drop anywhere
 
 async function uploadFiles(fileList) {
-  const files = [...fileList];
+  let files = [...fileList];
   if (!files.length) return;
   clearError();
   const prefix = state.prefix;
+  // PUT replaces silently: ask first for names the folder already has.
+  const clash = state.mode === 'folder' ? files.filter((f) => state.items.has(prefix + f.name)) : [];
+  if (clash.length && !confirm(`Replace ${clash.map((f) => prefix + f.name).join(', ')}?`)) {
+    files = files.filter((f) => !clash.includes(f));
+    if (!files.length) return;
+  }
   let stored = 0;
   let lastKey = null;
   let bytes = 0;
@@ -853,6 +863,7 @@ function renderRaster(r, lut) {
 
 /** Re-render the open image (and the filtered result) for the current window. */
 function renderImages() {
+  state.lutDirty = false;
   const img = state.img;
   if (!img) return;
   const lut = buildLut(img.orig.bits, img.orig.map, state.wl.c, state.wl.w);
@@ -949,7 +960,7 @@ function setWindow(c, w, presetId = null) {
   state.activePreset = presetId;
   for (const b of el.presets.querySelectorAll('.preset')) b.classList.toggle('active', b.dataset.preset === presetId);
   updateWlReadout();
-  renderImages();
+  state.lutDirty = true;
   requestDraw();
 }
 
@@ -999,6 +1010,7 @@ function draw() {
   bs.frames++;
   const img = state.img;
   if (!img) return;
+  if (state.lutDirty) renderImages();
   const z = state.zoom;
   const drawRaster = (r) => {
     const rect = rasterRect(r);
@@ -1059,7 +1071,7 @@ function sampleAt(px, py) {
   const colours = r.ch === 2 || r.ch === 4 ? r.ch - 1 : r.ch;
   const values = [];
   for (let c = 0; c < colours; c++) values.push(toValue(r.map, r.data[i + c]));
-  return { x, y, values, filtered: r !== img.orig };
+  return { x, y, values, filtered: r !== img.orig, grey: !!r.ownWindow };
 }
 
 function updatePixelReadout(px, py) {
@@ -1069,7 +1081,7 @@ function updatePixelReadout(px, py) {
     return;
   }
   const v = s.values.map(fmtNumber).join(' ');
-  el.pixelReadout.textContent = `${s.x}, ${s.y}: ${v}${s.values.length === 1 ? unit() : ''}${s.filtered ? ' (filtered)' : ''}`;
+  el.pixelReadout.textContent = `${s.x}, ${s.y}: ${v}${s.values.length === 1 && !s.grey ? unit() : ''}${s.filtered ? ' (filtered)' : ''}`;
 }
 
 function canvasPoint(e) {
@@ -1301,7 +1313,11 @@ const META_FIELDS = [
   ['rescale_slope', 'Rescale slope'],
   ['rescale_intercept', 'Rescale intercept'],
   ['number_of_frames', 'Frames'],
+  ['frames_decoded', 'Frames decoded'],
+  ['pixel_offset', 'Pixel offset'],
+  ['pixel_inverted', 'Pixel inverted'],
   ['transfer_syntax_name', 'Transfer syntax'],
+  ['format', 'Format'],
 ];
 
 function renderMeta(blob, image, display) {
@@ -1471,12 +1487,12 @@ async function applyFilter() {
     );
     if (seq !== state.filterSeq || state.img !== img) return;
     const r = parseRaster(res, bytes);
-    if (r.bits === img.orig.bits) {
-      r.map = img.orig.map;
+    if (r.bits === img.orig.bits && !steps.some((s) => GREY_LEVEL_FILTERS.has(s.filter))) {
+      r.map = img.orig.map; // same units as the original: same window
     } else {
-      // A different sample depth (e.g. the window filter gives 8 bits): show it as it is.
+      // The result holds grey levels, not the original's values: show it on its own full scale.
       r.map = { offset: 0, inverted: false };
-      r.ownWindow = r.bits === 8 ? { c: 128, w: 256 } : windowFromRange(r.rawMin, r.rawMax);
+      r.ownWindow = windowFromRange(0, (1 << r.bits) - 1);
     }
     img.filt = r;
     img.chain = steps;
@@ -1494,7 +1510,7 @@ async function applyFilter() {
     if (seq !== state.filterSeq) return;
     el.filterTime.textContent = '';
     setFilterState('error');
-    fail(`Filter ${f.name} failed`, e);
+    fail('Filter failed', e);
   }
 }
 
@@ -1523,6 +1539,7 @@ async function saveResult() {
     el.saveName.focus();
     return;
   }
+  if (state.items.has(name) && !confirm(`Replace ${name}?`)) return;
   clearError();
   const { format, type } = formatFor(name);
   const seq = ++state.filterSeq;

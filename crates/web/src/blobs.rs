@@ -96,11 +96,30 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
                 .ok_or_else(|| WebError::BadRequest("Content-Length is not a number".into()))?,
         ),
     };
-    let overwrite = h.get(header::IF_NONE_MATCH).is_none_or(|v| v.as_bytes() != b"*");
-    if !overwrite {
+    // If-None-Match on a write (RFC 9110 §13.1.2): `*` — only if nothing is stored there;
+    // a list of ETags — only if the stored blob is none of them. Either way 412 if not.
+    let condition = match h.get(header::IF_NONE_MATCH) {
+        None => None,
+        Some(v) => Some(parse_if_none_match(v.to_str().unwrap_or("\u{0}"))?),
+    };
+    let overwrite = !matches!(condition, Some(None));
+    if let Some(cond) = condition {
         let (store, k) = (st.store.clone(), key.clone());
-        if blocking(move || Ok(store.stat(&k).is_ok())).await? {
-            return Err(WebError::Conflict(format!("blob {key:?} exists (If-None-Match: *)")));
+        let current = blocking(move || match store.stat(&k) {
+            Ok(r) => Ok(Some(format!("\"{}\"", r.digest))),
+            Err(bs_store::StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        })
+        .await?;
+        let failed = match (&cond, &current) {
+            (None, Some(_)) => true,
+            (Some(tags), Some(etag)) => tags.iter().any(|t| t == etag),
+            _ => false,
+        };
+        if failed {
+            return Err(WebError::PreconditionFailed(format!(
+                "blob {key:?} exists and If-None-Match forbids replacing it"
+            )));
         }
     }
     let content_type = if ct.is_empty() { guess_type(&key).to_string() } else { ct };
@@ -204,6 +223,29 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
         return Err(WebError::BadRequest("the form holds no file".into()));
     }
     Ok((StatusCode::CREATED, axum::Json(serde_json::json!({ "stored": out }))).into_response())
+}
+
+/// `*` → `None`; otherwise the listed entity tags (weak ones compared by their opaque part).
+fn parse_if_none_match(v: &str) -> Result<Option<Vec<String>>, WebError> {
+    let v = v.trim();
+    if v == "*" {
+        return Ok(None);
+    }
+    let mut tags = Vec::new();
+    for t in v.split(',').map(str::trim) {
+        let t = t.strip_prefix("W/").unwrap_or(t);
+        let ok = t.len() >= 2
+            && t.starts_with('"')
+            && t.ends_with('"')
+            && !t[1..t.len() - 1].contains('"');
+        if !ok {
+            return Err(WebError::BadRequest(format!(
+                "If-None-Match must be * or a list of quoted entity tags, not {v:?}"
+            )));
+        }
+        tags.push(t.to_string());
+    }
+    Ok(Some(tags))
 }
 
 fn hv(s: &str) -> HeaderValue {

@@ -25,7 +25,7 @@ pub enum WebError {
     #[error("method {method} is not allowed on {path}")]
     MethodNotAllowed { method: String, path: String },
     #[error("{0}")]
-    Conflict(String),
+    PreconditionFailed(String),
     #[error("{0}")]
     TooLarge(String),
     #[error("{0}")]
@@ -52,7 +52,7 @@ impl WebError {
             Self::Unauthorized => (S::UNAUTHORIZED, "unauthorized"),
             Self::NotFound(_) | Self::NoRoute(_) => (S::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            Self::Conflict(_) => (S::CONFLICT, "conflict"),
+            Self::PreconditionFailed(_) => (S::PRECONDITION_FAILED, "precondition_failed"),
             Self::TooLarge(_) => (S::PAYLOAD_TOO_LARGE, "too_large"),
             Self::UnsupportedMediaType(_) => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             Self::RangeNotSatisfiable { .. } => (S::RANGE_NOT_SATISFIABLE, "range_not_satisfiable"),
@@ -103,7 +103,8 @@ impl From<StoreError> for WebError {
             StoreError::InvalidName { name, reason } => {
                 Self::InvalidKey { key: name, reason: reason.to_string() }
             }
-            StoreError::AlreadyExists(_) => Self::Conflict(msg),
+            // Only writes with `If-None-Match: *` refuse to replace.
+            StoreError::AlreadyExists(_) => Self::PreconditionFailed(msg),
             StoreError::Busy(name) => Self::Busy(name),
             StoreError::StorageFull(_) => Self::StorageFull(msg),
             StoreError::Incomplete { .. } | StoreError::BeyondSize { .. } => Self::BadRequest(msg),
@@ -154,7 +155,7 @@ mod tests {
         let cases = [
             (StoreError::NotFound("a".into()), 404),
             (StoreError::InvalidName { name: "..".into(), reason: "dots" }, 400),
-            (StoreError::AlreadyExists("a".into()), 409),
+            (StoreError::AlreadyExists("a".into()), 412),
             (StoreError::Busy("a".into()), 503),
             (StoreError::StorageFull("disk".into()), 507),
             (StoreError::Incomplete { name: "a".into(), received: 1, size: 2 }, 400),

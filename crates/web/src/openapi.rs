@@ -14,10 +14,27 @@ fn ok_json(desc: &str, schema: &str) -> Value {
         "schema": { "$ref": format!("#/components/schemas/{schema}") } } } })
 }
 
+/// One key segment, exactly as the server accepts it: no `/`, `\\` or control character
+/// (C0, DEL, C1), and not `.` or `..` (spelled without look-ahead, which not every JSON Schema
+/// regex engine has).
+const SEGMENT: &str = r"([^/\\\x00-\x1f\x7f-\x9f.][^/\\\x00-\x1f\x7f-\x9f]*|\.[^/\\\x00-\x1f\x7f-\x9f.][^/\\\x00-\x1f\x7f-\x9f]*|\.\.[^/\\\x00-\x1f\x7f-\x9f]+)";
+
+/// A whole key: segments joined by `/`.
+fn key_schema() -> Value {
+    json!({ "type": "string", "maxLength": 1024, "pattern": format!("^{SEGMENT}(/{SEGMENT})*$") })
+}
+
+/// A folder prefix: empty, or segments each followed by `/`.
+fn prefix_schema() -> Value {
+    json!({ "type": "string", "maxLength": 1025, "pattern": format!("^({SEGMENT}/)*$") })
+}
+
 fn key_param() -> Value {
     json!({ "name": "key", "in": "path", "required": true,
-        "description": "Blob key; each '/'-separated segment percent-encoded",
-        "schema": { "type": "string", "minLength": 1, "maxLength": 1024 } })
+        "description": "Blob key. In a real URL, keys with folders are written with literal \
+            '/' between percent-encoded segments (a/b%20c.png); an encoded '/' (%2F) is refused. \
+            OpenAPI path parameters cannot contain '/', so this document describes one segment.",
+        "schema": { "type": "string", "maxLength": 1024, "pattern": format!("^{SEGMENT}$") } })
 }
 
 fn q(name: &str, schema: Value, desc: &str) -> Value {
@@ -88,12 +105,14 @@ pub fn document() -> Value {
                 "put": {
                     "summary": "Upload a blob (streamed; replaces unless If-None-Match: *)",
                     "parameters": [key_param(),
-                        { "name": "If-None-Match", "in": "header", "required": false, "schema": { "type": "string", "enum": ["*"] } }],
-                    "requestBody": { "required": true, "content": {
+                        { "name": "If-None-Match", "in": "header", "required": false,
+                          "description": "* (create only) or a list of quoted ETags not to replace",
+                          "schema": { "type": "string", "pattern": "^(\\*|(W/)?\"[^\"]*\"(, *(W/)?\"[^\"]*\")*)$" } }],
+                    "requestBody": { "required": false, "content": {
                         "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } },
                     "responses": key_errors(json!({
                         "201": ok_json("Stored", "BlobInfo"),
-                        "409": err("Exists (If-None-Match: *)"),
+                        "412": err("If-None-Match failed: the blob exists (or has a listed ETag)"),
                         "413": err("Over the upload limit"),
                         "415": err("Multipart body; use POST /blobs"),
                         "507": err("Store full") })),
@@ -107,10 +126,10 @@ pub fn document() -> Value {
             "/blobs": {
                 "post": {
                     "summary": "Upload files from a multipart form",
-                    "parameters": [q("prefix", json!({ "type": "string" }), "Folder to store into: empty or ending with '/'")],
+                    "parameters": [q("prefix", prefix_schema(), "Folder to store into: empty or ending with '/'")],
                     "requestBody": { "required": true, "content": { "multipart/form-data": { "schema": {
                         "type": "object",
-                        "properties": { "file": { "type": "string", "format": "binary" }, "key": { "type": "string" } },
+                        "properties": { "file": { "type": "string", "format": "binary" }, "key": key_schema() },
                         "required": ["file"] } } } },
                     "responses": {
                         "201": ok_json("Stored", "Stored"),
@@ -125,7 +144,7 @@ pub fn document() -> Value {
             "/api/list": { "get": {
                 "summary": "One folder level: sub-folders and blobs",
                 "parameters": [
-                    q("prefix", json!({ "type": "string" }), "Folder: empty or ending with '/'"),
+                    q("prefix", prefix_schema(), "Folder: empty or ending with '/'"),
                     q("after", json!({ "type": "string" }), "Resume after this cursor (next_after)"),
                     q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 2000 }), "Page size")],
                 "responses": { "200": ok_json("Listing", "Listing"),
@@ -137,9 +156,9 @@ pub fn document() -> Value {
                     q("q", json!({ "type": "string" }), "Free text over the key and every metadata value"),
                     q("patient", json!({ "type": "string" }), "Patient name or ID (substring)"),
                     q("modality", json!({ "type": "string" }), "Modality, e.g. CT"),
-                    q("date_from", json!({ "type": "string", "pattern": "^[0-9]{8}$" }), "Study date from, YYYYMMDD"),
-                    q("date_to", json!({ "type": "string", "pattern": "^[0-9]{8}$" }), "Study date to, YYYYMMDD"),
-                    q("prefix", json!({ "type": "string" }), "Folder"),
+                    q("date_from", json!({ "type": "string", "pattern": "^([0-9]{8})?$" }), "Study date from, YYYYMMDD"),
+                    q("date_to", json!({ "type": "string", "pattern": "^([0-9]{8})?$" }), "Study date to, YYYYMMDD"),
+                    q("prefix", prefix_schema(), "Folder"),
                     q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 2000 }), "Most results")],
                 "responses": { "200": ok_json("Matches", "SearchResults"),
                     "400": err("Bad criteria"), "401": err("Authentication required") },
@@ -222,6 +241,11 @@ pub fn document() -> Value {
     })
 }
 
+fn with_nullable(mut v: Value) -> Value {
+    v["nullable"] = Value::Bool(true);
+    v
+}
+
 fn schemas() -> Value {
     json!({
         "Error": { "type": "object", "required": ["error"], "properties": { "error": {
@@ -256,15 +280,16 @@ fn schemas() -> Value {
                             "min": { "type": "number", "nullable": true }, "max": { "type": "number", "nullable": true },
                             "help": { "type": "string" } } } } } } } } },
         "FilterRequest": { "type": "object", "required": ["key", "steps"], "additionalProperties": false,
+            "example": { "key": "samples/test-card.png", "steps": [{ "filter": "blur", "params": { "size": 3 } }], "format": "png" },
             "properties": {
-                "key": { "type": "string" },
+                "key": key_schema(),
                 "steps": { "type": "array", "minItems": 1, "maxItems": 16, "items": {
                     "type": "object", "required": ["filter"], "additionalProperties": false,
                     "properties": { "filter": { "type": "string" },
                         "params": { "type": "object", "additionalProperties": {
                             "oneOf": [{ "type": "string" }, { "type": "number" }, { "type": "boolean" }] } } } } },
-                "format": { "type": "string", "enum": ["raw", "png", "tiff", "jpeg", "gif", "pgm"] },
-                "store_as": { "type": "string" } } },
+                "format": { "type": "string", "nullable": true, "enum": ["raw", "png", "tiff", "jpeg", "gif", "pgm", null] },
+                "store_as": with_nullable(key_schema()) } },
         "FilterStored": { "type": "object", "required": ["key", "filter_ms", "steps", "blob"],
             "properties": {
                 "key": { "type": "string" }, "filter_ms": { "type": "number" },

@@ -153,12 +153,25 @@ async fn put_get_head_range_etag_delete() {
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(r.bytes().await.unwrap(), "new");
 
-        // If-None-Match: * refuses to replace.
+        // If-None-Match: * refuses to replace; a list of ETags refuses to replace those.
+        let pf = (StatusCode::PRECONDITION_FAILED, "precondition_failed".to_string());
         let r = s.http.put(s.url("/blobs/a/b%20c.bin")).header("If-None-Match", "*").body("x");
-        assert_eq!(
-            error_code(r.send().await.unwrap()).await,
-            (StatusCode::CONFLICT, "conflict".into())
-        );
+        assert_eq!(error_code(r.send().await.unwrap()).await, pf);
+        let cur = s.http.head(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
+        let cur = cur.headers()["etag"].to_str().unwrap().to_string();
+        let r = s
+            .http
+            .put(s.url("/blobs/a/b%20c.bin"))
+            .header("If-None-Match", format!("\"x\", {cur}"));
+        assert_eq!(error_code(r.body("x").send().await.unwrap()).await, pf);
+        let r = s.http.put(s.url("/blobs/a/b%20c.bin")).header("If-None-Match", "{}").body("x");
+        assert_eq!(r.send().await.unwrap().status(), StatusCode::BAD_REQUEST);
+        let r = s.http.get(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
+        assert_eq!(r.bytes().await.unwrap(), "new", "refused writes changed nothing");
+        let r = s.http.put(s.url("/blobs/new-one")).header("If-None-Match", "*").body("x");
+        assert_eq!(r.send().await.unwrap().status(), StatusCode::CREATED);
+        let r = s.http.put(s.url("/blobs/new-one")).header("If-None-Match", &etag).body("y");
+        assert_eq!(r.send().await.unwrap().status(), StatusCode::CREATED, "other ETag: replaced");
 
         let r = s.http.delete(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::NO_CONTENT);
