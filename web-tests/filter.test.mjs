@@ -1,0 +1,114 @@
+// Browser test: blur the test card on the server, see the step time and the changed pixels,
+// compare before/after with the split slider, and save the result as a new PNG in the store.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import {
+  assertNoErrors,
+  launchBrowser,
+  newPage,
+  nextFrame,
+  openApp,
+  openFolder,
+  openImage,
+  screenshot,
+  snap,
+  snapDiff,
+} from './lib/browser.mjs';
+import { startServer } from './lib/server.mjs';
+
+let server;
+let browser;
+let page;
+
+before(async () => {
+  server = await startServer();
+  browser = await launchBrowser();
+  page = await newPage(browser, server.url);
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+test('filter: blur, timing, compare, save', { timeout: 180_000 }, async () => {
+  await openApp(page, server.url);
+  await openFolder(page, 'samples/');
+  await openImage(page, 'samples/test-card.png');
+  await page.waitForFunction(() => document.querySelectorAll('#filter-select option').length > 0);
+  await snap(page, 'original');
+
+  await page.selectOption('#filter-select', 'blur');
+  const size = page.locator('#filter-params input[name="size"]');
+  await size.waitFor();
+  assert.equal(await size.getAttribute('type'), 'number');
+  assert.equal(await size.getAttribute('placeholder'), '3');
+  await size.fill('5');
+  assert.equal(await page.getAttribute('#filter-panel', 'data-state'), 'idle');
+  await page.click('#apply-filter');
+  await page.waitForSelector('#filter-panel[data-state="done"], #filter-panel[data-state="error"]');
+  assert.equal(await page.getAttribute('#filter-panel', 'data-state'), 'done', await page.textContent('#error'));
+
+  const time = await page.textContent('#filter-time');
+  assert.match(time, /blur \d+(\.\d+)? ms/);
+  assert.match(time, /total \d+(\.\d+)? ms/);
+  assert.deepEqual(await page.locator('#filter-chain li').allTextContents().then((t) => t.map((s) => s.split(' — ')[0])), ['blur size=5']);
+  await snap(page, 'blurred');
+  const changed = await snapDiff(page, 'original', 'blurred');
+  assert.ok(changed.changed > 0.02, `blur did not change the canvas: ${JSON.stringify(changed)}`);
+  await screenshot(page, 'filter-blur');
+
+  // Before/after: original left of the split, the blurred result right of it.
+  assert.ok(await page.locator('#compare-slider').isHidden());
+  await page.check('#compare');
+  await page.locator('#compare-slider').waitFor({ state: 'visible' });
+  await snap(page, 'compare');
+  const split = await page.evaluate(() => window.blobstream.view().splitX);
+  assert.ok(split > 0, `no split position: ${split}`);
+  const left = await snapDiff(page, 'original', 'compare', { x1: split - 8, y0: 30 });
+  const right = await snapDiff(page, 'blurred', 'compare', { x0: split + 8, y0: 30 });
+  assert.ok(left.mean < 1, `left of the split is not the original: ${JSON.stringify(left)}`);
+  assert.ok(right.mean < 1, `right of the split is not the result: ${JSON.stringify(right)}`);
+  const leftVsBlur = await snapDiff(page, 'blurred', 'compare', { x1: split - 8, y0: 30 });
+  assert.ok(leftVsBlur.changed > 0.01, 'left of the split looks blurred');
+  await page.locator('#compare-slider').fill('25');
+  await page.waitForFunction((s) => window.blobstream.view().splitX < s, split);
+  await nextFrame(page);
+  await screenshot(page, 'filter-compare');
+
+  // Save the result as a PNG next to the original.
+  await page.fill('#save-name', 'samples/test-card-blur.png');
+  await page.click('#save-result');
+  await page.waitForFunction(() => /Saved samples\/test-card-blur\.png/.test(document.querySelector('#status').textContent) || !document.querySelector('#error').hidden);
+  assert.match(await page.textContent('#status'), /Saved samples\/test-card-blur\.png/, await page.textContent('#error'));
+  const tile = page.locator('#listing .tile[data-key="samples/test-card-blur.png"]');
+  await tile.waitFor();
+  await page.waitForFunction(() => {
+    const img = document.querySelector('.tile[data-key="samples/test-card-blur.png"] img.thumb');
+    return img && img.complete && img.naturalWidth > 0;
+  });
+  await screenshot(page, 'filter-saved');
+
+  const res = await fetch(new URL('blobs/samples/test-card-blur.png', server.url));
+  assert.equal(res.status, 200);
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  assert.deepEqual([...bytes.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 'not a PNG');
+
+  // Reset goes back to the original.
+  await page.click('#reset-filter');
+  assert.equal(await page.locator('#filter-chain li').count(), 0);
+  assert.ok(await page.locator('#compare').isDisabled());
+  await snap(page, 'reset');
+  assert.ok((await snapDiff(page, 'original', 'reset')).mean < 0.5, 'reset did not show the original');
+
+  // A chain of two steps reports both times.
+  await page.selectOption('#filter-select', 'sharpen');
+  await page.click('#apply-filter');
+  await page.waitForSelector('#filter-panel[data-state="done"]');
+  await page.selectOption('#filter-select', 'blur');
+  await page.click('#apply-filter');
+  await page.waitForFunction(() => document.querySelectorAll('#filter-chain li').length === 2 && document.querySelector('#filter-panel').dataset.state === 'done');
+  assert.match(await page.textContent('#filter-time'), /sharpen \d+(\.\d+)? ms.*blur \d+(\.\d+)? ms/);
+  await assertNoErrors(page);
+});

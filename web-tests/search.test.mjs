@@ -1,0 +1,74 @@
+// Browser test: metadata search by modality, free text, patient and study date; results show
+// as tiles with a count, and the search can be cleared back to the folder.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { assertNoErrors, launchBrowser, newPage, openApp, openImage, screenshot } from './lib/browser.mjs';
+import { startServer } from './lib/server.mjs';
+
+let server;
+let browser;
+let page;
+
+before(async () => {
+  server = await startServer();
+  browser = await launchBrowser();
+  page = await newPage(browser, server.url);
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+/** Clear any previous search, fill the form, submit, and return the heading and tile keys. */
+async function search(fields) {
+  if (await page.locator('#clear-search').isVisible()) {
+    await page.click('#clear-search');
+    await page.locator('#results-bar').waitFor({ state: 'hidden' });
+  }
+  for (const [sel, value] of Object.entries(fields)) {
+    if (sel === '#search-modality') await page.selectOption(sel, value);
+    else await page.fill(sel, value);
+  }
+  await page.click('#search-submit');
+  await page.locator('#results-bar').waitFor({ state: 'visible' });
+  const heading = await page.textContent('#results-heading');
+  const keys = await page.locator('#listing .tile').evaluateAll((ts) => ts.map((t) => t.dataset.key));
+  return { heading, keys };
+}
+
+test('search: modality, free text, patient, dates', { timeout: 120_000 }, async () => {
+  await openApp(page, server.url);
+
+  let r = await search({ '#search-modality': 'CT' });
+  assert.match(r.heading, /^1 results?$/);
+  assert.deepEqual(r.keys, ['samples/ct-phantom.dcm']);
+  await screenshot(page, 'search-ct');
+
+  r = await search({ '#search-q': 'nothing-matches-this' });
+  assert.equal(r.heading, '0 results');
+  assert.deepEqual(r.keys, []);
+  await screenshot(page, 'search-none');
+
+  r = await search({ '#search-patient': 'PHANTOM' });
+  assert.deepEqual(r.keys, ['samples/ct-phantom.dcm']);
+
+  r = await search({ '#search-date-from': '2026-01-01', '#search-date-to': '2026-01-01' });
+  assert.deepEqual(r.keys, ['samples/ct-phantom.dcm']);
+  r = await search({ '#search-date-from': '2026-01-02' });
+  assert.deepEqual(r.keys, []);
+
+  r = await search({ '#search-q': 'test-card' });
+  assert.ok(r.keys.includes('samples/test-card.png'), `free text: ${r.keys}`);
+
+  // A result opens in the viewer; clearing the search shows the folder again.
+  r = await search({ '#search-patient': 'BS-0001' });
+  assert.deepEqual(r.keys, ['samples/ct-phantom.dcm']);
+  await openImage(page, 'samples/ct-phantom.dcm');
+  await page.click('#clear-search');
+  await page.locator('#listing .folder[data-prefix="samples/"]').waitFor();
+  assert.ok(await page.locator('#results-bar').isHidden());
+  assert.equal(await page.inputValue('#search-patient'), '');
+  await assertNoErrors(page);
+});

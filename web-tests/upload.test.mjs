@@ -1,0 +1,89 @@
+// Browser test: upload a PNG through the file picker and another by dropping it on the page;
+// both show progress, appear as tiles with thumbnails and are in the store; then delete one.
+
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { assertNoErrors, launchBrowser, newPage, openApp, openFolder, openImage, screenshot } from './lib/browser.mjs';
+import { startServer } from './lib/server.mjs';
+
+let server;
+let browser;
+let page;
+let dir;
+
+before(async () => {
+  server = await startServer();
+  browser = await launchBrowser();
+  page = await newPage(browser, server.url);
+  dir = await mkdtemp(path.join(tmpdir(), 'blobstream-upload-'));
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+const thumbLoaded = (key) =>
+  page.waitForFunction((k) => {
+    const img = document.querySelector(`.tile[data-key="${k}"] img.thumb`);
+    return img && img.complete && img.naturalWidth > 0;
+  }, key);
+
+test('upload: file picker and drag-and-drop', { timeout: 120_000 }, async () => {
+  const sample = await fetch(new URL('blobs/samples/test-card.png', server.url));
+  assert.equal(sample.status, 200);
+  const bytes = Buffer.from(await sample.arrayBuffer());
+  const file = path.join(dir, 'picked card.png');
+  await writeFile(file, bytes);
+
+  await openApp(page, server.url);
+
+  // File picker, into the store root. The name has a space: keys are percent-encoded.
+  await page.setInputFiles('#file-input', file);
+  const tile = page.locator('#listing .tile[data-key="picked card.png"]');
+  await tile.waitFor();
+  await thumbLoaded('picked card.png');
+  const prog = await page.evaluate(() => window.blobstream.lastProgress);
+  assert.ok(prog && prog.done && prog.loaded === bytes.length, `progress: ${JSON.stringify(prog)}`);
+  assert.match(prog.label, /Uploaded 1 file/);
+  assert.match(await page.textContent('#status'), /Uploaded picked card\.png/);
+  await screenshot(page, 'upload-picked');
+  const stored = await fetch(new URL('blobs/picked%20card.png', server.url));
+  assert.equal(stored.status, 200);
+  assert.equal(Buffer.compare(Buffer.from(await stored.arrayBuffer()), bytes), 0, 'stored bytes differ');
+
+  // Drag and drop into samples/.
+  await openFolder(page, 'samples/');
+  const dt = await page.evaluateHandle(async () => {
+    const blob = await (await fetch('/blobs/samples/test-card.png')).blob();
+    const t = new DataTransfer();
+    t.items.add(new File([blob], 'dropped.png', { type: 'image/png' }));
+    return t;
+  });
+  await page.dispatchEvent('#canvas', 'dragenter', { dataTransfer: dt });
+  await page.locator('#drop-overlay').waitFor({ state: 'visible' });
+  assert.match(await page.textContent('#drop-overlay'), /samples\//);
+  await screenshot(page, 'upload-drop-overlay');
+  await page.dispatchEvent('#canvas', 'drop', { dataTransfer: dt });
+  assert.ok(await page.locator('#drop-overlay').isHidden());
+  await page.locator('#listing .tile[data-key="samples/dropped.png"]').waitFor();
+  await thumbLoaded('samples/dropped.png');
+  assert.match(await page.textContent('#status'), /Uploaded samples\/dropped\.png/);
+  assert.equal(await page.locator('#listing .tile').count(), 4);
+  await screenshot(page, 'upload-dropped');
+
+  // The uploaded image opens, and can be deleted (after confirming).
+  await openImage(page, 'samples/dropped.png');
+  page.once('dialog', (d) => d.accept());
+  await page.locator('.tile.selected[data-key="samples/dropped.png"] .delete-btn').click();
+  await page.locator('#listing .tile[data-key="samples/dropped.png"]').waitFor({ state: 'detached' });
+  assert.match(await page.textContent('#status'), /Deleted samples\/dropped\.png/);
+  assert.equal(await page.getAttribute('#view', 'data-state'), 'empty');
+  const gone = await fetch(new URL('blobs/samples/dropped.png', server.url));
+  assert.equal(gone.status, 404);
+  await assertNoErrors(page);
+});
