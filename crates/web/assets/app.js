@@ -1633,14 +1633,41 @@ function start() {
     path = '';
   }
   const prefix = path.endsWith('/') || !path ? path : dirname(path);
+  const image = path && !path.endsWith('/') ? path : '';
   loadFilters();
+  // A linked image loads at once, in parallel with its folder's listing.
+  if (image) {
+    state.selectedKey = image;
+    openImage(image);
+  }
   navigate(prefix).then(() => {
-    if (path && !path.endsWith('/')) {
-      state.selectedKey = path;
-      selectKey(path);
-      openImage(path);
-    }
+    if (image) selectKey(image);
   });
 }
 
-start();
+/** With `--auth-token-file` on the server, ask for the token once and keep it in an
+ * HttpOnly session cookie (so thumbnails and downloads authenticate too). */
+async function ensureSession() {
+  let s;
+  try {
+    s = await getJSON('/api/session');
+  } catch {
+    return; // the server will say what is wrong on the first real request
+  }
+  while (s.auth_required && !s.authenticated) {
+    const token = window.prompt('This blobstream server requires its access token:');
+    if (token === null) {
+      showError('Not logged in: the server requires an access token (reload to try again).');
+      return;
+    }
+    const res = await doFetch('/api/session', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ token: token.trim() }),
+    });
+    if (res.ok) s = { auth_required: true, authenticated: true };
+    else window.alert((await errorFromResponse(res)).message);
+  }
+}
+
+ensureSession().then(start);
