@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
 # Installs the peers `blobstream bench` measures against, besides the workspace itself:
 #   - iperf3 (apt) for `bench transfer`;
+#   - nginx and wrk (apt) for `bench http`;
 #   - OpenCV and Pillow (PyPI, in the virtualenv bench/.venv) for `bench filters`.
 # Idempotent: does nothing for what is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if command -v iperf3 >/dev/null 2>&1; then
-    echo "iperf3 already installed: $(command -v iperf3)"
-elif command -v apt-get >/dev/null 2>&1; then
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then
-        SUDO="sudo"
+# The Debian packages, each named like the program it installs. nginx's binary is
+# /usr/sbin/nginx, not on every user's PATH. `bench http` starts its own nginx on a free
+# loopback port with a generated configuration; the system service is not used.
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+MISSING=()
+for pkg in iperf3 nginx wrk; do
+    if have "$pkg"; then
+        echo "$pkg already installed: $(command -v "$pkg" || echo "/usr/sbin/$pkg")"
+    else
+        MISSING+=("$pkg")
     fi
-    # noninteractive: the Debian package otherwise asks whether to run iperf3 as a daemon.
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y iperf3
-    echo "iperf3 installed: $(command -v iperf3)"
-else
-    echo "apt-get not found: install iperf3 with your package manager" >&2
+done
+if [ "${#MISSING[@]}" -gt 0 ]; then
+    if command -v apt-get >/dev/null 2>&1; then
+        SUDO=""
+        if [ "$(id -u)" -ne 0 ]; then
+            SUDO="sudo"
+        fi
+        # noninteractive: the Debian package otherwise asks whether to run iperf3 as a daemon.
+        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update
+        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y "${MISSING[@]}"
+        echo "installed: ${MISSING[*]}"
+    else
+        echo "apt-get not found: install ${MISSING[*]} with your package manager" >&2
+    fi
 fi
 
 VENV=bench/.venv

@@ -28,6 +28,20 @@ pub enum BenchError {
     Baseline(String),
     #[error("invalid benchmark request: {0}")]
     Invalid(String),
+    #[error("blobstream HTTP server: {0}")]
+    Web(#[from] bs_web::WebError),
+    #[error("image index: {0}")]
+    Meta(#[from] bs_meta::MetaError),
+    #[error("image encoding: {0}")]
+    ImageIo(#[from] bs_imageio::ImageIoError),
+    #[error("nginx: {0}")]
+    Nginx(String),
+    #[error("wrk: {0}")]
+    Wrk(String),
+    #[error("HTTP: {0}")]
+    Http(String),
+    #[error("{server} served wrong bytes for {url}: {detail}")]
+    HttpCorrupt { server: &'static str, url: String, detail: String },
 }
 
 impl BenchError {

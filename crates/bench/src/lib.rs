@@ -1,12 +1,15 @@
 //! Benchmarks behind `blobstream bench`. [`run_transfer`] is the transfer benchmark (the Blob
 //! Streaming paper's request/response test): the same blob pushed and pulled through
 //! blobstream, raw TCP, gRPC alone and (when installed) iperf3, all on 127.0.0.1, reported
-//! as median Gbit/s with the performance targets checked. [`write_benchmarks_md`] keeps the
-//! results in BENCHMARKS.md, one section per benchmark.
+//! as median Gbit/s with the performance targets checked. [`run_http`] is the HTTP download
+//! benchmark (blobstream's HTTP server against nginx, loaded by wrk, and the time to first
+//! image in the browser). [`write_benchmarks_md`] keeps the results in BENCHMARKS.md, one
+//! section per benchmark.
 
 mod benchmarks_md;
 mod error;
 pub mod filters;
+pub mod http;
 mod machine;
 mod measure;
 mod model;
@@ -18,6 +21,7 @@ mod transfer;
 pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
 pub use error::BenchError;
 pub use filters::{FilterBenchOptions, FilterReport, run_filters};
+pub use http::{HttpBenchOptions, HttpPlan, HttpReport, run_http};
 pub use machine::machine_description;
 pub use measure::{PathRunner, Transfer, measure, measure_interleaved, measure_with, start_runner};
 pub use model::{Measurement, Mode, Path};

@@ -218,6 +218,9 @@ pub enum BenchCommand {
     Transfer(BenchArgs),
     /// Every filter on 512², 2048² and 4096² images against OpenCV and Pillow.
     Filters(BenchArgs),
+    /// Download 1, 32 and 256 MB blobs over HTTP against nginx (loaded by wrk); time to first
+    /// image in the browser.
+    Http(BenchArgs),
 }
 
 #[derive(Args)]
