@@ -156,6 +156,9 @@ pub struct ServeArgs {
     /// Largest HTTP upload, in bytes.
     #[arg(long, default_value_t = 64 << 30)]
     pub max_upload: u64,
+    /// Most HTTP uploads in progress at once (more get 503).
+    #[arg(long, default_value_t = 64)]
+    pub max_uploads: usize,
     /// Do not put the sample images into an empty store.
     #[arg(long)]
     pub no_samples: bool,

@@ -41,6 +41,7 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
     let web_cfg = WebConfig {
         addr: a.http,
         max_upload: a.max_upload,
+        max_uploads: a.max_uploads,
         auth_token: security::token(g)?,
         tls: security::server_tls(&a)?,
         ..WebConfig::default()
@@ -60,6 +61,21 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         tracing::warn!(
             "listening beyond loopback without an auth token: anyone who can connect can read and write"
         );
+    }
+    if !a.no_http && !web_cfg.addr.ip().is_loopback() {
+        if web_cfg.auth_token.is_none() {
+            tracing::warn!(
+                "HTTP on {} beyond loopback without an auth token: anyone who can connect can \
+                 read, write and delete (requests by host name are refused; use --auth-token-file)",
+                web_cfg.addr
+            );
+        } else if web_cfg.tls.is_none() {
+            tracing::warn!(
+                "HTTP on {} beyond loopback without TLS: the auth token crosses the network in \
+                 clear (use --tls-cert/--tls-key)",
+                web_cfg.addr
+            );
+        }
     }
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     rt.block_on(async move {

@@ -241,19 +241,26 @@ async function fetchBytes(url, init, label) {
   const chunks = [];
   let loaded = 0;
   progress.show(label, 0, total);
-  if (res.body && res.body.getReader) {
-    const reader = res.body.getReader();
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      chunks.push(value);
-      loaded += value.length;
-      progress.show(label, loaded, total);
+  try {
+    if (res.body && res.body.getReader) {
+      const reader = res.body.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        chunks.push(value);
+        loaded += value.length;
+        progress.show(label, loaded, total);
+      }
+    } else {
+      const buf = new Uint8Array(await res.arrayBuffer());
+      chunks.push(buf);
+      loaded = buf.length;
     }
-  } else {
-    const buf = new Uint8Array(await res.arrayBuffer());
-    chunks.push(buf);
-    loaded = buf.length;
+  } catch (e) {
+    // Cancelled (another image was opened) or the connection broke: no stale progress bar.
+    progress.fail();
+    if (e?.name === 'AbortError') throw e;
+    throw new ApiError(`download of ${label.replace(/^\w+ /, '')} broke off after ${fmtBytes(loaded)} (${e?.message || e})`, 0, 'network');
   }
   const bytes = new Uint8Array(loaded);
   let at = 0;
@@ -644,6 +651,7 @@ async function uploadFiles(fileList) {
   let stored = 0;
   let lastKey = null;
   let bytes = 0;
+  const failures = [];
   for (const [i, file] of files.entries()) {
     const key = prefix + file.name;
     const label = `Uploading ${file.name}${files.length > 1 ? ` (${i + 1}/${files.length})` : ''}`;
@@ -653,8 +661,13 @@ async function uploadFiles(fileList) {
       bytes += file.size;
       lastKey = key;
     } catch (e) {
-      fail(`Upload of ${file.name} failed`, e);
+      failures.push(`${file.name}: ${e?.message || e}`);
     }
+  }
+  if (failures.length) {
+    const head = failures.length === 1 ? 'Upload failed' : `${failures.length} uploads failed`;
+    const ok = stored ? ` (${stored} stored)` : '';
+    showError(`${head}${ok}: ${failures.join('; ')}`);
   }
   if (stored) {
     const what = stored === 1 ? lastKey : `${stored} files into ${prefix || 'the store root'}`;
@@ -1670,4 +1683,23 @@ async function ensureSession() {
   }
 }
 
-ensureSession().then(start);
+// A link pasted or edited in the address bar opens what it names.
+window.addEventListener('hashchange', () => {
+  let path = '';
+  try {
+    path = decodeURIComponent(location.hash.replace(/^#\/?/, ''));
+  } catch {
+    return;
+  }
+  if (path.endsWith('/') || !path) {
+    if (path !== state.prefix) navigate(path);
+  } else if (path !== state.img?.key) {
+    state.selectedKey = path;
+    openImage(path);
+    if (dirname(path) !== state.prefix) navigate(dirname(path)).then(() => selectKey(path));
+  }
+});
+
+ensureSession()
+  .catch((e) => showError(`Could not log in: ${e?.message || e}`))
+  .finally(start);

@@ -137,18 +137,32 @@ pub async fn search(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     };
     let st2 = st.clone();
     let results = blocking(move || {
-        let mut out = Vec::new();
-        for e in st2.images.index().search(&iq)? {
-            match st2.store.stat(&e.name) {
-                Ok(rec) if rec.digest == e.digest => out.push(describe(&st2.images, rec)),
-                // Deleted or replaced since it was indexed: the row is stale.
-                Ok(_) | Err(bs_store::StoreError::NotFound(_)) => {
-                    let _ = st2.images.index().forget(&e.name);
+        // Rows made from bytes that have since been replaced (over gRPC, say) are indexed
+        // again and the search rerun once, so results always describe what is stored now.
+        for attempt in 0..2 {
+            let mut out = Vec::new();
+            let mut stale = 0;
+            for e in st2.images.index().search(&iq)? {
+                match st2.store.stat(&e.name) {
+                    Ok(rec) if rec.digest == e.digest => out.push(describe(&st2.images, rec)),
+                    Ok(_) => {
+                        stale += 1;
+                        if let Err(err) = st2.images.refresh(&e.name) {
+                            tracing::warn!("re-indexing {}: {err}", e.name);
+                            let _ = st2.images.index().forget(&e.name);
+                        }
+                    }
+                    Err(bs_store::StoreError::NotFound(_)) => {
+                        let _ = st2.images.index().forget(&e.name);
+                    }
+                    Err(err) => return Err(err.into()),
                 }
-                Err(err) => return Err(err.into()),
+            }
+            if stale == 0 || attempt == 1 {
+                return Ok(out);
             }
         }
-        Ok(out)
+        unreachable!("the loop returns on its second pass")
     })
     .await?;
     Ok(Json(serde_json::json!({ "results": results })).into_response())
@@ -242,18 +256,30 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     }
     let st2 = st.clone();
     let key = fr.key.clone();
+    let turn = st.image_turn().await;
     let (result, times, encoded) = blocking(move || {
         let (_, d) = st2.images.decode(&key)?;
         let run = Run::all();
-        let mut img = d.image.clone();
+        let max_pixels = st2.images.limits().max_pixels;
+        let mut img: Option<bs_imaging::DynImage> = None;
         let mut times = Vec::new();
         for (name, params) in &steps {
             let t = Instant::now();
-            img = st2.registry.apply(name, &img, params, &run)?;
+            let out = st2.registry.apply(name, img.as_ref().unwrap_or(&d.image), params, &run)?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
             st2.metrics.filtered(name, ms / 1e3);
             times.push((name.clone(), ms));
+            let pixels = (out.width() as u64).saturating_mul(out.height() as u64);
+            if pixels > max_pixels {
+                return Err(WebError::TooLarge(format!(
+                    "{name} made an image of {}×{} pixels, over the limit of {max_pixels}",
+                    out.width(),
+                    out.height()
+                )));
+            }
+            img = Some(out);
         }
+        let img = img.expect("at least one step");
         let encoded = match out_format {
             None => raw_bytes(&img),
             Some(f) => Bytes::from(bs_imageio::encode(&img, f)?),
@@ -261,6 +287,7 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
         Ok((img, times, encoded))
     })
     .await?;
+    drop(turn);
     let total: f64 = times.iter().map(|t| t.1).sum();
     let steps_header: Vec<String> = times.iter().map(|(n, ms)| format!("{n}={ms:.3}")).collect();
     if let Some(target) = fr.store_as {
@@ -271,6 +298,7 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
             content_type: mime_of(f).into(),
             overwrite: true,
             max_bytes: st.cfg.max_upload,
+            idle: st.cfg.idle_timeout,
         };
         let body = tokio_stream::iter([Ok::<_, std::convert::Infallible>(encoded)]);
         let rec = store_stream(st.store.clone(), spec, body).await?;
@@ -328,7 +356,9 @@ fn pixel_headers(h: &mut axum::http::HeaderMap, img: &bs_imaging::DynImage) {
 pub async fn meta(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let key = key_from_path(req.uri().path(), "/api/meta/")?;
     let st2 = st.clone();
+    let turn = st.image_turn().await;
     let (rec, d) = blocking(move || st2.images.decode(&key)).await?;
+    drop(turn);
     let info = describe(&st.images, rec);
     let mut meta = serde_json::to_value(&d.meta).map_err(WebError::internal)?;
     if let Some(m) = meta.as_object_mut() {
@@ -342,11 +372,14 @@ pub async fn meta(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
 pub async fn pixels(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let key = key_from_path(req.uri().path(), "/api/pixels/")?;
     let st2 = st.clone();
+    let turn = st.image_turn().await;
     let (img, bytes) = blocking(move || {
         let (_, d) = st2.images.decode(&key)?;
-        Ok((d.clone(), raw_bytes(&d.image)))
+        let bytes = raw_bytes(&d.image);
+        Ok((d, bytes))
     })
     .await?;
+    drop(turn);
     let mut r = Response::new(Body::from(bytes));
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
@@ -372,7 +405,9 @@ pub async fn thumbnail(
         return Err(WebError::BadRequest(format!("size {size} is not in 16..=512")));
     }
     let st2 = st.clone();
+    let turn = st.image_turn().await;
     let png = blocking(move || st2.images.thumbnail(&key, size)).await?;
+    drop(turn);
     let mut r = Response::new(Body::from(png));
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("image/png"));
     r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

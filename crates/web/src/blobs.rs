@@ -25,13 +25,28 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
     let head = req.method() == Method::HEAD;
     let key = key_from_path(req.uri().path(), ROUTE)?;
     let store = st.store.clone();
-    let src = blocking(move || Ok(store.open_read(&key)?)).await?;
-    let rec = src.record().clone();
-    let etag = format!("\"{}\"", rec.digest);
     let h = req.headers();
-    if let Some(inm) = h.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok())
-        && inm.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
-    {
+    let inm = h.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let not_modified = move |etag: &str| {
+        inm.as_deref().is_some_and(|inm| {
+            inm.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
+        })
+    };
+    // One trip to the blocking pool: look the blob up and map its bytes (unless they will
+    // not be sent).
+    let (rec, bytes, fresh) = blocking(move || {
+        let src = store.open_read(&key)?;
+        let rec = src.record().clone();
+        let etag = format!("\"{}\"", rec.digest);
+        let unchanged = not_modified(&etag);
+        if head || unchanged {
+            return Ok((rec, None, unchanged));
+        }
+        Ok((rec, Some(blob_bytes(src)?), false))
+    })
+    .await?;
+    let etag = format!("\"{}\"", rec.digest);
+    if fresh {
         let mut r = StatusCode::NOT_MODIFIED.into_response();
         r.headers_mut().insert(header::ETAG, hv(&etag));
         return Ok(r);
@@ -55,21 +70,30 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
         Some((a, b)) => (StatusCode::PARTIAL_CONTENT, a, b - a + 1),
         None => (StatusCode::OK, 0, rec.size),
     };
-    let body = if head {
-        Body::empty()
-    } else {
-        let bytes = blocking(move || blob_bytes(src)).await?;
-        Body::from(bytes.slice(start as usize..(start + len) as usize))
+    let body = match bytes {
+        None => Body::empty(),
+        Some(bytes) => Body::from(bytes.slice(start as usize..(start + len) as usize)),
     };
+    let ct = content_type_of(&rec);
     let mut r = Response::new(body);
     *r.status_mut() = status;
     let hs = r.headers_mut();
-    hs.insert(header::CONTENT_TYPE, hv(&content_type_of(&rec)));
+    hs.insert(header::CONTENT_TYPE, hv(&ct));
     hs.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     hs.insert(header::ETAG, hv(&etag));
     hs.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     hs.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(BLOB_CSP));
+    hs.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    // Pictures and video open in the browser; anything else is offered as a download.
+    if !(ct.starts_with("image/") || ct.starts_with("video/")) {
+        let base = rec.name.rsplit('/').next().unwrap_or("blob");
+        let ascii: String = base
+            .chars()
+            .map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' { c } else { '_' })
+            .collect();
+        hs.insert(header::CONTENT_DISPOSITION, hv(&format!("attachment; filename=\"{ascii}\"")));
+    }
     if status == StatusCode::PARTIAL_CONTENT {
         let cr = format!("bytes {}-{}/{}", start, start + len - 1, rec.size);
         hs.insert(header::CONTENT_RANGE, hv(&cr));
@@ -123,27 +147,39 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
         }
     }
     let content_type = if ct.is_empty() { guess_type(&key).to_string() } else { ct };
-    let spec = UploadSpec { key, size, content_type, overwrite, max_bytes: st.cfg.max_upload };
+    let _slot = st.upload_slot()?;
+    let spec = UploadSpec {
+        key,
+        size,
+        content_type,
+        overwrite,
+        max_bytes: st.cfg.max_upload,
+        idle: st.cfg.idle_timeout,
+    };
     let rec = store_stream(st.store.clone(), spec, req.into_body().into_data_stream()).await?;
     st.metrics.uploaded(rec.size);
-    let info = stored(&st, rec).await?;
+    let info = stored(&st, rec).await;
     let mut r = (StatusCode::CREATED, axum::Json(&info)).into_response();
     r.headers_mut().insert(header::LOCATION, hv(&path_of(ROUTE, &info.key)));
     r.headers_mut().insert(header::ETAG, hv(&format!("\"{}\"", info.digest)));
     Ok(r)
 }
 
-/// Index a freshly stored blob and describe it.
-async fn stored(st: &Arc<AppState>, rec: BlobRecord) -> Result<info::BlobInfo, WebError> {
+/// Index a freshly stored blob and describe it. The blob is stored whatever happens here:
+/// an indexing failure is logged (the start-up sweep and later reads index it again).
+async fn stored(st: &Arc<AppState>, rec: BlobRecord) -> info::BlobInfo {
     let st2 = st.clone();
     let name = rec.name.clone();
-    blocking(move || {
+    let indexed = blocking(move || {
         let _ = st2.images.index().forget(&name);
         st2.images.refresh(&name)?;
         Ok(())
     })
-    .await?;
-    Ok(info::describe(&st.images, rec))
+    .await;
+    if let Err(e) = indexed {
+        tracing::warn!("indexing {} after upload: {e}", rec.name);
+    }
+    info::describe(&st.images, rec)
 }
 
 pub async fn delete(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
@@ -181,13 +217,39 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
     let bad = |e: axum::extract::multipart::MultipartError| {
         WebError::BadRequest(format!("multipart body: {}", e.body_text()))
     };
+    let _slot = st.upload_slot()?;
+    let mut out: Vec<info::BlobInfo> = Vec::new();
+    // Files are stored one by one as they arrive; if one fails, say which were stored.
+    let with_stored = |e: WebError, out: &[info::BlobInfo]| {
+        if out.is_empty() {
+            return e;
+        }
+        let keys: Vec<&str> = out.iter().map(|i| i.key.as_str()).collect();
+        let (status, _) = e.status();
+        let msg = format!("{e} (stored before this failure: {})", keys.join(", "));
+        match status.as_u16() {
+            413 => WebError::TooLarge(msg),
+            503 => WebError::Busy(msg),
+            507 => WebError::StorageFull(msg),
+            500 => WebError::Internal(msg),
+            _ => WebError::BadRequest(msg),
+        }
+    };
     let mut next_key: Option<String> = None;
-    let mut out = Vec::new();
-    while let Some(mut field) = mp.next_field().await.map_err(bad)? {
+    loop {
+        let field = mp.next_field().await.map_err(bad);
+        let mut field = match field {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => return Err(with_stored(e, &out)),
+        };
         let name = field.name().unwrap_or_default().to_string();
         if name == "key" && field.file_name().is_none() {
-            let k = field.text().await.map_err(bad)?;
-            validate_key(&k)?;
+            let k = match small_text(&mut field).await {
+                Ok(k) => k,
+                Err(e) => return Err(with_stored(e, &out)),
+            };
+            validate_key(&k).map_err(|e| with_stored(e, &out))?;
             next_key = Some(k);
             continue;
         }
@@ -200,7 +262,7 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
                 // Browsers send a base name; others might send a path: keep its last part.
                 let base = file_name.rsplit(['/', '\\']).next().unwrap_or_default();
                 let k = format!("{}{}", q.prefix, base);
-                validate_key(&k)?;
+                validate_key(&k).map_err(|e| with_stored(e, &out))?;
                 k
             }
         };
@@ -214,10 +276,14 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
             content_type,
             overwrite: true,
             max_bytes: st.cfg.max_upload,
+            idle: st.cfg.idle_timeout,
         };
-        let rec = store_stream(st.store.clone(), spec, &mut field).await?;
+        let rec = match store_stream(st.store.clone(), spec, &mut field).await {
+            Ok(r) => r,
+            Err(e) => return Err(with_stored(e, &out)),
+        };
         st.metrics.uploaded(rec.size);
-        out.push(stored(&st, rec).await?);
+        out.push(stored(&st, rec).await);
     }
     if out.is_empty() {
         return Err(WebError::BadRequest("the form holds no file".into()));
@@ -246,6 +312,25 @@ fn parse_if_none_match(v: &str) -> Result<Option<Vec<String>>, WebError> {
         tags.push(t.to_string());
     }
     Ok(Some(tags))
+}
+
+/// A short text field (a key), read with a bound so a huge field cannot exhaust memory.
+async fn small_text(field: &mut axum::extract::multipart::Field<'_>) -> Result<String, WebError> {
+    let mut buf = Vec::new();
+    while let Some(chunk) = field
+        .chunk()
+        .await
+        .map_err(|e| WebError::BadRequest(format!("multipart body: {}", e.body_text())))?
+    {
+        buf.extend_from_slice(&chunk);
+        if buf.len() > bs_store::MAX_NAME_LEN {
+            return Err(WebError::BadRequest(format!(
+                "the key field is longer than {} bytes",
+                bs_store::MAX_NAME_LEN
+            )));
+        }
+    }
+    String::from_utf8(buf).map_err(|_| WebError::BadRequest("the key field is not UTF-8".into()))
 }
 
 fn hv(s: &str) -> HeaderValue {

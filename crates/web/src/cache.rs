@@ -4,15 +4,17 @@
 
 use std::sync::Mutex;
 
-/// Entries most recently used last; evicts from the front when over `capacity`.
+/// Entries most recently used last; evicts from the front when over `capacity` total weight
+/// or `max_entries` entries (lookups scan, so the count stays small).
 pub struct Lru<K, V> {
     inner: Mutex<Vec<(K, V, usize)>>,
     capacity: usize,
+    max_entries: usize,
 }
 
 impl<K: PartialEq, V: Clone> Lru<K, V> {
-    pub fn new(capacity: usize) -> Self {
-        Self { inner: Mutex::new(Vec::new()), capacity }
+    pub fn new(capacity: usize, max_entries: usize) -> Self {
+        Self { inner: Mutex::new(Vec::new()), capacity, max_entries: max_entries.max(1) }
     }
 
     pub fn get(&self, key: &K) -> Option<V> {
@@ -33,7 +35,7 @@ impl<K: PartialEq, V: Clone> Lru<K, V> {
         v.retain(|(k, _, _)| *k != key);
         v.push((key, value, weight));
         let mut total: usize = v.iter().map(|e| e.2).sum();
-        while total > self.capacity {
+        while total > self.capacity || v.len() > self.max_entries {
             total -= v.remove(0).2;
         }
     }
@@ -45,7 +47,7 @@ mod tests {
 
     #[test]
     fn evicts_least_recently_used_by_weight() {
-        let c = Lru::new(10);
+        let c = Lru::new(10, 100);
         c.put("a", 1, 4);
         c.put("b", 2, 4);
         assert_eq!(c.get(&"a"), Some(1)); // a is now the most recent
@@ -57,5 +59,10 @@ mod tests {
         assert_eq!(c.get(&"huge"), None);
         c.put("a", 5, 4);
         assert_eq!(c.get(&"a"), Some(5));
+        let few = Lru::new(100, 2);
+        few.put(1, 1, 1);
+        few.put(2, 2, 1);
+        few.put(3, 3, 1);
+        assert_eq!((few.get(&1), few.get(&2), few.get(&3)), (None, Some(2), Some(3)));
     }
 }

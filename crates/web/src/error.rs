@@ -34,7 +34,9 @@ pub enum WebError {
     RangeNotSatisfiable { size: u64, reason: String },
     #[error("{0}")]
     Unprocessable(String),
-    #[error("the store is busy with {0:?}; try again")]
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
     Busy(String),
     #[error("storage full: {0}")]
     StorageFull(String),
@@ -57,6 +59,7 @@ impl WebError {
             Self::UnsupportedMediaType(_) => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             Self::RangeNotSatisfiable { .. } => (S::RANGE_NOT_SATISFIABLE, "range_not_satisfiable"),
             Self::Unprocessable(_) => (S::UNPROCESSABLE_ENTITY, "unprocessable"),
+            Self::Forbidden(_) => (S::FORBIDDEN, "forbidden"),
             Self::Busy(_) => (S::SERVICE_UNAVAILABLE, "busy"),
             Self::StorageFull(_) => (S::INSUFFICIENT_STORAGE, "insufficient_storage"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
@@ -105,7 +108,9 @@ impl From<StoreError> for WebError {
             }
             // Only writes with `If-None-Match: *` refuse to replace.
             StoreError::AlreadyExists(_) => Self::PreconditionFailed(msg),
-            StoreError::Busy(name) => Self::Busy(name),
+            StoreError::Busy(name) => {
+                Self::Busy(format!("another upload is writing {name:?} right now; try again"))
+            }
             StoreError::StorageFull(_) => Self::StorageFull(msg),
             StoreError::Incomplete { .. } | StoreError::BeyondSize { .. } => Self::BadRequest(msg),
             StoreError::OutOfRange { size, .. } => Self::RangeNotSatisfiable { size, reason: msg },

@@ -50,9 +50,14 @@ impl Images {
             store,
             index,
             limits,
-            decoded: Lru::new(DECODED_CACHE_BYTES),
-            thumbs: Lru::new(THUMB_CACHE_BYTES),
+            decoded: Lru::new(DECODED_CACHE_BYTES, 64),
+            thumbs: Lru::new(THUMB_CACHE_BYTES, 4096),
         }
+    }
+
+    /// The decoding limits (filter results are held to the same pixel count).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     pub fn index(&self) -> &ImageIndex {
@@ -80,7 +85,15 @@ impl Images {
         let decoded = match bs_imageio::decode(&bytes, Some(key), &self.limits) {
             Ok(d) => Arc::new(d),
             Err(e) => {
-                let _ = self.index.put_not_image(key, &rec.digest, &e.to_string());
+                // Over a limit is not "not an image": with other limits it may decode.
+                let over_limit = matches!(
+                    e,
+                    bs_imageio::ImageIoError::TooLarge { .. }
+                        | bs_imageio::ImageIoError::TooManyBytes { .. }
+                );
+                if !over_limit {
+                    let _ = self.index.put_not_image(key, &rec.digest, &e.to_string());
+                }
                 return Err(e.into());
             }
         };

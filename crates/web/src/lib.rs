@@ -53,7 +53,7 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/api/meta/{key}", &["get"]),
     ("/api/pixels/{key}", &["get"]),
     ("/api/thumbnail/{key}", &["get"]),
-    ("/api/session", &["get", "post"]),
+    ("/api/session", &["get", "post", "delete"]),
     ("/api/health", &["get"]),
     ("/api/openapi.json", &["get"]),
     ("/metrics", &["get"]),
@@ -71,6 +71,10 @@ pub struct WebConfig {
     pub auth_token: Option<String>,
     /// When set, HTTPS only.
     pub tls: Option<TlsServer>,
+    /// Most uploads in progress at once (503 beyond).
+    pub max_uploads: usize,
+    /// An upload that sends nothing for this long is dropped (and nothing is stored).
+    pub idle_timeout: std::time::Duration,
 }
 
 impl Default for WebConfig {
@@ -81,6 +85,8 @@ impl Default for WebConfig {
             limits: Limits::default(),
             auth_token: None,
             tls: None,
+            max_uploads: 64,
+            idle_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -99,6 +105,27 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     pub cfg: WebConfig,
     pub metrics: metrics::Metrics,
+    /// One permit per upload in progress.
+    uploads: Arc<tokio::sync::Semaphore>,
+    /// Decoding and filtering take memory and every core: this many at a time, others wait.
+    image_work: tokio::sync::Semaphore,
+}
+
+impl AppState {
+    /// A slot for one upload, or 503 when all are taken.
+    pub(crate) fn upload_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, WebError> {
+        self.uploads.clone().try_acquire_owned().map_err(|_| {
+            WebError::Busy(format!(
+                "{} uploads are in progress, the most this server takes at once; try again",
+                self.cfg.max_uploads
+            ))
+        })
+    }
+
+    /// Wait for a turn at decoding or filtering.
+    pub(crate) async fn image_turn(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.image_work.acquire().await.expect("the semaphore is never closed")
+    }
 }
 
 /// The router over `state`.
@@ -121,7 +148,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/meta/{*key}", get(api::meta))
         .route("/api/pixels/{*key}", get(api::pixels))
         .route("/api/thumbnail/{*key}", get(api::thumbnail))
-        .route("/api/session", get(auth::status).post(auth::login))
+        .route("/api/session", get(auth::status).post(auth::login).delete(auth::logout))
         .route("/api/health", get(api::health))
         .route("/api/openapi.json", get(|| async { axum::Json(openapi::document()) }))
         .route("/metrics", get(metrics::handler));
@@ -178,10 +205,13 @@ impl WebServer {
         let addr = listener.local_addr().map_err(WebError::internal)?;
         let images = Images::new(store.clone(), index, cfg.limits);
         let tls = cfg.tls.clone();
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let state = Arc::new(AppState {
             store,
             images,
             registry,
+            uploads: Arc::new(tokio::sync::Semaphore::new(cfg.max_uploads.max(1))),
+            image_work: tokio::sync::Semaphore::new(cores.max(2)),
             cfg,
             metrics: metrics::Metrics::default(),
         });

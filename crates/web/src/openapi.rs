@@ -109,7 +109,7 @@ pub fn document() -> Value {
                           "description": "* (create only) or a list of quoted ETags not to replace",
                           "schema": { "type": "string", "pattern": "^(\\*|(W/)?\"[^\"]*\"(, *(W/)?\"[^\"]*\")*)$" } }],
                     "requestBody": { "required": false, "content": {
-                        "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } },
+                        "*/*": { "schema": { "type": "string", "format": "binary" } } } },
                     "responses": key_errors(json!({
                         "201": ok_json("Stored", "BlobInfo"),
                         "412": err("If-None-Match failed: the blob exists (or has a listed ETag)"),
@@ -175,7 +175,11 @@ pub fn document() -> Value {
                     "200": { "description": "The filtered image",
                         "headers": {
                             "X-Filter-Ms": { "schema": { "type": "string" } },
-                            "X-Filter-Steps": { "schema": { "type": "string" } } },
+                            "X-Filter-Steps": { "schema": { "type": "string" } },
+                            "X-Width": { "description": "format raw only", "schema": { "type": "integer" } },
+                            "X-Height": { "description": "format raw only", "schema": { "type": "integer" } },
+                            "X-Channels": { "description": "format raw only", "schema": { "type": "integer" } },
+                            "X-Bits": { "description": "format raw only", "schema": { "type": "integer" } } },
                         "content": {
                             "image/png": { "schema": { "type": "string", "format": "binary" } },
                             "image/jpeg": { "schema": { "type": "string", "format": "binary" } },
@@ -226,6 +230,8 @@ pub fn document() -> Value {
                     "responses": { "204": { "description": "Logged in (or no auth configured)" },
                         "400": err("Bad body"), "401": err("Wrong token"), "413": err("Body too large"),
                         "415": err("Not application/json") } },
+                "delete": { "summary": "Log out (clears the session cookie)",
+                    "responses": { "204": { "description": "Logged out" } } },
             },
             "/api/health": { "get": { "summary": "Liveness",
                 "responses": { "200": { "description": "OK", "content": { "application/json": { "schema": {

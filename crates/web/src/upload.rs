@@ -23,6 +23,8 @@ pub struct UploadSpec {
     pub overwrite: bool,
     /// Refuse more than this many bytes.
     pub max_bytes: u64,
+    /// Give up when the client sends nothing for this long.
+    pub idle: std::time::Duration,
 }
 
 enum Msg {
@@ -61,7 +63,16 @@ where
     };
     let mut total = 0u64;
     let outcome = loop {
-        match body.next().await.transpose() {
+        let next = match tokio::time::timeout(spec.idle, body.next()).await {
+            Ok(n) => n,
+            Err(_) => {
+                break Err(WebError::BadRequest(format!(
+                    "upload stalled: nothing arrived for {} s after {total} bytes",
+                    spec.idle.as_secs()
+                )));
+            }
+        };
+        match next.transpose() {
             Ok(Some(chunk)) => {
                 total += chunk.len() as u64;
                 if total > spec.max_bytes {

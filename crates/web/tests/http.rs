@@ -196,7 +196,7 @@ async fn path_tricks_are_refused_with_json_errors() {
     }
     // `..` in the raw request line (clients normalise it away, so send it by hand).
     for p in ["/blobs/a/../../etc/passwd", "/blobs/a/%2e%2e/b", "/api/meta/a/./b"] {
-        let req = format!("GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let req = format!("GET {p} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
         let resp = s.raw(req.as_bytes());
         assert!(resp.starts_with("HTTP/1.1 400") && resp.contains("invalid_key"), "{p}: {resp}");
     }
@@ -230,17 +230,17 @@ async fn path_tricks_are_refused_with_json_errors() {
 async fn truncated_oversized_and_vanishing_uploads_leave_nothing() {
     both(async |s: Srv| {
         // Content-Length promises more than arrives, then the client goes away.
-        let resp = s.cut(b"PUT /blobs/t/short HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nonly this");
+        let resp = s.cut(b"PUT /blobs/t/short HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nonly this");
         assert!(resp.is_empty() || resp.starts_with("HTTP/1.1 400"), "{resp}");
         // A chunked body cut off mid-chunk.
         let resp = s.cut(
-            b"PUT /blobs/t/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc",
+            b"PUT /blobs/t/chunked HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc",
         );
         assert!(resp.is_empty() || resp.starts_with("HTTP/1.1 400"), "{resp}");
         // A client that connects, sends half, and vanishes without closing cleanly.
         {
             let mut c = TcpStream::connect(s.web.addr()).unwrap();
-            c.write_all(b"PUT /blobs/t/vanish HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+            c.write_all(b"PUT /blobs/t/vanish HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n")
                 .unwrap();
             c.write_all(&[1u8; 5000]).unwrap();
         }
@@ -692,6 +692,71 @@ async fn https_when_a_certificate_is_given() {
     let r = client.get(&url).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     // Plain HTTP on the HTTPS port gets no answer.
-    let plain = s.raw(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n");
+    let plain = s.raw(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     assert!(!plain.contains("200 OK"), "{plain}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cross_site_writes_and_rebound_host_names_are_refused() {
+    let s = Srv::start(false).await;
+    // A page on another site posting a form, or a fetch it makes, may not write.
+    let r = s.http.put(s.url("/blobs/x")).header("origin", "http://evil.example").body("x");
+    let (st, code) = error_code(r.send().await.unwrap()).await;
+    assert_eq!((st, code.as_str()), (StatusCode::FORBIDDEN, "forbidden"));
+    let r = s.http.delete(s.url("/blobs/x")).header("sec-fetch-site", "cross-site");
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    // The page's own requests may.
+    let origin = s.base.clone();
+    let r = s.http.put(s.url("/blobs/x")).header("origin", origin).body("x");
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::CREATED);
+    // Without a token, a DNS name (possibly rebound to 127.0.0.1) is refused, even for reads.
+    let resp =
+        s.raw(b"GET /blobs/x HTTP/1.1\r\nHost: evil.example:8080\r\nConnection: close\r\n\r\n");
+    assert!(resp.starts_with("HTTP/1.1 403") && resp.contains("DNS rebinding"), "{resp}");
+    let resp = s.raw(b"GET /blobs/x HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    // With a token, names are fine (the token is what protects).
+    let cfg = WebConfig { auth_token: Some("t".into()), ..WebConfig::ephemeral() };
+    let a = Srv::start_with(false, cfg).await;
+    let resp = a.raw(
+        b"GET /api/list HTTP/1.1\r\nHost: store.example\r\nAuthorization: Bearer t\r\nConnection: close\r\n\r\n",
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stalled_uploads_are_dropped_and_upload_slots_are_limited() {
+    let cfg = WebConfig {
+        idle_timeout: std::time::Duration::from_millis(300),
+        max_uploads: 1,
+        ..WebConfig::ephemeral()
+    };
+    let s = Srv::start_with(true, cfg).await;
+    // A client that sends part of its body and then nothing, keeping the connection open.
+    let mut c = TcpStream::connect(s.web.addr()).unwrap();
+    c.write_all(b"PUT /blobs/slow HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nabc")
+        .unwrap();
+    // While it holds the only upload slot, another upload is told to come back later. The
+    // slot is taken once the server has the request: poll until it says busy or stalled.
+    let mut busy = false;
+    for _ in 0..200 {
+        let r = s.put("other", b"y".to_vec()).await;
+        if r.status() == StatusCode::SERVICE_UNAVAILABLE {
+            assert_eq!(r.headers()["retry-after"], "1");
+            busy = true;
+            break;
+        }
+        // The slow upload already timed out: the slot was free.
+        assert_eq!(r.status(), StatusCode::CREATED);
+        s.http.delete(s.url("/blobs/other")).send().await.unwrap();
+    }
+    assert!(busy, "a second upload never saw the limit");
+    // The stalled upload is answered 400 and leaves nothing.
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let mut resp = String::new();
+    let _ = c.read_to_string(&mut resp);
+    assert!(resp.starts_with("HTTP/1.1 400") && resp.contains("stalled"), "{resp}");
+    let r = s.http.get(s.url("/blobs/slow")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(s.put("other", b"y".to_vec()).await.status(), StatusCode::CREATED);
 }
