@@ -25,6 +25,8 @@ pub enum WebError {
     #[error("method {method} is not allowed on {path}")]
     MethodNotAllowed { method: String, path: String },
     #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
     PreconditionFailed(String),
     #[error("{0}")]
     TooLarge(String),
@@ -54,6 +56,7 @@ impl WebError {
             Self::Unauthorized => (S::UNAUTHORIZED, "unauthorized"),
             Self::NotFound(_) | Self::NoRoute(_) => (S::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::Conflict(_) => (S::CONFLICT, "conflict"),
             Self::PreconditionFailed(_) => (S::PRECONDITION_FAILED, "precondition_failed"),
             Self::TooLarge(_) => (S::PAYLOAD_TOO_LARGE, "too_large"),
             Self::UnsupportedMediaType(_) => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
@@ -109,7 +112,7 @@ impl From<StoreError> for WebError {
             // Only writes with `If-None-Match: *` refuse to replace.
             StoreError::AlreadyExists(_) => Self::PreconditionFailed(msg),
             StoreError::Busy(name) => {
-                Self::Busy(format!("another upload is writing {name:?} right now; try again"))
+                Self::Conflict(format!("another upload is writing {name:?} right now; try again"))
             }
             StoreError::StorageFull(_) => Self::StorageFull(msg),
             StoreError::Incomplete { .. } | StoreError::BeyondSize { .. } => Self::BadRequest(msg),
@@ -161,7 +164,7 @@ mod tests {
             (StoreError::NotFound("a".into()), 404),
             (StoreError::InvalidName { name: "..".into(), reason: "dots" }, 400),
             (StoreError::AlreadyExists("a".into()), 412),
-            (StoreError::Busy("a".into()), 503),
+            (StoreError::Busy("a".into()), 409),
             (StoreError::StorageFull("disk".into()), 507),
             (StoreError::Incomplete { name: "a".into(), received: 1, size: 2 }, 400),
             (StoreError::OutOfRange { name: "a".into(), offset: 9, len: 1, size: 2 }, 416),

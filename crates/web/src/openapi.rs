@@ -47,7 +47,8 @@ fn key_errors(mut responses: Value) -> Value {
     m.insert("400".into(), err("Invalid key or request"));
     m.insert("401".into(), err("Authentication required"));
     m.insert("404".into(), err("No such blob"));
-    m.insert("503".into(), err("The blob is busy (being written); retry"));
+    m.insert("409".into(), err("Another upload is writing this key right now; retry"));
+    m.insert("503".into(), err("Too many uploads in progress; retry"));
     responses
 }
 
@@ -62,14 +63,15 @@ fn image_errors(responses: Value) -> Value {
 /// The document.
 pub fn document() -> Value {
     let blob_get = |head: bool| {
+        // No body schema: a blob is whatever bytes were stored, under whatever media type.
         let mut ok = json!({ "description": "The blob's bytes",
             "headers": {
                 "ETag": { "schema": { "type": "string" } },
                 "Accept-Ranges": { "schema": { "type": "string" } } },
-            "content": { "*/*": { "schema": { "type": "string", "format": "binary" } } } });
+            "content": { "*/*": {} } });
         let mut partial = json!({ "description": "One range of the blob",
             "headers": { "Content-Range": { "schema": { "type": "string" } } },
-            "content": { "*/*": { "schema": { "type": "string", "format": "binary" } } } });
+            "content": { "*/*": {} } });
         if head {
             ok.as_object_mut().unwrap().remove("content");
             partial.as_object_mut().unwrap().remove("content");
@@ -137,7 +139,8 @@ pub fn document() -> Value {
                         "401": err("Authentication required"),
                         "413": err("Over the upload limit"),
                         "415": err("Not multipart/form-data"),
-                        "503": err("Busy"),
+                        "409": err("Another upload is writing this key right now"),
+                        "503": err("Too many uploads in progress"),
                         "507": err("Store full") },
                 },
             },
@@ -194,6 +197,7 @@ pub fn document() -> Value {
                     "413": err("Too large"),
                     "415": err("Not application/json"),
                     "422": err("Not an image, unknown filter or bad parameter"),
+                    "409": err("Another upload is writing store_as right now"),
                     "503": err("Busy"),
                     "507": err("Store full") },
             } },
