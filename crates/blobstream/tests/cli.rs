@@ -11,18 +11,20 @@ const BIN: &str = env!("CARGO_BIN_EXE_blobstream");
 struct Serve {
     child: Child,
     addr: String,
+    /// The browser client's URL, as printed.
+    url: String,
 }
 
 impl Serve {
     /// Start a server on `data` and wait until it prints its control-plane address (it prints
     /// only after both listeners are bound).
     fn start(data: &Path) -> Self {
-        Self::start_with(data, &[], &[])
+        Self::start_with(data, &["--no-samples"], &[])
     }
 
     fn start_with(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(BIN)
-            .args(["serve", "--addr", "127.0.0.1:0", "--data"])
+            .args(["serve", "--addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data"])
             .arg(data)
             .args(args)
             .envs(env.iter().copied())
@@ -32,15 +34,21 @@ impl Serve {
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut next =
+            || lines.next().expect("serve exited before printing its addresses").unwrap();
         let addr = loop {
-            let line = lines.next().expect("serve exited before printing its address").unwrap();
-            if let Some(a) = line.split("control plane (gRPC):").nth(1) {
+            if let Some(a) = next().split("control plane (gRPC):").nth(1) {
                 break a.trim().to_string();
+            }
+        };
+        let url = loop {
+            if let Some(u) = next().split("web (HTTP):").nth(1) {
+                break u.trim().to_string();
             }
         };
         // Keep draining stdout so the server never writes into a closed pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        Self { child, addr }
+        Self { child, addr, url }
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -182,7 +190,7 @@ fn tls_and_a_token_protect_both_planes() {
         (cert.to_str().unwrap(), key.to_str().unwrap(), token.to_str().unwrap());
     let s = Serve::start_with(
         &dir.path().join("data"),
-        &["--tls-cert", cert, "--tls-key", key, "--auth-token-file", token],
+        &["--no-samples", "--tls-cert", cert, "--tls-key", key, "--auth-token-file", token],
         &[],
     );
     let file = dir.path().join("f.bin");
@@ -278,4 +286,29 @@ fn image_commands_filter_describe_and_refuse_bad_input() {
     )
     .unwrap();
     fails_with(&run(&["filters", "--defs", d]), "broken.toml");
+}
+
+#[test]
+fn first_start_prints_the_url_and_has_samples_to_look_at() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start_with(&dir.path().join("data"), &[], &[]);
+    assert!(s.url.starts_with("http://127.0.0.1:") && s.url.ends_with('/'), "{}", s.url);
+    let ls = ok(&s.run(&["ls", "samples/"]));
+    for name in ["samples/ct-phantom.dcm", "samples/test-card.png", "samples/xray-16bit.png"] {
+        assert!(ls.contains(name), "{ls}");
+    }
+    // The page answers at the printed URL (plain HTTP/1.1 over a socket: no client crate).
+    let host = s.url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let mut c = std::net::TcpStream::connect(&host).unwrap();
+    use std::io::{Read, Write};
+    write!(c, "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut page = String::new();
+    c.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200") && page.contains("/app.js"), "{page}");
+    drop(s);
+    // A second start on the same data adds nothing: the user's store is left as it is.
+    ok(&Serve::start(&dir.path().join("data")).run(&["rm", "samples/test-card.png"]));
+    let s = Serve::start_with(&dir.path().join("data"), &[], &[]);
+    let ls = ok(&s.run(&["ls", "samples/"]));
+    assert!(!ls.contains("test-card.png"), "{ls}");
 }

@@ -172,9 +172,10 @@ impl HttpReport {
             |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         format!(
             "blobstream's HTTP server in this process over a filesystem store in a temporary \
-             directory (tokio runtime with {}), and {} ({}, sendfile on, tcp_nopush on, access \
-             log off) serving the same bytes from files in another temporary directory on the \
-             same disk; load from wrk {} ({}, {} keep-alive connections, {} s per run) on \
+             directory (tokio runtime with {}), and {} ({} each, access log off; once with \
+             sendfile on and tcp_nopush on, once with sendfile off and 1 MiB output buffers, the \
+             faster of the two counting in each run) serving the same bytes from files in another \
+             temporary directory on the same disk; load from wrk {} ({}, {} keep-alive connections, {} s per run) on \
              127.0.0.1",
             plural(s.server_workers, "worker thread", "worker threads"),
             s.nginx.as_deref().unwrap_or("nginx"),
