@@ -254,7 +254,12 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
             continue;
         }
         let Some(file_name) = field.file_name().map(str::to_string) else {
-            continue; // other text fields are ignored
+            // A field this endpoint does not know is a client mistake worth hearing about.
+            let e = WebError::BadRequest(format!(
+                "unknown form field {name:?}: send file parts, each optionally preceded by a \
+                 `key` field"
+            ));
+            return Err(with_stored(e, &out));
         };
         let key = match next_key.take() {
             Some(k) => k,

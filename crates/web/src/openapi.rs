@@ -131,7 +131,11 @@ pub fn document() -> Value {
                     "parameters": [q("prefix", prefix_schema(), "Folder to store into: empty or ending with '/'")],
                     "requestBody": { "required": true, "content": { "multipart/form-data": { "schema": {
                         "type": "object",
-                        "properties": { "file": { "type": "string", "format": "binary" }, "key": key_schema() },
+                        // A form may repeat `key` (the last one before a file applies), so
+                        // it is a string or a list of them.
+                        "properties": { "file": { "type": "string", "format": "binary" },
+                            "key": { "anyOf": [key_schema(), { "type": "array", "items": key_schema() }] } },
+                        "additionalProperties": false,
                         "required": ["file"] } } } },
                     "responses": {
                         "201": ok_json("Stored", "Stored"),

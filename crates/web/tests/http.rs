@@ -315,9 +315,17 @@ async fn multipart_post_and_content_types() {
     let r = s.http.post(s.url("/api/filter")).body("{}").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
     // A form without files, and a malformed form.
-    let form = reqwest::multipart::Form::new().text("note", "no file");
+    let form = reqwest::multipart::Form::new().text("key", "k");
     let r = s.http.post(s.url("/blobs")).multipart(form).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // An unknown field is refused, saying what was stored before it.
+    let form = reqwest::multipart::Form::new()
+        .part("file", reqwest::multipart::Part::bytes(b"1".to_vec()).file_name("first.txt"))
+        .text("note", "what is this");
+    let r = s.http.post(s.url("/blobs?prefix=up/")).multipart(form).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let msg = r.json::<Value>().await.unwrap()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("unknown form field \"note\"") && msg.contains("up/first.txt"), "{msg}");
     let r = s
         .http
         .post(s.url("/blobs"))

@@ -280,7 +280,7 @@ impl HttpReport {
         let _ = writeln!(
             md,
             "- Time to first image in the browser (headless Chromium; from navigation start to \
-             the image drawn on the canvas, opened by the `#open=` link): **{}**",
+             the image drawn on the canvas, opened by its `#/KEY` link): **{}**",
             t.browser_text()
         );
         let _ = writeln!(
