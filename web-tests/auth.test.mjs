@@ -5,27 +5,21 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
-import { launchBrowser, newPage, openFolder, screenshot } from './lib/browser.mjs';
-import { startServer } from './lib/server.mjs';
+import { after, test } from 'node:test';
+import { newPage, openFolder, screenshot, useApp } from './lib/browser.mjs';
+
+const tokenDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bs-auth-'));
+const tokenFile = path.join(tokenDir, 'token');
+fs.writeFileSync(tokenFile, 'browser-s3cret\n');
 
 let server;
 let browser;
-let tokenDir;
-
-before(async () => {
-  tokenDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bs-auth-'));
-  const tokenFile = path.join(tokenDir, 'token');
-  fs.writeFileSync(tokenFile, 'browser-s3cret\n');
-  server = await startServer({ args: ['--auth-token-file', tokenFile] });
-  browser = await launchBrowser();
+useApp((app) => ({ server, browser } = app), {
+  args: () => ['--auth-token-file', tokenFile],
+  withPage: false,
 });
 
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-  fs.rmSync(tokenDir, { recursive: true, force: true });
-});
+after(() => fs.rmSync(tokenDir, { recursive: true, force: true }));
 
 test('auth: the page asks for the token and then works', async () => {
   // Without the token the API refuses.

@@ -2,26 +2,14 @@
 // folder, and opening it shows the three sample tiles with loaded thumbnails.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { assertNoErrors, launchBrowser, newPage, openApp, openFolder, screenshot } from './lib/browser.mjs';
-import { startServer } from './lib/server.mjs';
+import { test } from 'node:test';
+import { assertNoErrors, openApp, openFolder, screenshot, useApp } from './lib/browser.mjs';
 
 const SAMPLES = ['samples/ct-phantom.dcm', 'samples/test-card.png', 'samples/xray-16bit.png'];
 
 let server;
-let browser;
 let page;
-
-before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
-  page = await newPage(browser, server.url);
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-});
+useApp((app) => ({ server, page } = app));
 
 test('browse: samples folder, three tiles with thumbnails, breadcrumbs', { timeout: 120_000 }, async () => {
   await openApp(page, server.url);

@@ -2,24 +2,12 @@
 // dismissible banner, and the page keeps working afterwards.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { launchBrowser, newPage, openApp, openFolder, openImage, screenshot } from './lib/browser.mjs';
-import { startServer } from './lib/server.mjs';
+import { test } from 'node:test';
+import { openApp, openFolder, openImage, screenshot, useApp } from './lib/browser.mjs';
 
 let server;
-let browser;
 let page;
-
-before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
-  page = await newPage(browser, server.url);
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-});
+useApp((app) => ({ server, page } = app));
 
 function assertReadable(message) {
   assert.ok(message && message.trim().length > 10, `error message too short: ${JSON.stringify(message)}`);

@@ -2,11 +2,9 @@
 // compare before/after with the split slider, and save the result as a new PNG in the store.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import {
   assertNoErrors,
-  launchBrowser,
-  newPage,
   nextFrame,
   openApp,
   openFolder,
@@ -14,23 +12,12 @@ import {
   screenshot,
   snap,
   snapDiff,
+  useApp,
 } from './lib/browser.mjs';
-import { startServer } from './lib/server.mjs';
 
 let server;
-let browser;
 let page;
-
-before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
-  page = await newPage(browser, server.url);
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-});
+useApp((app) => ({ server, page } = app));
 
 test('filter: blur, timing, compare, save', { timeout: 180_000 }, async () => {
   await openApp(page, server.url);

@@ -2,24 +2,12 @@
 // as tiles with a count, and the search can be cleared back to the folder.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { assertNoErrors, launchBrowser, newPage, openApp, openImage, screenshot } from './lib/browser.mjs';
-import { startServer } from './lib/server.mjs';
+import { test } from 'node:test';
+import { assertNoErrors, openApp, openImage, screenshot, useApp } from './lib/browser.mjs';
 
 let server;
-let browser;
 let page;
-
-before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
-  page = await newPage(browser, server.url);
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-});
+useApp((app) => ({ server, page } = app));
 
 /** Clear any previous search, fill the form, submit, and return the heading and tile keys. */
 async function search(fields) {

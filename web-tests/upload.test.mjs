@@ -6,24 +6,25 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { assertNoErrors, launchBrowser, newPage, openApp, openFolder, openImage, screenshot } from './lib/browser.mjs';
-import { startServer } from './lib/server.mjs';
+import {
+  assertNoErrors,
+  openApp,
+  openFolder,
+  openImage,
+  screenshot,
+  useApp,
+} from './lib/browser.mjs';
 
 let server;
-let browser;
 let page;
 let dir;
+useApp((app) => ({ server, page } = app));
 
 before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
-  page = await newPage(browser, server.url);
   dir = await mkdtemp(path.join(tmpdir(), 'blobstream-upload-'));
 });
 
 after(async () => {
-  await browser?.close();
-  await server?.stop();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 

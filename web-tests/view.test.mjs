@@ -3,12 +3,10 @@
 // wheel zooms and a double-click fits again, the pixel readout follows the cursor.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import {
   assertNoErrors,
   canvasBox,
-  launchBrowser,
-  newPage,
   nextFrame,
   openApp,
   openFolder,
@@ -16,23 +14,12 @@ import {
   screenshot,
   snap,
   snapDiff,
+  useApp,
 } from './lib/browser.mjs';
-import { startServer } from './lib/server.mjs';
 
 let server;
-let browser;
 let page;
-
-before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
-  page = await newPage(browser, server.url);
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-});
+useApp((app) => ({ server, page } = app));
 
 const readout = () => page.textContent('#wl-readout');
 const zoomPercent = async () => Number((await page.textContent('#zoom-readout')).replace('%', ''));

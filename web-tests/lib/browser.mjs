@@ -7,7 +7,9 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { after, before } from 'node:test';
 import { chromium } from 'playwright-core';
+import { startServer } from './server.mjs';
 
 export const screenshotDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'screenshots');
 
@@ -133,4 +135,23 @@ export async function assertNoErrors(page) {
   const hidden = await page.locator('#error').isHidden();
   assert.ok(hidden, `unexpected error banner: ${await page.textContent('#error')}`);
   assert.deepEqual(page.pageErrors, [], 'uncaught errors in the page');
+}
+
+/**
+ * For a test file: before its tests start a `blobstream serve`, a browser and (unless
+ * `withPage` is false) one page, and hand them to `set({ server, browser, page })`; after
+ * them close the browser and stop the server. `args()` gives extra `serve` arguments.
+ */
+export function useApp(set, { args = () => [], withPage = true } = {}) {
+  const app = {};
+  before(async () => {
+    app.server = await startServer({ args: args() });
+    app.browser = await launchBrowser();
+    if (withPage) app.page = await newPage(app.browser, app.server.url);
+    set(app);
+  });
+  after(async () => {
+    await app.browser?.close();
+    await app.server?.stop();
+  });
 }

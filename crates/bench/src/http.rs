@@ -22,7 +22,6 @@ pub use report::{
 };
 pub use wrk::{WrkRun, parse_output as parse_wrk_output};
 
-use std::fmt;
 use std::fs;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -38,28 +37,10 @@ use bs_web::{WebConfig, WebServer};
 use crate::error::BenchError;
 use crate::filters::test_image;
 use crate::machine::machine_description;
+use crate::options::BenchOptions;
 use crate::paths::find_on_path;
 use crate::payload::{MB, payload};
 use crate::report::size_text;
-use crate::transfer::Progress;
-
-/// How `run_http` runs.
-#[derive(Default)]
-pub struct HttpBenchOptions {
-    /// Fewer and shorter runs: under a minute and a half.
-    pub quick: bool,
-    /// Called with a short status line before each measurement.
-    pub progress: Option<Progress>,
-}
-
-impl fmt::Debug for HttpBenchOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpBenchOptions")
-            .field("quick", &self.quick)
-            .field("progress", &self.progress.is_some())
-            .finish()
-    }
-}
 
 /// What a run measures.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,14 +99,10 @@ impl Server {
     }
 }
 
-/// Run the HTTP benchmark.
-pub fn run_http(opts: &HttpBenchOptions) -> Result<HttpReport, BenchError> {
+/// Run the HTTP benchmark. Quick: fewer and shorter runs (under a minute and a half).
+pub fn run_http(opts: &BenchOptions) -> Result<HttpReport, BenchError> {
     let plan = HttpPlan::new(opts.quick);
-    let say = |line: &str| {
-        if let Some(p) = &opts.progress {
-            p(line)
-        }
-    };
+    let say = |line: &str| opts.say(line);
     let mut notes = Vec::new();
     if cfg!(debug_assertions) {
         notes.push("debug build: numbers are not representative; build with --release".into());
@@ -203,15 +180,11 @@ fn store_blob(
 ) -> Result<(), BenchError> {
     let spec = RouteSpec {
         name: key.into(),
-        size: Some(data.len() as u64),
         content_type: content_type.into(),
         overwrite: true,
         ..RouteSpec::default()
     };
-    store.route(&spec)?;
-    let mut sink = store.open_upload(key)?;
-    sink.write_at(0, data)?;
-    sink.commit(None)?;
+    bs_store::put_bytes(store, &spec, data)?;
     Ok(())
 }
 

@@ -13,6 +13,7 @@ pub mod http;
 mod machine;
 mod measure;
 mod model;
+mod options;
 mod paths;
 mod payload;
 mod report;
@@ -20,17 +21,16 @@ mod transfer;
 
 pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
 pub use error::BenchError;
-pub use filters::{FilterBenchOptions, FilterReport, run_filters};
-pub use http::{HttpBenchOptions, HttpPlan, HttpReport, run_http};
+pub use filters::{FilterReport, run_filters};
+pub use http::{HttpPlan, HttpReport, run_http};
 pub use machine::machine_description;
 pub use measure::{PathRunner, Transfer, measure, measure_interleaved, measure_with, start_runner};
 pub use model::{Measurement, Mode, Path};
+pub use options::{BenchOptions, Progress};
 pub use paths::{BlobstreamRunner, GrpcRunner, Iperf3Runner, RawTcpRunner, find_on_path};
 pub use payload::{MB, gbit_per_s, median, payload};
 pub use report::{
     TARGET_MIN_SIZE, TARGET_VS_GRPC, TARGET_VS_RAW_TCP, TARGETS, TargetCheck, TransferReport,
     size_text,
 };
-pub use transfer::{
-    CHOSEN_SOCKET_BUFFER, Progress, TransferBenchOptions, TransferPlan, run_transfer,
-};
+pub use transfer::{CHOSEN_SOCKET_BUFFER, TransferPlan, run_transfer};

@@ -1,39 +1,17 @@
 //! `blobstream bench transfer`: every path, mode, size and socket buffer of the plan, each
 //! path's servers started once and reused.
 
-use std::fmt;
-
 use crate::error::BenchError;
 use crate::machine::machine_description;
 use crate::measure::{PathRunner, measure_interleaved};
 use crate::model::{Mode, Path};
+use crate::options::BenchOptions;
 use crate::paths::{BlobstreamRunner, GrpcRunner, Iperf3Runner, RawTcpRunner};
 use crate::payload::{MB, payload};
 use crate::report::{TransferReport, size_text};
 
 /// The socket buffer size tried besides the kernel default.
 pub const CHOSEN_SOCKET_BUFFER: u32 = 4 << 20;
-
-/// A callback receiving a short status line.
-pub type Progress = Box<dyn Fn(&str) + Send + Sync>;
-
-/// How `run_transfer` runs.
-#[derive(Default)]
-pub struct TransferBenchOptions {
-    /// Fewer sizes, only the default socket buffer, fewer runs: well under a minute.
-    pub quick: bool,
-    /// Called with a short status line before each measurement.
-    pub progress: Option<Progress>,
-}
-
-impl fmt::Debug for TransferBenchOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TransferBenchOptions")
-            .field("quick", &self.quick)
-            .field("progress", &self.progress.is_some())
-            .finish()
-    }
-}
 
 /// What a run measures.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,14 +46,11 @@ impl TransferPlan {
 }
 
 /// Run the transfer benchmark (the Blob Streaming paper's request/response test) with every
-/// server in this process on 127.0.0.1.
-pub fn run_transfer(opts: &TransferBenchOptions) -> Result<TransferReport, BenchError> {
+/// server in this process on 127.0.0.1. Quick: fewer sizes, only the default socket buffer,
+/// fewer runs (well under a minute).
+pub fn run_transfer(opts: &BenchOptions) -> Result<TransferReport, BenchError> {
     let plan = TransferPlan::new(opts.quick);
-    let say = |line: &str| {
-        if let Some(p) = &opts.progress {
-            p(line)
-        }
-    };
+    let say = |line: &str| opts.say(line);
     let mut notes = Vec::new();
     if cfg!(debug_assertions) {
         notes.push("debug build: numbers are not representative; build with --release".into());

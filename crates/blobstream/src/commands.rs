@@ -29,21 +29,9 @@ fn operand(g: &Global, s: &str) -> Result<BlobKey> {
     Ok(s.parse()?)
 }
 
-/// Content type from a file extension (what medical and media tools expect to see).
+/// Content type from a file's extension.
 fn guess_content_type(path: &Path) -> &'static str {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    match ext.as_str() {
-        "dcm" | "dicom" => "application/dicom",
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "tif" | "tiff" => "image/tiff",
-        "gif" => "image/gif",
-        "pgm" | "ppm" | "pnm" => "image/x-portable-anymap",
-        "mp4" => "video/mp4",
-        "json" => "application/json",
-        "txt" | "log" => "text/plain",
-        _ => "application/octet-stream",
-    }
+    bs_store::guess_content_type(&path.to_string_lossy())
 }
 
 /// Run a whole-blob copy with a progress bar; returns what the transporter reports.

@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 
+use crate::db::Db;
 use crate::error::MetaError;
 use crate::record::{BlobRecord, UploadRecord};
 
@@ -33,33 +33,24 @@ CREATE TABLE IF NOT EXISTS uploads (
 );
 ";
 
-/// The catalogue. One connection behind a mutex: every statement is short.
+/// The catalogue.
 pub struct Catalogue {
-    conn: Mutex<Connection>,
+    db: Db,
 }
 
 impl Catalogue {
     /// Open (creating if needed) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = Connection::open(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        Self::init(conn)
+        Ok(Self { db: Db::open(path, SCHEMA)? })
     }
 
     /// A throw-away in-memory catalogue.
     pub fn open_in_memory() -> Result<Self> {
-        Self::init(Connection::open_in_memory()?)
+        Ok(Self { db: Db::in_memory(SCHEMA)? })
     }
 
-    fn init(conn: Connection) -> Result<Self> {
-        conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Mutex::new(conn) })
-    }
-
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
+        self.db.lock()
     }
 
     /// A committed blob and its store location.

@@ -9,10 +9,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
+use crate::db::Db;
 use crate::error::MetaError;
 use crate::record::now_ms;
 
@@ -64,31 +64,25 @@ pub struct ImageQuery {
     pub limit: usize,
 }
 
-/// The index. One connection behind a mutex, like the catalogue.
+/// The index.
 pub struct ImageIndex {
-    conn: Mutex<Connection>,
+    db: Db,
 }
 
 impl ImageIndex {
     /// Open (creating the table if needed) in the database at `path`, which may be the
     /// catalogue's own file.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = Connection::open(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self { db: Db::open(path, SCHEMA)? })
     }
 
     /// A throw-away in-memory index (for the memory store).
     pub fn open_in_memory() -> Result<Self> {
-        let conn = Connection::open_in_memory()?;
-        conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self { db: Db::in_memory(SCHEMA)? })
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
+        self.db.lock()
     }
 
     /// Record what was extracted from `name` at `digest`. `fields` are the metadata as

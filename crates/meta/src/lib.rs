@@ -3,6 +3,7 @@
 //! `synchronous=FULL`, so an acknowledged commit survives a crash).
 
 mod catalogue;
+mod db;
 mod error;
 mod images;
 mod record;

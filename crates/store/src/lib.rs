@@ -6,14 +6,18 @@
 mod error;
 mod faulty;
 mod fs;
+mod media;
 mod mem;
 mod name;
 mod store;
+mod whole;
 
 pub use bs_meta::{BlobRecord, now_ms};
 pub use error::StoreError;
 pub use faulty::FaultyStore;
 pub use fs::{FsStore, PENDING_TTL};
+pub use media::{content_type_of_extension, guess_content_type};
 pub use mem::MemStore;
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use store::{BlobSource, RouteSpec, Routed, Store, UploadSink, digest_file_range};
+pub use whole::put_bytes;

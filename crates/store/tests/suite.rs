@@ -14,10 +14,8 @@ fn spec(name: &str, size: Option<u64>) -> RouteSpec {
 }
 
 fn put(s: &dyn Store, name: &str, data: &[u8]) {
-    s.route(&spec(name, Some(data.len() as u64))).unwrap();
-    let mut w = s.open_upload(name).unwrap();
-    w.write_at(0, data).unwrap();
-    w.commit(None).unwrap();
+    let rec = bs_store::put_bytes(s, &spec(name, None), data).unwrap();
+    assert_eq!((rec.name.as_str(), rec.size), (name, data.len() as u64));
 }
 
 fn read_all(s: &dyn Store, name: &str) -> Vec<u8> {

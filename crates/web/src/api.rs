@@ -334,15 +334,9 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     Ok(r)
 }
 
+/// The media type of a format: the one its usual extension gives.
 fn mime_of(f: Format) -> &'static str {
-    match f {
-        Format::Png => "image/png",
-        Format::Jpeg => "image/jpeg",
-        Format::Tiff => "image/tiff",
-        Format::Gif => "image/gif",
-        Format::Dicom => "application/dicom",
-        _ => "image/x-portable-anymap",
-    }
+    bs_store::content_type_of_extension(f.extensions()[0])
 }
 
 fn pixel_headers(h: &mut axum::http::HeaderMap, img: &bs_imaging::DynImage) {

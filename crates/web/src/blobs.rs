@@ -146,7 +146,8 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
             )));
         }
     }
-    let content_type = if ct.is_empty() { guess_type(&key).to_string() } else { ct };
+    let content_type =
+        if ct.is_empty() { bs_store::guess_content_type(&key).to_string() } else { ct };
     let _slot = st.upload_slot()?;
     let spec = UploadSpec {
         key,
@@ -170,12 +171,8 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
 async fn stored(st: &Arc<AppState>, rec: BlobRecord) -> info::BlobInfo {
     let st2 = st.clone();
     let name = rec.name.clone();
-    let indexed = blocking(move || {
-        let _ = st2.images.index().forget(&name);
-        st2.images.refresh(&name)?;
-        Ok(())
-    })
-    .await;
+    // An entry for these very bytes (same digest) is already right; any other is redone.
+    let indexed = blocking(move || st2.images.refresh(&name).map(drop)).await;
     if let Err(e) = indexed {
         tracing::warn!("indexing {} after upload: {e}", rec.name);
     }
@@ -273,7 +270,7 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
         };
         let content_type = match field.content_type() {
             Some(t) if t != "application/octet-stream" => t.to_string(),
-            _ => guess_type(&key).to_string(),
+            _ => bs_store::guess_content_type(&key).to_string(),
         };
         let spec = UploadSpec {
             key,
@@ -350,26 +347,8 @@ fn header_str(h: &HeaderMap, name: header::HeaderName) -> String {
 pub fn content_type_of(rec: &BlobRecord) -> String {
     let t = rec.content_type.trim();
     if t.is_empty() || t == "application/octet-stream" {
-        guess_type(&rec.name).to_string()
+        bs_store::guess_content_type(&rec.name).to_string()
     } else {
         t.to_string()
-    }
-}
-
-/// A media type for a name's extension.
-pub fn guess_type(name: &str) -> &'static str {
-    let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
-    match ext.as_str() {
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "tif" | "tiff" => "image/tiff",
-        "gif" => "image/gif",
-        "pgm" | "ppm" | "pnm" => "image/x-portable-anymap",
-        "dcm" | "dicom" => "application/dicom",
-        "json" => "application/json",
-        "txt" | "md" | "csv" => "text/plain; charset=utf-8",
-        "html" | "htm" => "text/html; charset=utf-8",
-        "mp4" => "video/mp4",
-        _ => "application/octet-stream",
     }
 }

@@ -305,15 +305,11 @@ pub fn seed_samples(state: &AppState) -> Result<usize, WebError> {
     for (name, content_type, bytes) in &samples {
         let spec = RouteSpec {
             name: name.to_string(),
-            size: Some(bytes.len() as u64),
             content_type: content_type.to_string(),
             overwrite: false,
             ..RouteSpec::default()
         };
-        state.store.route(&spec)?;
-        let mut sink = state.store.open_upload(name)?;
-        sink.write_at(0, bytes)?;
-        sink.commit(None)?;
+        bs_store::put_bytes(state.store.as_ref(), &spec, bytes)?;
         state.images.refresh(name)?;
     }
     Ok(samples.len())

@@ -256,12 +256,24 @@ async fn truncated_oversized_and_vanishing_uploads_leave_nothing() {
         let (_, v) = limited.get_json("/api/list?prefix=t/").await;
         assert!(v["items"].as_array().unwrap().is_empty(), "{v}");
 
-        // Wait until the server has finished with the vanished client (its upload is aborted
-        // when the body errors); poll, never sleep a fixed time.
         for key in ["t/short", "t/chunked", "t/vanish"] {
             let r = s.http.get(s.url(&format!("/blobs/{key}"))).send().await.unwrap();
             assert_eq!(r.status(), StatusCode::NOT_FOUND, "{key} must not be visible");
         }
+        // Once the server notices the vanished client, its upload is aborted and the name is
+        // free again: until then a new upload of it is told another one is writing (409).
+        // Poll for that moment (bounded), never sleep a fixed time.
+        let mut last = StatusCode::CONFLICT;
+        for _ in 0..1000 {
+            last = s.put("t/vanish", payload(100)).await.status();
+            if last != StatusCode::CONFLICT {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(last, StatusCode::CREATED, "the vanished upload still holds its name");
+        let r = s.http.get(s.url("/blobs/t/vanish")).send().await.unwrap();
+        assert_eq!(r.bytes().await.unwrap(), payload(100), "only the new upload's bytes");
         // The server still serves, and the same names can be uploaded properly.
         assert_eq!(s.put("t/short", payload(1000)).await.status(), StatusCode::CREATED);
         let r = s.http.get(s.url("/blobs/t/short")).send().await.unwrap();

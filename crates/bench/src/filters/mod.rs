@@ -22,15 +22,6 @@ use crate::payload::median;
 pub const FILTERS: [&str; 8] =
     ["blur", "despeckle", "sharpen", "edge", "emboss", "oilpaint", "pixelize", "spread"];
 
-/// How to run the filter benchmark.
-#[derive(Default)]
-pub struct FilterBenchOptions {
-    /// 512² and 2048² only, fewer runs.
-    pub quick: bool,
-    /// Called with a short status line before each group of measurements.
-    pub progress: Option<crate::transfer::Progress>,
-}
-
 /// Image sides measured, and timed runs for each.
 fn plan(quick: bool) -> Vec<(usize, u32)> {
     if quick { vec![(512, 3), (2048, 2)] } else { vec![(512, 7), (2048, 5), (4096, 3)] }
@@ -49,12 +40,9 @@ fn time(runs: u32, mut f: impl FnMut() -> Result<(), BenchError>) -> Result<f64,
 }
 
 /// Run the benchmark.
-pub fn run_filters(opts: &FilterBenchOptions) -> Result<FilterReport, BenchError> {
-    let say = |line: &str| {
-        if let Some(p) = &opts.progress {
-            p(line)
-        }
-    };
+/// Quick: 512² and 2048² only, fewer runs.
+pub fn run_filters(opts: &crate::options::BenchOptions) -> Result<FilterReport, BenchError> {
+    let say = |line: &str| opts.say(line);
     let registry = Registry::builtin();
     let all = Run::all().thread_count();
     let mut results = Vec::new();
