@@ -746,37 +746,55 @@ async fn cross_site_writes_and_rebound_host_names_are_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stalled_uploads_are_dropped_and_upload_slots_are_limited() {
-    let cfg = WebConfig {
-        idle_timeout: std::time::Duration::from_millis(300),
-        max_uploads: 1,
-        ..WebConfig::ephemeral()
-    };
+    /// A client that sends part of its body and then nothing, keeping the connection open.
+    fn stall(s: &Srv, key: &str) -> TcpStream {
+        let mut c = TcpStream::connect(s.web.addr()).unwrap();
+        let head = format!(
+            "PUT /blobs/{key} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nabc"
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        c
+    }
+    // Slots: the idle timeout is far beyond the test, so only the limit is at work.
+    let cfg = WebConfig { max_uploads: 1, ..WebConfig::ephemeral() };
     let s = Srv::start_with(true, cfg).await;
-    // A client that sends part of its body and then nothing, keeping the connection open.
-    let mut c = TcpStream::connect(s.web.addr()).unwrap();
-    c.write_all(b"PUT /blobs/slow HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nabc")
-        .unwrap();
-    // While it holds the only upload slot, another upload is told to come back later. The
-    // slot is taken once the server has the request: poll until it says busy or stalled.
-    let mut busy = false;
-    for _ in 0..200 {
+    let holder = stall(&s, "held");
+    // The slot is taken once the server has read the request head: until then the other
+    // upload still gets in (and is removed again).
+    let mut refused = None;
+    for _ in 0..1000 {
         let r = s.put("other", b"y".to_vec()).await;
-        if r.status() == StatusCode::SERVICE_UNAVAILABLE {
-            assert_eq!(r.headers()["retry-after"], "1");
-            busy = true;
+        if r.status() != StatusCode::CREATED {
+            refused = Some(r);
             break;
         }
-        // The slow upload already timed out: the slot was free.
-        assert_eq!(r.status(), StatusCode::CREATED);
         s.http.delete(s.url("/blobs/other")).send().await.unwrap();
     }
-    assert!(busy, "a second upload never saw the limit");
-    // The stalled upload is answered 400 and leaves nothing.
-    c.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let r = refused.expect("a second upload never met the limit of one");
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(error_code(r).await, (StatusCode::SERVICE_UNAVAILABLE, "busy".into()));
+    // The holder goes away: its slot comes back (poll, bounded).
+    drop(holder);
+    let mut last = StatusCode::SERVICE_UNAVAILABLE;
+    for _ in 0..1000 {
+        last = s.put("other", b"y".to_vec()).await.status();
+        if last != StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(last, StatusCode::CREATED);
+
+    // Idle timeout: a stalled upload is answered 400 and leaves nothing.
+    let cfg =
+        WebConfig { idle_timeout: std::time::Duration::from_millis(300), ..WebConfig::ephemeral() };
+    let s = Srv::start_with(true, cfg).await;
+    let mut c = stall(&s, "slow");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
     let mut resp = String::new();
     let _ = c.read_to_string(&mut resp);
     assert!(resp.starts_with("HTTP/1.1 400") && resp.contains("stalled"), "{resp}");
     let r = s.http.get(s.url("/blobs/slow")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    assert_eq!(s.put("other", b"y".to_vec()).await.status(), StatusCode::CREATED);
+    assert_eq!(s.put("slow", b"y".to_vec()).await.status(), StatusCode::CREATED);
 }
