@@ -36,6 +36,15 @@ impl BlobError {
         matches!(self, Self::Timeout(_))
     }
 
+    /// Whether bytes failed a digest check: in transit, or at rest in a store.
+    pub fn is_integrity(&self) -> bool {
+        match self {
+            Self::Store(e) => matches!(e, StoreError::Corrupt { .. }),
+            Self::Remote(e) => e.is_integrity(),
+            _ => false,
+        }
+    }
+
     pub(crate) fn file(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::NotFound {
             Self::NotFound(format!("file {} not found", path.into().display()))

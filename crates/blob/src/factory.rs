@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bs_client::{Client, RouteRequest, Security, TransferSettings};
-use bs_store::{BlobSource, MemStore, RouteSpec, Store};
+use bs_store::{MemStore, RouteSpec, Store};
 
 use crate::error::BlobError;
 use crate::key::{BlobKey, Location};
@@ -75,11 +75,9 @@ impl Factory {
     /// A reader for an existing blob.
     pub fn bind(&self, key: &BlobKey) -> Result<BlobProxy> {
         let slot = match key.location() {
-            Location::Memory => match self.inner.mem.open_read(key.name())? {
-                BlobSource::Memory { bytes, record } => {
-                    Slot::MemRead { store: self.inner.mem.clone(), bytes, record }
-                }
-                BlobSource::File { .. } => unreachable!("the memory store serves memory"),
+            Location::Memory => Slot::MemRead {
+                store: self.inner.mem.clone(),
+                src: self.inner.mem.open_read(key.name())?,
             },
             Location::File => {
                 let path = key.path().expect("file key");
@@ -163,6 +161,13 @@ impl Factory {
 
     /// Throw away what an interrupted writer left and route afresh.
     pub fn reroute(&self, key: &BlobKey, spec: &NewBlob) -> Result<BlobProxy> {
+        self.discard(key)?;
+        self.route(key, spec)
+    }
+
+    /// Throw away whatever an interrupted write to `key` left behind (its part file, pending
+    /// upload or remote upload), so nothing unverified is kept for a later resume.
+    pub(crate) fn discard(&self, key: &BlobKey) -> Result<()> {
         match key.location() {
             Location::Memory => {
                 let _ = self.inner.mem.abort(key.name());
@@ -175,6 +180,6 @@ impl Factory {
                 let _ = self.client(server)?.abort(key.name());
             }
         }
-        self.route(key, spec)
+        Ok(())
     }
 }

@@ -62,5 +62,5 @@ pub use error::BlobError;
 pub use factory::{Factory, NewBlob};
 pub use key::{BlobKey, Location};
 pub use options::{Callback, Completion, Mode, Options, Progress};
-pub use proxy::BlobProxy;
+pub use proxy::{BlobProxy, part_path};
 pub use transporter::{Copied, CopyPath, Transporter};

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bs_client::{BlobInfo, Client, PullStream, PushStream};
-use bs_store::{BlobRecord, BlobSource, MemStore, Store, UploadSink, digest_file_range};
+use bs_store::{BlobSource, MemStore, Store, UploadSink, digest_file_range};
 use bs_wire::{Digest, DigestAlgo};
 use bytes::Bytes;
 
@@ -29,10 +29,10 @@ pub struct BlobProxy {
 }
 
 pub(crate) enum Slot {
+    /// Every byte read is checked against the blob's chunk digests (see [`BlobSource`]).
     MemRead {
         store: MemStore,
-        bytes: Bytes,
-        record: BlobRecord,
+        src: BlobSource,
     },
     MemWrite {
         sink: Option<Box<dyn UploadSink>>,
@@ -89,7 +89,7 @@ impl std::ops::Deref for SliceSource {
 }
 
 /// The part file a local-file destination is written to before it is renamed into place.
-pub(crate) fn part_path(dest: &std::path::Path) -> PathBuf {
+pub fn part_path(dest: &std::path::Path) -> PathBuf {
     let mut p = dest.as_os_str().to_owned();
     p.push(".blobstream-part");
     PathBuf::from(p)
@@ -116,7 +116,7 @@ impl BlobProxy {
     /// Size in bytes: the blob's size for readers, bytes written so far for writers.
     pub fn size(&self) -> u64 {
         match &self.slot {
-            Slot::MemRead { record, .. } => record.size,
+            Slot::MemRead { src, .. } => src.size(),
             Slot::FileRead { size, .. } => *size,
             Slot::RemoteRead { info, .. } => info.size,
             Slot::MemWrite { sink, .. } => sink.as_ref().map_or(0, |s| s.received()),
@@ -130,7 +130,7 @@ impl BlobProxy {
     /// MIME type (`application/octet-stream` when nobody said).
     pub fn content_type(&self) -> &str {
         let ct = match &self.slot {
-            Slot::MemRead { record, .. } => record.content_type.as_str(),
+            Slot::MemRead { src, .. } => src.record().content_type.as_str(),
             Slot::RemoteRead { info, .. } => info.content_type.as_str(),
             Slot::MemWrite { content_type, .. }
             | Slot::FileWrite { content_type, .. }
@@ -143,7 +143,7 @@ impl BlobProxy {
     /// Stored digest of the whole blob (readers of memory and remote blobs).
     pub fn digest(&self) -> Option<&str> {
         match &self.slot {
-            Slot::MemRead { record, .. } => Some(&record.digest),
+            Slot::MemRead { src, .. } => Some(&src.record().digest),
             Slot::RemoteRead { info, .. } => Some(&info.digest),
             _ => None,
         }
@@ -195,12 +195,7 @@ impl BlobProxy {
         self.ensure_open("read")?;
         let pos = self.pos;
         let n = match &mut self.slot {
-            Slot::MemRead { bytes, .. } => {
-                let start = (pos as usize).min(bytes.len());
-                let n = buf.len().min(bytes.len() - start);
-                buf[..n].copy_from_slice(&bytes[start..start + n]);
-                n
-            }
+            Slot::MemRead { src, .. } => src.read_at(buf, pos)?,
             Slot::FileRead { file, .. } => {
                 file.read_at(buf, pos).map_err(|e| BlobError::file(self.key.name(), e))?
             }
@@ -299,13 +294,7 @@ impl BlobProxy {
             return Ok(());
         }
         match &mut self.slot {
-            Slot::MemRead { store, bytes, record } => {
-                let BlobSource::Memory { bytes: b, record: r } = store.open_read(&record.name)?
-                else {
-                    unreachable!("the memory store serves memory")
-                };
-                (*bytes, *record) = (b, r);
-            }
+            Slot::MemRead { store, src } => *src = store.open_read(&src.record().name)?,
             Slot::RemoteRead { client, info, .. } => *info = client.stat(&info.name)?,
             Slot::FileRead { .. } => {}
             _ => return Err(self.state_err("a closed writer", "open", "a reader")),
@@ -325,7 +314,7 @@ impl BlobProxy {
     /// The whole source as one slice, when that costs no copy (memory, or a mapped file).
     pub(crate) fn slice(&self) -> Result<Option<SliceSource>> {
         Ok(match &self.slot {
-            Slot::MemRead { bytes, .. } => Some(SliceSource::Bytes(bytes.clone())),
+            Slot::MemRead { src, .. } => Some(SliceSource::Bytes(src.all()?)),
             Slot::FileRead { size: 0, .. } => Some(SliceSource::Empty),
             Slot::FileRead { file, .. } => {
                 // SAFETY: the map is read-only and lives only for this copy; a concurrent

@@ -175,7 +175,14 @@ fn copy_keys(
         out.close()?;
         Ok(Copied { bytes: size - start, resumed_from: start, path })
     };
-    run().map_err(|e| deadline.classify(e))
+    let res = run();
+    if let Err(e) = &res
+        && e.is_integrity()
+    {
+        // Bytes that failed a check (or came from a corrupt source) are never resumed from.
+        let _ = factory.discard(dst);
+    }
+    res.map_err(|e| deadline.classify(e))
 }
 
 fn transfer(

@@ -76,6 +76,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Have the server re-read blobs (under PREFIX) and check every chunk against its digest;
+    /// names the corrupt ones (the server marks them, so readers are refused at once). Exits
+    /// with status 1 if any blob is corrupt or unreadable.
+    Scrub(ScrubArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -138,9 +142,34 @@ pub struct ServeArgs {
     /// Seconds to wait for a silent peer on the data plane.
     #[arg(long, default_value_t = 30)]
     pub io_timeout: u64,
-    /// Most concurrent data connections.
+    /// Most concurrent data transfers; more are told to retry (clients do, for a while).
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Seconds a new data connection has to present its token (TLS handshake included).
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    pub hello_timeout: u64,
+    /// Seconds it has once more than half of either limit below is in use.
+    #[arg(long, default_value_t = 2, value_name = "SECS")]
+    pub hello_timeout_under_pressure: u64,
+    /// Most data connections still to present their token; at the limit the oldest is
+    /// dropped to make room.
+    #[arg(long, default_value_t = 4096)]
+    pub max_unauthenticated: usize,
+    /// The same, from one source address (an IPv6 /64 counts as one).
+    #[arg(long, default_value_t = 64)]
+    pub max_unauthenticated_per_ip: usize,
+    /// Largest upload of unknown size, in bytes [default: 1 TiB].
+    #[arg(long, default_value_t = 1 << 40)]
+    pub max_unsized_upload: u64,
+    /// Wrong control-plane tokens one address may present at once...
+    #[arg(long, default_value_t = 10)]
+    pub auth_failure_burst: u32,
+    /// ...then one more per this many seconds; meanwhile its calls are refused.
+    #[arg(long, default_value_t = 2, value_name = "SECS")]
+    pub auth_failure_interval: u64,
+    /// Seconds a SIGTERM or SIGINT waits for running transfers before the server exits.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub shutdown_grace: u64,
     /// Certificate chain (PEM): serve TLS on both planes (with --tls-key).
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -165,6 +194,26 @@ pub struct ServeArgs {
     /// Directory of filter definitions (TOML kernels and chains), reloaded when it changes.
     #[arg(long, value_name = "DIR")]
     pub filters: Option<PathBuf>,
+    /// Hours between background scrubs, which re-read every blob and check it against its
+    /// digests (the first starts 10 minutes after start-up); 0 turns them off.
+    #[arg(long, default_value_t = 24, value_name = "HOURS")]
+    pub scrub_every: u64,
+    /// Most MiB per second a background scrub reads.
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    pub scrub_rate: u64,
+}
+
+#[derive(Args)]
+pub struct ScrubArgs {
+    /// Only blobs whose names start with this.
+    #[arg(default_value = "")]
+    pub prefix: String,
+    /// Most MiB read per second on the server (0: as fast as its disk goes).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Print a JSON summary on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]

@@ -10,7 +10,7 @@ use bs_client::{BlobInfo, Client};
 use crate::cli::{CpArgs, GetArgs, Global, LsArgs, PutArgs};
 use crate::{progress, security};
 
-fn client(g: &Global) -> Result<Client> {
+pub fn client(g: &Global) -> Result<Client> {
     Ok(Client::connect_with(&g.server, security::client(g)?)?)
 }
 

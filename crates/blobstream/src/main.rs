@@ -7,6 +7,7 @@ mod cli;
 mod commands;
 mod imaging;
 mod progress;
+mod scrub;
 mod security;
 mod serve;
 
@@ -42,5 +43,6 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Filter(a) => imaging::filter(a),
         ImageInfo { file, json } => imaging::image_info(&file, json),
         Bench(b) => bench::run(b),
+        Scrub(a) => scrub::run(g, a),
     }
 }

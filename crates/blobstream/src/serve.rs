@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use bs_imaging::registry::Registry;
 use bs_meta::ImageIndex;
-use bs_server::{Server, ServerConfig};
+use bs_server::{ScrubSchedule, Server, ServerConfig};
 use bs_store::{FsStore, MemStore, Store};
 use bs_web::{WebConfig, WebServer};
 
@@ -55,6 +55,11 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         max_connections: a.max_connections,
         auth_token: security::token(g)?,
         tls: security::server_tls(&a)?,
+        scrub: (a.scrub_every > 0).then(|| ScrubSchedule {
+            first_after: Duration::from_secs(600),
+            every: Duration::from_secs(a.scrub_every * 3600),
+            rate: a.scrub_rate.max(1) << 20,
+        }),
         ..ServerConfig::default()
     };
     if cfg.auth_token.is_none() && !cfg.control_addr.ip().is_loopback() {

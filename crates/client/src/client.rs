@@ -3,12 +3,12 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bs_proto as pb;
 use bs_proto::blob_store_client::BlobStoreClient;
-use bs_transport::{Conn, SocketOptions};
-use bs_wire::{Digest, DigestAlgo, Frame, TOKEN_LEN};
+use bs_transport::{Conn, SocketOptions, TransportError};
+use bs_wire::{Digest, DigestAlgo, ErrorCode, Frame, TOKEN_LEN};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -209,6 +209,27 @@ impl Client {
         }
     }
 
+    /// Scrub the server's blobs under `prefix` (at most `rate` bytes/s; 0 = unlimited),
+    /// calling `each` with every blob's outcome as the server reports it; returns when the
+    /// server has checked them all. Not bounded by the I/O timeout: a scrub of a big store
+    /// takes as long as reading it.
+    pub fn scrub(
+        &self,
+        prefix: &str,
+        rate: u64,
+        mut each: impl FnMut(&pb::ScrubEvent),
+    ) -> Result<()> {
+        let req = pb::ScrubRequest { prefix: prefix.into(), rate_bytes_per_sec: rate };
+        let mut grpc = self.grpc.clone();
+        self.rt.block_on(async move {
+            let mut stream = grpc.scrub(req).await?.into_inner();
+            while let Some(ev) = stream.message().await? {
+                each(&ev);
+            }
+            Ok(())
+        })
+    }
+
     /// Digest of a range of a committed blob.
     pub fn range_digest(
         &self,
@@ -294,8 +315,37 @@ impl Client {
     /// Start pulling `length` bytes (all remaining when `None`) of `name` from `offset`.
     pub fn open_pull(&self, name: &str, offset: u64, length: Option<u64>) -> Result<PullStream> {
         let req = self.base_request(name, pb::Direction::Pull, offset, length);
-        let (resp, conn) = self.negotiate(req)?;
-        PullStream::start(conn, resp)
+        self.admitted(req, |mut conn, resp| {
+            // A refusal is the server's first frame; anything else is the stream's, left in
+            // place for it.
+            if let Frame::Error { code, message } = conn.peek_frame()? {
+                return Err(TransportError::Remote { code, message }.into());
+            }
+            PullStream::start(conn, resp)
+        })
+    }
+
+    /// Negotiate and open a data connection, then `start` the stream on it. A server that
+    /// turns the connection away before the transfer begins — BUSY, or closed without a word
+    /// (how an evicted connection still in its TLS handshake ends) — is asked again, with a
+    /// fresh token (tokens are one-time) after growing pauses, for at most
+    /// [`TransferSettings::busy_timeout`].
+    fn admitted<T>(
+        &self,
+        req: pb::NegotiateRequest,
+        mut start: impl FnMut(Conn, pb::NegotiateResponse) -> Result<T>,
+    ) -> Result<T> {
+        let give_up = Instant::now() + self.settings.busy_timeout;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.negotiate(req.clone()).and_then(|(resp, conn)| start(conn, resp)) {
+                Err(e) if turned_away(&e) && Instant::now() + pause < give_up => {
+                    std::thread::sleep(jitter(pause));
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Start pushing into `name` from `offset`. With `route`, the blob is routed in the same
@@ -309,7 +359,35 @@ impl Client {
     ) -> Result<PushStream> {
         let mut req = self.base_request(name, pb::Direction::Push, offset, length);
         req.route = route;
-        let (resp, conn) = self.negotiate(req)?;
-        PushStream::start(conn, resp)
+        self.admitted(req, |mut conn, resp| match conn.read_frame_or_remote_error()? {
+            // The server's admission: it holds the upload for us; send.
+            Frame::Ack { committed: None, .. } => PushStream::start(conn, resp),
+            other => Err(ClientError::Protocol(format!(
+                "expected the server's admission ACK, got {other:?}"
+            ))),
+        })
     }
+}
+
+/// Whether a data connection was turned away before its transfer began, so that asking
+/// again may succeed.
+fn turned_away(e: &ClientError) -> bool {
+    use std::io::ErrorKind::*;
+    match e {
+        ClientError::Transfer(TransportError::Remote { code, .. }) => *code == ErrorCode::Busy,
+        ClientError::Transfer(TransportError::Closed) => true,
+        ClientError::Transfer(TransportError::Io(e)) => {
+            matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
+        }
+        _ => false,
+    }
+}
+
+/// `pause`, give or take a quarter, so clients turned away together do not return together.
+fn jitter(pause: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let quarter = pause / 4;
+    pause - quarter + quarter.mul_f64(f64::from(nanos % 1000) / 500.0)
 }

@@ -22,6 +22,8 @@ pub enum ClientError {
     Rpc { code: Code, message: String },
     #[error("data transfer failed: {0}")]
     Transfer(#[from] TransportError),
+    #[error("corrupt on the server: {0}")]
+    Corrupt(String),
     #[error("checksum mismatch: received bytes hash to {actual}, sender says {expected}")]
     ChecksumMismatch { expected: String, actual: String },
     #[error("timed out")]
@@ -40,12 +42,25 @@ impl From<tonic::Status> for ClientError {
             Code::ResourceExhausted => Self::StorageFull(message),
             Code::Unauthenticated | Code::PermissionDenied => Self::Unauthenticated(message),
             Code::DeadlineExceeded => Self::Timeout,
+            Code::DataLoss => Self::Corrupt(message),
             code => Self::Rpc { code, message },
         }
     }
 }
 
 impl ClientError {
+    /// Whether bytes failed a digest check: in transit, or on the server's disk.
+    pub fn is_integrity(&self) -> bool {
+        use bs_wire::ErrorCode;
+        match self {
+            Self::Corrupt(_) | Self::ChecksumMismatch { .. } => true,
+            Self::Transfer(TransportError::Remote { code, .. }) => {
+                matches!(code, ErrorCode::Corrupt | ErrorCode::ChecksumMismatch)
+            }
+            _ => false,
+        }
+    }
+
     /// Timeouts on either plane.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout | Self::Transfer(TransportError::Timeout))

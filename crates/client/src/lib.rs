@@ -11,7 +11,7 @@ mod error;
 mod settings;
 mod streams;
 
-pub use bs_proto::{BlobInfo, RouteRequest, RouteResponse};
+pub use bs_proto::{BlobInfo, RouteRequest, RouteResponse, ScrubEvent, scrub_event};
 pub use bs_transport::TlsClient;
 pub use client::Client;
 pub use error::ClientError;

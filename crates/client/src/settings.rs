@@ -18,6 +18,10 @@ pub struct TransferSettings {
     pub io_timeout: Duration,
     /// Longest wait to establish a connection.
     pub connect_timeout: Duration,
+    /// How long opening a transfer keeps asking again while the server turns its data
+    /// connection away (BUSY: at its transfer limit, another writer on the upload, or too
+    /// many connections waiting to present a token).
+    pub busy_timeout: Duration,
 }
 
 impl Default for TransferSettings {
@@ -28,6 +32,7 @@ impl Default for TransferSettings {
             digests: vec![DigestAlgo::Xxh3_128],
             io_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            busy_timeout: Duration::from_secs(30),
         }
     }
 }

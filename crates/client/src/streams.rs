@@ -25,6 +25,10 @@ fn set_timeout(conn: &Conn, t: Duration) -> Result<()> {
 }
 
 /// An open pull: read it to the end, then it has verified every byte.
+///
+/// The server sends the range as consecutive DATA frames (one per stored chunk, each checked
+/// against its chunk digest before it is sent); an ERROR frame between them — a chunk found
+/// corrupt on the server — ends the stream with that error.
 #[derive(Debug)]
 pub struct PullStream {
     conn: Conn,
@@ -32,33 +36,44 @@ pub struct PullStream {
     offset: u64,
     len: u64,
     got: u64,
+    /// Payload bytes of the current DATA frame still to read.
+    in_frame: u64,
     hasher: Hasher,
     verified: Option<Digest>,
 }
 
 impl PullStream {
-    pub(crate) fn start(mut conn: Conn, resp: pb::NegotiateResponse) -> Result<Self> {
+    pub(crate) fn start(conn: Conn, resp: pb::NegotiateResponse) -> Result<Self> {
         let algo = algo_of(&resp)?;
         let info =
             resp.blob.ok_or_else(|| ClientError::Protocol("pull without blob info".into()))?;
-        match conn.read_frame_or_remote_error()? {
-            Frame::Data { offset, len } if offset == resp.offset && len == resp.length => {}
-            other => {
-                return Err(ClientError::Protocol(format!(
-                    "expected DATA {}+{}, got {other:?}",
-                    resp.offset, resp.length
-                )));
-            }
-        }
         Ok(Self {
             conn,
             info,
             offset: resp.offset,
             len: resp.length,
             got: 0,
+            in_frame: 0,
             hasher: algo.hasher(),
             verified: None,
         })
+    }
+
+    /// Read the next DATA header, which must continue exactly where the last one ended.
+    fn next_frame(&mut self) -> Result<()> {
+        let at = self.offset + self.got;
+        match self.conn.read_frame_or_remote_error()? {
+            Frame::Data { offset, len }
+                if offset == at && len > 0 && len <= self.len - self.got =>
+            {
+                self.in_frame = len;
+                Ok(())
+            }
+            other => Err(ClientError::Protocol(format!(
+                "expected DATA at {at} of at most {} bytes, got {other:?}",
+                self.len - self.got
+            ))),
+        }
     }
 
     /// The blob being read (as it was when the pull was negotiated).
@@ -98,7 +113,10 @@ impl PullStream {
             self.verify()?;
             return Ok(0);
         }
-        let n = (buf.len() as u64).min(left) as usize;
+        if self.in_frame == 0 {
+            self.next_frame()?;
+        }
+        let n = (buf.len() as u64).min(self.in_frame) as usize;
         self.conn.recv_data_into(&mut buf[..n], Some(&mut self.hasher)).map_err(|e| match e {
             TransportError::Truncated { got, .. } => {
                 TransportError::Truncated { expected: self.len, got: self.got + got }
@@ -106,6 +124,7 @@ impl PullStream {
             e => e,
         })?;
         self.got += n as u64;
+        self.in_frame -= n as u64;
         Ok(n)
     }
 

@@ -109,13 +109,17 @@ fn unknown_keys_and_path_tricks_get_precise_errors() {
     assert!(matches!(c.open_push("x", 0, None, route(1)), Err(ClientError::AlreadyExists(_))));
 }
 
-/// Speak the data plane by hand: connect and send raw bytes, read the server's answer.
+/// Speak the data plane by hand: connect and send raw bytes, read the server's answer (past
+/// the ACK that admits a push).
 fn raw(s: &BackgroundServer, bytes: &[u8]) -> Frame {
     let mut t = TcpStream::connect(s.data_addr()).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     t.write_all(bytes).unwrap();
     let mut conn = bs_transport::Conn::new(t);
-    conn.read_frame().unwrap()
+    match conn.read_frame().unwrap() {
+        Frame::Ack { committed: None, .. } => conn.read_frame().unwrap(),
+        f => f,
+    }
 }
 
 fn error_code(f: Frame) -> ErrorCode {
@@ -227,6 +231,9 @@ fn a_client_vanishing_mid_payload_leaves_nothing_visible() {
     let token = raw_token(&s, "cut", bs_proto::Direction::Push);
     let mut t = TcpStream::connect(s.data_addr()).unwrap();
     t.write_all(&Frame::Hello { token }.encode()).unwrap();
+    // Admitted: from here the server holds the upload until it has taken in what we send.
+    let admitted = bs_transport::Conn::new(t.try_clone().unwrap()).read_frame().unwrap();
+    assert!(matches!(admitted, Frame::Ack { received: 0, committed: None }), "{admitted:?}");
     t.write_all(&Frame::Data { offset: 0, len: 1_000_000 }.encode()).unwrap();
     t.write_all(&data(100_000)).unwrap();
     drop(t); // gone after 100 000 of 1 000 000 announced bytes
@@ -414,38 +421,77 @@ fn an_absurd_data_length_after_a_valid_hello_is_refused_at_once() {
 }
 
 #[test]
-fn connections_beyond_the_limit_are_told_busy_and_served_once_there_is_room() {
+fn transfers_beyond_the_limit_are_told_busy_and_the_client_waits_for_room() {
     let cfg = ServerConfig { max_connections: 1, ..ServerConfig::ephemeral() };
     let (s, c) = server_with(Arc::new(MemStore::new()), cfg);
     push(&c, "x", b"payload");
-    let idle = TcpStream::connect(s.data_addr()).unwrap(); // holds the one greeting slot
-    assert_eq!(
-        error_code(raw(&s, &Frame::Hello { token: [1; TOKEN_LEN] }.encode())),
-        ErrorCode::Busy
+    // An admitted push holds the one transfer slot.
+    let mut held = c.open_push("held", 0, None, route(4)).unwrap();
+    let token = raw_token(&s, "x", bs_proto::Direction::Pull);
+    assert_eq!(error_code(raw(&s, &Frame::Hello { token }.encode())), ErrorCode::Busy);
+    // A client that will not wait is told why...
+    let impatient = c
+        .clone()
+        .with_settings(TransferSettings { busy_timeout: Duration::ZERO, ..Default::default() });
+    let e = impatient.open_pull("x", 0, None).unwrap_err();
+    assert!(
+        matches!(e, ClientError::Transfer(TransportError::Remote { code: ErrorCode::Busy, .. })),
+        "{e:?}"
     );
-    drop(idle);
-    let give_up = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match c.open_pull("x", 0, None) {
-            Ok(mut p) => {
-                let mut out = vec![0u8; 7];
-                p.read_exact_to_end(&mut out).unwrap();
-                assert_eq!(out, b"payload");
-                break;
-            }
-            Err(e) if std::time::Instant::now() < give_up => {
+    // ...one that will asks again, with fresh tokens, until the slot is free.
+    let waiting = thread::spawn(move || pull(&c, "x", 0, None));
+    held.write(b"done").unwrap();
+    held.finish(true).unwrap();
+    assert_eq!(waiting.join().unwrap(), b"payload");
+}
+
+#[test]
+fn a_push_of_unknown_size_stops_at_the_server_limit() {
+    let cfg = ServerConfig { max_unsized_upload: 1 << 20, ..ServerConfig::ephemeral() };
+    let (s, c) = server_with(Arc::new(MemStore::new()), cfg);
+    let unsized_route = || RouteRequest { size: None, ..Default::default() };
+    // Within the limit: fine.
+    let mut p = c.open_push("fits", 0, None, Some(unsized_route())).unwrap();
+    p.write(&data(1 << 20)).unwrap();
+    assert_eq!(p.finish(true).unwrap().received, 1 << 20);
+    // A DATA frame that reaches past it is refused from its header, named as such.
+    for len in [(1 << 20) + 1, 1 << 62] {
+        c.route(RouteRequest { name: "big".into(), ..unsized_route() }).unwrap();
+        let token = raw_token(&s, "big", bs_proto::Direction::Push);
+        let mut msg = Frame::Hello { token }.encode().to_vec();
+        msg.extend_from_slice(&Frame::Data { offset: 0, len }.encode());
+        match raw(&s, &msg) {
+            Frame::Error { code: ErrorCode::OutOfRange, message } => {
                 assert!(
-                    matches!(
-                        e,
-                        ClientError::Transfer(TransportError::Remote { code: ErrorCode::Busy, .. })
-                    ),
-                    "{e:?}"
+                    message.contains("unknown size") && message.contains("1048576"),
+                    "{message}"
                 );
-                thread::yield_now();
             }
-            Err(e) => panic!("still busy: {e:?}"),
+            other => panic!("{len}: {other:?}"),
         }
     }
+    // Through the client, too: the push fails and nothing is committed.
+    let mut p = c.open_push("big", 0, None, Some(unsized_route())).unwrap();
+    let e = p.write(&data((1 << 20) + 100)).and_then(|_| p.finish(true)).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ClientError::Transfer(TransportError::Remote { code: ErrorCode::OutOfRange, .. })
+        ),
+        "{e:?}"
+    );
+    assert!(matches!(c.stat("big"), Err(ClientError::NotFound(_))));
+}
+
+#[test]
+fn by_default_a_push_of_unknown_size_cannot_announce_exabytes() {
+    let (s, c) = server();
+    c.route(RouteRequest { name: "huge".into(), size: None, ..Default::default() }).unwrap();
+    let token = raw_token(&s, "huge", bs_proto::Direction::Push);
+    let mut msg = Frame::Hello { token }.encode().to_vec();
+    msg.extend_from_slice(&Frame::Data { offset: 0, len: 1 << 62 }.encode());
+    assert_eq!(error_code(raw(&s, &msg)), ErrorCode::OutOfRange);
+    assert!(matches!(c.stat("huge"), Err(ClientError::NotFound(_))));
 }
 
 #[test]

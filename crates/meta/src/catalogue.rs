@@ -19,7 +19,9 @@ CREATE TABLE IF NOT EXISTS blobs (
     content_type TEXT NOT NULL,
     digest       TEXT NOT NULL,
     created_ms   INTEGER NOT NULL,
-    metadata     TEXT NOT NULL
+    metadata     TEXT NOT NULL,
+    chunks       BLOB,
+    corrupt      TEXT
 );
 CREATE TABLE IF NOT EXISTS uploads (
     name         TEXT PRIMARY KEY NOT NULL,
@@ -33,6 +35,22 @@ CREATE TABLE IF NOT EXISTS uploads (
 );
 ";
 
+/// Columns added after the first release, with their types: added to older databases on open.
+const ADDED_COLUMNS: &[(&str, &str)] = &[("chunks", "BLOB"), ("corrupt", "TEXT")];
+
+/// A committed blob with what a reader needs besides its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBlob {
+    pub record: BlobRecord,
+    /// Store-specific location of the bytes (the fs store's file id).
+    pub location: String,
+    /// Stored form of the per-chunk digests (`bs_wire::ChunkDigests`); `None` for blobs
+    /// committed before chunk digests existed.
+    pub chunks: Option<Vec<u8>>,
+    /// Why the blob is known to be corrupt on disk, if it is.
+    pub corrupt: Option<String>,
+}
+
 /// The catalogue.
 pub struct Catalogue {
     db: Db,
@@ -41,7 +59,24 @@ pub struct Catalogue {
 impl Catalogue {
     /// Open (creating if needed) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        Ok(Self { db: Db::open(path, SCHEMA)? })
+        let cat = Self { db: Db::open(path, SCHEMA)? };
+        cat.add_missing_columns()?;
+        Ok(cat)
+    }
+
+    /// Bring a database written by an older version up to the current columns.
+    fn add_missing_columns(&self) -> Result<()> {
+        let c = self.conn();
+        let have: Vec<String> = c
+            .prepare("SELECT name FROM pragma_table_info('blobs')")?
+            .query_map([], |r| r.get(0))?
+            .collect::<std::result::Result<_, _>>()?;
+        for (col, ty) in ADDED_COLUMNS {
+            if !have.iter().any(|h| h == col) {
+                c.execute_batch(&format!("ALTER TABLE blobs ADD COLUMN {col} {ty}"))?;
+            }
+        }
+        Ok(())
     }
 
     /// A throw-away in-memory catalogue.
@@ -68,6 +103,56 @@ impl Catalogue {
         }
     }
 
+    /// A committed blob with its location, chunk digests and corruption mark.
+    pub fn stored(&self, name: &str) -> Result<Option<StoredBlob>> {
+        let c = self.conn();
+        let mut st = c.prepare_cached(
+            "SELECT name, size, content_type, digest, created_ms, metadata, location, chunks,
+                    corrupt
+             FROM blobs WHERE name = ?1",
+        )?;
+        let row = st
+            .query_row([name], |r| {
+                Ok((blob_from_row(r), r.get::<_, String>(6)?, r.get(7)?, r.get(8)?))
+            })
+            .optional()?;
+        match row {
+            None => Ok(None),
+            Some((rec, location, chunks, corrupt)) => {
+                Ok(Some(StoredBlob { record: rec?, location, chunks, corrupt }))
+            }
+        }
+    }
+
+    /// Record the chunk digests of a blob committed without them, if it is still stored at
+    /// `location`.
+    pub fn set_chunks(&self, name: &str, location: &str, chunks: &[u8]) -> Result<()> {
+        self.conn().execute(
+            "UPDATE blobs SET chunks = ?3 WHERE name = ?1 AND location = ?2",
+            params![name, location, chunks],
+        )?;
+        Ok(())
+    }
+
+    /// Mark the blob stored at `location` corrupt (`Some(reason)`) or sound again (`None`).
+    /// Returns whether such a row existed.
+    pub fn set_corrupt(&self, name: &str, location: &str, reason: Option<&str>) -> Result<bool> {
+        let n = self.conn().execute(
+            "UPDATE blobs SET corrupt = ?3 WHERE name = ?1 AND location = ?2",
+            params![name, location, reason],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// (name, reason) of every blob marked corrupt.
+    pub fn corrupt(&self) -> Result<Vec<(String, String)>> {
+        let c = self.conn();
+        let mut st =
+            c.prepare("SELECT name, corrupt FROM blobs WHERE corrupt IS NOT NULL ORDER BY name")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
     /// Up to `limit` blobs whose names start with `prefix` and sort after `after`.
     pub fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         let c = self.conn();
@@ -84,9 +169,15 @@ impl Catalogue {
         Ok(out)
     }
 
-    /// Commit a blob (insert or replace) and drop its pending upload, in one transaction.
-    /// Returns the location of the blob it replaced, if any, for the store to delete.
-    pub fn commit_blob(&self, rec: &BlobRecord, location: &str) -> Result<Option<String>> {
+    /// Commit a blob (insert or replace) with its chunk digests (stored form) and drop its
+    /// pending upload, in one transaction. Returns the location of the blob it replaced, if
+    /// any, for the store to delete.
+    pub fn commit_blob(
+        &self,
+        rec: &BlobRecord,
+        location: &str,
+        chunks: &[u8],
+    ) -> Result<Option<String>> {
         let mut c = self.conn();
         let tx = c.transaction()?;
         let old: Option<String> = tx
@@ -94,8 +185,8 @@ impl Catalogue {
             .optional()?;
         tx.execute(
             "INSERT OR REPLACE INTO blobs
-             (name, location, size, content_type, digest, created_ms, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             (name, location, size, content_type, digest, created_ms, metadata, chunks, corrupt)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL)",
             params![
                 rec.name,
                 location,
@@ -103,7 +194,8 @@ impl Catalogue {
                 rec.content_type,
                 rec.digest,
                 rec.created_ms,
-                to_json(&rec.metadata)
+                to_json(&rec.metadata),
+                chunks
             ],
         )?;
         tx.execute("DELETE FROM uploads WHERE name = ?1", [&rec.name])?;
@@ -111,13 +203,20 @@ impl Catalogue {
         Ok(old)
     }
 
-    /// Remove a blob; returns its location if it existed.
+    /// Remove a blob; returns its location if it existed. The delete is committed (durable)
+    /// when this returns `Ok`: an explicit transaction, because a `DELETE … RETURNING` in
+    /// autocommit mode commits when the statement is reset, and an error there (a full disk)
+    /// would be lost after the row had already been returned.
     pub fn delete_blob(&self, name: &str) -> Result<Option<String>> {
-        let c = self.conn();
-        Ok(c.query_row("DELETE FROM blobs WHERE name = ?1 RETURNING location", [name], |r| {
-            r.get(0)
-        })
-        .optional()?)
+        self.delete_returning("DELETE FROM blobs WHERE name = ?1 RETURNING location", name)
+    }
+
+    fn delete_returning(&self, sql: &str, name: &str) -> Result<Option<String>> {
+        let mut c = self.conn();
+        let tx = c.transaction()?;
+        let loc = tx.query_row(sql, [name], |r| r.get(0)).optional()?;
+        tx.commit()?;
+        Ok(loc)
     }
 
     /// Every location referenced by a blob (for garbage collection of orphan files).
@@ -184,11 +283,7 @@ impl Catalogue {
 
     /// Forget a pending upload; returns its id if there was one.
     pub fn delete_upload(&self, name: &str) -> Result<Option<String>> {
-        let c = self.conn();
-        Ok(c.query_row("DELETE FROM uploads WHERE name = ?1 RETURNING upload_id", [name], |r| {
-            r.get(0)
-        })
-        .optional()?)
+        self.delete_returning("DELETE FROM uploads WHERE name = ?1 RETURNING upload_id", name)
     }
 }
 
@@ -250,11 +345,11 @@ mod tests {
         let path = dir.path().join("meta.db");
         {
             let c = Catalogue::open(&path).unwrap();
-            assert_eq!(c.commit_blob(&rec("a/1"), "f1").unwrap(), None);
-            assert_eq!(c.commit_blob(&rec("a/1"), "f2").unwrap(), Some("f1".into()));
-            c.commit_blob(&rec("a/2"), "f3").unwrap();
-            c.commit_blob(&rec("b/1"), "f4").unwrap();
-            c.commit_blob(&rec("a%"), "f5").unwrap();
+            assert_eq!(c.commit_blob(&rec("a/1"), "f1", b"").unwrap(), None);
+            assert_eq!(c.commit_blob(&rec("a/1"), "f2", b"").unwrap(), Some("f1".into()));
+            c.commit_blob(&rec("a/2"), "f3", b"").unwrap();
+            c.commit_blob(&rec("b/1"), "f4", b"").unwrap();
+            c.commit_blob(&rec("a%"), "f5", b"").unwrap();
         }
         let c = Catalogue::open(&path).unwrap();
         assert_eq!(c.blob("a/1").unwrap().unwrap(), (rec("a/1"), "f2".to_string()));
@@ -288,8 +383,37 @@ mod tests {
         assert_eq!(c.upload("x").unwrap().unwrap(), u);
         assert_eq!(c.uploads_created_before(1).unwrap(), [("x".to_string(), "u2".to_string())]);
         assert!(c.uploads_created_before(0).unwrap().is_empty());
-        c.commit_blob(&rec("x"), "loc").unwrap();
+        c.commit_blob(&rec("x"), "loc", b"").unwrap();
         assert!(c.upload("x").unwrap().is_none());
         assert!(c.upload_ids().unwrap().is_empty());
+    }
+
+    #[test]
+    fn older_databases_gain_chunks_and_corruption_marks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.db");
+        {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE blobs (name TEXT PRIMARY KEY NOT NULL, location TEXT NOT NULL,
+                 size INTEGER NOT NULL, content_type TEXT NOT NULL, digest TEXT NOT NULL,
+                 created_ms INTEGER NOT NULL, metadata TEXT NOT NULL);
+                 INSERT INTO blobs VALUES ('old', 'f0', 3, '', 'xxh3-128:00', 1, '{}');",
+            )
+            .unwrap();
+        }
+        let c = Catalogue::open(&path).unwrap();
+        let old = c.stored("old").unwrap().unwrap();
+        assert_eq!((old.chunks, old.corrupt), (None, None));
+        c.set_chunks("old", "f0", b"abcd").unwrap();
+        assert!(c.set_corrupt("old", "f0", Some("chunk 0 differs")).unwrap());
+        assert!(!c.set_corrupt("old", "elsewhere", None).unwrap(), "only at that location");
+        let old = c.stored("old").unwrap().unwrap();
+        assert_eq!(old.chunks.as_deref(), Some(&b"abcd"[..]));
+        assert_eq!(c.corrupt().unwrap(), [("old".to_string(), "chunk 0 differs".to_string())]);
+        c.commit_blob(&rec("old"), "f1", b"new").unwrap();
+        let new = c.stored("old").unwrap().unwrap();
+        assert_eq!((new.corrupt, new.chunks.as_deref()), (None, Some(&b"new"[..])));
+        assert!(c.corrupt().unwrap().is_empty(), "a replacement is not corrupt");
     }
 }

@@ -8,7 +8,7 @@ mod error;
 mod images;
 mod record;
 
-pub use catalogue::Catalogue;
+pub use catalogue::{Catalogue, StoredBlob};
 pub use error::MetaError;
 pub use images::{ImageEntry, ImageIndex, ImageQuery};
 pub use record::{BlobRecord, UploadRecord, now_ms};

@@ -1,30 +1,63 @@
-//! Control-plane authentication: a shared bearer token, compared in constant time. The data
-//! plane needs none of its own: its connections are admitted by one-time tokens that only an
-//! authenticated `Negotiate` hands out.
+//! Control-plane authentication: a shared bearer token, compared in constant time, with wrong
+//! tokens rate-limited per source address. The data plane needs none of its own: its
+//! connections are admitted by one-time tokens that only an authenticated `Negotiate` hands
+//! out.
+//!
+//! Each source address ([`crate::source`]) may present a burst of wrong tokens; after that
+//! one more per interval. While over that budget every call from the address is refused with
+//! `UNAVAILABLE` without looking at its token, so parallel guessing gains nothing: a guess that
+//! is not checked tells nothing.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use subtle::ConstantTimeEq;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
+use crate::config::ServerConfig;
+use crate::source::source_key;
+
 /// Checks `authorization: Bearer <token>` when a token is configured; lets everything through
 /// otherwise.
 #[derive(Clone)]
 pub(crate) struct Auth {
-    expected: Option<Vec<u8>>,
+    expected: Option<Arc<[u8]>>,
+    failures: Arc<Failures>,
 }
 
 impl Auth {
-    pub(crate) fn new(token: Option<&str>) -> Self {
-        Self { expected: token.map(|t| format!("Bearer {t}").into_bytes()) }
+    pub(crate) fn new(cfg: &ServerConfig) -> Self {
+        Self {
+            expected: cfg.auth_token.as_ref().map(|t| format!("Bearer {t}").into_bytes().into()),
+            failures: Arc::new(Failures::new(cfg.auth_failure_burst, cfg.auth_failure_interval)),
+        }
     }
 }
 
 impl Interceptor for Auth {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
         let Some(expected) = &self.expected else { return Ok(req) };
+        let source = req.remote_addr().map(|a| source_key(a.ip()));
+        let now = Instant::now();
+        if let Some(src) = source
+            && let Some(wait) = self.failures.refused(src, now)
+        {
+            return Err(Status::unavailable(format!(
+                "too many wrong tokens from {src}; calls from there are refused for {} s",
+                wait.as_secs_f64().ceil() as u64
+            )));
+        }
         match req.metadata().get("authorization") {
             Some(v) if bool::from(v.as_bytes().ct_eq(expected)) => Ok(req),
-            Some(_) => Err(Status::unauthenticated("wrong credentials")),
+            Some(_) => {
+                if let Some(src) = source {
+                    self.failures.record(src, now);
+                }
+                Err(Status::unauthenticated("wrong credentials"))
+            }
             None => Err(Status::unauthenticated(
                 "this server requires a token (BLOBSTREAM_AUTH_TOKEN or --auth-token-file)",
             )),
@@ -32,27 +65,118 @@ impl Interceptor for Auth {
     }
 }
 
+/// Wrong-token counts per source, as a generic cell rate algorithm: each failure moves the
+/// source's "theoretical arrival time" one interval on; a source is refused while that time
+/// lies more than `burst - 1` intervals ahead.
+struct Failures {
+    interval: Duration,
+    /// How far ahead the arrival time may lie before calls are refused.
+    slack: Duration,
+    ahead: Mutex<HashMap<IpAddr, Instant>>,
+}
+
+/// Sources remembered at most; beyond it those whose failures have all been forgiven go first.
+const MAX_SOURCES: usize = 100_000;
+
+impl Failures {
+    fn new(burst: u32, interval: Duration) -> Self {
+        Self {
+            interval,
+            slack: interval.saturating_mul(burst.max(1) - 1),
+            ahead: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `Some(wait)` while `src` is over its budget.
+    fn refused(&self, src: IpAddr, now: Instant) -> Option<Duration> {
+        let ahead = *self.ahead.lock().unwrap().get(&src)?;
+        let over = ahead.checked_duration_since(now.checked_add(self.slack)?)?;
+        (!over.is_zero()).then_some(over)
+    }
+
+    fn record(&self, src: IpAddr, now: Instant) {
+        let mut map = self.ahead.lock().unwrap();
+        if map.len() >= MAX_SOURCES && !map.contains_key(&src) {
+            map.retain(|_, t| *t > now);
+            if map.len() >= MAX_SOURCES {
+                // Still full of active guessers: forget the one closest to being forgiven.
+                let first = map.iter().min_by_key(|(_, t)| **t).map(|(ip, _)| *ip);
+                first.map(|ip| map.remove(&ip));
+            }
+        }
+        let t = map.entry(src).or_insert(now);
+        *t = (*t).max(now).checked_add(self.interval).unwrap_or(*t);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use tonic::transport::server::TcpConnectInfo;
 
-    fn with(v: Option<&str>) -> Request<()> {
+    fn with(v: Option<&str>, from: &str) -> Request<()> {
         let mut r = Request::new(());
         if let Some(v) = v {
             r.metadata_mut().insert("authorization", v.parse().unwrap());
         }
+        let remote_addr = Some(SocketAddr::new(from.parse().unwrap(), 40000));
+        r.extensions_mut().insert(TcpConnectInfo { local_addr: None, remote_addr });
         r
+    }
+
+    fn auth(token: Option<&str>, burst: u32, interval: Duration) -> Auth {
+        Auth::new(&ServerConfig {
+            auth_token: token.map(str::to_string),
+            auth_failure_burst: burst,
+            auth_failure_interval: interval,
+            ..ServerConfig::ephemeral()
+        })
     }
 
     #[test]
     fn tokens_are_checked_only_when_configured() {
-        assert!(Auth::new(None).call(with(None)).is_ok());
-        let mut a = Auth::new(Some("s3cret"));
-        assert!(a.call(with(Some("Bearer s3cret"))).is_ok());
-        assert_eq!(
-            a.call(with(Some("Bearer s3creT"))).unwrap_err().code(),
-            tonic::Code::Unauthenticated
-        );
-        assert_eq!(a.call(with(None)).unwrap_err().code(), tonic::Code::Unauthenticated);
+        let code = |r: Result<Request<()>, Status>| r.map(drop).map_err(|s| s.code());
+        assert!(auth(None, 10, Duration::from_secs(1)).call(with(None, "10.0.0.1")).is_ok());
+        let mut a = auth(Some("s3cret"), 10, Duration::from_secs(1));
+        assert!(a.call(with(Some("Bearer s3cret"), "10.0.0.1")).is_ok());
+        let wrong = a.call(with(Some("Bearer s3creT"), "10.0.0.1"));
+        assert_eq!(code(wrong), Err(tonic::Code::Unauthenticated));
+        assert_eq!(code(a.call(with(None, "10.0.0.1"))), Err(tonic::Code::Unauthenticated));
+    }
+
+    #[test]
+    fn a_burst_of_wrong_tokens_shuts_out_that_address_only() {
+        // An interval no test run outlasts: nothing is forgiven while the test runs.
+        let mut a = auth(Some("s3cret"), 3, Duration::from_secs(3600));
+        let code = |r: Result<Request<()>, Status>| r.map(drop).map_err(|s| s.code());
+        for guess in ["a", "b", "c"] {
+            let r = a.call(with(Some(&format!("Bearer {guess}")), "10.0.0.1"));
+            assert_eq!(code(r), Err(tonic::Code::Unauthenticated));
+        }
+        // Over the budget: refused unchecked, even the right token (a guess gains nothing).
+        let r = a.call(with(Some("Bearer d"), "10.0.0.1"));
+        let refused = r.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unavailable);
+        assert!(refused.message().contains("too many wrong tokens"), "{}", refused.message());
+        let r = a.call(with(Some("Bearer s3cret"), "10.0.0.1"));
+        assert_eq!(code(r), Err(tonic::Code::Unavailable));
+        // Another address, and another host's /64, are unaffected.
+        assert!(a.call(with(Some("Bearer s3cret"), "10.0.0.2")).is_ok());
+        assert!(a.call(with(Some("Bearer s3cret"), "2001:db8::1")).is_ok());
+    }
+
+    #[test]
+    fn failures_are_forgiven_one_interval_at_a_time() {
+        let f = Failures::new(2, Duration::from_secs(10));
+        let (ip, t0) = ("10.0.0.1".parse().unwrap(), Instant::now());
+        f.record(ip, t0);
+        assert_eq!(f.refused(ip, t0), None);
+        f.record(ip, t0);
+        assert_eq!(f.refused(ip, t0), Some(Duration::from_secs(10)));
+        assert_eq!(f.refused(ip, t0 + Duration::from_secs(4)), Some(Duration::from_secs(6)));
+        assert_eq!(f.refused(ip, t0 + Duration::from_secs(10)), None);
+        f.record(ip, t0 + Duration::from_secs(10));
+        assert!(f.refused(ip, t0 + Duration::from_secs(10)).is_some());
     }
 }

@@ -39,6 +39,15 @@ impl BackgroundServer {
         self.shutdown();
     }
 
+    /// Stop accepting, wait up to `grace` for running data transfers (see [`Server::drain`]),
+    /// then drop the runtime. Returns how many transfers were still running.
+    pub fn drain(mut self, grace: std::time::Duration) -> usize {
+        let (Some(rt), Some(server)) = (self.rt.take(), self.server.take()) else { return 0 };
+        let left = rt.block_on(server.drain(grace));
+        rt.shutdown_background();
+        left
+    }
+
     fn shutdown(&mut self) {
         if let (Some(rt), Some(server)) = (self.rt.take(), self.server.take()) {
             rt.block_on(server.shutdown());

@@ -19,12 +19,31 @@ pub struct ServerConfig {
     pub token_ttl: Duration,
     /// Longest wait for a peer on one read or write of the data plane.
     pub io_timeout: Duration,
-    /// A new data connection must present its token within this time, however slowly it
-    /// sends.
+    /// A new data connection must present its token (TLS handshake included) within this
+    /// time, however slowly it sends.
     pub hello_timeout: Duration,
-    /// Most concurrent data transfers, and separately most connections still to present a
-    /// token; further ones are refused with a BUSY error frame.
+    /// [`ServerConfig::hello_timeout`] for connections that arrive while more than half of
+    /// either limit on waiting connections is in use.
+    pub hello_timeout_under_pressure: Duration,
+    /// Most data connections still to present their token, from all addresses together.
+    /// They are cheap (a socket and a small task each); at the limit the oldest is evicted to
+    /// make room, never the new one.
+    pub max_unauthenticated: usize,
+    /// Most data connections still to present their token from one source address (an IPv6
+    /// /64 counts as one); at the limit the oldest from that address is evicted.
+    pub max_unauthenticated_per_ip: usize,
+    /// Most concurrent data transfers (connections whose token was accepted); further ones
+    /// are told BUSY, which clients retry.
     pub max_connections: usize,
+    /// Largest upload of unknown size: a DATA frame reaching past it is refused (OutOfRange).
+    pub max_unsized_upload: u64,
+    /// Wrong bearer tokens one source address may present in a burst on the control plane...
+    pub auth_failure_burst: u32,
+    /// ...after which it may try one more per this interval; meanwhile its calls are refused
+    /// with UNAVAILABLE, whatever token they carry.
+    pub auth_failure_interval: Duration,
+    /// When set, a background pass re-reads and checks every blob on this schedule.
+    pub scrub: Option<crate::ScrubSchedule>,
     /// Chunk size used when a client proposes none.
     pub default_chunk: u32,
     /// Largest socket buffer a client may ask for.
@@ -44,7 +63,14 @@ impl Default for ServerConfig {
             token_ttl: Duration::from_secs(60),
             io_timeout: Duration::from_secs(30),
             hello_timeout: Duration::from_secs(10),
+            hello_timeout_under_pressure: Duration::from_secs(2),
+            max_unauthenticated: 4096,
+            max_unauthenticated_per_ip: 64,
             max_connections: 256,
+            max_unsized_upload: 1 << 40,
+            auth_failure_burst: 10,
+            auth_failure_interval: Duration::from_secs(2),
+            scrub: None,
             default_chunk: 4 << 20,
             max_socket_buffer: 64 << 20,
             auth_token: None,

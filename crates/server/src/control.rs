@@ -102,8 +102,47 @@ fn pick_digest(wanted: &[String]) -> Result<DigestAlgo, Status> {
     })
 }
 
+/// The scrub RPC's reply stream.
+type ScrubStream = tokio_stream::wrappers::ReceiverStream<Result<pb::ScrubEvent, Status>>;
+
+/// One scrubbed blob as the RPC reports it.
+fn scrub_event(name: &str, size: u64, res: &Result<(), StoreError>) -> pb::ScrubEvent {
+    use pb::scrub_event::Outcome;
+    let (outcome, error) = match res {
+        Ok(()) => (Outcome::Ok, String::new()),
+        Err(StoreError::Corrupt { reason, .. }) => (Outcome::Corrupt, reason.clone()),
+        Err(e) => (Outcome::Failed, e.to_string()),
+    };
+    pb::ScrubEvent { name: name.to_string(), size, outcome: outcome as i32, error }
+}
+
 #[tonic::async_trait]
 impl pb::blob_store_server::BlobStore for ControlService {
+    type ScrubStream = ScrubStream;
+
+    async fn scrub(
+        &self,
+        req: Request<pb::ScrubRequest>,
+    ) -> Result<Response<Self::ScrubStream>, Status> {
+        let r = req.into_inner();
+        let opts = bs_store::ScrubOptions {
+            prefix: r.prefix,
+            rate: (r.rate_bytes_per_sec > 0).then_some(r.rate_bytes_per_sec),
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let done = bs_store::scrub(&*store, &opts, |rec, res| {
+                // A client that went away stops the scrub.
+                tx.blocking_send(Ok(scrub_event(&rec.name, rec.size, res))).is_ok()
+            });
+            if let Err(e) = done {
+                let _ = tx.blocking_send(Err(store_status(&e)));
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
     async fn route(
         &self,
         req: Request<pb::RouteRequest>,

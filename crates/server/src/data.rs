@@ -1,5 +1,5 @@
-//! The data plane: accepts TCP connections, redeems the one-time token in the first frame,
-//! then runs the granted push or pull on a thread of its own.
+//! The data plane's transfers: once [`crate::accept`] has redeemed a connection's one-time
+//! token, the granted push or pull runs here, on a thread of its own.
 //!
 //! Any failure is answered with an `ERROR` frame naming the reason (best effort: the peer may
 //! be gone) and closes only that connection. A push whose digest does not match is rolled back
@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bs_store::{BlobSource, Store, StoreError};
+use bs_store::{Store, StoreError};
 use bs_transport::{Conn, FileSource, TransportError};
 use bs_wire::{BufferPool, Digest, ErrorCode, Frame};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::ServerConfig;
 use crate::status::store_code;
@@ -20,76 +20,40 @@ use crate::tokens::{Direction, Grant, TokenTable};
 /// State shared by every data connection.
 pub(crate) struct Shared {
     store: Arc<dyn Store>,
-    tokens: Arc<TokenTable>,
-    /// Connections that have not presented a token yet.
-    greeting: Arc<Semaphore>,
+    pub(crate) tokens: Arc<TokenTable>,
     /// Transfers admitted by a token.
-    slots: Arc<Semaphore>,
+    pub(crate) slots: Arc<Semaphore>,
+    /// Permits `slots` was created with.
+    slot_count: u32,
     io_timeout: Duration,
-    hello_timeout: Duration,
+    max_unsized_upload: u64,
     pool: BufferPool,
-    tls: Option<bs_transport::TlsServer>,
 }
 
 impl Shared {
     pub(crate) fn new(store: Arc<dyn Store>, tokens: Arc<TokenTable>, cfg: &ServerConfig) -> Self {
+        let slot_count = u32::try_from(cfg.max_connections).unwrap_or(u32::MAX);
         Self {
             store,
             tokens,
-            greeting: Arc::new(Semaphore::new(cfg.max_connections)),
-            slots: Arc::new(Semaphore::new(cfg.max_connections)),
+            slots: Arc::new(Semaphore::new(slot_count as usize)),
+            slot_count,
             io_timeout: cfg.io_timeout,
-            hello_timeout: cfg.hello_timeout,
+            max_unsized_upload: cfg.max_unsized_upload,
             pool: BufferPool::new(1 << 20, 64),
-            tls: cfg.tls.clone(),
         }
     }
-}
 
-/// Accept data connections until shutdown.
-pub(crate) async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shutdown.wait_for(|s| *s) => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "data plane accept failed");
-                continue;
+    /// Wait up to `grace` for the running transfers to end, admitting no new ones; returns
+    /// how many were still running when the time ran out.
+    pub(crate) async fn drain(&self, grace: Duration) -> usize {
+        match tokio::time::timeout(grace, self.slots.acquire_many(self.slot_count)).await {
+            Ok(Ok(all)) => {
+                all.forget();
+                0
             }
-        };
-        let stream = match stream.into_std().and_then(|s| s.set_nonblocking(false).map(|_| s)) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, %peer, "cannot hand data connection to a thread");
-                continue;
-            }
-        };
-        let permit = shared.greeting.clone().try_acquire_owned();
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = match &shared.tls {
-                None => Conn::new(stream),
-                Some(tls) => match Conn::tls_server(stream, tls) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, %peer, "cannot start TLS");
-                        return;
-                    }
-                },
-            };
-            if permit.is_err() {
-                let _ = conn.write_frame(&busy());
-                return;
-            }
-            handle(&shared, &mut conn, permit.ok());
-        });
+            _ => (self.slot_count as usize).saturating_sub(self.slots.available_permits()),
+        }
     }
 }
 
@@ -119,44 +83,21 @@ impl From<StoreError> for Failure {
     }
 }
 
-fn busy() -> Frame {
-    Frame::Error {
-        code: ErrorCode::Busy,
-        message: "server is at its data connection limit; retry later".into(),
-    }
-}
-
 fn fail(code: ErrorCode, message: impl Into<String>) -> Failure {
     Failure { code, message: message.into(), peer_gone: false }
 }
 
-fn handle(shared: &Shared, conn: &mut Conn, greeting: Option<OwnedSemaphorePermit>) {
+/// Run the transfer `grant` allows on `conn`, holding `slot` until it ends. Blocks: call it on
+/// a thread of its own.
+pub(crate) fn transfer(shared: &Shared, mut conn: Conn, grant: Grant, slot: OwnedSemaphorePermit) {
     let peer = conn.peer_addr();
     let res = (|| -> Result<(), Failure> {
-        let token = match conn.read_frame_within(shared.hello_timeout)? {
-            Frame::Hello { token } => token,
-            other => {
-                return Err(fail(ErrorCode::BadFrame, format!("expected HELLO, got {other:?}")));
-            }
-        };
-        let grant = shared.tokens.redeem(&token).map_err(|code| {
-            let why = match code {
-                ErrorCode::TokenExpired => "token expired; negotiate again",
-                ErrorCode::TokenReused => "token already used; negotiate again",
-                _ => "unknown token",
-            };
-            fail(code, why)
-        })?;
-        drop(greeting);
-        let _slot = shared.slots.clone().try_acquire_owned().map_err(|_| {
-            fail(ErrorCode::Busy, "server is at its data transfer limit; retry later")
-        })?;
         let mut socket = grant.socket;
         socket.io_timeout = Some(shared.io_timeout);
         socket.apply(conn.stream()).map_err(TransportError::from)?;
         match grant.direction {
-            Direction::Push => push(shared, conn, &grant),
-            Direction::Pull => pull(shared, conn, &grant),
+            Direction::Push => push(shared, &mut conn, &grant),
+            Direction::Pull => pull(shared, &mut conn, &grant),
         }
     })();
     if let Err(f) = res {
@@ -166,6 +107,7 @@ fn handle(shared: &Shared, conn: &mut Conn, greeting: Option<OwnedSemaphorePermi
             conn.shutdown_write();
         }
     }
+    drop(slot);
 }
 
 fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
@@ -173,11 +115,28 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
     if g.offset > sink.received() {
         return Err(StoreError::Gap { offset: g.offset, received: sink.received() }.into());
     }
+    // Admitted: say so (with the bytes the upload holds) before the client sends anything,
+    // so a refusal up to here reaches it while it can still simply try again.
+    conn.write_frame(&Frame::Ack { received: sink.received(), committed: None })?;
     let end = g.offset.saturating_add(g.length);
     let mut hasher = g.algo.hasher();
     let mut pos = g.offset;
     loop {
         match conn.read_frame()? {
+            Frame::Data { offset, len }
+                if sink.size().is_none()
+                    && offset.checked_add(len).is_none_or(|e| e > shared.max_unsized_upload) =>
+            {
+                sink.truncate(g.offset)?;
+                return Err(fail(
+                    ErrorCode::OutOfRange,
+                    format!(
+                        "DATA {offset}+{len} would take an upload of unknown size past this \
+                         server's limit of {} bytes; declare the size when routing",
+                        shared.max_unsized_upload
+                    ),
+                ));
+            }
             Frame::Data { offset, len } => {
                 let past_size = sink.size().is_some_and(|s| offset.saturating_add(len) > s);
                 if offset != pos || offset.checked_add(len).is_none_or(|e| e > end) || past_size {
@@ -288,16 +247,24 @@ fn pull(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
         .flatten()
         .filter(|d| d.algo == g.algo);
     let mut hasher = g.algo.hasher();
-    let h = if stored.is_some() { None } else { Some(&mut hasher) };
-    match &src {
-        BlobSource::File { file, .. } => {
-            let fsrc = FileSource { file, offset: g.offset, len: g.length };
-            conn.send_data_file(g.offset, fsrc, h, &shared.pool)?;
+    // One DATA frame per stored chunk, each verified against its chunk digest just before it
+    // goes out: a corrupt chunk is never sent, and the ERROR frame in its place tells the
+    // client why the stream stopped.
+    let chunk = src.chunks().chunk_size();
+    let (mut pos, end) = (g.offset, g.offset + g.length);
+    while pos < end {
+        let stop = ((pos / chunk + 1) * chunk).min(end);
+        src.verify(pos, stop - pos)?;
+        let h = if stored.is_some() { None } else { Some(&mut hasher) };
+        match src.file_handle() {
+            // sendfile moves the page-cache bytes just verified, with no copy.
+            Some(file) if h.is_none() && !conn.is_tls() => {
+                let fsrc = FileSource { file, offset: pos, len: stop - pos };
+                conn.send_data_file(pos, fsrc, None, &shared.pool)?;
+            }
+            _ => conn.send_data_slice(pos, &src.bytes(pos, stop - pos)?, h)?,
         }
-        BlobSource::Memory { bytes, .. } => {
-            let range = g.offset as usize..(g.offset + g.length) as usize;
-            conn.send_data_slice(g.offset, &bytes[range], h)?;
-        }
+        pos = stop;
     }
     let digest = stored.unwrap_or_else(|| hasher.finish());
     conn.write_frame(&Frame::Sum { total: g.length, final_: true, digest })?;

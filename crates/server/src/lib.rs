@@ -4,12 +4,16 @@
 //! Start one with [`Server::start`]; both listeners are bound before it returns, so the
 //! addresses it reports are ready to use (tests bind port 0 and never sleep).
 
+mod accept;
 mod auth;
 mod background;
 mod config;
 mod control;
 mod data;
 mod error;
+mod greeting;
+mod scrubber;
+mod source;
 mod status;
 mod tokens;
 
@@ -17,11 +21,13 @@ pub use background::BackgroundServer;
 pub use bs_transport::TlsServer;
 pub use config::ServerConfig;
 pub use error::ServerError;
+pub use scrubber::ScrubSchedule;
 pub use status::store_status;
 pub use tokens::{Direction, Grant, TokenTable};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bs_proto::blob_store_server::BlobStoreServer;
 use bs_store::Store;
@@ -34,6 +40,7 @@ pub struct Server {
     data_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    data: Arc<data::Shared>,
 }
 
 impl Server {
@@ -52,9 +59,12 @@ impl Server {
         let tokens = Arc::new(TokenTable::new(cfg.token_ttl));
         let shared = Arc::new(data::Shared::new(store.clone(), tokens.clone(), &cfg));
 
+        let mut tasks = Vec::new();
+        if let Some(schedule) = cfg.scrub {
+            tasks.push(tokio::spawn(scrubber::run(store.clone(), schedule, rx.clone())));
+        }
         let svc = control::ControlService::new(store, tokens, data_addr, cfg.clone());
-        let svc =
-            BlobStoreServer::with_interceptor(svc, auth::Auth::new(cfg.auth_token.as_deref()));
+        let svc = BlobStoreServer::with_interceptor(svc, auth::Auth::new(&cfg));
         let mut rx1 = rx.clone();
         // `serve_with_incoming` ignores the builder's nodelay setting: set it per connection,
         // so small control replies are never held back by Nagle's algorithm.
@@ -81,9 +91,11 @@ impl Server {
                 tracing::error!(error = %e, "control plane stopped");
             }
         });
-        let data_task = tokio::spawn(data::accept_loop(data, shared, rx));
+        let door = accept::FrontDoor::new(shared.clone(), &cfg);
+        let data_task = tokio::spawn(accept::accept_loop(data, door, rx));
         tracing::info!(%control_addr, %data_addr, "blobstream server listening");
-        Ok(Self { control_addr, data_addr, shutdown, tasks: vec![grpc, data_task] })
+        tasks.extend([grpc, data_task]);
+        Ok(Self { control_addr, data_addr, shutdown, tasks, data: shared })
     }
 
     /// Address of the gRPC control plane.
@@ -103,5 +115,15 @@ impl Server {
         for t in self.tasks {
             let _ = t.await;
         }
+    }
+
+    /// Stop accepting on both planes, then wait up to `grace` for the data transfers already
+    /// running to finish (no new one starts). Returns how many were still running when the
+    /// time ran out (0: all finished).
+    pub async fn drain(self, grace: Duration) -> usize {
+        let data = self.data.clone();
+        let stopped = tokio::time::Instant::now() + grace;
+        let _ = tokio::time::timeout(grace, self.shutdown()).await;
+        data.drain(stopped.saturating_duration_since(tokio::time::Instant::now())).await
     }
 }

@@ -33,6 +33,7 @@ pub fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::Incomplete { .. } => ErrorCode::Incomplete,
         StoreError::Busy(_) => ErrorCode::Busy,
         StoreError::StorageFull(_) => ErrorCode::StorageFull,
+        StoreError::Corrupt { .. } => ErrorCode::Corrupt,
         _ => ErrorCode::Internal,
     }
 }

@@ -9,7 +9,8 @@ use bs_meta::BlobRecord;
 use bs_wire::{Digest, DigestAlgo};
 
 use crate::error::StoreError;
-use crate::store::{BlobSource, RouteSpec, Routed, Store, UploadSink};
+use crate::source::BlobSource;
+use crate::store::{RouteSpec, Routed, Store, UploadSink};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -54,6 +55,9 @@ impl<S: Store> Store for FaultyStore<S> {
     }
     fn open_read(&self, name: &str) -> Result<BlobSource> {
         self.inner.open_read(name)
+    }
+    fn scrub_blob(&self, name: &str) -> Result<()> {
+        self.inner.scrub_blob(name)
     }
 }
 

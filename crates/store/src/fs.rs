@@ -12,13 +12,14 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use bs_meta::{BlobRecord, Catalogue, UploadRecord, now_ms};
-use bs_wire::{Digest, DigestAlgo};
+use bs_meta::{BlobRecord, Catalogue, StoredBlob, UploadRecord, now_ms};
+use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 
 use crate::error::StoreError;
 use crate::name::validate_name;
+use crate::source::{BlobSource, CorruptionMarker};
 use crate::store::{
-    BlobSource, RouteSpec, Routed, Store, UploadSink, check_complete, check_write,
+    RouteSpec, Routed, Store, UploadSink, check_complete, check_write, digest_and_chunks,
     digest_file_range,
 };
 
@@ -196,9 +197,14 @@ impl Store for FsStore {
         if let Some(id) = &upload {
             let _ = fs::remove_file(i.staging_path(id));
         }
+        // The catalogue first: once the row is gone the blob is gone, whatever happens to
+        // the file. A file that cannot be removed now (or a crash right here) is only an
+        // unreferenced file, which the next start removes.
         match i.cat.delete_blob(name)? {
             Some(loc) => {
-                fs::remove_file(i.blob_path(&loc))?;
+                if let Err(e) = fs::remove_file(i.blob_path(&loc)) {
+                    tracing::warn!(%name, error = %e, "blob deleted; its file stays until restart");
+                }
                 Ok(())
             }
             None if upload.is_some() => Ok(()),
@@ -250,11 +256,13 @@ impl Store for FsStore {
         let claim = Claim::take(i, name)?;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         claim.keep(); // from here on the sink releases it when dropped
-        let mut sink = FsUpload { store: self.inner.clone(), rec, file: None, received: 0 };
+        let mut sink =
+            FsUpload { store: self.inner.clone(), rec, file: None, received: 0, chunks: None };
         let path = i.staging_path(&sink.rec.upload_id);
         let file = OpenOptions::new().write(true).read(true).open(path);
         let file = file.map_err(|e| not_found_as(e, name))?;
         sink.received = file.metadata()?.len();
+        sink.chunks = (sink.received == 0).then(ChunkHasher::new);
         sink.file = Some(file);
         Ok(Box::new(sink))
     }
@@ -271,18 +279,87 @@ impl Store for FsStore {
 
     fn open_read(&self, name: &str) -> Result<BlobSource> {
         validate_name(name)?;
-        let i = &self.inner;
-        let (record, loc) =
-            i.cat.blob(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
-        let file = File::open(i.blob_path(&loc)).map_err(|e| not_found_as(e, name))?;
-        let len = file.metadata()?.len();
-        if len != record.size {
+        let stored = self.stored(name)?;
+        if let Some(reason) = &stored.corrupt {
             return Err(StoreError::Corrupt {
                 name: name.to_string(),
-                reason: format!("file holds {len} bytes, catalogue says {}", record.size),
+                reason: format!("marked corrupt ({reason}); restore or delete it"),
             });
         }
-        Ok(BlobSource::File { file, record })
+        self.open_stored(stored)
+    }
+
+    fn scrub_blob(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let stored = self.stored(name)?;
+        let (marked, loc) = (stored.corrupt.is_some(), stored.location.clone());
+        self.open_stored(stored)?.verify_all()?;
+        if marked {
+            tracing::info!(%name, "blob marked corrupt reads back whole again: mark cleared");
+            self.inner.cat.set_corrupt(name, &loc, None)?;
+        }
+        Ok(())
+    }
+}
+
+impl FsStore {
+    fn stored(&self, name: &str) -> Result<StoredBlob> {
+        self.inner.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))
+    }
+
+    /// Open a catalogue row's file for verified reading.
+    fn open_stored(&self, s: StoredBlob) -> Result<BlobSource> {
+        let i = &self.inner;
+        let name = s.record.name.clone();
+        let file = File::open(i.blob_path(&s.location)).map_err(|e| not_found_as(e, &name))?;
+        let marker = self.marker(&name, &s.location);
+        let chunks = match &s.chunks {
+            Some(c) => ChunkDigests::decode(c, s.record.size).map_err(|e| StoreError::Corrupt {
+                name: name.clone(),
+                reason: format!("catalogue: {e}"),
+            })?,
+            None => self.backfill_chunks(&s, &file, &marker)?,
+        };
+        BlobSource::file(s.record, file, chunks, Some(marker))
+    }
+
+    /// Chunk digests for a blob committed before they existed: computed from the file in one
+    /// pass that also checks the whole-blob digest, then kept.
+    fn backfill_chunks(
+        &self,
+        s: &StoredBlob,
+        file: &File,
+        marker: &CorruptionMarker,
+    ) -> Result<ChunkDigests> {
+        let name = &s.record.name;
+        let len = file.metadata()?.len();
+        if len != s.record.size {
+            return Err(StoreError::Corrupt {
+                name: name.clone(),
+                reason: format!("file holds {len} bytes, catalogue says {}", s.record.size),
+            });
+        }
+        let algo = s.record.digest.parse::<Digest>().map(|d| d.algo).unwrap_or(self.inner.algo);
+        let (whole, chunks) = digest_and_chunks(file, len, algo).map_err(StoreError::from)?;
+        if whole.to_string() != s.record.digest {
+            let reason =
+                format!("whole-blob digest is {whole}, catalogue says {}", s.record.digest);
+            crate::source::count_corruption(name, &reason);
+            marker(&reason);
+            return Err(StoreError::Corrupt { name: name.clone(), reason });
+        }
+        self.inner.cat.set_chunks(name, &s.location, &chunks.encode())?;
+        Ok(chunks)
+    }
+
+    /// What a reader calls when it finds `name` (stored at `location`) corrupt.
+    fn marker(&self, name: &str, location: &str) -> CorruptionMarker {
+        let (inner, name, loc) = (self.inner.clone(), name.to_string(), location.to_string());
+        Arc::new(move |reason: &str| {
+            if let Err(e) = inner.cat.set_corrupt(&name, &loc, Some(reason)) {
+                tracing::error!(blob = %name, error = %e, "cannot mark blob corrupt");
+            }
+        })
     }
 }
 
@@ -292,6 +369,9 @@ struct FsUpload {
     rec: UploadRecord,
     file: Option<File>,
     received: u64,
+    /// Chunk digests of the bytes written so far, while they were written in order from 0;
+    /// `None` once a write or truncation broke that (then commit reads the file once).
+    chunks: Option<ChunkHasher>,
 }
 
 impl Drop for FsUpload {
@@ -314,6 +394,10 @@ impl UploadSink for FsUpload {
         let file = self.file.as_ref().expect("open until commit");
         file.write_all_at(data, offset)?;
         self.received = self.received.max(offset + data.len() as u64);
+        match &mut self.chunks {
+            Some(c) if c.len() == offset => c.update(data),
+            _ => self.chunks = None,
+        }
         Ok(())
     }
 
@@ -321,6 +405,7 @@ impl UploadSink for FsUpload {
         if len < self.received {
             self.file.as_ref().expect("open until commit").set_len(len)?;
             self.received = len;
+            self.chunks = None;
         }
         Ok(())
     }
@@ -333,9 +418,19 @@ impl UploadSink for FsUpload {
             return Err(StoreError::AlreadyExists(name));
         }
         let file = self.file.take().expect("open until commit");
-        let digest = match whole {
-            Some(d) if d.algo == i.algo => d,
-            _ => digest_file_range(&file, 0, self.received, i.algo)?,
+        let tracked = self.chunks.take().filter(|c| c.len() == self.received);
+        let (digest, chunks) = match (whole, tracked) {
+            (Some(d), Some(c)) if d.algo == i.algo => (d, c.finish()),
+            (given, _) => {
+                let (d, c) = digest_and_chunks(&file, self.received, i.algo)?;
+                if let Some(g) = given.filter(|g| g.algo == i.algo && *g != d) {
+                    return Err(StoreError::Corrupt {
+                        name,
+                        reason: format!("staged bytes read back as {d}, {g} was written"),
+                    });
+                }
+                (d, c)
+            }
         };
         file.sync_all()?;
         drop(file);
@@ -356,7 +451,7 @@ impl UploadSink for FsUpload {
             created_ms: now_ms(),
             metadata: self.rec.metadata.clone(),
         };
-        match i.cat.commit_blob(&record, &id) {
+        match i.cat.commit_blob(&record, &id, &chunks.encode()) {
             Ok(Some(old)) => {
                 let _ = fs::remove_file(i.blob_path(&old));
             }

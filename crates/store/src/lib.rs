@@ -1,7 +1,8 @@
 //! Where blobs live: the [`Store`] trait and its two implementations — [`FsStore`] (the
 //! default: files under a data directory with atomic commits and an SQLite catalogue) and
 //! [`MemStore`] (for tests and caches) — plus [`FaultyStore`], a wrapper that injects disk
-//! faults so error paths can be tested against real stores.
+//! faults so error paths can be tested against real stores. Every read goes through
+//! [`BlobSource`], which verifies each chunk before handing it on; [`scrub`] re-reads them all.
 
 mod error;
 mod faulty;
@@ -9,6 +10,8 @@ mod fs;
 mod media;
 mod mem;
 mod name;
+mod scrub;
+mod source;
 mod store;
 mod whole;
 
@@ -19,5 +22,7 @@ pub use fs::{FsStore, PENDING_TTL};
 pub use media::{content_type_of_extension, guess_content_type};
 pub use mem::MemStore;
 pub use name::{MAX_NAME_LEN, validate_name};
-pub use store::{BlobSource, RouteSpec, Routed, Store, UploadSink, digest_file_range};
+pub use scrub::{ScrubOptions, ScrubReport, scrub};
+pub use source::{BlobSource, CorruptionMarker, Pieces, corruption_found};
+pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range};
 pub use whole::put_bytes;

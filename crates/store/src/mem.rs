@@ -6,12 +6,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bs_meta::{BlobRecord, UploadRecord, now_ms};
-use bs_wire::{Digest, DigestAlgo};
+use bs_wire::{ChunkDigests, Digest, DigestAlgo};
 use bytes::Bytes;
 
 use crate::error::StoreError;
 use crate::name::validate_name;
-use crate::store::{BlobSource, RouteSpec, Routed, Store, UploadSink, check_complete, check_write};
+use crate::source::{BlobSource, CorruptionMarker};
+use crate::store::{RouteSpec, Routed, Store, UploadSink, check_complete, check_write};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -23,9 +24,19 @@ pub struct MemStore {
 
 #[derive(Default)]
 struct Inner {
-    blobs: RwLock<BTreeMap<String, (Bytes, BlobRecord)>>,
+    blobs: RwLock<BTreeMap<String, MemBlob>>,
     uploads: Mutex<HashMap<String, Pending>>,
     capacity: Option<u64>,
+}
+
+/// A committed blob: its bytes, record, chunk digests, and why it is corrupt, if it is.
+struct MemBlob {
+    bytes: Bytes,
+    record: BlobRecord,
+    chunks: ChunkDigests,
+    /// Set by a reader that found a bad chunk; `id` tells this blob from a replacement.
+    corrupt: Option<String>,
+    id: String,
 }
 
 struct Pending {
@@ -73,11 +84,28 @@ impl MemStore {
     pub fn with_capacity(bytes: u64) -> Self {
         Self { inner: Arc::new(Inner { capacity: Some(bytes), ..Inner::default() }) }
     }
+
+    /// Fault injection for tests: flip the bits of `mask` in byte `offset` of the committed
+    /// blob `name`, keeping its digests, as memory corruption would.
+    pub fn damage(&self, name: &str, offset: u64, mask: u8) -> Result<()> {
+        let mut blobs = self.inner.blobs.write().unwrap();
+        let b = blobs.get_mut(name).ok_or_else(|| StoreError::NotFound(name.into()))?;
+        let mut v = b.bytes.to_vec();
+        let byte = v.get_mut(offset as usize).ok_or_else(|| StoreError::OutOfRange {
+            name: name.into(),
+            offset,
+            len: 1,
+            size: b.record.size,
+        })?;
+        *byte ^= mask;
+        b.bytes = v.into();
+        Ok(())
+    }
 }
 
 impl Inner {
     fn used(&self) -> u64 {
-        let blobs: u64 = self.blobs.read().unwrap().values().map(|(b, _)| b.len() as u64).sum();
+        let blobs: u64 = self.blobs.read().unwrap().values().map(|b| b.bytes.len() as u64).sum();
         let pending: u64 = self
             .uploads
             .lock()
@@ -101,7 +129,7 @@ impl Store for MemStore {
     fn stat(&self, name: &str) -> Result<BlobRecord> {
         validate_name(name)?;
         let blobs = self.inner.blobs.read().unwrap();
-        blobs.get(name).map(|(_, r)| r.clone()).ok_or_else(|| StoreError::NotFound(name.into()))
+        blobs.get(name).map(|b| b.record.clone()).ok_or_else(|| StoreError::NotFound(name.into()))
     }
 
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
@@ -110,7 +138,7 @@ impl Store for MemStore {
             .range::<str, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
             .filter(|(k, _)| k.starts_with(prefix))
             .take(limit)
-            .map(|(_, (_, r))| r.clone())
+            .map(|(_, b)| b.record.clone())
             .collect())
     }
 
@@ -195,10 +223,39 @@ impl Store for MemStore {
     }
 
     fn open_read(&self, name: &str) -> Result<BlobSource> {
+        self.open(name, false)
+    }
+
+    fn scrub_blob(&self, name: &str) -> Result<()> {
+        self.open(name, true)?.verify_all()?;
+        let mut blobs = self.inner.blobs.write().unwrap();
+        if let Some(b) = blobs.get_mut(name) {
+            b.corrupt = None;
+        }
+        Ok(())
+    }
+}
+
+impl MemStore {
+    fn open(&self, name: &str, even_if_marked: bool) -> Result<BlobSource> {
         validate_name(name)?;
         let blobs = self.inner.blobs.read().unwrap();
-        let (bytes, record) = blobs.get(name).ok_or_else(|| StoreError::NotFound(name.into()))?;
-        Ok(BlobSource::Memory { bytes: bytes.clone(), record: record.clone() })
+        let b = blobs.get(name).ok_or_else(|| StoreError::NotFound(name.into()))?;
+        if let (Some(reason), false) = (&b.corrupt, even_if_marked) {
+            return Err(StoreError::Corrupt {
+                name: name.into(),
+                reason: format!("marked corrupt ({reason}); restore or delete it"),
+            });
+        }
+        let (inner, n, id) = (self.inner.clone(), name.to_string(), b.id.clone());
+        let marker: CorruptionMarker = Arc::new(move |reason: &str| {
+            if let Some(b) = inner.blobs.write().unwrap().get_mut(&n)
+                && b.id == id
+            {
+                b.corrupt = Some(reason.to_string());
+            }
+        });
+        BlobSource::memory(b.record.clone(), b.bytes.clone(), b.chunks.clone(), Some(marker))
     }
 }
 
@@ -300,7 +357,16 @@ impl UploadSink for MemUpload {
             self.data = Some(buf); // back to pending on drop
             return Err(StoreError::AlreadyExists(name));
         }
-        blobs.insert(name.clone(), (Bytes::from(buf.bytes), record.clone()));
+        let chunks = ChunkDigests::of(&buf.bytes);
+        let id = self.rec.upload_id.clone();
+        let blob = MemBlob {
+            bytes: Bytes::from(buf.bytes),
+            record: record.clone(),
+            chunks,
+            corrupt: None,
+            id,
+        };
+        blobs.insert(name.clone(), blob);
         drop(blobs);
         self.store.uploads.lock().unwrap().remove(&name);
         Ok(record)

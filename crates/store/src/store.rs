@@ -5,10 +5,10 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use bs_meta::BlobRecord;
-use bs_wire::{Digest, DigestAlgo};
-use bytes::Bytes;
+use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 
 use crate::error::StoreError;
+use crate::source::BlobSource;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -52,57 +52,6 @@ pub struct Routed {
     pub resumed: bool,
 }
 
-/// A committed blob opened for reading, in the form its store keeps it, so the data plane
-/// can pick the cheapest way to send it (`sendfile` for files, a direct write for memory).
-pub enum BlobSource {
-    File { file: File, record: BlobRecord },
-    Memory { bytes: Bytes, record: BlobRecord },
-}
-
-impl BlobSource {
-    pub fn record(&self) -> &BlobRecord {
-        match self {
-            Self::File { record, .. } | Self::Memory { record, .. } => record,
-        }
-    }
-
-    /// Copy bytes at `offset` into `buf`; returns how many (0 at the end).
-    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        match self {
-            Self::File { file, .. } => Ok(file.read_at(buf, offset)?),
-            Self::Memory { bytes, .. } => {
-                let start = (offset as usize).min(bytes.len());
-                let n = buf.len().min(bytes.len() - start);
-                buf[..n].copy_from_slice(&bytes[start..start + n]);
-                Ok(n)
-            }
-        }
-    }
-
-    /// Digest of a byte range.
-    pub fn digest_range(&self, offset: u64, len: u64, algo: DigestAlgo) -> Result<Digest> {
-        let r = self.record();
-        if offset.checked_add(len).is_none_or(|end| end > r.size) {
-            return Err(StoreError::OutOfRange { name: r.name.clone(), offset, len, size: r.size });
-        }
-        match self {
-            Self::File { file, record } => digest_file_range(file, offset, len, algo)
-                .map_err(|e| corrupt_or_io(&record.name, e)),
-            Self::Memory { bytes, .. } => {
-                Ok(algo.digest(&bytes[offset as usize..(offset + len) as usize]))
-            }
-        }
-    }
-}
-
-fn corrupt_or_io(name: &str, e: std::io::Error) -> StoreError {
-    if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        StoreError::Corrupt { name: name.to_string(), reason: e.to_string() }
-    } else {
-        e.into()
-    }
-}
-
 /// Digest of `len` bytes of `file` from `offset`, read in 1 MiB pieces.
 pub fn digest_file_range(
     file: &File,
@@ -111,6 +60,32 @@ pub fn digest_file_range(
     algo: DigestAlgo,
 ) -> std::io::Result<Digest> {
     let mut h = algo.hasher();
+    read_file_range(file, offset, len, |piece| h.update(piece))?;
+    Ok(h.finish())
+}
+
+/// Whole-blob digest and chunk digests of the first `len` bytes of `file`, in one pass.
+pub(crate) fn digest_and_chunks(
+    file: &File,
+    len: u64,
+    algo: DigestAlgo,
+) -> std::io::Result<(Digest, ChunkDigests)> {
+    let mut h = algo.hasher();
+    let mut c = ChunkHasher::new();
+    read_file_range(file, 0, len, |piece| {
+        h.update(piece);
+        c.update(piece);
+    })?;
+    Ok((h.finish(), c.finish()))
+}
+
+/// Feed `len` bytes of `file` from `offset` to `f`, in order, in 1 MiB pieces.
+fn read_file_range(
+    file: &File,
+    offset: u64,
+    len: u64,
+    mut f: impl FnMut(&[u8]),
+) -> std::io::Result<()> {
     let mut buf = vec![0u8; (1 << 20).min(len as usize).max(1)];
     let mut done = 0u64;
     while done < len {
@@ -122,10 +97,10 @@ pub fn digest_file_range(
                 format!("file ends after {done} of {len} bytes"),
             ));
         }
-        h.update(&buf[..n]);
+        f(&buf[..n]);
         done += n as u64;
     }
-    Ok(h.finish())
+    Ok(())
 }
 
 /// A pending upload opened for writing by one transfer at a time.
@@ -170,8 +145,15 @@ pub trait Store: Send + Sync + 'static {
     fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>>;
     /// Discard the pending upload of `name`.
     fn abort(&self, name: &str) -> Result<()>;
-    /// Open a committed blob for reading.
+    /// Open a committed blob for reading. Every byte read through the source is verified
+    /// against the blob's chunk digests; a blob already known to be corrupt is refused with
+    /// [`StoreError::Corrupt`] at once.
     fn open_read(&self, name: &str) -> Result<BlobSource>;
+    /// Re-read every byte of `name` and check it (the scrubber's step). A bad blob is marked
+    /// corrupt; a blob marked corrupt that now reads back whole (restored by hand) is cleared.
+    fn scrub_blob(&self, name: &str) -> Result<()> {
+        self.open_read(name)?.verify_all()
+    }
 }
 
 /// Shared check for the write path: no gaps, no writing past a declared size.

@@ -74,6 +74,9 @@ impl Write for Io {
 /// One data-plane connection.
 pub struct Conn {
     stream: Io,
+    /// Bytes of a peeked frame, read again before anything from the stream.
+    unread: Vec<u8>,
+    unread_at: usize,
 }
 
 impl std::fmt::Debug for Conn {
@@ -86,22 +89,34 @@ impl std::fmt::Debug for Conn {
 }
 
 impl Conn {
+    fn on(stream: Io) -> Self {
+        Self { stream, unread: Vec::new(), unread_at: 0 }
+    }
+
     /// A plain TCP connection.
     pub fn new(stream: TcpStream) -> Self {
-        Self { stream: Io::Plain(stream) }
+        Self::on(Io::Plain(stream))
     }
 
     /// The server side of a TLS connection (the handshake runs on first use).
     pub fn tls_server(stream: TcpStream, tls: &TlsServer) -> Result<Self> {
         let c = rustls::ServerConnection::new(tls.config()).map_err(tls_err)?;
-        Ok(Self { stream: Io::TlsServer(Box::new(rustls::StreamOwned::new(c, stream))) })
+        Ok(Self::on(Io::TlsServer(Box::new(rustls::StreamOwned::new(c, stream)))))
+    }
+
+    /// The server side of a TLS connection whose handshake (and perhaps first frame) already
+    /// ran elsewhere, e.g. on an async runtime. `tls` keeps every byte it received or
+    /// decrypted but did not deliver yet, so reading continues exactly where the previous
+    /// owner stopped.
+    pub fn tls_server_established(tls: rustls::ServerConnection, stream: TcpStream) -> Self {
+        Self::on(Io::TlsServer(Box::new(rustls::StreamOwned::new(tls, stream))))
     }
 
     /// The client side of a TLS connection to a server reached as `host`.
     pub fn tls_client(stream: TcpStream, tls: &TlsClient, host: &str) -> Result<Self> {
         let name = tls.server_name(host).map_err(|e| TransportError::Tls(e.to_string()))?;
         let c = rustls::ClientConnection::new(tls.config(), name).map_err(tls_err)?;
-        Ok(Self { stream: Io::TlsClient(Box::new(rustls::StreamOwned::new(c, stream))) })
+        Ok(Self::on(Io::TlsClient(Box::new(rustls::StreamOwned::new(c, stream)))))
     }
 
     pub fn is_tls(&self) -> bool {
@@ -141,7 +156,7 @@ impl Conn {
         let mut got = 0;
         while got < HEADER_LEN {
             self.arm(deadline)?;
-            match self.stream.read(&mut head[got..]) {
+            match self.read_raw(&mut head[got..]) {
                 Ok(0) if got == 0 => return Err(TransportError::Closed),
                 Ok(0) => return Err(TransportError::Truncated { expected: 24, got: got as u64 }),
                 Ok(n) => got += n,
@@ -167,6 +182,31 @@ impl Conn {
             return Err(TransportError::Timeout);
         }
         self.stream().set_read_timeout(Some(left)).map_err(TransportError::from_io)
+    }
+
+    /// Read the next frame (for `DATA`, its header) but leave it to be read again: the next
+    /// read returns the same frame.
+    pub fn peek_frame(&mut self) -> Result<Frame> {
+        let f = self.read_frame()?;
+        let mut again = f.encode().to_vec();
+        again.extend_from_slice(&self.unread[self.unread_at..]);
+        (self.unread, self.unread_at) = (again, 0);
+        Ok(f)
+    }
+
+    /// One `read`, of peeked bytes first.
+    fn read_raw(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = &self.unread[self.unread_at..];
+        if left.is_empty() {
+            return self.stream.read(buf);
+        }
+        let n = buf.len().min(left.len());
+        buf[..n].copy_from_slice(&left[..n]);
+        self.unread_at += n;
+        if self.unread_at == self.unread.len() {
+            (self.unread, self.unread_at) = (Vec::new(), 0);
+        }
+        Ok(n)
     }
 
     /// Read a frame and turn a peer's `ERROR` frame into [`TransportError::Remote`].
@@ -306,7 +346,7 @@ impl Conn {
     /// One `read`, mapping EOF to a truncation report naming how far the payload got.
     fn read_some(&mut self, buf: &mut [u8], expected: u64, got: u64) -> Result<usize> {
         loop {
-            match self.stream.read(buf) {
+            match self.read_raw(buf) {
                 Ok(0) => return Err(TransportError::Truncated { expected, got }),
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -466,6 +506,43 @@ mod tests {
     }
 
     #[test]
+    fn an_established_tls_session_handed_over_loses_no_decrypted_byte() {
+        let (cert, key) = self_signed();
+        let server = TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+        let client = TlsClient::from_pem(cert.as_bytes(), None).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = thread::spawn(move || {
+            let mut c =
+                Conn::tls_client(TcpStream::connect(addr).unwrap(), &client, "localhost").unwrap();
+            // HELLO and DATA in one write: they arrive in one TLS record.
+            let mut both = Frame::Hello { token: [3; bs_wire::TOKEN_LEN] }.encode().to_vec();
+            both.extend_from_slice(&Frame::Data { offset: 7, len: 5 }.encode());
+            both.extend_from_slice(b"bytes");
+            c.stream.write_all(&both).unwrap();
+            c.stream.flush().unwrap();
+            let Frame::Ack { received, .. } = c.read_frame().unwrap() else { panic!() };
+            received
+        });
+        let (s, _) = l.accept().unwrap();
+        let session = rustls::ServerConnection::new(server.config()).unwrap();
+        let mut first = rustls::StreamOwned::new(session, s);
+        // The first owner reads exactly the HELLO; the rest stays decrypted in the session.
+        let mut hello = [0u8; HEADER_LEN + bs_wire::TOKEN_LEN];
+        first.read_exact(&mut hello).unwrap();
+        assert_eq!(Frame::parse(&hello).unwrap().unwrap().1, hello.len());
+        let (session, s) = first.into_parts();
+        let mut conn = Conn::tls_server_established(session, s);
+        assert!(conn.is_tls());
+        let Frame::Data { offset: 7, len: 5 } = conn.read_frame().unwrap() else { panic!() };
+        let mut got = [0u8; 5];
+        conn.recv_data_into(&mut got, None).unwrap();
+        assert_eq!(&got, b"bytes");
+        conn.write_frame(&Frame::Ack { received: 12, committed: None }).unwrap();
+        assert_eq!(t.join().unwrap(), 12);
+    }
+
+    #[test]
     fn tls_with_an_untrusted_certificate_fails_as_tls() {
         let (cert, key) = self_signed();
         let (other_ca, _) = self_signed();
@@ -503,6 +580,22 @@ mod tests {
         assert!(matches!(e, TransportError::Timeout), "{e:?}");
         drop(b);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_peeked_frame_is_read_again_and_its_payload_follows() {
+        let (mut a, mut b) = pair();
+        a.write_frame(&Frame::Data { offset: 3, len: 4 }).unwrap();
+        a.stream.write_all(b"abcd").unwrap();
+        a.write_frame(&Frame::Ack { received: 7, committed: None }).unwrap();
+        let first = b.peek_frame().unwrap();
+        assert!(matches!(first, Frame::Data { offset: 3, len: 4 }));
+        assert!(matches!(b.peek_frame().unwrap(), Frame::Data { offset: 3, len: 4 }));
+        assert!(matches!(b.read_frame().unwrap(), Frame::Data { offset: 3, len: 4 }));
+        let mut got = [0u8; 4];
+        b.recv_data_into(&mut got, None).unwrap();
+        assert_eq!(&got, b"abcd");
+        assert!(matches!(b.read_frame().unwrap(), Frame::Ack { received: 7, .. }));
     }
 
     #[test]

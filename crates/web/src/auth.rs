@@ -1,8 +1,18 @@
 //! Optional bearer-token authentication for the HTTP plane (the same token as the gRPC
-//! control plane). A request is let through when it carries `Authorization: Bearer TOKEN` or
-//! the `blobstream_token` cookie that `POST /api/session` sets after checking the token (so
-//! the browser's `<img>` requests authenticate too). The page itself, its static files,
-//! `/api/health`, `/api/openapi.json` and `/api/session` are open, so the login form can load.
+//! control plane). A request is let through when it carries `Authorization: Bearer TOKEN`, or
+//! the `blobstream_session` cookie that `POST /api/session` sets after checking the token (so
+//! the browser's `<img>` requests authenticate too). The cookie holds a random session id, not
+//! the token: it expires, `DELETE /api/session` revokes it, and leaking it does not leak the
+//! token (see [`crate::sessions`]). The page itself, its static files, `/api/health`,
+//! `/api/openapi.json` and `/api/session` are open, so the login form can load.
+//!
+//! Wrong tokens are limited per source address ([`crate::throttle`]): past the allowance,
+//! every token check from that address — `Authorization` headers anywhere, `POST` and `GET
+//! /api/session` — is answered 429 with `Retry-After`, a correct token included (or guessing
+//! would go on at full speed with only the right guess getting through). A browser session
+//! is not a token check: valid sessions keep working from a throttled address, and unknown or
+//! expired session ids are answered 401 without counting (a 256-bit id cannot be guessed,
+//! and a browser holding a stale cookie must not lock its address out).
 //!
 //! Whatever the auth setting, two browser attacks are refused with 403:
 //! - cross-site writes (CSRF): a PUT, POST or DELETE whose `Sec-Fetch-Site` says cross-site,
@@ -10,10 +20,12 @@
 //! - DNS rebinding: without a token, a `Host` that is not an IP address or `localhost` (a
 //!   hostile page whose name resolves to 127.0.0.1 would otherwise read the whole store).
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Instant;
 
-use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -22,10 +34,11 @@ use subtle::ConstantTimeEq;
 use crate::AppState;
 use crate::error::WebError;
 
-pub const COOKIE: &str = "blobstream_token";
+/// The session cookie: a random session id.
+pub const COOKIE: &str = "blobstream_session";
 
-/// How long a browser session lasts.
-const SESSION_SECS: u64 = 12 * 3600;
+/// The cookie earlier versions set, holding the token itself: cleared on login and logout.
+const OLD_COOKIE: &str = "blobstream_token";
 
 fn open_path(path: &str) -> bool {
     crate::assets::ASSETS.iter().any(|(p, _, _)| *p == path)
@@ -36,14 +49,27 @@ fn matches(expected: &str, given: &str) -> bool {
     bool::from(expected.as_bytes().ct_eq(given.as_bytes()))
 }
 
-/// The token a request presents, from the header or the cookie.
-fn presented(req: &Request) -> Option<String> {
-    let h = req.headers();
+/// What a request presents to authenticate.
+enum Credential {
+    Bearer(String),
+    Session(String),
+    Nothing,
+}
+
+/// The bearer token if the request has one, else the session cookie.
+fn credential(h: &HeaderMap) -> Credential {
     if let Some(v) = h.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
         && let Some(t) = v.strip_prefix("Bearer ")
     {
-        return Some(t.trim().to_string());
+        return Credential::Bearer(t.trim().to_string());
     }
+    match session_cookie(h) {
+        Some(id) => Credential::Session(id),
+        None => Credential::Nothing,
+    }
+}
+
+fn session_cookie(h: &HeaderMap) -> Option<String> {
     h.get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
@@ -51,6 +77,32 @@ fn presented(req: &Request) -> Option<String> {
         .filter_map(|c| c.trim().split_once('='))
         .find(|(k, _)| *k == COOKIE)
         .map(|(_, v)| v.to_string())
+}
+
+/// The address the request came from (absent when the router runs without a listener).
+fn peer(req: &Request) -> Option<IpAddr> {
+    req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())
+}
+
+/// Compare `token` with the configured one, within `peer`'s allowance of failures.
+fn check_token(st: &AppState, peer: Option<IpAddr>, token: &str) -> Result<bool, WebError> {
+    let Some(expected) = &st.cfg.auth_token else { return Ok(true) };
+    st.throttle.attempt(peer, Instant::now(), || matches(expected, token)).map_err(|wait| {
+        WebError::TooManyRequests { retry_after: crate::throttle::retry_after_secs(wait) }
+    })
+}
+
+/// Whether the request is authenticated (always, when no token is configured); 429 when it
+/// presents a token from an address that has used up its allowance of wrong ones.
+fn authenticated(st: &AppState, req: &Request) -> Result<bool, WebError> {
+    if st.cfg.auth_token.is_none() {
+        return Ok(true);
+    }
+    match credential(req.headers()) {
+        Credential::Bearer(t) => check_token(st, peer(req), &t),
+        Credential::Session(id) => Ok(st.sessions.valid(&id, Instant::now())),
+        Credential::Nothing => Ok(false),
+    }
 }
 
 /// The request's host name (no port), from `Host` or, for HTTP/2, the URI authority.
@@ -109,10 +161,7 @@ pub async fn check(
              --auth-token-file to serve other names"
         )));
     }
-    if let Some(expected) = &st.cfg.auth_token
-        && !open_path(req.uri().path())
-        && !presented(&req).is_some_and(|t| matches(expected, &t))
-    {
+    if !open_path(req.uri().path()) && !authenticated(&st, &req)? {
         return Err(WebError::Unauthorized);
     }
     Ok(next.run(req).await)
@@ -124,47 +173,57 @@ struct Login {
 }
 
 /// `GET /api/session`: whether this client is authenticated (and whether it needs to be).
-pub async fn status(State(st): State<Arc<AppState>>, req: Request) -> Response {
+pub async fn status(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let required = st.cfg.auth_token.is_some();
-    let ok = match &st.cfg.auth_token {
-        None => true,
-        Some(expected) => presented(&req).is_some_and(|t| matches(expected, &t)),
-    };
-    axum::Json(serde_json::json!({ "auth_required": required, "authenticated": ok }))
-        .into_response()
+    let ok = authenticated(&st, &req)?;
+    Ok(axum::Json(serde_json::json!({ "auth_required": required, "authenticated": ok }))
+        .into_response())
 }
 
-/// `POST /api/session` `{"token": "..."}`: check the token and set the session cookie.
+/// `POST /api/session` `{"token": "..."}`: check the token and start a session (its id in
+/// the cookie). A session the request already had ends.
 pub async fn login(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let (from, old) = (peer(&req), session_cookie(req.headers()));
     let l: Login = crate::api::read_json(req).await?;
-    let Some(expected) = &st.cfg.auth_token else {
+    if st.cfg.auth_token.is_none() {
         return Ok(StatusCode::NO_CONTENT.into_response());
-    };
-    if !matches(expected, &l.token) {
-        // Slow down guessing.
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    if !check_token(&st, from, &l.token)? {
         return Err(WebError::Unauthorized);
     }
+    if let Some(old) = old {
+        st.sessions.revoke(&old);
+    }
+    let id = st.sessions.create(Instant::now());
     let secure = if st.cfg.tls.is_some() { "; Secure" } else { "" };
-    let cookie = format!(
-        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={SESSION_SECS}{secure}",
-        l.token
-    );
+    let max_age = st.sessions.ttl().as_secs();
     let mut r = StatusCode::NO_CONTENT.into_response();
-    let v = HeaderValue::from_str(&cookie)
-        .map_err(|_| WebError::BadRequest("token has characters a cookie cannot carry".into()))?;
-    r.headers_mut().insert(header::SET_COOKIE, v);
+    let h = r.headers_mut();
+    set_cookie(
+        h,
+        &format!("{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}"),
+    );
+    set_cookie(h, &format!("{OLD_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"));
     Ok(r)
 }
 
-/// `DELETE /api/session`: log out (the cookie is cleared).
-pub async fn logout() -> Response {
+/// `DELETE /api/session`: log out — the session ends on the server and its cookie is cleared.
+pub async fn logout(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    if let Some(id) = session_cookie(req.headers()) {
+        st.sessions.revoke(&id);
+    }
     let mut r = StatusCode::NO_CONTENT.into_response();
-    let clear = format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
-    if let Ok(v) = HeaderValue::from_str(&clear) {
-        r.headers_mut().insert(header::SET_COOKIE, v);
+    let h = r.headers_mut();
+    for name in [COOKIE, OLD_COOKIE] {
+        set_cookie(h, &format!("{name}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"));
     }
     r
+}
+
+fn set_cookie(h: &mut HeaderMap, cookie: &str) {
+    if let Ok(v) = HeaderValue::from_str(cookie) {
+        h.append(header::SET_COOKIE, v);
+    }
 }
 
 #[cfg(test)]

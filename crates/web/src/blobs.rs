@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use bs_meta::BlobRecord;
 use serde::Deserialize;
 
-use crate::body::blob_bytes;
+use crate::body::verified_body;
 use crate::error::WebError;
 use crate::keys::{key_from_path, path_of, validate_key, validate_prefix};
 use crate::upload::{UploadSpec, store_stream};
@@ -34,17 +34,14 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
     };
     // One trip to the blocking pool: look the blob up and map its bytes (unless they will
     // not be sent).
-    let (rec, bytes, fresh) = blocking(move || {
+    let (src, fresh) = blocking(move || {
         let src = store.open_read(&key)?;
-        let rec = src.record().clone();
-        let etag = format!("\"{}\"", rec.digest);
+        let etag = format!("\"{}\"", src.record().digest);
         let unchanged = not_modified(&etag);
-        if head || unchanged {
-            return Ok((rec, None, unchanged));
-        }
-        Ok((rec, Some(blob_bytes(src)?), false))
+        Ok((src, unchanged))
     })
     .await?;
+    let rec = src.record().clone();
     let etag = format!("\"{}\"", rec.digest);
     if fresh {
         let mut r = StatusCode::NOT_MODIFIED.into_response();
@@ -70,10 +67,7 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
         Some((a, b)) => (StatusCode::PARTIAL_CONTENT, a, b - a + 1),
         None => (StatusCode::OK, 0, rec.size),
     };
-    let body = match bytes {
-        None => Body::empty(),
-        Some(bytes) => Body::from(bytes.slice(start as usize..(start + len) as usize)),
-    };
+    let body = if head { Body::empty() } else { verified_body(&src, start, len)? };
     let ct = content_type_of(&rec);
     let mut r = Response::new(body);
     *r.status_mut() = status;
@@ -191,11 +185,20 @@ pub async fn delete(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// The query of `POST /blobs`: a write refuses parameters it does not know (400), so a typo
+/// such as `?prefx=a/` cannot silently store at the top level.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PostQuery {
     #[serde(default)]
     prefix: String,
 }
+
+/// `key` field values refused outright: what clients send for a missing value (JSON's `null`;
+/// JavaScript's `FormData` turns `null` and `undefined` into these words). Storing a file
+/// under such a name by accident is worse than an error; a blob can still be given one of
+/// these names by its file name or with PUT. The OpenAPI document says the same.
+pub(crate) const NOT_KEYS: &[&str] = &["null", "undefined"];
 
 /// `POST /blobs?prefix=folder/` with `multipart/form-data`.
 pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
@@ -246,6 +249,13 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
                 Ok(k) => k,
                 Err(e) => return Err(with_stored(e, &out)),
             };
+            if NOT_KEYS.contains(&k.as_str()) {
+                let e = WebError::BadRequest(format!(
+                    "the key field is {k:?}, which is what clients send for a missing value: \
+                     leave the field out to store the file under prefix + file name"
+                ));
+                return Err(with_stored(e, &out));
+            }
             validate_key(&k).map_err(|e| with_stored(e, &out))?;
             next_key = Some(k);
             continue;

@@ -18,6 +18,10 @@ pub enum WebError {
     InvalidKey { key: String, reason: String },
     #[error("authentication required: send `Authorization: Bearer <token>` or log in")]
     Unauthorized,
+    #[error(
+        "too many wrong tokens from this address: token checks are refused for {retry_after} s"
+    )]
+    TooManyRequests { retry_after: u64 },
     #[error("no blob named {0:?}")]
     NotFound(String),
     #[error("no such resource: {0}")]
@@ -54,6 +58,7 @@ impl WebError {
             Self::BadRequest(_) => (S::BAD_REQUEST, "bad_request"),
             Self::InvalidKey { .. } => (S::BAD_REQUEST, "invalid_key"),
             Self::Unauthorized => (S::UNAUTHORIZED, "unauthorized"),
+            Self::TooManyRequests { .. } => (S::TOO_MANY_REQUESTS, "too_many_requests"),
             Self::NotFound(_) | Self::NoRoute(_) => (S::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Conflict(_) => (S::CONFLICT, "conflict"),
@@ -94,6 +99,9 @@ impl IntoResponse for WebError {
             }
             Self::Busy(_) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            Self::TooManyRequests { retry_after } => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
             _ => {}
         }

@@ -81,7 +81,7 @@ impl Images {
                 rec.size, self.limits.max_bytes
             )));
         }
-        let bytes = blob_bytes(src)?;
+        let bytes = blob_bytes(&src)?;
         let decoded = match bs_imageio::decode(&bytes, Some(key), &self.limits) {
             Ok(d) => Arc::new(d),
             Err(e) => {

@@ -20,6 +20,8 @@ mod metrics;
 pub mod openapi;
 mod range;
 pub mod samples;
+mod sessions;
+mod throttle;
 mod upload;
 
 pub use error::WebError;
@@ -59,6 +61,10 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/metrics", &["get"]),
 ];
 
+/// Source addresses whose failed token checks are tracked at once (beyond it, new addresses
+/// share one allowance).
+const THROTTLED_ADDRS: usize = 4096;
+
 /// How the HTTP server listens and what it allows.
 #[derive(Debug, Clone)]
 pub struct WebConfig {
@@ -75,6 +81,12 @@ pub struct WebConfig {
     pub max_uploads: usize,
     /// An upload that sends nothing for this long is dropped (and nothing is stored).
     pub idle_timeout: std::time::Duration,
+    /// Wrong tokens one source address may present in a row before its token checks are
+    /// answered 429; the allowance then comes back at one per `auth_failure_refill`.
+    pub auth_failure_burst: u32,
+    pub auth_failure_refill: std::time::Duration,
+    /// How long a browser session (the cookie `POST /api/session` sets) lasts.
+    pub session_ttl: std::time::Duration,
 }
 
 impl Default for WebConfig {
@@ -87,6 +99,9 @@ impl Default for WebConfig {
             tls: None,
             max_uploads: 64,
             idle_timeout: std::time::Duration::from_secs(30),
+            auth_failure_burst: 10,
+            auth_failure_refill: std::time::Duration::from_secs(6),
+            session_ttl: std::time::Duration::from_secs(12 * 3600),
         }
     }
 }
@@ -109,6 +124,10 @@ pub struct AppState {
     uploads: Arc<tokio::sync::Semaphore>,
     /// Decoding and filtering take memory and every core: this many at a time, others wait.
     image_work: tokio::sync::Semaphore,
+    /// Browser sessions (`POST /api/session`).
+    sessions: sessions::Sessions,
+    /// Failed token checks per source address.
+    throttle: throttle::Throttle,
 }
 
 impl AppState {
@@ -212,6 +231,12 @@ impl WebServer {
             registry,
             uploads: Arc::new(tokio::sync::Semaphore::new(cfg.max_uploads.max(1))),
             image_work: tokio::sync::Semaphore::new(cores.max(2)),
+            sessions: sessions::Sessions::new(cfg.session_ttl, sessions::MAX_SESSIONS),
+            throttle: throttle::Throttle::new(
+                cfg.auth_failure_burst,
+                cfg.auth_failure_refill,
+                THROTTLED_ADDRS,
+            ),
             cfg,
             metrics: metrics::Metrics::default(),
         });
@@ -223,6 +248,8 @@ impl WebServer {
                 let listener = listener.tap_io(|tcp| {
                     let _ = tcp.set_nodelay(true);
                 });
+                // The peer address goes with each request (failed logins count per address).
+                let app = app.into_make_service_with_connect_info::<SocketAddr>();
                 let res = axum::serve(listener, app)
                     .with_graceful_shutdown(async move {
                         let _ = rx.wait_for(|s| *s).await;
@@ -268,7 +295,7 @@ async fn serve_tls(
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
     loop {
-        let (tcp, _) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
@@ -284,6 +311,14 @@ async fn serve_tls(
             let handshake =
                 tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
             let Ok(Ok(stream)) = handshake.await else { return };
+            // As `axum::serve` does for plain HTTP: the peer address goes with each request.
+            let app = tower::ServiceExt::map_request(
+                app,
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                    req
+                },
+            );
             let svc = hyper_util::service::TowerToHyperService::new(app);
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());

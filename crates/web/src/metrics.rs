@@ -44,6 +44,7 @@ pub struct Metrics {
     bytes_out: Family<RouteLabels, Counter>,
     bytes_in: Counter,
     filter_seconds: Hist<FilterLabels>,
+    corrupt: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -63,7 +64,21 @@ impl Default for Metrics {
         r.register("upload_bytes", "Bytes stored by PUT and POST uploads", bytes_in.clone());
         let filter_seconds: Hist<FilterLabels> = Family::new_with_constructor(latency_histogram);
         r.register("filter_duration_seconds", "Time one filter step took", filter_seconds.clone());
-        Self { registry: Mutex::new(r), requests, latency, bytes_out, bytes_in, filter_seconds }
+        let corrupt = Counter::default();
+        r.register(
+            "corrupt_chunks_found",
+            "Stored chunks that failed their digest check when read (any reader of this process)",
+            corrupt.clone(),
+        );
+        Self {
+            registry: Mutex::new(r),
+            requests,
+            latency,
+            bytes_out,
+            bytes_in,
+            filter_seconds,
+            corrupt,
+        }
     }
 }
 
@@ -78,6 +93,10 @@ impl Metrics {
 
     /// The text exposition.
     pub fn render(&self) -> String {
+        let (found, shown) = (bs_store::corruption_found(), self.corrupt.get());
+        if found > shown {
+            self.corrupt.inc_by(found - shown);
+        }
         let mut out = String::new();
         let r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         let _ = prometheus_client::encoding::text::encode(&mut out, &r);

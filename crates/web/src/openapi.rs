@@ -24,6 +24,35 @@ fn key_schema() -> Value {
     json!({ "type": "string", "maxLength": 1024, "pattern": format!("^{SEGMENT}(/{SEGMENT})*$") })
 }
 
+/// A `key` field of a multipart upload: a key, but not a word clients send for a missing
+/// value (see [`crate::blobs::NOT_KEYS`]).
+fn form_key_schema() -> Value {
+    json!({ "allOf": [key_schema(), { "not": { "enum": crate::blobs::NOT_KEYS } }] })
+}
+
+/// 429: the address has presented too many wrong tokens (docs/http-api.md, Authentication).
+fn throttled() -> Value {
+    json!({ "description": "Too many wrong tokens from this address: token checks are refused \
+            (a correct token too) for Retry-After seconds",
+        "headers": { "Retry-After": { "schema": { "type": "integer", "minimum": 1 } } },
+        "content": { "application/json": {
+            "schema": { "$ref": "#/components/schemas/Error" } } } })
+}
+
+/// Every operation that checks a token (those that can answer 401) can also answer 429.
+fn with_throttling(mut doc: Value) -> Value {
+    let paths = doc["paths"].as_object_mut().expect("paths");
+    for ops in paths.values_mut() {
+        for op in ops.as_object_mut().expect("operations").values_mut() {
+            let responses = op["responses"].as_object_mut().expect("responses");
+            if responses.contains_key("401") {
+                responses.insert("429".into(), throttled());
+            }
+        }
+    }
+    doc
+}
+
 /// A folder prefix: empty, or segments each followed by `/`.
 fn prefix_schema() -> Value {
     json!({ "type": "string", "maxLength": 1025, "pattern": format!("^({SEGMENT}/)*$") })
@@ -62,6 +91,10 @@ fn image_errors(responses: Value) -> Value {
 
 /// The document.
 pub fn document() -> Value {
+    with_throttling(contract())
+}
+
+fn contract() -> Value {
     let blob_get = |head: bool| {
         // No body schema: a blob is whatever bytes were stored, under whatever media type.
         let mut ok = json!({ "description": "The blob's bytes",
@@ -128,18 +161,21 @@ pub fn document() -> Value {
             "/blobs": {
                 "post": {
                     "summary": "Upload files from a multipart form",
+                    "description": "Query parameters other than prefix are refused (400). A key \
+                        field of null or undefined (what clients send for a missing value) is \
+                        refused (400); leave the field out to use prefix + file name.",
                     "parameters": [q("prefix", prefix_schema(), "Folder to store into: empty or ending with '/'")],
                     "requestBody": { "required": true, "content": { "multipart/form-data": { "schema": {
                         "type": "object",
                         // A form may repeat `key` (the last one before a file applies), so
                         // it is a string or a list of them.
                         "properties": { "file": { "type": "string", "format": "binary" },
-                            "key": { "anyOf": [key_schema(), { "type": "array", "items": key_schema() }] } },
+                            "key": { "anyOf": [form_key_schema(), { "type": "array", "items": form_key_schema() }] } },
                         "additionalProperties": false,
                         "required": ["file"] } } } },
                     "responses": {
                         "201": ok_json("Stored", "Stored"),
-                        "400": err("Bad form, prefix or file name"),
+                        "400": err("Bad form, key field, prefix, file name or query parameter"),
                         "401": err("Authentication required"),
                         "413": err("Over the upload limit"),
                         "415": err("Not multipart/form-data"),
@@ -231,14 +267,14 @@ pub fn document() -> Value {
             } },
             "/api/session": {
                 "get": { "summary": "Whether authentication is required and present",
-                    "responses": { "200": ok_json("Session", "Session") } },
-                "post": { "summary": "Log in with the server's token (sets a cookie)",
+                    "responses": { "200": ok_json("Session", "Session"), "429": throttled() } },
+                "post": { "summary": "Log in with the server's token (sets a session cookie)",
                     "requestBody": { "required": true, "content": { "application/json": { "schema": {
                         "type": "object", "properties": { "token": { "type": "string" } }, "required": ["token"] } } } },
                     "responses": { "204": { "description": "Logged in (or no auth configured)" },
                         "400": err("Bad body"), "401": err("Wrong token"), "413": err("Body too large"),
                         "415": err("Not application/json") } },
-                "delete": { "summary": "Log out (clears the session cookie)",
+                "delete": { "summary": "Log out (ends the session on the server, clears its cookie)",
                     "responses": { "204": { "description": "Logged out" } } },
             },
             "/api/health": { "get": { "summary": "Liveness",

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bs_meta::BlobRecord;
-use bs_store::{RouteSpec, Store};
+use bs_store::{RouteSpec, Store, UploadSink};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt};
@@ -133,7 +133,7 @@ fn write_all(
     let mut sink = match store.open_upload(&name) {
         Ok(s) => s,
         Err(e) => {
-            let _ = store.abort(&name);
+            abort(store.as_ref(), &name);
             return Err(e.into());
         }
     };
@@ -142,23 +142,38 @@ fn write_all(
         match rx.blocking_recv() {
             Some(Msg::Data(b)) => {
                 if let Err(e) = sink.write_at(offset, &b) {
-                    drop(sink);
-                    let _ = store.abort(&name);
+                    discard(store.as_ref(), &name, sink);
                     return Err(e.into());
                 }
                 offset += b.len() as u64;
             }
             Some(Msg::Finish) => {
                 return sink.commit(None).map_err(|e| {
-                    let _ = store.abort(&name);
+                    abort(store.as_ref(), &name);
                     e.into()
                 });
             }
             None => {
-                drop(sink);
-                let _ = store.abort(&name);
+                discard(store.as_ref(), &name, sink);
                 return Err(truncated(offset, route.size));
             }
         }
+    }
+}
+
+/// Drop a failed upload. Its staged bytes are given back first: when the disk is full (often
+/// because of this very upload), removing the pending-upload row needs room in the catalogue's
+/// database, and a row whose removal failed would stay behind, pending, with its bytes.
+fn discard(store: &dyn Store, name: &str, mut sink: Box<dyn UploadSink>) {
+    if let Err(e) = sink.truncate(0) {
+        tracing::warn!("discarding the upload of {name}: truncating its staged bytes: {e}");
+    }
+    drop(sink); // the writer's claim on the name goes with it
+    abort(store, name);
+}
+
+fn abort(store: &dyn Store, name: &str) {
+    if let Err(e) = store.abort(name) {
+        tracing::warn!("discarding the upload of {name}: {e}");
     }
 }

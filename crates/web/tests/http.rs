@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bs_imaging::registry::Registry;
 use bs_meta::ImageIndex;
-use bs_store::{FsStore, MemStore, Store};
+use bs_store::{FaultyStore, FsStore, MemStore, Store};
 use bs_web::{WebConfig, WebServer};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -30,6 +30,16 @@ impl Srv {
         } else {
             (Arc::new(MemStore::new()), ImageIndex::open_in_memory().unwrap(), None)
         };
+        Self::start_on(store, index, cfg, dir).await
+    }
+
+    /// A server over a store the test made (a faulty one, one on a small file system).
+    async fn start_on(
+        store: Arc<dyn Store>,
+        index: ImageIndex,
+        cfg: WebConfig,
+        dir: Option<tempfile::TempDir>,
+    ) -> Srv {
         let registry = Arc::new(Registry::builtin());
         let web = WebServer::start(store, Arc::new(index), registry, cfg).await.unwrap();
         let base = web.url().trim_end_matches('/').to_string();
@@ -288,6 +298,102 @@ fn futures_stream(data: Vec<u8>) -> reqwest::Body {
     reqwest::Body::wrap_stream(tokio_stream::iter(chunks))
 }
 
+/// Whether `store` holds a pending upload of `key` (aborting it if so).
+fn pending(store: &dyn Store, key: &str) -> bool {
+    match store.abort(key) {
+        Ok(()) => true,
+        Err(bs_store::StoreError::NoUpload(_)) => false,
+        Err(e) => panic!("abort {key}: {e}"),
+    }
+}
+
+/// A chunked PUT and a multipart POST that run out of disk space. The server answers 507 as
+/// soon as the disk is full, while the client may still be sending; it then closes the
+/// connection, so the client sees either the 507 or the connection cut. Either way the
+/// upload was discarded before the answer went out. (Each request on a new connection: the
+/// client may have pooled the one the server closed.)
+async fn fill_the_disk(s: &mut Srv, size: usize) {
+    let refused = async |r: reqwest::Result<reqwest::Response>| match r {
+        Ok(r) => assert_eq!(
+            error_code(r).await,
+            (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage".into())
+        ),
+        Err(e) => assert!(e.is_request() || e.is_body(), "{e:?}"),
+    };
+    let r = s.http.put(s.url("/blobs/full/chunked")).body(futures_stream(payload(size))).send();
+    refused(r.await).await;
+    s.http = reqwest::Client::new();
+    let part = reqwest::multipart::Part::bytes(payload(size)).file_name("form.bin");
+    let form = reqwest::multipart::Form::new().part("file", part);
+    refused(s.http.post(s.url("/blobs?prefix=full/")).multipart(form).send().await).await;
+    s.http = reqwest::Client::new();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_that_fill_the_disk_leave_nothing_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsStore::open(dir.path()).unwrap();
+    let store: Arc<dyn Store> = Arc::new(FaultyStore::disk_full_after(fs, 1 << 20));
+    let index = ImageIndex::open(&dir.path().join("meta.db")).unwrap();
+    let staging = dir.path().join("staging");
+    let mut s = Srv::start_on(store.clone(), index, WebConfig::ephemeral(), Some(dir)).await;
+    fill_the_disk(&mut s, 3 << 20).await;
+    for key in ["full/chunked", "full/form.bin"] {
+        let r = s.http.get(s.url(&format!("/blobs/{key}"))).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{key}");
+        assert!(!pending(store.as_ref(), key), "{key} is left pending");
+    }
+    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0, "staged bytes left behind");
+    // The names are free: an empty blob needs no disk space.
+    assert_eq!(s.put("full/chunked", Vec::new()).await.status(), StatusCode::CREATED);
+}
+
+/// A tmpfs of `mib` MiB mounted on a temporary directory, unmounted on drop; `None` where the
+/// test may not mount file systems.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(mib: u32) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
+
+/// The same on a really full file system, where removing the pending upload's row needs room
+/// in the catalogue's database, whose file is on that same file system.
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_that_fill_a_real_disk_leave_nothing_pending() {
+    let Some(tmpfs) = Tmpfs::mount(4) else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let root = tmpfs.0.path();
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(root).unwrap());
+    let index = ImageIndex::open_in_memory().unwrap();
+    let mut s = Srv::start_on(store.clone(), index, WebConfig::ephemeral(), None).await;
+    fill_the_disk(&mut s, 8 << 20).await;
+    for key in ["full/chunked", "full/form.bin"] {
+        assert!(!pending(store.as_ref(), key), "{key} is left pending");
+    }
+    assert_eq!(std::fs::read_dir(root.join("staging")).unwrap().count(), 0);
+    // The disk is usable again.
+    assert_eq!(s.put("after", payload(1 << 20)).await.status(), StatusCode::CREATED);
+    s.web.shutdown().await;
+    drop(store);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn multipart_post_and_content_types() {
     let s = Srv::start(true).await;
@@ -348,6 +454,69 @@ async fn multipart_post_and_content_types() {
     s.put("x/page.html", b"<script>alert(1)</script>".to_vec()).await;
     let r = s.http.get(s.url("/blobs/x/page.html")).send().await.unwrap();
     assert!(r.headers()["content-security-policy"].to_str().unwrap().contains("sandbox"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn multipart_post_refuses_unknown_query_parameters_and_missing_value_keys() {
+    let s = Srv::start(true).await;
+    let file =
+        |name: &str| reqwest::multipart::Part::bytes(b"x".to_vec()).file_name(name.to_string());
+    let post = async |query: &str, form: reqwest::multipart::Form| {
+        let r = s.http.post(s.url(&format!("/blobs{query}"))).multipart(form).send().await;
+        let r = r.unwrap();
+        let st = r.status();
+        (st, r.json::<Value>().await.unwrap())
+    };
+    // Unknown query parameters (a typo of prefix, or anything else) are refused.
+    for q in ["?prefx=up/", "?prefix=up/&x=1", "?prefix=up/&prefix=down/", "?=1"] {
+        let (st, v) = post(q, reqwest::multipart::Form::new().part("file", file("a.txt"))).await;
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("bad_request")),
+            "{q}: {v}"
+        );
+    }
+    // A key field of `null` or `undefined` — what a client sends for a missing value — is
+    // refused rather than taken as a name.
+    for word in ["null", "undefined"] {
+        let form = reqwest::multipart::Form::new().text("key", word).part("file", file("a.txt"));
+        let (st, v) = post("?prefix=up/", form).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("missing value"), "{v}");
+        // After a stored file, the error says what was stored.
+        let form = reqwest::multipart::Form::new()
+            .part("file", file("first.txt"))
+            .text("key", word)
+            .part("file", file("b.txt"));
+        let (st, v) = post("?prefix=up/", form).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("up/first.txt"), "{v}");
+    }
+    let (_, v) = s.get_json("/api/list").await;
+    assert!(v["items"].as_array().unwrap().is_empty(), "nothing named null: {v}");
+    let (_, v) = s.get_json("/api/list?prefix=up/").await;
+    let keys: Vec<&str> =
+        v["items"].as_array().unwrap().iter().map(|i| i["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["up/first.txt"], "only the files before the refused key field");
+    // Such names are still possible: as a file name, inside a longer key, or with PUT.
+    let form = reqwest::multipart::Form::new()
+        .part("file", file("null"))
+        .text("key", "null/undefined")
+        .part("file", file("b.txt"));
+    let (st, v) = post("?prefix=up/", form).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    assert_eq!(v["stored"][0]["key"], "up/null");
+    assert_eq!(v["stored"][1]["key"], "null/undefined");
+    assert_eq!(s.put("null", b"x".to_vec()).await.status(), StatusCode::CREATED);
+    // The OpenAPI document says the same.
+    let (_, doc) = s.get_json("/api/openapi.json").await;
+    let post = &doc["paths"]["/blobs"]["post"];
+    let key = &post["requestBody"]["content"]["multipart/form-data"]["schema"]["properties"]["key"];
+    assert_eq!(
+        key["anyOf"][0]["allOf"][1]["not"]["enum"],
+        serde_json::json!(["null", "undefined"])
+    );
+    assert_eq!(post["parameters"].as_array().unwrap().len(), 1, "prefix is the only parameter");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -660,8 +829,23 @@ async fn samples_seed_an_empty_store_once() {
     assert_eq!(v["results"][0]["key"], "samples/ct-phantom.dcm");
 }
 
+/// The `name=value` pairs a response sets, by cookie name.
+fn set_cookies(r: &reqwest::Response) -> Vec<(String, String)> {
+    r.headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .map(|c| {
+            let pair = c.split(';').next().unwrap();
+            let (k, v) = pair.split_once('=').unwrap();
+            assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict"), "{c}");
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_token_guards_the_api_and_the_session_cookie_carries_it() {
+async fn a_token_guards_the_api_and_the_session_cookie_is_a_revocable_session_id() {
     let cfg = WebConfig { auth_token: Some("s3cret".into()), ..WebConfig::ephemeral() };
     let s = Srv::start_with(false, cfg).await;
     let r = s.http.get(s.url("/api/list")).send().await.unwrap();
@@ -682,14 +866,139 @@ async fn a_token_guards_the_api_and_the_session_cookie_carries_it() {
     );
     let r = s.http.post(s.url("/api/session")).json(&serde_json::json!({"token": "nope"})).send();
     assert_eq!(r.await.unwrap().status(), StatusCode::UNAUTHORIZED);
-    let r = s.http.post(s.url("/api/session")).json(&serde_json::json!({"token": "s3cret"})).send();
-    let r = r.await.unwrap();
+    let login = async || {
+        let r = s.http.post(s.url("/api/session")).json(&serde_json::json!({"token": "s3cret"}));
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        let cookies = set_cookies(&r);
+        // The cookie of earlier versions, which held the token itself, is cleared.
+        assert!(cookies.contains(&("blobstream_token".into(), String::new())), "{cookies:?}");
+        let (_, id) = cookies.into_iter().find(|(k, _)| k == "blobstream_session").unwrap();
+        id
+    };
+    let id = login().await;
+    // The cookie is a random session id, not the token.
+    assert!(!id.contains("s3cret") && id.len() >= 32, "{id}");
+    assert_ne!(id, login().await, "every login is a new session");
+    let with = |path: &str, cookie: &str| {
+        s.http.get(s.url(path)).header("cookie", format!("a=1; {cookie}")).send()
+    };
+    let session = format!("blobstream_session={id}");
+    assert_eq!(with("/api/list", &session).await.unwrap().status(), StatusCode::OK);
+    let v: Value = with("/api/session", &session).await.unwrap().json().await.unwrap();
+    assert_eq!(v["authenticated"], true);
+    // The token itself is no cookie, nor is a made-up session id.
+    for bad in ["blobstream_session=s3cret", "blobstream_token=s3cret", "blobstream_session=00ff"] {
+        assert_eq!(with("/api/list", bad).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    }
+    // Logout ends the session on the server: the cookie is cleared, and a copy of it kept
+    // elsewhere (a leaked one) no longer works.
+    let r = s.http.delete(s.url("/api/session")).header("cookie", &session).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
-    let pair = cookie.split(';').next().unwrap();
-    let r = s.http.get(s.url("/api/list")).header("cookie", pair).send().await.unwrap();
+    assert!(set_cookies(&r).contains(&("blobstream_session".into(), String::new())));
+    assert_eq!(with("/api/list", &session).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let v: Value = with("/api/session", &session).await.unwrap().json().await.unwrap();
+    assert_eq!(v["authenticated"], false);
+    // Logging out again, or without a session, is harmless.
+    let r = s.http.delete(s.url("/api/session")).header("cookie", &session).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    // Other sessions live on; logging in again from a session ends that one.
+    let other = format!("blobstream_session={}", login().await);
+    assert_eq!(with("/api/list", &other).await.unwrap().status(), StatusCode::OK);
+    let r = s.http.post(s.url("/api/session")).header("cookie", &other);
+    let r = r.json(&serde_json::json!({"token": "s3cret"})).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(with("/api/list", &other).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+}
+
+/// A client whose requests come from `ip` (any 127.x.y.z reaches a server on 127.0.0.1).
+fn client_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_tokens_are_throttled_per_source_address() {
+    // The allowance does not come back during the test (an hour per failure), so exactly
+    // `burst` wrong tokens are answered 401 however the requests interleave.
+    let cfg = WebConfig {
+        auth_token: Some("s3cret".into()),
+        auth_failure_burst: 5,
+        auth_failure_refill: std::time::Duration::from_secs(3600),
+        ..WebConfig::ephemeral()
+    };
+    let s = Srv::start_with(false, cfg).await;
+    // A browser logged in before the attack.
+    let r = s.http.post(s.url("/api/session")).json(&serde_json::json!({"token": "s3cret"}));
+    let r = r.send().await.unwrap();
+    let (_, id) = set_cookies(&r).into_iter().find(|(k, _)| k == "blobstream_session").unwrap();
+    let session = format!("blobstream_session={id}");
+
+    // 40 wrong tokens at once, from one address, at every door that checks one.
+    let attempts = (0..40).map(|i| {
+        let (http, url) = (s.http.clone(), s.base.clone());
+        tokio::spawn(async move {
+            let r = match i % 5 {
+                0 => http.get(format!("{url}/blobs/x")),
+                1 => http.put(format!("{url}/blobs/x")).body("x"),
+                2 => http.get(format!("{url}/api/list")),
+                3 => http.get(format!("{url}/api/session")),
+                _ => {
+                    let body = serde_json::json!({"token": format!("guess-{i}")});
+                    return http.post(format!("{url}/api/session")).json(&body).send().await;
+                }
+            };
+            r.bearer_auth(format!("guess-{i}")).send().await
+        })
+    });
+    let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+    for a in attempts.collect::<Vec<_>>() {
+        let r = a.await.unwrap().unwrap();
+        let st = r.status();
+        *answers.entry(st.as_u16()).or_default() += 1;
+        if st == StatusCode::TOO_MANY_REQUESTS {
+            let wait: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+            assert!((1..=3600).contains(&wait), "{wait}");
+            assert_eq!(error_code(r).await.1, "too_many_requests");
+        }
+    }
+    // GET /api/session answers 200 {"authenticated": false} for a wrong token (and counts it).
+    let refused = answers.get(&401).copied().unwrap_or(0) + answers.get(&200).unwrap_or(&0);
+    assert_eq!((refused, answers.get(&429).copied()), (5, Some(35)), "{answers:?}");
+
+    // Now even the right token is refused from that address — otherwise a guesser would still
+    // learn which guess was right — at every door, login included.
+    let r = s.http.get(s.url("/api/list")).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let r = s.http.post(s.url("/api/session")).json(&serde_json::json!({"token": "s3cret"}));
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    // A request with no credential is just unauthenticated.
+    let r = s.http.get(s.url("/api/list")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // The session made before keeps working: a session id is no token check.
+    let r = s.http.get(s.url("/api/list")).header("cookie", &session).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
+    // Open endpoints stay open.
+    assert_eq!(s.http.get(s.url("/api/health")).send().await.unwrap().status(), StatusCode::OK);
+    // Another address is not affected.
+    let other = client_from("127.0.0.2");
+    let r = other.get(s.url("/api/list")).bearer_auth("s3cret").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = other.get(s.url("/api/list")).bearer_auth("guess").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // The OpenAPI document lists 429 with Retry-After wherever a token is checked.
+    let (_, doc) = s.get_json("/api/openapi.json").await;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (m, op) in ops.as_object().unwrap() {
+            let rs = &op["responses"];
+            if rs.get("401").is_some() {
+                assert!(rs["429"]["headers"].get("Retry-After").is_some(), "{m} {path}");
+            }
+        }
+    }
+    assert!(doc["paths"]["/api/session"]["get"]["responses"].get("429").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -17,4 +17,6 @@ pub enum WireError {
     Malformed { kind: &'static str, reason: String },
     #[error("unknown digest algorithm {0:?}")]
     UnknownDigest(String),
+    #[error("malformed chunk digests: {0}")]
+    BadChunkDigests(String),
 }

@@ -110,6 +110,8 @@ pub enum ErrorCode {
     Internal = 10,
     /// Another transfer is writing the same upload, or the server is at its connection limit.
     Busy = 11,
+    /// The stored blob failed its digest check: corrupt on disk (or in memory).
+    Corrupt = 12,
 }
 
 impl ErrorCode {
@@ -126,6 +128,7 @@ impl ErrorCode {
             8 => Self::NotFound,
             9 => Self::Incomplete,
             11 => Self::Busy,
+            12 => Self::Corrupt,
             _ => Self::Internal,
         }
     }

@@ -3,11 +3,13 @@
 //! `quinn-proto`): the `transport` crate drives it over sockets.
 
 pub mod alloc;
+pub mod chunks;
 pub mod digest;
 pub mod error;
 pub mod frame;
 pub mod pool;
 
+pub use chunks::{CHUNK_SIZE, ChunkDigests, ChunkHasher};
 pub use digest::{Digest, DigestAlgo, Hasher};
 pub use error::WireError;
 pub use frame::{ErrorCode, Frame, FrameKind, HEADER_LEN, Header, MAX_BODY_LEN, TOKEN_LEN};

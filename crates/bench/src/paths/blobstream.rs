@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use bs_client::{Client, PushAck, RouteRequest, TransferSettings};
 use bs_server::{BackgroundServer, ServerConfig};
-use bs_store::{BlobSource, MemStore, Store};
+use bs_store::{MemStore, Store};
 use bytes::Bytes;
 
 use crate::error::BenchError;
@@ -41,13 +41,7 @@ impl BlobstreamRunner {
 
     /// The bytes the store now holds under `name` (read in place, not over the network).
     fn stored(&self, name: &str) -> Result<Bytes, BenchError> {
-        match self.store.open_read(name)? {
-            BlobSource::Memory { bytes, .. } => Ok(bytes),
-            BlobSource::File { record, .. } => Err(BenchError::Invalid(format!(
-                "memory store returned a file for {}",
-                record.name
-            ))),
-        }
+        Ok(self.store.open_read(name)?.all()?)
     }
 }
 

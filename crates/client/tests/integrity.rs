@@ -1,0 +1,104 @@
+//! Corruption at rest over the data plane: a pull stops before the first bad chunk leaves the
+//! server (the good chunks before it arrive, the bad one never does), the client gets a
+//! "corrupt" error rather than a checksum mismatch at the end, range digests refuse to vouch
+//! for rotten bytes (so a resume cannot keep them), and the scrub RPC names the blob.
+
+use std::sync::Arc;
+
+use bs_client::{Client, ClientError, RouteRequest, scrub_event::Outcome};
+use bs_server::{BackgroundServer, ServerConfig};
+use bs_store::{FsStore, MemStore, Store};
+use bs_transport::TransportError;
+use bs_wire::{CHUNK_SIZE, DigestAlgo, ErrorCode};
+
+fn data(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[0]).collect()
+}
+
+fn put(c: &Client, name: &str, bytes: &[u8]) {
+    let route = RouteRequest { size: Some(bytes.len() as u64), ..Default::default() };
+    let mut p = c.open_push(name, 0, Some(bytes.len() as u64), Some(route)).unwrap();
+    p.write(bytes).unwrap();
+    p.finish(true).unwrap();
+}
+
+fn corrupt_pull_stops_at_the_bad_chunk(store: Arc<dyn Store>, damage: &dyn Fn(u64)) {
+    let s = BackgroundServer::start(store, ServerConfig::ephemeral()).unwrap();
+    let c = Client::connect(&s.control_addr().to_string()).unwrap();
+    let good = data(4 * CHUNK_SIZE as usize + 100);
+    put(&c, "scan", &good);
+    put(&c, "other", &data(5000));
+    let bad_at = 3 * CHUNK_SIZE + 17;
+    damage(bad_at);
+
+    // Chunks before the bad one arrive intact; then the stream ends with a corrupt error.
+    let mut p = c.open_pull("scan", 0, None).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let err = loop {
+        match p.read(&mut buf) {
+            Ok(0) => panic!("a corrupt blob was read to the end with success"),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(got.len() as u64, 3 * CHUNK_SIZE, "every good chunk, none of the bad one");
+    assert_eq!(&got[..], &good[..got.len()]);
+    assert!(err.is_integrity(), "{err}");
+    assert!(
+        matches!(&err, ClientError::Transfer(TransportError::Remote { code: ErrorCode::Corrupt, message }) if message.contains("chunk 3")),
+        "{err}"
+    );
+
+    // Marked now: the next pull is refused before its first byte, a range digest too (a
+    // resume asks for one before keeping bytes it already has), and the scrub names it.
+    let e = c.open_pull("scan", 0, None).and_then(|mut p| p.read(&mut buf)).unwrap_err();
+    assert!(e.is_integrity() && e.to_string().contains("marked corrupt"), "{e}");
+    let e = c.range_digest("scan", 0, CHUNK_SIZE, DigestAlgo::Xxh3_128).unwrap_err();
+    assert!(matches!(e, ClientError::Corrupt(_)), "{e}");
+    let mut events = Vec::new();
+    c.scrub("", 0, |ev| events.push((ev.name.clone(), ev.outcome))).unwrap();
+    assert_eq!(
+        events,
+        [("other".to_string(), Outcome::Ok as i32), ("scan".to_string(), Outcome::Corrupt as i32)]
+    );
+    let mut p = c.open_pull("other", 0, None).unwrap();
+    let mut out = vec![0u8; 5000];
+    p.read_exact_to_end(&mut out).unwrap();
+    assert_eq!(out, data(5000), "other blobs are served as before");
+}
+
+#[test]
+fn memory_store() {
+    let store = MemStore::new();
+    let handle = store.clone();
+    corrupt_pull_stops_at_the_bad_chunk(Arc::new(store), &move |off| {
+        handle.damage("scan", off, 0x01).unwrap()
+    });
+}
+
+#[test]
+fn fs_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let store = FsStore::open(&root).unwrap();
+    corrupt_pull_stops_at_the_bad_chunk(Arc::new(store), &move |off| {
+        use std::os::unix::fs::FileExt;
+        // The only blob file of the scan's size.
+        let size = 4 * CHUNK_SIZE + 100;
+        let mut files = Vec::new();
+        for shard in std::fs::read_dir(root.join("blobs")).unwrap() {
+            for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+                let p = f.unwrap().path();
+                if std::fs::metadata(&p).unwrap().len() == size {
+                    files.push(p);
+                }
+            }
+        }
+        assert_eq!(files.len(), 1);
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&files[0]).unwrap();
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, off).unwrap();
+        f.write_all_at(&[b[0] ^ 1], off).unwrap();
+    });
+}

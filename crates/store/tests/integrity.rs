@@ -1,0 +1,203 @@
+//! Integrity at rest, against every store: a flipped byte is never read back as good data,
+//! the blob is marked so later readers are refused at once, the scrubber names it, and a
+//! delete on a full disk never leaves a listed blob without its bytes.
+
+use std::path::Path;
+
+use bs_store::{FsStore, MemStore, RouteSpec, ScrubOptions, Store, StoreError};
+use bs_wire::CHUNK_SIZE;
+
+fn spec(name: &str) -> RouteSpec {
+    RouteSpec { name: name.into(), ..Default::default() }
+}
+
+fn data(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// The file of the only blob of `size` bytes in an fs store's data directory.
+fn blob_file(root: &Path, size: u64) -> std::path::PathBuf {
+    let mut found = Vec::new();
+    for shard in std::fs::read_dir(root.join("blobs")).unwrap() {
+        for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+            let p = f.unwrap().path();
+            if std::fs::metadata(&p).unwrap().len() == size {
+                found.push(p);
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "one blob file of {size} bytes");
+    found.pop().unwrap()
+}
+
+fn flip_on_disk(root: &Path, size: u64, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(blob_file(root, size)).unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, offset).unwrap();
+    f.write_all_at(&[b[0] ^ 0x10], offset).unwrap();
+}
+
+/// Behaviour every store shares once `damage(name, offset)` flipped a byte of the blob.
+fn rot_is_caught(s: &dyn Store, damage: &dyn Fn(&str, u64)) {
+    let size = 3 * CHUNK_SIZE as usize + 77;
+    let good = data(size, 1);
+    bs_store::put_bytes(s, &spec("scan"), &good).unwrap();
+    bs_store::put_bytes(s, &spec("other"), &data(1000, 2)).unwrap();
+    let bad_at = 2 * CHUNK_SIZE + 5;
+    damage("scan", bad_at);
+
+    // A range that avoids the bad chunk still reads; the stream stops at the bad chunk.
+    let src = s.open_read("scan").unwrap();
+    assert_eq!(&src.bytes(0, CHUNK_SIZE).unwrap()[..], &good[..CHUNK_SIZE as usize]);
+    let pieces: Vec<_> = src.pieces(0, size as u64).unwrap().collect();
+    let good_bytes: usize = pieces.iter().filter_map(|p| p.as_ref().ok()).map(|b| b.len()).sum();
+    assert_eq!(good_bytes as u64, 2 * CHUNK_SIZE, "every good chunk before the bad one");
+    let last = pieces.last().unwrap();
+    assert!(matches!(last, Err(StoreError::Corrupt { name, .. }) if name == "scan"), "{last:?}");
+    drop(src);
+
+    // Now marked: the next reader is refused before any byte, with the reason.
+    let e = s.open_read("scan").unwrap_err();
+    assert!(e.to_string().contains("corrupt") && e.to_string().contains("chunk 2"), "{e}");
+    assert!(s.stat("scan").is_ok(), "still listed, so it can be found and dealt with");
+    assert_eq!(&s.open_read("other").unwrap().all().unwrap()[..], &data(1000, 2)[..]);
+
+    // The scrubber names it and nothing else.
+    let mut seen = Vec::new();
+    let report = bs_store::scrub(s, &ScrubOptions::default(), |n, r| {
+        seen.push((n.name.clone(), r.is_ok()));
+        true
+    })
+    .unwrap();
+    assert_eq!(report.blobs, 2);
+    assert_eq!(report.corrupt.len(), 1);
+    assert_eq!(report.corrupt[0].0, "scan");
+    assert_eq!(seen, [("other".to_string(), true), ("scan".to_string(), false)]);
+
+    // Replacing the blob clears the mark.
+    let mut sp = spec("scan");
+    sp.overwrite = true;
+    bs_store::put_bytes(s, &sp, &good).unwrap();
+    assert_eq!(&s.open_read("scan").unwrap().all().unwrap()[..], &good[..]);
+}
+
+#[test]
+fn rot_in_memory_is_caught() {
+    let s = MemStore::new();
+    let handle = s.clone();
+    rot_is_caught(&s, &move |name, off| handle.damage(name, off, 0x10).unwrap());
+}
+
+#[test]
+fn rot_on_disk_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FsStore::open(dir.path()).unwrap();
+    let root = dir.path().to_path_buf();
+    rot_is_caught(&s, &move |_, off| flip_on_disk(&root, 3 * CHUNK_SIZE + 77, off));
+}
+
+#[test]
+fn a_restored_file_is_cleared_by_the_scrubber_and_the_mark_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = CHUNK_SIZE + 9;
+    {
+        let s = FsStore::open(dir.path()).unwrap();
+        bs_store::put_bytes(&s, &spec("a"), &data(size as usize, 3)).unwrap();
+        flip_on_disk(dir.path(), size, 7);
+        assert!(s.open_read("a").unwrap().all().is_err());
+    }
+    let s = FsStore::open(dir.path()).unwrap();
+    assert!(matches!(s.open_read("a"), Err(StoreError::Corrupt { .. })), "marked on disk");
+    flip_on_disk(dir.path(), size, 7); // the administrator restores the file
+    assert!(matches!(s.open_read("a"), Err(StoreError::Corrupt { .. })), "until scrubbed");
+    s.scrub_blob("a").unwrap();
+    assert_eq!(&s.open_read("a").unwrap().all().unwrap()[..], &data(size as usize, 3)[..]);
+}
+
+#[test]
+fn blobs_from_before_chunk_digests_are_checked_whole_then_get_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 2 * CHUNK_SIZE + 1;
+    {
+        let s = FsStore::open(dir.path()).unwrap();
+        bs_store::put_bytes(&s, &spec("old"), &data(size as usize, 4)).unwrap();
+        bs_store::put_bytes(&s, &spec("rotten"), &data(size as usize + 1, 5)).unwrap();
+    }
+    let db = rusqlite::Connection::open(dir.path().join("meta.db")).unwrap();
+    db.execute("UPDATE blobs SET chunks = NULL", []).unwrap();
+    drop(db);
+    flip_on_disk(dir.path(), size + 1, 3);
+    let s = FsStore::open(dir.path()).unwrap();
+    assert_eq!(&s.open_read("old").unwrap().all().unwrap()[..], &data(size as usize, 4)[..]);
+    let e = s.open_read("rotten").unwrap_err();
+    assert!(e.to_string().contains("whole-blob digest"), "{e}");
+    let db = rusqlite::Connection::open(dir.path().join("meta.db")).unwrap();
+    let has: i64 = db
+        .query_row("SELECT count(*) FROM blobs WHERE chunks IS NOT NULL", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(has, 1, "the sound blob got its chunk digests");
+}
+
+/// A tmpfs of `bytes` mounted on a fresh directory, unmounted on drop.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(bytes: u64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mounting a tmpfs needs root (the test suite runs as root on CI machines)");
+        Self(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn delete_on_a_full_disk_leaves_no_phantom_row() {
+    let t = Tmpfs::mount(16 << 20);
+    let root = t.0.path().join("data");
+    let s = FsStore::open(&root).unwrap();
+    for i in 0..3 {
+        bs_store::put_bytes(&s, &spec(&format!("b{i}")), &data(2 << 20, i)).unwrap();
+    }
+    // Fill the disk to the last byte.
+    let filler = t.0.path().join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![7u8; 64 << 10];
+        while f.write_all(&block).is_ok() {}
+        while f.write_all(&[7]).is_ok() {}
+        let _ = f.sync_all();
+    }
+    for i in 0..3 {
+        let name = format!("b{i}");
+        match s.delete(&name) {
+            // Refused: the blob must still be whole.
+            Err(e) => {
+                assert!(matches!(e, StoreError::StorageFull(_) | StoreError::Meta(_)), "{e}");
+                assert_eq!(&s.open_read(&name).unwrap().all().unwrap()[..], &data(2 << 20, i)[..]);
+            }
+            // Done: gone from the listing too.
+            Ok(()) => assert!(matches!(s.stat(&name), Err(StoreError::NotFound(_)))),
+        }
+    }
+    let listed: Vec<String> = s.list("", "", 10).unwrap().into_iter().map(|r| r.name).collect();
+    drop(s);
+    std::fs::remove_file(&filler).unwrap();
+    let s = FsStore::open(&root).unwrap();
+    let after: Vec<String> = s.list("", "", 10).unwrap().into_iter().map(|r| r.name).collect();
+    assert_eq!(listed, after, "what a restart lists is what was listed");
+    for name in after {
+        assert!(s.open_read(&name).unwrap().all().is_ok(), "{name} listed and readable");
+    }
+}
