@@ -39,6 +39,8 @@ pub enum CopyPath {
     Slice,
     /// Pulled from a remote store through a buffer.
     Relay,
+    /// Nothing moved: the destination already held the same bytes (same size and digest).
+    AlreadyThere,
 }
 
 /// What a finished copy did.
@@ -154,7 +156,20 @@ fn copy_keys(
             overwrite: o.overwrite,
             resume_tag: if o.resume { resume_tag(&src) } else { String::new() },
         };
-        let mut out = factory.route(dst, &spec)?;
+        let mut out = match factory.route(dst, &spec) {
+            // A retry of a copy that landed (its confirmation lost to a crash) is a success.
+            Err(BlobError::AlreadyExists(m)) if !o.overwrite => {
+                if same_bytes(factory, &src, dst)? {
+                    return Ok(Copied {
+                        bytes: 0,
+                        resumed_from: size,
+                        path: CopyPath::AlreadyThere,
+                    });
+                }
+                return Err(BlobError::AlreadyExists(m));
+            }
+            r => r?,
+        };
         let mut start = 0;
         if o.resume {
             let algo = DigestAlgo::default();
@@ -183,6 +198,25 @@ fn copy_keys(
         let _ = factory.discard(dst);
     }
     res.map_err(|e| deadline.classify(e))
+}
+
+/// Whether the existing blob `dst` holds exactly the bytes of `src`: same size and same
+/// digest (computed for whichever side has none stored, in the other side's algorithm).
+fn same_bytes(factory: &Factory, src: &BlobProxy, dst: &BlobKey) -> Result<bool> {
+    let existing = factory.bind(dst)?;
+    if existing.size() != src.size() {
+        return Ok(false);
+    }
+    let parse = |p: &BlobProxy| p.digest().and_then(|d| d.parse::<bs_wire::Digest>().ok());
+    let theirs = match parse(&existing) {
+        Some(d) => d,
+        None => existing.prefix_digest(existing.size(), DigestAlgo::default())?,
+    };
+    let ours = match parse(src).filter(|d| d.algo == theirs.algo) {
+        Some(d) => d,
+        None => src.prefix_digest(src.size(), theirs.algo)?,
+    };
+    Ok(ours == theirs)
 }
 
 fn transfer(

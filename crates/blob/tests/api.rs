@@ -118,6 +118,34 @@ fn missing_blobs_and_existing_destinations_are_named() {
 }
 
 #[test]
+fn copying_the_same_bytes_again_is_already_there_and_different_bytes_are_refused() {
+    let w = world();
+    let bytes = data(1_500_000);
+    let src = BlobKey::file(w.root.join("same.src"));
+    std::fs::write(w.root.join("same.src"), &bytes).unwrap();
+    for dst in w.keys("again/blob") {
+        let first = w.t.copy(&src, &dst, &Options::blocking()).wait().unwrap();
+        assert_ne!(first.path, CopyPath::AlreadyThere, "{dst}");
+        // The retry of a copy whose confirmation was lost (a crash after commit).
+        let again = w.t.copy(&src, &dst, &Options::blocking()).wait().unwrap();
+        assert_eq!(
+            (again.path, again.bytes, again.resumed_from),
+            (CopyPath::AlreadyThere, 0, 1_500_000),
+            "{dst}"
+        );
+        assert_eq!(w.read(&dst), bytes);
+    }
+    let mut other = bytes.clone();
+    other[42] ^= 1;
+    std::fs::write(w.root.join("same.src"), &other).unwrap();
+    for dst in w.keys("again/blob") {
+        let e = w.t.copy(&src, &dst, &Options::blocking()).wait().unwrap_err();
+        assert!(matches!(e, BlobError::AlreadyExists(_)), "{dst}: {e}");
+        assert_eq!(w.read(&dst), bytes, "{dst} unchanged");
+    }
+}
+
+#[test]
 fn transporter_copies_between_every_pair_of_locations() {
     let w = world();
     let bytes = data(3_100_000);

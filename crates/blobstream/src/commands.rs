@@ -52,6 +52,12 @@ fn copy(
 }
 
 fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
+    if c.path == bs_blob::CopyPath::AlreadyThere {
+        if !g.quiet {
+            eprintln!("{what}: already there ({} bytes, same digest)", c.resumed_from);
+        }
+        return;
+    }
     if !g.quiet {
         let resumed = if c.resumed_from > 0 {
             format!(" (resumed at byte {})", c.resumed_from)

@@ -10,6 +10,7 @@ mod progress;
 mod scrub;
 mod security;
 mod serve;
+mod signals;
 
 use std::process::ExitCode;
 

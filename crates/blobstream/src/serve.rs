@@ -1,5 +1,6 @@
 //! `blobstream serve`: the store server on the embedded default (a data directory with an
-//! SQLite catalogue), until Ctrl-C.
+//! SQLite catalogue), until SIGTERM or SIGINT (Ctrl-C): then it stops accepting, gives running
+//! transfers a grace period to finish, and exits with status 0.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use bs_web::{WebConfig, WebServer};
 
 use crate::cli::{Global, ServeArgs};
 use crate::security;
+use crate::signals::Signals;
 
 pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
     tracing_subscriber::fmt()
@@ -53,6 +55,13 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         token_ttl: Duration::from_secs(a.token_ttl),
         io_timeout: Duration::from_secs(a.io_timeout),
         max_connections: a.max_connections,
+        hello_timeout: Duration::from_secs(a.hello_timeout),
+        hello_timeout_under_pressure: Duration::from_secs(a.hello_timeout_under_pressure),
+        max_unauthenticated: a.max_unauthenticated,
+        max_unauthenticated_per_ip: a.max_unauthenticated_per_ip,
+        max_unsized_upload: a.max_unsized_upload,
+        auth_failure_burst: a.auth_failure_burst,
+        auth_failure_interval: Duration::from_secs(a.auth_failure_interval),
         auth_token: security::token(g)?,
         tls: security::server_tls(&a)?,
         scrub: (a.scrub_every > 0).then(|| ScrubSchedule {
@@ -82,8 +91,12 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
             );
         }
     }
+    raise_fd_limit(cfg.max_unauthenticated + cfg.max_connections + 1024);
+    let grace = Duration::from_secs(a.shutdown_grace);
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    rt.block_on(async move {
+    let res = rt.block_on(async move {
+        // Before the addresses are printed: from then on a signal drains instead of killing.
+        let mut signals = Signals::install().context("installing signal handlers")?;
         let server = Server::start(store.clone(), cfg).await?;
         let web = if a.no_http {
             None
@@ -124,14 +137,46 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         let _ = writeln!(out, "try: blobstream --server {} put FILE NAME", server.control_addr());
         let _ = out.flush();
         drop(out);
-        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
-        eprintln!("shutting down");
-        if let Some(web) = web {
-            web.shutdown().await;
+        let which = signals.next().await;
+        tracing::info!("{which}: stopping; running transfers have {} s to finish", grace.as_secs());
+        let web_stopped = async {
+            if let Some(web) = web {
+                let stopped = tokio::time::timeout(grace, web.shutdown()).await;
+                if stopped.is_err() {
+                    tracing::warn!("HTTP requests still running after {} s", grace.as_secs());
+                }
+            }
+        };
+        let stopped = async { tokio::join!(web_stopped, server.drain(grace)).1 };
+        tokio::select! {
+            left = stopped => match left {
+                0 => tracing::info!("stopped; every data transfer finished"),
+                n => tracing::warn!("stopped; {n} data transfers cut short after {} s", grace.as_secs()),
+            },
+            again = signals.next() => tracing::warn!("{again} again: stopping now"),
         }
-        server.shutdown().await;
         Ok(())
-    })
+    });
+    // Whatever still runs on the blocking pool was given its grace period already.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    res
+}
+
+/// Raise the soft limit on open files towards `want` (within the hard limit): every data
+/// connection waiting for its token holds a descriptor.
+fn raise_fd_limit(want: usize) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit with a valid, writable struct.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    let want = (want as libc::rlim_t).min(lim.rlim_max);
+    if !ok || lim.rlim_cur >= want {
+        return;
+    }
+    let raised = libc::rlimit { rlim_cur: want, ..lim };
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        tracing::warn!("cannot raise the open-file limit from {} to {want}", lim.rlim_cur);
+    }
 }
 
 /// Half of MemTotal from /proc/meminfo (1 GiB if it cannot be read).

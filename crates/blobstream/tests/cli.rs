@@ -141,6 +141,31 @@ fn blobs_survive_a_server_restart() {
 }
 
 #[test]
+fn sigterm_lets_a_running_transfer_finish_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Serve::start(&dir.path().join("data"));
+    let c = bs_client::Client::connect(&s.addr).unwrap();
+    let bytes = content(3 << 20);
+    let route = bs_client::RouteRequest { size: Some(bytes.len() as u64), ..Default::default() };
+    // Admitted before the signal: the server must wait for this push to end.
+    let mut push = c.open_push("late", 0, None, Some(route)).unwrap();
+    push.write(&bytes[..1 << 20]).unwrap();
+    // SAFETY: signalling our own child process, which is still running (not yet waited for).
+    assert_eq!(unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) }, 0);
+    push.write(&bytes[1 << 20..]).unwrap();
+    let ack = push.finish(true).unwrap();
+    assert!(ack.committed.is_some(), "{ack:?}");
+    let status = s.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    // What was acknowledged is there after a restart.
+    drop(s);
+    let s = Serve::start(&dir.path().join("data"));
+    let st: serde_json::Value =
+        serde_json::from_str(&ok(&s.run(&["stat", "late", "--json"]))).unwrap();
+    assert_eq!(st["size"], 3 << 20);
+}
+
+#[test]
 fn an_unreachable_server_is_one_clear_line() {
     let o = Command::new(BIN).args(["--server", "127.0.0.1:1", "ls"]).output().unwrap();
     fails_with(&o, "cannot reach blobstream server at 127.0.0.1:1");

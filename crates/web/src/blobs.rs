@@ -194,12 +194,6 @@ pub struct PostQuery {
     prefix: String,
 }
 
-/// `key` field values refused outright: what clients send for a missing value (JSON's `null`;
-/// JavaScript's `FormData` turns `null` and `undefined` into these words). Storing a file
-/// under such a name by accident is worse than an error; a blob can still be given one of
-/// these names by its file name or with PUT. The OpenAPI document says the same.
-pub(crate) const NOT_KEYS: &[&str] = &["null", "undefined"];
-
 /// `POST /blobs?prefix=folder/` with `multipart/form-data`.
 pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let q: PostQuery = crate::query(req.uri())?;
@@ -249,13 +243,6 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
                 Ok(k) => k,
                 Err(e) => return Err(with_stored(e, &out)),
             };
-            if NOT_KEYS.contains(&k.as_str()) {
-                let e = WebError::BadRequest(format!(
-                    "the key field is {k:?}, which is what clients send for a missing value: \
-                     leave the field out to store the file under prefix + file name"
-                ));
-                return Err(with_stored(e, &out));
-            }
             validate_key(&k).map_err(|e| with_stored(e, &out))?;
             next_key = Some(k);
             continue;

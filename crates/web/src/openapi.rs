@@ -24,12 +24,6 @@ fn key_schema() -> Value {
     json!({ "type": "string", "maxLength": 1024, "pattern": format!("^{SEGMENT}(/{SEGMENT})*$") })
 }
 
-/// A `key` field of a multipart upload: a key, but not a word clients send for a missing
-/// value (see [`crate::blobs::NOT_KEYS`]).
-fn form_key_schema() -> Value {
-    json!({ "allOf": [key_schema(), { "not": { "enum": crate::blobs::NOT_KEYS } }] })
-}
-
 /// 429: the address has presented too many wrong tokens (docs/http-api.md, Authentication).
 fn throttled() -> Value {
     json!({ "description": "Too many wrong tokens from this address: token checks are refused \
@@ -161,21 +155,22 @@ fn contract() -> Value {
             "/blobs": {
                 "post": {
                     "summary": "Upload files from a multipart form",
-                    "description": "Query parameters other than prefix are refused (400). A key \
-                        field of null or undefined (what clients send for a missing value) is \
-                        refused (400); leave the field out to use prefix + file name.",
+                    "description": "Query parameters other than prefix are refused (400). Form \
+                        fields are text: a key field is the key it spells (the text null names \
+                        a blob null, like any valid key); without one, a file is stored as \
+                        prefix + its file name.",
                     "parameters": [q("prefix", prefix_schema(), "Folder to store into: empty or ending with '/'")],
                     "requestBody": { "required": true, "content": { "multipart/form-data": { "schema": {
                         "type": "object",
                         // A form may repeat `key` (the last one before a file applies), so
                         // it is a string or a list of them.
                         "properties": { "file": { "type": "string", "format": "binary" },
-                            "key": { "anyOf": [form_key_schema(), { "type": "array", "items": form_key_schema() }] } },
+                            "key": { "anyOf": [key_schema(), { "type": "array", "items": key_schema() }] } },
                         "additionalProperties": false,
                         "required": ["file"] } } } },
                     "responses": {
                         "201": ok_json("Stored", "Stored"),
-                        "400": err("Bad form, key field, prefix, file name or query parameter"),
+                        "400": err("Bad form, key, prefix, file name or query parameter"),
                         "401": err("Authentication required"),
                         "413": err("Over the upload limit"),
                         "415": err("Not multipart/form-data"),

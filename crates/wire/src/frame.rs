@@ -23,8 +23,9 @@
 //! | 4    | ACK   | bytes received / blob size| flags: bit 0 = COMMITTED   | algo id + whole-blob digest, or empty |
 //! | 5    | ERROR | error code (see [`ErrorCode`]) | 0                     | UTF-8 message                |
 //!
-//! A **push** is `HELLO, DATA+payload…, SUM` from the client, answered by the server's `ACK`
-//! (the end-to-end confirmation) or `ERROR`. A **pull** is the client's `HELLO`, answered by
+//! A **push** is `HELLO, DATA+payload…, SUM` from the client; the server answers the `HELLO`
+//! with an `ACK` without the COMMITTED flag (admitted: send) and the `SUM` with an `ACK` (the
+//! end-to-end confirmation), or either with `ERROR`. A **pull** is the client's `HELLO`, answered by
 //! `DATA+payload…, SUM` (or `ERROR`); it needs no confirmation. `SUM` carries the digest of every
 //! payload byte of the transfer, in order, which the receiver verifies.
 
