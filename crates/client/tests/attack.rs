@@ -1,6 +1,7 @@
-//! The data plane under a stranger's attack, against a real server on port 0: a thousand
-//! connections that never present a token, and a thread that keeps opening more, while
-//! legitimate 64 MiB puts and gets must all succeed — with and without TLS and a token.
+//! A server on port 0 under a stranger's attack. On the data plane: a thousand connections
+//! that never present a token, and a thread that keeps opening more, while legitimate 64 MiB
+//! puts and gets must all succeed — with and without TLS and a token. On the control plane:
+//! guessing the bearer token in parallel is cut off after a small budget.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use bs_client::{Client, RouteRequest, Security, TlsClient};
+use bs_client::{Client, ClientError, RouteRequest, Security, TlsClient};
 use bs_server::{BackgroundServer, ServerConfig};
 use bs_store::{FsStore, MemStore, Store};
 use bs_transport::{Conn, TlsServer};
@@ -132,13 +133,12 @@ fn strangers_holding_and_churning_connections_do_not_stop_puts_and_gets() {
 fn with_tls_and_a_token_strangers_do_not_stop_an_authorised_client() {
     let pki = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let (cert, key) = (pki.cert.pem(), pki.signing_key.serialize_pem());
-    let dir = tempfile::tempdir().unwrap();
     let cfg = ServerConfig {
         auth_token: Some("s3cret".into()),
         tls: Some(TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap()),
         ..ServerConfig::ephemeral()
     };
-    let s = fs_server(&dir, cfg);
+    let s = BackgroundServer::start(Arc::new(MemStore::new()), cfg).unwrap();
     let security = Security {
         auth_token: Some("s3cret".into()),
         tls: Some(TlsClient::from_pem(cert.as_bytes(), Some("localhost".into())).unwrap()),
@@ -167,4 +167,42 @@ fn a_full_table_of_waiting_connections_makes_room_by_evicting_the_oldest() {
         }
         other => panic!("expected an eviction notice, got {other:?}"),
     }
+}
+
+#[test]
+fn guessing_the_token_in_parallel_gets_only_the_budgeted_answers() {
+    let cfg = ServerConfig {
+        auth_token: Some("s3cret".into()),
+        auth_failure_burst: 6,
+        // Longer than any test run: nothing is forgiven while this one runs.
+        auth_failure_interval: Duration::from_secs(3600),
+        ..ServerConfig::ephemeral()
+    };
+    let s = BackgroundServer::start(Arc::new(MemStore::new()), cfg).unwrap();
+    let addr = s.control_addr().to_string();
+    let guessers: Vec<_> = (0..4)
+        .map(|g| {
+            let addr = addr.clone();
+            thread::spawn(move || {
+                let token = Some(format!("guess-{g}"));
+                let c =
+                    Client::connect_with(&addr, Security { auth_token: token, tls: None }).unwrap();
+                (0..5).map(|_| c.stat("x").unwrap_err()).collect::<Vec<_>>()
+            })
+        })
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    let checked = guessers.iter().filter(|e| matches!(e, ClientError::Unauthenticated(_))).count();
+    let refused = guessers
+        .iter()
+        .filter(|e| matches!(e, ClientError::Rpc { code: tonic::Code::Unavailable, .. }))
+        .count();
+    assert_eq!((checked, refused), (6, 14), "{guessers:?}");
+    // Now even the right token is refused from this address: a guess learns nothing.
+    let right = Security { auth_token: Some("s3cret".into()), tls: None };
+    let e = Client::connect_with(&addr, right).unwrap().stat("x").unwrap_err();
+    assert!(
+        matches!(&e, ClientError::Rpc { code: tonic::Code::Unavailable, message } if message.contains("too many wrong tokens")),
+        "{e:?}"
+    );
 }

@@ -40,24 +40,19 @@ impl Auth {
 impl Interceptor for Auth {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
         let Some(expected) = &self.expected else { return Ok(req) };
-        let source = req.remote_addr().map(|a| source_key(a.ip()));
-        let now = Instant::now();
-        if let Some(src) = source
-            && let Some(wait) = self.failures.refused(src, now)
+        let given = req.metadata().get("authorization");
+        let right = given.is_some_and(|v| bool::from(v.as_bytes().ct_eq(expected)));
+        if let Some(src) = req.remote_addr().map(|a| source_key(a.ip()))
+            && let Err(wait) = self.failures.attempt(src, Instant::now(), right || given.is_none())
         {
             return Err(Status::unavailable(format!(
                 "too many wrong tokens from {src}; calls from there are refused for {} s",
                 wait.as_secs_f64().ceil() as u64
             )));
         }
-        match req.metadata().get("authorization") {
-            Some(v) if bool::from(v.as_bytes().ct_eq(expected)) => Ok(req),
-            Some(_) => {
-                if let Some(src) = source {
-                    self.failures.record(src, now);
-                }
-                Err(Status::unauthenticated("wrong credentials"))
-            }
+        match given {
+            _ if right => Ok(req),
+            Some(_) => Err(Status::unauthenticated("wrong credentials")),
             None => Err(Status::unauthenticated(
                 "this server requires a token (BLOBSTREAM_AUTH_TOKEN or --auth-token-file)",
             )),
@@ -87,15 +82,27 @@ impl Failures {
         }
     }
 
-    /// `Some(wait)` while `src` is over its budget.
-    fn refused(&self, src: IpAddr, now: Instant) -> Option<Duration> {
-        let ahead = *self.ahead.lock().unwrap().get(&src)?;
-        let over = ahead.checked_duration_since(now.checked_add(self.slack)?)?;
+    /// One call from `src`, which carried the right token (or none) if `harmless`: refused
+    /// with the time to wait while `src` is over its budget, otherwise let through, and a
+    /// wrong token counted. Atomic, so parallel guesses cannot slip past the count.
+    fn attempt(&self, src: IpAddr, now: Instant, harmless: bool) -> Result<(), Duration> {
+        let mut map = self.ahead.lock().unwrap();
+        if let Some(wait) = self.over(map.get(&src).copied(), now) {
+            return Err(wait);
+        }
+        if !harmless {
+            Self::record(&mut map, src, now, self.interval);
+        }
+        Ok(())
+    }
+
+    /// How long a source whose arrival time is `ahead` must still wait, if at all.
+    fn over(&self, ahead: Option<Instant>, now: Instant) -> Option<Duration> {
+        let over = ahead?.checked_duration_since(now.checked_add(self.slack)?)?;
         (!over.is_zero()).then_some(over)
     }
 
-    fn record(&self, src: IpAddr, now: Instant) {
-        let mut map = self.ahead.lock().unwrap();
+    fn record(map: &mut HashMap<IpAddr, Instant>, src: IpAddr, now: Instant, interval: Duration) {
         if map.len() >= MAX_SOURCES && !map.contains_key(&src) {
             map.retain(|_, t| *t > now);
             if map.len() >= MAX_SOURCES {
@@ -105,7 +112,7 @@ impl Failures {
             }
         }
         let t = map.entry(src).or_insert(now);
-        *t = (*t).max(now).checked_add(self.interval).unwrap_or(*t);
+        *t = (*t).max(now).checked_add(interval).unwrap_or(*t);
     }
 }
 
@@ -170,13 +177,13 @@ mod tests {
     fn failures_are_forgiven_one_interval_at_a_time() {
         let f = Failures::new(2, Duration::from_secs(10));
         let (ip, t0) = ("10.0.0.1".parse().unwrap(), Instant::now());
-        f.record(ip, t0);
-        assert_eq!(f.refused(ip, t0), None);
-        f.record(ip, t0);
-        assert_eq!(f.refused(ip, t0), Some(Duration::from_secs(10)));
-        assert_eq!(f.refused(ip, t0 + Duration::from_secs(4)), Some(Duration::from_secs(6)));
-        assert_eq!(f.refused(ip, t0 + Duration::from_secs(10)), None);
-        f.record(ip, t0 + Duration::from_secs(10));
-        assert!(f.refused(ip, t0 + Duration::from_secs(10)).is_some());
+        let at = |s| t0 + Duration::from_secs(s);
+        assert_eq!(f.attempt(ip, t0, false), Ok(()));
+        assert_eq!(f.attempt(ip, t0, true), Ok(()), "right tokens cost nothing");
+        assert_eq!(f.attempt(ip, t0, false), Ok(()));
+        assert_eq!(f.attempt(ip, t0, true), Err(Duration::from_secs(10)));
+        assert_eq!(f.attempt(ip, at(4), false), Err(Duration::from_secs(6)));
+        assert_eq!(f.attempt(ip, at(10), false), Ok(()), "one forgiven");
+        assert_eq!(f.attempt(ip, at(10), true), Err(Duration::from_secs(10)));
     }
 }
