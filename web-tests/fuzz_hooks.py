@@ -18,6 +18,7 @@ from schemathesis.core.failures import AcceptedNegativeData
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.core.transforms import to_wire_text
 from schemathesis.specs.openapi.checks import _has_other_negated_location
+from schemathesis.transport.serialization import Binary
 
 FORM = "multipart/form-data"
 
@@ -26,13 +27,13 @@ def _sent(value: object) -> object:
     """A field's value as the server reads it: text; each repeated part on its own."""
     if isinstance(value, list):
         return [_sent(item) for item in value]
+    if isinstance(value, (Binary, bytes)):
+        return ""  # a file part: any content is a valid file
     if isinstance(value, str):
         return value
     if isinstance(value, (bool, dict)) or value is None:
         return to_wire_text(value)
-    if isinstance(value, (int, float)):
-        return str(value)
-    return ""  # a file part (bytes): any content is a valid file
+    return str(value)  # numbers, as `requests` writes them
 
 
 def _valid_as_sent(case) -> bool:

@@ -39,6 +39,7 @@ pub struct Global {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per run; boxing would buy nothing")]
 pub enum Command {
     /// Run a store server (control plane on --addr, data plane on its own port).
     Serve(ServeArgs),

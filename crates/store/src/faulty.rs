@@ -59,6 +59,9 @@ impl<S: Store> Store for FaultyStore<S> {
     fn scrub_blob(&self, name: &str) -> Result<()> {
         self.inner.scrub_blob(name)
     }
+    fn subscribe(&self, listener: crate::Listener) {
+        self.inner.subscribe(listener)
+    }
 }
 
 /// Does not lend memory: every byte goes through `write_at`, where the faults are.

@@ -16,6 +16,7 @@ use bs_meta::{BlobRecord, Catalogue, StoredBlob, UploadRecord, now_ms};
 use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 
 use crate::error::StoreError;
+use crate::events::{Listener, Listeners, StoreEvent};
 use crate::name::validate_name;
 use crate::source::{BlobSource, CorruptionMarker};
 use crate::store::{
@@ -40,6 +41,7 @@ struct Inner {
     algo: DigestAlgo,
     /// Names whose pending upload is open by a writer.
     busy: Mutex<HashSet<String>>,
+    listeners: Listeners,
 }
 
 impl FsStore {
@@ -55,6 +57,7 @@ impl FsStore {
                 cat,
                 algo: DigestAlgo::default(),
                 busy: Mutex::new(HashSet::new()),
+                listeners: Listeners::default(),
             }),
         };
         store.collect_garbage()?;
@@ -205,6 +208,7 @@ impl Store for FsStore {
                 if let Err(e) = fs::remove_file(i.blob_path(&loc)) {
                     tracing::warn!(%name, error = %e, "blob deleted; its file stays until restart");
                 }
+                i.listeners.notify(StoreEvent::Deleted(name.to_string()));
                 Ok(())
             }
             None if upload.is_some() => Ok(()),
@@ -287,6 +291,10 @@ impl Store for FsStore {
             });
         }
         self.open_stored(stored)
+    }
+
+    fn subscribe(&self, listener: Listener) {
+        self.inner.listeners.add(listener);
     }
 
     fn scrub_blob(&self, name: &str) -> Result<()> {
@@ -461,6 +469,7 @@ impl UploadSink for FsUpload {
                 return Err(e.into());
             }
         }
+        i.listeners.notify(StoreEvent::Committed(record.clone()));
         Ok(record)
     }
 }

@@ -5,6 +5,7 @@
 //! [`BlobSource`], which verifies each chunk before handing it on; [`scrub`] re-reads them all.
 
 mod error;
+mod events;
 mod faulty;
 mod fs;
 mod media;
@@ -17,6 +18,7 @@ mod whole;
 
 pub use bs_meta::{BlobRecord, now_ms};
 pub use error::StoreError;
+pub use events::{Listener, StoreEvent};
 pub use faulty::FaultyStore;
 pub use fs::{FsStore, PENDING_TTL};
 pub use media::{content_type_of_extension, guess_content_type};

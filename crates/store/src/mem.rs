@@ -10,6 +10,7 @@ use bs_wire::{ChunkDigests, Digest, DigestAlgo};
 use bytes::Bytes;
 
 use crate::error::StoreError;
+use crate::events::{Listener, Listeners, StoreEvent};
 use crate::name::validate_name;
 use crate::source::{BlobSource, CorruptionMarker};
 use crate::store::{RouteSpec, Routed, Store, UploadSink, check_complete, check_write};
@@ -27,6 +28,7 @@ struct Inner {
     blobs: RwLock<BTreeMap<String, MemBlob>>,
     uploads: Mutex<HashMap<String, Pending>>,
     capacity: Option<u64>,
+    listeners: Listeners,
 }
 
 /// A committed blob: its bytes, record, chunk digests, and why it is corrupt, if it is.
@@ -149,8 +151,13 @@ impl Store for MemStore {
             Some(p) if p.data.is_some() => ups.remove(name).is_some(),
             _ => false,
         };
-        match self.inner.blobs.write().unwrap().remove(name) {
-            Some(_) => Ok(()),
+        let removed = self.inner.blobs.write().unwrap().remove(name);
+        drop(ups);
+        match removed {
+            Some(_) => {
+                self.inner.listeners.notify(StoreEvent::Deleted(name.to_string()));
+                Ok(())
+            }
             None if had_upload => Ok(()),
             None => Err(StoreError::NotFound(name.into())),
         }
@@ -224,6 +231,10 @@ impl Store for MemStore {
 
     fn open_read(&self, name: &str) -> Result<BlobSource> {
         self.open(name, false)
+    }
+
+    fn subscribe(&self, listener: Listener) {
+        self.inner.listeners.add(listener);
     }
 
     fn scrub_blob(&self, name: &str) -> Result<()> {
@@ -369,6 +380,7 @@ impl UploadSink for MemUpload {
         blobs.insert(name.clone(), blob);
         drop(blobs);
         self.store.uploads.lock().unwrap().remove(&name);
+        self.store.listeners.notify(StoreEvent::Committed(record.clone()));
         Ok(record)
     }
 }

@@ -154,6 +154,8 @@ pub trait Store: Send + Sync + 'static {
     fn scrub_blob(&self, name: &str) -> Result<()> {
         self.open_read(name)?.verify_all()
     }
+    /// Hear of every commit and delete from now on (see [`crate::StoreEvent`]).
+    fn subscribe(&self, listener: crate::Listener);
 }
 
 /// Shared check for the write path: no gaps, no writing past a declared size.

@@ -218,8 +218,29 @@ suite!(
     bad_names_and_missing_things,
     range_digests,
     lent_memory_is_the_upload_itself,
-    resuming_takes_the_new_request_flags
+    resuming_takes_the_new_request_flags,
+    commits_and_deletes_are_announced
 );
+
+fn commits_and_deletes_are_announced(s: &dyn Store) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    s.subscribe(std::sync::Arc::new(move |e: &bs_store::StoreEvent| {
+        log.lock().unwrap().push(match e {
+            bs_store::StoreEvent::Committed(r) => format!("+{}:{}", r.name, r.size),
+            bs_store::StoreEvent::Deleted(n) => format!("-{n}"),
+        })
+    }));
+    put(s, "e/a", b"abc");
+    let mut sp = spec("e/a", None);
+    sp.overwrite = true;
+    bs_store::put_bytes(s, &sp, b"abcd").unwrap();
+    s.route(&spec("e/pending", Some(3))).unwrap();
+    s.abort("e/pending").unwrap();
+    assert!(s.delete("e/none").is_err());
+    s.delete("e/a").unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["+e/a:3", "+e/a:4", "-e/a"]);
+}
 
 #[test]
 fn full_disk_mem() {

@@ -13,6 +13,7 @@ mod blobs;
 mod body;
 mod cache;
 mod error;
+mod follow;
 mod images;
 mod info;
 mod keys;
@@ -240,6 +241,7 @@ impl WebServer {
             cfg,
             metrics: metrics::Metrics::default(),
         });
+        follow::follow_store(&state);
         let app = router(state.clone());
         let (shutdown, mut rx) = watch::channel(false);
         let task = match tls {

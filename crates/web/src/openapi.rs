@@ -162,9 +162,11 @@ fn contract() -> Value {
                     "parameters": [q("prefix", prefix_schema(), "Folder to store into: empty or ending with '/'")],
                     "requestBody": { "required": true, "content": { "multipart/form-data": { "schema": {
                         "type": "object",
-                        // A form may repeat `key` (the last one before a file applies), so
-                        // it is a string or a list of them.
-                        "properties": { "file": { "type": "string", "format": "binary" },
+                        // A form holds one or more files, and may repeat `key` (the last
+                        // one before a file applies), so it is a string or a list of them.
+                        "properties": {
+                            "file": { "type": "array", "minItems": 1,
+                                "items": { "type": "string", "format": "binary" } },
                             "key": { "anyOf": [key_schema(), { "type": "array", "items": key_schema() }] } },
                         "additionalProperties": false,
                         "required": ["file"] } } } },

@@ -32,6 +32,11 @@ fn png() -> Vec<u8> {
 type Damage = Box<dyn Fn(&str, u64) + Send + Sync>;
 
 async fn rot_never_served_as_success(store: Arc<dyn Store>, damage: Damage) {
+    // Stored and damaged before the HTTP server starts, so no decoded copy of it is cached.
+    let image = png();
+    let spec = bs_store::RouteSpec { name: "card.png".into(), ..Default::default() };
+    bs_store::put_bytes(&*store, &spec, &image).unwrap();
+    damage("card.png", image.len() as u64 / 2);
     let registry = Arc::new(Registry::builtin());
     let web = WebServer::start(
         store.clone(),
@@ -45,18 +50,13 @@ async fn rot_never_served_as_success(store: Arc<dyn Store>, damage: Damage) {
     let http = reqwest::Client::new();
     let big = data(40 << 20, 1);
     let small = data(43_000, 2);
-    let image = png();
     for (k, b) in [("big.bin", &big), ("small.bin", &small)] {
         let r = http.put(format!("{base}/blobs/{k}")).body(b.clone()).send().await.unwrap();
         assert!(r.status().is_success(), "{k}: {}", r.status());
     }
-    // Stored behind the HTTP API's back, so no decoded copy of it is cached yet.
-    let spec = bs_store::RouteSpec { name: "card.png".into(), ..Default::default() };
-    bs_store::put_bytes(&*store, &spec, &image).unwrap();
     let bad_at = 30 * CHUNK_SIZE + 1234;
     damage("big.bin", bad_at);
     damage("small.bin", 100);
-    damage("card.png", image.len() as u64 / 2);
 
     // A range that avoids the bad chunk is still served, exactly.
     let r = http
@@ -150,4 +150,51 @@ async fn fs_store() {
         }),
     )
     .await;
+}
+
+/// Poll `f` until it holds (bounded): for work the server does in the background.
+async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    for _ in 0..400 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("{what} did not happen within 10 s");
+}
+
+#[tokio::test]
+async fn writes_through_any_door_keep_the_image_index_current() {
+    let store = Arc::new(MemStore::new());
+    let web = WebServer::start(
+        store.clone(),
+        Arc::new(ImageIndex::open_in_memory().unwrap()),
+        Arc::new(Registry::builtin()),
+        WebConfig::ephemeral(),
+    )
+    .await
+    .unwrap();
+    let base = web.url().trim_end_matches('/').to_string();
+    let http = reqwest::Client::new();
+    let search = async |q: &str| -> Vec<String> {
+        let v: serde_json::Value = http
+            .get(format!("{base}/api/search?q={q}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["results"].as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap().into()).collect()
+    };
+    // Stored as a data-plane push or the Blob API would store it: not through HTTP.
+    let spec = bs_store::RouteSpec { name: "studies/viaGrpc.png".into(), ..Default::default() };
+    bs_store::put_bytes(&*store, &spec, &png()).unwrap();
+    eventually("indexing a blob stored outside HTTP", async || {
+        search("viaGrpc").await == ["studies/viaGrpc.png"]
+    })
+    .await;
+    store.delete("studies/viaGrpc.png").unwrap();
+    eventually("forgetting a deleted blob", async || search("viaGrpc").await.is_empty()).await;
+    web.shutdown().await;
 }
