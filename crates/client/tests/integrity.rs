@@ -102,3 +102,26 @@ fn fs_store() {
         f.write_all_at(&[b[0] ^ 1], off).unwrap();
     });
 }
+
+#[test]
+fn an_unsized_push_that_fills_the_disk_leaves_nothing_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsStore::open(dir.path()).unwrap();
+    let store = Arc::new(bs_store::FaultyStore::disk_full_after(fs.clone(), 3 << 20));
+    let s = BackgroundServer::start(store, ServerConfig::ephemeral()).unwrap();
+    let c = Client::connect(&s.control_addr().to_string()).unwrap();
+    let route = RouteRequest { size: None, resume_tag: "t".into(), ..Default::default() };
+    let mut p = c.open_push("stream", 0, None, Some(route)).unwrap();
+    let res = p.write(&data(8 << 20)).and_then(|_| p.finish(true));
+    let e = res.unwrap_err();
+    assert!(e.to_string().contains("discarded"), "{e}");
+    assert!(
+        matches!(fs.abort("stream"), Err(bs_store::StoreError::NoUpload(_))),
+        "nothing pending"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("staging")).unwrap().count(),
+        0,
+        "no staged bytes"
+    );
+}

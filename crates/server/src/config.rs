@@ -42,6 +42,8 @@ pub struct ServerConfig {
     /// ...after which it may try one more per this interval; meanwhile its calls are refused
     /// with UNAVAILABLE, whatever token they carry.
     pub auth_failure_interval: Duration,
+    /// Pending uploads older than this are discarded (checked hourly).
+    pub pending_ttl: Duration,
     /// When set, a background pass re-reads and checks every blob on this schedule.
     pub scrub: Option<crate::ScrubSchedule>,
     /// Chunk size used when a client proposes none.
@@ -70,6 +72,7 @@ impl Default for ServerConfig {
             max_unsized_upload: 1 << 40,
             auth_failure_burst: 10,
             auth_failure_interval: Duration::from_secs(2),
+            pending_ttl: bs_store::PENDING_TTL,
             scrub: None,
             default_chunk: 4 << 20,
             max_socket_buffer: 64 << 20,

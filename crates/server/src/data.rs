@@ -175,6 +175,18 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
                     Ok(())
                 });
                 if let Some(e) = store_err {
+                    if matches!(e, StoreError::StorageFull(_)) && sink.size().is_none() {
+                        // Bytes of unknown size that filled the disk: free the space now
+                        // rather than keep them for a resume that cannot fit either.
+                        drop(sink);
+                        let _ = shared.store.abort(&g.name);
+                        return Err(fail(
+                            ErrorCode::StorageFull,
+                            format!(
+                                "{e}; the upload of unknown size was discarded to free the space"
+                            ),
+                        ));
+                    }
                     return Err(e.into());
                 }
                 res?;

@@ -12,6 +12,7 @@ mod control;
 mod data;
 mod error;
 mod greeting;
+mod maintenance;
 mod scrubber;
 mod source;
 mod status;
@@ -60,6 +61,7 @@ impl Server {
         let shared = Arc::new(data::Shared::new(store.clone(), tokens.clone(), &cfg));
 
         let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(maintenance::run(store.clone(), cfg.pending_ttl, rx.clone())));
         if let Some(schedule) = cfg.scrub {
             tasks.push(tokio::spawn(scrubber::run(store.clone(), schedule, rx.clone())));
         }

@@ -62,6 +62,9 @@ impl<S: Store> Store for FaultyStore<S> {
     fn subscribe(&self, listener: crate::Listener) {
         self.inner.subscribe(listener)
     }
+    fn expire_uploads(&self, age: std::time::Duration) -> Result<Vec<String>> {
+        self.inner.expire_uploads(age)
+    }
 }
 
 /// Does not lend memory: every byte goes through `write_at`, where the faults are.

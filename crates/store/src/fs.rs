@@ -71,12 +71,7 @@ impl FsStore {
 
     fn collect_garbage(&self) -> Result<()> {
         let i = &self.inner;
-        let cutoff = now_ms() - PENDING_TTL.as_millis() as i64;
-        for (name, id) in i.cat.uploads_created_before(cutoff)? {
-            tracing::info!(%name, "removing an upload left pending for over a week");
-            i.cat.delete_upload(&name)?;
-            let _ = fs::remove_file(i.staging_path(&id));
-        }
+        self.expire_uploads(PENDING_TTL)?;
         let live: HashSet<String> = i.cat.locations()?.into_iter().collect();
         for shard in fs::read_dir(i.root.join("blobs"))? {
             let shard = shard?.path();
@@ -295,6 +290,22 @@ impl Store for FsStore {
 
     fn subscribe(&self, listener: Listener) {
         self.inner.listeners.add(listener);
+    }
+
+    fn expire_uploads(&self, age: std::time::Duration) -> Result<Vec<String>> {
+        let i = &self.inner;
+        let cutoff = now_ms().saturating_sub(age.as_millis() as i64);
+        let mut gone = Vec::new();
+        for (name, _) in i.cat.uploads_created_before(cutoff)? {
+            // A transfer writing it right now keeps it.
+            let Ok(_claim) = Claim::take(i, &name) else { continue };
+            if let Some(id) = i.cat.delete_upload(&name)? {
+                tracing::info!(%name, "removing an upload left pending too long");
+                let _ = fs::remove_file(i.staging_path(&id));
+                gone.push(name);
+            }
+        }
+        Ok(gone)
     }
 
     fn scrub_blob(&self, name: &str) -> Result<()> {

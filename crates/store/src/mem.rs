@@ -237,6 +237,21 @@ impl Store for MemStore {
         self.inner.listeners.add(listener);
     }
 
+    fn expire_uploads(&self, age: std::time::Duration) -> Result<Vec<String>> {
+        let cutoff = now_ms().saturating_sub(age.as_millis() as i64);
+        let mut ups = self.inner.uploads.lock().unwrap();
+        // Uploads whose bytes a writer holds (`data` taken) are in use: kept.
+        let gone: Vec<String> = ups
+            .iter()
+            .filter(|(_, p)| p.data.is_some() && p.rec.created_ms < cutoff)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in &gone {
+            ups.remove(n);
+        }
+        Ok(gone)
+    }
+
     fn scrub_blob(&self, name: &str) -> Result<()> {
         self.open(name, true)?.verify_all()?;
         let mut blobs = self.inner.blobs.write().unwrap();

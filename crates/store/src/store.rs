@@ -156,6 +156,9 @@ pub trait Store: Send + Sync + 'static {
     }
     /// Hear of every commit and delete from now on (see [`crate::StoreEvent`]).
     fn subscribe(&self, listener: crate::Listener);
+    /// Discard pending uploads routed more than `age` ago that no transfer is writing right
+    /// now; returns their names.
+    fn expire_uploads(&self, age: std::time::Duration) -> Result<Vec<String>>;
 }
 
 /// Shared check for the write path: no gaps, no writing past a declared size.

@@ -219,8 +219,23 @@ suite!(
     range_digests,
     lent_memory_is_the_upload_itself,
     resuming_takes_the_new_request_flags,
-    commits_and_deletes_are_announced
+    commits_and_deletes_are_announced,
+    stale_uploads_expire_unless_being_written
 );
+
+fn stale_uploads_expire_unless_being_written(s: &dyn Store) {
+    s.route(&spec("x/idle", None)).unwrap();
+    s.route(&spec("x/busy", None)).unwrap();
+    let mut w = s.open_upload("x/busy").unwrap();
+    w.write_at(0, b"abc").unwrap();
+    assert!(s.expire_uploads(std::time::Duration::from_secs(3600)).unwrap().is_empty(), "young");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let gone = s.expire_uploads(std::time::Duration::ZERO).unwrap();
+    assert_eq!(gone, ["x/idle"], "the one being written stays");
+    assert!(matches!(s.open_upload("x/idle"), Err(StoreError::NoUpload(_))));
+    w.commit(None).unwrap();
+    assert_eq!(read_all(s, "x/busy"), b"abc");
+}
 
 fn commits_and_deletes_are_announced(s: &dyn Store) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
