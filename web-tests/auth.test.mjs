@@ -1,5 +1,6 @@
 // Browser test: a server started with --auth-token-file. The page asks for the token (a wrong
-// one is refused with a message), then browses and shows thumbnails through the session cookie.
+// one is refused with a message), then browses and shows thumbnails through the session cookie,
+// which holds a session id (not the token) that logging out ends on the server.
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -48,5 +49,25 @@ test('auth: the page asks for the token and then works', async () => {
   );
   await screenshot(page, 'auth-logged-in');
   assert.equal(await page.locator('#error').isVisible(), false);
+
+  // The cookie is an HttpOnly session id, not the token.
+  const cookies = await page.context().cookies();
+  const session = cookies.find((c) => c.name === 'blobstream_session');
+  assert.ok(session, JSON.stringify(cookies));
+  assert.equal(session.httpOnly, true);
+  assert.equal(session.sameSite, 'Strict');
+  assert.ok(!session.value.includes('browser-s3cret'), session.value);
+  assert.ok(!cookies.some((c) => c.value.includes('browser-s3cret')), JSON.stringify(cookies));
+  const withCookie = () => fetch(`${server.url}api/list`, { headers: { cookie: `blobstream_session=${session.value}` } });
+  assert.equal((await withCookie()).status, 200);
+
+  // Logging out ends the session on the server: the page's cookie is gone, and a copy of it
+  // no longer works.
+  const status = await page.evaluate(async () => (await fetch('/api/session', { method: 'DELETE' })).status);
+  assert.equal(status, 204);
+  assert.ok(!(await page.context().cookies()).some((c) => c.name === 'blobstream_session'));
+  assert.equal((await withCookie()).status, 401);
+  const s = await page.evaluate(async () => (await fetch('/api/session')).json());
+  assert.deepEqual(s, { auth_required: true, authenticated: false });
   await page.close();
 });

@@ -218,7 +218,11 @@ impl TransferReport {
              confirmation included. The paths take turns run by run, and each ratio is the \
              median of the per-run ratios (blobstream's run i against the baseline's run i), \
              so drift on a shared machine cancels out. MB = 2²⁰ bytes; socket buffer \
-             \"default\" = kernel autotuning.\n",
+             \"default\" = kernel autotuning. blobstream's figures include verification: a \
+             pull checks every 1 MiB chunk against the digest stored with the blob before \
+             sending it (the server's store is in memory), and the client checks the \
+             end-to-end digest; a push is hashed on both ends and its chunk digests are \
+             computed as it is stored.\n",
         );
         for mode in Mode::ALL {
             let rows = self.rows(mode);

@@ -113,6 +113,7 @@ impl Factory {
                     metadata: spec.metadata.clone(),
                     overwrite: spec.overwrite,
                     resume_tag: spec.resume_tag.clone(),
+                    ..RouteSpec::default()
                 })?;
                 let held = Held { bytes: routed.received, digest: routed.received_digest };
                 Slot::MemWrite {

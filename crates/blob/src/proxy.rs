@@ -207,7 +207,8 @@ impl BlobProxy {
                     return Ok(0);
                 }
                 if pull.is_none() {
-                    let p = client.open_pull(&info.name, pos, None)?;
+                    let c = self.io_limit.map_or_else(|| client.clone(), |t| client.within(t));
+                    let p = c.open_pull(&info.name, pos, None)?;
                     if p.info().digest != info.digest {
                         // Overwritten since bound: never hand out a mix of two versions.
                         return Err(BlobError::NotFound(format!(
@@ -240,7 +241,8 @@ impl BlobProxy {
             Slot::RemoteWrite { client, push, size, .. } => {
                 if push.is_none() {
                     let len = size.map(|s| s.saturating_sub(pos));
-                    let p = client.open_push(self.key.name(), pos, len, None)?;
+                    let c = self.io_limit.map_or_else(|| client.clone(), |t| client.within(t));
+                    let p = c.open_push(self.key.name(), pos, len, None)?;
                     if let Some(t) = self.io_limit {
                         p.set_io_timeout(t)?;
                     }
@@ -275,7 +277,8 @@ impl BlobProxy {
                 }
                 None => {
                     // Nothing written in this session: commit what the upload holds.
-                    let p = client.open_push(self.key.name(), self.pos, Some(0), None)?;
+                    let c = self.io_limit.map_or_else(|| client.clone(), |t| client.within(t));
+                    let p = c.open_push(self.key.name(), self.pos, Some(0), None)?;
                     if let Some(t) = self.io_limit {
                         p.set_io_timeout(t)?;
                     }

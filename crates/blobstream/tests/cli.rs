@@ -112,7 +112,15 @@ fn put_list_stat_get_cat_cp_rm_and_errors() {
     ok(&s.run(&["cp", "bs:copies/ct-1.dcm", local.to_str().unwrap()]));
     assert_eq!(std::fs::read(&local).unwrap(), bytes);
 
-    fails_with(&s.run(&["put", f, "studies/ct-1.dcm"]), "already exists");
+    // Putting the same bytes again (a retry after a lost confirmation) succeeds; other
+    // bytes are refused unless replacing is asked for.
+    let again = s.run(&["put", f, "studies/ct-1.dcm"]);
+    ok(&again);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already there"), "{again:?}");
+    let other = dir.path().join("other.dcm");
+    std::fs::write(&other, b"other bytes").unwrap();
+    let o = other.to_str().unwrap();
+    fails_with(&s.run(&["put", o, "studies/ct-1.dcm"]), "already exists");
     ok(&s.run(&["put", f, "studies/ct-1.dcm", "--overwrite"]));
     fails_with(&s.run(&["put", f, "../etc/passwd"]), "invalid blob name");
     fails_with(&s.run(&["stat", "no/such"]), "not found");

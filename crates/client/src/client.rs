@@ -124,6 +124,17 @@ impl Client {
         &self.settings
     }
 
+    /// A handle to the same server whose waits are at most `limit`: connecting, each read or
+    /// write on either plane, and asking a busy server again (to meet a deadline: opening a
+    /// transfer waits for the server's first answer).
+    pub fn within(&self, limit: Duration) -> Self {
+        let mut c = self.clone();
+        let s = &mut c.settings;
+        (s.io_timeout, s.connect_timeout) = (s.io_timeout.min(limit), s.connect_timeout.min(limit));
+        s.busy_timeout = s.busy_timeout.min(limit);
+        c
+    }
+
     /// The server address this client talks to.
     pub fn addr(&self) -> &str {
         &self.addr

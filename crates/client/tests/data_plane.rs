@@ -406,6 +406,9 @@ fn a_silent_peer_times_out() {
     c.route(RouteRequest { name: "s".into(), size: Some(0), ..Default::default() }).unwrap();
     let e = c.open_push("s", 0, None, None).and_then(|p| p.finish(true)).unwrap_err();
     assert!(e.is_timeout(), "{e:?}");
+    // The same through a handle bounded for a deadline.
+    let c = c.with_settings(TransferSettings::default()).within(Duration::from_millis(200));
+    assert!(c.open_push("s", 0, None, None).unwrap_err().is_timeout());
     drop(silent);
 }
 
@@ -443,6 +446,16 @@ fn transfers_beyond_the_limit_are_told_busy_and_the_client_waits_for_room() {
     held.write(b"done").unwrap();
     held.finish(true).unwrap();
     assert_eq!(waiting.join().unwrap(), b"payload");
+}
+
+#[test]
+fn a_draining_server_lets_an_admitted_push_finish() {
+    let (s, c) = server();
+    let mut p = c.open_push("late", 0, None, route(6)).unwrap();
+    let drain = thread::spawn(move || s.drain(Duration::from_secs(600)));
+    p.write(b"landed").unwrap();
+    assert!(p.finish(true).unwrap().committed.is_some());
+    assert_eq!(drain.join().unwrap(), 0, "no transfer was cut short");
 }
 
 #[test]

@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
 
 use crate::db::Db;
 use crate::error::MetaError;
-use crate::record::{BlobRecord, UploadRecord};
+use crate::record::{BlobRecord, Commit, UploadRecord};
 
 type Result<T> = std::result::Result<T, MetaError>;
 
@@ -31,12 +31,17 @@ CREATE TABLE IF NOT EXISTS uploads (
     metadata     TEXT NOT NULL,
     overwrite    INTEGER NOT NULL,
     resume_tag   TEXT NOT NULL,
-    created_ms   INTEGER NOT NULL
+    created_ms   INTEGER NOT NULL,
+    refuse_digests TEXT NOT NULL DEFAULT '[]'
 );
 ";
 
 /// Columns added after the first release, with their types: added to older databases on open.
-const ADDED_COLUMNS: &[(&str, &str)] = &[("chunks", "BLOB"), ("corrupt", "TEXT")];
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("blobs", "chunks", "BLOB"),
+    ("blobs", "corrupt", "TEXT"),
+    ("uploads", "refuse_digests", "TEXT NOT NULL DEFAULT '[]'"),
+];
 
 /// A committed blob with what a reader needs besides its record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,13 +72,13 @@ impl Catalogue {
     /// Bring a database written by an older version up to the current columns.
     fn add_missing_columns(&self) -> Result<()> {
         let c = self.conn();
-        let have: Vec<String> = c
-            .prepare("SELECT name FROM pragma_table_info('blobs')")?
-            .query_map([], |r| r.get(0))?
-            .collect::<std::result::Result<_, _>>()?;
-        for (col, ty) in ADDED_COLUMNS {
+        for (table, col, ty) in ADDED_COLUMNS {
+            let have: Vec<String> = c
+                .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?
+                .query_map([], |r| r.get(0))?
+                .collect::<std::result::Result<_, _>>()?;
             if !have.iter().any(|h| h == col) {
-                c.execute_batch(&format!("ALTER TABLE blobs ADD COLUMN {col} {ty}"))?;
+                c.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {col} {ty}"))?;
             }
         }
         Ok(())
@@ -84,6 +89,9 @@ impl Catalogue {
         Ok(Self { db: Db::in_memory(SCHEMA)? })
     }
 
+    /// Write transactions are IMMEDIATE: they take the write lock at BEGIN, where the busy
+    /// timeout applies. (A deferred one that reads first and writes later fails at once with
+    /// "database is locked" when another connection — the image index — wrote in between.)
     fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
         self.db.lock()
     }
@@ -169,20 +177,28 @@ impl Catalogue {
         Ok(out)
     }
 
-    /// Commit a blob (insert or replace) with its chunk digests (stored form) and drop its
-    /// pending upload, in one transaction. Returns the location of the blob it replaced, if
-    /// any, for the store to delete.
+    /// Commit a blob (insert, or replace as `may_replace` allows) with its chunk digests
+    /// (stored form) and drop its pending upload, in one transaction: the check of what is
+    /// there and the commit cannot be separated by another writer.
     pub fn commit_blob(
         &self,
         rec: &BlobRecord,
         location: &str,
         chunks: &[u8],
-    ) -> Result<Option<String>> {
+        may_replace: impl FnOnce(&str) -> bool,
+    ) -> Result<Commit> {
         let mut c = self.conn();
-        let tx = c.transaction()?;
-        let old: Option<String> = tx
-            .query_row("SELECT location FROM blobs WHERE name = ?1", [&rec.name], |r| r.get(0))
+        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let old: Option<(String, String)> = tx
+            .query_row("SELECT location, digest FROM blobs WHERE name = ?1", [&rec.name], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .optional()?;
+        if let Some((_, digest)) = &old
+            && !may_replace(digest)
+        {
+            return Ok(Commit::Refused);
+        }
         tx.execute(
             "INSERT OR REPLACE INTO blobs
              (name, location, size, content_type, digest, created_ms, metadata, chunks, corrupt)
@@ -200,7 +216,7 @@ impl Catalogue {
         )?;
         tx.execute("DELETE FROM uploads WHERE name = ?1", [&rec.name])?;
         tx.commit()?;
-        Ok(old)
+        Ok(Commit::Done(old.map(|(loc, _)| loc)))
     }
 
     /// Remove a blob; returns its location if it existed. The delete is committed (durable)
@@ -213,7 +229,7 @@ impl Catalogue {
 
     fn delete_returning(&self, sql: &str, name: &str) -> Result<Option<String>> {
         let mut c = self.conn();
-        let tx = c.transaction()?;
+        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let loc = tx.query_row(sql, [name], |r| r.get(0)).optional()?;
         tx.commit()?;
         Ok(loc)
@@ -231,14 +247,15 @@ impl Catalogue {
     /// Returns the replaced upload's id.
     pub fn put_upload(&self, u: &UploadRecord) -> Result<Option<String>> {
         let mut c = self.conn();
-        let tx = c.transaction()?;
+        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let old: Option<String> = tx
             .query_row("SELECT upload_id FROM uploads WHERE name = ?1", [&u.name], |r| r.get(0))
             .optional()?;
         tx.execute(
             "INSERT OR REPLACE INTO uploads
-             (name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             (name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms,
+              refuse_digests)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 u.name,
                 u.upload_id,
@@ -247,7 +264,8 @@ impl Catalogue {
                 to_json(&u.metadata),
                 u.overwrite,
                 u.resume_tag,
-                u.created_ms
+                u.created_ms,
+                serde_json::to_string(&u.refuse_digests).expect("string lists serialise")
             ],
         )?;
         tx.commit()?;
@@ -258,7 +276,8 @@ impl Catalogue {
     pub fn upload(&self, name: &str) -> Result<Option<UploadRecord>> {
         let c = self.conn();
         let mut st = c.prepare_cached(
-            "SELECT name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms
+            "SELECT name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms,
+                    refuse_digests
              FROM uploads WHERE name = ?1",
         )?;
         let row = st.query_row([name], |r| Ok(upload_from_row(r))).optional()?;
@@ -320,6 +339,9 @@ fn upload_from_row(r: &Row<'_>) -> Result<UploadRecord> {
         overwrite: r.get(5)?,
         resume_tag: r.get(6)?,
         created_ms: r.get(7)?,
+        refuse_digests: serde_json::from_str(&r.get::<_, String>(8)?).map_err(|e| {
+            MetaError::Corrupt { name: name.clone(), reason: format!("refuse_digests: {e}") }
+        })?,
         name,
     })
 }
@@ -345,11 +367,22 @@ mod tests {
         let path = dir.path().join("meta.db");
         {
             let c = Catalogue::open(&path).unwrap();
-            assert_eq!(c.commit_blob(&rec("a/1"), "f1", b"").unwrap(), None);
-            assert_eq!(c.commit_blob(&rec("a/1"), "f2", b"").unwrap(), Some("f1".into()));
-            c.commit_blob(&rec("a/2"), "f3", b"").unwrap();
-            c.commit_blob(&rec("b/1"), "f4", b"").unwrap();
-            c.commit_blob(&rec("a%"), "f5", b"").unwrap();
+            assert_eq!(
+                c.commit_blob(&rec("a/1"), "f1", b"", |_| true).unwrap(),
+                Commit::Done(None)
+            );
+            assert_eq!(
+                c.commit_blob(&rec("a/1"), "f2", b"", |_| true).unwrap(),
+                Commit::Done(Some("f1".into()))
+            );
+            assert_eq!(
+                c.commit_blob(&rec("a/1"), "f9", b"", |d| d != "xxh3-128:00").unwrap(),
+                Commit::Refused,
+                "the check runs against what is there"
+            );
+            c.commit_blob(&rec("a/2"), "f3", b"", |_| true).unwrap();
+            c.commit_blob(&rec("b/1"), "f4", b"", |_| true).unwrap();
+            c.commit_blob(&rec("a%"), "f5", b"", |_| true).unwrap();
         }
         let c = Catalogue::open(&path).unwrap();
         assert_eq!(c.blob("a/1").unwrap().unwrap(), (rec("a/1"), "f2".to_string()));
@@ -375,6 +408,7 @@ mod tests {
             overwrite: false,
             resume_tag: "t".into(),
             created_ms: 0,
+            refuse_digests: vec!["xxh3-128:01".into()],
         };
         assert_eq!(c.put_upload(&u).unwrap(), None);
         u.upload_id = "u2".into();
@@ -383,7 +417,7 @@ mod tests {
         assert_eq!(c.upload("x").unwrap().unwrap(), u);
         assert_eq!(c.uploads_created_before(1).unwrap(), [("x".to_string(), "u2".to_string())]);
         assert!(c.uploads_created_before(0).unwrap().is_empty());
-        c.commit_blob(&rec("x"), "loc", b"").unwrap();
+        c.commit_blob(&rec("x"), "loc", b"", |_| true).unwrap();
         assert!(c.upload("x").unwrap().is_none());
         assert!(c.upload_ids().unwrap().is_empty());
     }
@@ -411,7 +445,7 @@ mod tests {
         let old = c.stored("old").unwrap().unwrap();
         assert_eq!(old.chunks.as_deref(), Some(&b"abcd"[..]));
         assert_eq!(c.corrupt().unwrap(), [("old".to_string(), "chunk 0 differs".to_string())]);
-        c.commit_blob(&rec("old"), "f1", b"new").unwrap();
+        c.commit_blob(&rec("old"), "f1", b"new", |_| true).unwrap();
         let new = c.stored("old").unwrap().unwrap();
         assert_eq!((new.corrupt, new.chunks.as_deref()), (None, Some(&b"new"[..])));
         assert!(c.corrupt().unwrap().is_empty(), "a replacement is not corrupt");

@@ -11,4 +11,4 @@ mod record;
 pub use catalogue::{Catalogue, StoredBlob};
 pub use error::MetaError;
 pub use images::{ImageEntry, ImageIndex, ImageQuery};
-pub use record::{BlobRecord, UploadRecord, now_ms};
+pub use record::{BlobRecord, Commit, UploadRecord, now_ms};

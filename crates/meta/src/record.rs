@@ -26,8 +26,20 @@ pub struct UploadRecord {
     pub content_type: String,
     pub metadata: BTreeMap<String, String>,
     pub overwrite: bool,
+    /// With `overwrite`: still refuse to replace a blob whose digest is one of these
+    /// (HTTP `If-None-Match` with ETags), checked atomically at commit.
+    pub refuse_digests: Vec<String>,
     pub resume_tag: String,
     pub created_ms: i64,
+}
+
+/// What a commit found under the blob's name, and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Commit {
+    /// Committed; the location of the blob it replaced, if any, for the store to delete.
+    Done(Option<String>),
+    /// Not committed: a blob is there and the upload may not replace it.
+    Refused,
 }
 
 /// Milliseconds since the Unix epoch.

@@ -78,6 +78,7 @@ fn route_spec(r: pb::RouteRequest) -> RouteSpec {
         content_type: r.content_type,
         metadata: r.metadata.into_iter().collect::<BTreeMap<_, _>>(),
         overwrite: r.overwrite,
+        refuse_digests: Vec::new(),
         resume_tag: r.resume_tag,
     }
 }

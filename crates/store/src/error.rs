@@ -33,7 +33,14 @@ pub enum StoreError {
     #[error("storage I/O failed: {0}")]
     Io(io::Error),
     #[error(transparent)]
-    Meta(#[from] MetaError),
+    Meta(MetaError),
+}
+
+impl From<MetaError> for StoreError {
+    /// A catalogue that cannot grow is [`StoreError::StorageFull`], like any full disk.
+    fn from(e: MetaError) -> Self {
+        if e.is_disk_full() { Self::StorageFull(e.to_string()) } else { Self::Meta(e) }
+    }
 }
 
 impl From<io::Error> for StoreError {

@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use bs_meta::{BlobRecord, Catalogue, StoredBlob, UploadRecord, now_ms};
+use bs_meta::{BlobRecord, Catalogue, Commit, StoredBlob, UploadRecord, now_ms};
 use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 
 use crate::error::StoreError;
@@ -21,10 +21,14 @@ use crate::name::validate_name;
 use crate::source::{BlobSource, CorruptionMarker};
 use crate::store::{
     RouteSpec, Routed, Store, UploadSink, check_complete, check_write, digest_and_chunks,
-    digest_file_range,
+    digest_file_range, may_replace,
 };
 
 type Result<T> = std::result::Result<T, StoreError>;
+
+/// Space blob data leaves free for the catalogue: 0.5% of the file system, within these bounds.
+const CATALOGUE_RESERVE_MIN: u64 = 1 << 20;
+const CATALOGUE_RESERVE_MAX: u64 = 64 << 20;
 
 /// Pending uploads older than this are removed when the store opens.
 pub const PENDING_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
@@ -107,12 +111,19 @@ impl Inner {
         self.root.join("staging").join(id)
     }
 
+    /// Bytes blob data may still take: what is free, less a reserve kept for the catalogue
+    /// (so that on a disk full of blobs a delete can still be committed, and space freed).
     fn free_bytes(&self) -> Option<u64> {
         let c = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes()).ok()?;
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
-        (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0)
-            .then(|| st.f_bavail as u64 * st.f_frsize as u64)
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return None;
+        }
+        let (free, total) =
+            (st.f_bavail as u64 * st.f_frsize as u64, st.f_blocks as u64 * st.f_frsize as u64);
+        let reserve = (total / 200).clamp(CATALOGUE_RESERVE_MIN, CATALOGUE_RESERVE_MAX);
+        Some(free.saturating_sub(reserve))
     }
 
     fn release(&self, name: &str) {
@@ -214,7 +225,9 @@ impl Store for FsStore {
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
         validate_name(&spec.name)?;
         let i = &self.inner;
-        if !spec.overwrite && i.cat.blob(&spec.name)?.is_some() {
+        if let Some((b, _)) = i.cat.blob(&spec.name)?
+            && !may_replace(spec.overwrite, &spec.refuse_digests, &b.digest)
+        {
             return Err(StoreError::AlreadyExists(spec.name.clone()));
         }
         if let (Some(size), Some(free)) = (spec.size, i.free_bytes())
@@ -410,6 +423,17 @@ impl UploadSink for FsUpload {
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         check_write(self.rec.size, self.received, offset, data.len())?;
+        let grows = (offset + data.len() as u64).saturating_sub(self.received);
+        if grows > 0
+            && let Some(free) = self.store.free_bytes()
+            && grows > free
+        {
+            return Err(StoreError::StorageFull(format!(
+                "{grows} more bytes for {:?}, {free} bytes left for blobs in {}",
+                self.rec.name,
+                self.store.root.display()
+            )));
+        }
         let file = self.file.as_ref().expect("open until commit");
         file.write_all_at(data, offset)?;
         self.received = self.received.max(offset + data.len() as u64);
@@ -433,7 +457,10 @@ impl UploadSink for FsUpload {
         let i = self.store.clone();
         let name = self.rec.name.clone();
         check_complete(&name, self.rec.size, self.received)?;
-        if !self.rec.overwrite && i.cat.blob(&name)?.is_some() {
+        let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
+        if let Some((b, _)) = i.cat.blob(&name)?
+            && !may_replace(overwrite, &refuse, &b.digest)
+        {
             return Err(StoreError::AlreadyExists(name));
         }
         let file = self.file.take().expect("open until commit");
@@ -470,11 +497,19 @@ impl UploadSink for FsUpload {
             created_ms: now_ms(),
             metadata: self.rec.metadata.clone(),
         };
-        match i.cat.commit_blob(&record, &id, &chunks.encode()) {
-            Ok(Some(old)) => {
+        match i
+            .cat
+            .commit_blob(&record, &id, &chunks.encode(), |d| may_replace(overwrite, &refuse, d))
+        {
+            Ok(Commit::Done(Some(old))) => {
                 let _ = fs::remove_file(i.blob_path(&old));
             }
-            Ok(None) => {}
+            Ok(Commit::Done(None)) => {}
+            Ok(Commit::Refused) => {
+                // Another writer committed a blob this upload may not replace meanwhile.
+                let _ = fs::rename(&dest, i.staging_path(&id));
+                return Err(StoreError::AlreadyExists(name));
+            }
             Err(e) => {
                 let _ = fs::rename(&dest, i.staging_path(&id));
                 return Err(e.into());

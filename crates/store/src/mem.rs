@@ -13,7 +13,9 @@ use crate::error::StoreError;
 use crate::events::{Listener, Listeners, StoreEvent};
 use crate::name::validate_name;
 use crate::source::{BlobSource, CorruptionMarker};
-use crate::store::{RouteSpec, Routed, Store, UploadSink, check_complete, check_write};
+use crate::store::{
+    RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace,
+};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -166,7 +168,9 @@ impl Store for MemStore {
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
         validate_name(&spec.name)?;
         let i = &self.inner;
-        if !spec.overwrite && i.blobs.read().unwrap().contains_key(&spec.name) {
+        if let Some(b) = i.blobs.read().unwrap().get(&spec.name)
+            && !may_replace(spec.overwrite, &spec.refuse_digests, &b.record.digest)
+        {
             return Err(StoreError::AlreadyExists(spec.name.clone()));
         }
         if let (Some(size), Some(cap)) = (spec.size, i.capacity) {
@@ -379,7 +383,9 @@ impl UploadSink for MemUpload {
             metadata: self.rec.metadata.clone(),
         };
         let mut blobs = self.store.blobs.write().unwrap();
-        if !self.rec.overwrite && blobs.contains_key(&name) {
+        if let Some(b) = blobs.get(&name)
+            && !may_replace(self.rec.overwrite, &self.rec.refuse_digests, &b.record.digest)
+        {
             self.data = Some(buf); // back to pending on drop
             return Err(StoreError::AlreadyExists(name));
         }

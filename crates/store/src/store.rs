@@ -22,6 +22,10 @@ pub struct RouteSpec {
     pub metadata: BTreeMap<String, String>,
     /// Replace an existing blob of the same name on commit.
     pub overwrite: bool,
+    /// With `overwrite`: still do not replace a blob whose digest is one of these (HTTP
+    /// `If-None-Match` with ETags). Checked atomically with the commit; a refusal is
+    /// [`StoreError::AlreadyExists`].
+    pub refuse_digests: Vec<String>,
     /// Non-empty: resume a pending upload with the same name, size and tag.
     pub resume_tag: String,
 }
@@ -36,6 +40,7 @@ impl RouteSpec {
             content_type: self.content_type.clone(),
             metadata: self.metadata.clone(),
             overwrite: self.overwrite,
+            refuse_digests: self.refuse_digests.clone(),
             resume_tag: self.resume_tag.clone(),
             created_ms: bs_meta::now_ms(),
         }
@@ -159,6 +164,11 @@ pub trait Store: Send + Sync + 'static {
     /// Discard pending uploads routed more than `age` ago that no transfer is writing right
     /// now; returns their names.
     fn expire_uploads(&self, age: std::time::Duration) -> Result<Vec<String>>;
+}
+
+/// Whether an upload routed with `overwrite` and `refuse` may replace a blob of `digest`.
+pub(crate) fn may_replace(overwrite: bool, refuse: &[String], digest: &str) -> bool {
+    overwrite && !refuse.iter().any(|r| r == digest)
 }
 
 /// Shared check for the write path: no gaps, no writing past a declared size.

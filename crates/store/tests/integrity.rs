@@ -201,3 +201,25 @@ fn delete_on_a_full_disk_leaves_no_phantom_row() {
         assert!(s.open_read(&name).unwrap().all().is_ok(), "{name} listed and readable");
     }
 }
+
+#[test]
+fn a_disk_filled_by_blobs_can_always_be_freed_by_a_delete() {
+    let t = Tmpfs::mount(16 << 20);
+    let s = FsStore::open(t.0.path().join("data")).unwrap();
+    let mut stored = 0;
+    // Unsized uploads (no up-front space check) until the disk says no.
+    let full = loop {
+        let mut sp = spec(&format!("f{stored}"));
+        sp.size = None;
+        match bs_store::put_bytes(&s, &sp, &data(1 << 20, stored as u8)) {
+            Ok(_) => stored += 1,
+            Err(e) => break e,
+        }
+        assert!(stored < 64, "a 16 MiB disk cannot take 64 MiB");
+    };
+    assert!(matches!(full, StoreError::StorageFull(_)), "{full}");
+    assert!(stored > 0);
+    s.delete("f0").expect("the catalogue kept room to commit a delete");
+    assert!(matches!(s.stat("f0"), Err(StoreError::NotFound(_))));
+    bs_store::put_bytes(&s, &spec("after"), &data(1 << 20, 9)).expect("the space came back");
+}

@@ -220,8 +220,26 @@ suite!(
     lent_memory_is_the_upload_itself,
     resuming_takes_the_new_request_flags,
     commits_and_deletes_are_announced,
-    stale_uploads_expire_unless_being_written
+    stale_uploads_expire_unless_being_written,
+    conditional_replace_is_checked_at_commit
 );
+
+fn conditional_replace_is_checked_at_commit(s: &dyn Store) {
+    put(s, "c", b"first");
+    let digest = |d: &[u8]| s.digest_algo().digest(d).to_string();
+    let mut sp = spec("c", None);
+    sp.overwrite = true;
+    sp.refuse_digests = vec![digest(b"first")];
+    assert!(matches!(s.route(&sp), Err(StoreError::AlreadyExists(_))), "refused at once");
+    // Refusing other versions: the replacement goes through. (The catalogue checks the
+    // condition again inside the commit's transaction; see bs_meta's tests.)
+    sp.refuse_digests = vec![digest(b"second")];
+    bs_store::put_bytes(s, &sp, b"third").unwrap();
+    assert_eq!(read_all(s, "c"), b"third");
+    sp.refuse_digests = vec![digest(b"third")];
+    assert!(matches!(bs_store::put_bytes(s, &sp, b"fourth"), Err(StoreError::AlreadyExists(_))));
+    assert_eq!(read_all(s, "c"), b"third");
+}
 
 fn stale_uploads_expire_unless_being_written(s: &dyn Store) {
     s.route(&spec("x/idle", None)).unwrap();

@@ -293,10 +293,13 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     if let Some(target) = fr.store_as {
         let f = out_format.expect("raw was refused with store_as");
         let spec = UploadSpec {
-            key: target,
-            size: Some(encoded.len() as u64),
-            content_type: mime_of(f).into(),
-            overwrite: true,
+            route: bs_store::RouteSpec {
+                name: target,
+                size: Some(encoded.len() as u64),
+                content_type: mime_of(f).into(),
+                overwrite: true,
+                ..Default::default()
+            },
             max_bytes: st.cfg.max_upload,
             idle: st.cfg.idle_timeout,
         };

@@ -8,6 +8,7 @@ use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bs_meta::BlobRecord;
+use bs_store::RouteSpec;
 use serde::Deserialize;
 
 use crate::body::verified_body;
@@ -121,6 +122,11 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
         Some(v) => Some(parse_if_none_match(v.to_str().unwrap_or("\u{0}"))?),
     };
     let overwrite = !matches!(condition, Some(None));
+    // The ETags the stored blob must not have, also checked again atomically at commit.
+    let refuse_digests: Vec<String> = match &condition {
+        Some(Some(tags)) => tags.iter().map(|t| t.trim_matches('"').to_string()).collect(),
+        _ => Vec::new(),
+    };
     if let Some(cond) = condition {
         let (store, k) = (st.store.clone(), key.clone());
         let current = blocking(move || match store.stat(&k) {
@@ -144,10 +150,14 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
         if ct.is_empty() { bs_store::guess_content_type(&key).to_string() } else { ct };
     let _slot = st.upload_slot()?;
     let spec = UploadSpec {
-        key,
-        size,
-        content_type,
-        overwrite,
+        route: RouteSpec {
+            name: key,
+            size,
+            content_type,
+            overwrite,
+            refuse_digests,
+            ..RouteSpec::default()
+        },
         max_bytes: st.cfg.max_upload,
         idle: st.cfg.idle_timeout,
     };
@@ -270,10 +280,7 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
             _ => bs_store::guess_content_type(&key).to_string(),
         };
         let spec = UploadSpec {
-            key,
-            size: None,
-            content_type,
-            overwrite: true,
+            route: RouteSpec { name: key, content_type, overwrite: true, ..RouteSpec::default() },
             max_bytes: st.cfg.max_upload,
             idle: st.cfg.idle_timeout,
         };

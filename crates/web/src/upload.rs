@@ -3,7 +3,6 @@
 //! slows the client down instead of filling memory. The upload commits only when the body
 //! ended normally with every promised byte; otherwise it is aborted and nothing is visible.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bs_meta::BlobRecord;
@@ -14,13 +13,11 @@ use tokio_stream::{Stream, StreamExt};
 
 use crate::error::WebError;
 
-/// What to store.
+/// What to store, and the limits of this upload.
 pub struct UploadSpec {
-    pub key: String,
-    /// Declared length (Content-Length), if any: fewer or more bytes fail the upload.
-    pub size: Option<u64>,
-    pub content_type: String,
-    pub overwrite: bool,
+    /// Name, declared length (Content-Length, if any: fewer or more bytes fail the upload),
+    /// content type, metadata, and whether (and over which digests not) to replace.
+    pub route: RouteSpec,
     /// Refuse more than this many bytes.
     pub max_bytes: u64,
     /// Give up when the client sends nothing for this long.
@@ -32,7 +29,7 @@ enum Msg {
     Finish,
 }
 
-/// Store everything `body` yields under `spec.key`.
+/// Store everything `body` yields under `spec.route.name`.
 pub async fn store_stream<E, S>(
     store: Arc<dyn Store>,
     spec: UploadSpec,
@@ -43,7 +40,7 @@ where
     S: Stream<Item = Result<Bytes, E>>,
 {
     let mut body = std::pin::pin!(body);
-    if let Some(size) = spec.size
+    if let Some(size) = spec.route.size
         && size > spec.max_bytes
     {
         return Err(too_large(size, spec.max_bytes));
@@ -51,14 +48,7 @@ where
     let (tx, rx) = mpsc::channel::<Msg>(16);
     let writer = {
         let store = store.clone();
-        let route = RouteSpec {
-            name: spec.key.clone(),
-            size: spec.size,
-            content_type: spec.content_type.clone(),
-            metadata: BTreeMap::new(),
-            overwrite: spec.overwrite,
-            resume_tag: String::new(),
-        };
+        let route = spec.route.clone();
         tokio::task::spawn_blocking(move || write_all(store, route, rx))
     };
     let mut total = 0u64;
@@ -78,7 +68,7 @@ where
                 if total > spec.max_bytes {
                     break Err(too_large(total, spec.max_bytes));
                 }
-                if let Some(size) = spec.size
+                if let Some(size) = spec.route.size
                     && total > size
                 {
                     break Err(WebError::BadRequest(format!(
@@ -90,7 +80,7 @@ where
                 }
             }
             Ok(None) => {
-                if let Some(size) = spec.size
+                if let Some(size) = spec.route.size
                     && total < size
                 {
                     break Err(truncated(total, Some(size)));

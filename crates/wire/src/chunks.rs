@@ -89,7 +89,7 @@ impl ChunkDigests {
     /// Parse the stored form of the digests of a blob of `size` bytes.
     pub fn decode(buf: &[u8], size: u64) -> Result<Self, WireError> {
         let bad = |why: String| WireError::BadChunkDigests(why);
-        if buf.len() < 4 || (buf.len() - 4) % 8 != 0 {
+        if buf.len() < 4 || !(buf.len() - 4).is_multiple_of(8) {
             return Err(bad(format!("{} bytes is not a chunk size and whole digests", buf.len())));
         }
         let chunk = u32::from_be_bytes(buf[..4].try_into().expect("4 bytes")) as u64;
