@@ -126,6 +126,17 @@ impl Inner {
         Some(free.saturating_sub(reserve))
     }
 
+    /// Drop the pending upload of `name` from the catalogue; returns its id. Its staged bytes
+    /// are emptied first: on a full disk that is what lets SQLite commit the delete.
+    fn discard_upload(&self, name: &str) -> Result<Option<String>> {
+        if let Some(u) = self.cat.upload(name)?
+            && let Ok(f) = OpenOptions::new().write(true).open(self.staging_path(&u.upload_id))
+        {
+            let _ = f.set_len(0);
+        }
+        Ok(self.cat.delete_upload(name)?)
+    }
+
     fn release(&self, name: &str) {
         self.busy.lock().unwrap().remove(name);
     }
@@ -200,7 +211,7 @@ impl Store for FsStore {
         let i = &self.inner;
         // A pending upload goes too, unless a transfer is writing it right now.
         let upload = match Claim::take(i, name) {
-            Ok(_claim) => i.cat.delete_upload(name)?,
+            Ok(_claim) => i.discard_upload(name)?,
             Err(_) => None,
         };
         if let Some(id) = &upload {
@@ -283,9 +294,10 @@ impl Store for FsStore {
         validate_name(name)?;
         let i = &self.inner;
         let _claim = Claim::take(i, name)?;
-        match i.cat.delete_upload(name)? {
-            Some(id) => Ok(fs::remove_file(i.staging_path(&id))?),
-            None => Err(StoreError::NoUpload(name.to_string())),
+        let id = i.discard_upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
+        match fs::remove_file(i.staging_path(&id)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
         }
     }
 

@@ -375,10 +375,8 @@ impl Drop for Tmpfs {
 /// in the catalogue's database, whose file is on that same file system.
 #[tokio::test(flavor = "multi_thread")]
 async fn uploads_that_fill_a_real_disk_leave_nothing_pending() {
-    let Some(tmpfs) = Tmpfs::mount(4) else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
-    };
+    let tmpfs = Tmpfs::mount(4)
+        .expect("mounting a tmpfs needs root (the test suite runs as root on CI machines)");
     let root = tmpfs.0.path();
     let store: Arc<dyn Store> = Arc::new(FsStore::open(root).unwrap());
     let index = ImageIndex::open_in_memory().unwrap();
