@@ -142,6 +142,8 @@ fn copy_keys(
     o: &Options,
 ) -> Result<Copied> {
     let deadline = o.deadline();
+    // Whether this copy reserved the destination (only then is what it holds ours to discard).
+    let routed = std::cell::Cell::new(false);
     let run = || -> Result<Copied> {
         let mut src = factory.bind(src)?;
         let size = src.size();
@@ -159,17 +161,20 @@ fn copy_keys(
         let mut out = match factory.route(dst, &spec) {
             // A retry of a copy that landed (its confirmation lost to a crash) is a success.
             Err(BlobError::AlreadyExists(m)) if !o.overwrite => {
-                if same_bytes(factory, &src, dst)? {
-                    return Ok(Copied {
-                        bytes: 0,
-                        resumed_from: size,
-                        path: CopyPath::AlreadyThere,
-                    });
-                }
-                return Err(BlobError::AlreadyExists(m));
+                return match same_bytes(factory, &src, dst) {
+                    Ok(true) => {
+                        Ok(Copied { bytes: 0, resumed_from: size, path: CopyPath::AlreadyThere })
+                    }
+                    Ok(false) => Err(BlobError::AlreadyExists(m)),
+                    Err(e) if e.is_integrity() => Err(BlobError::AlreadyExists(format!(
+                        "{m}; the stored copy is corrupt ({e}): replace it with overwrite"
+                    ))),
+                    Err(e) => Err(e),
+                };
             }
             r => r?,
         };
+        routed.set(true);
         let mut start = 0;
         if o.resume {
             let algo = DigestAlgo::default();
@@ -193,6 +198,7 @@ fn copy_keys(
     let res = run();
     if let Err(e) = &res
         && e.is_integrity()
+        && routed.get()
     {
         // Bytes that failed a check (or came from a corrupt source) are never resumed from.
         let _ = factory.discard(dst);
@@ -208,10 +214,10 @@ fn same_bytes(factory: &Factory, src: &BlobProxy, dst: &BlobKey) -> Result<bool>
         return Ok(false);
     }
     let parse = |p: &BlobProxy| p.digest().and_then(|d| d.parse::<bs_wire::Digest>().ok());
-    let theirs = match parse(&existing) {
-        Some(d) => d,
-        None => existing.prefix_digest(existing.size(), DigestAlgo::default())?,
-    };
+    // The digest of the bytes as read back and verified now, not the one recorded at commit:
+    // a stored copy that has rotted since is not "the same".
+    let algo = parse(&existing).map_or(DigestAlgo::default(), |d| d.algo);
+    let theirs = existing.prefix_digest(existing.size(), algo)?;
     let ours = match parse(src).filter(|d| d.algo == theirs.algo) {
         Some(d) => d,
         None => src.prefix_digest(src.size(), theirs.algo)?,

@@ -17,6 +17,8 @@ use crate::tokens::{Direction, Grant, TokenTable};
 
 pub(crate) struct ControlService {
     store: Arc<dyn Store>,
+    /// On-demand scrubs running (at most one).
+    scrubs: Arc<tokio::sync::Semaphore>,
     tokens: Arc<TokenTable>,
     data_addr: SocketAddr,
     cfg: ServerConfig,
@@ -29,7 +31,7 @@ impl ControlService {
         data_addr: SocketAddr,
         cfg: ServerConfig,
     ) -> Self {
-        Self { store, tokens, data_addr, cfg }
+        Self { store, scrubs: Arc::new(tokio::sync::Semaphore::new(1)), tokens, data_addr, cfg }
     }
 
     /// Run a blocking store call off the executor, mapping its error to a gRPC status.
@@ -126,13 +128,21 @@ impl pb::blob_store_server::BlobStore for ControlService {
         req: Request<pb::ScrubRequest>,
     ) -> Result<Response<Self::ScrubStream>, Status> {
         let r = req.into_inner();
+        // One on-demand scrub at a time: each reads the whole store.
+        let Ok(permit) = self.scrubs.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(
+                "a scrub requested by another client is running; try again when it is done",
+            ));
+        };
         let opts = bs_store::ScrubOptions {
             prefix: r.prefix,
             rate: (r.rate_bytes_per_sec > 0).then_some(r.rate_bytes_per_sec),
+            stop: None,
         };
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let done = bs_store::scrub(&*store, &opts, |rec, res| {
                 // A client that went away stops the scrub.
                 tx.blocking_send(Ok(scrub_event(&rec.name, rec.size, res))).is_ok()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bs_store::{Store, StoreError};
-use bs_transport::{Conn, FileSource, TransportError};
+use bs_transport::{Conn, TransportError};
 use bs_wire::{BufferPool, Digest, ErrorCode, Frame};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -253,30 +253,24 @@ fn pull(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
         .into());
     }
     // The stored digest covers the whole blob: if that is what is asked for, the payload needs
-    // no hashing and file bytes can go out by sendfile.
+    // no hashing on the way out.
     let stored = (g.offset == 0 && g.length == rec.size)
         .then(|| rec.digest.parse::<Digest>().ok())
         .flatten()
         .filter(|d| d.algo == g.algo);
     let mut hasher = g.algo.hasher();
-    // One DATA frame per stored chunk, each verified against its chunk digest just before it
-    // goes out: a corrupt chunk is never sent, and the ERROR frame in its place tells the
-    // client why the stream stopped.
-    let chunk = src.chunks().chunk_size();
-    let (mut pos, end) = (g.offset, g.offset + g.length);
-    while pos < end {
-        let stop = ((pos / chunk + 1) * chunk).min(end);
-        src.verify(pos, stop - pos)?;
+    // One DATA frame per stored chunk. Each chunk is read once into memory, checked against
+    // its chunk digest there, and that very buffer is sent: a corrupt chunk is never sent (the
+    // ERROR frame in its place tells the client why the stream stopped), and nothing re-reads
+    // the disk between the check and the send. (sendfile would re-read the page cache after
+    // the check; with the bytes already in user space for the check, writing them costs the
+    // same copy sendfile would make.)
+    let mut pos = g.offset;
+    for piece in src.pieces(g.offset, g.length)? {
+        let piece = piece?;
         let h = if stored.is_some() { None } else { Some(&mut hasher) };
-        match src.file_handle() {
-            // sendfile moves the page-cache bytes just verified, with no copy.
-            Some(file) if h.is_none() && !conn.is_tls() => {
-                let fsrc = FileSource { file, offset: pos, len: stop - pos };
-                conn.send_data_file(pos, fsrc, None, &shared.pool)?;
-            }
-            _ => conn.send_data_slice(pos, &src.bytes(pos, stop - pos)?, h)?,
-        }
-        pos = stop;
+        conn.send_data_slice(pos, &piece, h)?;
+        pos += piece.len() as u64;
     }
     let digest = stored.unwrap_or_else(|| hasher.finish());
     conn.write_frame(&Frame::Sum { total: g.length, final_: true, digest })?;

@@ -35,16 +35,19 @@ pub(crate) async fn run(
         let started = tokio::time::Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (store.clone(), stop.clone());
-        let opts = ScrubOptions { prefix: String::new(), rate: Some(schedule.rate) };
-        let mut pass = tokio::task::spawn_blocking(move || {
-            bs_store::scrub(&*s, &opts, |_, _| !st.load(Ordering::Relaxed))
-        });
+        let opts =
+            ScrubOptions { prefix: String::new(), rate: Some(schedule.rate), stop: Some(st) };
+        let mut pass =
+            tokio::task::spawn_blocking(move || bs_store::scrub(&*s, &opts, |_, _| true));
         let res = tokio::select! {
-            r = &mut pass => r,
-            _ = shutdown.wait_for(|s| *s) => {
-                stop.store(true, Ordering::Relaxed);
-                return;
-            }
+            r = &mut pass => Some(r),
+            _ = shutdown.wait_for(|s| *s) => None,
+        };
+        let Some(res) = res else {
+            // The pass sees this within a chunk or a short pause and ends.
+            stop.store(true, Ordering::Relaxed);
+            let _ = pass.await;
+            return;
         };
         match res {
             Ok(Ok(r)) if r.corrupt.is_empty() && r.failed.is_empty() => {

@@ -56,8 +56,8 @@ impl<S: Store> Store for FaultyStore<S> {
     fn open_read(&self, name: &str) -> Result<BlobSource> {
         self.inner.open_read(name)
     }
-    fn scrub_blob(&self, name: &str) -> Result<()> {
-        self.inner.scrub_blob(name)
+    fn scrub_blob(&self, name: &str, pace: &mut dyn FnMut(u64) -> bool) -> Result<bool> {
+        self.inner.scrub_blob(name, pace)
     }
     fn subscribe(&self, listener: crate::Listener) {
         self.inner.subscribe(listener)

@@ -321,10 +321,14 @@ impl Store for FsStore {
         let i = &self.inner;
         let cutoff = now_ms().saturating_sub(age.as_millis() as i64);
         let mut gone = Vec::new();
-        for (name, _) in i.cat.uploads_created_before(cutoff)? {
+        for (name, id) in i.cat.uploads_created_before(cutoff)? {
             // A transfer writing it right now keeps it.
             let Ok(_claim) = Claim::take(i, &name) else { continue };
-            if let Some(id) = i.cat.delete_upload(&name)? {
+            // Under the claim: still the same stale upload (not resumed or replaced since)?
+            if i.cat.upload(&name)?.is_none_or(|u| u.upload_id != id || u.created_ms >= cutoff) {
+                continue;
+            }
+            if let Some(id) = i.discard_upload(&name)? {
                 tracing::info!(%name, "removing an upload left pending too long");
                 let _ = fs::remove_file(i.staging_path(&id));
                 gone.push(name);
@@ -333,16 +337,19 @@ impl Store for FsStore {
         Ok(gone)
     }
 
-    fn scrub_blob(&self, name: &str) -> Result<()> {
+    fn scrub_blob(&self, name: &str, pace: &mut dyn FnMut(u64) -> bool) -> Result<bool> {
         validate_name(name)?;
         let stored = self.stored(name)?;
         let (marked, loc) = (stored.corrupt.is_some(), stored.location.clone());
-        self.open_stored(stored)?.verify_all()?;
+        let src = self.open_stored(stored)?;
+        if !src.verify_paced(0, src.size(), pace)? {
+            return Ok(false);
+        }
         if marked {
             tracing::info!(%name, "blob marked corrupt reads back whole again: mark cleared");
             self.inner.cat.set_corrupt(name, &loc, None)?;
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -355,8 +362,22 @@ impl FsStore {
     fn open_stored(&self, s: StoredBlob) -> Result<BlobSource> {
         let i = &self.inner;
         let name = s.record.name.clone();
-        let file = File::open(i.blob_path(&s.location)).map_err(|e| not_found_as(e, &name))?;
         let marker = self.marker(&name, &s.location);
+        let file = match File::open(i.blob_path(&s.location)) {
+            Ok(f) => f,
+            // Listed, but its bytes are gone: as corrupt as can be (unless it was deleted
+            // just now, in which case the row is gone too).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if i.cat.stored(&name)?.is_none_or(|now| now.location != s.location) {
+                    return Err(StoreError::NotFound(name));
+                }
+                let reason = "its file is missing from the data directory".to_string();
+                crate::source::count_corruption(&name, &reason);
+                marker(&reason);
+                return Err(StoreError::Corrupt { name, reason });
+            }
+            Err(e) => return Err(e.into()),
+        };
         let chunks = match &s.chunks {
             Some(c) => ChunkDigests::decode(c, s.record.size).map_err(|e| StoreError::Corrupt {
                 name: name.clone(),
@@ -392,7 +413,11 @@ impl FsStore {
             marker(&reason);
             return Err(StoreError::Corrupt { name: name.clone(), reason });
         }
-        self.inner.cat.set_chunks(name, &s.location, &chunks.encode())?;
+        // Best effort: the blob was just checked whole; failing to note its chunk digests (a
+        // full disk) only means the next reader checks it whole again.
+        if let Err(e) = self.inner.cat.set_chunks(name, &s.location, &chunks.encode()) {
+            tracing::warn!(blob = %name, error = %e, "cannot keep the chunk digests");
+        }
         Ok(chunks)
     }
 

@@ -256,13 +256,20 @@ impl Store for MemStore {
         Ok(gone)
     }
 
-    fn scrub_blob(&self, name: &str) -> Result<()> {
-        self.open(name, true)?.verify_all()?;
+    fn scrub_blob(&self, name: &str, pace: &mut dyn FnMut(u64) -> bool) -> Result<bool> {
+        let id = self.inner.blobs.read().unwrap().get(name).map(|b| b.id.clone());
+        let src = self.open(name, true)?;
+        if !src.verify_paced(0, src.size(), pace)? {
+            return Ok(false);
+        }
+        // Clear the mark of the blob just checked, not of a replacement stored meanwhile.
         let mut blobs = self.inner.blobs.write().unwrap();
-        if let Some(b) = blobs.get_mut(name) {
+        if let Some(b) = blobs.get_mut(name)
+            && Some(&b.id) == id.as_ref()
+        {
             b.corrupt = None;
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -382,6 +389,7 @@ impl UploadSink for MemUpload {
             created_ms: now_ms(),
             metadata: self.rec.metadata.clone(),
         };
+        let chunks = ChunkDigests::of(&buf.bytes); // before taking the store-wide lock
         let mut blobs = self.store.blobs.write().unwrap();
         if let Some(b) = blobs.get(&name)
             && !may_replace(self.rec.overwrite, &self.rec.refuse_digests, &b.record.digest)
@@ -389,7 +397,6 @@ impl UploadSink for MemUpload {
             self.data = Some(buf); // back to pending on drop
             return Err(StoreError::AlreadyExists(name));
         }
-        let chunks = ChunkDigests::of(&buf.bytes);
         let id = self.rec.upload_id.clone();
         let blob = MemBlob {
             bytes: Bytes::from(buf.bytes),

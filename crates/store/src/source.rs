@@ -1,14 +1,19 @@
 //! The one reader of committed blobs: every byte it hands out has been checked against the
 //! blob's per-chunk digests first ([`bs_wire::ChunkDigests`]), whatever the store and whoever
-//! reads — the data plane, the HTTP API, image decoding, the Blob API.
+//! reads — the data plane, the HTTP API, image decoding, the Blob API, the scrubber.
 //!
-//! A file blob is memory-mapped (committed files are never modified: a replacement or a delete
-//! unlinks the file, which leaves a mapping valid), so a verified chunk is the very page-cache
-//! bytes that go out, with no copy. A chunk is verified once per open reader; the first chunk
-//! that does not match stops the read with [`StoreError::Corrupt`], logs it, counts it, and has
-//! the store mark the blob so later readers are refused at once.
+//! What is checked is what is handed out. A file blob is read with `pread` into a buffer,
+//! chunk by chunk; each chunk is checked in that buffer and the buffer itself is what the
+//! caller sends or decodes — nothing reads the file a second time after the check (so a page
+//! evicted and re-read from a failing disk in between cannot slip through), and a disk read
+//! error is an error, never a `SIGBUS` as it would be through a memory map. A memory blob is
+//! immutable shared bytes: checked once per reader, then sliced without copying.
+//!
+//! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
+//! logged, counted, and the store marks the blob so later readers are refused at once.
 
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -19,10 +24,6 @@ use bytes::Bytes;
 use crate::error::StoreError;
 
 type Result<T> = std::result::Result<T, StoreError>;
-
-/// Blobs up to this size are mapped with every page present up front (one kernel pass instead
-/// of a page fault per few pages).
-const POPULATE_MAX: u64 = 16 << 20;
 
 /// Corrupt chunks found by readers since the process started (for `/metrics`).
 static CORRUPTION_FOUND: AtomicU64 = AtomicU64::new(0);
@@ -50,13 +51,17 @@ pub struct BlobSource {
 
 struct Inner {
     record: BlobRecord,
-    /// Every byte of the blob: a file's mapping or a memory blob's buffer.
-    data: Bytes,
-    file: Option<File>,
+    data: Data,
     chunks: ChunkDigests,
-    /// Chunks already verified by this reader.
+    /// Memory blobs: chunks already verified by this reader.
     checked: Box<[AtomicBool]>,
     marker: Option<CorruptionMarker>,
+}
+
+/// Where the bytes are.
+enum Data {
+    Memory(Bytes),
+    File(File),
 }
 
 impl std::fmt::Debug for BlobSource {
@@ -64,7 +69,7 @@ impl std::fmt::Debug for BlobSource {
         f.debug_struct("BlobSource")
             .field("name", &self.inner.record.name)
             .field("size", &self.inner.record.size)
-            .field("file", &self.inner.file.is_some())
+            .field("file", &self.is_file())
             .finish()
     }
 }
@@ -77,7 +82,13 @@ impl BlobSource {
         chunks: ChunkDigests,
         marker: Option<CorruptionMarker>,
     ) -> Result<Self> {
-        Self::new(record, data, None, chunks, marker)
+        if data.len() as u64 != record.size {
+            return Err(StoreError::Corrupt {
+                name: record.name.clone(),
+                reason: format!("{} bytes held, catalogue says {}", data.len(), record.size),
+            });
+        }
+        Self::new(record, Data::Memory(data), chunks, marker)
     }
 
     /// A blob held in `file`, which must be exactly `record.size` bytes long.
@@ -89,35 +100,34 @@ impl BlobSource {
     ) -> Result<Self> {
         let len = file.metadata()?.len();
         if len != record.size {
-            return Err(StoreError::Corrupt {
-                name: record.name.clone(),
-                reason: format!("file holds {len} bytes, catalogue says {}", record.size),
-            });
+            let reason = format!("file holds {len} bytes, catalogue says {}", record.size);
+            count_corruption(&record.name, &reason);
+            if let Some(m) = &marker {
+                m(&reason);
+            }
+            return Err(StoreError::Corrupt { name: record.name.clone(), reason });
         }
-        let data = map(&file, record.size)?;
-        Self::new(record, data, Some(file), chunks, marker)
+        Self::new(record, Data::File(file), chunks, marker)
     }
 
     fn new(
         record: BlobRecord,
-        data: Bytes,
-        file: Option<File>,
+        data: Data,
         chunks: ChunkDigests,
         marker: Option<CorruptionMarker>,
     ) -> Result<Self> {
-        if chunks.size() != record.size || data.len() as u64 != record.size {
+        if chunks.size() != record.size {
             return Err(StoreError::Corrupt {
                 name: record.name.clone(),
                 reason: format!(
-                    "{} bytes held and chunk digests for {} bytes, catalogue says {}",
-                    data.len(),
+                    "chunk digests cover {} bytes, catalogue says {}",
                     chunks.size(),
                     record.size
                 ),
             });
         }
         let checked = (0..chunks.count()).map(|_| AtomicBool::new(false)).collect();
-        Ok(Self { inner: Arc::new(Inner { record, data, file, chunks, checked, marker }) })
+        Ok(Self { inner: Arc::new(Inner { record, data, chunks, checked, marker }) })
     }
 
     pub fn record(&self) -> &BlobRecord {
@@ -128,11 +138,9 @@ impl BlobSource {
         self.inner.record.size
     }
 
-    /// The file behind the blob, for zero-copy sends of ranges already [`verify`]'d.
-    ///
-    /// [`verify`]: BlobSource::verify
-    pub fn file_handle(&self) -> Option<&File> {
-        self.inner.file.as_ref()
+    /// Whether the bytes are read from a file (rather than shared memory).
+    pub fn is_file(&self) -> bool {
+        matches!(self.inner.data, Data::File(_))
     }
 
     /// The blob's chunk digests (their boundaries are where verified pieces break).
@@ -153,46 +161,93 @@ impl BlobSource {
         Ok(())
     }
 
-    /// Check every chunk holding a byte of `offset..offset + len` (each at most once per
-    /// reader). The first bad chunk is reported, counted and marked in the store.
-    pub fn verify(&self, offset: u64, len: u64) -> Result<()> {
-        self.check_range(offset, len)?;
+    /// Report chunk `c` bad: count, log, mark, and the error to return.
+    fn bad_chunk(&self, c: usize) -> StoreError {
         let i = &self.inner;
-        for c in i.chunks.covering(offset, len) {
-            if i.checked[c].load(Ordering::Acquire) {
-                continue;
-            }
-            let r = i.chunks.range(c);
-            if !i.chunks.check(c, &i.data[r.start as usize..r.end as usize]) {
-                let reason = format!(
-                    "bytes {}..{} (chunk {c}) do not match their stored digest",
-                    r.start, r.end
-                );
-                count_corruption(&i.record.name, &reason);
-                if let Some(m) = &i.marker {
-                    m(&reason);
-                }
-                return Err(StoreError::Corrupt { name: i.record.name.clone(), reason });
-            }
-            i.checked[c].store(true, Ordering::Release);
+        let r = i.chunks.range(c);
+        let reason =
+            format!("bytes {}..{} (chunk {c}) do not match their stored digest", r.start, r.end);
+        count_corruption(&i.record.name, &reason);
+        if let Some(m) = &i.marker {
+            m(&reason);
         }
-        Ok(())
+        StoreError::Corrupt { name: i.record.name.clone(), reason }
+    }
+
+    /// Verified bytes of a range: whole chunks are read (for a file, into one buffer) and
+    /// checked, and the range is cut out of what was checked. A memory blob is not copied.
+    pub fn bytes(&self, offset: u64, len: u64) -> Result<Bytes> {
+        self.check_range(offset, len)?;
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let i = &self.inner;
+        let chunks = i.chunks.covering(offset, len);
+        let (first, last) = (i.chunks.range(chunks.start), i.chunks.range(chunks.end - 1));
+        match &i.data {
+            Data::Memory(data) => {
+                for c in chunks {
+                    if i.checked[c].load(Ordering::Acquire) {
+                        continue;
+                    }
+                    let r = i.chunks.range(c);
+                    if !i.chunks.check(c, &data[r.start as usize..r.end as usize]) {
+                        return Err(self.bad_chunk(c));
+                    }
+                    i.checked[c].store(true, Ordering::Release);
+                }
+                Ok(data.slice(offset as usize..(offset + len) as usize))
+            }
+            Data::File(file) => {
+                let mut buf = vec![0u8; (last.end - first.start) as usize];
+                file.read_exact_at(&mut buf, first.start).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        StoreError::Corrupt {
+                            name: i.record.name.clone(),
+                            reason: "file is shorter than the catalogue says".into(),
+                        }
+                    } else {
+                        StoreError::from(e)
+                    }
+                })?;
+                for c in chunks {
+                    let r = i.chunks.range(c);
+                    let at = (r.start - first.start) as usize..(r.end - first.start) as usize;
+                    if !i.chunks.check(c, &buf[at]) {
+                        return Err(self.bad_chunk(c));
+                    }
+                }
+                let start = (offset - first.start) as usize;
+                Ok(Bytes::from(buf).slice(start..start + len as usize))
+            }
+        }
+    }
+
+    /// Every byte of the blob, verified (held whole in memory: for images and small blobs).
+    pub fn all(&self) -> Result<Bytes> {
+        self.bytes(0, self.size())
+    }
+
+    /// Check every chunk of a range without keeping the bytes, one chunk at a time;
+    /// `pace(bytes)` is called after each chunk and may stop the check by returning false
+    /// (then `Ok(false)` is returned).
+    pub fn verify_paced(
+        &self,
+        offset: u64,
+        len: u64,
+        pace: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<bool> {
+        for piece in self.pieces(offset, len)? {
+            if !pace(piece?.len() as u64) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Check every chunk of the blob.
     pub fn verify_all(&self) -> Result<()> {
-        self.verify(0, self.size())
-    }
-
-    /// Verified bytes of a range, without copying.
-    pub fn bytes(&self, offset: u64, len: u64) -> Result<Bytes> {
-        self.verify(offset, len)?;
-        Ok(self.inner.data.slice(offset as usize..(offset + len) as usize))
-    }
-
-    /// Every byte of the blob, verified, without copying.
-    pub fn all(&self) -> Result<Bytes> {
-        self.bytes(0, self.size())
+        self.verify_paced(0, self.size(), &mut |_| true).map(drop)
     }
 
     /// A range as a sequence of pieces that break at chunk boundaries, each verified only
@@ -212,9 +267,13 @@ impl BlobSource {
         Ok(n as usize)
     }
 
-    /// Digest of a verified byte range.
+    /// Digest of a verified byte range, read a chunk at a time.
     pub fn digest_range(&self, offset: u64, len: u64, algo: DigestAlgo) -> Result<Digest> {
-        Ok(algo.digest(&self.bytes(offset, len)?))
+        let mut h = algo.hasher();
+        for piece in self.pieces(offset, len)? {
+            h.update(&piece?);
+        }
+        Ok(h.finish())
     }
 }
 
@@ -239,22 +298,6 @@ impl Iterator for Pieces {
         self.next = if piece.is_ok() { stop } else { self.end };
         Some(piece)
     }
-}
-
-/// Map `size` bytes of `file` read-only as shared bytes.
-fn map(file: &File, size: u64) -> Result<Bytes> {
-    if size == 0 {
-        return Ok(Bytes::new());
-    }
-    let mut opts = memmap2::MmapOptions::new();
-    if size <= POPULATE_MAX {
-        opts.populate();
-    }
-    // SAFETY: committed blob files are never written or truncated in place (see the module
-    // comment); the length was checked against the catalogue just before.
-    let m = unsafe { opts.len(size as usize).map(file) }?;
-    let _ = m.advise(memmap2::Advice::Sequential);
-    Ok(Bytes::from_owner(m))
 }
 
 #[cfg(test)]
@@ -306,6 +349,7 @@ mod tests {
         ));
         assert!(src.digest_range(0, src.size(), DigestAlgo::Blake3).is_err());
         assert!(src.verify_all().is_err());
+        assert!(src.bytes(0, 0).unwrap().is_empty());
         assert!(corruption_found() > before);
         assert!(marks.lock().unwrap()[0].contains("chunk 2"), "{:?}", marks.lock().unwrap());
     }
@@ -320,7 +364,7 @@ mod tests {
         let short = BlobSource::file(record(5), f.try_clone().unwrap(), chunks.clone(), None);
         assert!(matches!(short, Err(StoreError::Corrupt { .. })));
         let src = BlobSource::file(record(good.len() as u64), f, chunks, None).unwrap();
-        assert!(src.file_handle().is_some());
+        assert!(src.is_file());
         assert_eq!(&src.all().unwrap()[..], &good[..]);
         let mut buf = [0u8; 16];
         assert_eq!(src.read_at(&mut buf, src.size() - 4).unwrap(), 4);

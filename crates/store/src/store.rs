@@ -154,10 +154,12 @@ pub trait Store: Send + Sync + 'static {
     /// against the blob's chunk digests; a blob already known to be corrupt is refused with
     /// [`StoreError::Corrupt`] at once.
     fn open_read(&self, name: &str) -> Result<BlobSource>;
-    /// Re-read every byte of `name` and check it (the scrubber's step). A bad blob is marked
-    /// corrupt; a blob marked corrupt that now reads back whole (restored by hand) is cleared.
-    fn scrub_blob(&self, name: &str) -> Result<()> {
-        self.open_read(name)?.verify_all()
+    /// Re-read every byte of `name` and check it (the scrubber's step), calling `pace` with
+    /// the bytes of each chunk read (it may stop the check: then `Ok(false)`). A bad blob is
+    /// marked corrupt; a blob marked corrupt that now reads back whole (restored) is cleared.
+    fn scrub_blob(&self, name: &str, pace: &mut dyn FnMut(u64) -> bool) -> Result<bool> {
+        let src = self.open_read(name)?;
+        src.verify_paced(0, src.size(), pace)
     }
     /// Hear of every commit and delete from now on (see [`crate::StoreEvent`]).
     fn subscribe(&self, listener: crate::Listener);

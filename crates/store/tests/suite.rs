@@ -333,5 +333,5 @@ fn fs_blobs_survive_restart_and_crash_leftovers_are_removed() {
     let mut sp = spec("pending", Some(4));
     sp.resume_tag = "t".into();
     assert_eq!(s.route(&sp).unwrap().received, 2, "pending upload resumes after restart");
-    assert!(s.open_read("keep").unwrap().file_handle().is_some());
+    assert!(s.open_read("keep").unwrap().is_file());
 }

@@ -11,7 +11,7 @@ use bs_meta::BlobRecord;
 use bs_store::RouteSpec;
 use serde::Deserialize;
 
-use crate::body::verified_body;
+use crate::body::{CHECK_FIRST_MAX, verified_stream};
 use crate::error::WebError;
 use crate::keys::{key_from_path, path_of, validate_key, validate_prefix};
 use crate::upload::{UploadSpec, store_stream};
@@ -33,13 +33,37 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
             inm.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
         })
     };
-    // One trip to the blocking pool: look the blob up and map its bytes (unless they will
-    // not be sent).
-    let (src, fresh) = blocking(move || {
+    let range_header = match h.get(header::RANGE) {
+        None => None,
+        Some(v) => Some(v.to_str().map(str::to_string).map_err(|_| ())),
+    };
+    let if_range = h.get(header::IF_RANGE).and_then(|v| v.to_str().ok()).map(str::to_string);
+    // One trip to the blocking pool: look the blob up, settle the range, and read and verify
+    // its bytes when they are few enough to check before the response starts.
+    let (src, fresh, range, checked) = blocking(move || {
         let src = store.open_read(&key)?;
-        let etag = format!("\"{}\"", src.record().digest);
-        let unchanged = not_modified(&etag);
-        Ok((src, unchanged))
+        let (size, etag) = (src.size(), format!("\"{}\"", src.record().digest));
+        if not_modified(&etag) {
+            return Ok((src, true, None, None));
+        }
+        let range = match range_header {
+            None => None,
+            Some(Err(())) => {
+                return Err(WebError::RangeNotSatisfiable {
+                    size,
+                    reason: "Range header is not ASCII".into(),
+                });
+            }
+            // If-Range with a different validator: send everything.
+            Some(Ok(v)) if if_range.as_deref().is_none_or(|ir| ir.trim() == etag) => {
+                Some(crate::range::parse(&v, size)?)
+            }
+            Some(Ok(_)) => None,
+        };
+        let (start, len) = range.map_or((0, size), |(a, b)| (a, b - a + 1));
+        let checked =
+            (!head && len <= CHECK_FIRST_MAX).then(|| src.bytes(start, len)).transpose()?;
+        Ok((src, false, range, checked))
     })
     .await?;
     let rec = src.record().clone();
@@ -49,26 +73,15 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
         r.headers_mut().insert(header::ETAG, hv(&etag));
         return Ok(r);
     }
-    let range = match h.get(header::RANGE) {
-        None => None,
-        Some(v) => {
-            let v = v.to_str().map_err(|_| WebError::RangeNotSatisfiable {
-                size: rec.size,
-                reason: "Range header is not ASCII".into(),
-            })?;
-            // If-Range with a different validator: send everything.
-            let if_range_ok = h
-                .get(header::IF_RANGE)
-                .and_then(|v| v.to_str().ok())
-                .is_none_or(|ir| ir.trim() == etag);
-            if if_range_ok { Some(crate::range::parse(v, rec.size)?) } else { None }
-        }
-    };
     let (status, start, len) = match range {
         Some((a, b)) => (StatusCode::PARTIAL_CONTENT, a, b - a + 1),
         None => (StatusCode::OK, 0, rec.size),
     };
-    let body = if head { Body::empty() } else { verified_body(&src, start, len)? };
+    let body = match (head, checked) {
+        (true, _) => Body::empty(),
+        (false, Some(bytes)) => Body::from(bytes),
+        (false, None) => verified_stream(src, start, len),
+    };
     let ct = content_type_of(&rec);
     let mut r = Response::new(body);
     *r.status_mut() = status;

@@ -1,9 +1,10 @@
-//! Blob bytes for HTTP bodies, verified and without copying: every byte is checked against the
-//! blob's chunk digests before it is handed to the connection ([`bs_store::BlobSource`]).
-//! Small ranges are checked whole before the response head goes out (a corrupt blob is a
-//! 500); larger ones stream chunk by chunk, each checked as it is taken, and a bad chunk ends
-//! the body with an error, so the connection is aborted and the client sees a body shorter
-//! than its Content-Length — never a complete, wrong one.
+//! Blob bytes for HTTP bodies, verified: every byte is checked against the blob's chunk
+//! digests before it is handed to the connection ([`bs_store::BlobSource`]), and what was
+//! checked is what is sent. Ranges up to [`CHECK_FIRST_MAX`] are checked whole before the
+//! response head goes out (a corrupt blob is a 500); longer ones stream chunk by chunk, each
+//! read and checked on the blocking pool just before it is sent, and a bad chunk ends the body
+//! with an error — the connection is aborted and the client sees a body shorter than its
+//! Content-Length, never a complete, wrong one.
 
 use axum::body::Body;
 use bs_store::BlobSource;
@@ -12,23 +13,45 @@ use bytes::Bytes;
 use crate::error::WebError;
 
 /// Ranges up to this size are verified before the response starts.
-const CHECK_FIRST_MAX: u64 = 16 << 20;
+pub const CHECK_FIRST_MAX: u64 = 16 << 20;
 
-/// All bytes of a blob, verified.
+/// Verified chunks read ahead of a slow client: bounds memory per download.
+const READ_AHEAD: usize = 2;
+
+/// All bytes of a blob, verified (call off the async executor).
 pub fn blob_bytes(src: &BlobSource) -> Result<Bytes, WebError> {
     Ok(src.all()?)
 }
 
-/// A response body for `len` bytes of `src` from `start`, verified as described above.
-pub fn verified_body(src: &BlobSource, start: u64, len: u64) -> Result<Body, WebError> {
-    if len <= CHECK_FIRST_MAX {
-        return Ok(Body::from(src.bytes(start, len)?));
-    }
-    let pieces = src.pieces(start, len)?.map(|p| {
-        p.map_err(|e| {
-            tracing::error!(error = %e, "aborting a download: the blob failed verification");
-            std::io::Error::other(e.to_string())
-        })
+/// A streamed body for `len` bytes of `src` from `start`. A task hands each chunk's read and
+/// check to the blocking pool and waits for the client to take it, so a slow client holds
+/// no thread and at most [`READ_AHEAD`] chunks of memory.
+pub fn verified_stream(src: BlobSource, start: u64, len: u64) -> Body {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(READ_AHEAD);
+    tokio::spawn(async move {
+        let name = src.record().name.clone();
+        let Ok(mut pieces) = src.pieces(start, len) else { return };
+        loop {
+            let step = tokio::task::spawn_blocking(move || {
+                let next = pieces.next();
+                (next, pieces)
+            })
+            .await;
+            let Ok((next, rest)) = step else { return };
+            pieces = rest;
+            let item = match next {
+                None => return,
+                Some(Ok(bytes)) => Ok(bytes),
+                Some(Err(e)) => {
+                    tracing::error!(blob = %name, error = %e, "download aborted: the blob failed verification");
+                    Err(std::io::Error::other(e.to_string()))
+                }
+            };
+            let last = item.is_err();
+            if tx.send(item).await.is_err() || last {
+                return; // the client went away, or the stream is over
+            }
+        }
     });
-    Ok(Body::from_stream(tokio_stream::iter(pieces)))
+    Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
 }

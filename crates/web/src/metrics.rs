@@ -93,12 +93,14 @@ impl Metrics {
 
     /// The text exposition.
     pub fn render(&self) -> String {
+        let mut out = String::new();
+        let r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        // Brought up to the process-wide count under the registry lock, so two renders at
+        // once cannot both add the difference.
         let (found, shown) = (bs_store::corruption_found(), self.corrupt.get());
         if found > shown {
             self.corrupt.inc_by(found - shown);
         }
-        let mut out = String::new();
-        let r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         let _ = prometheus_client::encoding::text::encode(&mut out, &r);
         out
     }

@@ -55,10 +55,10 @@ impl ChunkDigests {
         self.sums.len()
     }
 
-    /// Byte range of chunk `i`.
+    /// Byte range of chunk `i` (empty past the last chunk).
     pub fn range(&self, i: usize) -> std::ops::Range<u64> {
-        let start = i as u64 * self.chunk;
-        start..(start + self.chunk).min(self.size)
+        let start = (i as u64).saturating_mul(self.chunk).min(self.size);
+        start..start.saturating_add(self.chunk).min(self.size)
     }
 
     /// Indexes of the chunks that hold any byte of `offset..offset + len`.
@@ -72,8 +72,9 @@ impl ChunkDigests {
 
     /// Whether `data` is exactly chunk `i`.
     pub fn check(&self, i: usize, data: &[u8]) -> bool {
+        let Some(sum) = self.sums.get(i) else { return false };
         let r = self.range(i);
-        data.len() as u64 == r.end - r.start && self.sums.get(i) == Some(&xxh3_64(data))
+        data.len() as u64 == r.end - r.start && *sum == xxh3_64(data)
     }
 
     /// The stored form.
