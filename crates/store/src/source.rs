@@ -2,12 +2,16 @@
 //! blob's per-chunk digests first ([`bs_wire::ChunkDigests`]), whatever the store and whoever
 //! reads — the data plane, the HTTP API, image decoding, the Blob API, the scrubber.
 //!
-//! What is checked is what is handed out. A file blob is read with `pread` into a buffer,
-//! chunk by chunk; each chunk is checked in that buffer and the buffer itself is what the
-//! caller sends or decodes — nothing reads the file a second time after the check (so a page
-//! evicted and re-read from a failing disk in between cannot slip through), and a disk read
-//! error is an error, never a `SIGBUS` as it would be through a memory map. A memory blob is
-//! immutable shared bytes: checked once per reader, then sliced without copying.
+//! What is checked is what is handed out. A file blob is memory-mapped; before a chunk is
+//! touched its pages are brought in with `MADV_POPULATE_READ`, which reports a disk read
+//! error as an error (where touching an unreadable mapped page would kill the process with
+//! `SIGBUS`); the chunk is then checked in the mapping and the caller gets those very pages —
+//! sent to a socket or decoded with no copy. (Left open: a page reclaimed in the moment
+//! between the check and the send and then unreadable on re-read; and a blob file truncated
+//! in place by hand — restore files by writing a new one and renaming it over.) Where the
+//! kernel lacks `MADV_POPULATE_READ` (before Linux 5.14), chunks are read with `pread` into
+//! pooled buffers and checked there instead. A memory blob is immutable shared bytes: checked
+//! once per reader, then sliced without copying.
 //!
 //! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
 //! logged, counted, and the store marks the blob so later readers are refused at once.
@@ -18,12 +22,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bs_meta::BlobRecord;
-use bs_wire::{ChunkDigests, Digest, DigestAlgo};
+use bs_wire::{BufferPool, CHUNK_SIZE, ChunkDigests, Digest, DigestAlgo};
 use bytes::Bytes;
 
 use crate::error::StoreError;
 
 type Result<T> = std::result::Result<T, StoreError>;
+
+/// Buffers chunks of files are read into: reused, so a read costs one copy from the page cache
+/// and no allocation or page faults. A buffer returns here when the last `Bytes` cut from it
+/// is dropped (after the connection wrote it, say).
+static CHUNK_BUFFERS: std::sync::LazyLock<BufferPool> =
+    std::sync::LazyLock::new(|| BufferPool::new(CHUNK_SIZE as usize, 64));
 
 /// Corrupt chunks found by readers since the process started (for `/metrics`).
 static CORRUPTION_FOUND: AtomicU64 = AtomicU64::new(0);
@@ -61,7 +71,49 @@ struct Inner {
 /// Where the bytes are.
 enum Data {
     Memory(Bytes),
-    File(File),
+    /// The file, and all of it mapped (empty for an empty file).
+    File {
+        file: File,
+        map: Bytes,
+    },
+}
+
+/// Whether `MADV_POPULATE_READ` works here (cleared on the first EINVAL: an old kernel).
+static POPULATE_WORKS: AtomicBool = AtomicBool::new(true);
+
+/// Fault in `data` (part of a file mapping) so reading it cannot raise `SIGBUS`. `Ok(false)`:
+/// the kernel cannot do this; read the file with `pread` instead.
+fn populate(data: &[u8]) -> std::io::Result<bool> {
+    if data.is_empty() || !POPULATE_WORKS.load(Ordering::Relaxed) {
+        return Ok(!data.is_empty());
+    }
+    // SAFETY: `data` lies inside a live read-only file mapping whose start is page-aligned
+    // (chunks start at multiples of 1 MiB from the mapping's start); madvise only faults the
+    // pages in.
+    let rc = unsafe {
+        libc::madvise(data.as_ptr() as *mut libc::c_void, data.len(), libc::MADV_POPULATE_READ)
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EINVAL) {
+        POPULATE_WORKS.store(false, Ordering::Relaxed);
+        return Ok(false);
+    }
+    Err(e)
+}
+
+/// Map all `len` bytes of `file` read-only.
+fn map(file: &File, len: u64) -> Result<Bytes> {
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: committed blob files are never written in place (see the module comment); pages
+    // are only read after `populate` brought them in.
+    let m = unsafe { memmap2::MmapOptions::new().len(len as usize).map(file) }?;
+    let _ = m.advise(memmap2::Advice::Sequential);
+    Ok(Bytes::from_owner(m))
 }
 
 impl std::fmt::Debug for BlobSource {
@@ -107,7 +159,8 @@ impl BlobSource {
             }
             return Err(StoreError::Corrupt { name: record.name.clone(), reason });
         }
-        Self::new(record, Data::File(file), chunks, marker)
+        let map = map(&file, record.size)?;
+        Self::new(record, Data::File { file, map }, chunks, marker)
     }
 
     fn new(
@@ -140,7 +193,7 @@ impl BlobSource {
 
     /// Whether the bytes are read from a file (rather than shared memory).
     pub fn is_file(&self) -> bool {
-        matches!(self.inner.data, Data::File(_))
+        matches!(self.inner.data, Data::File { .. })
     }
 
     /// The blob's chunk digests (their boundaries are where verified pieces break).
@@ -174,6 +227,44 @@ impl BlobSource {
         StoreError::Corrupt { name: i.record.name.clone(), reason }
     }
 
+    /// Chunk `c` of a file, brought in and checked in the mapping (or, without
+    /// `MADV_POPULATE_READ`, read into a pooled buffer and checked there).
+    fn chunk(&self, c: usize) -> Result<Bytes> {
+        let i = &self.inner;
+        let r = i.chunks.range(c);
+        let Data::File { file, map } = &i.data else {
+            return self.bytes(r.start, r.end - r.start);
+        };
+        let (start, end) = (r.start as usize, r.end as usize);
+        if populate(&map[start..end]).map_err(|e| self.read_error(e))? {
+            if !i.chunks.check(c, &map[start..end]) {
+                return Err(self.bad_chunk(c));
+            }
+            return Ok(map.slice(start..end));
+        }
+        let n = (r.end - r.start) as usize;
+        if n > CHUNK_BUFFERS.buf_size() {
+            return self.bytes(r.start, r.end - r.start);
+        }
+        let mut buf = CHUNK_BUFFERS.get();
+        file.read_exact_at(&mut buf[..n], r.start).map_err(|e| self.read_error(e))?;
+        if !i.chunks.check(c, &buf[..n]) {
+            return Err(self.bad_chunk(c));
+        }
+        Ok(Bytes::from_owner(buf).slice(..n))
+    }
+
+    fn read_error(&self, e: std::io::Error) -> StoreError {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            StoreError::Corrupt {
+                name: self.inner.record.name.clone(),
+                reason: "file is shorter than the catalogue says".into(),
+            }
+        } else {
+            StoreError::from(e)
+        }
+    }
+
     /// Verified bytes of a range: whole chunks are read (for a file, into one buffer) and
     /// checked, and the range is cut out of what was checked. A memory blob is not copied.
     pub fn bytes(&self, offset: u64, len: u64) -> Result<Bytes> {
@@ -183,6 +274,10 @@ impl BlobSource {
         }
         let i = &self.inner;
         let chunks = i.chunks.covering(offset, len);
+        if chunks.len() == 1 && self.is_file() {
+            let at = (offset - i.chunks.range(chunks.start).start) as usize;
+            return Ok(self.chunk(chunks.start)?.slice(at..at + len as usize));
+        }
         let (first, last) = (i.chunks.range(chunks.start), i.chunks.range(chunks.end - 1));
         match &i.data {
             Data::Memory(data) => {
@@ -198,18 +293,16 @@ impl BlobSource {
                 }
                 Ok(data.slice(offset as usize..(offset + len) as usize))
             }
-            Data::File(file) => {
+            Data::File { map, .. } if POPULATE_WORKS.load(Ordering::Relaxed) => {
+                // Chunk by chunk, each checked in the mapping; then one slice of them all.
+                for c in chunks {
+                    self.chunk(c)?;
+                }
+                Ok(map.slice(offset as usize..(offset + len) as usize))
+            }
+            Data::File { file, .. } => {
                 let mut buf = vec![0u8; (last.end - first.start) as usize];
-                file.read_exact_at(&mut buf, first.start).map_err(|e| {
-                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                        StoreError::Corrupt {
-                            name: i.record.name.clone(),
-                            reason: "file is shorter than the catalogue says".into(),
-                        }
-                    } else {
-                        StoreError::from(e)
-                    }
-                })?;
+                file.read_exact_at(&mut buf, first.start).map_err(|e| self.read_error(e))?;
                 for c in chunks {
                     let r = i.chunks.range(c);
                     let at = (r.start - first.start) as usize..(r.end - first.start) as usize;

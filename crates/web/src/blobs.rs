@@ -11,7 +11,7 @@ use bs_meta::BlobRecord;
 use bs_store::RouteSpec;
 use serde::Deserialize;
 
-use crate::body::{CHECK_FIRST_MAX, verified_stream};
+use crate::body::{CHECK_FIRST_MAX, checked_body, verified_stream};
 use crate::error::WebError;
 use crate::keys::{key_from_path, path_of, validate_key, validate_prefix};
 use crate::upload::{UploadSpec, store_stream};
@@ -61,8 +61,9 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
             Some(Ok(_)) => None,
         };
         let (start, len) = range.map_or((0, size), |(a, b)| (a, b - a + 1));
-        let checked =
-            (!head && len <= CHECK_FIRST_MAX).then(|| src.bytes(start, len)).transpose()?;
+        let checked = (!head && len <= CHECK_FIRST_MAX)
+            .then(|| src.pieces(start, len)?.collect::<Result<Vec<_>, _>>())
+            .transpose()?;
         Ok((src, false, range, checked))
     })
     .await?;
@@ -79,7 +80,7 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
     };
     let body = match (head, checked) {
         (true, _) => Body::empty(),
-        (false, Some(bytes)) => Body::from(bytes),
+        (false, Some(pieces)) => checked_body(pieces),
         (false, None) => verified_stream(src, start, len),
     };
     let ct = content_type_of(&rec);

@@ -23,6 +23,17 @@ pub fn blob_bytes(src: &BlobSource) -> Result<Bytes, WebError> {
     Ok(src.all()?)
 }
 
+/// A body of pieces already checked (in pooled chunk buffers, sent without copying).
+pub fn checked_body(mut pieces: Vec<Bytes>) -> Body {
+    match pieces.len() {
+        0 => Body::empty(),
+        1 => Body::from(pieces.pop().expect("one piece")),
+        _ => Body::from_stream(tokio_stream::iter(
+            pieces.into_iter().map(Ok::<_, std::convert::Infallible>),
+        )),
+    }
+}
+
 /// A streamed body for `len` bytes of `src` from `start`. A task hands each chunk's read and
 /// check to the blocking pool and waits for the client to take it, so a slow client holds
 /// no thread and at most [`READ_AHEAD`] chunks of memory.

@@ -68,6 +68,12 @@ impl std::ops::Deref for PooledBuf {
     }
 }
 
+impl AsRef<[u8]> for PooledBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
 impl std::ops::DerefMut for PooledBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         self.buf.as_deref_mut().expect("buffer present until drop")
