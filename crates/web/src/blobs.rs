@@ -33,10 +33,7 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
             inm.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
         })
     };
-    let range_header = match h.get(header::RANGE) {
-        None => None,
-        Some(v) => Some(v.to_str().map(str::to_string).map_err(|_| ())),
-    };
+    let range_header = h.get(header::RANGE).map(|v| v.to_str().map(str::to_string).map_err(|_| ()));
     let if_range = h.get(header::IF_RANGE).and_then(|v| v.to_str().ok()).map(str::to_string);
     // One trip to the blocking pool: look the blob up, settle the range, and read and verify
     // its bytes when they are few enough to check before the response starts.
