@@ -259,12 +259,10 @@ fn pull(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
         .flatten()
         .filter(|d| d.algo == g.algo);
     let mut hasher = g.algo.hasher();
-    // One DATA frame per stored chunk. Each chunk is read once into memory, checked against
-    // its chunk digest there, and that very buffer is sent: a corrupt chunk is never sent (the
-    // ERROR frame in its place tells the client why the stream stopped), and nothing re-reads
-    // the disk between the check and the send. (sendfile would re-read the page cache after
-    // the check; with the bytes already in user space for the check, writing them costs the
-    // same copy sendfile would make.)
+    // One DATA frame per stored chunk. Each chunk is checked against its chunk digest in
+    // memory (a file's mapping) and those very bytes are sent: a corrupt chunk is never sent
+    // (the ERROR frame in its place tells the client why the stream stopped). sendfile is
+    // not used: it would read the file again after the check, for the same one copy.
     let mut pos = g.offset;
     for piece in src.pieces(g.offset, g.length)? {
         let piece = piece?;
