@@ -1,8 +1,8 @@
 //! Blob bytes for HTTP bodies, verified: every byte is checked against the blob's chunk
 //! digests before it is handed to the connection ([`bs_store::BlobSource`]), and what was
 //! checked is what is sent. Ranges up to [`CHECK_FIRST_MAX`] are checked whole before the
-//! response head goes out (a corrupt blob is a 500); longer ones stream chunk by chunk, each
-//! read and checked on the blocking pool just before it is sent, and a bad chunk ends the body
+//! response head goes out (a corrupt blob is a 500); longer ones stream, checked a few chunks
+//! at a time on the blocking pool shortly before they are sent, and a bad chunk ends the body
 //! with an error — the connection is aborted and the client sees a body shorter than its
 //! Content-Length, never a complete, wrong one.
 
@@ -12,11 +12,15 @@ use bytes::Bytes;
 
 use crate::error::WebError;
 
-/// Ranges up to this size are verified before the response starts.
-pub const CHECK_FIRST_MAX: u64 = 16 << 20;
+/// Ranges up to this size are verified before the response starts. (Checked chunks of a file
+/// are pages of its mapping, not copies: holding them costs no heap.)
+pub const CHECK_FIRST_MAX: u64 = 64 << 20;
 
-/// Verified chunks read ahead of a slow client: bounds memory per download.
-const READ_AHEAD: usize = 2;
+/// Chunks checked per trip to the blocking pool while streaming.
+const BATCH: usize = 8;
+
+/// Checked chunks waiting for a slow client: bounds what one download holds.
+const READ_AHEAD: usize = 2 * BATCH;
 
 /// All bytes of a blob, verified (call off the async executor).
 pub fn blob_bytes(src: &BlobSource) -> Result<Bytes, WebError> {
@@ -44,23 +48,24 @@ pub fn verified_stream(src: BlobSource, start: u64, len: u64) -> Body {
         let Ok(mut pieces) = src.pieces(start, len) else { return };
         loop {
             let step = tokio::task::spawn_blocking(move || {
-                let next = pieces.next();
-                (next, pieces)
+                let batch: Vec<_> = pieces.by_ref().take(BATCH).collect();
+                (batch, pieces)
             })
             .await;
-            let Ok((next, rest)) = step else { return };
+            let Ok((batch, rest)) = step else { return };
             pieces = rest;
-            let item = match next {
-                None => return,
-                Some(Ok(bytes)) => Ok(bytes),
-                Some(Err(e)) => {
+            if batch.is_empty() {
+                return; // the whole range went out
+            }
+            for next in batch {
+                let item = next.map_err(|e| {
                     tracing::error!(blob = %name, error = %e, "download aborted: the blob failed verification");
-                    Err(std::io::Error::other(e.to_string()))
+                    std::io::Error::other(e.to_string())
+                });
+                let last = item.is_err();
+                if tx.send(item).await.is_err() || last {
+                    return; // the client went away, or the stream is over
                 }
-            };
-            let last = item.is_err();
-            if tx.send(item).await.is_err() || last {
-                return; // the client went away, or the stream is over
             }
         }
     });

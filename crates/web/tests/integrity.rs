@@ -48,7 +48,7 @@ async fn rot_never_served_as_success(store: Arc<dyn Store>, damage: Damage) {
     .unwrap();
     let base = web.url().trim_end_matches('/').to_string();
     let http = reqwest::Client::new();
-    let big = data(40 << 20, 1);
+    let big = data(80 << 20, 1);
     let small = data(43_000, 2);
     for (k, b) in [("big.bin", &big), ("small.bin", &small)] {
         let r = http.put(format!("{base}/blobs/{k}")).body(b.clone()).send().await.unwrap();
