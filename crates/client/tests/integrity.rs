@@ -80,26 +80,10 @@ fn memory_store() {
 #[test]
 fn fs_store() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    let store = FsStore::open(&root).unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let handle = store.clone();
     corrupt_pull_stops_at_the_bad_chunk(Arc::new(store), &move |off| {
-        use std::os::unix::fs::FileExt;
-        // The only blob file of the scan's size.
-        let size = 4 * CHUNK_SIZE + 100;
-        let mut files = Vec::new();
-        for shard in std::fs::read_dir(root.join("blobs")).unwrap() {
-            for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
-                let p = f.unwrap().path();
-                if std::fs::metadata(&p).unwrap().len() == size {
-                    files.push(p);
-                }
-            }
-        }
-        assert_eq!(files.len(), 1);
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(&files[0]).unwrap();
-        let mut b = [0u8];
-        f.read_exact_at(&mut b, off).unwrap();
-        f.write_all_at(&[b[0] ^ 1], off).unwrap();
+        handle.damage("scan", off, 0x01).unwrap()
     });
 }
 

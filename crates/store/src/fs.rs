@@ -73,6 +73,19 @@ impl FsStore {
         &self.inner.root
     }
 
+    /// Fault injection for tests: flip the bits of `mask` in byte `offset` of the committed
+    /// blob `name`'s file, in place, keeping its digests — bit rot on disk.
+    pub fn damage(&self, name: &str, offset: u64, mask: u8) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let s = self.stored(name)?;
+        let f =
+            OpenOptions::new().read(true).write(true).open(self.inner.blob_path(&s.location))?;
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, offset)?;
+        f.write_all_at(&[b[0] ^ mask], offset)?;
+        Ok(())
+    }
+
     fn collect_garbage(&self) -> Result<()> {
         let i = &self.inner;
         self.expire_uploads(PENDING_TTL)?;

@@ -196,11 +196,6 @@ impl BlobSource {
         matches!(self.inner.data, Data::File { .. })
     }
 
-    /// The blob's chunk digests (their boundaries are where verified pieces break).
-    pub fn chunks(&self) -> &ChunkDigests {
-        &self.inner.chunks
-    }
-
     fn check_range(&self, offset: u64, len: u64) -> Result<()> {
         let size = self.size();
         if offset.checked_add(len).is_none_or(|end| end > size) {

@@ -2,8 +2,6 @@
 //! the blob is marked so later readers are refused at once, the scrubber names it, and a
 //! delete on a full disk never leaves a listed blob without its bytes.
 
-use std::path::Path;
-
 use bs_store::{FsStore, MemStore, RouteSpec, ScrubOptions, Store, StoreError};
 use bs_wire::CHUNK_SIZE;
 
@@ -13,29 +11,6 @@ fn spec(name: &str) -> RouteSpec {
 
 fn data(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
-}
-
-/// The file of the only blob of `size` bytes in an fs store's data directory.
-fn blob_file(root: &Path, size: u64) -> std::path::PathBuf {
-    let mut found = Vec::new();
-    for shard in std::fs::read_dir(root.join("blobs")).unwrap() {
-        for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
-            let p = f.unwrap().path();
-            if std::fs::metadata(&p).unwrap().len() == size {
-                found.push(p);
-            }
-        }
-    }
-    assert_eq!(found.len(), 1, "one blob file of {size} bytes");
-    found.pop().unwrap()
-}
-
-fn flip_on_disk(root: &Path, size: u64, offset: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(blob_file(root, size)).unwrap();
-    let mut b = [0u8];
-    f.read_exact_at(&mut b, offset).unwrap();
-    f.write_all_at(&[b[0] ^ 0x10], offset).unwrap();
 }
 
 /// Behaviour every store shares once `damage(name, offset)` flipped a byte of the blob.
@@ -93,8 +68,8 @@ fn rot_in_memory_is_caught() {
 fn rot_on_disk_is_caught() {
     let dir = tempfile::tempdir().unwrap();
     let s = FsStore::open(dir.path()).unwrap();
-    let root = dir.path().to_path_buf();
-    rot_is_caught(&s, &move |_, off| flip_on_disk(&root, 3 * CHUNK_SIZE + 77, off));
+    let handle = s.clone();
+    rot_is_caught(&s, &move |name, off| handle.damage(name, off, 0x10).unwrap());
 }
 
 #[test]
@@ -104,12 +79,12 @@ fn a_restored_file_is_cleared_by_the_scrubber_and_the_mark_survives_restart() {
     {
         let s = FsStore::open(dir.path()).unwrap();
         bs_store::put_bytes(&s, &spec("a"), &data(size as usize, 3)).unwrap();
-        flip_on_disk(dir.path(), size, 7);
+        s.damage("a", 7, 0x10).unwrap();
         assert!(s.open_read("a").unwrap().all().is_err());
     }
     let s = FsStore::open(dir.path()).unwrap();
     assert!(matches!(s.open_read("a"), Err(StoreError::Corrupt { .. })), "marked on disk");
-    flip_on_disk(dir.path(), size, 7); // the administrator restores the file
+    s.damage("a", 7, 0x10).unwrap(); // the administrator restores the file
     assert!(matches!(s.open_read("a"), Err(StoreError::Corrupt { .. })), "until scrubbed");
     assert!(s.scrub_blob("a", &mut |_| true).unwrap());
     assert_eq!(&s.open_read("a").unwrap().all().unwrap()[..], &data(size as usize, 3)[..]);
@@ -123,11 +98,11 @@ fn blobs_from_before_chunk_digests_are_checked_whole_then_get_them() {
         let s = FsStore::open(dir.path()).unwrap();
         bs_store::put_bytes(&s, &spec("old"), &data(size as usize, 4)).unwrap();
         bs_store::put_bytes(&s, &spec("rotten"), &data(size as usize + 1, 5)).unwrap();
+        s.damage("rotten", 3, 0x10).unwrap();
     }
     let db = rusqlite::Connection::open(dir.path().join("meta.db")).unwrap();
     db.execute("UPDATE blobs SET chunks = NULL", []).unwrap();
     drop(db);
-    flip_on_disk(dir.path(), size + 1, 3);
     let s = FsStore::open(dir.path()).unwrap();
     assert_eq!(&s.open_read("old").unwrap().all().unwrap()[..], &data(size as usize, 4)[..]);
     let e = s.open_read("rotten").unwrap_err();

@@ -10,16 +10,9 @@ use axum::body::Body;
 use bs_store::BlobSource;
 use bytes::Bytes;
 
-use crate::error::WebError;
-
 /// Ranges up to this size are verified (on the blocking pool) before the response starts.
 /// (Checked chunks of a file are pages of its mapping, not copies: holding them costs no heap.)
 pub const CHECK_FIRST_MAX: u64 = 16 << 20;
-
-/// All bytes of a blob, verified (call off the async executor).
-pub fn blob_bytes(src: &BlobSource) -> Result<Bytes, WebError> {
-    Ok(src.all()?)
-}
 
 /// A body of pieces already checked (in pooled chunk buffers, sent without copying).
 pub fn checked_body(mut pieces: Vec<Bytes>) -> Body {

@@ -10,7 +10,6 @@ use bs_store::Store;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::body::blob_bytes;
 use crate::cache::Lru;
 use crate::error::WebError;
 
@@ -81,7 +80,7 @@ impl Images {
                 rec.size, self.limits.max_bytes
             )));
         }
-        let bytes = blob_bytes(&src)?;
+        let bytes = src.all()?; // every chunk checked
         let decoded = match bs_imageio::decode(&bytes, Some(key), &self.limits) {
             Ok(d) => Arc::new(d),
             Err(e) => {

@@ -127,27 +127,10 @@ async fn memory_store() {
 async fn fs_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = FsStore::open(dir.path()).unwrap();
-    let (s2, root) = (store.clone(), dir.path().to_path_buf());
+    let handle = store.clone();
     rot_never_served_as_success(
         Arc::new(store),
-        Box::new(move |name, off| {
-            use std::os::unix::fs::FileExt;
-            let size = s2.stat(name).unwrap().size;
-            let mut files = Vec::new();
-            for shard in std::fs::read_dir(root.join("blobs")).unwrap() {
-                for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
-                    let p = f.unwrap().path();
-                    if std::fs::metadata(&p).unwrap().len() == size {
-                        files.push(p);
-                    }
-                }
-            }
-            assert_eq!(files.len(), 1, "{name}");
-            let f = std::fs::OpenOptions::new().read(true).write(true).open(&files[0]).unwrap();
-            let mut b = [0u8];
-            f.read_exact_at(&mut b, off).unwrap();
-            f.write_all_at(&[b[0] ^ 0x08], off).unwrap();
-        }),
+        Box::new(move |name, off| handle.damage(name, off, 0x08).unwrap()),
     )
     .await;
 }
