@@ -19,8 +19,8 @@ fn algo_of(resp: &pb::NegotiateResponse) -> Result<DigestAlgo> {
 
 fn set_timeout(conn: &Conn, t: Duration) -> Result<()> {
     let t = Some(t.max(Duration::from_millis(1)));
-    conn.stream().set_read_timeout(t).map_err(TransportError::from)?;
-    conn.stream().set_write_timeout(t).map_err(TransportError::from)?;
+    conn.set_read_timeout(t).map_err(TransportError::from)?;
+    conn.set_write_timeout(t).map_err(TransportError::from)?;
     Ok(())
 }
 

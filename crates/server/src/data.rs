@@ -94,7 +94,9 @@ pub(crate) fn transfer(shared: &Shared, mut conn: Conn, grant: Grant, slot: Owne
     let res = (|| -> Result<(), Failure> {
         let mut socket = grant.socket;
         socket.io_timeout = Some(shared.io_timeout);
-        socket.apply(conn.stream()).map_err(TransportError::from)?;
+        if let Some(tcp) = conn.tcp() {
+            socket.apply(tcp).map_err(TransportError::from)?;
+        }
         match grant.direction {
             Direction::Push => push(shared, &mut conn, &grant),
             Direction::Pull => pull(shared, &mut conn, &grant),

@@ -11,8 +11,10 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
 use bs_wire::{BufferPool, Frame, HEADER_LEN, Hasher, Header};
 
@@ -28,9 +30,11 @@ pub struct FileSource<'a> {
     pub len: u64,
 }
 
-/// The byte stream under a connection: a plain socket, or TLS over one.
+/// The byte stream under a connection: a plain socket, TLS over one, or a Unix domain socket
+/// between processes on one host.
 enum Io {
     Plain(TcpStream),
+    Unix(UnixStream),
     TlsServer(Box<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>),
     TlsClient(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
 }
@@ -39,6 +43,7 @@ impl Read for Io {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Io::Plain(s) => s.read(buf),
+            Io::Unix(s) => s.read(buf),
             Io::TlsServer(s) => s.read(buf),
             Io::TlsClient(s) => s.read(buf),
         }
@@ -49,6 +54,7 @@ impl Write for Io {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Io::Plain(s) => s.write(buf),
+            Io::Unix(s) => s.write(buf),
             Io::TlsServer(s) => s.write(buf),
             Io::TlsClient(s) => s.write(buf),
         }
@@ -57,6 +63,7 @@ impl Write for Io {
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Io::Plain(s) => s.write_vectored(bufs),
+            Io::Unix(s) => s.write_vectored(bufs),
             Io::TlsServer(s) => s.write_vectored(bufs),
             Io::TlsClient(s) => s.write_vectored(bufs),
         }
@@ -65,6 +72,7 @@ impl Write for Io {
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Io::Plain(s) => s.flush(),
+            Io::Unix(s) => s.flush(),
             Io::TlsServer(s) => s.flush(),
             Io::TlsClient(s) => s.flush(),
         }
@@ -98,6 +106,11 @@ impl Conn {
         Self::on(Io::Plain(stream))
     }
 
+    /// A Unix domain socket connection.
+    pub fn unix(stream: UnixStream) -> Self {
+        Self::on(Io::Unix(stream))
+    }
+
     /// The server side of a TLS connection (the handshake runs on first use).
     pub fn tls_server(stream: TcpStream, tls: &TlsServer) -> Result<Self> {
         let c = rustls::ServerConnection::new(tls.config()).map_err(tls_err)?;
@@ -120,20 +133,86 @@ impl Conn {
     }
 
     pub fn is_tls(&self) -> bool {
-        !matches!(self.stream, Io::Plain(_))
+        matches!(self.stream, Io::TlsServer(_) | Io::TlsClient(_))
     }
 
-    /// The socket underneath (for options and timeouts).
-    pub fn stream(&self) -> &TcpStream {
+    pub fn is_unix(&self) -> bool {
+        matches!(self.stream, Io::Unix(_))
+    }
+
+    /// The TCP socket underneath, if there is one (for socket options).
+    pub fn tcp(&self) -> Option<&TcpStream> {
         match &self.stream {
-            Io::Plain(s) => s,
-            Io::TlsServer(s) => &s.sock,
-            Io::TlsClient(s) => &s.sock,
+            Io::Plain(s) => Some(s),
+            Io::Unix(_) => None,
+            Io::TlsServer(s) => Some(&s.sock),
+            Io::TlsClient(s) => Some(&s.sock),
+        }
+    }
+
+    fn fd(&self) -> RawFd {
+        match &self.stream {
+            Io::Unix(s) => s.as_raw_fd(),
+            _ => self.tcp().expect("not unix").as_raw_fd(),
+        }
+    }
+
+    /// How long a read may wait for the peer (`None`: forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match &self.stream {
+            Io::Unix(s) => s.set_read_timeout(t),
+            _ => self.tcp().expect("not unix").set_read_timeout(t),
+        }
+    }
+
+    /// How long a write may wait for the peer (`None`: forever).
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match &self.stream {
+            Io::Unix(s) => s.set_write_timeout(t),
+            _ => self.tcp().expect("not unix").set_write_timeout(t),
         }
     }
 
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.stream().peer_addr().ok()
+        self.tcp()?.peer_addr().ok()
+    }
+
+    /// Is there something to read within `wait` (a frame, the peer's close)? Bytes already
+    /// buffered here or decrypted by TLS count.
+    pub fn readable(&mut self, wait: Duration) -> Result<bool> {
+        if self.unread_at < self.unread.len() {
+            return Ok(true);
+        }
+        let buffered = match &mut self.stream {
+            Io::TlsServer(s) => {
+                s.conn.process_new_packets().map_err(tls_err)?.plaintext_bytes_to_read()
+            }
+            Io::TlsClient(s) => {
+                s.conn.process_new_packets().map_err(tls_err)?.plaintext_bytes_to_read()
+            }
+            _ => 0,
+        };
+        if buffered > 0 {
+            return Ok(true);
+        }
+        let mut pfd = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(TransportError::from_io(e));
+        }
+        Ok(n > 0)
+    }
+
+    /// Write a frame header (or any head) and the bytes it announces in one vectored write.
+    pub fn write_parts(&mut self, head: &[u8], body: &[u8]) -> Result<()> {
+        let mut bufs = [io::IoSlice::new(head), io::IoSlice::new(body)];
+        write_all_vectored(&mut self.stream, &mut bufs).map_err(TransportError::from_io)
     }
 
     /// Read one control frame (for `DATA`, only its header: the payload follows).
@@ -147,7 +226,7 @@ impl Conn {
     pub fn read_frame_within(&mut self, limit: std::time::Duration) -> Result<Frame> {
         let deadline = std::time::Instant::now() + limit;
         let res = self.read_frame_by(Some(deadline));
-        let _ = self.stream().set_read_timeout(None);
+        let _ = self.set_read_timeout(None);
         res
     }
 
@@ -181,7 +260,7 @@ impl Conn {
         if left.is_zero() {
             return Err(TransportError::Timeout);
         }
-        self.stream().set_read_timeout(Some(left)).map_err(TransportError::from_io)
+        self.set_read_timeout(Some(left)).map_err(TransportError::from_io)
     }
 
     /// Read the next frame (for `DATA`, its header) but leave it to be read again: the next
@@ -285,9 +364,7 @@ impl Conn {
             let count = ((end - off as u64).min(1 << 30)) as usize;
             // SAFETY: both descriptors are valid for the duration of the call and `off` is a
             // live local the kernel updates.
-            let n = unsafe {
-                libc::sendfile(self.stream().as_raw_fd(), src.file.as_raw_fd(), &mut off, count)
-            };
+            let n = unsafe { libc::sendfile(self.fd(), src.file.as_raw_fd(), &mut off, count) };
             if n < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -366,9 +443,12 @@ impl Conn {
                 s.conn.send_close_notify();
                 let _ = s.flush();
             }
-            Io::Plain(_) => {}
+            Io::Plain(_) | Io::Unix(_) => {}
         }
-        let _ = self.stream().shutdown(std::net::Shutdown::Write);
+        let _ = match &self.stream {
+            Io::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+            _ => self.tcp().expect("not unix").shutdown(std::net::Shutdown::Write),
+        };
     }
 }
 
@@ -601,7 +681,7 @@ mod tests {
     #[test]
     fn read_timeout_is_a_timeout() {
         let (_a, mut b) = pair();
-        b.stream().set_read_timeout(Some(std::time::Duration::from_millis(20))).unwrap();
+        b.set_read_timeout(Some(std::time::Duration::from_millis(20))).unwrap();
         assert!(matches!(b.read_frame(), Err(TransportError::Timeout)));
     }
 }

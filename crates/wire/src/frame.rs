@@ -22,12 +22,23 @@
 //! | 3    | SUM   | payload bytes in transfer | flags: bit 0 = FINAL       | algo id (u8) + digest        |
 //! | 4    | ACK   | bytes received / blob size| flags: bit 0 = COMMITTED   | algo id + whole-blob digest, or empty |
 //! | 5    | ERROR | error code (see [`ErrorCode`]) | 0                     | UTF-8 message                |
+//! | 6    | MSG   | message sequence number   | wire length; then `b` layered bytes follow | none           |
+//! | 7    | RENEG | renegotiation id          | step (see [`RenegStep`])   | encoded QoS profile, or reason |
 //!
 //! A **push** is `HELLO, DATA+payload…, SUM` from the client; the server answers the `HELLO`
 //! with an `ACK` without the COMMITTED flag (admitted: send) and the `SUM` with an `ACK` (the
 //! end-to-end confirmation), or either with `ERROR`. A **pull** is the client's `HELLO`, answered by
 //! `DATA+payload…, SUM` (or `ERROR`); it needs no confirmation. `SUM` carries the digest of every
 //! payload byte of the transfer, in order, which the receiver verifies.
+//!
+//! A **binding** (crate `blobstream-binding`) carries messages instead of blob ranges: after
+//! the `HELLO`, each message travels as a `MSG` header announcing its *wire* length (the
+//! message after every negotiated protocol layer pushed its header), then those bytes.
+//! `RENEG` frames renegotiate the binding's QoS in the same stream, between messages: a
+//! `PROPOSE` is answered by a `COUNTER` (or `REFUSE`), the proposer then sends `ACCEPT` (its
+//! messages after that frame use the new profile) or `REFUSE`, and the answerer confirms an
+//! `ACCEPT` with `APPLIED` (its messages after that frame use the new profile). Each direction
+//! therefore switches at a frame boundary that its sender marks.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -59,6 +70,37 @@ pub enum FrameKind {
     Sum = 3,
     Ack = 4,
     Error = 5,
+    Msg = 6,
+    Reneg = 7,
+}
+
+/// The step a `RENEG` frame takes (its `b` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RenegStep {
+    /// A new profile is proposed (body: the profile).
+    Propose = 1,
+    /// The answerer's offer, perhaps lowered (body: the profile).
+    Counter = 2,
+    /// The proposer takes the offer; its messages after this frame use it (body: empty).
+    Accept = 3,
+    /// Either side declines (body: the reason, UTF-8); nothing changes.
+    Refuse = 4,
+    /// The answerer's messages after this frame use the accepted profile (body: empty).
+    Applied = 5,
+}
+
+impl RenegStep {
+    fn from_u64(v: u64) -> Option<Self> {
+        Some(match v {
+            1 => Self::Propose,
+            2 => Self::Counter,
+            3 => Self::Accept,
+            4 => Self::Refuse,
+            5 => Self::Applied,
+            _ => return None,
+        })
+    }
 }
 
 impl FrameKind {
@@ -69,6 +111,8 @@ impl FrameKind {
             3 => Self::Sum,
             4 => Self::Ack,
             5 => Self::Error,
+            6 => Self::Msg,
+            7 => Self::Reneg,
             other => return Err(WireError::UnknownKind(other)),
         })
     }
@@ -81,6 +125,8 @@ impl FrameKind {
             Self::Sum => "SUM",
             Self::Ack => "ACK",
             Self::Error => "ERROR",
+            Self::Msg => "MSG",
+            Self::Reneg => "RENEG",
         }
     }
 }
@@ -113,6 +159,10 @@ pub enum ErrorCode {
     Busy = 11,
     /// The stored blob failed its digest check: corrupt on disk (or in memory).
     Corrupt = 12,
+    /// A binding's message broke a negotiated layer (checksum, size cap, decompression).
+    BadMessage = 13,
+    /// A renegotiation broke the protocol (e.g. during a fragmented message).
+    BadRenegotiation = 14,
 }
 
 impl ErrorCode {
@@ -130,6 +180,8 @@ impl ErrorCode {
             9 => Self::Incomplete,
             11 => Self::Busy,
             12 => Self::Corrupt,
+            13 => Self::BadMessage,
+            14 => Self::BadRenegotiation,
             _ => Self::Internal,
         }
     }
@@ -160,8 +212,8 @@ impl Header {
         if body_len > MAX_BODY_LEN {
             return Err(WireError::BodyTooLarge { len: body_len, max: MAX_BODY_LEN });
         }
-        if kind == FrameKind::Data && body_len != 0 {
-            return Err(malformed(kind, "DATA frames carry no body"));
+        if matches!(kind, FrameKind::Data | FrameKind::Msg) && body_len != 0 {
+            return Err(malformed(kind, "DATA and MSG frames carry no body"));
         }
         let a = u64::from_be_bytes(buf[8..16].try_into().unwrap());
         let b = u64::from_be_bytes(buf[16..24].try_into().unwrap());
@@ -189,11 +241,36 @@ impl Header {
 /// A complete control frame (everything but the raw payload that follows a `DATA` header).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
-    Hello { token: [u8; TOKEN_LEN] },
-    Data { offset: u64, len: u64 },
-    Sum { total: u64, final_: bool, digest: Digest },
-    Ack { received: u64, committed: Option<Digest> },
-    Error { code: ErrorCode, message: String },
+    Hello {
+        token: [u8; TOKEN_LEN],
+    },
+    Data {
+        offset: u64,
+        len: u64,
+    },
+    Sum {
+        total: u64,
+        final_: bool,
+        digest: Digest,
+    },
+    Ack {
+        received: u64,
+        committed: Option<Digest>,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+    /// A binding message: `len` layered bytes follow.
+    Msg {
+        seq: u64,
+        len: u64,
+    },
+    Reneg {
+        id: u64,
+        step: RenegStep,
+        body: Bytes,
+    },
 }
 
 fn malformed(kind: FrameKind, reason: &str) -> WireError {
@@ -227,6 +304,13 @@ impl Frame {
             FrameKind::Error => Frame::Error {
                 code: ErrorCode::from_u64(h.a),
                 message: String::from_utf8_lossy(body).into_owned(),
+            },
+            FrameKind::Msg => Frame::Msg { seq: h.a, len: h.b },
+            FrameKind::Reneg => Frame::Reneg {
+                id: h.a,
+                step: RenegStep::from_u64(h.b)
+                    .ok_or_else(|| malformed(h.kind, &format!("unknown step {}", h.b)))?,
+                body: Bytes::copy_from_slice(body),
             },
         })
     }
@@ -262,6 +346,12 @@ impl Frame {
                 let mut m = message.as_bytes().to_vec();
                 m.truncate(MAX_BODY_LEN as usize);
                 (FrameKind::Error, *code as u64, 0, m)
+            }
+            Frame::Msg { seq, len } => (FrameKind::Msg, *seq, *len, Vec::new()),
+            Frame::Reneg { id, step, body } => {
+                let mut m = body.to_vec();
+                m.truncate(MAX_BODY_LEN as usize);
+                (FrameKind::Reneg, *id, *step as u64, m)
             }
         };
         let h = Header { kind, body_len: body.len() as u32, a, b };
@@ -301,6 +391,22 @@ mod tests {
         roundtrip(Frame::Ack { received: 5, committed: None });
         roundtrip(Frame::Ack { received: 5, committed: Some(DigestAlgo::Blake3.digest(b"x")) });
         roundtrip(Frame::Error { code: ErrorCode::TokenReused, message: "used".into() });
+        roundtrip(Frame::Msg { seq: 9, len: 1 << 20 });
+        for step in [
+            RenegStep::Propose,
+            RenegStep::Counter,
+            RenegStep::Accept,
+            RenegStep::Refuse,
+            RenegStep::Applied,
+        ] {
+            roundtrip(Frame::Reneg { id: 3, step, body: Bytes::from_static(b"profile") });
+        }
+    }
+
+    #[test]
+    fn reneg_with_unknown_step_is_malformed() {
+        let h = Header { kind: FrameKind::Reneg, body_len: 0, a: 1, b: 77 };
+        assert!(matches!(Frame::parse(&h.encode()), Err(WireError::Malformed { .. })));
     }
 
     #[test]

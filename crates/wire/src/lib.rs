@@ -12,5 +12,7 @@ pub mod pool;
 pub use chunks::{CHUNK_SIZE, ChunkDigests, ChunkHasher};
 pub use digest::{Digest, DigestAlgo, Hasher};
 pub use error::WireError;
-pub use frame::{ErrorCode, Frame, FrameKind, HEADER_LEN, Header, MAX_BODY_LEN, TOKEN_LEN};
-pub use pool::{BufferPool, PooledBuf};
+pub use frame::{
+    ErrorCode, Frame, FrameKind, HEADER_LEN, Header, MAX_BODY_LEN, RenegStep, TOKEN_LEN,
+};
+pub use pool::{BufferPool, PooledBuf, SizedPools};

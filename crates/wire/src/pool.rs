@@ -55,6 +55,42 @@ impl BufferPool {
     }
 }
 
+/// Pools of a few size classes (4 KiB, 64 KiB, 1 MiB, 16 MiB): a buffer of any size up to the
+/// largest class comes from the smallest class that holds it; larger ones are allocated for
+/// the occasion (and freed, not pooled).
+#[derive(Clone)]
+pub struct SizedPools {
+    classes: Arc<[BufferPool]>,
+}
+
+impl Default for SizedPools {
+    fn default() -> Self {
+        Self::new(16)
+    }
+}
+
+impl SizedPools {
+    /// Size classes, smallest first.
+    pub const CLASSES: [usize; 4] = [4 << 10, 64 << 10, 1 << 20, 16 << 20];
+
+    /// Pools keeping at most `max_idle` spare buffers per class (fewer for the large ones).
+    pub fn new(max_idle: usize) -> Self {
+        let classes = Self::CLASSES
+            .iter()
+            .map(|&size| BufferPool::new(size, if size >= 16 << 20 { 2 } else { max_idle }))
+            .collect();
+        Self { classes }
+    }
+
+    /// A buffer of at least `len` bytes (contents unspecified).
+    pub fn get(&self, len: usize) -> PooledBuf {
+        match self.classes.iter().find(|p| p.buf_size() >= len) {
+            Some(p) => p.get(),
+            None => BufferPool::new(len, 0).get(),
+        }
+    }
+}
+
 /// A buffer on loan from a [`BufferPool`]; returns itself on drop.
 pub struct PooledBuf {
     buf: Option<BytesMut>,
@@ -104,6 +140,17 @@ mod tests {
         let b = pool.get();
         assert_eq!(b.as_ptr(), ptr, "same allocation handed out again");
         assert_eq!(pool.idle(), 0);
+    }
+
+    #[test]
+    fn sized_pools_pick_the_smallest_class_that_fits() {
+        let pools = SizedPools::new(4);
+        assert_eq!(pools.get(1).len(), 4 << 10);
+        assert_eq!(pools.get((4 << 10) + 1).len(), 64 << 10);
+        assert_eq!(pools.get(1 << 20).len(), 1 << 20);
+        assert_eq!(pools.get((16 << 20) + 1).len(), (16 << 20) + 1);
+        let ptr = pools.get(100).as_ptr();
+        assert_eq!(pools.get(200).as_ptr(), ptr, "reused from its class");
     }
 
     #[test]
