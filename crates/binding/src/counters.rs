@@ -1,8 +1,11 @@
 //! Live per-binding counters, shared between the task running a binding and whoever reports
 //! on it (the status call, `/metrics`, the CLI).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
+
+use crate::qos::Profile;
 
 /// Counters of one binding (all monotonic except `queued`).
 #[derive(Debug)]
@@ -23,6 +26,8 @@ pub struct Counters {
     pub renegotiations: AtomicU64,
     /// Wire messages waiting for the scheduler.
     pub queued: AtomicU64,
+    /// The profile in force (it changes when a renegotiation applies).
+    profile: Mutex<Profile>,
 }
 
 impl Default for Counters {
@@ -39,6 +44,7 @@ impl Default for Counters {
             reordered: AtomicU64::new(0),
             renegotiations: AtomicU64::new(0),
             queued: AtomicU64::new(0),
+            profile: Mutex::new(Profile::default()),
         }
     }
 }
@@ -62,6 +68,15 @@ pub struct Snapshot {
 impl Counters {
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Relaxed);
+    }
+
+    /// The profile in force now.
+    pub fn profile(&self) -> Profile {
+        self.profile.lock().unwrap().clone()
+    }
+
+    pub fn set_profile(&self, p: &Profile) {
+        *self.profile.lock().unwrap() = p.clone();
     }
 
     pub fn snapshot(&self) -> Snapshot {

@@ -85,6 +85,11 @@ impl Binding {
         self.session.counters()
     }
 
+    /// Judge the peer's counter-offers to this side's proposals against `floor` from now on.
+    pub fn set_floor(&mut self, floor: crate::negotiate::Floor) {
+        self.session.set_floor(floor);
+    }
+
     pub fn conn(&self) -> &Conn {
         &self.conn
     }

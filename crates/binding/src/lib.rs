@@ -33,3 +33,11 @@ pub use negotiate::{Floor, Limits, Offer};
 pub use qos::{Codec, Flow, LayerSpec, Profile, ProfileBuilder, SumAlgo, TransportKind};
 pub use sched::{Policy, Scheduler};
 pub use session::{RenegEvent, Role, Session};
+
+/// This host's identity for "same host?" questions (the kernel's boot id): a peer that sends
+/// the same id runs here, so a Unix domain socket can reach it.
+pub fn host_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}

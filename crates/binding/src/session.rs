@@ -130,6 +130,8 @@ impl Session {
     /// `floor` judges the peer's counter-offers to ours.
     pub fn new(role: Role, profile: Profile, limits: Limits, floor: Floor) -> Self {
         let pools = SizedPools::default();
+        let counters = Arc::new(Counters::default());
+        counters.set_profile(&profile);
         Self {
             role,
             tx: stack(&profile, &pools),
@@ -143,7 +145,7 @@ impl Session {
             reneg: Reneg::Idle,
             next_id: if role == Role::Initiator { 1 } else { 2 },
             withdrawn: None,
-            counters: Arc::new(Counters::default()),
+            counters,
             scratch: Vec::new(),
         }
     }
@@ -158,6 +160,11 @@ impl Session {
 
     pub fn counters(&self) -> &Arc<Counters> {
         &self.counters
+    }
+
+    /// Judge the peer's counter-offers against `floor` from now on.
+    pub fn set_floor(&mut self, floor: Floor) {
+        self.floor = floor;
     }
 
     /// An application message with room for every header of the current send stack.
@@ -279,6 +286,7 @@ impl Session {
 
     fn applied(&mut self, p: Profile) -> Option<RenegEvent> {
         self.profile = p.clone();
+        self.counters.set_profile(&p);
         self.reneg = Reneg::Idle;
         Counters::add(&self.counters.renegotiations, 1);
         Some(RenegEvent::Applied(p))

@@ -59,7 +59,7 @@ impl PushReceiver {
             return Err(Violation {
                 code: ErrorCode::OutOfRange,
                 message: format!(
-                    "push at {offset} would leave a gap: the upload holds {received} bytes"
+                    "write at offset {offset} leaves a gap: only {received} bytes received so far"
                 ),
                 rollback_to: None,
             });

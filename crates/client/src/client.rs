@@ -23,11 +23,11 @@ type Result<T> = std::result::Result<T, ClientError>;
 /// How long `route` waits for another writer of the same upload to let go.
 pub const BUSY_WAIT: Duration = Duration::from_secs(3);
 
-type Grpc = BlobStoreClient<InterceptedService<Channel, Bearer>>;
+pub(crate) type Grpc = BlobStoreClient<InterceptedService<Channel, Bearer>>;
 
 /// Adds `authorization: Bearer <token>` to every call when a token is configured.
 #[derive(Clone)]
-struct Bearer(Option<MetadataValue<Ascii>>);
+pub(crate) struct Bearer(Option<MetadataValue<Ascii>>);
 
 impl Interceptor for Bearer {
     fn call(
@@ -44,11 +44,11 @@ impl Interceptor for Bearer {
 /// A connection to one blobstream server. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
-    rt: Arc<tokio::runtime::Runtime>,
-    grpc: Grpc,
-    addr: String,
-    settings: TransferSettings,
-    security: Security,
+    pub(crate) rt: Arc<tokio::runtime::Runtime>,
+    pub(crate) grpc: Grpc,
+    pub(crate) addr: String,
+    pub(crate) settings: TransferSettings,
+    pub(crate) security: Security,
 }
 
 impl std::fmt::Debug for Client {
@@ -140,7 +140,7 @@ impl Client {
         &self.addr
     }
 
-    fn call<T, F>(&self, f: impl FnOnce(Grpc) -> F) -> Result<T>
+    pub(crate) fn call<T, F>(&self, f: impl FnOnce(Grpc) -> F) -> Result<T>
     where
         F: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
@@ -204,7 +204,7 @@ impl Client {
 
     /// Repeat `f` while the server answers "busy" (another writer holds the upload), with
     /// growing pauses, for at most [`BUSY_WAIT`].
-    fn while_busy<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    pub(crate) fn while_busy<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
         let give_up = std::time::Instant::now() + BUSY_WAIT;
         let mut pause = Duration::from_millis(5);
         loop {
@@ -264,10 +264,6 @@ impl Client {
             resp.token.as_slice().try_into().map_err(|_| {
                 ClientError::Protocol("server sent a token of the wrong size".into())
             })?;
-        let addr: SocketAddr =
-            resp.endpoint.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
-                ClientError::Protocol(format!("bad data endpoint {:?}", resp.endpoint))
-            })?;
         let buf = |n: u32| (n > 0).then_some(n);
         let opts = SocketOptions {
             send_buffer: buf(resp.send_buffer),
@@ -275,31 +271,59 @@ impl Client {
             nodelay: true,
             io_timeout: Some(self.settings.io_timeout),
         };
-        let stream = opts.connect(addr, self.settings.connect_timeout).map_err(|e| {
-            ClientError::Connect { addr: resp.endpoint.clone(), reason: format!("data plane: {e}") }
-        })?;
-        let mut conn = match (&self.security.tls, resp.tls) {
-            (None, false) => Conn::new(stream),
-            (Some(tls), true) => {
-                let host =
-                    resp.endpoint.rsplit_once(':').map_or(resp.endpoint.as_str(), |(h, _)| h);
-                Conn::tls_client(stream, tls, host.trim_start_matches('[').trim_end_matches(']'))?
-            }
-            (None, true) => {
-                return Err(ClientError::Protocol(
-                    "the server's data plane requires TLS: give its CA certificate (--tls-ca)"
-                        .into(),
-                ));
-            }
-            (Some(_), false) => {
-                return Err(ClientError::Protocol(
-                    "TLS was asked for but the server's data plane offers none; refusing plaintext"
-                        .into(),
-                ));
+        let conn = self.dial("tcp", &resp.endpoint, token, resp.tls, opts)?;
+        Ok((resp, conn))
+    }
+
+    /// Open a data connection to `address` over `transport` ("tcp" or "unix"), with TLS when
+    /// the server's data plane speaks it, and present `token` in its HELLO.
+    pub(crate) fn dial(
+        &self,
+        transport: &str,
+        address: &str,
+        token: [u8; TOKEN_LEN],
+        tls: bool,
+        opts: SocketOptions,
+    ) -> Result<Conn> {
+        let mut conn = if transport == "unix" {
+            let s = std::os::unix::net::UnixStream::connect(address).map_err(|e| {
+                ClientError::Connect { addr: address.into(), reason: format!("unix socket: {e}") }
+            })?;
+            let c = Conn::unix(s);
+            c.set_read_timeout(opts.io_timeout).map_err(TransportError::from)?;
+            c.set_write_timeout(opts.io_timeout).map_err(TransportError::from)?;
+            c
+        } else {
+            let addr: SocketAddr =
+                address.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+                    ClientError::Protocol(format!("bad data endpoint {address:?}"))
+                })?;
+            let stream = opts.connect(addr, self.settings.connect_timeout).map_err(|e| {
+                ClientError::Connect { addr: address.into(), reason: format!("data plane: {e}") }
+            })?;
+            match (&self.security.tls, tls) {
+                (None, false) => Conn::new(stream),
+                (Some(t), true) => {
+                    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+                    Conn::tls_client(stream, t, host.trim_start_matches('[').trim_end_matches(']'))?
+                }
+                (None, true) => {
+                    return Err(ClientError::Protocol(
+                        "the server's data plane requires TLS: give its CA certificate (--tls-ca)"
+                            .into(),
+                    ));
+                }
+                (Some(_), false) => {
+                    return Err(ClientError::Protocol(
+                        "TLS was asked for but the server's data plane offers none; refusing \
+                         plaintext"
+                            .into(),
+                    ));
+                }
             }
         };
         conn.write_frame(&Frame::Hello { token })?;
-        Ok((resp, conn))
+        Ok(conn)
     }
 
     fn base_request(
@@ -320,7 +344,25 @@ impl Client {
             recv_buffer: s.socket_buffer,
             digests: s.digests.iter().map(|d| d.name().to_string()).collect(),
             route: None,
+            qos: Some(self.transfer_profile().to_pb()),
         }
+    }
+
+    /// The QoS a transfer proposes: the settings' chunk size, buffers and digests, and
+    /// encryption when this client speaks TLS.
+    fn transfer_profile(&self) -> bs_binding::Profile {
+        let s = &self.settings;
+        let mut p = bs_binding::Profile {
+            chunk_size: s.chunk_size,
+            send_buffer: s.socket_buffer,
+            recv_buffer: s.socket_buffer,
+            digests: s.digests.iter().map(|d| d.name().to_string()).collect(),
+            ..bs_binding::Profile::default()
+        };
+        if self.security.tls.is_some() {
+            p.layers.push(bs_binding::LayerSpec::Encrypt);
+        }
+        p
     }
 
     /// Start pulling `length` bytes (all remaining when `None`) of `name` from `offset`.

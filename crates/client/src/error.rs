@@ -30,6 +30,10 @@ pub enum ClientError {
     Timeout,
     #[error("protocol error: {0}")]
     Protocol(String),
+    #[error("binding refused: {0}")]
+    Refused(String),
+    #[error("binding failed: {0}")]
+    Binding(#[from] bs_binding::BindingError),
 }
 
 impl From<tonic::Status> for ClientError {

@@ -6,12 +6,14 @@
 //! sockets, the fastest path for bulk bytes. Do not call it from inside an async task; the
 //! blob crate's asynchronous options run it on a thread of its own.
 
+mod bind;
 mod client;
 mod error;
 mod settings;
 mod streams;
 
-pub use bs_proto::{BlobInfo, RouteRequest, RouteResponse, ScrubEvent, scrub_event};
+pub use bind::{BindEndpoint, BindOffer, Bound};
+pub use bs_proto::{BindingStatus, BlobInfo, RouteRequest, RouteResponse, ScrubEvent, scrub_event};
 pub use bs_transport::TlsClient;
 pub use client::Client;
 pub use error::ClientError;

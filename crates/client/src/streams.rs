@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use bs_binding::transfer::{PullReceiver, PushSender};
 use bs_proto as pb;
 use bs_transport::{Conn, TransportError};
 use bs_wire::{Digest, DigestAlgo, Frame, Hasher};
@@ -33,11 +34,7 @@ fn set_timeout(conn: &Conn, t: Duration) -> Result<()> {
 pub struct PullStream {
     conn: Conn,
     info: pb::BlobInfo,
-    offset: u64,
-    len: u64,
-    got: u64,
-    /// Payload bytes of the current DATA frame still to read.
-    in_frame: u64,
+    rules: PullReceiver,
     hasher: Hasher,
     verified: Option<Digest>,
 }
@@ -50,10 +47,7 @@ impl PullStream {
         Ok(Self {
             conn,
             info,
-            offset: resp.offset,
-            len: resp.length,
-            got: 0,
-            in_frame: 0,
+            rules: PullReceiver::new(resp.offset, resp.length),
             hasher: algo.hasher(),
             verified: None,
         })
@@ -61,17 +55,14 @@ impl PullStream {
 
     /// Read the next DATA header, which must continue exactly where the last one ended.
     fn next_frame(&mut self) -> Result<()> {
-        let at = self.offset + self.got;
         match self.conn.read_frame_or_remote_error()? {
-            Frame::Data { offset, len }
-                if offset == at && len > 0 && len <= self.len - self.got =>
-            {
-                self.in_frame = len;
-                Ok(())
+            Frame::Data { offset, len } => {
+                self.rules.on_data(offset, len).map_err(ClientError::Protocol)
             }
             other => Err(ClientError::Protocol(format!(
-                "expected DATA at {at} of at most {} bytes, got {other:?}",
-                self.len - self.got
+                "expected DATA at {} of at most {} bytes, got {other:?}",
+                self.rules.offset() + self.rules.got(),
+                self.rules.left()
             ))),
         }
     }
@@ -83,21 +74,21 @@ impl PullStream {
 
     /// Blob offset of the first byte of this pull.
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.rules.offset()
     }
 
     /// Bytes this pull delivers in all.
     pub fn len(&self) -> u64 {
-        self.len
+        self.rules.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.rules.is_empty()
     }
 
     /// Bytes delivered so far.
     pub fn position(&self) -> u64 {
-        self.got
+        self.rules.got()
     }
 
     /// Lower the wait for the peer on each read (used to enforce a deadline).
@@ -108,33 +99,32 @@ impl PullStream {
     /// Read the next bytes into `buf` (straight from the socket, no intermediate copy).
     /// Returns 0 at the end, after the digest has been verified; a mismatch is an error.
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let left = self.len - self.got;
-        if left == 0 {
+        if self.rules.left() == 0 {
             self.verify()?;
             return Ok(0);
         }
-        if self.in_frame == 0 {
+        if self.rules.in_frame() == 0 {
             self.next_frame()?;
         }
-        let n = (buf.len() as u64).min(self.in_frame) as usize;
+        let n = (buf.len() as u64).min(self.rules.in_frame()) as usize;
+        let (len, got) = (self.rules.len(), self.rules.got());
         self.conn.recv_data_into(&mut buf[..n], Some(&mut self.hasher)).map_err(|e| match e {
-            TransportError::Truncated { got, .. } => {
-                TransportError::Truncated { expected: self.len, got: self.got + got }
+            TransportError::Truncated { got: g, .. } => {
+                TransportError::Truncated { expected: len, got: got + g }
             }
             e => e,
         })?;
-        self.got += n as u64;
-        self.in_frame -= n as u64;
+        self.rules.advance(n as u64);
         Ok(n)
     }
 
     /// Read everything that is left into `dst` (which must be exactly that long) and verify.
     pub fn read_exact_to_end(&mut self, dst: &mut [u8]) -> Result<Digest> {
-        if dst.len() as u64 != self.len - self.got {
+        if dst.len() as u64 != self.rules.left() {
             return Err(ClientError::Protocol(format!(
                 "destination holds {} bytes, {} remain",
                 dst.len(),
-                self.len - self.got
+                self.rules.left()
             )));
         }
         let mut off = 0;
@@ -149,20 +139,18 @@ impl PullStream {
         if let Some(d) = &self.verified {
             return Ok(d.clone());
         }
-        if self.got != self.len {
+        if self.rules.left() != 0 {
             return Err(ClientError::Protocol(format!(
                 "verify after {} of {} bytes",
-                self.got, self.len
+                self.rules.got(),
+                self.rules.len()
             )));
         }
         match self.conn.read_frame_or_remote_error()? {
             Frame::Sum { total, digest, .. } => {
                 let ours = self.hasher.finish();
-                if total != self.len || digest != ours {
-                    return Err(ClientError::ChecksumMismatch {
-                        expected: digest.to_string(),
-                        actual: ours.to_string(),
-                    });
+                if let Err((expected, actual)) = self.rules.on_sum(total, &digest, &ours) {
+                    return Err(ClientError::ChecksumMismatch { expected, actual });
                 }
                 self.verified = Some(ours.clone());
                 Ok(ours)
@@ -185,11 +173,7 @@ pub struct PushAck {
 #[derive(Debug)]
 pub struct PushStream {
     conn: Conn,
-    /// Largest DATA frame, as negotiated.
-    chunk: usize,
-    start: u64,
-    next: u64,
-    end: u64,
+    rules: PushSender,
     hasher: Hasher,
     route: Option<pb::RouteResponse>,
 }
@@ -199,10 +183,7 @@ impl PushStream {
         let algo = algo_of(&resp)?;
         Ok(Self {
             conn,
-            chunk: (resp.chunk_size as usize).max(1),
-            start: resp.offset,
-            next: resp.offset,
-            end: resp.offset.saturating_add(resp.length),
+            rules: PushSender::new(resp.offset, resp.length, resp.chunk_size),
             hasher: algo.hasher(),
             route: resp.route,
         })
@@ -215,7 +196,7 @@ impl PushStream {
 
     /// Blob offset the next byte will be written at.
     pub fn position(&self) -> u64 {
-        self.next
+        self.rules.position()
     }
 
     /// Lower the wait for the peer on each write (used to enforce a deadline).
@@ -226,18 +207,12 @@ impl PushStream {
     /// Send `data` as the next bytes of the blob, in DATA frames of at most the negotiated
     /// chunk size, straight from `data` (no copy).
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
-        if self.next.checked_add(data.len() as u64).is_none_or(|e| e > self.end) {
-            return Err(ClientError::InvalidArgument(format!(
-                "push of {} more bytes at {} exceeds the negotiated end {}",
-                data.len(),
-                self.next,
-                self.end
-            )));
-        }
-        for piece in data.chunks(self.chunk) {
-            let sent = self.conn.send_data_slice(self.next, piece, Some(&mut self.hasher));
+        self.rules.check(data.len()).map_err(ClientError::InvalidArgument)?;
+        for piece in data.chunks(self.rules.chunk()) {
+            let at = self.rules.position();
+            let sent = self.conn.send_data_slice(at, piece, Some(&mut self.hasher));
             sent.map_err(|e| self.server_reason(e))?;
-            self.next += piece.len() as u64;
+            self.rules.advance(piece.len());
         }
         Ok(())
     }
@@ -257,7 +232,7 @@ impl PushStream {
     /// blob, make it visible.
     pub fn finish(mut self, commit: bool) -> Result<PushAck> {
         let digest = self.hasher.finish();
-        let total = self.next - self.start;
+        let total = self.rules.sent();
         self.conn
             .write_frame(&Frame::Sum { total, final_: commit, digest })
             .map_err(|e| self.server_reason(e))?;

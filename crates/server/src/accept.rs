@@ -115,6 +115,7 @@ impl Refusal {
 enum Greeted {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    Unix(tokio::net::UnixStream),
 }
 
 impl Greeted {
@@ -124,6 +125,7 @@ impl Greeted {
         let _ = match self {
             Greeted::Plain(mut s) => tokio::time::timeout(TELL_TIMEOUT, say(&mut s, &frame)).await,
             Greeted::Tls(mut s) => tokio::time::timeout(TELL_TIMEOUT, say(&mut *s, &frame)).await,
+            Greeted::Unix(mut s) => tokio::time::timeout(TELL_TIMEOUT, say(&mut s, &frame)).await,
         };
     }
 
@@ -139,6 +141,11 @@ impl Greeted {
             Greeted::Tls(s) => {
                 let (tcp, session) = s.into_inner();
                 Conn::tls_server_established(session, blocking(tcp)?)
+            }
+            Greeted::Unix(s) => {
+                let s = s.into_std()?;
+                s.set_nonblocking(false)?;
+                Conn::unix(s)
             }
         })
     }
@@ -168,6 +175,11 @@ impl FrontDoor {
                 return;
             }
         };
+        self.hand_over(io, token, &peer.to_string()).await;
+    }
+
+    /// Redeem the token, take a transfer slot and start the transfer on a thread of its own.
+    async fn hand_over(&self, io: Greeted, token: [u8; TOKEN_LEN], peer: &str) {
         let grant = match self.shared.tokens.redeem(&token) {
             Ok(g) => g,
             Err(code) => {
@@ -198,6 +210,39 @@ impl FrontDoor {
 }
 
 type Hello = Result<(Greeted, [u8; TOKEN_LEN]), (Option<Greeted>, Refusal)>;
+
+/// Accept bindings on a Unix domain socket (processes on this host) until shutdown. The
+/// socket file is made private to this user; the token is still required.
+pub(crate) async fn accept_unix_loop(
+    listener: tokio::net::UnixListener,
+    door: Arc<FrontDoor>,
+    hello_timeout: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.wait_for(|s| *s) => break,
+        };
+        match accepted {
+            Ok((mut s, _)) => {
+                let door = door.clone();
+                tokio::spawn(async move {
+                    let mut hello = HelloBuf::default();
+                    match tokio::time::timeout(hello_timeout, hello.read_from(&mut s)).await {
+                        Ok(Ok(token)) => door.hand_over(Greeted::Unix(s), token, "unix").await,
+                        Ok(Err(r)) if r.tell => Greeted::Unix(s).tell(r.code, r.message).await,
+                        _ => tracing::debug!("unix data connection closed before its token"),
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "unix data plane accept failed");
+                tokio::time::sleep(OUT_OF_FDS_PAUSE).await;
+            }
+        }
+    }
+}
 
 /// Plain TCP: read the HELLO before the deadline or eviction. An evicted connection whose
 /// HELLO has already arrived in full is not turned away: it was not idle, just not read yet.

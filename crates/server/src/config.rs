@@ -54,6 +54,12 @@ pub struct ServerConfig {
     pub auth_token: Option<String>,
     /// When set, both planes speak TLS only.
     pub tls: Option<TlsServer>,
+    /// Order in which the bindings' messages leave this server.
+    pub schedule: bs_binding::Policy,
+    /// Most bytes per second one binding gets; 0: no limit.
+    pub max_binding_rate: u64,
+    /// A Unix domain socket for bindings from processes on this host (none: TCP only).
+    pub unix_socket: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +84,9 @@ impl Default for ServerConfig {
             max_socket_buffer: 64 << 20,
             auth_token: None,
             tls: None,
+            schedule: bs_binding::Policy::Priority,
+            max_binding_rate: 0,
+            unix_socket: None,
         }
     }
 }
@@ -90,4 +99,24 @@ impl ServerConfig {
 
     /// Smallest and largest chunk sizes accepted.
     pub const CHUNK_RANGE: (u32, u32) = (64 << 10, 16 << 20);
+
+    /// What this server can meet of a binding's (or transfer's) QoS proposal. `same_host`:
+    /// the initiator runs on this host, so a Unix domain socket is offered too.
+    pub fn binding_limits(&self, same_host: bool) -> bs_binding::Limits {
+        let mut transports = Vec::new();
+        if same_host && self.unix_socket.is_some() {
+            transports.push(bs_binding::TransportKind::Unix);
+        }
+        transports.push(bs_binding::TransportKind::Tcp);
+        bs_binding::Limits {
+            max_throughput_bps: self.max_binding_rate,
+            transports,
+            tls: self.tls.is_some(),
+            chunk_range: Self::CHUNK_RANGE,
+            default_chunk: self.default_chunk,
+            max_socket_buffer: self.max_socket_buffer,
+            digests: bs_wire::DigestAlgo::ALL.iter().map(|a| a.name().to_string()).collect(),
+            ..bs_binding::Limits::default()
+        }
+    }
 }

@@ -11,6 +11,9 @@ use bs_transport::SocketOptions;
 use bs_wire::DigestAlgo;
 use tonic::{Request, Response, Status};
 
+use bs_binding::{Flow, LayerSpec, Profile, Refusal, TransportKind};
+
+use crate::bindings::{BindGrant, BindingTable, Endpoint};
 use crate::config::ServerConfig;
 use crate::status::store_status;
 use crate::tokens::{Direction, Grant, TokenTable};
@@ -22,6 +25,8 @@ pub(crate) struct ControlService {
     tokens: Arc<TokenTable>,
     data_addr: SocketAddr,
     cfg: ServerConfig,
+    bindings: Arc<BindingTable>,
+    host_id: String,
 }
 
 impl ControlService {
@@ -30,8 +35,46 @@ impl ControlService {
         tokens: Arc<TokenTable>,
         data_addr: SocketAddr,
         cfg: ServerConfig,
+        bindings: Arc<BindingTable>,
     ) -> Self {
-        Self { store, scrubs: Arc::new(tokio::sync::Semaphore::new(1)), tokens, data_addr, cfg }
+        Self {
+            store,
+            scrubs: Arc::new(tokio::sync::Semaphore::new(1)),
+            tokens,
+            data_addr,
+            cfg,
+            bindings,
+            host_id: bs_binding::host_id(),
+        }
+    }
+
+    /// The transfer's QoS: the `qos` profile if sent, else the legacy fields as one; then
+    /// countered against this server's limits, as every binding is.
+    fn transfer_offer(&self, r: &pb::NegotiateRequest) -> Result<bs_binding::Offer, Status> {
+        let proposal = match &r.qos {
+            Some(q) => Profile::from_pb(q).map_err(|e| Status::invalid_argument(e.to_string()))?,
+            None => Profile {
+                chunk_size: r.chunk_size,
+                send_buffer: r.send_buffer,
+                recv_buffer: r.recv_buffer,
+                digests: r.digests.clone(),
+                ..Profile::default()
+            },
+        };
+        if proposal.layers.iter().any(|l| !matches!(l, LayerSpec::Encrypt | LayerSpec::Null)) {
+            return Err(Status::invalid_argument(
+                "blob transfers carry no message layers (their checksum is the end-to-end \
+                 digest); ask for layers on a binding",
+            ));
+        }
+        bs_binding::negotiate::counter(&proposal, &self.cfg.binding_limits(false)).map_err(|e| {
+            match e {
+                Refusal::NoCommonDigest(wanted) => Status::invalid_argument(format!(
+                    "none of the digest algorithms {wanted:?} is supported (have: xxh3-128, blake3)"
+                )),
+                other => Status::failed_precondition(other.to_string()),
+            }
+        })
     }
 
     /// Run a blocking store call off the executor, mapping its error to a gRPC status.
@@ -235,14 +278,14 @@ impl pb::blob_store_server::BlobStore for ControlService {
             Ok(pb::Direction::Pull) => Direction::Pull,
             _ => return Err(Status::invalid_argument("direction must be PUSH or PULL")),
         };
-        let algo = pick_digest(&r.digests)?;
-        let (lo, hi) = ServerConfig::CHUNK_RANGE;
-        let chunk =
-            if r.chunk_size == 0 { self.cfg.default_chunk } else { r.chunk_size.clamp(lo, hi) };
-        let buf = |n: u32| (n > 0).then(|| n.min(self.cfg.max_socket_buffer));
+        let offer = self.transfer_offer(&r)?;
+        let q = &offer.profile;
+        let algo: DigestAlgo = q.digests[0].parse().map_err(|_| Status::internal("digest"))?;
+        let chunk = q.chunk_size;
+        let buf = |n: u32| (n > 0).then_some(n);
         let socket = SocketOptions {
-            send_buffer: buf(r.send_buffer),
-            recv_buffer: buf(r.recv_buffer),
+            send_buffer: buf(q.send_buffer),
+            recv_buffer: buf(q.recv_buffer),
             nodelay: true,
             io_timeout: None,
         };
@@ -269,6 +312,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
                 }
                 (r.offset, length, Some(rec), None)
             }
+            Direction::Bind => unreachable!("negotiate grants only pushes and pulls"),
             Direction::Push => {
                 let route = match r.route {
                     Some(mut rt) => {
@@ -286,7 +330,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             }
         };
         let grant = Grant {
-            name: r.name,
+            name: r.name.clone(),
             direction,
             offset,
             length,
@@ -294,6 +338,16 @@ impl pb::blob_store_server::BlobStore for ControlService {
             chunk,
             socket,
             blob_digest: blob.as_ref().map(|b| b.digest.clone()),
+            bind: BindGrant {
+                id: self.bindings.next_id(),
+                endpoint: if direction == Direction::Push {
+                    Endpoint::Push
+                } else {
+                    Endpoint::Pull
+                },
+                profile: offer.profile.clone(),
+                label: r.name.clone(),
+            },
         };
         let token = self.tokens.issue(grant);
         Ok(Response::new(pb::NegotiateResponse {
@@ -309,6 +363,86 @@ impl pb::blob_store_server::BlobStore for ControlService {
             blob: blob.map(info),
             route: route.map(routed),
             tls: self.cfg.tls.is_some(),
+            qos: Some(offer.profile.to_pb()),
+            lowered: offer.lowered,
         }))
+    }
+
+    async fn bind(
+        &self,
+        req: Request<pb::BindRequest>,
+    ) -> Result<Response<pb::BindResponse>, Status> {
+        let local = req.local_addr();
+        let r = req.into_inner();
+        let endpoint = match pb::BindEndpoint::try_from(r.endpoint) {
+            Ok(pb::BindEndpoint::Echo) => Endpoint::Echo,
+            Ok(pb::BindEndpoint::Sink) => Endpoint::Sink,
+            Ok(pb::BindEndpoint::Source) => Endpoint::Source,
+            _ => return Err(Status::invalid_argument("endpoint must be ECHO, SINK or SOURCE")),
+        };
+        let mut proposal = Profile::from_pb(&r.proposal.unwrap_or_default())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let flow = if endpoint == Endpoint::Echo { Flow::RequestReply } else { Flow::Stream };
+        let mut lowered = Vec::new();
+        if proposal.flow != flow {
+            lowered.push(format!(
+                "flow {:?} → {flow:?}: the {} endpoint is {}",
+                proposal.flow,
+                endpoint.name(),
+                if flow == Flow::Stream { "one way" } else { "request/reply" }
+            ));
+            proposal.flow = flow;
+        }
+        let same_host = !r.host_id.is_empty() && r.host_id == self.host_id;
+        let offer =
+            match bs_binding::negotiate::counter(&proposal, &self.cfg.binding_limits(same_host)) {
+                Ok(o) => o,
+                Err(refusal) => {
+                    return Ok(Response::new(pb::BindResponse {
+                        refused: refusal.to_string(),
+                        ..Default::default()
+                    }));
+                }
+            };
+        lowered.extend(offer.lowered);
+        let transport = offer.profile.transports[0];
+        let address = match transport {
+            TransportKind::Unix => {
+                self.cfg.unix_socket.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+            }
+            _ => self.endpoint(local),
+        };
+        let id = self.bindings.next_id();
+        let label = if r.label.is_empty() { format!("binding-{id}") } else { r.label };
+        let grant = Grant {
+            name: label.clone(),
+            direction: Direction::Bind,
+            offset: 0,
+            length: 0,
+            algo: DigestAlgo::default(),
+            chunk: 0,
+            socket: SocketOptions::default(),
+            blob_digest: None,
+            bind: BindGrant { id, endpoint, profile: offer.profile.clone(), label },
+        };
+        let token = self.tokens.issue(grant);
+        Ok(Response::new(pb::BindResponse {
+            refused: String::new(),
+            offer: Some(offer.profile.to_pb()),
+            lowered,
+            transport: transport.name().into(),
+            address,
+            token: token.to_vec(),
+            expires_in_ms: self.tokens.ttl().as_millis() as u64,
+            tls: self.cfg.tls.is_some() && offer.profile.wants_encryption(),
+            binding_id: id,
+        }))
+    }
+
+    async fn bindings(
+        &self,
+        _req: Request<pb::BindingsRequest>,
+    ) -> Result<Response<pb::BindingsResponse>, Status> {
+        Ok(Response::new(pb::BindingsResponse { bindings: self.bindings.status() }))
     }
 }

@@ -8,11 +8,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bs_binding::transfer::{PullSender, PushReceiver, Violation};
+use bs_binding::{Counters, Scheduler};
 use bs_store::{Store, StoreError};
 use bs_transport::{Conn, TransportError};
 use bs_wire::{BufferPool, Digest, ErrorCode, Frame};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::bindings::{self, BindingTable, Endpoint};
 use crate::config::ServerConfig;
 use crate::status::store_code;
 use crate::tokens::{Direction, Grant, TokenTable};
@@ -28,6 +31,12 @@ pub(crate) struct Shared {
     io_timeout: Duration,
     max_unsized_upload: u64,
     pool: BufferPool,
+    /// Live bindings and transfers, for status and metrics.
+    pub(crate) bindings: Arc<BindingTable>,
+    /// Orders the messages of bindings leaving this server.
+    sched: Arc<Scheduler>,
+    /// What renegotiations on live bindings are countered against.
+    limits: bs_binding::Limits,
 }
 
 impl Shared {
@@ -41,6 +50,9 @@ impl Shared {
             io_timeout: cfg.io_timeout,
             max_unsized_upload: cfg.max_unsized_upload,
             pool: BufferPool::new(1 << 20, 64),
+            bindings: Arc::new(BindingTable::default()),
+            sched: Arc::new(Scheduler::new(cfg.schedule, 1)),
+            limits: cfg.binding_limits(false),
         }
     }
 
@@ -77,6 +89,12 @@ impl From<TransportError> for Failure {
     }
 }
 
+impl From<Violation> for Failure {
+    fn from(v: Violation) -> Self {
+        Self { code: v.code, message: v.message, peer_gone: false }
+    }
+}
+
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         Self { code: store_code(&e), message: e.to_string(), peer_gone: false }
@@ -91,15 +109,27 @@ fn fail(code: ErrorCode, message: impl Into<String>) -> Failure {
 /// a thread of its own.
 pub(crate) fn transfer(shared: &Shared, mut conn: Conn, grant: Grant, slot: OwnedSemaphorePermit) {
     let peer = conn.peer_addr();
+    if grant.direction == Direction::Bind {
+        bindings::serve(&shared.bindings, &shared.sched, shared.limits.clone(), conn, grant.bind);
+        drop(slot);
+        return;
+    }
+    // A transfer is a binding too: listed while it runs, with its counters.
+    let counters = Arc::new(Counters::default());
+    let b = &grant.bind;
+    counters.set_profile(&b.profile);
+    let transport = if conn.is_unix() { "unix" } else { "tcp" };
+    let _reg =
+        shared.bindings.register(b.id, grant.name.clone(), b.endpoint, transport, counters.clone());
     let res = (|| -> Result<(), Failure> {
         let mut socket = grant.socket;
         socket.io_timeout = Some(shared.io_timeout);
         if let Some(tcp) = conn.tcp() {
             socket.apply(tcp).map_err(TransportError::from)?;
         }
-        match grant.direction {
-            Direction::Push => push(shared, &mut conn, &grant),
-            Direction::Pull => pull(shared, &mut conn, &grant),
+        match b.endpoint {
+            Endpoint::Push => push(shared, &mut conn, &grant, &counters),
+            _ => pull(shared, &mut conn, &grant, &counters),
         }
     })();
     if let Err(f) = res {
@@ -112,108 +142,37 @@ pub(crate) fn transfer(shared: &Shared, mut conn: Conn, grant: Grant, slot: Owne
     drop(slot);
 }
 
-fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
+fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Counters) -> Result<(), Failure> {
     let mut sink = shared.store.open_upload(&g.name)?;
-    if g.offset > sink.received() {
-        return Err(StoreError::Gap { offset: g.offset, received: sink.received() }.into());
-    }
+    let mut rules = PushReceiver::new(
+        g.offset,
+        g.length,
+        sink.size(),
+        sink.received(),
+        shared.max_unsized_upload,
+    )?;
     // Admitted: say so (with the bytes the upload holds) before the client sends anything,
     // so a refusal up to here reaches it while it can still simply try again.
     conn.write_frame(&Frame::Ack { received: sink.received(), committed: None })?;
-    let end = g.offset.saturating_add(g.length);
     let mut hasher = g.algo.hasher();
-    let mut pos = g.offset;
     loop {
-        match conn.read_frame()? {
-            Frame::Data { offset, len }
-                if sink.size().is_none()
-                    && offset.checked_add(len).is_none_or(|e| e > shared.max_unsized_upload) =>
-            {
-                sink.truncate(g.offset)?;
-                return Err(fail(
-                    ErrorCode::OutOfRange,
-                    format!(
-                        "DATA {offset}+{len} would take an upload of unknown size past this \
-                         server's limit of {} bytes; declare the size when routing",
-                        shared.max_unsized_upload
-                    ),
-                ));
-            }
-            Frame::Data { offset, len } => {
-                let past_size = sink.size().is_some_and(|s| offset.saturating_add(len) > s);
-                if offset != pos || offset.checked_add(len).is_none_or(|e| e > end) || past_size {
-                    sink.truncate(g.offset)?;
-                    return Err(fail(
-                        ErrorCode::OutOfRange,
-                        format!(
-                            "DATA {offset}+{len} outside the granted range {}+{} of a blob of {} bytes (next byte {pos})",
-                            g.offset,
-                            g.length,
-                            sink.size().map_or("unknown".into(), |s| s.to_string())
-                        ),
-                    ));
-                }
-                if let Some(dst) = sink.lend(pos, len) {
-                    // In-memory upload: read from the socket straight into the store.
-                    let res = conn.recv_data_into(dst, Some(&mut hasher));
-                    let got = match &res {
-                        Ok(()) => len,
-                        Err(TransportError::Truncated { got, .. }) => *got,
-                        Err(_) => 0,
-                    };
-                    sink.filled(pos, got);
-                    pos += got;
-                    res?;
-                    continue;
-                }
-                let mut store_err = None;
-                let res = conn.recv_data_with(len, Some(&mut hasher), &shared.pool, |chunk| {
-                    sink.write_at(pos, chunk).map_err(|e| {
-                        let io = std::io::Error::other(e.to_string());
-                        store_err = Some(e);
-                        io
-                    })?;
-                    pos += chunk.len() as u64;
-                    Ok(())
-                });
-                if let Some(e) = store_err {
-                    if matches!(e, StoreError::StorageFull(_)) && sink.size().is_none() {
-                        // Bytes of unknown size that filled the disk: free the space now
-                        // rather than keep them for a resume that cannot fit either.
-                        drop(sink);
-                        let _ = shared.store.abort(&g.name);
-                        return Err(fail(
-                            ErrorCode::StorageFull,
-                            format!(
-                                "{e}; the upload of unknown size was discarded to free the space"
-                            ),
-                        ));
-                    }
-                    return Err(e.into());
-                }
-                res?;
-            }
+        let len = match conn.read_frame()? {
+            Frame::Data { offset, len } => match rules.on_data(offset, len) {
+                Ok(()) => len,
+                Err(v) => return Err(rolled_back(&mut *sink, v)),
+            },
             Frame::Sum { total, final_, digest } => {
                 let ours = hasher.finish();
-                if total != pos - g.offset || digest != ours {
-                    sink.truncate(g.offset)?;
-                    return Err(fail(
-                        ErrorCode::ChecksumMismatch,
-                        format!(
-                            "received {} bytes with digest {ours}, sender says {total} bytes with {digest}; the transfer was rolled back",
-                            pos - g.offset
-                        ),
-                    ));
-                }
-                if final_ {
-                    // Commit ends with this verified transfer: bytes an earlier, unconfirmed
-                    // transfer left past it are dropped, never committed unchecked.
-                    sink.truncate(pos)?;
+                let v = match rules.on_sum(total, final_, &digest, &ours) {
+                    Ok(v) => v,
+                    Err(v) => return Err(rolled_back(&mut *sink, v)),
+                };
+                if let Some(end) = v.truncate_to {
+                    sink.truncate(end)?;
                 }
                 let received = sink.received();
-                let committed = if final_ {
-                    let whole = (g.offset == 0 && pos == received).then_some(ours);
-                    let rec = sink.commit(whole)?;
+                let committed = if v.commit {
+                    let rec = sink.commit(v.covers_whole.then_some(ours))?;
                     Some(
                         rec.digest
                             .parse::<Digest>()
@@ -225,54 +184,90 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
                 conn.write_frame(&Frame::Ack { received, committed })?;
                 return Ok(());
             }
-            other => {
-                sink.truncate(g.offset)?;
+            other => return Err(rolled_back(&mut *sink, rules.unexpected(&format!("{other:?}")))),
+        };
+        let pos = rules.pos();
+        if let Some(dst) = sink.lend(pos, len) {
+            // In-memory upload: read from the socket straight into the store.
+            let res = conn.recv_data_into(dst, Some(&mut hasher));
+            let got = match &res {
+                Ok(()) => len,
+                Err(TransportError::Truncated { got, .. }) => *got,
+                Err(_) => 0,
+            };
+            sink.filled(pos, got);
+            rules.advance(got);
+            Counters::add(&c.bytes_in, got);
+            res?;
+            continue;
+        }
+        let mut store_err = None;
+        let mut at = pos;
+        let res = conn.recv_data_with(len, Some(&mut hasher), &shared.pool, |chunk| {
+            sink.write_at(at, chunk).map_err(|e| {
+                let io = std::io::Error::other(e.to_string());
+                store_err = Some(e);
+                io
+            })?;
+            at += chunk.len() as u64;
+            Ok(())
+        });
+        rules.advance(at - pos);
+        Counters::add(&c.bytes_in, at - pos);
+        if let Some(e) = store_err {
+            if matches!(e, StoreError::StorageFull(_)) && sink.size().is_none() {
+                // Bytes of unknown size that filled the disk: free the space now rather than
+                // keep them for a resume that cannot fit either.
+                drop(sink);
+                let _ = shared.store.abort(&g.name);
                 return Err(fail(
-                    ErrorCode::BadFrame,
-                    format!("expected DATA or SUM, got {other:?}"),
+                    ErrorCode::StorageFull,
+                    format!("{e}; the upload of unknown size was discarded to free the space"),
                 ));
             }
+            return Err(e.into());
         }
+        res?;
     }
 }
 
-fn pull(shared: &Shared, conn: &mut Conn, g: &Grant) -> Result<(), Failure> {
+/// Undo what a broken transfer wrote, then report the broken rule.
+fn rolled_back(sink: &mut dyn bs_store::UploadSink, v: Violation) -> Failure {
+    if let Some(to) = v.rollback_to
+        && let Err(e) = sink.truncate(to)
+    {
+        return e.into();
+    }
+    v.into()
+}
+
+fn pull(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Counters) -> Result<(), Failure> {
     let src = shared.store.open_read(&g.name)?;
     let rec = src.record();
-    if g.blob_digest.as_deref().is_some_and(|d| d != rec.digest) {
-        return Err(fail(
-            ErrorCode::NotFound,
-            format!("blob {:?} changed since negotiation", g.name),
-        ));
-    }
-    if g.offset.checked_add(g.length).is_none_or(|e| e > rec.size) {
-        return Err(StoreError::OutOfRange {
-            name: g.name.clone(),
-            offset: g.offset,
-            len: g.length,
-            size: rec.size,
-        }
-        .into());
-    }
-    // The stored digest covers the whole blob: if that is what is asked for, the payload needs
-    // no hashing on the way out.
-    let stored = (g.offset == 0 && g.length == rec.size)
-        .then(|| rec.digest.parse::<Digest>().ok())
-        .flatten()
-        .filter(|d| d.algo == g.algo);
+    let plan = PullSender::new(
+        &g.name,
+        g.offset,
+        g.length,
+        rec.size,
+        &rec.digest,
+        g.blob_digest.as_deref(),
+        g.algo,
+    )?;
     let mut hasher = g.algo.hasher();
     // One DATA frame per stored chunk. Each chunk is checked against its chunk digest in
     // memory (a file's mapping) and those very bytes are sent: a corrupt chunk is never sent
     // (the ERROR frame in its place tells the client why the stream stopped). sendfile is
     // not used: it would read the file again after the check, for the same one copy.
-    let mut pos = g.offset;
-    for piece in src.pieces(g.offset, g.length)? {
+    let mut pos = plan.offset;
+    for piece in src.pieces(plan.offset, plan.length)? {
         let piece = piece?;
-        let h = if stored.is_some() { None } else { Some(&mut hasher) };
+        let h = if plan.stored_digest.is_some() { None } else { Some(&mut hasher) };
         conn.send_data_slice(pos, &piece, h)?;
         pos += piece.len() as u64;
+        Counters::add(&c.bytes_out, piece.len() as u64);
+        Counters::add(&c.messages_out, 1);
     }
-    let digest = stored.unwrap_or_else(|| hasher.finish());
-    conn.write_frame(&Frame::Sum { total: g.length, final_: true, digest })?;
+    let digest = plan.stored_digest.unwrap_or_else(|| hasher.finish());
+    conn.write_frame(&Frame::Sum { total: plan.length, final_: true, digest })?;
     Ok(())
 }

@@ -8,6 +8,8 @@ use thiserror::Error;
 pub enum ServerError {
     #[error("cannot listen for the {what} on {addr}: {source}")]
     Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
+    #[error("cannot listen on the Unix socket {}: {source}", path.display())]
+    BindUnix { path: std::path::PathBuf, source: std::io::Error },
     #[error("TLS configuration rejected: {0}")]
     Tls(String),
     #[error("server I/O failed: {0}")]

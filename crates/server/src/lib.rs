@@ -7,6 +7,7 @@
 mod accept;
 mod auth;
 mod background;
+mod bindings;
 mod config;
 mod control;
 mod data;
@@ -19,6 +20,7 @@ mod status;
 mod tokens;
 
 pub use background::BackgroundServer;
+pub use bindings::{BindGrant, Endpoint};
 pub use bs_transport::TlsServer;
 pub use config::ServerConfig;
 pub use error::ServerError;
@@ -65,7 +67,13 @@ impl Server {
         if let Some(schedule) = cfg.scrub {
             tasks.push(tokio::spawn(scrubber::run(store.clone(), schedule, rx.clone())));
         }
-        let svc = control::ControlService::new(store, tokens, data_addr, cfg.clone());
+        let svc = control::ControlService::new(
+            store,
+            tokens,
+            data_addr,
+            cfg.clone(),
+            shared.bindings.clone(),
+        );
         let svc = BlobStoreServer::with_interceptor(svc, auth::Auth::new(&cfg));
         let mut rx1 = rx.clone();
         // `serve_with_incoming` ignores the builder's nodelay setting: set it per connection,
@@ -94,6 +102,20 @@ impl Server {
             }
         });
         let door = accept::FrontDoor::new(shared.clone(), &cfg);
+        if let Some(path) = &cfg.unix_socket {
+            // A socket file left by a server that did not stop cleanly would block the bind.
+            let _ = std::fs::remove_file(path);
+            let unix = tokio::net::UnixListener::bind(path)
+                .map_err(|e| ServerError::BindUnix { path: path.clone(), source: e })?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+            tasks.push(tokio::spawn(accept::accept_unix_loop(
+                unix,
+                door.clone(),
+                cfg.hello_timeout,
+                rx.clone(),
+            )));
+        }
         let data_task = tokio::spawn(accept::accept_loop(data, door, rx));
         tracing::info!(%control_addr, %data_addr, "blobstream server listening");
         tasks.extend([grpc, data_task]);

@@ -12,6 +12,8 @@ use bs_wire::{DigestAlgo, ErrorCode, TOKEN_LEN};
 pub enum Direction {
     Push,
     Pull,
+    /// A binding to one of the test endpoints (see `Grant::bind`).
+    Bind,
 }
 
 /// What a token allows.
@@ -26,6 +28,8 @@ pub struct Grant {
     pub socket: SocketOptions,
     /// Pull: digest of the blob when negotiated; a different blob under the name is refused.
     pub blob_digest: Option<String>,
+    /// The binding this token opens: its id, endpoint and agreed profile.
+    pub bind: crate::bindings::BindGrant,
 }
 
 /// Outstanding tokens, plus a memory of recently redeemed ones so a reuse is named as such.
@@ -100,6 +104,12 @@ mod tests {
             chunk: 1024,
             socket: SocketOptions::default(),
             blob_digest: None,
+            bind: crate::bindings::BindGrant {
+                id: 1,
+                endpoint: crate::bindings::Endpoint::Pull,
+                profile: bs_binding::Profile::default(),
+                label: "x".into(),
+            },
         }
     }
 

@@ -1,0 +1,186 @@
+//! The server's side of bindings: the table of live bindings (for the `Bindings` status call
+//! and metrics), the limits negotiation counters proposals against, and the three test
+//! endpoints a binding can be opened to — echo (request/reply), sink and source (streams).
+//! Each binding runs on a thread of its own with its own connection, as transfers do.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bs_binding::{Binding, BindingError, Counters, Floor, Profile, Role, Scheduler, Session};
+use bs_proto as pb;
+use bs_transport::{Conn, TransportError};
+
+/// Which endpoint a binding was opened to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Echo,
+    Sink,
+    Source,
+    /// A blob push or pull (bindings with no message layers).
+    Push,
+    Pull,
+}
+
+impl Endpoint {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Echo => "echo",
+            Self::Sink => "sink",
+            Self::Source => "source",
+            Self::Push => "push",
+            Self::Pull => "pull",
+        }
+    }
+}
+
+/// What a binding's token allows.
+#[derive(Debug, Clone)]
+pub struct BindGrant {
+    pub id: u64,
+    pub endpoint: Endpoint,
+    pub profile: Profile,
+    pub label: String,
+}
+
+struct Entry {
+    label: String,
+    endpoint: Endpoint,
+    transport: &'static str,
+    counters: Arc<Counters>,
+}
+
+/// Live bindings and transfers.
+#[derive(Default)]
+pub(crate) struct BindingTable {
+    next: AtomicU64,
+    live: Mutex<BTreeMap<u64, Entry>>,
+}
+
+/// Removes its binding from the table when dropped.
+pub(crate) struct Registered<'a> {
+    table: &'a BindingTable,
+    id: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.table.live.lock().unwrap().remove(&self.id);
+    }
+}
+
+impl BindingTable {
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub(crate) fn register(
+        &self,
+        id: u64,
+        label: String,
+        endpoint: Endpoint,
+        transport: &'static str,
+        counters: Arc<Counters>,
+    ) -> Registered<'_> {
+        let e = Entry { label, endpoint, transport, counters };
+        self.live.lock().unwrap().insert(id, e);
+        Registered { table: self, id }
+    }
+
+    pub(crate) fn status(&self) -> Vec<pb::BindingStatus> {
+        let live = self.live.lock().unwrap();
+        live.iter()
+            .map(|(id, e)| {
+                let c = e.counters.snapshot();
+                pb::BindingStatus {
+                    id: *id,
+                    label: e.label.clone(),
+                    endpoint: e.endpoint.name().into(),
+                    transport: e.transport.into(),
+                    profile: Some(e.counters.profile().to_pb()),
+                    bytes_in: c.bytes_in,
+                    bytes_out: c.bytes_out,
+                    messages_in: c.messages_in,
+                    messages_out: c.messages_out,
+                    lost: c.lost,
+                    reordered: c.reordered,
+                    renegotiations: c.renegotiations,
+                    age_ms: c.age_ms,
+                }
+            })
+            .collect()
+    }
+}
+
+/// How long an endpoint waits for the peer between messages before giving up on it.
+const IDLE: Duration = Duration::from_secs(300);
+
+/// Run a binding to one of the test endpoints until the peer closes it. Blocks.
+pub(crate) fn serve(
+    table: &BindingTable,
+    sched: &Arc<Scheduler>,
+    limits: bs_binding::Limits,
+    conn: Conn,
+    g: BindGrant,
+) {
+    let transport = if conn.is_unix() { "unix" } else { "tcp" };
+    let session = Session::new(Role::Responder, g.profile.clone(), limits, Floor::default());
+    let _reg =
+        table.register(g.id, g.label.clone(), g.endpoint, transport, session.counters().clone());
+    let _ = conn.set_read_timeout(Some(IDLE));
+    let mut b = Binding::new(conn, session, g.id).with_scheduler(sched.clone());
+    let res = match g.endpoint {
+        Endpoint::Echo => echo(&mut b),
+        Endpoint::Sink => sink(&mut b),
+        Endpoint::Source => source(&mut b),
+        Endpoint::Push | Endpoint::Pull => Ok(()),
+    };
+    match res {
+        Ok(()) => b.close(),
+        Err(e) => {
+            tracing::info!(id = g.id, endpoint = g.endpoint.name(), error = %e, "binding failed");
+            b.fail(&e);
+        }
+    }
+}
+
+fn echo(b: &mut Binding) -> Result<(), BindingError> {
+    while let Some(m) = b.recv()? {
+        // The reply goes down this side's stack: the received buffer has no headroom left
+        // for its headers, so it is copied once into one that does.
+        b.send(&m)?;
+    }
+    Ok(())
+}
+
+fn sink(b: &mut Binding) -> Result<(), BindingError> {
+    while b.recv()?.is_some() {}
+    Ok(())
+}
+
+fn source(b: &mut Binding) -> Result<(), BindingError> {
+    let mut fill = 0u8;
+    loop {
+        // Renegotiation frames and the peer's close arrive between messages.
+        match b.poll() {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(BindingError::Transport(TransportError::Io(e))) if gone(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let mut m = b.alloc(b.max_message());
+        m.payload_mut().fill(fill);
+        fill = fill.wrapping_add(1);
+        match b.send_msg(m) {
+            Ok(()) => {}
+            Err(BindingError::Transport(TransportError::Io(e))) if gone(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn gone(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), BrokenPipe | ConnectionReset | ConnectionAborted)
+}
