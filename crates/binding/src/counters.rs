@@ -19,6 +19,8 @@ pub struct Counters {
     /// Bytes on the wire (after every layer).
     pub wire_out: AtomicU64,
     pub wire_in: AtomicU64,
+    /// Wire messages (datagrams, on a datagram binding) sent.
+    pub wire_messages_out: AtomicU64,
     /// Datagrams missing, and datagrams that arrived after a later one (UDP).
     pub lost: AtomicU64,
     pub reordered: AtomicU64,
@@ -40,6 +42,7 @@ impl Default for Counters {
             messages_in: AtomicU64::new(0),
             wire_out: AtomicU64::new(0),
             wire_in: AtomicU64::new(0),
+            wire_messages_out: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             reordered: AtomicU64::new(0),
             renegotiations: AtomicU64::new(0),
@@ -59,6 +62,7 @@ pub struct Snapshot {
     pub messages_in: u64,
     pub wire_out: u64,
     pub wire_in: u64,
+    pub wire_out_count: u64,
     pub lost: u64,
     pub reordered: u64,
     pub renegotiations: u64,
@@ -88,6 +92,7 @@ impl Counters {
             messages_in: self.messages_in.load(Relaxed),
             wire_out: self.wire_out.load(Relaxed),
             wire_in: self.wire_in.load(Relaxed),
+            wire_out_count: self.wire_messages_out.load(Relaxed),
             lost: self.lost.load(Relaxed),
             reordered: self.reordered.load(Relaxed),
             renegotiations: self.renegotiations.load(Relaxed),

@@ -8,6 +8,7 @@
 //! binding with the reason.
 
 use std::collections::VecDeque;
+use std::net::UdpSocket;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,8 @@ use crate::error::{BindingError, Refusal};
 use crate::msg::Msg;
 use crate::qos::Profile;
 use crate::sched::{Scheduler, Ticket};
-use crate::session::{Outgoing, RenegEvent, Session};
+use crate::session::{Datagram, Outgoing, RenegEvent, Session};
+use crate::udp::SeqWindow;
 
 type Result<T> = std::result::Result<T, BindingError>;
 
@@ -45,6 +47,34 @@ pub struct Binding {
     inbox: VecDeque<Msg>,
     events: VecDeque<RenegEvent>,
     out: Vec<Outgoing>,
+    /// Datagram bindings: the UDP socket messages travel on (the connection keeps `RENEG`
+    /// and `REPORT`), the receive window, and the peer's closing report.
+    udp: Option<UdpSocket>,
+    window: SeqWindow,
+    peer_report: Option<Report>,
+    dgram: Vec<u8>,
+    inject: Option<Box<dyn FnMut(u64) -> Inject + Send>>,
+    held: Option<Vec<u8>>,
+}
+
+/// Fault injection on a datagram sender (tests and demonstrations of loss accounting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inject {
+    Send,
+    /// Do not send this datagram: the receiver counts it lost.
+    Drop,
+    /// Send this datagram after the next one: the receiver counts it reordered.
+    Hold,
+}
+
+/// Datagram accounting at the end of a datagram binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Report {
+    /// Datagrams sent (sender's report) or received (receiver's).
+    pub count: u64,
+    pub lost: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
 }
 
 impl std::fmt::Debug for Binding {
@@ -64,7 +94,29 @@ impl Binding {
             inbox: VecDeque::new(),
             events: VecDeque::new(),
             out: Vec::new(),
+            udp: None,
+            window: SeqWindow::new(DATAGRAM_WINDOW),
+            peer_report: None,
+            dgram: Vec::new(),
+            inject: None,
+            held: None,
         }
+    }
+
+    /// Decide per datagram (by its sequence number) whether it is sent, dropped or held back
+    /// behind the next one.
+    pub fn inject(&mut self, f: impl FnMut(u64) -> Inject + Send + 'static) {
+        self.inject = Some(Box::new(f));
+    }
+
+    /// Carry messages as datagrams on `sock` (connected to the peer's datagram socket).
+    pub fn with_datagrams(mut self, sock: UdpSocket) -> Self {
+        self.udp = Some(sock);
+        self
+    }
+
+    pub fn is_datagram(&self) -> bool {
+        self.udp.is_some()
     }
 
     /// Send through `sched`, shared with the process's other bindings.
@@ -139,6 +191,37 @@ impl Binding {
         let head =
             Header { kind: bs_wire::FrameKind::Msg, body_len: 0, a: o.seq, b: o.wire.len() as u64 }
                 .encode();
+        if let Some(sock) = &self.udp {
+            // One datagram: header and bytes in one buffer (std has no vectored send).
+            self.dgram.clear();
+            self.dgram.extend_from_slice(&head);
+            self.dgram.extend_from_slice(&o.wire);
+            let what = match &mut self.inject {
+                Some(f) => f(crate::session::split_seq(o.seq).1),
+                None => Inject::Send,
+            };
+            match what {
+                Inject::Send => {}
+                Inject::Drop => return Ok(()),
+                Inject::Hold => {
+                    self.held = Some(std::mem::take(&mut self.dgram));
+                    return Ok(());
+                }
+            }
+            let res = sock.send(&self.dgram);
+            if let Some(h) = self.held.take() {
+                let _ = sock.send(&h);
+            }
+            return match res {
+                Ok(_) => Ok(()),
+                // A full socket buffer or an absent receiver loses the datagram, as the
+                // network would; the receiver's report counts it.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+                Err(e) => Err(TransportError::from_io(e).into()),
+            };
+        }
         let conn = &mut self.conn;
         let res = match &self.sched {
             None => conn.write_parts(&head, &o.wire),
@@ -283,6 +366,10 @@ impl Binding {
                 self.events.extend(s.event);
                 Ok(Read::Nothing)
             }
+            Frame::Report { count, lost, reordered, duplicates } => {
+                self.peer_report = Some(Report { count, lost, reordered, duplicates });
+                Ok(Read::Nothing)
+            }
             Frame::Error { code, message } => Err(BindingError::Remote { code, message }),
             other => Err(BindingError::UnexpectedFrame(kind_name(&other))),
         }
@@ -307,6 +394,141 @@ impl Binding {
     }
 }
 
+/// Datagrams a late one may trail the newest by and still count as reordered, not lost.
+pub const DATAGRAM_WINDOW: u64 = 4096;
+
+impl Binding {
+    /// Datagram sender: say how many datagrams were sent and wait for the receiver's count
+    /// of what arrived (kept in this side's counters too).
+    pub fn finish_datagrams(&mut self) -> Result<Report> {
+        if let (Some(h), Some(sock)) = (self.held.take(), &self.udp) {
+            let _ = sock.send(&h);
+        }
+        let sent = self.session.counters().snapshot().wire_out_count;
+        let f = Frame::Report { count: sent, lost: 0, reordered: 0, duplicates: 0 };
+        self.conn.write_frame(&f).map_err(|e| self.peer_reason(e))?;
+        loop {
+            if let Some(r) = self.peer_report.take() {
+                let c = self.session.counters();
+                Counters::add(&c.lost, r.lost);
+                Counters::add(&c.reordered, r.reordered);
+                return Ok(r);
+            }
+            match self.read_one()? {
+                Read::Closed => return Err(TransportError::Closed.into()),
+                Read::Msg(_) | Read::Nothing => {}
+            }
+        }
+    }
+
+    /// Datagram receiver: take datagrams (and the connection's `RENEG` frames) until the
+    /// sender's closing report, handing each message to `each`; answer with this side's
+    /// count and return it.
+    pub fn receive_datagrams(&mut self, mut each: impl FnMut(Msg)) -> Result<Report> {
+        let sock = self.udp.take().ok_or(BindingError::UnexpectedFrame("MSG"))?;
+        let res = self.receive_on(&sock, &mut each);
+        self.udp = Some(sock);
+        res
+    }
+
+    fn receive_on(&mut self, sock: &UdpSocket, each: &mut impl FnMut(Msg)) -> Result<Report> {
+        use std::os::fd::AsRawFd;
+        sock.set_nonblocking(true).map_err(TransportError::from_io)?;
+        let mut buf = vec![0u8; 65536];
+        loop {
+            // Drain what the socket holds, then wait for either socket.
+            loop {
+                match sock.recv(&mut buf) {
+                    Ok(n) => self.on_datagram(&buf[..n], each)?,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+                    Err(e) => return Err(TransportError::from_io(e).into()),
+                }
+            }
+            if self.conn.readable(Duration::ZERO)? {
+                match self.read_one()? {
+                    Read::Closed => return Err(TransportError::Closed.into()),
+                    Read::Msg(_) => return Err(BindingError::UnexpectedFrame("MSG")),
+                    Read::Nothing => {}
+                }
+                if let Some(r) = self.peer_report.take() {
+                    // Datagrams sent before the report may still be in the socket.
+                    while let Ok(n) = sock.recv(&mut buf) {
+                        self.on_datagram(&buf[..n], each)?;
+                    }
+                    self.window.finish(r.count);
+                    let c = self.session.counters();
+                    let mine = Report {
+                        count: self.window.received,
+                        lost: self.window.lost,
+                        reordered: self.window.reordered,
+                        duplicates: self.window.duplicates,
+                    };
+                    c.lost.store(mine.lost, std::sync::atomic::Ordering::Relaxed);
+                    let f = Frame::Report {
+                        count: mine.count,
+                        lost: mine.lost,
+                        reordered: mine.reordered,
+                        duplicates: mine.duplicates,
+                    };
+                    self.conn.write_frame(&f)?;
+                    return Ok(mine);
+                }
+                continue;
+            }
+            let mut fds = [
+                libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: self.conn.raw_fd(), events: libc::POLLIN, revents: 0 },
+            ];
+            // SAFETY: two valid pollfds for the duration of the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(TransportError::from_io(e).into());
+                }
+            }
+        }
+    }
+
+    fn on_datagram(&mut self, d: &[u8], each: &mut impl FnMut(Msg)) -> Result<()> {
+        let Some(head) = d.first_chunk::<{ bs_wire::HEADER_LEN }>() else {
+            return Err(BindingError::UnexpectedFrame("runt datagram"));
+        };
+        let h = Header::parse(head).map_err(TransportError::from)?;
+        if h.kind != bs_wire::FrameKind::Msg || h.b != (d.len() - head.len()) as u64 {
+            return Err(BindingError::UnexpectedFrame("datagram that is not one whole MSG"));
+        }
+        let (_, seq) = crate::session::split_seq(h.a);
+        let arrival = self.window.on(seq)?;
+        let c = self.session.counters().clone();
+        c.lost.store(self.window.lost, std::sync::atomic::Ordering::Relaxed);
+        c.reordered.store(self.window.reordered, std::sync::atomic::Ordering::Relaxed);
+        if arrival == crate::udp::Arrival::Duplicate {
+            return Ok(());
+        }
+        for _ in 0..8 {
+            let mut w = self.session.wire_buffer(h.b)?;
+            w.payload_mut().copy_from_slice(&d[head.len()..]);
+            match self.session.decode_datagram(h.a, w)? {
+                Datagram::Decoded(Some(m)) => {
+                    each(m);
+                    return Ok(());
+                }
+                Datagram::Decoded(None) | Datagram::Stale => return Ok(()),
+                // Sent under a profile whose ACCEPT is still on its way: read it first.
+                Datagram::Ahead => {
+                    if let Read::Closed = self.read_one()? {
+                        return Err(TransportError::Closed.into());
+                    }
+                }
+            }
+        }
+        Err(BindingError::Renegotiation("datagram from a profile never accepted".into()))
+    }
+}
+
 enum Read {
     Msg(Msg),
     Closed,
@@ -322,5 +544,6 @@ fn kind_name(f: &Frame) -> &'static str {
         Frame::Error { .. } => "ERROR",
         Frame::Msg { .. } => "MSG",
         Frame::Reneg { .. } => "RENEG",
+        Frame::Report { .. } => "REPORT",
     }
 }

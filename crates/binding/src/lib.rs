@@ -25,7 +25,7 @@ pub mod transfer;
 pub mod udp;
 
 pub use counters::{Counters, Snapshot};
-pub use driver::Binding;
+pub use driver::{Binding, Inject, Renegotiated, Report};
 pub use error::{BindingError, LayerError, Refusal};
 pub use layers::{Layer, Stack};
 pub use msg::Msg;

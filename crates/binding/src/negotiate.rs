@@ -170,6 +170,24 @@ pub fn counter(proposal: &Profile, limits: &Limits) -> Result<Offer, Refusal> {
     }
     p.layers = layers;
 
+    if chosen == TransportKind::Udp {
+        // One message, one datagram: pieces of a message would be lost independently.
+        if p.layers.iter().any(|l| matches!(l, LayerSpec::Fragment(_))) {
+            lowered.push("fragment layer dropped: over udp one message is one datagram".into());
+            p.layers.retain(|l| !matches!(l, LayerSpec::Fragment(_)));
+        }
+        let headers: usize =
+            crate::layers::Stack::new(&p.layers, 0, Default::default()).wire_qos().max_message;
+        let fit = (crate::udp::MAX_DATAGRAM - bs_wire::HEADER_LEN - headers) as u32;
+        if p.max_message > fit {
+            lowered.push(format!(
+                "largest message {} → {fit} bytes: one udp datagram with its headers",
+                p.max_message
+            ));
+            p.max_message = fit;
+        }
+    }
+
     // Bulk-transfer parameters (what `Negotiate` took on its own before bindings).
     let (lo, hi) = limits.chunk_range;
     let chunk = if p.chunk_size == 0 { limits.default_chunk } else { p.chunk_size.clamp(lo, hi) };
@@ -366,6 +384,21 @@ mod tests {
         let o = counter(&rr, &limits()).unwrap();
         assert_eq!(o.profile.transports, vec![TransportKind::Tcp]);
         assert_eq!(o.profile.loss_ppm, 0, "tcp loses nothing");
+    }
+
+    #[test]
+    fn over_udp_a_message_fits_one_datagram() {
+        let p = Profile::builder()
+            .loss_ppm(100)
+            .transport(TransportKind::Udp)
+            .layer(LayerSpec::Checksum(SumAlgo::Xxh3))
+            .layer(LayerSpec::Fragment(1000))
+            .build()
+            .unwrap();
+        let o = counter(&p, &limits()).unwrap();
+        assert_eq!(o.profile.layers, vec![LayerSpec::Checksum(SumAlgo::Xxh3)]);
+        assert_eq!(o.profile.max_message as usize, crate::udp::MAX_DATAGRAM - 24 - 9);
+        assert_eq!(o.lowered.len(), 3, "rate, fragment, size: {:?}", o.lowered);
     }
 
     #[test]

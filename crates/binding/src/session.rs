@@ -86,11 +86,33 @@ enum Reneg {
     },
 }
 
-/// One wire message ready to go: its sequence number and bytes.
+/// One wire message ready to go: its `MSG` header's `a` (epoch and sequence number) and bytes.
 #[derive(Debug)]
 pub struct Outgoing {
     pub seq: u64,
     pub wire: Msg,
+}
+
+/// Bits of a `MSG` header's `a` that hold the sequence number; the epoch is above them.
+pub const SEQ_BITS: u32 = 48;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+const EPOCH_MASK: u64 = 0xffff;
+
+/// Split a `MSG` header's `a` into (epoch, sequence number).
+pub fn split_seq(a: u64) -> (u64, u64) {
+    (a >> SEQ_BITS, a & SEQ_MASK)
+}
+
+/// What became of a datagram.
+#[derive(Debug)]
+pub enum Datagram {
+    /// Decoded (a message, or `None` for a piece of one).
+    Decoded(Option<Msg>),
+    /// Encoded under a profile older than the one before the current: dropped (counted lost).
+    Stale,
+    /// Encoded under the next profile, whose `ACCEPT` has not been read yet: read the control
+    /// connection, then offer it again.
+    Ahead,
 }
 
 /// The protocol state of one binding.
@@ -102,8 +124,12 @@ pub struct Session {
     pools: SizedPools,
     tx: Stack,
     rx: Stack,
+    /// The receive stack before the last switch, for datagrams that were overtaken.
+    rx_prev: Option<Stack>,
     seq_out: u64,
     seq_in: u64,
+    epoch_out: u64,
+    epoch_in: u64,
     reneg: Reneg,
     next_id: u64,
     withdrawn: Option<u64>,
@@ -136,12 +162,15 @@ impl Session {
             role,
             tx: stack(&profile, &pools),
             rx: stack(&profile, &pools),
+            rx_prev: None,
             profile,
             limits,
             floor,
             pools,
             seq_out: 0,
             seq_in: 0,
+            epoch_out: 0,
+            epoch_in: 0,
             reneg: Reneg::Idle,
             next_id: if role == Role::Initiator { 1 } else { 2 },
             withdrawn: None,
@@ -199,7 +228,9 @@ impl Session {
         self.tx.encode(msg, &mut wire)?;
         for w in wire.drain(..) {
             Counters::add(&self.counters.wire_out, w.len() as u64);
-            out.push(Outgoing { seq: self.seq_out, wire: w });
+            Counters::add(&self.counters.wire_messages_out, 1);
+            let a = (self.epoch_out << SEQ_BITS) | (self.seq_out & SEQ_MASK);
+            out.push(Outgoing { seq: a, wire: w });
             self.seq_out += 1;
         }
         self.scratch = wire;
@@ -210,9 +241,16 @@ impl Session {
 
     /// Up the receive stack: the application message, once complete. On a reliable
     /// transport every sequence number must be the next one.
-    pub fn decode(&mut self, seq: u64, wire: Msg) -> Result<Option<Msg>, BindingError> {
-        if seq != self.seq_in {
+    pub fn decode(&mut self, a: u64, wire: Msg) -> Result<Option<Msg>, BindingError> {
+        let (epoch, seq) = split_seq(a);
+        if seq != self.seq_in & SEQ_MASK {
             return Err(BindingError::Sequence { expected: self.seq_in, got: seq });
+        }
+        if epoch != self.epoch_in {
+            return Err(BindingError::Renegotiation(format!(
+                "message {seq} encoded under profile epoch {epoch}, this side is at {}",
+                self.epoch_in
+            )));
         }
         self.seq_in += 1;
         Counters::add(&self.counters.wire_in, wire.len() as u64);
@@ -225,7 +263,32 @@ impl Session {
     }
 
     /// Decode a datagram whose sequence number was already accounted for (UDP: gaps are
-    /// losses, counted by the window, not errors).
+    /// losses, counted by the window, not errors), with the stack of the epoch it names.
+    pub fn decode_datagram(&mut self, a: u64, wire: Msg) -> Result<Datagram, BindingError> {
+        let (epoch, _) = split_seq(a);
+        let cur = self.epoch_in;
+        let stack = if epoch == cur {
+            &mut self.rx
+        } else if epoch == cur.wrapping_sub(1) & EPOCH_MASK {
+            match &mut self.rx_prev {
+                Some(s) => s,
+                None => return Ok(Datagram::Stale),
+            }
+        } else if epoch == (cur + 1) & EPOCH_MASK {
+            return Ok(Datagram::Ahead);
+        } else {
+            return Ok(Datagram::Stale);
+        };
+        Counters::add(&self.counters.wire_in, wire.len() as u64);
+        let out = stack.decode(wire)?;
+        if let Some(m) = &out {
+            Counters::add(&self.counters.bytes_in, m.len() as u64);
+            Counters::add(&self.counters.messages_in, 1);
+        }
+        Ok(Datagram::Decoded(out))
+    }
+
+    /// Decode without sequence checks (a datagram at the current epoch).
     pub fn decode_unordered(&mut self, wire: Msg) -> Result<Option<Msg>, BindingError> {
         Counters::add(&self.counters.wire_in, wire.len() as u64);
         let out = self.rx.decode(wire)?;
@@ -278,10 +341,13 @@ impl Session {
 
     fn switch_tx(&mut self, p: &Profile) {
         self.tx = stack(p, &self.pools);
+        self.epoch_out = (self.epoch_out + 1) & EPOCH_MASK;
     }
 
     fn switch_rx(&mut self, p: &Profile) {
-        self.rx = stack(p, &self.pools);
+        let old = std::mem::replace(&mut self.rx, stack(p, &self.pools));
+        self.rx_prev = Some(old);
+        self.epoch_in = (self.epoch_in + 1) & EPOCH_MASK;
     }
 
     fn applied(&mut self, p: Profile) -> Option<RenegEvent> {
@@ -564,6 +630,35 @@ mod tests {
         deliver(&mut a, applied);
         assert_eq!(a.max_message(), 2048);
         assert_eq!(b.max_message(), 2048);
+    }
+
+    #[test]
+    fn datagrams_name_their_epoch_and_late_ones_still_decode() {
+        let (mut a, mut b) = pair(base());
+        let mut old = Vec::new();
+        a.encode(a.message(b"old profile"), &mut old).unwrap();
+        let propose = a.propose(Profile { layers: vec![LayerSpec::Null], ..base() }).unwrap();
+        let (counter, _) = deliver(&mut b, vec![propose]);
+        let (accept, _) = deliver(&mut a, counter);
+        let mut new = Vec::new();
+        a.encode(a.message(b"new profile"), &mut new).unwrap();
+        let n = new.pop().unwrap();
+        // The new datagram overtakes the ACCEPT: b must read the control stream first.
+        assert!(matches!(b.decode_datagram(n.seq, n.wire).unwrap(), Datagram::Ahead));
+        deliver(&mut b, accept);
+        let mut again = Vec::new();
+        a.encode(a.message(b"new profile"), &mut again).unwrap();
+        let n = again.pop().unwrap();
+        let Datagram::Decoded(Some(m)) = b.decode_datagram(n.seq, n.wire).unwrap() else {
+            panic!()
+        };
+        assert_eq!(&m[..], b"new profile");
+        // The old one arrives late: decoded with the previous stack.
+        let o = old.pop().unwrap();
+        let Datagram::Decoded(Some(m)) = b.decode_datagram(o.seq, o.wire).unwrap() else {
+            panic!()
+        };
+        assert_eq!(&m[..], b"old profile");
     }
 
     #[test]

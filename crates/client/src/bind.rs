@@ -32,6 +32,9 @@ pub struct BindOffer {
     /// The data connection speaks TLS.
     pub tls: bool,
     pub binding_id: u64,
+    /// udp: where datagrams go, and the socket they leave from.
+    pub datagram_address: String,
+    pub datagram_socket: Option<Arc<std::net::UdpSocket>>,
 }
 
 /// An open binding and how it was agreed.
@@ -68,17 +71,38 @@ impl Client {
         label: &str,
     ) -> Result<BindOffer, ClientError> {
         proposal.validate()?;
+        // Should udp be chosen, the server takes datagrams from this socket's port only.
+        let udp = if proposal.transports.contains(&bs_binding::TransportKind::Udp) {
+            let any: std::net::SocketAddr =
+                if self.addr.trim_start_matches("http://").starts_with('[') {
+                    "[::]:0".parse().expect("literal")
+                } else {
+                    "0.0.0.0:0".parse().expect("literal")
+                };
+            Some(std::net::UdpSocket::bind(any).map_err(|e| ClientError::Connect {
+                addr: any.to_string(),
+                reason: format!("udp socket: {e}"),
+            })?)
+        } else {
+            None
+        };
+        let datagram_port = match &udp {
+            Some(s) => s.local_addr().map_err(bs_transport::TransportError::from)?.port().into(),
+            None => 0,
+        };
         let req = pb::BindRequest {
             proposal: Some(proposal.to_pb()),
             endpoint: endpoint as i32,
             host_id: bs_binding::host_id(),
             label: label.into(),
+            datagram_port,
         };
         let resp = self.call(|mut c| async move { c.bind(req).await })?;
         if !resp.refused.is_empty() {
             return Err(ClientError::Refused(format!("the server refused: {}", resp.refused)));
         }
         let profile = Profile::from_pb(&resp.offer.unwrap_or_default())?;
+        let is_udp = resp.transport == "udp";
         let token: [u8; TOKEN_LEN] =
             resp.token.as_slice().try_into().map_err(|_| {
                 ClientError::Protocol("server sent a token of the wrong size".into())
@@ -91,6 +115,8 @@ impl Client {
             token,
             tls: resp.tls,
             binding_id: resp.binding_id,
+            datagram_socket: udp.filter(|_| is_udp).map(Arc::new),
+            datagram_address: resp.datagram_address,
         })
     }
 
@@ -121,6 +147,14 @@ impl Client {
         let mut binding = Binding::new(conn, session, offer.binding_id);
         if let Some(s) = sched {
             binding = binding.with_scheduler(s);
+        }
+        if let Some(sock) = &offer.datagram_socket {
+            let sock = sock.try_clone().map_err(bs_transport::TransportError::from)?;
+            sock.connect(&offer.datagram_address).map_err(|e| ClientError::Connect {
+                addr: offer.datagram_address.clone(),
+                reason: format!("udp: {e}"),
+            })?;
+            binding = binding.with_datagrams(sock);
         }
         Ok(Bound {
             binding,

@@ -431,3 +431,82 @@ fn transfers_are_negotiated_as_bindings_and_listed_while_they_run() {
     p.finish(true).unwrap();
     wait_bindings(&c, 0);
 }
+
+/// Wait (bounded) until the server's only binding has received `n` messages.
+fn wait_received(c: &Client, n: u64) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = c.bindings().unwrap().first().map_or(0, |b| b.messages_in);
+        if got == n {
+            return;
+        }
+        assert!(got < n && Instant::now() < until, "server has {got} messages, expected {n}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn udp_bindings_count_injected_loss_and_reordering_on_both_sides() {
+    use bs_binding::Inject;
+    let (_s, c) = server();
+    let p = Profile::builder()
+        .loss_ppm(200_000)
+        .transport(TransportKind::Udp)
+        .transport(TransportKind::Tcp)
+        .layer(LayerSpec::Checksum(bs_binding::SumAlgo::Xxh3))
+        .max_message(1000)
+        .build()
+        .unwrap();
+    let bound = c.bind(BindEndpoint::Sink, &p, &Floor::default(), "udp", None).unwrap();
+    assert_eq!(bound.transport, "udp");
+    assert_eq!(wait_bindings(&c, 1)[0].transport, "udp");
+    let mut b = bound.binding;
+    // Lose every tenth datagram (seq 3, 13, …); send every 25th (7, 32, …) after the next.
+    b.inject(|seq| match (seq % 10, seq % 25) {
+        (3, _) => Inject::Drop,
+        (_, 7) => Inject::Hold,
+        _ => Inject::Send,
+    });
+    let mut delivered = 0;
+    for batch in 0..20u64 {
+        if batch == 10 {
+            // Renegotiate mid-stream: datagrams name the profile epoch they were encoded in.
+            let r = b
+                .renegotiate(Profile {
+                    layers: vec!["checksum:blake3".parse().unwrap()],
+                    ..b.profile().clone()
+                })
+                .unwrap();
+            assert!(matches!(r, Renegotiated::Applied(_)), "{r:?}");
+        }
+        for seq in batch * 25..(batch + 1) * 25 {
+            b.send(&[seq as u8; 1000]).unwrap();
+            if seq % 10 != 3 {
+                delivered += 1;
+            }
+        }
+        // Flow control for the test only: let the receiver keep up, so the only losses are
+        // the injected ones (a real lossy link is the chaos script's business).
+        wait_received(&c, delivered);
+    }
+    let r = b.finish_datagrams().unwrap();
+    assert_eq!((r.count, r.lost, r.reordered, r.duplicates), (450, 50, 20, 0));
+    let mine = b.counters().snapshot();
+    assert_eq!((mine.lost, mine.reordered, mine.wire_out_count), (50, 20, 500));
+    b.close();
+    wait_bindings(&c, 0);
+}
+
+#[test]
+fn udp_is_only_for_lossy_streams_into_the_sink() {
+    let (_s, c) = server();
+    let reliable = Profile::builder().transport(TransportKind::Udp).build().unwrap();
+    let e = c.bind(BindEndpoint::Sink, &reliable, &Floor::default(), "", None).unwrap_err();
+    assert!(matches!(&e, ClientError::Refused(m) if m.contains("tolerate loss")), "{e}");
+    let lossy = Profile { loss_ppm: 1000, ..reliable };
+    let e = c.bind(BindEndpoint::Echo, &lossy, &Floor::default(), "", None).unwrap_err();
+    assert!(matches!(&e, ClientError::Refused(_)), "{e}");
+    let falls_back = Profile { transports: vec![TransportKind::Udp, TransportKind::Tcp], ..lossy };
+    let b = c.bind(BindEndpoint::Source, &falls_back, &Floor::default(), "", None).unwrap();
+    assert_eq!(b.transport, "tcp");
+}

@@ -42,6 +42,8 @@ pub struct BindGrant {
     pub endpoint: Endpoint,
     pub profile: Profile,
     pub label: String,
+    /// A datagram binding's UDP socket, connected to the initiator's port.
+    pub udp: Option<Arc<std::net::UdpSocket>>,
 }
 
 struct Entry {
@@ -124,13 +126,29 @@ pub(crate) fn serve(
     conn: Conn,
     g: BindGrant,
 ) {
-    let transport = if conn.is_unix() { "unix" } else { "tcp" };
+    let transport = match (&g.udp, conn.is_unix()) {
+        (Some(_), _) => "udp",
+        (None, true) => "unix",
+        (None, false) => "tcp",
+    };
     let session = Session::new(Role::Responder, g.profile.clone(), limits, Floor::default());
     let _reg =
         table.register(g.id, g.label.clone(), g.endpoint, transport, session.counters().clone());
     let _ = conn.set_read_timeout(Some(IDLE));
     let mut b = Binding::new(conn, session, g.id).with_scheduler(sched.clone());
+    if let Some(sock) = g.udp.as_ref().and_then(|s| s.try_clone().ok()) {
+        b = b.with_datagrams(sock);
+    }
     let res = match g.endpoint {
+        Endpoint::Sink if b.is_datagram() => b.receive_datagrams(drop).map(|r| {
+            tracing::info!(
+                id = g.id,
+                received = r.count,
+                lost = r.lost,
+                reordered = r.reordered,
+                "datagram binding ended"
+            );
+        }),
         Endpoint::Echo => echo(&mut b),
         Endpoint::Sink => sink(&mut b),
         Endpoint::Source => source(&mut b),

@@ -60,6 +60,8 @@ pub struct ServerConfig {
     pub max_binding_rate: u64,
     /// A Unix domain socket for bindings from processes on this host (none: TCP only).
     pub unix_socket: Option<std::path::PathBuf>,
+    /// Offer UDP to bindings that stream into the sink and tolerate loss.
+    pub udp: bool,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +89,7 @@ impl Default for ServerConfig {
             schedule: bs_binding::Policy::Priority,
             max_binding_rate: 0,
             unix_socket: None,
+            udp: true,
         }
     }
 }
@@ -108,6 +111,9 @@ impl ServerConfig {
             transports.push(bs_binding::TransportKind::Unix);
         }
         transports.push(bs_binding::TransportKind::Tcp);
+        if self.udp {
+            transports.push(bs_binding::TransportKind::Udp);
+        }
         bs_binding::Limits {
             max_throughput_bps: self.max_binding_rate,
             transports,

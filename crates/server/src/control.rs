@@ -48,6 +48,35 @@ impl ControlService {
         }
     }
 
+    /// A UDP socket for one datagram binding, on the data plane's address, taking datagrams
+    /// from `peer` only; and the address to give the initiator.
+    fn datagram_socket(
+        &self,
+        local: Option<SocketAddr>,
+        peer: SocketAddr,
+    ) -> std::io::Result<(std::net::UdpSocket, String)> {
+        let mut ip = self.data_addr.ip();
+        if ip.is_unspecified()
+            && let Some(l) = local
+        {
+            ip = l.ip();
+        }
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(peer),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )?;
+        // A deep receive queue rides out bursts; what still overflows is counted as lost.
+        let _ = s.set_recv_buffer_size(8 << 20);
+        s.bind(&SocketAddr::new(ip, 0).into())?;
+        s.connect(&peer.into())?;
+        let sock: std::net::UdpSocket = s.into();
+        let addr = sock.local_addr()?;
+        let host = self.endpoint(local);
+        let host = host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h).to_string();
+        Ok((sock, format!("{host}:{}", addr.port())))
+    }
+
     /// The transfer's QoS: the `qos` profile if sent, else the legacy fields as one; then
     /// countered against this server's limits, as every binding is.
     fn transfer_offer(&self, r: &pb::NegotiateRequest) -> Result<bs_binding::Offer, Status> {
@@ -347,6 +376,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
                 },
                 profile: offer.profile.clone(),
                 label: r.name.clone(),
+                udp: None,
             },
         };
         let token = self.tokens.issue(grant);
@@ -373,6 +403,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
         req: Request<pb::BindRequest>,
     ) -> Result<Response<pb::BindResponse>, Status> {
         let local = req.local_addr();
+        let remote = req.remote_addr();
         let r = req.into_inner();
         let endpoint = match pb::BindEndpoint::try_from(r.endpoint) {
             Ok(pb::BindEndpoint::Echo) => Endpoint::Echo,
@@ -394,16 +425,20 @@ impl pb::blob_store_server::BlobStore for ControlService {
             proposal.flow = flow;
         }
         let same_host = !r.host_id.is_empty() && r.host_id == self.host_id;
-        let offer =
-            match bs_binding::negotiate::counter(&proposal, &self.cfg.binding_limits(same_host)) {
-                Ok(o) => o,
-                Err(refusal) => {
-                    return Ok(Response::new(pb::BindResponse {
-                        refused: refusal.to_string(),
-                        ..Default::default()
-                    }));
-                }
-            };
+        let mut limits = self.cfg.binding_limits(same_host);
+        if endpoint != Endpoint::Sink || r.datagram_port == 0 {
+            // Datagrams flow one way, into the sink, from a port the initiator named.
+            limits.transports.retain(|t| *t != TransportKind::Udp);
+        }
+        let offer = match bs_binding::negotiate::counter(&proposal, &limits) {
+            Ok(o) => o,
+            Err(refusal) => {
+                return Ok(Response::new(pb::BindResponse {
+                    refused: refusal.to_string(),
+                    ..Default::default()
+                }));
+            }
+        };
         lowered.extend(offer.lowered);
         let transport = offer.profile.transports[0];
         let address = match transport {
@@ -411,6 +446,15 @@ impl pb::blob_store_server::BlobStore for ControlService {
                 self.cfg.unix_socket.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
             }
             _ => self.endpoint(local),
+        };
+        let (udp, datagram_address) = if transport == TransportKind::Udp {
+            let peer = remote.ok_or_else(|| Status::internal("caller address unknown"))?;
+            let (sock, addr) = self
+                .datagram_socket(local, SocketAddr::new(peer.ip(), r.datagram_port as u16))
+                .map_err(|e| Status::unavailable(format!("cannot open a udp socket: {e}")))?;
+            (Some(Arc::new(sock)), addr)
+        } else {
+            (None, String::new())
         };
         let id = self.bindings.next_id();
         let label = if r.label.is_empty() { format!("binding-{id}") } else { r.label };
@@ -423,7 +467,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             chunk: 0,
             socket: SocketOptions::default(),
             blob_digest: None,
-            bind: BindGrant { id, endpoint, profile: offer.profile.clone(), label },
+            bind: BindGrant { id, endpoint, profile: offer.profile.clone(), label, udp },
         };
         let token = self.tokens.issue(grant);
         Ok(Response::new(pb::BindResponse {
@@ -436,6 +480,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             expires_in_ms: self.tokens.ttl().as_millis() as u64,
             tls: self.cfg.tls.is_some() && offer.profile.wants_encryption(),
             binding_id: id,
+            datagram_address,
         }))
     }
 

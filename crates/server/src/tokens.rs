@@ -109,6 +109,7 @@ mod tests {
                 endpoint: crate::bindings::Endpoint::Pull,
                 profile: bs_binding::Profile::default(),
                 label: "x".into(),
+                udp: None,
             },
         }
     }

@@ -150,6 +150,11 @@ impl Conn {
         }
     }
 
+    /// The descriptor underneath (to wait on it together with others).
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd()
+    }
+
     fn fd(&self) -> RawFd {
         match &self.stream {
             Io::Unix(s) => s.as_raw_fd(),

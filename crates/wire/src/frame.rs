@@ -22,8 +22,9 @@
 //! | 3    | SUM   | payload bytes in transfer | flags: bit 0 = FINAL       | algo id (u8) + digest        |
 //! | 4    | ACK   | bytes received / blob size| flags: bit 0 = COMMITTED   | algo id + whole-blob digest, or empty |
 //! | 5    | ERROR | error code (see [`ErrorCode`]) | 0                     | UTF-8 message                |
-//! | 6    | MSG   | message sequence number   | wire length; then `b` layered bytes follow | none           |
+//! | 6    | MSG   | epoch (16 bits) << 48 \| sequence number (48 bits) | wire length; then `b` layered bytes follow | none |
 //! | 7    | RENEG | renegotiation id          | step (see [`RenegStep`])   | encoded QoS profile, or reason |
+//! | 8    | REPORT| datagrams sent (sender) or received (receiver) | datagrams lost | reordered u64 + duplicates u64 |
 //!
 //! A **push** is `HELLO, DATA+payload…, SUM` from the client; the server answers the `HELLO`
 //! with an `ACK` without the COMMITTED flag (admitted: send) and the `SUM` with an `ACK` (the
@@ -38,7 +39,11 @@
 //! `PROPOSE` is answered by a `COUNTER` (or `REFUSE`), the proposer then sends `ACCEPT` (its
 //! messages after that frame use the new profile) or `REFUSE`, and the answerer confirms an
 //! `ACCEPT` with `APPLIED` (its messages after that frame use the new profile). Each direction
-//! therefore switches at a frame boundary that its sender marks.
+//! therefore switches at a frame boundary that its sender marks; the `MSG` epoch counts those
+//! switches, so a datagram (which may overtake the `RENEG` on another socket) still says
+//! which profile encoded it. A datagram binding sends each `MSG` as one UDP datagram and
+//! keeps its TCP connection for `RENEG` and the closing `REPORT`s: the sender's says how many
+//! datagrams it sent, the receiver's answer how many arrived, were lost, came late or twice.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -72,6 +77,7 @@ pub enum FrameKind {
     Error = 5,
     Msg = 6,
     Reneg = 7,
+    Report = 8,
 }
 
 /// The step a `RENEG` frame takes (its `b` field).
@@ -113,6 +119,7 @@ impl FrameKind {
             5 => Self::Error,
             6 => Self::Msg,
             7 => Self::Reneg,
+            8 => Self::Report,
             other => return Err(WireError::UnknownKind(other)),
         })
     }
@@ -127,6 +134,7 @@ impl FrameKind {
             Self::Error => "ERROR",
             Self::Msg => "MSG",
             Self::Reneg => "RENEG",
+            Self::Report => "REPORT",
         }
     }
 }
@@ -271,6 +279,13 @@ pub enum Frame {
         step: RenegStep,
         body: Bytes,
     },
+    /// Datagram accounting: `count` sent (from the sender) or received (from the receiver).
+    Report {
+        count: u64,
+        lost: u64,
+        reordered: u64,
+        duplicates: u64,
+    },
 }
 
 fn malformed(kind: FrameKind, reason: &str) -> WireError {
@@ -306,6 +321,16 @@ impl Frame {
                 message: String::from_utf8_lossy(body).into_owned(),
             },
             FrameKind::Msg => Frame::Msg { seq: h.a, len: h.b },
+            FrameKind::Report => {
+                let v: [u8; 16] =
+                    body.try_into().map_err(|_| malformed(h.kind, "body must be 16 bytes"))?;
+                Frame::Report {
+                    count: h.a,
+                    lost: h.b,
+                    reordered: u64::from_be_bytes(v[..8].try_into().expect("8")),
+                    duplicates: u64::from_be_bytes(v[8..].try_into().expect("8")),
+                }
+            }
             FrameKind::Reneg => Frame::Reneg {
                 id: h.a,
                 step: RenegStep::from_u64(h.b)
@@ -348,6 +373,11 @@ impl Frame {
                 (FrameKind::Error, *code as u64, 0, m)
             }
             Frame::Msg { seq, len } => (FrameKind::Msg, *seq, *len, Vec::new()),
+            Frame::Report { count, lost, reordered, duplicates } => {
+                let mut m = reordered.to_be_bytes().to_vec();
+                m.extend_from_slice(&duplicates.to_be_bytes());
+                (FrameKind::Report, *count, *lost, m)
+            }
             Frame::Reneg { id, step, body } => {
                 let mut m = body.to_vec();
                 m.truncate(MAX_BODY_LEN as usize);
@@ -392,6 +422,7 @@ mod tests {
         roundtrip(Frame::Ack { received: 5, committed: Some(DigestAlgo::Blake3.digest(b"x")) });
         roundtrip(Frame::Error { code: ErrorCode::TokenReused, message: "used".into() });
         roundtrip(Frame::Msg { seq: 9, len: 1 << 20 });
+        roundtrip(Frame::Report { count: 10, lost: 2, reordered: 1, duplicates: 3 });
         for step in [
             RenegStep::Propose,
             RenegStep::Counter,
