@@ -81,9 +81,86 @@ pub enum Command {
     /// names the corrupt ones (the server marks them, so readers are refused at once). Exits
     /// with status 1 if any blob is corrupt or unreadable.
     Scrub(ScrubArgs),
+    /// Open a binding to the server's echo, sink or source endpoint with a QoS profile,
+    /// print what was negotiated, run traffic over it with live counters, and optionally
+    /// renegotiate halfway.
+    Bind(BindArgs),
+    /// List the server's live bindings and transfers with their counters.
+    Bindings {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+fn parse_policy(s: &str) -> Result<bs_binding::Policy, String> {
+    s.parse()
+}
+
+fn parse_rate(s: &str) -> Result<u64, String> {
+    bs_binding::qos::parse_size(s).ok_or_else(|| format!("{s:?} is not a number of bytes"))
+}
+
+#[derive(Args)]
+pub struct BindArgs {
+    /// echo (request/reply), sink (send) or source (receive).
+    #[arg(default_value = "echo")]
+    pub endpoint: String,
+    /// A TOML file with the profile (fields of QosProfile; flags below override it).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Wanted throughput, bytes per second (k/m/g suffixes).
+    #[arg(long, value_parser = parse_rate)]
+    pub throughput: Option<u64>,
+    /// Latency bound in milliseconds (the scheduling deadline).
+    #[arg(long, value_name = "MS")]
+    pub latency_ms: Option<f64>,
+    /// Jitter bound in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub jitter_ms: Option<f64>,
+    /// Tolerated loss, parts per million (> 0 allows udp).
+    #[arg(long)]
+    pub loss_ppm: Option<u32>,
+    /// 0 (lowest) to 7.
+    #[arg(long)]
+    pub priority: Option<u8>,
+    /// Share under fair scheduling.
+    #[arg(long)]
+    pub weight: Option<u32>,
+    /// Protocol layer, top first, repeatable: null, checksum:xxh3|blake3,
+    /// compress:zstd[:level]|lz4, encrypt, fragment:<bytes>, pace:<bytes/s>.
+    #[arg(long = "layer", value_name = "LAYER")]
+    pub layers: Vec<String>,
+    /// Acceptable transport, preferred first, repeatable: tcp, udp, unix.
+    #[arg(long = "transport", value_name = "T")]
+    pub transports: Vec<String>,
+    /// Bytes per message.
+    #[arg(long, default_value = "64k", value_parser = parse_rate)]
+    pub size: u64,
+    /// Largest message to negotiate [default: --size].
+    #[arg(long, value_parser = parse_rate)]
+    pub max_message: Option<u64>,
+    /// Messages to send or receive.
+    #[arg(long, default_value_t = 1000)]
+    pub messages: u64,
+    /// Halfway, renegotiate to these layers (repeatable; "none" for no layers).
+    #[arg(long = "then-layer", value_name = "LAYER")]
+    pub then_layers: Vec<String>,
+    /// Halfway, renegotiate to this throughput.
+    #[arg(long, value_parser = parse_rate)]
+    pub then_throughput: Option<u64>,
+    /// Refuse an offer below this throughput (bytes per second).
+    #[arg(long, value_parser = parse_rate)]
+    pub min_throughput: Option<u64>,
+    /// Fill messages with compressible bytes instead of random ones.
+    #[arg(long)]
+    pub compressible: bool,
+    /// Print JSON (the negotiated profile and the final counters).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -171,6 +248,18 @@ pub struct ServeArgs {
     /// Seconds a SIGTERM or SIGINT waits for running transfers before the server exits.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub shutdown_grace: u64,
+    /// Unix domain socket for bindings and transfers from processes on this host.
+    #[arg(long, value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
+    /// Order in which bindings' messages leave: priority, deadline, fair or fifo.
+    #[arg(long, default_value = "priority", value_parser = parse_policy)]
+    pub schedule: bs_binding::Policy,
+    /// Most bytes per second one binding gets (k/m/g suffixes); 0: no limit.
+    #[arg(long, default_value = "0", value_parser = parse_rate, value_name = "BYTES_PER_SEC")]
+    pub max_binding_rate: u64,
+    /// Do not offer UDP to bindings.
+    #[arg(long)]
+    pub no_udp: bool,
     /// Certificate chain (PEM): serve TLS on both planes (with --tls-key).
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,

@@ -3,6 +3,7 @@
 //! `image-info`) and the benchmarks (`bench`).
 
 mod bench;
+mod bind;
 mod cli;
 mod commands;
 mod imaging;
@@ -45,5 +46,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         ImageInfo { file, json } => imaging::image_info(&file, json),
         Bench(b) => bench::run(b),
         Scrub(a) => scrub::run(g, a),
+        Bind(a) => bind::run(g, a),
+        Bindings { json } => bind::list(g, json),
     }
 }

@@ -69,6 +69,10 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
             every: Duration::from_secs(a.scrub_every * 3600),
             rate: a.scrub_rate.max(1) << 20,
         }),
+        unix_socket: a.unix_socket.clone(),
+        schedule: a.schedule,
+        max_binding_rate: a.max_binding_rate,
+        udp: !a.no_udp,
         ..ServerConfig::default()
     };
     if cfg.auth_token.is_none() && !cfg.control_addr.ip().is_loopback() {
@@ -105,6 +109,7 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
                 .await
                 .context("starting the HTTP server")?;
             let state = web.state().clone();
+            state.metrics.add_source(std::sync::Arc::new(server.bindings_metrics()));
             let seed = !a.no_samples;
             let seeded = tokio::task::spawn_blocking(move || {
                 let n = if seed { bs_web::seed_samples(&state)? } else { 0 };

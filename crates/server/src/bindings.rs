@@ -115,6 +115,49 @@ impl BindingTable {
     }
 }
 
+impl BindingTable {
+    /// The live bindings' counters as OpenMetrics families (for `/metrics`).
+    pub(crate) fn render_metrics(&self) -> String {
+        let st = self.status();
+        let mut out = String::new();
+        let families: [(&str, &str, &str, fn(&pb::BindingStatus) -> u64); 7] = [
+            ("bytes_in", "counter", "Application bytes received", |b| b.bytes_in),
+            ("bytes_out", "counter", "Application bytes sent", |b| b.bytes_out),
+            ("messages_in", "counter", "Messages received", |b| b.messages_in),
+            ("messages_out", "counter", "Messages sent", |b| b.messages_out),
+            ("lost", "counter", "Datagrams lost (udp)", |b| b.lost),
+            ("reordered", "counter", "Datagrams that arrived late (udp)", |b| b.reordered),
+            ("renegotiations", "counter", "Renegotiations applied", |b| b.renegotiations),
+        ];
+        for (name, kind, help, get) in families {
+            out.push_str(&format!(
+                "# HELP blobstream_binding_{name} {help}, per live binding.\n\
+                 # TYPE blobstream_binding_{name} {kind}\n"
+            ));
+            for b in &st {
+                out.push_str(&format!(
+                    "blobstream_binding_{name}_total{{id=\"{}\",label=\"{}\",endpoint=\"{}\",transport=\"{}\"}} {}\n",
+                    b.id,
+                    escape(&b.label),
+                    b.endpoint,
+                    b.transport,
+                    get(b)
+                ));
+            }
+        }
+        out.push_str(
+            "# HELP blobstream_bindings Live bindings (transfers included).\n\
+             # TYPE blobstream_bindings gauge\n",
+        );
+        out.push_str(&format!("blobstream_bindings {}\n", st.len()));
+        out
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
 /// How long an endpoint waits for the peer between messages before giving up on it.
 const IDLE: Duration = Duration::from_secs(300);
 
@@ -131,6 +174,13 @@ pub(crate) fn serve(
         (None, true) => "unix",
         (None, false) => "tcp",
     };
+    // Renegotiation keeps the transport the binding runs on.
+    let mut limits = limits;
+    for t in &g.profile.transports {
+        if !limits.transports.contains(t) {
+            limits.transports.push(*t);
+        }
+    }
     let session = Session::new(Role::Responder, g.profile.clone(), limits, Floor::default());
     let _reg =
         table.register(g.id, g.label.clone(), g.endpoint, transport, session.counters().clone());

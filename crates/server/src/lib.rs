@@ -127,6 +127,12 @@ impl Server {
         self.control_addr
     }
 
+    /// The live bindings' counters as OpenMetrics families, for a `/metrics` page.
+    pub fn bindings_metrics(&self) -> impl Fn() -> String + Send + Sync + 'static {
+        let table = self.data.bindings.clone();
+        move || table.render_metrics()
+    }
+
     /// Address of the data plane.
     pub fn data_addr(&self) -> SocketAddr {
         self.data_addr

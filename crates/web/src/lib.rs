@@ -17,7 +17,7 @@ mod follow;
 mod images;
 mod info;
 mod keys;
-mod metrics;
+pub mod metrics;
 pub mod openapi;
 mod range;
 pub mod samples;

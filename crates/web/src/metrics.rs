@@ -45,7 +45,13 @@ pub struct Metrics {
     bytes_in: Counter,
     filter_seconds: Hist<FilterLabels>,
     corrupt: Counter,
+    /// More metric families, rendered by other parts of the process (the data plane's
+    /// bindings), in the text exposition format.
+    sources: Mutex<Vec<MetricsSource>>,
 }
+
+/// Renders metric families (`# HELP`/`# TYPE` lines and samples, no `# EOF`).
+pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
 
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 18))
@@ -78,6 +84,7 @@ impl Default for Metrics {
             bytes_in,
             filter_seconds,
             corrupt,
+            sources: Mutex::new(Vec::new()),
         }
     }
 }
@@ -85,6 +92,11 @@ impl Default for Metrics {
 impl Metrics {
     pub fn uploaded(&self, bytes: u64) {
         self.bytes_in.inc_by(bytes);
+    }
+
+    /// Include `source`'s families in every rendering.
+    pub fn add_source(&self, source: MetricsSource) {
+        self.sources.lock().unwrap_or_else(|p| p.into_inner()).push(source);
     }
 
     pub fn filtered(&self, filter: &str, seconds: f64) {
@@ -102,6 +114,16 @@ impl Metrics {
             self.corrupt.inc_by(found - shown);
         }
         let _ = prometheus_client::encoding::text::encode(&mut out, &r);
+        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if !sources.is_empty() {
+            // The exposition ends with "# EOF": the other families go before it.
+            let end = out.rfind("# EOF").unwrap_or(out.len());
+            let mut extra = String::new();
+            for s in &sources {
+                extra.push_str(&s());
+            }
+            out.insert_str(end, &extra);
+        }
         out
     }
 }
