@@ -345,3 +345,74 @@ fn first_start_prints_the_url_and_has_samples_to_look_at() {
     let ls = ok(&s.run(&["ls", "samples/"]));
     assert!(!ls.contains("test-card.png"), "{ls}");
 }
+
+#[test]
+fn bind_shows_negotiation_and_renegotiation_and_refuses_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("bind.sock");
+    let sock_arg = sock.to_str().unwrap();
+    let s = Serve::start_with(
+        &dir.path().join("data"),
+        &["--no-samples", "--unix-socket", sock_arg, "--max-binding-rate", "50m"],
+        &[],
+    );
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        "throughput = \"100m\"\npriority = 5\nlayers = [\"checksum:xxh3\", \"compress:lz4\"]\n\
+         transports = [\"unix\", \"tcp\"]\n",
+    )
+    .unwrap();
+    let o = s.run(&[
+        "bind",
+        "echo",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--size",
+        "4k",
+        "--messages",
+        "200",
+        "--compressible",
+        "--then-layer",
+        "checksum:blake3",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    assert_eq!(v["transport"], "unix");
+    assert_eq!(v["messages_in"], 200);
+    assert_eq!(v["bytes_in"], 200 * 4096);
+    assert_eq!(v["layers"], serde_json::json!(["checksum:blake3"]), "{v}");
+    assert!(v["renegotiated"].as_str().unwrap().starts_with("applied"), "{v}");
+    let lowered = v["lowered"].as_array().unwrap();
+    assert!(lowered.iter().any(|l| l.as_str().unwrap().contains("52428800")), "{v}");
+    // Over the first half the lz4 layer shrank the compressible messages on the wire.
+    assert!(v["wire_out"].as_u64().unwrap() < 200 * 4096, "{v}");
+
+    fails_with(&s.run(&["bind", "echo", "--layer", "rot13"]), "unknown layer \"rot13\"");
+    fails_with(&s.run(&["bind", "echo", "--layer", "encrypt"]), "no TLS certificate");
+    fails_with(
+        &s.run(&["bind", "echo", "--throughput", "100m", "--min-throughput", "60m"]),
+        "this side refused the offer",
+    );
+    let o = s.run(&[
+        "bind",
+        "sink",
+        "--transport",
+        "udp",
+        "--loss-ppm",
+        "1000",
+        "--messages",
+        "100",
+        "--size",
+        "1k",
+        "--layer",
+        "pace:10m",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    assert_eq!(v["transport"], "udp");
+    assert_eq!(v["messages_out"], 100);
+    assert!(v["lost"].is_u64(), "{v}");
+    let o = s.run(&["bindings", "--json"]);
+    assert_eq!(ok(&o).trim(), "[]", "every binding ended with its command");
+}

@@ -120,7 +120,8 @@ impl BindingTable {
     pub(crate) fn render_metrics(&self) -> String {
         let st = self.status();
         let mut out = String::new();
-        let families: [(&str, &str, &str, fn(&pb::BindingStatus) -> u64); 7] = [
+        type Family = (&'static str, &'static str, &'static str, fn(&pb::BindingStatus) -> u64);
+        let families: [Family; 7] = [
             ("bytes_in", "counter", "Application bytes received", |b| b.bytes_in),
             ("bytes_out", "counter", "Application bytes sent", |b| b.bytes_out),
             ("messages_in", "counter", "Messages received", |b| b.messages_in),
