@@ -167,6 +167,13 @@ impl Binding {
         self.send_msg(m)
     }
 
+    /// Send `body` as one message without copying it: layers that only add headers leave it
+    /// where it is, and headers and body leave in one vectored write.
+    pub fn send_bytes(&mut self, body: bytes::Bytes) -> Result<()> {
+        let m = self.session.shared(body);
+        self.send_msg(m)
+    }
+
     /// Send one message.
     pub fn send_msg(&mut self, msg: Msg) -> Result<()> {
         let mut out = std::mem::take(&mut self.out);
@@ -195,7 +202,9 @@ impl Binding {
             // One datagram: header and bytes in one buffer (std has no vectored send).
             self.dgram.clear();
             self.dgram.extend_from_slice(&head);
-            self.dgram.extend_from_slice(&o.wire);
+            let (h, b) = o.wire.parts();
+            self.dgram.extend_from_slice(h);
+            self.dgram.extend_from_slice(b);
             let what = match &mut self.inject {
                 Some(f) => f(crate::session::split_seq(o.seq).1),
                 None => Inject::Send,
@@ -224,7 +233,10 @@ impl Binding {
         }
         let conn = &mut self.conn;
         let res = match &self.sched {
-            None => conn.write_parts(&head, &o.wire),
+            None => {
+                let (h, b) = o.wire.parts();
+                conn.write_slices(&[&head, h, b])
+            }
             Some(s) => {
                 let p = self.session.profile();
                 let ticket = Ticket {
@@ -238,7 +250,8 @@ impl Binding {
                 Counters::add(&c.queued, 1);
                 s.send(ticket, || {
                     c.queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                    conn.write_parts(&head, &o.wire)
+                    let (h, b) = o.wire.parts();
+                    conn.write_slices(&[&head, h, b])
                 })
             }
         };

@@ -6,16 +6,26 @@
 //!   buf: [ headroom ........ | hdr_n … hdr_1 | payload ............ | spare ]
 //!                            ^start                                 ^end
 //! ```
+//!
+//! A message can also carry a *shared* body (reference-counted `Bytes`, e.g. a mapped file or
+//! the application's buffer): then `buf` holds only the headers, layers that merely add a
+//! header (checksum, null, a single fragment) never touch the body, and the driver writes
+//! headers and body in one vectored write — no copy of the payload at all. A layer that must
+//! rewrite the bytes (compression, splitting into fragments) first makes the message
+//! contiguous ([`Msg::make_contiguous`]).
 
 use std::time::Instant;
 
 use bs_wire::{PooledBuf, SizedPools};
+use bytes::Bytes;
 
 /// One message on its way down (being encoded) or up (being decoded) a layer stack.
 pub struct Msg {
     buf: PooledBuf,
     start: usize,
     end: usize,
+    /// The payload, when it lives outside `buf` (then `buf[start..end]` holds only headers).
+    body: Option<Bytes>,
     /// Set by a pacing layer: do not send before this instant.
     pub not_before: Option<Instant>,
 }
@@ -30,7 +40,34 @@ impl Msg {
     /// A message of `len` bytes (contents unspecified) with `headroom` bytes in front.
     pub fn alloc(pools: &SizedPools, headroom: usize, len: usize) -> Self {
         let buf = pools.get(headroom + len);
-        Self { buf, start: headroom, end: headroom + len, not_before: None }
+        Self { buf, start: headroom, end: headroom + len, body: None, not_before: None }
+    }
+
+    /// A message whose payload is `body`, shared rather than copied, with room for
+    /// `headroom` bytes of headers.
+    pub fn shared(pools: &SizedPools, headroom: usize, body: Bytes) -> Self {
+        let buf = pools.get(headroom.max(1));
+        Self { buf, start: headroom, end: headroom, body: Some(body), not_before: None }
+    }
+
+    /// Headers pushed so far and the body behind them: the wire bytes, in order.
+    pub fn parts(&self) -> (&[u8], &[u8]) {
+        match &self.body {
+            Some(b) => (&self.buf[self.start..self.end], b),
+            None => (&self.buf[self.start..self.end], &[]),
+        }
+    }
+
+    /// Copy a shared body (and the headers in front of it) into one owned buffer, keeping the
+    /// headroom left. Owned messages are left as they are.
+    pub fn make_contiguous(&mut self, pools: &SizedPools) {
+        let Some(body) = self.body.take() else { return };
+        let head = self.end - self.start;
+        let mut m = Self::alloc(pools, self.start, head + body.len());
+        m.payload_mut()[..head].copy_from_slice(&self.buf[self.start..self.end]);
+        m.payload_mut()[head..].copy_from_slice(&body);
+        m.not_before = self.not_before;
+        *self = m;
     }
 
     /// A message holding a copy of `data`, with `headroom` bytes in front.
@@ -40,20 +77,31 @@ impl Msg {
         m
     }
 
+    /// The payload (everything after the headroom). A shared body with headers in front of
+    /// it is not contiguous: call [`Msg::make_contiguous`] first (layers that read the whole
+    /// message use [`Msg::parts`] instead).
     pub fn payload(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
+        match &self.body {
+            None => &self.buf[self.start..self.end],
+            Some(b) => {
+                assert_eq!(self.start, self.end, "payload() of a shared body with headers in front");
+                b
+            }
+        }
     }
 
+    /// The payload, writable (owned messages only).
     pub fn payload_mut(&mut self) -> &mut [u8] {
+        assert!(self.body.is_none(), "a shared body is read-only");
         &mut self.buf[self.start..self.end]
     }
 
     pub fn len(&self) -> usize {
-        self.end - self.start
+        self.end - self.start + self.body.as_ref().map_or(0, |b| b.len())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.start == self.end
+        self.len() == 0
     }
 
     /// Free bytes in front of the payload.
@@ -66,9 +114,11 @@ impl Msg {
     pub fn push(&mut self, pools: &SizedPools, header: &[u8]) {
         if header.len() > self.start {
             let room = header.len() + 64;
-            let mut bigger = Self::alloc(pools, room, self.len());
-            bigger.payload_mut().copy_from_slice(self.payload());
+            let own = self.end - self.start;
+            let mut bigger = Self::alloc(pools, room, own);
+            bigger.payload_mut().copy_from_slice(&self.buf[self.start..self.end]);
             bigger.not_before = self.not_before;
+            bigger.body = self.body.take();
             *self = bigger;
         }
         self.start -= header.len();
@@ -77,6 +127,7 @@ impl Msg {
 
     /// Take `n` header bytes off the front; `None` if the message is shorter than that.
     pub fn pop(&mut self, n: usize) -> Option<&[u8]> {
+        assert!(self.body.is_none(), "received messages are owned");
         if self.len() < n {
             return None;
         }
@@ -86,6 +137,7 @@ impl Msg {
 
     /// Keep only the first `len` payload bytes.
     pub fn truncate(&mut self, len: usize) {
+        assert!(self.body.is_none(), "a shared body is read-only");
         self.end = self.start + len.min(self.len());
     }
 }
@@ -114,6 +166,22 @@ mod tests {
         assert_eq!(m.payload(), b"payload");
         assert_eq!(m.payload().as_ptr(), at, "same bytes, never copied");
         assert!(m.pop(8).is_none());
+    }
+
+    #[test]
+    fn a_shared_body_is_never_copied_by_header_pushes() {
+        let pools = SizedPools::new(4);
+        let body = Bytes::from(vec![7u8; 1000]);
+        let mut m = Msg::shared(&pools, 8, body.clone());
+        m.push(&pools, b"hh");
+        m.push(&pools, b"too long for the headroom");
+        let (h, b) = m.parts();
+        assert_eq!(h, b"too long for the headroomhh");
+        assert_eq!(b.as_ptr(), body.as_ptr(), "the body stays where it was");
+        assert_eq!(m.len(), 27 + 1000);
+        m.make_contiguous(&pools);
+        assert_eq!(&m.payload()[..27], b"too long for the headroomhh");
+        assert_eq!(&m.payload()[27..], &body[..]);
     }
 
     #[test]

@@ -201,6 +201,11 @@ impl Session {
         self.tx.message(data)
     }
 
+    /// An application message whose payload is `body`, shared rather than copied.
+    pub fn shared(&self, body: bytes::Bytes) -> Msg {
+        self.tx.shared(body)
+    }
+
     /// An empty application message of `len` bytes, to be filled in place.
     pub fn alloc(&self, len: usize) -> Msg {
         self.tx.alloc(len)

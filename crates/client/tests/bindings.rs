@@ -83,7 +83,11 @@ fn every_layer_alone_and_stacked_carries_every_size() {
         let mut b = echo(&c, &layers(names)).binding;
         for (n, comp) in [(0, false), (1, false), (100, true), (70_000, false), (1 << 20, true)] {
             let data = payload(n, comp);
+            // Copied into a pooled message, and shared without a copy.
             let back = b.request(&data).unwrap();
+            assert_eq!(&back[..], &data[..], "{names:?} {n}");
+            b.send_bytes(bytes::Bytes::from(data.clone())).unwrap();
+            let back = b.recv().unwrap().unwrap();
             assert_eq!(&back[..], &data[..], "{names:?} {n}");
         }
         b.close();

@@ -216,7 +216,12 @@ impl Conn {
 
     /// Write a frame header (or any head) and the bytes it announces in one vectored write.
     pub fn write_parts(&mut self, head: &[u8], body: &[u8]) -> Result<()> {
-        let mut bufs = [io::IoSlice::new(head), io::IoSlice::new(body)];
+        self.write_slices(&[head, body])
+    }
+
+    /// Write `parts` back to back in vectored writes (no copy into one buffer).
+    pub fn write_slices(&mut self, parts: &[&[u8]]) -> Result<()> {
+        let mut bufs: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
         write_all_vectored(&mut self.stream, &mut bufs).map_err(TransportError::from_io)
     }
 

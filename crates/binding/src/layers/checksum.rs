@@ -25,9 +25,27 @@ impl Checksum {
     }
 
     fn digest(&self, data: &[u8], out: &mut [u8]) {
+        self.digest_parts(data, &[], out)
+    }
+
+    /// The digest of `a` followed by `b` (headers in front of a shared body).
+    fn digest_parts(&self, a: &[u8], b: &[u8], out: &mut [u8]) {
         match self.algo {
-            SumAlgo::Xxh3 => out.copy_from_slice(&xxhash_rust::xxh3::xxh3_64(data).to_be_bytes()),
-            SumAlgo::Blake3 => out.copy_from_slice(blake3::hash(data).as_bytes()),
+            SumAlgo::Xxh3 if b.is_empty() => {
+                out.copy_from_slice(&xxhash_rust::xxh3::xxh3_64(a).to_be_bytes())
+            }
+            SumAlgo::Xxh3 => {
+                let mut h = xxhash_rust::xxh3::Xxh3::new();
+                h.update(a);
+                h.update(b);
+                out.copy_from_slice(&h.digest().to_be_bytes())
+            }
+            SumAlgo::Blake3 => {
+                let mut h = blake3::Hasher::new();
+                h.update(a);
+                h.update(b);
+                out.copy_from_slice(h.finalize().as_bytes())
+            }
         }
     }
 }
@@ -68,7 +86,8 @@ impl Layer for Checksum {
         let n = self.header_len();
         let mut head = self.head;
         head[0] = id(self.algo);
-        self.digest(msg.payload(), &mut head[1..n]);
+        let (a, b) = msg.parts();
+        self.digest_parts(a, b, &mut head[1..n]);
         msg.push(&self.pools, &head[..n]);
         out.push(msg);
         Ok(())

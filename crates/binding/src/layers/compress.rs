@@ -80,6 +80,9 @@ impl Layer for Compress {
 
     fn encode(&mut self, mut msg: Msg, out: &mut Vec<Msg>) -> Result<(), LayerError> {
         let len = msg.len();
+        if len >= MIN_LEN {
+            msg.make_contiguous(&self.pools);
+        }
         let method = match self.codec {
             Codec::Zstd(_) => ZSTD,
             Codec::Lz4 => LZ4,

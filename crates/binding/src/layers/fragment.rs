@@ -61,6 +61,7 @@ impl Layer for Fragment {
             out.push(msg);
             return Ok(());
         }
+        msg.make_contiguous(&self.pools);
         let pieces = msg.payload().chunks(self.size);
         let n = pieces.len();
         for (i, piece) in pieces.enumerate() {

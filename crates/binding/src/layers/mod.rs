@@ -153,6 +153,11 @@ impl Stack {
         Msg::alloc(&self.pools, self.headroom, len)
     }
 
+    /// An application message whose payload is `body`, shared (not copied).
+    pub fn shared(&self, body: bytes::Bytes) -> Msg {
+        Msg::shared(&self.pools, self.headroom, body)
+    }
+
     /// An application message holding a copy of `data`.
     pub fn message(&self, data: &[u8]) -> Msg {
         Msg::copy_of(&self.pools, self.headroom, data)
@@ -224,14 +229,22 @@ mod tests {
         let mut tx = Stack::new(specs, 1 << 20, pools.clone());
         let mut rx = Stack::new(specs, 1 << 20, pools);
         let mut wire = Vec::new();
-        tx.encode(tx.message(data), &mut wire).unwrap();
+        // Half the time the payload is shared rather than copied in.
+        let msg = if data.len() % 2 == 0 {
+            tx.shared(bytes::Bytes::copy_from_slice(data))
+        } else {
+            tx.message(data)
+        };
+        tx.encode(msg, &mut wire).unwrap();
         let mut got = None;
         let n = wire.len();
         for (i, w) in wire.into_iter().enumerate() {
             assert!(w.len() <= tx.wire_qos().max_message, "wire message over the cap");
             // Through a byte copy, as a socket would carry it.
             let mut m = rx.wire_buffer(w.len());
-            m.payload_mut().copy_from_slice(&w);
+            let (h, b) = w.parts();
+            m.payload_mut()[..h.len()].copy_from_slice(h);
+            m.payload_mut()[h.len()..].copy_from_slice(b);
             let out = rx.decode(m).unwrap();
             assert_eq!(out.is_some(), i + 1 == n, "a message completes on its last piece");
             got = out.map(|m| m.to_vec());
