@@ -14,6 +14,8 @@ pub enum BenchError {
     Server(#[from] bs_server::ServerError),
     #[error("blobstream store: {0}")]
     Store(#[from] bs_store::StoreError),
+    #[error("binding: {0}")]
+    Binding(#[from] bs_binding::BindingError),
     #[error("gRPC baseline: {0}")]
     Grpc(String),
     #[error("iperf3: {0}")]

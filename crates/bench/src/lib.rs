@@ -7,6 +7,7 @@
 //! section per benchmark.
 
 mod benchmarks_md;
+pub mod bindings;
 mod error;
 pub mod filters;
 pub mod http;
@@ -20,6 +21,7 @@ mod report;
 mod transfer;
 
 pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
+pub use bindings::{BindingsReport, run_bindings};
 pub use error::BenchError;
 pub use filters::{FilterReport, run_filters};
 pub use http::{HttpPlan, HttpReport, run_http};

@@ -247,6 +247,11 @@ impl Binding {
                     weight: p.weight.max(1),
                 };
                 let c = self.session.counters().clone();
+                // Wait for room in the socket before queueing for the slot, so a slot is
+                // held for a write that can go, not for a peer that is slow to read.
+                if s.contended() {
+                    while !conn.writable(Duration::from_secs(1))? {}
+                }
                 Counters::add(&c.queued, 1);
                 s.send(ticket, || {
                     c.queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);

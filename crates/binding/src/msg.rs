@@ -84,7 +84,10 @@ impl Msg {
         match &self.body {
             None => &self.buf[self.start..self.end],
             Some(b) => {
-                assert_eq!(self.start, self.end, "payload() of a shared body with headers in front");
+                assert_eq!(
+                    self.start, self.end,
+                    "payload() of a shared body with headers in front"
+                );
                 b
             }
         }

@@ -23,6 +23,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Transfer(a) => (a, "transfer"),
         BenchCommand::Filters(a) => (a, "filters"),
         BenchCommand::Http(a) => (a, "http"),
+        BenchCommand::Bindings(a) => (a, "bindings"),
     };
     let opts = BenchOptions { quick: a.quick, progress: progress(a) };
     let outcome = match &cmd {
@@ -51,6 +52,15 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 table: r.print_table(),
                 markdown: r.to_markdown(),
                 worth_writing: r.downloads_measured(),
+            }
+        }
+        BenchCommand::Bindings(_) => {
+            let r = bs_bench::run_bindings(&opts).context("bindings benchmark")?;
+            Outcome {
+                json: r.to_json(),
+                table: r.print_table(),
+                markdown: r.to_markdown(),
+                worth_writing: true,
             }
         }
     };

@@ -363,6 +363,10 @@ pub enum BenchCommand {
     /// Download 1, 32 and 256 MB blobs over HTTP against nginx (loaded by wrk); time to first
     /// image in the browser.
     Http(BenchArgs),
+    /// Bindings: round trips against raw TCP and tonic, bulk against raw TCP and iperf3 with
+    /// 0–8 null layers, the buffer pool against malloc, priority latency under load per
+    /// scheduling policy, compression on a paced link.
+    Bindings(BenchArgs),
 }
 
 #[derive(Args)]

@@ -205,6 +205,17 @@ impl FrontDoor {
             }
         };
         let shared = self.shared.clone();
+        if grant.direction == crate::tokens::Direction::Bind {
+            // A binding gets a thread of its own (not one from the blocking pool): its
+            // scheduling priority follows the binding's QoS priority and must not outlive it.
+            let spawned = std::thread::Builder::new()
+                .name(format!("binding-{}", grant.bind.id))
+                .spawn(move || data::transfer(&shared, conn, grant, slot));
+            if let Err(e) = spawned {
+                tracing::warn!(%peer, error = %e, "cannot start a binding thread");
+            }
+            return;
+        }
         tokio::task::spawn_blocking(move || data::transfer(&shared, conn, grant, slot));
     }
 }

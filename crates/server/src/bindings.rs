@@ -186,6 +186,8 @@ pub(crate) fn serve(
     let _reg =
         table.register(g.id, g.label.clone(), g.endpoint, transport, session.counters().clone());
     let _ = conn.set_read_timeout(Some(IDLE));
+    // This thread serves this binding alone: let the OS favour high-priority bindings.
+    bs_binding::sched::lower_thread_priority(g.profile.priority);
     let mut b = Binding::new(conn, session, g.id).with_scheduler(sched.clone());
     if let Some(sock) = g.udp.as_ref().and_then(|s| s.try_clone().ok()) {
         b = b.with_datagrams(sock);
@@ -216,9 +218,9 @@ pub(crate) fn serve(
 
 fn echo(b: &mut Binding) -> Result<(), BindingError> {
     while let Some(m) = b.recv()? {
-        // The reply goes down this side's stack: the received buffer has no headroom left
-        // for its headers, so it is copied once into one that does.
-        b.send(&m)?;
+        // The received buffer goes back down this side's stack as it is: with no layers it
+        // leaves uncopied; layers that push headers move it once to a buffer with headroom.
+        b.send_msg(m)?;
     }
     Ok(())
 }

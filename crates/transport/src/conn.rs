@@ -214,6 +214,22 @@ impl Conn {
         Ok(n > 0)
     }
 
+    /// Wait (up to `wait`) until the socket can take more bytes; returns whether it can.
+    pub fn writable(&self, wait: Duration) -> Result<bool> {
+        let mut pfd = libc::pollfd { fd: self.fd(), events: libc::POLLOUT, revents: 0 };
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(TransportError::from_io(e));
+        }
+        Ok(n > 0)
+    }
+
     /// Write a frame header (or any head) and the bytes it announces in one vectored write.
     pub fn write_parts(&mut self, head: &[u8], body: &[u8]) -> Result<()> {
         self.write_slices(&[head, body])
@@ -221,6 +237,11 @@ impl Conn {
 
     /// Write `parts` back to back in vectored writes (no copy into one buffer).
     pub fn write_slices(&mut self, parts: &[&[u8]]) -> Result<()> {
+        if let [a, b, c] = parts {
+            let mut bufs = [io::IoSlice::new(a), io::IoSlice::new(b), io::IoSlice::new(c)];
+            return write_all_vectored(&mut self.stream, &mut bufs)
+                .map_err(TransportError::from_io);
+        }
         let mut bufs: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
         write_all_vectored(&mut self.stream, &mut bufs).map_err(TransportError::from_io)
     }
@@ -245,7 +266,7 @@ impl Conn {
         let mut got = 0;
         while got < HEADER_LEN {
             self.arm(deadline)?;
-            match self.read_raw(&mut head[got..]) {
+            match self.read_ahead(&mut head[got..]) {
                 Ok(0) if got == 0 => return Err(TransportError::Closed),
                 Ok(0) => return Err(TransportError::Truncated { expected: 24, got: got as u64 }),
                 Ok(n) => got += n,
@@ -293,9 +314,34 @@ impl Conn {
         buf[..n].copy_from_slice(&left[..n]);
         self.unread_at += n;
         if self.unread_at == self.unread.len() {
-            (self.unread, self.unread_at) = (Vec::new(), 0);
+            self.unread.clear();
+            self.unread_at = 0;
         }
         Ok(n)
+    }
+
+    /// Like [`Conn::read_raw`] for a frame header, but one `read` takes up to
+    /// [`READ_AHEAD`] bytes, keeping what follows the header for the next reads: a small
+    /// message (header and payload) then costs one system call instead of two, and a large
+    /// payload at most one small extra copy.
+    fn read_ahead(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.unread_at < self.unread.len() {
+            return self.read_raw(buf);
+        }
+        self.unread.resize(READ_AHEAD, 0);
+        let n = match self.stream.read(&mut self.unread) {
+            Ok(n) => n,
+            Err(e) => {
+                self.unread.clear();
+                return Err(e);
+            }
+        };
+        self.unread.truncate(n);
+        self.unread_at = 0;
+        if n == 0 {
+            return Ok(0);
+        }
+        self.read_raw(buf)
     }
 
     /// Read a frame and turn a peer's `ERROR` frame into [`TransportError::Remote`].
@@ -461,6 +507,9 @@ impl Conn {
         };
     }
 }
+
+/// Most bytes one frame-header read takes from the socket (see [`Conn::read_ahead`]).
+const READ_AHEAD: usize = 8192;
 
 /// Bytes hashed per `write` on the send path: small enough to stay in L2 cache.
 const SEND_PIECE: usize = 256 * 1024;

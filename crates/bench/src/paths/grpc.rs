@@ -63,6 +63,10 @@ impl GrpcBaseline for Baseline {
         Ok(Response::new(PushAck { received }))
     }
 
+    async fn echo(&self, request: Request<Chunk>) -> Result<Response<Chunk>, Status> {
+        Ok(Response::new(request.into_inner()))
+    }
+
     type PullStream = Pin<Box<dyn Stream<Item = Result<Chunk, Status>> + Send>>;
 
     async fn pull(
@@ -163,6 +167,38 @@ impl GrpcRunner {
                 }),
         );
         Ok(GrpcServer { addr, pushed, shutdown: Some(shutdown), task: Some(task) })
+    }
+}
+
+impl GrpcRunner {
+    /// Time `n` unary `Echo` calls of `size` bytes on one channel (after 10 untimed ones).
+    pub fn echo_round_trips(&mut self, size: usize, n: usize) -> Result<Duration, BenchError> {
+        let addr = self.server(0)?.addr;
+        self.client_rt.block_on(async move {
+            let channel = Endpoint::from_shared(format!("http://{addr}"))
+                .map_err(BenchError::grpc)?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .map_err(BenchError::grpc)?;
+            let mut client = GrpcBaselineClient::new(channel);
+            let data = vec![7u8; size];
+            let mut t = Instant::now();
+            for i in 0..n + 10 {
+                if i == 10 {
+                    t = Instant::now();
+                }
+                let back = client
+                    .echo(Chunk { data: data.clone() })
+                    .await
+                    .map_err(BenchError::grpc)?
+                    .into_inner();
+                if back.data.len() != size {
+                    return Err(BenchError::Grpc("echo returned a different size".into()));
+                }
+            }
+            Ok(t.elapsed())
+        })
     }
 }
 
