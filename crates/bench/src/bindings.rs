@@ -351,8 +351,10 @@ fn bulk(
             run + 1
         ));
         tcp.push(raw_bulk(raw, &chunk, plan.bulk)?);
-        for (i, b) in bindings.iter_mut().enumerate() {
-            ours[i].push(binding_bulk(b, &chunk, plan.bulk)?);
+        // A different stack goes first each run, so no stack always runs on a cold path.
+        for k in 0..bindings.len() {
+            let i = (k + run) % bindings.len();
+            ours[i].push(binding_bulk(&mut bindings[i], &chunk, plan.bulk)?);
         }
     }
     for b in bindings {
@@ -376,16 +378,56 @@ fn bulk(
         let per_layer = (1.0 - r / base) / *n as f64;
         rows.push(Row {
             group: "bulk",
-            what: format!("{n} null layer{} (cost per layer)", if *n == 1 { "" } else { "s" }),
+            what: format!(
+                "{n} null layer{} (throughput; run-to-run noise here is several %)",
+                if *n == 1 { "" } else { "s" }
+            ),
             ours: r,
             baseline: base,
             baseline_name: "the same binding, no layers".into(),
             unit: "Gbit/s",
             ratio: per_layer * 100.0,
             ratio_means: "% throughput lost per layer",
-            target: Some((0.5, false)),
+            target: None,
         });
     }
+    // What a layer costs in CPU, measured without the network's noise: a 1 MiB message down
+    // and up a stack of 8 null layers against an empty stack, per layer, as a share of the
+    // time the same message takes on the wire at the binding's measured rate.
+    let per_message_ns = |layers: usize| {
+        let specs = vec![LayerSpec::Null; layers];
+        let pools = bs_wire::SizedPools::default();
+        let mut tx = bs_binding::Stack::new(&specs, MB as usize, pools.clone());
+        let mut rx = bs_binding::Stack::new(&specs, MB as usize, pools);
+        let mut out = Vec::new();
+        let n = plan.pool_iterations * 10;
+        let t = Instant::now();
+        for _ in 0..n {
+            let _ = tx.encode(tx.shared(chunk.clone()), &mut out);
+            if let Some(w) = out.pop() {
+                std::hint::black_box(rx.decode(w).ok());
+            }
+        }
+        t.elapsed().as_secs_f64() * 1e9 / n as f64
+    };
+    let (mut c0, mut c8) = (Vec::new(), Vec::new());
+    for _ in 0..plan.runs {
+        c0.push(per_message_ns(0));
+        c8.push(per_message_ns(8));
+    }
+    let layer_ns = ((median(&c8) - median(&c0)) / 8.0).max(0.0);
+    let wire_ns = MB as f64 * 8.0 / (base * 1e9) * 1e9;
+    rows.push(Row {
+        group: "bulk",
+        what: "null layer, CPU per 1 MiB message (8 layers vs none, per layer)".into(),
+        ours: layer_ns,
+        baseline: wire_ns,
+        baseline_name: "the message's time on the wire".into(),
+        unit: "ns",
+        ratio: layer_ns / wire_ns * 100.0,
+        ratio_means: "% of the message's time, per layer",
+        target: Some((0.5, false)),
+    });
     match Iperf3Runner::start()? {
         Some(mut ip) => {
             use crate::measure::PathRunner;
@@ -487,6 +529,16 @@ fn probe(b: &mut bs_binding::Binding, n: usize) -> Result<Vec<f64>, BenchError> 
     Ok(out)
 }
 
+/// Wait (bounded) until the server holds at most `n` live bindings: the ones just closed
+/// have drained.
+fn wait_idle(c: &Client, n: usize) -> Result<(), BenchError> {
+    let until = Instant::now() + Duration::from_secs(30);
+    while c.bindings()?.len() > n && Instant::now() < until {
+        thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
 fn scheduling(opts: &BenchOptions, plan: &Plan, c: &Client) -> Result<Vec<Row>, BenchError> {
     let mut rows = Vec::new();
     for (name, policy) in
@@ -495,34 +547,34 @@ fn scheduling(opts: &BenchOptions, plan: &Plan, c: &Client) -> Result<Vec<Row>, 
         opts.say(&format!("100 B priority messages under 4 bulk bindings, scheduler: {name}"));
         let sched = policy.map(|p| Arc::new(Scheduler::new(p, 1)));
         let mut probe_b = bind(c, BindEndpoint::Echo, &profile(&[], 1024, 7), sched.clone())?;
-        let mut idle = Vec::new();
-        let mut loaded = Vec::new();
-        for _ in 0..plan.runs.min(3) {
-            idle.extend(probe(&mut probe_b, plan.probe_messages)?);
-            let stop = Arc::new(AtomicBool::new(false));
-            let mut bulk = Vec::new();
-            for _ in 0..4 {
-                let mut b = bind(c, BindEndpoint::Sink, &profile(&[], 64 << 10, 1), sched.clone())?;
-                let stop = stop.clone();
-                bulk.push(thread::spawn(move || -> Result<(), BenchError> {
-                    bs_binding::sched::lower_thread_priority(1);
-                    let chunk = payload(64 << 10);
-                    while !stop.load(Ordering::Relaxed) {
-                        b.send_bytes(chunk.clone())?;
-                    }
-                    b.close();
-                    Ok(())
-                }));
-            }
-            // Let the bulk bindings fill their socket buffers first.
-            thread::sleep(Duration::from_millis(100));
-            loaded.extend(probe(&mut probe_b, plan.probe_messages)?);
-            stop.store(true, Ordering::Relaxed);
-            for t in bulk {
-                t.join().map_err(|_| BenchError::Invalid("bulk thread panicked".into()))??;
-            }
+        let probes = plan.probe_messages * plan.runs.min(3);
+        // Unloaded first, with nothing else alive on the server.
+        wait_idle(c, 1)?;
+        let mut idle = probe(&mut probe_b, probes)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut bulk = Vec::new();
+        for _ in 0..4 {
+            let mut b = bind(c, BindEndpoint::Sink, &profile(&[], 64 << 10, 1), sched.clone())?;
+            let stop = stop.clone();
+            bulk.push(thread::spawn(move || -> Result<(), BenchError> {
+                bs_binding::sched::lower_thread_priority(1);
+                let chunk = payload(64 << 10);
+                while !stop.load(Ordering::Relaxed) {
+                    b.send_bytes(chunk.clone())?;
+                }
+                b.close();
+                Ok(())
+            }));
+        }
+        // Let the bulk bindings fill their socket buffers first.
+        thread::sleep(Duration::from_millis(200));
+        let mut loaded = probe(&mut probe_b, probes)?;
+        stop.store(true, Ordering::Relaxed);
+        for t in bulk {
+            t.join().map_err(|_| BenchError::Invalid("bulk thread panicked".into()))??;
         }
         probe_b.close();
+        wait_idle(c, 0)?;
         let (pi, pl) = (percentile(&mut idle, 0.99), percentile(&mut loaded, 0.99));
         rows.push(Row {
             group: "scheduling",

@@ -351,8 +351,7 @@ mod tests {
         for th in threads {
             th.join().unwrap();
         }
-        let order = log.lock().unwrap().clone();
-        order
+        log.lock().unwrap().clone()
     }
 
     #[test]

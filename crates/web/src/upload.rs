@@ -43,6 +43,9 @@ where
     if let Some(size) = spec.route.size
         && size > spec.max_bytes
     {
+        if size <= DRAIN_MAX {
+            drain(&mut body).await;
+        }
         return Err(too_large(size, spec.max_bytes));
     }
     let (tx, rx) = mpsc::channel::<Msg>(16);
@@ -66,6 +69,7 @@ where
             Ok(Some(chunk)) => {
                 total += chunk.len() as u64;
                 if total > spec.max_bytes {
+                    drain(&mut body).await;
                     break Err(too_large(total, spec.max_bytes));
                 }
                 if let Some(size) = spec.route.size
@@ -99,6 +103,25 @@ where
     let written = writer.await.map_err(WebError::internal)?;
     outcome?;
     written
+}
+
+/// A refused body up to this size is read (and dropped) before the answer goes out.
+const DRAIN_MAX: u64 = 1 << 20;
+
+/// Read and drop what is left of a refused body — at most [`DRAIN_MAX`] bytes, for at most two
+/// seconds. Closing a connection with unread bytes makes the kernel reset it, and a reset can
+/// destroy the error response before the client reads it.
+async fn drain<E, S: Stream<Item = Result<Bytes, E>>>(body: &mut std::pin::Pin<&mut S>) {
+    let work = async {
+        let mut n = 0u64;
+        while let Some(Ok(chunk)) = body.next().await {
+            n += chunk.len() as u64;
+            if n > DRAIN_MAX {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), work).await;
 }
 
 fn too_large(n: u64, max: u64) -> WebError {

@@ -230,7 +230,7 @@ mod tests {
         let mut rx = Stack::new(specs, 1 << 20, pools);
         let mut wire = Vec::new();
         // Half the time the payload is shared rather than copied in.
-        let msg = if data.len() % 2 == 0 {
+        let msg = if data.len().is_multiple_of(2) {
             tx.shared(bytes::Bytes::copy_from_slice(data))
         } else {
             tx.message(data)
