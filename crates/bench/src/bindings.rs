@@ -100,11 +100,9 @@ pub fn run_bindings(opts: &BenchOptions) -> Result<BindingsReport, BenchError> {
     rows.extend(pool(opts, &plan));
     rows.extend(scheduling(opts, &plan, &client)?);
     rows.extend(compression(opts, &plan, &client)?);
+    rows.extend(many_idle(opts, &mut notes)?);
     notes.push(
-        "not measured yet: 10,000 idle bindings and 1,000 active small transfers on one \
-         server — every binding and transfer still holds a thread of its own (see \
-         docs/bindings.md)"
-            .into(),
+        "not measured yet: 1,000 active small transfers at once on one server (transfers/s)".into(),
     );
     Ok(BindingsReport { machine: machine_description(), quick: opts.quick, rows, notes })
 }
@@ -663,6 +661,125 @@ fn compression(opts: &BenchOptions, plan: &Plan, c: &Client) -> Result<Vec<Row>,
         });
     }
     Ok(rows)
+}
+
+/// Resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 =
+        s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// A `blobstream serve` of its own (so its memory is its own), with room for `n` bindings.
+struct ServeProcess {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_process(n: usize) -> Result<Option<ServeProcess>, BenchError> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().map_err(BenchError::io("finding the blobstream binary"))?;
+    if exe.file_name().is_none_or(|f| f != "blobstream") {
+        return Ok(None);
+    }
+    let mut child = std::process::Command::new(exe)
+        .args(["serve", "--memory", "--no-http", "--addr", "127.0.0.1:0", "--no-udp"])
+        .args(["--max-connections", &(n + 100).to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(BenchError::io("starting blobstream serve"))?;
+    let out = child.stdout.take().ok_or_else(|| BenchError::Invalid("no stdout".into()))?;
+    let mut lines = std::io::BufReader::new(out).lines();
+    let addr = loop {
+        match lines.next() {
+            Some(Ok(l)) => {
+                if let Some(a) = l.split("control plane (gRPC):").nth(1) {
+                    break a.trim().to_string();
+                }
+            }
+            _ => {
+                let _ = child.kill();
+                return Err(BenchError::Invalid("blobstream serve exited before listening".into()));
+            }
+        }
+    };
+    thread::spawn(move || lines.for_each(drop));
+    Ok(Some(ServeProcess { child, addr }))
+}
+
+/// One server holding many idle bindings: what each costs it in memory.
+fn many_idle(opts: &BenchOptions, notes: &mut Vec<String>) -> Result<Vec<Row>, BenchError> {
+    let n = if opts.quick { 1000 } else { 10_000 };
+    // SAFETY: getrlimit with a valid, writable struct.
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let fds = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    let want = (n + 512) as libc::rlim_t;
+    if !fds || lim.rlim_max < want {
+        notes.push(format!(
+            "{n} idle bindings not measured: this process may open only {} files",
+            lim.rlim_max
+        ));
+        return Ok(Vec::new());
+    }
+    if lim.rlim_cur < want {
+        let raised = libc::rlimit { rlim_cur: want, ..lim };
+        // SAFETY: as above.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) };
+    }
+    let Some(server) = serve_process(n)? else {
+        notes.push("idle bindings not measured: run through the blobstream binary".into());
+        return Ok(Vec::new());
+    };
+    opts.say(&format!("{n} idle bindings on one server (its own process)"));
+    let c = Client::connect(&server.addr)?;
+    let pid = server.child.id();
+    // One binding first, so the first binding's one-off costs are not counted.
+    let mut held = vec![bind(&c, BindEndpoint::Echo, &profile(&[], 4096, 0), None)?];
+    held[0].request(b"warm")?;
+    let before = rss(pid).unwrap_or(0);
+    let t = Instant::now();
+    for _ in 1..n {
+        held.push(bind(&c, BindEndpoint::Echo, &profile(&[], 4096, 0), None)?);
+    }
+    let opened = t.elapsed();
+    // Every one is live: each answers.
+    for b in held.iter_mut().step_by((n / 100).max(1)) {
+        b.request(b"still there?")?;
+    }
+    let live = c.bindings()?.len();
+    let after = rss(pid).unwrap_or(0);
+    let per = after.saturating_sub(before) as f64 / (n - 1) as f64;
+    for b in held {
+        b.close();
+    }
+    if live < n {
+        return Err(BenchError::Invalid(format!("the server lists {live} of {n} bindings")));
+    }
+    notes.push(format!(
+        "{n} idle bindings opened in {:.1} s ({:.0} bindings/s, a Bind call and a connection each)",
+        opened.as_secs_f64(),
+        n as f64 / opened.as_secs_f64()
+    ));
+    Ok(vec![Row {
+        group: "many bindings",
+        what: format!("server memory per idle binding, {n} held at once (thread, socket, session)"),
+        ours: per / 1024.0,
+        baseline: 64.0,
+        baseline_name: "the target".into(),
+        unit: "KiB",
+        ratio: per / 1024.0 / 64.0,
+        ratio_means: "ours / target",
+        target: Some((1.0, false)),
+    }])
 }
 
 impl BindingsReport {

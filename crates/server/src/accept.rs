@@ -210,6 +210,8 @@ impl FrontDoor {
             // scheduling priority follows the binding's QoS priority and must not outlive it.
             let spawned = std::thread::Builder::new()
                 .name(format!("binding-{}", grant.bind.id))
+                // Idle bindings are many and their stacks shallow: keep the reservation small.
+                .stack_size(512 << 10)
                 .spawn(move || data::transfer(&shared, conn, grant, slot));
             if let Err(e) = spawned {
                 tracing::warn!(%peer, error = %e, "cannot start a binding thread");
