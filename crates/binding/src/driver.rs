@@ -85,7 +85,8 @@ impl std::fmt::Debug for Binding {
 
 impl Binding {
     /// Run `session` on `conn` (the `HELLO` is already done). `id` names it in status.
-    pub fn new(conn: Conn, session: Session, id: u64) -> Self {
+    pub fn new(mut conn: Conn, session: Session, id: u64) -> Self {
+        conn.set_read_ahead(true);
         Self {
             conn,
             session,

@@ -85,6 +85,8 @@ pub struct Conn {
     /// Bytes of a peeked frame, read again before anything from the stream.
     unread: Vec<u8>,
     unread_at: usize,
+    /// Frame-header reads take up to [`READ_AHEAD`] bytes (message streams of small frames).
+    read_ahead: bool,
 }
 
 impl std::fmt::Debug for Conn {
@@ -98,7 +100,7 @@ impl std::fmt::Debug for Conn {
 
 impl Conn {
     fn on(stream: Io) -> Self {
-        Self { stream, unread: Vec::new(), unread_at: 0 }
+        Self { stream, unread: Vec::new(), unread_at: 0, read_ahead: false }
     }
 
     /// A plain TCP connection.
@@ -214,6 +216,13 @@ impl Conn {
         Ok(n > 0)
     }
 
+    /// Let each frame-header read take up to 8 KiB, keeping what follows for the next reads:
+    /// a small message then costs one `read` instead of two. For streams of small messages;
+    /// bulk transfers leave it off (their payload goes straight into its destination).
+    pub fn set_read_ahead(&mut self, on: bool) {
+        self.read_ahead = on;
+    }
+
     /// Wait (up to `wait`) until the socket can take more bytes; returns whether it can.
     pub fn writable(&self, wait: Duration) -> Result<bool> {
         let mut pfd = libc::pollfd { fd: self.fd(), events: libc::POLLOUT, revents: 0 };
@@ -325,7 +334,7 @@ impl Conn {
     /// message (header and payload) then costs one system call instead of two, and a large
     /// payload at most one small extra copy.
     fn read_ahead(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.unread_at < self.unread.len() {
+        if !self.read_ahead || self.unread_at < self.unread.len() {
             return self.read_raw(buf);
         }
         self.unread.resize(READ_AHEAD, 0);
