@@ -101,9 +101,7 @@ pub fn run_bindings(opts: &BenchOptions) -> Result<BindingsReport, BenchError> {
     rows.extend(scheduling(opts, &plan, &client)?);
     rows.extend(compression(opts, &plan, &client)?);
     rows.extend(many_idle(opts, &mut notes)?);
-    notes.push(
-        "not measured yet: 1,000 active small transfers at once on one server (transfers/s)".into(),
-    );
+    rows.extend(many_active(opts, &plan)?);
     Ok(BindingsReport { machine: machine_description(), quick: opts.quick, rows, notes })
 }
 
@@ -685,6 +683,10 @@ impl Drop for ServeProcess {
 }
 
 fn serve_process(n: usize) -> Result<Option<ServeProcess>, BenchError> {
+    serve_process_with(n, &[])
+}
+
+fn serve_process_with(n: usize, extra: &[&str]) -> Result<Option<ServeProcess>, BenchError> {
     use std::io::BufRead;
     let exe = std::env::current_exe().map_err(BenchError::io("finding the blobstream binary"))?;
     if exe.file_name().is_none_or(|f| f != "blobstream") {
@@ -693,6 +695,7 @@ fn serve_process(n: usize) -> Result<Option<ServeProcess>, BenchError> {
     let mut child = std::process::Command::new(exe)
         .args(["serve", "--memory", "--no-http", "--addr", "127.0.0.1:0", "--no-udp"])
         .args(["--max-connections", &(n + 100).to_string()])
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -779,6 +782,60 @@ fn many_idle(opts: &BenchOptions, notes: &mut Vec<String>) -> Result<Vec<Row>, B
         ratio: per / 1024.0 / 64.0,
         ratio_means: "ours / target",
         target: Some((1.0, false)),
+    }])
+}
+
+/// 1,000 small blobs pushed at once into one server (its own process): transfers per second,
+/// against the same blobs pushed at once through gRPC alone.
+fn many_active(opts: &BenchOptions, plan: &Plan) -> Result<Vec<Row>, BenchError> {
+    const SIZE: usize = 4096;
+    let n = if opts.quick { 200 } else { 1000 };
+    let Some(server) =
+        serve_process_with(n, &["--max-unauthenticated-per-ip", &(2 * n).to_string()])?
+    else {
+        return Ok(Vec::new());
+    };
+    let client = Client::connect(&server.addr)?;
+    let mut grpc = GrpcRunner::start()?;
+    let data = payload(SIZE as u64);
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for run in 0..plan.runs.min(5) {
+        opts.say(&format!("{n} pushes of 4 KiB at once: blobstream, gRPC (run {})", run + 1));
+        let t = Instant::now();
+        let threads: Vec<_> = (0..n)
+            .map(|i| {
+                let (c, data) = (client.clone(), data.clone());
+                thread::Builder::new().stack_size(256 << 10).spawn(move || {
+                    let route = bs_client::RouteRequest {
+                        size: Some(SIZE as u64),
+                        overwrite: true,
+                        ..Default::default()
+                    };
+                    let name = format!("bench/many/{run}/{i}");
+                    let mut p = c.open_push(&name, 0, Some(SIZE as u64), Some(route))?;
+                    p.write(&data)?;
+                    p.finish(true).map(|_| ())
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map_err(BenchError::io("starting push threads"))?;
+        for th in threads {
+            th.join().map_err(|_| BenchError::Invalid("push thread panicked".into()))??;
+        }
+        ours.push(n as f64 / t.elapsed().as_secs_f64());
+        theirs.push(n as f64 / grpc.concurrent_pushes(SIZE, n)?.as_secs_f64());
+    }
+    let (o, g) = (median(&ours), median(&theirs));
+    Ok(vec![Row {
+        group: "many bindings",
+        what: format!("{n} pushes of 4 KiB started at once (each committed and confirmed)"),
+        ours: o,
+        baseline: g,
+        baseline_name: "the same through gRPC alone, multiplexed on one channel".into(),
+        unit: "transfers/s",
+        ratio: o / g,
+        ratio_means: "ours / baseline",
+        target: None,
     }])
 }
 

@@ -171,6 +171,48 @@ impl GrpcRunner {
 }
 
 impl GrpcRunner {
+    /// Time `n` pushes of `size` bytes each, all started at once on one channel (gRPC
+    /// multiplexes them), until every one is acknowledged.
+    pub fn concurrent_pushes(&mut self, size: usize, n: usize) -> Result<Duration, BenchError> {
+        let addr = self.server(0)?.addr;
+        let res = self.client_rt.block_on(async move {
+            let channel = Endpoint::from_shared(format!("http://{addr}"))
+                .map_err(BenchError::grpc)?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .map_err(BenchError::grpc)?;
+            let data = Bytes::from(vec![5u8; size]);
+            let t = Instant::now();
+            let mut tasks = Vec::with_capacity(n);
+            for _ in 0..n {
+                let mut client = GrpcBaselineClient::new(channel.clone());
+                let data = data.clone();
+                tasks.push(tokio::spawn(async move {
+                    let chunk = Chunk { data: data.to_vec() };
+                    let mut req = Request::new(tokio_stream::iter([chunk]));
+                    req.metadata_mut().insert(SIZE_KEY, size.into());
+                    client.push(req).await.map(|r| r.into_inner().received)
+                }));
+            }
+            for task in tasks {
+                let got = task
+                    .await
+                    .map_err(|e| BenchError::Grpc(e.to_string()))?
+                    .map_err(BenchError::grpc)?;
+                if got != size as u64 {
+                    return Err(BenchError::Grpc(format!("acknowledged {got} of {size} bytes")));
+                }
+            }
+            Ok(t.elapsed())
+        });
+        // The pushed bodies were handed over for checking; nobody checks them here.
+        if let Some(s) = self.servers.get(&0) {
+            while s.pushed.try_recv().is_ok() {}
+        }
+        res
+    }
+
     /// Time `n` unary `Echo` calls of `size` bytes on one channel (after 10 untimed ones).
     pub fn echo_round_trips(&mut self, size: usize, n: usize) -> Result<Duration, BenchError> {
         let addr = self.server(0)?.addr;
