@@ -52,7 +52,6 @@ pub struct Binding {
     udp: Option<UdpSocket>,
     window: SeqWindow,
     peer_report: Option<Report>,
-    dgram: Vec<u8>,
     inject: Option<Box<dyn FnMut(u64) -> Inject + Send>>,
     held: Option<Vec<u8>>,
 }
@@ -98,7 +97,6 @@ impl Binding {
             udp: None,
             window: SeqWindow::new(DATAGRAM_WINDOW),
             peer_report: None,
-            dgram: Vec::new(),
             inject: None,
             held: None,
         }
@@ -200,12 +198,7 @@ impl Binding {
             Header { kind: bs_wire::FrameKind::Msg, body_len: 0, a: o.seq, b: o.wire.len() as u64 }
                 .encode();
         if let Some(sock) = &self.udp {
-            // One datagram: header and bytes in one buffer (std has no vectored send).
-            self.dgram.clear();
-            self.dgram.extend_from_slice(&head);
             let (h, b) = o.wire.parts();
-            self.dgram.extend_from_slice(h);
-            self.dgram.extend_from_slice(b);
             let what = match &mut self.inject {
                 Some(f) => f(crate::session::split_seq(o.seq).1),
                 None => Inject::Send,
@@ -214,11 +207,11 @@ impl Binding {
                 Inject::Send => {}
                 Inject::Drop => return Ok(()),
                 Inject::Hold => {
-                    self.held = Some(std::mem::take(&mut self.dgram));
+                    self.held = Some([&head[..], h, b].concat());
                     return Ok(());
                 }
             }
-            let res = sock.send(&self.dgram);
+            let res = send_datagram(sock, [&head, h, b]);
             if let Some(h) = self.held.take() {
                 let _ = sock.send(&h);
             }
@@ -390,7 +383,7 @@ impl Binding {
                 Ok(Read::Nothing)
             }
             Frame::Error { code, message } => Err(BindingError::Remote { code, message }),
-            other => Err(BindingError::UnexpectedFrame(kind_name(&other))),
+            other => Err(BindingError::UnexpectedFrame(other.kind().name())),
         }
     }
 
@@ -453,12 +446,17 @@ impl Binding {
     fn receive_on(&mut self, sock: &UdpSocket, each: &mut impl FnMut(Msg)) -> Result<Report> {
         use std::os::fd::AsRawFd;
         sock.set_nonblocking(true).map_err(TransportError::from_io)?;
-        let mut buf = vec![0u8; 65536];
+        let pools = bs_wire::SizedPools::new(4);
         loop {
-            // Drain what the socket holds, then wait for either socket.
+            // Drain what the socket holds, then wait for either socket. Each datagram lands in
+            // a pooled buffer that then travels up the stack as the message (no copy).
             loop {
-                match sock.recv(&mut buf) {
-                    Ok(n) => self.on_datagram(&buf[..n], each)?,
+                let mut buf = Msg::alloc(&pools, 0, 1 << 16);
+                match sock.recv(buf.payload_mut()) {
+                    Ok(n) => {
+                        buf.truncate(n);
+                        self.on_datagram(buf, each)?
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
@@ -473,8 +471,11 @@ impl Binding {
                 }
                 if let Some(r) = self.peer_report.take() {
                     // Datagrams sent before the report may still be in the socket.
-                    while let Ok(n) = sock.recv(&mut buf) {
-                        self.on_datagram(&buf[..n], each)?;
+                    loop {
+                        let mut buf = Msg::alloc(&pools, 0, 1 << 16);
+                        let Ok(n) = sock.recv(buf.payload_mut()) else { break };
+                        buf.truncate(n);
+                        self.on_datagram(buf, each)?;
                     }
                     self.window.finish(r.count);
                     let c = self.session.counters();
@@ -511,14 +512,16 @@ impl Binding {
         }
     }
 
-    fn on_datagram(&mut self, d: &[u8], each: &mut impl FnMut(Msg)) -> Result<()> {
-        let Some(head) = d.first_chunk::<{ bs_wire::HEADER_LEN }>() else {
+    fn on_datagram(&mut self, mut d: Msg, each: &mut impl FnMut(Msg)) -> Result<()> {
+        let Some(head) = d.pop(bs_wire::HEADER_LEN) else {
             return Err(BindingError::UnexpectedFrame("runt datagram"));
         };
-        let h = Header::parse(head).map_err(TransportError::from)?;
-        if h.kind != bs_wire::FrameKind::Msg || h.b != (d.len() - head.len()) as u64 {
+        let head: [u8; bs_wire::HEADER_LEN] = head.try_into().expect("exactly a header");
+        let h = Header::parse(&head).map_err(TransportError::from)?;
+        if h.kind != bs_wire::FrameKind::Msg || h.b != d.len() as u64 {
             return Err(BindingError::UnexpectedFrame("datagram that is not one whole MSG"));
         }
+        self.session.check_wire_len(h.b)?;
         let (_, seq) = crate::session::split_seq(h.a);
         let arrival = self.window.on(seq)?;
         let c = self.session.counters().clone();
@@ -528,16 +531,15 @@ impl Binding {
             return Ok(());
         }
         for _ in 0..8 {
-            let mut w = self.session.wire_buffer(h.b)?;
-            w.payload_mut().copy_from_slice(&d[head.len()..]);
-            match self.session.decode_datagram(h.a, w)? {
+            match self.session.decode_datagram(h.a, d)? {
                 Datagram::Decoded(Some(m)) => {
                     each(m);
                     return Ok(());
                 }
                 Datagram::Decoded(None) | Datagram::Stale => return Ok(()),
                 // Sent under a profile whose ACCEPT is still on its way: read it first.
-                Datagram::Ahead => {
+                Datagram::Ahead(back) => {
+                    d = back;
                     if let Read::Closed = self.read_one()? {
                         return Err(TransportError::Closed.into());
                     }
@@ -548,21 +550,25 @@ impl Binding {
     }
 }
 
+/// Send `parts` as one datagram on the connected `sock`, gathered by the kernel (no copy into
+/// one buffer; std's `UdpSocket` has no vectored send).
+fn send_datagram(sock: &UdpSocket, parts: [&[u8]; 3]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut iov =
+        parts.map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() });
+    // SAFETY: a zeroed msghdr is valid (no address: the socket is connected); `iov` points at
+    // live slices for the duration of the call, which only reads them.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len() as _;
+        libc::sendmsg(sock.as_raw_fd(), &msg, 0)
+    };
+    if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
+}
+
 enum Read {
     Msg(Msg),
     Closed,
     Nothing,
-}
-
-fn kind_name(f: &Frame) -> &'static str {
-    match f {
-        Frame::Hello { .. } => "HELLO",
-        Frame::Data { .. } => "DATA",
-        Frame::Sum { .. } => "SUM",
-        Frame::Ack { .. } => "ACK",
-        Frame::Error { .. } => "ERROR",
-        Frame::Msg { .. } => "MSG",
-        Frame::Reneg { .. } => "RENEG",
-        Frame::Report { .. } => "REPORT",
-    }
 }

@@ -387,6 +387,24 @@ mod tests {
     }
 
     #[test]
+    fn encryption_is_never_offered_over_a_unix_socket() {
+        let l = Limits {
+            tls: true,
+            transports: vec![TransportKind::Unix, TransportKind::Tcp],
+            ..limits()
+        };
+        let p = Profile::builder()
+            .transport(TransportKind::Unix)
+            .transport(TransportKind::Tcp)
+            .layer(LayerSpec::Encrypt)
+            .build()
+            .unwrap();
+        assert_eq!(counter(&p, &l).unwrap().profile.transports, vec![TransportKind::Tcp]);
+        let only_unix = Profile { transports: vec![TransportKind::Unix], ..p };
+        assert!(matches!(counter(&only_unix, &l), Err(Refusal::NoTransport { .. })));
+    }
+
+    #[test]
     fn over_udp_a_message_fits_one_datagram() {
         let p = Profile::builder()
             .loss_ppm(100)

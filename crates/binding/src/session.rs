@@ -111,8 +111,8 @@ pub enum Datagram {
     /// Encoded under a profile older than the one before the current: dropped (counted lost).
     Stale,
     /// Encoded under the next profile, whose `ACCEPT` has not been read yet: read the control
-    /// connection, then offer it again.
-    Ahead,
+    /// connection, then offer it (handed back here) again.
+    Ahead(Msg),
 }
 
 /// The protocol state of one binding.
@@ -145,6 +145,21 @@ impl std::fmt::Debug for Session {
             .field("reneg", &self.reneg)
             .finish()
     }
+}
+
+/// Up `stack`, counting the wire bytes in and the message that completes.
+fn counted_decode(
+    stack: &mut Stack,
+    counters: &Counters,
+    wire: Msg,
+) -> Result<Option<Msg>, BindingError> {
+    Counters::add(&counters.wire_in, wire.len() as u64);
+    let out = stack.decode(wire)?;
+    if let Some(m) = &out {
+        Counters::add(&counters.bytes_in, m.len() as u64);
+        Counters::add(&counters.messages_in, 1);
+    }
+    Ok(out)
 }
 
 fn stack(p: &Profile, pools: &SizedPools) -> Stack {
@@ -214,11 +229,17 @@ impl Session {
     /// A buffer for `len` wire bytes of an incoming `MSG`, after checking `len` against what
     /// the receive stack can produce (so an absurd length allocates nothing).
     pub fn wire_buffer(&self, len: u64) -> Result<Msg, BindingError> {
+        self.check_wire_len(len)?;
+        Ok(self.rx.wire_buffer(len as usize))
+    }
+
+    /// Refuse a wire length the receive stack could never have produced.
+    pub fn check_wire_len(&self, len: u64) -> Result<(), BindingError> {
         let max = self.rx.wire_qos().max_message as u64;
         if len > max {
             return Err(BindingError::WireTooLarge { len, max });
         }
-        Ok(self.rx.wire_buffer(len as usize))
+        Ok(())
     }
 
     /// Largest application message.
@@ -258,13 +279,7 @@ impl Session {
             )));
         }
         self.seq_in += 1;
-        Counters::add(&self.counters.wire_in, wire.len() as u64);
-        let out = self.rx.decode(wire)?;
-        if let Some(m) = &out {
-            Counters::add(&self.counters.bytes_in, m.len() as u64);
-            Counters::add(&self.counters.messages_in, 1);
-        }
-        Ok(out)
+        counted_decode(&mut self.rx, &self.counters, wire)
     }
 
     /// Decode a datagram whose sequence number was already accounted for (UDP: gaps are
@@ -280,28 +295,11 @@ impl Session {
                 None => return Ok(Datagram::Stale),
             }
         } else if epoch == (cur + 1) & EPOCH_MASK {
-            return Ok(Datagram::Ahead);
+            return Ok(Datagram::Ahead(wire));
         } else {
             return Ok(Datagram::Stale);
         };
-        Counters::add(&self.counters.wire_in, wire.len() as u64);
-        let out = stack.decode(wire)?;
-        if let Some(m) = &out {
-            Counters::add(&self.counters.bytes_in, m.len() as u64);
-            Counters::add(&self.counters.messages_in, 1);
-        }
-        Ok(Datagram::Decoded(out))
-    }
-
-    /// Decode without sequence checks (a datagram at the current epoch).
-    pub fn decode_unordered(&mut self, wire: Msg) -> Result<Option<Msg>, BindingError> {
-        Counters::add(&self.counters.wire_in, wire.len() as u64);
-        let out = self.rx.decode(wire)?;
-        if let Some(m) = &out {
-            Counters::add(&self.counters.bytes_in, m.len() as u64);
-            Counters::add(&self.counters.messages_in, 1);
-        }
-        Ok(out)
+        counted_decode(stack, &self.counters, wire).map(Datagram::Decoded)
     }
 
     /// A renegotiation is under way.
@@ -649,7 +647,7 @@ mod tests {
         a.encode(a.message(b"new profile"), &mut new).unwrap();
         let n = new.pop().unwrap();
         // The new datagram overtakes the ACCEPT: b must read the control stream first.
-        assert!(matches!(b.decode_datagram(n.seq, n.wire).unwrap(), Datagram::Ahead));
+        assert!(matches!(b.decode_datagram(n.seq, n.wire).unwrap(), Datagram::Ahead(_)));
         deliver(&mut b, accept);
         let mut again = Vec::new();
         a.encode(a.message(b"new profile"), &mut again).unwrap();

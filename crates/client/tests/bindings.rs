@@ -272,7 +272,7 @@ fn bindings_over_a_unix_socket_on_the_same_host() {
     assert_eq!(&b.request(&data).unwrap()[..], &data[..]);
     assert_eq!(wait_bindings(&c, 1)[0].transport, "unix");
     b.close();
-    // Encryption cannot travel over the Unix socket: TCP is chosen instead (or refused).
+    // The socket file is private to the server's user.
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777, 0o600);
 }

@@ -98,9 +98,7 @@ impl ControlService {
         }
         bs_binding::negotiate::counter(&proposal, &self.cfg.binding_limits(false)).map_err(|e| {
             match e {
-                Refusal::NoCommonDigest(wanted) => Status::invalid_argument(format!(
-                    "none of the digest algorithms {wanted:?} is supported (have: xxh3-128, blake3)"
-                )),
+                Refusal::NoCommonDigest(wanted) => no_common_digest(&wanted),
                 other => Status::failed_precondition(other.to_string()),
             }
         })
@@ -170,11 +168,13 @@ fn pick_digest(wanted: &[String]) -> Result<DigestAlgo, Status> {
     if wanted.is_empty() {
         return Ok(DigestAlgo::default());
     }
-    wanted.iter().find_map(|w| w.parse().ok()).ok_or_else(|| {
-        Status::invalid_argument(format!(
-            "none of the digest algorithms {wanted:?} is supported (have: xxh3-128, blake3)"
-        ))
-    })
+    wanted.iter().find_map(|w| w.parse().ok()).ok_or_else(|| no_common_digest(wanted))
+}
+
+fn no_common_digest(wanted: &[String]) -> Status {
+    Status::invalid_argument(format!(
+        "none of the digest algorithms {wanted:?} is supported (have: xxh3-128, blake3)"
+    ))
 }
 
 /// The scrub RPC's reply stream.

@@ -202,18 +202,7 @@ impl Conn {
         if buffered > 0 {
             return Ok(true);
         }
-        let mut pfd = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
-        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(TransportError::from_io(e));
-        }
-        Ok(n > 0)
+        poll_fd(self.fd(), libc::POLLIN, wait)
     }
 
     /// Let each frame-header read take up to 8 KiB, keeping what follows for the next reads:
@@ -225,27 +214,16 @@ impl Conn {
 
     /// Wait (up to `wait`) until the socket can take more bytes; returns whether it can.
     pub fn writable(&self, wait: Duration) -> Result<bool> {
-        let mut pfd = libc::pollfd { fd: self.fd(), events: libc::POLLOUT, revents: 0 };
-        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(TransportError::from_io(e));
-        }
-        Ok(n > 0)
-    }
-
-    /// Write a frame header (or any head) and the bytes it announces in one vectored write.
-    pub fn write_parts(&mut self, head: &[u8], body: &[u8]) -> Result<()> {
-        self.write_slices(&[head, body])
+        poll_fd(self.fd(), libc::POLLOUT, wait)
     }
 
     /// Write `parts` back to back in vectored writes (no copy into one buffer).
     pub fn write_slices(&mut self, parts: &[&[u8]]) -> Result<()> {
+        if let [a, b] = parts {
+            let mut bufs = [io::IoSlice::new(a), io::IoSlice::new(b)];
+            return write_all_vectored(&mut self.stream, &mut bufs)
+                .map_err(TransportError::from_io);
+        }
         if let [a, b, c] = parts {
             let mut bufs = [io::IoSlice::new(a), io::IoSlice::new(b), io::IoSlice::new(c)];
             return write_all_vectored(&mut self.stream, &mut bufs)
@@ -377,9 +355,7 @@ impl Conn {
     ) -> Result<()> {
         let head = Header::data(offset, data.len() as u64).encode();
         let Some(h) = hasher else {
-            let mut bufs = [io::IoSlice::new(&head), io::IoSlice::new(data)];
-            return write_all_vectored(&mut self.stream, &mut bufs)
-                .map_err(TransportError::from_io);
+            return self.write_slices(&[&head, data]);
         };
         self.stream.write_all(&head).map_err(TransportError::from_io)?;
         for piece in data.chunks(SEND_PIECE) {
@@ -525,6 +501,22 @@ const SEND_PIECE: usize = 256 * 1024;
 
 /// Bytes hashed per `read` on the receive path: small enough to stay in L2 cache.
 const RECV_PIECE: usize = 256 * 1024;
+
+/// Wait up to `wait` for `events` on `fd`; an interrupted wait is "not yet".
+fn poll_fd(fd: RawFd, events: libc::c_short, wait: Duration) -> Result<bool> {
+    let mut pfd = libc::pollfd { fd, events, revents: 0 };
+    let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(TransportError::from_io(e));
+    }
+    Ok(n > 0)
+}
 
 fn short_file(expected: u64, got: u64) -> TransportError {
     TransportError::Io(io::Error::new(

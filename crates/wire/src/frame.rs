@@ -340,6 +340,20 @@ impl Frame {
         })
     }
 
+    /// The kind of this frame.
+    pub fn kind(&self) -> FrameKind {
+        match self {
+            Frame::Hello { .. } => FrameKind::Hello,
+            Frame::Data { .. } => FrameKind::Data,
+            Frame::Sum { .. } => FrameKind::Sum,
+            Frame::Ack { .. } => FrameKind::Ack,
+            Frame::Error { .. } => FrameKind::Error,
+            Frame::Msg { .. } => FrameKind::Msg,
+            Frame::Reneg { .. } => FrameKind::Reneg,
+            Frame::Report { .. } => FrameKind::Report,
+        }
+    }
+
     /// Try to parse one frame from the start of `buf`. `Ok(None)` means more bytes are needed
     /// (a normal state, not an error); on success returns the frame and the bytes it used. For
     /// `DATA` only the header is consumed: the announced payload follows.

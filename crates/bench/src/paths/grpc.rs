@@ -170,18 +170,23 @@ impl GrpcRunner {
     }
 }
 
+/// A channel to `addr` with default socket settings (`TCP_NODELAY` on).
+async fn plain_channel(addr: SocketAddr) -> Result<tonic::transport::Channel, BenchError> {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(BenchError::grpc)?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(BenchError::grpc)
+}
+
 impl GrpcRunner {
     /// Time `n` pushes of `size` bytes each, all started at once on one channel (gRPC
     /// multiplexes them), until every one is acknowledged.
     pub fn concurrent_pushes(&mut self, size: usize, n: usize) -> Result<Duration, BenchError> {
         let addr = self.server(0)?.addr;
         let res = self.client_rt.block_on(async move {
-            let channel = Endpoint::from_shared(format!("http://{addr}"))
-                .map_err(BenchError::grpc)?
-                .tcp_nodelay(true)
-                .connect()
-                .await
-                .map_err(BenchError::grpc)?;
+            let channel = plain_channel(addr).await?;
             let data = Bytes::from(vec![5u8; size]);
             let t = Instant::now();
             let mut tasks = Vec::with_capacity(n);
@@ -217,12 +222,7 @@ impl GrpcRunner {
     pub fn echo_round_trips(&mut self, size: usize, n: usize) -> Result<Duration, BenchError> {
         let addr = self.server(0)?.addr;
         self.client_rt.block_on(async move {
-            let channel = Endpoint::from_shared(format!("http://{addr}"))
-                .map_err(BenchError::grpc)?
-                .tcp_nodelay(true)
-                .connect()
-                .await
-                .map_err(BenchError::grpc)?;
+            let channel = plain_channel(addr).await?;
             let mut client = GrpcBaselineClient::new(channel);
             let data = vec![7u8; size];
             let mut t = Instant::now();

@@ -89,7 +89,8 @@ pub struct Stack {
     headroom: usize,
     app: LayerQos,
     wire: LayerQos,
-    scratch: Vec<Msg>,
+    /// Two work lists, reused message after message (no allocation per message per layer).
+    scratch: (Vec<Msg>, Vec<Msg>),
 }
 
 impl std::fmt::Debug for Stack {
@@ -122,7 +123,7 @@ impl Stack {
             layers.push(layer);
         }
         let headroom = specs.iter().map(|s| header_len(*s)).sum();
-        Self { layers, pools, headroom, app, wire: qos, scratch: Vec::new() }
+        Self { layers, pools, headroom, app, wire: qos, scratch: (Vec::new(), Vec::new()) }
     }
 
     pub fn specs(&self) -> Vec<LayerSpec> {
@@ -177,19 +178,25 @@ impl Stack {
                 max: self.app.max_message as u64,
             });
         }
-        let mut cur = std::mem::take(&mut self.scratch);
+        let (mut cur, mut next) = std::mem::take(&mut self.scratch);
         cur.clear();
+        next.clear();
         cur.push(msg);
+        let mut res = Ok(());
         for layer in &mut self.layers {
-            let mut next = Vec::with_capacity(cur.len());
             for m in cur.drain(..) {
-                layer.encode(m, &mut next)?;
+                if res.is_ok() {
+                    res = layer.encode(m, &mut next);
+                }
             }
-            cur = next;
+            std::mem::swap(&mut cur, &mut next);
         }
-        out.append(&mut cur);
-        self.scratch = cur;
-        Ok(())
+        if res.is_ok() {
+            out.append(&mut cur);
+        }
+        cur.clear();
+        self.scratch = (cur, next);
+        res
     }
 
     /// Up the stack: the application message, once every piece of it has arrived.
