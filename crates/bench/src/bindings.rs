@@ -823,7 +823,16 @@ fn many_active(opts: &BenchOptions, plan: &Plan) -> Result<Vec<Row>, BenchError>
             th.join().map_err(|_| BenchError::Invalid("push thread panicked".into()))??;
         }
         ours.push(n as f64 / t.elapsed().as_secs_f64());
-        theirs.push(n as f64 / grpc.concurrent_pushes(SIZE, n)?.as_secs_f64());
+        // A baseline run whose connection breaks under the burst is run again (twice at most).
+        let mut tries = 0;
+        let took = loop {
+            match grpc.concurrent_pushes(SIZE, n) {
+                Ok(t) => break t,
+                Err(_) if tries < 2 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        theirs.push(n as f64 / took.as_secs_f64());
     }
     let (o, g) = (median(&ours), median(&theirs));
     Ok(vec![Row {
@@ -831,7 +840,7 @@ fn many_active(opts: &BenchOptions, plan: &Plan) -> Result<Vec<Row>, BenchError>
         what: format!("{n} pushes of 4 KiB started at once (each committed and confirmed)"),
         ours: o,
         baseline: g,
-        baseline_name: "the same through gRPC alone, multiplexed on one channel".into(),
+        baseline_name: "the same through gRPC alone, one channel, ≤ 100 streams at once".into(),
         unit: "transfers/s",
         ratio: o / g,
         ratio_means: "ours / baseline",

@@ -34,6 +34,9 @@ use crate::payload::gbit_per_s;
 pub const CHUNK: usize = 1 << 20;
 /// Largest message either end accepts (tonic's default, 4 MiB, is raised for headroom).
 const MAX_MESSAGE: usize = 8 << 20;
+/// Most concurrent pushes on one channel in [`GrpcRunner::concurrent_pushes`] (the usual
+/// HTTP/2 server limit of concurrent streams).
+pub const STREAMS_IN_FLIGHT: usize = 100;
 /// Request metadata announcing a push's size, so the server can size its buffer once.
 const SIZE_KEY: &str = "x-bench-size";
 
@@ -182,7 +185,8 @@ async fn plain_channel(addr: SocketAddr) -> Result<tonic::transport::Channel, Be
 
 impl GrpcRunner {
     /// Time `n` pushes of `size` bytes each, all started at once on one channel (gRPC
-    /// multiplexes them), until every one is acknowledged.
+    /// multiplexes them, at most [`STREAMS_IN_FLIGHT`] at a time: a thousand at once break
+    /// the connection now and then), until every one is acknowledged.
     pub fn concurrent_pushes(&mut self, size: usize, n: usize) -> Result<Duration, BenchError> {
         let addr = self.server(0)?.addr;
         let res = self.client_rt.block_on(async move {
@@ -190,10 +194,13 @@ impl GrpcRunner {
             let data = Bytes::from(vec![5u8; size]);
             let t = Instant::now();
             let mut tasks = Vec::with_capacity(n);
+            let streams = Arc::new(tokio::sync::Semaphore::new(STREAMS_IN_FLIGHT));
             for _ in 0..n {
                 let mut client = GrpcBaselineClient::new(channel.clone());
                 let data = data.clone();
+                let streams = streams.clone();
                 tasks.push(tokio::spawn(async move {
+                    let _turn = streams.acquire_owned().await;
                     let chunk = Chunk { data: data.to_vec() };
                     let mut req = Request::new(tokio_stream::iter([chunk]));
                     req.metadata_mut().insert(SIZE_KEY, size.into());
