@@ -32,6 +32,21 @@ pub struct Counters {
     profile: Mutex<Profile>,
 }
 
+impl Counters {
+    /// `n` bytes received with no layer between them and the wire (a raw transfer's DATA).
+    pub fn raw_in(&self, n: u64) {
+        Self::add(&self.bytes_in, n);
+        Self::add(&self.wire_in, n);
+    }
+
+    /// One raw message of `n` bytes sent.
+    pub fn raw_out(&self, n: u64) {
+        Self::add(&self.bytes_out, n);
+        Self::add(&self.wire_out, n);
+        Self::add(&self.messages_out, 1);
+    }
+}
+
 impl Default for Counters {
     fn default() -> Self {
         Self {

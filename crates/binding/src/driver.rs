@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use bs_transport::{Conn, TransportError};
 use bs_wire::{Frame, Header};
 
+use crate::carry::{msg_header, read_msg, wait_pacing, write_msg};
 use crate::counters::Counters;
 use crate::error::{BindingError, Refusal};
 use crate::msg::Msg;
@@ -188,16 +189,9 @@ impl Binding {
     }
 
     fn write(&mut self, o: Outgoing) -> Result<()> {
-        if let Some(t) = o.wire.not_before {
-            let now = Instant::now();
-            if t > now {
-                std::thread::sleep(t - now);
-            }
-        }
-        let head =
-            Header { kind: bs_wire::FrameKind::Msg, body_len: 0, a: o.seq, b: o.wire.len() as u64 }
-                .encode();
         if let Some(sock) = &self.udp {
+            wait_pacing(&o);
+            let head = msg_header(&o);
             let (h, b) = o.wire.parts();
             let what = match &mut self.inject {
                 Some(f) => f(crate::session::split_seq(o.seq).1),
@@ -227,15 +221,13 @@ impl Binding {
         }
         let conn = &mut self.conn;
         let res = match &self.sched {
-            None => {
-                let (h, b) = o.wire.parts();
-                conn.write_slices(&[&head, h, b])
-            }
+            None => write_msg(conn, &o),
             Some(s) => {
+                wait_pacing(&o);
                 let p = self.session.profile();
                 let ticket = Ticket {
                     binding: self.id,
-                    bytes: o.wire.len() + head.len(),
+                    bytes: o.wire.len() + bs_wire::HEADER_LEN,
                     priority: p.priority,
                     latency: p.latency(),
                     weight: p.weight.max(1),
@@ -250,7 +242,7 @@ impl Binding {
                 s.send(ticket, || {
                     c.queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     let (h, b) = o.wire.parts();
-                    conn.write_slices(&[&head, h, b])
+                    conn.write_slices(&[&msg_header(&o), h, b])
                 })
             }
         };
@@ -363,9 +355,7 @@ impl Binding {
         };
         match f {
             Frame::Msg { seq, len } => {
-                let mut buf = self.session.wire_buffer(len)?;
-                self.conn.recv_data_into(buf.payload_mut(), None)?;
-                Ok(match self.session.decode(seq, buf)? {
+                Ok(match read_msg(&mut self.conn, &mut self.session, seq, len)? {
                     Some(m) => Read::Msg(m),
                     None => Read::Nothing,
                 })

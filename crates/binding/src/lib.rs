@@ -12,6 +12,7 @@
 //! [`driver`] runs a session over a blocking `bs_transport::Conn`; the server's endpoints and
 //! the client's `bind`, `put` and `get` are thin users of it.
 
+pub mod carry;
 pub mod counters;
 pub mod driver;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod session;
 pub mod transfer;
 pub mod udp;
 
+pub use carry::Carrier;
 pub use counters::{Counters, Snapshot};
 pub use driver::{Binding, Inject, Renegotiated, Report};
 pub use error::{BindingError, LayerError, Refusal};

@@ -206,6 +206,12 @@ impl Session {
         &self.counters
     }
 
+    /// Count into `c` from now on (e.g. a transfer's counters, listed before it started).
+    pub fn count_into(&mut self, c: Arc<Counters>) {
+        c.set_profile(&self.profile);
+        self.counters = c;
+    }
+
     /// Judge the peer's counter-offers against `floor` from now on.
     pub fn set_floor(&mut self, floor: Floor) {
         self.floor = floor;

@@ -3,9 +3,10 @@
 //! client's streams both drive these (before bindings, the rules were written twice, inline
 //! with the socket code on each side).
 //!
-//! A transfer is a binding whose profile has no message layers: its bytes travel as `DATA`
-//! frames of at most the negotiated chunk size, its checksum is the end-to-end digest in the
-//! closing `SUM` (the digest algorithm is the profile's), and "encrypt" is the connection's TLS.
+//! A transfer is a binding: its bytes travel as `DATA` frames of at most the negotiated chunk
+//! size — raw, or through the profile's message layers ([`crate::carry`]) — its end-to-end
+//! digest is in the closing `SUM` (the digest algorithm is the profile's), and "encrypt" is
+//! the connection's TLS.
 
 use bs_wire::{Digest, ErrorCode};
 

@@ -283,6 +283,7 @@ pub fn list(g: &Global, json: bool) -> Result<()> {
                     "id": b.id, "label": b.label, "endpoint": b.endpoint,
                     "transport": b.transport, "profile": p,
                     "bytes_in": b.bytes_in, "bytes_out": b.bytes_out,
+                    "wire_in": b.wire_in, "wire_out": b.wire_out,
                     "messages_in": b.messages_in, "messages_out": b.messages_out,
                     "lost": b.lost, "reordered": b.reordered,
                     "renegotiations": b.renegotiations, "age_ms": b.age_ms,
@@ -298,13 +299,16 @@ pub fn list(g: &Global, json: bool) -> Result<()> {
     for b in all {
         let p = b.profile.as_ref().and_then(|p| Profile::from_pb(p).ok());
         println!(
-            "{:>5} {:<8} {:<5} {:<24} in {} B / out {} B, {} renegotiations, {:.1}s old{}",
+            "{:>5} {:<8} {:<5} {:<24} in {} B ({} on the wire) / out {} B ({} on the wire), \
+             {} renegotiations, {:.1}s old{}",
             b.id,
             b.endpoint,
             b.transport,
             b.label,
             b.bytes_in,
+            b.wire_in,
             b.bytes_out,
+            b.wire_out,
             b.renegotiations,
             b.age_ms as f64 / 1000.0,
             p.map(|p| format!("\n      {p}")).unwrap_or_default()

@@ -322,6 +322,18 @@ pub struct PutArgs {
     /// Start over instead of resuming an interrupted upload.
     #[arg(long)]
     pub no_resume: bool,
+    #[command(flatten)]
+    pub transfer: TransferFlags,
+}
+
+/// How a transfer's bytes travel.
+#[derive(Args, Default, Clone)]
+pub struct TransferFlags {
+    /// Message layer for the transfer's bytes, top first, repeatable: compress:zstd[:level]
+    /// or compress:lz4 (slow links, compressible data), checksum:xxh3|blake3 (per frame),
+    /// fragment:SIZE, pace:BYTES/S, null. The end-to-end digest is checked either way.
+    #[arg(long = "layer", value_name = "LAYER")]
+    pub layers: Vec<String>,
 }
 
 #[derive(Args)]
@@ -331,6 +343,8 @@ pub struct GetArgs {
     /// Start over instead of resuming an interrupted download.
     #[arg(long)]
     pub no_resume: bool,
+    #[command(flatten)]
+    pub transfer: TransferFlags,
 }
 
 #[derive(Args)]
@@ -352,6 +366,8 @@ pub struct CpArgs {
     /// Start over instead of resuming an interrupted copy.
     #[arg(long)]
     pub no_resume: bool,
+    #[command(flatten)]
+    pub transfer: TransferFlags,
 }
 
 #[derive(Subcommand)]

@@ -5,17 +5,24 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use bs_blob::{BlobKey, Factory, Location, NewBlob, Options, Transporter};
-use bs_client::{BlobInfo, Client};
+use bs_client::{BlobInfo, Client, TransferSettings};
 
-use crate::cli::{CpArgs, GetArgs, Global, LsArgs, PutArgs};
+use crate::cli::{CpArgs, GetArgs, Global, LsArgs, PutArgs, TransferFlags};
 use crate::{progress, security};
 
 pub fn client(g: &Global) -> Result<Client> {
     Ok(Client::connect_with(&g.server, security::client(g)?)?)
 }
 
-fn factory(g: &Global) -> Result<Factory> {
-    Ok(Factory::with_config(Default::default(), security::client(g)?))
+fn factory(g: &Global, t: &TransferFlags) -> Result<Factory> {
+    let layers = t
+        .layers
+        .iter()
+        .map(|l| l.parse::<bs_binding::LayerSpec>())
+        .collect::<Result<Vec<_>, _>>()
+        .context("--layer")?;
+    let settings = TransferSettings { layers, ..TransferSettings::default() };
+    Ok(Factory::with_config(settings, security::client(g)?))
 }
 
 /// A `cp` operand: `bs:NAME` on --server, `blob://HOST:PORT/NAME`, or a local path.
@@ -37,12 +44,13 @@ fn guess_content_type(path: &Path) -> &'static str {
 /// Run a whole-blob copy with a progress bar; returns what the transporter reports.
 fn copy(
     g: &Global,
+    t: &TransferFlags,
     src: &BlobKey,
     dst: &BlobKey,
     spec: &NewBlob,
     opts: Options,
 ) -> Result<bs_blob::Copied> {
-    let t = Transporter::new(factory(g)?);
+    let t = Transporter::new(factory(g, t)?);
     let pb = progress::bar(dst.name());
     let (pb2, quiet) = (pb.clone(), g.quiet);
     let opts = opts.progress(move |done, total| progress::update(&pb2, done, total, quiet));
@@ -78,6 +86,7 @@ pub fn put(g: &Global, a: PutArgs) -> Result<()> {
     };
     let c = copy(
         g,
+        &a.transfer,
         &src,
         &dst,
         &spec,
@@ -90,7 +99,7 @@ pub fn put(g: &Global, a: PutArgs) -> Result<()> {
 pub fn get(g: &Global, a: GetArgs) -> Result<()> {
     let src = BlobKey::remote(&g.server, &a.key);
     if a.file == "-" {
-        let mut p = factory(g)?.bind(&src)?;
+        let mut p = factory(g, &a.transfer)?.bind(&src)?;
         let mut out = std::io::stdout().lock();
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -106,6 +115,7 @@ pub fn get(g: &Global, a: GetArgs) -> Result<()> {
     let dst = BlobKey::file(&a.file);
     let c = copy(
         g,
+        &a.transfer,
         &src,
         &dst,
         &NewBlob::default(),
@@ -124,8 +134,14 @@ pub fn cp(g: &Global, a: CpArgs) -> Result<()> {
         content_type: src.path().map(|p| guess_content_type(&p).to_string()).unwrap_or_default(),
         ..NewBlob::default()
     };
-    let c =
-        copy(g, &src, &dst, &spec, Options::blocking().resume(!a.no_resume).overwrite(overwrite))?;
+    let c = copy(
+        g,
+        &a.transfer,
+        &src,
+        &dst,
+        &spec,
+        Options::blocking().resume(!a.no_resume).overwrite(overwrite),
+    )?;
     report(g, &format!("cp {src} -> {dst}"), &c);
     Ok(())
 }

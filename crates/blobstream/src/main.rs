@@ -36,7 +36,10 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Serve(a) => serve::run(g, a),
         Put(a) => commands::put(g, a),
         Get(a) => commands::get(g, a),
-        Cat { key } => commands::get(g, cli::GetArgs { key, file: "-".into(), no_resume: true }),
+        Cat { key } => commands::get(
+            g,
+            cli::GetArgs { key, file: "-".into(), no_resume: true, transfer: Default::default() },
+        ),
         Ls(a) => commands::ls(g, a),
         Stat { key, json } => commands::stat(g, &key, json),
         Rm { keys } => commands::rm(g, &keys),

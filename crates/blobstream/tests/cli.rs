@@ -112,6 +112,15 @@ fn put_list_stat_get_cat_cp_rm_and_errors() {
     ok(&s.run(&["cp", "bs:copies/ct-1.dcm", local.to_str().unwrap()]));
     assert_eq!(std::fs::read(&local).unwrap(), bytes);
 
+    // Through message layers both ways (compression for a slow link, a checksum per frame).
+    let zl = ["--layer", "compress:zstd", "--layer", "checksum:xxh3"];
+    ok(&s.run(&[&["put", f, "layered/ct-1.dcm"][..], &zl].concat()));
+    let lz = dir.path().join("layered.dcm");
+    ok(&s.run(&["get", "layered/ct-1.dcm", lz.to_str().unwrap(), "--layer", "compress:lz4"]));
+    assert_eq!(std::fs::read(&lz).unwrap(), bytes);
+    fails_with(&s.run(&["put", f, "x", "--layer", "gzip"]), "unknown layer \"gzip\"");
+    ok(&s.run(&["rm", "layered/ct-1.dcm"]));
+
     // Putting the same bytes again (a retry after a lost confirmation) succeeds; other
     // bytes are refused unless replacing is asked for.
     let again = s.run(&["put", f, "studies/ct-1.dcm"]);

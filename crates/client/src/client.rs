@@ -357,6 +357,12 @@ impl Client {
             send_buffer: s.socket_buffer,
             recv_buffer: s.socket_buffer,
             digests: s.digests.iter().map(|d| d.name().to_string()).collect(),
+            layers: s
+                .layers
+                .iter()
+                .filter(|l| **l != bs_binding::LayerSpec::Encrypt)
+                .cloned()
+                .collect(),
             ..bs_binding::Profile::default()
         };
         if self.security.tls.is_some() {

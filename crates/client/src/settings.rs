@@ -22,6 +22,10 @@ pub struct TransferSettings {
     /// connection away (BUSY: at its transfer limit, another writer on the upload, or too
     /// many connections waiting to present a token).
     pub busy_timeout: Duration,
+    /// Message layers the transfer's bytes go through (e.g. `compress:zstd` for a slow
+    /// link, `checksum:xxh3` per frame); empty: the raw bytes, sent straight from memory. The
+    /// end-to-end digest is checked either way; encryption is the connection's TLS.
+    pub layers: Vec<bs_binding::LayerSpec>,
 }
 
 impl Default for TransferSettings {
@@ -33,6 +37,7 @@ impl Default for TransferSettings {
             io_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             busy_timeout: Duration::from_secs(30),
+            layers: Vec::new(),
         }
     }
 }

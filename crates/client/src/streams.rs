@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use bs_binding::transfer::{PullReceiver, PushSender};
+use bs_binding::{BindingError, Carrier, Msg, Profile, Role};
 use bs_proto as pb;
 use bs_transport::{Conn, TransportError};
 use bs_wire::{Digest, DigestAlgo, Frame, Hasher};
@@ -16,6 +17,14 @@ fn algo_of(resp: &pb::NegotiateResponse) -> Result<DigestAlgo> {
     resp.digest
         .parse()
         .map_err(|_| ClientError::Protocol(format!("unknown digest {:?}", resp.digest)))
+}
+
+/// The layers the server's offer put on this transfer's bytes (none from a server that
+/// predates bindings).
+fn carrier(resp: &pb::NegotiateResponse) -> Result<Option<Box<Carrier>>> {
+    let Some(q) = &resp.qos else { return Ok(None) };
+    let p = Profile::from_pb(q)?;
+    Ok(Carrier::for_profile(&p, Role::Initiator, Default::default()).map(Box::new))
 }
 
 fn set_timeout(conn: &Conn, t: Duration) -> Result<()> {
@@ -37,11 +46,22 @@ pub struct PullStream {
     rules: PullReceiver,
     hasher: Hasher,
     verified: Option<Digest>,
+    /// Layered transfers only.
+    layered: Option<Box<LayeredPull>>,
+}
+
+/// A pull through message layers: the stack, and the decoded message being handed out.
+#[derive(Debug)]
+struct LayeredPull {
+    carrier: Carrier,
+    /// The current frame's bytes, and how many of them were handed out.
+    current: Option<(Msg, usize)>,
 }
 
 impl PullStream {
     pub(crate) fn start(conn: Conn, resp: pb::NegotiateResponse) -> Result<Self> {
         let algo = algo_of(&resp)?;
+        let layered = carrier(&resp)?.map(|c| Box::new(LayeredPull { carrier: *c, current: None }));
         let info =
             resp.blob.ok_or_else(|| ClientError::Protocol("pull without blob info".into()))?;
         Ok(Self {
@@ -50,6 +70,7 @@ impl PullStream {
             rules: PullReceiver::new(resp.offset, resp.length),
             hasher: algo.hasher(),
             verified: None,
+            layered,
         })
     }
 
@@ -105,8 +126,21 @@ impl PullStream {
         }
         if self.rules.in_frame() == 0 {
             self.next_frame()?;
+            if let Some(l) = &mut self.layered {
+                // The frame's bytes come as one layered message: decode (its layers check
+                // it), hash, then hand it out from memory.
+                let m = l.carrier.recv(&mut self.conn, self.rules.in_frame())?;
+                self.hasher.update(m.payload());
+                l.current = Some((m, 0));
+            }
         }
         let n = (buf.len() as u64).min(self.rules.in_frame()) as usize;
+        if let Some((m, at)) = self.layered.as_mut().and_then(|l| l.current.as_mut()) {
+            buf[..n].copy_from_slice(&m.payload()[*at..*at + n]);
+            *at += n;
+            self.rules.advance(n as u64);
+            return Ok(n);
+        }
         let (len, got) = (self.rules.len(), self.rules.got());
         self.conn.recv_data_into(&mut buf[..n], Some(&mut self.hasher)).map_err(|e| match e {
             TransportError::Truncated { got: g, .. } => {
@@ -176,6 +210,7 @@ pub struct PushStream {
     rules: PushSender,
     hasher: Hasher,
     route: Option<pb::RouteResponse>,
+    carrier: Option<Box<Carrier>>,
 }
 
 impl PushStream {
@@ -185,6 +220,7 @@ impl PushStream {
             conn,
             rules: PushSender::new(resp.offset, resp.length, resp.chunk_size),
             hasher: algo.hasher(),
+            carrier: carrier(&resp)?,
             route: resp.route,
         })
     }
@@ -208,10 +244,22 @@ impl PushStream {
     /// chunk size, straight from `data` (no copy).
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
         self.rules.check(data.len()).map_err(ClientError::InvalidArgument)?;
-        for piece in data.chunks(self.rules.chunk()) {
+        let piece_len = match &self.carrier {
+            Some(c) => self.rules.chunk().min(c.max_piece()),
+            None => self.rules.chunk(),
+        };
+        for piece in data.chunks(piece_len) {
             let at = self.rules.position();
-            let sent = self.conn.send_data_slice(at, piece, Some(&mut self.hasher));
-            sent.map_err(|e| self.server_reason(e))?;
+            let h = Some(&mut self.hasher);
+            let sent = match &mut self.carrier {
+                Some(c) => c.send(&mut self.conn, at, piece, h),
+                None => self.conn.send_data_slice(at, piece, h).map_err(BindingError::from),
+            };
+            match sent {
+                Ok(()) => {}
+                Err(BindingError::Transport(e)) => return Err(self.server_reason(e)),
+                Err(e) => return Err(e.into()),
+            }
             self.rules.advance(piece.len());
         }
         Ok(())

@@ -109,6 +109,8 @@ impl BindingTable {
                     reordered: c.reordered,
                     renegotiations: c.renegotiations,
                     age_ms: c.age_ms,
+                    wire_in: c.wire_in,
+                    wire_out: c.wire_out,
                 }
             })
             .collect()
@@ -121,9 +123,11 @@ impl BindingTable {
         let st = self.status();
         let mut out = String::new();
         type Family = (&'static str, &'static str, &'static str, fn(&pb::BindingStatus) -> u64);
-        let families: [Family; 7] = [
+        let families: [Family; 9] = [
             ("bytes_in", "counter", "Application bytes received", |b| b.bytes_in),
             ("bytes_out", "counter", "Application bytes sent", |b| b.bytes_out),
+            ("wire_in", "counter", "Bytes received on the wire, after every layer", |b| b.wire_in),
+            ("wire_out", "counter", "Bytes sent on the wire, after every layer", |b| b.wire_out),
             ("messages_in", "counter", "Messages received", |b| b.messages_in),
             ("messages_out", "counter", "Messages sent", |b| b.messages_out),
             ("lost", "counter", "Datagrams lost (udp)", |b| b.lost),

@@ -11,7 +11,7 @@ use bs_transport::SocketOptions;
 use bs_wire::DigestAlgo;
 use tonic::{Request, Response, Status};
 
-use bs_binding::{Flow, LayerSpec, Profile, Refusal, TransportKind};
+use bs_binding::{Flow, Profile, Refusal, TransportKind};
 
 use crate::bindings::{BindGrant, BindingTable, Endpoint};
 use crate::config::ServerConfig;
@@ -90,12 +90,6 @@ impl ControlService {
                 ..Profile::default()
             },
         };
-        if proposal.layers.iter().any(|l| !matches!(l, LayerSpec::Encrypt | LayerSpec::Null)) {
-            return Err(Status::invalid_argument(
-                "blob transfers carry no message layers (their checksum is the end-to-end \
-                 digest); ask for layers on a binding",
-            ));
-        }
         bs_binding::negotiate::counter(&proposal, &self.cfg.binding_limits(false)).map_err(|e| {
             match e {
                 Refusal::NoCommonDigest(wanted) => no_common_digest(&wanted),

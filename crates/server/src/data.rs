@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bs_binding::transfer::{PullSender, PushReceiver, Violation};
-use bs_binding::{Counters, Scheduler};
+use bs_binding::{BindingError, Carrier, Counters, Role, Scheduler};
 use bs_store::{Store, StoreError};
 use bs_transport::{Conn, TransportError};
 use bs_wire::{BufferPool, Digest, ErrorCode, Frame};
@@ -89,6 +89,16 @@ impl From<TransportError> for Failure {
     }
 }
 
+impl From<BindingError> for Failure {
+    fn from(e: BindingError) -> Self {
+        match e {
+            BindingError::Transport(t) => t.into(),
+            BindingError::Remote { code, message } => Self { code, message, peer_gone: true },
+            e => Self { code: e.code(), message: e.to_string(), peer_gone: false },
+        }
+    }
+}
+
 impl From<Violation> for Failure {
     fn from(v: Violation) -> Self {
         Self { code: v.code, message: v.message, peer_gone: false }
@@ -142,7 +152,7 @@ pub(crate) fn transfer(shared: &Shared, mut conn: Conn, grant: Grant, slot: Owne
     drop(slot);
 }
 
-fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Counters) -> Result<(), Failure> {
+fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Result<(), Failure> {
     let mut sink = shared.store.open_upload(&g.name)?;
     let mut rules = PushReceiver::new(
         g.offset,
@@ -155,6 +165,9 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Counters) -> Result<(),
     // so a refusal up to here reaches it while it can still simply try again.
     conn.write_frame(&Frame::Ack { received: sink.received(), committed: None })?;
     let mut hasher = g.algo.hasher();
+    // Message layers asked for (compress, checksum, …): each DATA frame's bytes arrive as
+    // one layered message, checked by its layers before a byte of it reaches the store.
+    let mut carrier = Carrier::for_profile(&g.bind.profile, Role::Responder, c.clone());
     loop {
         let len = match conn.read_frame()? {
             Frame::Data { offset, len } => match rules.on_data(offset, len) {
@@ -187,6 +200,15 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Counters) -> Result<(),
             other => return Err(rolled_back(&mut *sink, rules.unexpected(&format!("{other:?}")))),
         };
         let pos = rules.pos();
+        if let Some(carrier) = carrier.as_mut() {
+            let m = carrier.recv(conn, len)?;
+            hasher.update(m.payload());
+            if let Err(e) = sink.write_at(pos, m.payload()) {
+                return Err(store_failed(shared, sink, g, e));
+            }
+            rules.advance(len);
+            continue;
+        }
         if let Some(dst) = sink.lend(pos, len) {
             // In-memory upload: read from the socket straight into the store.
             let res = conn.recv_data_into(dst, Some(&mut hasher));
@@ -197,7 +219,7 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Counters) -> Result<(),
             };
             sink.filled(pos, got);
             rules.advance(got);
-            Counters::add(&c.bytes_in, got);
+            c.raw_in(got);
             res?;
             continue;
         }
@@ -213,22 +235,32 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Counters) -> Result<(),
             Ok(())
         });
         rules.advance(at - pos);
-        Counters::add(&c.bytes_in, at - pos);
+        c.raw_in(at - pos);
         if let Some(e) = store_err {
-            if matches!(e, StoreError::StorageFull(_)) && sink.size().is_none() {
-                // Bytes of unknown size that filled the disk: free the space now rather than
-                // keep them for a resume that cannot fit either.
-                drop(sink);
-                let _ = shared.store.abort(&g.name);
-                return Err(fail(
-                    ErrorCode::StorageFull,
-                    format!("{e}; the upload of unknown size was discarded to free the space"),
-                ));
-            }
-            return Err(e.into());
+            return Err(store_failed(shared, sink, g, e));
         }
         res?;
     }
+}
+
+/// The store refused bytes of an upload.
+fn store_failed(
+    shared: &Shared,
+    sink: Box<dyn bs_store::UploadSink>,
+    g: &Grant,
+    e: StoreError,
+) -> Failure {
+    if matches!(e, StoreError::StorageFull(_)) && sink.size().is_none() {
+        // Bytes of unknown size that filled the disk: free the space now rather than keep
+        // them for a resume that cannot fit either.
+        drop(sink);
+        let _ = shared.store.abort(&g.name);
+        return fail(
+            ErrorCode::StorageFull,
+            format!("{e}; the upload of unknown size was discarded to free the space"),
+        );
+    }
+    e.into()
 }
 
 /// Undo what a broken transfer wrote, then report the broken rule.
@@ -241,7 +273,7 @@ fn rolled_back(sink: &mut dyn bs_store::UploadSink, v: Violation) -> Failure {
     v.into()
 }
 
-fn pull(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Counters) -> Result<(), Failure> {
+fn pull(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Result<(), Failure> {
     let src = shared.store.open_read(&g.name)?;
     let rec = src.record();
     let plan = PullSender::new(
@@ -259,13 +291,25 @@ fn pull(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Counters) -> Result<(),
     // (the ERROR frame in its place tells the client why the stream stopped). sendfile is
     // not used: it would read the file again after the check, for the same one copy.
     let mut pos = plan.offset;
+    let mut carrier = Carrier::for_profile(&g.bind.profile, Role::Responder, c.clone());
+    let hash = plan.stored_digest.is_none();
     for piece in src.pieces(plan.offset, plan.length)? {
         let piece = piece?;
-        let h = if plan.stored_digest.is_some() { None } else { Some(&mut hasher) };
-        conn.send_data_slice(pos, &piece, h)?;
+        match carrier.as_mut() {
+            // Through the negotiated message layers, in pieces one message holds.
+            Some(carrier) => {
+                let mut at = pos;
+                for part in piece.chunks(carrier.max_piece()) {
+                    carrier.send(conn, at, part, if hash { Some(&mut hasher) } else { None })?;
+                    at += part.len() as u64;
+                }
+            }
+            None => {
+                conn.send_data_slice(pos, &piece, if hash { Some(&mut hasher) } else { None })?;
+                c.raw_out(piece.len() as u64);
+            }
+        }
         pos += piece.len() as u64;
-        Counters::add(&c.bytes_out, piece.len() as u64);
-        Counters::add(&c.messages_out, 1);
     }
     let digest = plan.stored_digest.unwrap_or_else(|| hasher.finish());
     conn.write_frame(&Frame::Sum { total: plan.length, final_: true, digest })?;
