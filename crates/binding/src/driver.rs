@@ -544,17 +544,7 @@ impl Binding {
 /// one buffer; std's `UdpSocket` has no vectored send).
 fn send_datagram(sock: &UdpSocket, parts: [&[u8]; 3]) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
-    let mut iov =
-        parts.map(|p| libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() });
-    // SAFETY: a zeroed msghdr is valid (no address: the socket is connected); `iov` points at
-    // live slices for the duration of the call, which only reads them.
-    let n = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = iov.len() as _;
-        libc::sendmsg(sock.as_raw_fd(), &msg, 0)
-    };
-    if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
+    bs_transport::send_vectored(sock.as_raw_fd(), &parts.map(std::io::IoSlice::new))
 }
 
 enum Read {

@@ -221,8 +221,8 @@ impl Scheduler {
                     }
                 }
             }
+            s.leaving.push(t.priority);
         }
-        self.state.lock().unwrap().leaving.push(t.priority);
         let _release = Release(self, t.priority);
         send()
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bs_binding::{Binding, Floor, Profile, Role, Scheduler, Session};
 use bs_proto as pb;
-use bs_transport::SocketOptions;
+use bs_transport::{SocketOptions, TransportError};
 use bs_wire::TOKEN_LEN;
 
 use crate::client::Client;
@@ -138,6 +138,9 @@ impl Client {
             io_timeout: Some(self.settings.io_timeout),
         };
         let conn = self.dial(&offer.transport, &offer.address, offer.token, offer.tls, opts)?;
+        // A binding may sit idle between messages for as long as its user likes (bounded
+        // waits: `recv_within`); only a vanished peer ends it.
+        conn.watch_for_dead_peer(self.settings.io_timeout).map_err(TransportError::from)?;
         let limits = bs_binding::Limits {
             transports: offer.profile.transports.clone(),
             tls: offer.profile.wants_encryption(),

@@ -163,8 +163,9 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// How long an endpoint waits for the peer between messages before giving up on it.
-const IDLE: Duration = Duration::from_secs(300);
+/// How soon an endpoint gives up on a peer whose host stopped answering (a live peer may stay
+/// idle as long as it likes).
+const DEAD_PEER: Duration = Duration::from_secs(60);
 
 /// Run a binding to one of the test endpoints until the peer closes it. Blocks.
 pub(crate) fn serve(
@@ -189,7 +190,7 @@ pub(crate) fn serve(
     let session = Session::new(Role::Responder, g.profile.clone(), limits, Floor::default());
     let _reg =
         table.register(g.id, g.label.clone(), g.endpoint, transport, session.counters().clone());
-    let _ = conn.set_read_timeout(Some(IDLE));
+    let _ = conn.watch_for_dead_peer(DEAD_PEER);
     // This thread serves this binding alone: let the OS favour high-priority bindings.
     bs_binding::sched::lower_thread_priority(g.profile.priority);
     let mut b = Binding::new(conn, session, g.id).with_scheduler(sched.clone());

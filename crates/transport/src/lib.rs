@@ -10,7 +10,7 @@ pub mod error;
 pub mod socket;
 pub mod tls;
 
-pub use conn::{Conn, FileSource};
+pub use conn::{Conn, FileSource, send_vectored};
 pub use error::TransportError;
 pub use socket::SocketOptions;
 pub use tls::{TlsClient, TlsError, TlsServer};
