@@ -237,14 +237,16 @@ fn round_trips_pinned(
         opts.say(&format!("round trips of {size} B: binding, raw TCP, tonic ({} runs)", plan.runs));
         let mut b = bind(c, BindEndpoint::Echo, &profile(&[], size as u32, 0), None)?;
         let (mut ours, mut tcp, mut tonic) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..plan.runs {
-            ours.push(micros_per(
-                binding_round_trips(&mut b, size, plan.round_trips)?,
-                plan.round_trips,
-            ));
-            tcp.push(micros_per(raw_round_trips(raw, size, plan.round_trips)?, plan.round_trips));
-            tonic
-                .push(micros_per(grpc.echo_round_trips(size, plan.round_trips)?, plan.round_trips));
+        let n = plan.round_trips;
+        for run in 0..plan.runs {
+            // Each run starts with another of the three, so none always follows the same one.
+            for k in 0..3 {
+                match (run + k) % 3 {
+                    0 => ours.push(micros_per(binding_round_trips(&mut b, size, n)?, n)),
+                    1 => tcp.push(micros_per(raw_round_trips(raw, size, n)?, n)),
+                    _ => tonic.push(micros_per(grpc.echo_round_trips(size, n)?, n)),
+                }
+            }
         }
         b.close();
         let (o, t, g) = (median(&ours), median(&tcp), median(&tonic));

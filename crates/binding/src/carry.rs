@@ -114,7 +114,7 @@ impl Carrier {
 /// Write one layered message as a `MSG` frame (waiting first for its pacing time).
 pub(crate) fn write_msg(conn: &mut Conn, o: &Outgoing) -> std::result::Result<(), TransportError> {
     wait_pacing(o);
-    let head = msg_header(o);
+    let head = msg_header(o.seq, o.wire.len());
     let (h, b) = o.wire.parts();
     conn.write_slices(&[&head, h, b])
 }
@@ -129,9 +129,9 @@ pub(crate) fn wait_pacing(o: &Outgoing) {
     }
 }
 
-/// The `MSG` frame header that goes before `o`'s wire bytes.
-pub(crate) fn msg_header(o: &Outgoing) -> [u8; bs_wire::HEADER_LEN] {
-    Header { kind: FrameKind::Msg, body_len: 0, a: o.seq, b: o.wire.len() as u64 }.encode()
+/// The `MSG` frame header that goes before `len` wire bytes numbered `a` (epoch and sequence).
+pub(crate) fn msg_header(a: u64, len: usize) -> [u8; bs_wire::HEADER_LEN] {
+    Header { kind: FrameKind::Msg, body_len: 0, a, b: len as u64 }.encode()
 }
 
 /// After a `MSG(seq, len)` header: read its wire bytes and decode them (a message, or `None`

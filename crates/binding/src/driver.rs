@@ -161,8 +161,16 @@ impl Binding {
         self.session.alloc(len)
     }
 
-    /// Send `data` as one message (copied once into a pooled buffer with headroom).
+    /// Send `data` as one message: straight from `data` when no layer changes it (TCP or
+    /// Unix, no scheduler), else copied once into a pooled buffer with headroom.
     pub fn send(&mut self, data: &[u8]) -> Result<()> {
+        if self.udp.is_none()
+            && self.sched.is_none()
+            && let Some(a) = self.session.encode_in_place(data.len())?
+        {
+            let head = msg_header(a, data.len());
+            return self.conn.write_slices(&[&head, data]).map_err(|e| self.peer_reason(e));
+        }
         let m = self.session.message(data);
         self.send_msg(m)
     }
@@ -191,7 +199,7 @@ impl Binding {
     fn write(&mut self, o: Outgoing) -> Result<()> {
         if let Some(sock) = &self.udp {
             wait_pacing(&o);
-            let head = msg_header(&o);
+            let head = msg_header(o.seq, o.wire.len());
             let (h, b) = o.wire.parts();
             let what = match &mut self.inject {
                 Some(f) => f(crate::session::split_seq(o.seq).1),
@@ -242,7 +250,7 @@ impl Binding {
                 s.send(ticket, || {
                     c.queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     let (h, b) = o.wire.parts();
-                    conn.write_slices(&[&msg_header(&o), h, b])
+                    conn.write_slices(&[&msg_header(o.seq, o.wire.len()), h, b])
                 })
             }
         };

@@ -271,6 +271,28 @@ impl Session {
         Ok(())
     }
 
+    /// With a transparent send stack (see [`Stack::is_transparent`]), number one message of
+    /// `len` bytes that the driver sends as it is, from the caller's memory: its `MSG`
+    /// header's `a`. `None` when a layer must see the message (use [`Session::encode`]).
+    pub fn encode_in_place(&mut self, len: usize) -> Result<Option<u64>, BindingError> {
+        if !self.tx.is_transparent() {
+            return Ok(None);
+        }
+        let max = self.tx.app_qos().max_message;
+        if len > max {
+            let (len, max) = (len as u64, max as u64);
+            return Err(crate::error::LayerError::TooLarge { layer: "binding", len, max }.into());
+        }
+        let a = (self.epoch_out << SEQ_BITS) | (self.seq_out & SEQ_MASK);
+        self.seq_out += 1;
+        let c = &self.counters;
+        Counters::add(&c.wire_out, len as u64);
+        Counters::add(&c.wire_messages_out, 1);
+        Counters::add(&c.bytes_out, len as u64);
+        Counters::add(&c.messages_out, 1);
+        Ok(Some(a))
+    }
+
     /// Up the receive stack: the application message, once complete. On a reliable
     /// transport every sequence number must be the next one.
     pub fn decode(&mut self, a: u64, wire: Msg) -> Result<Option<Msg>, BindingError> {
@@ -668,6 +690,25 @@ mod tests {
             panic!()
         };
         assert_eq!(&m[..], b"old profile");
+    }
+
+    #[test]
+    fn messages_sent_in_place_are_numbered_and_counted_like_encoded_ones() {
+        let plain = Profile { layers: vec![LayerSpec::Null], ..base() };
+        let (mut a, mut b) = pair(plain);
+        assert_eq!(carry(&mut a, &mut b, b"first").unwrap(), b"first");
+        let seq = a.encode_in_place(6).unwrap().expect("a null stack is transparent");
+        let mut w = b.wire_buffer(6).unwrap();
+        w.payload_mut().copy_from_slice(b"second");
+        assert_eq!(b.decode(seq, w).unwrap().unwrap().payload(), b"second");
+        assert_eq!(carry(&mut a, &mut b, b"third").unwrap(), b"third");
+        let s = a.counters().snapshot();
+        assert_eq!((s.messages_out, s.bytes_out, s.wire_out), (3, 16, 16));
+        assert!(matches!(a.encode_in_place(2 << 20), Err(BindingError::Layer(_))));
+
+        // A layer that adds a header must see every message.
+        let (mut a, _) = pair(base());
+        assert_eq!(a.encode_in_place(6).unwrap(), None);
     }
 
     #[test]

@@ -130,6 +130,12 @@ impl Stack {
         self.layers.iter().map(|l| l.spec()).collect()
     }
 
+    /// No layer changes a message (none, or only null and encrypt — the connection's TLS):
+    /// the wire message is the application message.
+    pub fn is_transparent(&self) -> bool {
+        self.layers.iter().all(|l| matches!(l.spec(), LayerSpec::Null | LayerSpec::Encrypt))
+    }
+
     /// Header bytes every layer together may push.
     pub fn headroom(&self) -> usize {
         self.headroom
