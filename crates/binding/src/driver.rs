@@ -164,14 +164,23 @@ impl Binding {
     /// Send `data` as one message: straight from `data` when no layer changes it (TCP or
     /// Unix, no scheduler), else copied once into a pooled buffer with headroom.
     pub fn send(&mut self, data: &[u8]) -> Result<()> {
+        self.send_parts(data, &[])
+    }
+
+    /// Send `head` followed by `body` as one message (e.g. an application header and the
+    /// payload it describes), gathered from both without a copy when no layer changes it.
+    pub fn send_parts(&mut self, head: &[u8], body: &[u8]) -> Result<()> {
+        let len = head.len() + body.len();
         if self.udp.is_none()
             && self.sched.is_none()
-            && let Some(a) = self.session.encode_in_place(data.len())?
+            && let Some(a) = self.session.encode_in_place(len)?
         {
-            let head = msg_header(a, data.len());
-            return self.conn.write_slices(&[&head, data]).map_err(|e| self.peer_reason(e));
+            let frame = msg_header(a, len);
+            return self.conn.write_slices(&[&frame, head, body]).map_err(|e| self.peer_reason(e));
         }
-        let m = self.session.message(data);
+        let mut m = self.session.alloc(len);
+        m.payload_mut()[..head.len()].copy_from_slice(head);
+        m.payload_mut()[head.len()..].copy_from_slice(body);
         self.send_msg(m)
     }
 
@@ -386,10 +395,16 @@ impl Binding {
     }
 
     /// Tell the peer why the binding ends (best effort) and close it.
-    pub fn fail(mut self, e: &BindingError) {
-        if !matches!(e, BindingError::Remote { .. } | BindingError::Transport(_)) {
-            let _ = self.conn.write_frame(&Frame::Error { code: e.code(), message: e.to_string() });
+    pub fn fail(self, e: &BindingError) {
+        if matches!(e, BindingError::Remote { .. } | BindingError::Transport(_)) {
+            return self.close();
         }
+        self.end_with(e.code(), e.to_string());
+    }
+
+    /// End the binding with an `ERROR` frame of this code and reason (best effort).
+    pub fn end_with(mut self, code: bs_wire::ErrorCode, message: String) {
+        let _ = self.conn.write_frame(&Frame::Error { code, message });
         self.conn.shutdown_write();
     }
 

@@ -81,6 +81,9 @@ impl BindingError {
             }
             Self::Renegotiation(_) => ErrorCode::BadRenegotiation,
             Self::UnexpectedFrame(_) | Self::OutOfWindow { .. } => ErrorCode::BadFrame,
+            Self::Transport(TransportError::Wire(_) | TransportError::Unexpected { .. }) => {
+                ErrorCode::BadFrame
+            }
             Self::Remote { code, .. } => *code,
             _ => ErrorCode::Internal,
         }

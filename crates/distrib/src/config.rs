@@ -1,0 +1,328 @@
+//! The distributer's configuration (the paper's configuration database): streams, their
+//! flows, and each flow's policy for slow receivers. A TOML file:
+//!
+//! ```toml
+//! [[stream]]
+//! name = "correlator"
+//! token = "s3cret"            # optional: senders and receivers must present it
+//!
+//! [[stream.flow]]
+//! name = "spectra"
+//! policy = "hold"             # hold | buffer | timeout
+//! chunk = "1m"                # largest DATA message [1m]
+//!
+//! [[stream.flow]]
+//! name = "quicklook"
+//! policy = "buffer"
+//! buffer = "64m"              # a receiver further behind than this is dropped [64m]
+//!
+//! [[stream.flow]]
+//! name = "archive"
+//! policy = "timeout"
+//! timeout_ms = 2000           # a receiver with no progress for this long is dropped [5000]
+//! ```
+//!
+//! A file that breaks a rule is refused with the line at fault.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::error::DistribError;
+
+/// What a flow does about a receiver that cannot keep up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Lossless for everyone: the sender waits for the slowest receiver (as in the paper).
+    Hold,
+    /// A receiver may fall up to this many bytes behind; further, it is dropped and reported.
+    Buffer(u64),
+    /// A receiver that takes nothing for this long while data waits for it is dropped and
+    /// reported; until then the others wait for it.
+    Timeout(Duration),
+}
+
+impl Policy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Policy::Hold => "hold",
+            Policy::Buffer(_) => "buffer",
+            Policy::Timeout(_) => "timeout",
+        }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Policy::Hold => f.write_str("hold"),
+            Policy::Buffer(n) => write!(f, "buffer ({n} bytes)"),
+            Policy::Timeout(t) => write!(f, "timeout ({} ms)", t.as_millis()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowSpec {
+    pub name: String,
+    pub policy: Policy,
+    /// Largest `DATA` payload.
+    pub chunk: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSpec {
+    pub name: String,
+    pub token: Option<String>,
+    pub flows: Vec<FlowSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Config {
+    pub streams: Vec<StreamSpec>,
+}
+
+pub const DEFAULT_CHUNK: u64 = 1 << 20;
+pub const MAX_CHUNK: u64 = 16 << 20;
+pub const DEFAULT_BUFFER: u64 = 64 << 20;
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    stream: Vec<Spanned<RawStream>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStream {
+    name: Spanned<String>,
+    token: Option<String>,
+    #[serde(default)]
+    flow: Vec<Spanned<RawFlow>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFlow {
+    name: Spanned<String>,
+    policy: Option<Spanned<String>>,
+    buffer: Option<Spanned<toml::Value>>,
+    timeout_ms: Option<Spanned<u64>>,
+    chunk: Option<Spanned<toml::Value>>,
+}
+
+impl Config {
+    /// Read and check a configuration file.
+    pub fn load(path: &std::path::Path) -> Result<Self, DistribError> {
+        let text = std::fs::read_to_string(path).map_err(|e| DistribError::Config {
+            file: path.display().to_string(),
+            line: 0,
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parse and check configuration text (`file` names it in errors).
+    pub fn parse(text: &str, file: &str) -> Result<Self, DistribError> {
+        let line_of = |at: usize| text[..at.min(text.len())].matches('\n').count() + 1;
+        let err = |at: usize, reason: String| DistribError::Config {
+            file: file.to_string(),
+            line: line_of(at),
+            reason,
+        };
+        let raw: File = toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or(0, |s| s.start);
+            err(at, e.message().trim().to_string())
+        })?;
+        let mut streams: Vec<StreamSpec> = Vec::new();
+        for s in raw.stream {
+            let at = s.span().start;
+            let s = s.into_inner();
+            let name = check_name(&s.name, "stream", &err)?;
+            if streams.iter().any(|o| o.name == name) {
+                return Err(err(s.name.span().start, format!("stream {name:?} is defined twice")));
+            }
+            if s.flow.is_empty() {
+                return Err(err(at, format!("stream {name:?} has no [[stream.flow]]")));
+            }
+            let mut flows: Vec<FlowSpec> = Vec::new();
+            for f in s.flow {
+                let f = f.into_inner();
+                let fname = check_name(&f.name, "flow", &err)?;
+                if flows.iter().any(|o| o.name == fname) {
+                    return Err(err(
+                        f.name.span().start,
+                        format!("flow {fname:?} is defined twice in stream {name:?}"),
+                    ));
+                }
+                flows.push(flow(f, fname, &err)?);
+            }
+            streams.push(StreamSpec { name, token: s.token, flows });
+        }
+        Ok(Config { streams })
+    }
+
+    pub fn flow(&self, stream: &str, flow: &str) -> Result<(&StreamSpec, &FlowSpec), DistribError> {
+        let s = self
+            .streams
+            .iter()
+            .find(|s| s.name == stream)
+            .ok_or_else(|| DistribError::UnknownStream(stream.to_string()))?;
+        let f = s.flows.iter().find(|f| f.name == flow).ok_or_else(|| {
+            DistribError::UnknownFlow { stream: stream.to_string(), flow: flow.to_string() }
+        })?;
+        Ok((s, f))
+    }
+}
+
+fn check_name(
+    n: &Spanned<String>,
+    what: &str,
+    err: &impl Fn(usize, String) -> DistribError,
+) -> Result<String, DistribError> {
+    let ok = !n.get_ref().is_empty()
+        && n.get_ref().len() <= 128
+        && n.get_ref().chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if !ok {
+        return Err(err(
+            n.span().start,
+            format!(
+                "{what} name {:?} must be 1-128 characters of letters, digits, '-', '_', '.'",
+                n.get_ref()
+            ),
+        ));
+    }
+    Ok(n.get_ref().clone())
+}
+
+/// A size: a number of bytes, or a string with a k/m/g suffix.
+fn size(v: &Spanned<toml::Value>, err: &impl Fn(usize, String) -> DistribError) -> Result<u64, DistribError> {
+    let parsed = match v.get_ref() {
+        toml::Value::Integer(n) => u64::try_from(*n).ok(),
+        toml::Value::String(s) => bs_binding::qos::parse_size(s),
+        _ => None,
+    };
+    parsed.filter(|n| *n > 0).ok_or_else(|| {
+        err(v.span().start, format!("{} is not a size (bytes, or e.g. \"64m\")", v.get_ref()))
+    })
+}
+
+fn flow(
+    f: RawFlow,
+    name: String,
+    err: &impl Fn(usize, String) -> DistribError,
+) -> Result<FlowSpec, DistribError> {
+    let chunk = match &f.chunk {
+        Some(c) => size(c, err)?,
+        None => DEFAULT_CHUNK,
+    };
+    if chunk > MAX_CHUNK {
+        let at = f.chunk.as_ref().map_or(0, |c| c.span().start);
+        return Err(err(at, format!("chunk {chunk} is above the largest, {MAX_CHUNK}")));
+    }
+    let policy_name = f.policy.as_ref().map_or("hold", |p| p.get_ref().as_str());
+    let policy_at = f.policy.as_ref().map_or(f.name.span().start, |p| p.span().start);
+    let unused = |what: &str, at: Option<usize>| -> Result<(), DistribError> {
+        match at {
+            Some(at) => Err(err(at, format!("{what} has no meaning under policy {policy_name:?}"))),
+            None => Ok(()),
+        }
+    };
+    let policy = match policy_name {
+        "hold" => {
+            unused("buffer", f.buffer.as_ref().map(|b| b.span().start))?;
+            unused("timeout_ms", f.timeout_ms.as_ref().map(|t| t.span().start))?;
+            Policy::Hold
+        }
+        "buffer" => {
+            unused("timeout_ms", f.timeout_ms.as_ref().map(|t| t.span().start))?;
+            let n = match &f.buffer {
+                Some(b) => size(b, err)?,
+                None => DEFAULT_BUFFER,
+            };
+            Policy::Buffer(n)
+        }
+        "timeout" => {
+            unused("buffer", f.buffer.as_ref().map(|b| b.span().start))?;
+            let ms = f.timeout_ms.as_ref().map(|t| *t.get_ref());
+            if ms == Some(0) {
+                let at = f.timeout_ms.as_ref().map_or(0, |t| t.span().start);
+                return Err(err(at, "timeout_ms must be above 0".into()));
+            }
+            Policy::Timeout(ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis))
+        }
+        other => {
+            return Err(err(
+                policy_at,
+                format!("unknown policy {other:?} (hold, buffer or timeout)"),
+            ));
+        }
+    };
+    Ok(FlowSpec { name, policy, chunk })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[stream]]
+name = "correlator"
+token = "s3cret"
+
+[[stream.flow]]
+name = "spectra"
+
+[[stream.flow]]
+name = "quicklook"
+policy = "buffer"
+buffer = "8m"
+chunk = 65536
+
+[[stream.flow]]
+name = "archive"
+policy = "timeout"
+timeout_ms = 250
+"#;
+
+    #[test]
+    fn a_good_file_reads_with_defaults() {
+        let c = Config::parse(GOOD, "streams.toml").unwrap();
+        let s = &c.streams[0];
+        assert_eq!((s.name.as_str(), s.token.as_deref()), ("correlator", Some("s3cret")));
+        assert_eq!(s.flows[0], FlowSpec { name: "spectra".into(), policy: Policy::Hold, chunk: 1 << 20 });
+        assert_eq!(s.flows[1].policy, Policy::Buffer(8 << 20));
+        assert_eq!(s.flows[1].chunk, 65536);
+        assert_eq!(s.flows[2].policy, Policy::Timeout(Duration::from_millis(250)));
+        assert!(matches!(c.flow("correlator", "nope"), Err(DistribError::UnknownFlow { .. })));
+        assert!(matches!(c.flow("nope", "spectra"), Err(DistribError::UnknownStream(_))));
+    }
+
+    fn fails(text: &str, line: usize, needle: &str) {
+        let e = Config::parse(text, "s.toml").unwrap_err();
+        let DistribError::Config { line: l, reason, .. } = &e else { panic!("{e}") };
+        assert_eq!(*l, line, "{e}");
+        assert!(reason.contains(needle), "{e}");
+        assert!(e.to_string().starts_with(&format!("s.toml:{line}: ")), "{e}");
+    }
+
+    #[test]
+    fn a_bad_file_is_refused_with_the_line_at_fault() {
+        let bad_policy = GOOD.replace("policy = \"buffer\"", "policy = \"lossy\"");
+        fails(&bad_policy, 11, "unknown policy \"lossy\"");
+        let bad_size = GOOD.replace("buffer = \"8m\"", "buffer = \"eight\"");
+        fails(&bad_size, 12, "is not a size");
+        let twice = GOOD.replace("name = \"archive\"", "name = \"spectra\"");
+        fails(&twice, 16, "defined twice");
+        let unknown = GOOD.replace("timeout_ms = 250", "timeout_ms = 250\ncolour = 3");
+        fails(&unknown, 19, "unknown field `colour`");
+        let misplaced = GOOD.replace("timeout_ms = 250", "buffer = 5");
+        fails(&misplaced, 18, "no meaning under policy \"timeout\"");
+        fails("[[stream]]\nname = \"x y\"\n[[stream.flow]]\nname = \"f\"\n", 2, "stream name");
+        fails("[[stream]]\nname = \"lonely\"\n", 1, "has no [[stream.flow]]");
+        fails("[[stream]\n", 1, "");
+    }
+}

@@ -1,0 +1,628 @@
+//! The distributer: takes each flow from its one sender and forwards every message to every
+//! receiver of the flow, in parallel.
+//!
+//! Threads: one accepting connections; one per sender connection (the forwarder: it reads
+//! the sender's messages, queues each one for every receiver in the run, answers `STOP`);
+//! one per receiver connection (the writer: it drains that receiver's queue onto its
+//! binding, and after `STOP` reads the receiver's `CONFIRM`). A `DATA` message is received
+//! once into a pooled buffer and the same buffer (an `Arc`) goes into every queue; each writer
+//! sends it from there (no per-receiver copy).
+//!
+//! Who is in a run: the receivers joined when `START` arrives. One that joins later waits for
+//! the next `START`. One that falls behind is handled by the flow's [`Policy`]; one whose
+//! connection fails is dropped. Every dropped receiver is reported to the sender (`DROPPED`)
+//! and in the `STOPPED` answer, with the bytes it was sent and why.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bs_binding::{Binding, BindingError, Floor, Limits, Msg, Profile, Role, Session};
+use bs_transport::Conn;
+use bs_wire::ErrorCode;
+use serde::Serialize;
+use subtle::ConstantTimeEq;
+
+use crate::config::{Config, FlowSpec, MAX_CHUNK, Policy};
+use crate::error::DistribError;
+use crate::msg::{self, Message};
+
+/// Messages a receiver's queue holds under `hold` and `timeout` before the sender waits.
+const QUEUE_DEPTH: usize = 16;
+/// After `STOP`, how long a receiver may go without progress (under `hold` and `buffer`)
+/// before it is reported instead of waited for.
+pub const STOP_PATIENCE: Duration = Duration::from_secs(30);
+/// How long a new connection has to say `JOIN`.
+const JOIN_WAIT: Duration = Duration::from_secs(10);
+/// A peer whose host stops answering is given up after this long.
+const DEAD_PEER: Duration = Duration::from_secs(30);
+
+/// The profile of every distributer binding: no layers, messages up to the largest chunk.
+pub(crate) fn profile() -> Profile {
+    Profile { max_message: (MAX_CHUNK + 64 * 1024) as u32, ..Profile::default() }
+}
+
+pub(crate) fn binding(conn: Conn, role: Role, id: u64) -> Binding {
+    let session = Session::new(role, profile(), Limits::default(), Floor::default());
+    Binding::new(conn, session, id)
+}
+
+/// A running distributer.
+pub struct Distributer {
+    addr: SocketAddr,
+    inner: Arc<Inner>,
+    accept: Option<thread::JoinHandle<()>>,
+}
+
+struct Inner {
+    cfg: Config,
+    flows: Mutex<HashMap<String, Arc<Flow>>>,
+    next_id: AtomicU64,
+    closing: AtomicBool,
+}
+
+struct Flow {
+    stream: String,
+    spec: FlowSpec,
+    token: Option<String>,
+    state: Mutex<FlowState>,
+}
+
+#[derive(Default)]
+struct FlowState {
+    sender: bool,
+    running: bool,
+    receivers: Vec<Arc<Rcv>>,
+}
+
+/// One receiver connection, as the forwarder and its writer share it.
+struct Rcv {
+    name: String,
+    q: Mutex<RcvQ>,
+    cv: Condvar,
+    /// A second handle on its socket, to unblock the writer when the receiver is dropped.
+    kill: Option<TcpStream>,
+}
+
+struct RcvQ {
+    items: VecDeque<Item>,
+    queued_bytes: u64,
+    /// Payload bytes of the current run written to the receiver.
+    sent: u64,
+    last_progress: Instant,
+    /// Why this receiver is out (connection failed, or dropped by the policy).
+    gone: Option<String>,
+    /// Its answer to `STOP`: (ok, reason).
+    confirm: Option<(bool, String)>,
+    /// Told the sender it is gone.
+    reported: bool,
+}
+
+enum Item {
+    /// A message from the sender, forwarded as it is (`len`: its payload bytes, for `DATA`).
+    Forward { m: Arc<Msg>, len: u64, stop: bool },
+    Abort(String),
+}
+
+/// A flow's state, for status.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowStatus {
+    pub stream: String,
+    pub flow: String,
+    pub policy: String,
+    pub sender: bool,
+    pub running: bool,
+    pub receivers: Vec<ReceiverStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReceiverStatus {
+    pub name: String,
+    /// Bytes of the current (or last) run written to it.
+    pub delivered: u64,
+    pub queued_messages: usize,
+    pub queued_bytes: u64,
+    pub last_error: Option<String>,
+}
+
+impl Distributer {
+    /// Listen on `addr` and serve the streams of `cfg`.
+    pub fn start(cfg: Config, addr: SocketAddr) -> Result<Self, DistribError> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let mut flows = HashMap::new();
+        for s in &cfg.streams {
+            for f in &s.flows {
+                let flow = Flow {
+                    stream: s.name.clone(),
+                    spec: f.clone(),
+                    token: s.token.clone(),
+                    state: Mutex::default(),
+                };
+                flows.insert(key(&s.name, &f.name), Arc::new(flow));
+            }
+        }
+        let inner = Arc::new(Inner {
+            cfg,
+            flows: Mutex::new(flows),
+            next_id: AtomicU64::new(1),
+            closing: AtomicBool::new(false),
+        });
+        let i = inner.clone();
+        let accept = thread::Builder::new()
+            .name("distributer-accept".into())
+            .spawn(move || accept_loop(&i, listener))?;
+        Ok(Self { addr, inner, accept: Some(accept) })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    /// Every flow with its sender and receivers (the paper's receiver table).
+    pub fn status(&self) -> Vec<FlowStatus> {
+        status(&self.inner)
+    }
+}
+
+impl Drop for Distributer {
+    fn drop(&mut self) {
+        self.inner.closing.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn key(stream: &str, flow: &str) -> String {
+    format!("{stream}/{flow}")
+}
+
+fn status(inner: &Inner) -> Vec<FlowStatus> {
+    let flows = inner.flows.lock().unwrap();
+    let mut out: Vec<FlowStatus> = flows
+        .values()
+        .map(|f| {
+            let st = f.state.lock().unwrap();
+            FlowStatus {
+                stream: f.stream.clone(),
+                flow: f.spec.name.clone(),
+                policy: f.spec.policy.to_string(),
+                sender: st.sender,
+                running: st.running,
+                receivers: st
+                    .receivers
+                    .iter()
+                    .map(|r| {
+                        let q = r.q.lock().unwrap();
+                        ReceiverStatus {
+                            name: r.name.clone(),
+                            delivered: q.sent,
+                            queued_messages: q.items.len(),
+                            queued_bytes: q.queued_bytes,
+                            last_error: q.gone.clone(),
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.stream, &a.flow).cmp(&(&b.stream, &b.flow)));
+    out
+}
+
+fn accept_loop(inner: &Arc<Inner>, listener: TcpListener) {
+    for conn in listener.incoming() {
+        if inner.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(tcp) = conn else { continue };
+        let inner = inner.clone();
+        let spawned = thread::Builder::new()
+            .name("distributer-conn".into())
+            .stack_size(512 * 1024)
+            .spawn(move || serve(&inner, tcp));
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start a connection thread");
+        }
+    }
+}
+
+/// Tell the peer why (an `ERROR` frame) and close.
+fn refuse(b: Binding, code: ErrorCode, reason: String) {
+    tracing::info!(%reason, "distributer connection refused");
+    b.end_with(code, reason);
+}
+
+fn serve(inner: &Arc<Inner>, tcp: TcpStream) {
+    let _ = tcp.set_nodelay(true);
+    let kill = tcp.try_clone().ok();
+    let conn = Conn::new(tcp);
+    // Until the JOIN, every read is bounded (a peer that says nothing, or half a frame, is
+    // turned away); after it, a live peer may be idle as long as it likes.
+    let _ = conn.set_read_timeout(Some(JOIN_WAIT));
+    let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+    let mut b = binding(conn, Role::Responder, id);
+    let first = match b.recv_within(JOIN_WAIT) {
+        Ok(Some(m)) => Message::parse(m.payload()),
+        Ok(None) => return refuse(b, ErrorCode::BadFrame, "no JOIN within 10 s".into()),
+        Err(e) => return refuse(b, e.code(), format!("expected JOIN: {e}")),
+    };
+    let _ = b.conn().watch_for_dead_peer(DEAD_PEER);
+    let (role, join) = match first {
+        Ok(Message::Join(role, j)) => (role, j),
+        Ok(other) => {
+            return refuse(b, ErrorCode::BadFrame, format!("expected JOIN first, got {other:?}"));
+        }
+        Err(e) => return refuse(b, ErrorCode::BadFrame, e.to_string()),
+    };
+    let flow = match inner.cfg.flow(&join.stream, &join.flow) {
+        Ok(_) => inner.flows.lock().unwrap().get(&key(&join.stream, &join.flow)).cloned(),
+        Err(e) => return refuse(b, ErrorCode::NotFound, e.to_string()),
+    };
+    let Some(flow) = flow else { return };
+    if let Some(t) = &flow.token
+        && !bool::from(t.as_bytes().ct_eq(join.token.as_bytes()))
+    {
+        return refuse(b, ErrorCode::BadToken, DistribError::BadToken(join.stream).to_string());
+    }
+    let w = msg::Welcome { policy: flow.spec.policy.name().into(), chunk: flow.spec.chunk };
+    if role == msg::ROLE_SENDER {
+        {
+            let mut st = flow.state.lock().unwrap();
+            if st.sender {
+                drop(st);
+                let e = DistribError::SenderTaken(key(&flow.stream, &flow.spec.name));
+                return refuse(b, ErrorCode::Busy, e.to_string());
+            }
+            st.sender = true;
+        }
+        if b.send(&msg::welcome(&w)).is_ok() {
+            forward(&flow, b);
+        }
+        let mut st = flow.state.lock().unwrap();
+        st.sender = false;
+        st.running = false;
+        return;
+    }
+    let rcv = {
+        let mut st = flow.state.lock().unwrap();
+        if join.name.is_empty() || st.receivers.iter().any(|r| r.name == join.name) {
+            drop(st);
+            let fk = key(&flow.stream, &flow.spec.name);
+            let e = if join.name.is_empty() {
+                DistribError::Order("a receiver must have a name".into())
+            } else {
+                DistribError::NameTaken { flow: fk, name: join.name }
+            };
+            return refuse(b, ErrorCode::Busy, e.to_string());
+        }
+        let r = Arc::new(Rcv {
+            name: join.name.clone(),
+            q: Mutex::new(RcvQ {
+                items: VecDeque::new(),
+                queued_bytes: 0,
+                sent: 0,
+                last_progress: Instant::now(),
+                gone: None,
+                confirm: None,
+                reported: false,
+            }),
+            cv: Condvar::new(),
+            kill,
+        });
+        st.receivers.push(r.clone());
+        r
+    };
+    if b.send(&msg::welcome(&w)).is_ok() {
+        write_loop(&flow, &rcv, b);
+    } else {
+        rcv.gone("its connection failed at once".into());
+    }
+    flow.state.lock().unwrap().receivers.retain(|r| !Arc::ptr_eq(r, &rcv));
+}
+
+impl Rcv {
+    /// Take it out of the run with `reason` (first reason wins) and unblock its writer.
+    fn gone(&self, reason: String) {
+        let mut q = self.q.lock().unwrap();
+        self.gone_locked(&mut q, reason);
+    }
+
+    fn gone_locked(&self, q: &mut MutexGuard<'_, RcvQ>, reason: String) {
+        if q.gone.is_none() {
+            tracing::info!(receiver = %self.name, %reason, "receiver dropped");
+            q.gone = Some(reason);
+        }
+        q.items.clear();
+        q.queued_bytes = 0;
+        if let Some(s) = &self.kill {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// The receiver's writer: its queue onto its binding, until the connection ends.
+fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding) {
+    let patience = match flow.spec.policy {
+        Policy::Timeout(t) => t,
+        _ => STOP_PATIENCE,
+    };
+    loop {
+        let item = {
+            let mut q = r.q.lock().unwrap();
+            loop {
+                if let Some(reason) = &q.gone {
+                    let reason = reason.clone();
+                    drop(q);
+                    return refuse(b, ErrorCode::Busy, format!("dropped: {reason}"));
+                }
+                if let Some(i) = q.items.pop_front() {
+                    break i;
+                }
+                // Idle: notice a receiver that closes its end meanwhile.
+                let (g, _) = r.cv.wait_timeout(q, Duration::from_millis(500)).unwrap();
+                q = g;
+                if q.items.is_empty() && q.gone.is_none() {
+                    drop(q);
+                    match b.poll() {
+                        Ok(true) => {}
+                        Ok(false) => return r.gone("it left (closed its connection)".into()),
+                        Err(e) => return r.gone(format!("its connection failed: {e}")),
+                    }
+                    q = r.q.lock().unwrap();
+                }
+            }
+        };
+        let res = match &item {
+            Item::Forward { m, len, stop } => b.send(m.payload()).map(|()| {
+                let mut q = r.q.lock().unwrap();
+                q.queued_bytes -= len;
+                q.sent += len;
+                q.last_progress = Instant::now();
+                r.cv.notify_all();
+                *stop
+            }),
+            Item::Abort(reason) => b.send(&msg::abort(reason)).map(|()| false),
+        };
+        match res {
+            Ok(false) => {}
+            Ok(true) => {
+                // After STOP: the receiver's CONFIRM (or its silence, within the patience).
+                let answer = match b.recv_within(patience) {
+                    Ok(Some(m)) => match Message::parse(m.payload()) {
+                        Ok(Message::Confirm { ok, reason, .. }) => Ok((ok, reason)),
+                        Ok(other) => Err(format!("expected CONFIRM, got {other:?}")),
+                        Err(e) => Err(e.to_string()),
+                    },
+                    Ok(None) => Err(format!(
+                        "did not confirm the stop within {} ms",
+                        patience.as_millis()
+                    )),
+                    Err(e) => Err(format!("its connection failed: {e}")),
+                };
+                match answer {
+                    Ok(c) => {
+                        let mut q = r.q.lock().unwrap();
+                        q.confirm = Some(c);
+                        r.cv.notify_all();
+                    }
+                    Err(reason) => return r.gone(reason),
+                }
+            }
+            Err(e) => {
+                let reason = match r.q.lock().unwrap().gone.clone() {
+                    Some(g) => g,
+                    None => format!("its connection failed: {e}"),
+                };
+                return r.gone(reason);
+            }
+        }
+    }
+}
+
+/// The forwarder: the sender's messages to every receiver in the run.
+fn forward(flow: &Flow, mut b: Binding) {
+    let mut run: Vec<Arc<Rcv>> = Vec::new();
+    let mut expected = 0u64;
+    let mut running = false;
+    let res = (|| -> Result<(), DistribError> {
+        while let Some(m) = b.recv().map_err(DistribError::from_binding)? {
+            let parsed = Message::parse(m.payload())?;
+            match parsed {
+                Message::Start(_) => {
+                    if running {
+                        return Err(DistribError::Order("START while the flow runs".into()));
+                    }
+                    run = flow.state.lock().unwrap().receivers.clone();
+                    run.retain(|r| r.q.lock().unwrap().gone.is_none());
+                    let m = Arc::new(m);
+                    for r in &run {
+                        let mut q = r.q.lock().unwrap();
+                        (q.sent, q.confirm, q.reported) = (0, None, false);
+                        q.last_progress = Instant::now();
+                        q.items.push_back(Item::Forward { m: m.clone(), len: 0, stop: false });
+                        r.cv.notify_all();
+                    }
+                    (running, expected) = (true, 0);
+                    flow.state.lock().unwrap().running = true;
+                }
+                Message::Data { offset, len } => {
+                    if !running {
+                        return Err(DistribError::Order("DATA before START".into()));
+                    }
+                    if offset != expected {
+                        return Err(DistribError::Order(format!(
+                            "DATA at offset {offset}, expected {expected}"
+                        )));
+                    }
+                    if len as u64 > flow.spec.chunk {
+                        return Err(DistribError::Order(format!(
+                            "DATA of {len} bytes, above the flow's chunk of {}",
+                            flow.spec.chunk
+                        )));
+                    }
+                    expected += len as u64;
+                    let m = Arc::new(m);
+                    for r in &run {
+                        push(flow, r, Item::Forward { m: m.clone(), len: len as u64, stop: false });
+                    }
+                    report_gone(&mut b, &run)?;
+                }
+                Message::Stop { total, .. } => {
+                    if !running {
+                        return Err(DistribError::Order("STOP before START".into()));
+                    }
+                    if total != expected {
+                        return Err(DistribError::Order(format!(
+                            "STOP announces {total} bytes, {expected} were sent"
+                        )));
+                    }
+                    let m = Arc::new(m);
+                    for r in &run {
+                        push(flow, r, Item::Forward { m: m.clone(), len: 0, stop: true });
+                    }
+                    let outcomes = run.iter().map(|r| settle(flow, r, total)).collect();
+                    report_gone(&mut b, &run)?;
+                    let s = msg::Stopped { total, receivers: outcomes };
+                    b.send(&msg::stopped(&s))?;
+                    running = false;
+                    flow.state.lock().unwrap().running = false;
+                    run.clear();
+                }
+                other => {
+                    return Err(DistribError::Malformed(format!(
+                        "a sender cannot send {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    })();
+    if running {
+        let why = match &res {
+            Ok(()) => "the sender left mid-flow".to_string(),
+            Err(e) => format!("the sender failed mid-flow: {e}"),
+        };
+        for r in &run {
+            let mut q = r.q.lock().unwrap();
+            if q.gone.is_none() {
+                q.items.push_back(Item::Abort(why.clone()));
+                r.cv.notify_all();
+            }
+        }
+    }
+    if let Err(e) = res {
+        let code = match &e {
+            DistribError::Binding(be) => be.code(),
+            DistribError::Order(_) => ErrorCode::BadFrame,
+            _ => ErrorCode::BadMessage,
+        };
+        if !matches!(e, DistribError::Remote(_) | DistribError::Binding(BindingError::Transport(_)))
+        {
+            refuse(b, code, e.to_string());
+        }
+    }
+}
+
+/// Queue `item` for `r` as the flow's policy says.
+fn push(flow: &Flow, r: &Rcv, item: Item) {
+    let len = match &item {
+        Item::Forward { len, .. } => *len,
+        Item::Abort(_) => 0,
+    };
+    let mut q = r.q.lock().unwrap();
+    match flow.spec.policy {
+        Policy::Hold => {
+            while q.items.len() >= QUEUE_DEPTH && q.gone.is_none() {
+                q = r.cv.wait(q).unwrap();
+            }
+        }
+        Policy::Buffer(bound) => {
+            if q.gone.is_none() && q.queued_bytes + len > bound {
+                let behind = q.queued_bytes + len;
+                r.gone_locked(&mut q, format!("fell {behind} bytes behind (the bound is {bound})"));
+            }
+        }
+        Policy::Timeout(t) => {
+            while q.items.len() >= QUEUE_DEPTH && q.gone.is_none() {
+                let idle = q.last_progress.elapsed();
+                if idle >= t {
+                    let ms = t.as_millis();
+                    r.gone_locked(&mut q, format!("took nothing for {ms} ms"));
+                    break;
+                }
+                q = r.cv.wait_timeout(q, t - idle).unwrap().0;
+            }
+        }
+    }
+    if q.gone.is_none() {
+        q.items.push_back(item);
+        q.queued_bytes += len;
+        r.cv.notify_all();
+    }
+}
+
+/// After `STOP` was queued for `r`: wait for its confirmation (or its end) and say how it went.
+fn settle(flow: &Flow, r: &Rcv, total: u64) -> msg::Outcome {
+    let patience = match flow.spec.policy {
+        Policy::Timeout(t) => t,
+        _ => STOP_PATIENCE,
+    };
+    let mut q = r.q.lock().unwrap();
+    loop {
+        if let Some(reason) = &q.gone {
+            return msg::Outcome {
+                name: r.name.clone(),
+                delivered: q.sent,
+                ok: false,
+                reason: reason.clone(),
+            };
+        }
+        if let Some((ok, reason)) = &q.confirm {
+            let ok = *ok && q.sent == total;
+            let reason = if ok { String::new() } else { reason.clone() };
+            return msg::Outcome { name: r.name.clone(), delivered: q.sent, ok, reason };
+        }
+        let idle = q.last_progress.elapsed();
+        if idle >= patience {
+            let ms = patience.as_millis();
+            r.gone_locked(&mut q, format!("made no progress for {ms} ms before the stop"));
+            continue;
+        }
+        q = r.cv.wait_timeout(q, patience - idle).unwrap().0;
+    }
+}
+
+/// Tell the sender about receivers that left the run since the last report.
+fn report_gone(b: &mut Binding, run: &[Arc<Rcv>]) -> Result<(), DistribError> {
+    for r in run {
+        let o = {
+            let mut q = r.q.lock().unwrap();
+            match (&q.gone, q.reported) {
+                (Some(reason), false) => {
+                    let o = msg::Outcome {
+                        name: r.name.clone(),
+                        delivered: q.sent,
+                        ok: false,
+                        reason: reason.clone(),
+                    };
+                    q.reported = true;
+                    o
+                }
+                _ => continue,
+            }
+        };
+        b.send(&msg::dropped(&o))?;
+    }
+    Ok(())
+}

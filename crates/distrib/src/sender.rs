@@ -1,0 +1,199 @@
+//! The sending side of a flow: `start`, `send`, `stop`, and the reports of receivers that
+//! were dropped on the way.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use bs_binding::{Binding, Role};
+use bs_transport::Conn;
+use bs_wire::{DigestAlgo, Hasher};
+
+use crate::distributer::binding;
+use crate::error::DistribError;
+use crate::msg::{self, Message, Params};
+
+/// A receiver that left a run early: its name, the bytes it was sent, and why.
+pub type Dropped = msg::Outcome;
+/// How one receiver ended a run.
+pub type ReceiverOutcome = msg::Outcome;
+
+/// What `stop` returns: the exact total, and every receiver of the run with its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopReport {
+    pub total: u64,
+    pub receivers: Vec<ReceiverOutcome>,
+}
+
+impl StopReport {
+    /// Every receiver confirmed every byte.
+    pub fn all_delivered(&self) -> bool {
+        self.receivers.iter().all(|r| r.ok)
+    }
+}
+
+/// How long connecting and joining may take.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+
+/// Connect to a distributer and `JOIN` a flow as `role`; returns the binding and the welcome.
+pub(crate) fn join(
+    addr: &str,
+    role: u8,
+    j: &msg::Join,
+) -> Result<(Binding, msg::Welcome), DistribError> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    let mut last = None;
+    let mut tcp = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, CONNECT_WAIT) {
+            Ok(s) => {
+                tcp = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let tcp = tcp.ok_or_else(|| {
+        let e = last.map_or("no address".to_string(), |e| e.to_string());
+        DistribError::Remote(format!("cannot reach the distributer at {addr}: {e}"))
+    })?;
+    tcp.set_nodelay(true)?;
+    let conn = Conn::new(tcp);
+    conn.watch_for_dead_peer(crate::distributer::STOP_PATIENCE)?;
+    let mut b = binding(conn, Role::Initiator, 0);
+    b.send(&msg::join(role, j)).map_err(DistribError::from_binding)?;
+    match b.recv_within(CONNECT_WAIT).map_err(DistribError::from_binding)? {
+        Some(m) => match Message::parse(m.payload())? {
+            Message::Welcome(w) => Ok((b, w)),
+            other => Err(DistribError::Malformed(format!("expected WELCOME, got {other:?}"))),
+        },
+        None => Err(DistribError::Remote("the distributer did not answer the JOIN".into())),
+    }
+}
+
+/// One flow's sender.
+pub struct Sender {
+    b: Binding,
+    welcome: msg::Welcome,
+    running: bool,
+    offset: u64,
+    hasher: Hasher,
+    dropped: Vec<Dropped>,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender").field("running", &self.running).field("offset", &self.offset).finish()
+    }
+}
+
+impl Sender {
+    /// Become the sender of `stream`/`flow` on the distributer at `addr`.
+    pub fn connect(
+        addr: &str,
+        stream: &str,
+        flow: &str,
+        token: Option<&str>,
+    ) -> Result<Self, DistribError> {
+        let j = msg::Join {
+            stream: stream.into(),
+            flow: flow.into(),
+            name: String::new(),
+            token: token.unwrap_or_default().into(),
+        };
+        let (b, welcome) = join(addr, msg::ROLE_SENDER, &j)?;
+        Ok(Self {
+            b,
+            welcome,
+            running: false,
+            offset: 0,
+            hasher: DigestAlgo::Xxh3_128.hasher(),
+            dropped: Vec::new(),
+        })
+    }
+
+    /// The flow's slow-receiver policy (hold, buffer or timeout).
+    pub fn policy(&self) -> &str {
+        &self.welcome.policy
+    }
+
+    /// Bytes sent in the current run.
+    pub fn position(&self) -> u64 {
+        self.offset
+    }
+
+    /// Begin a run with these parameters (every receiver's `on_start` gets them).
+    pub fn start(&mut self, params: &Params) -> Result<(), DistribError> {
+        if self.running {
+            return Err(DistribError::Order("start: the flow is already running".into()));
+        }
+        self.b.send(&msg::start(params)).map_err(DistribError::from_binding)?;
+        (self.running, self.offset) = (true, 0);
+        self.hasher = DigestAlgo::Xxh3_128.hasher();
+        Ok(())
+    }
+
+    /// Send the next bytes of the run (blocks while a `hold` flow waits for its slowest
+    /// receiver).
+    pub fn send(&mut self, data: &[u8]) -> Result<(), DistribError> {
+        if !self.running {
+            return Err(DistribError::Order("send before start (or after stop)".into()));
+        }
+        for piece in data.chunks(self.welcome.chunk.max(1) as usize) {
+            let head = msg::data_head(self.offset);
+            self.b.send_parts(&head, piece).map_err(DistribError::from_binding)?;
+            self.hasher.update(piece);
+            self.offset += piece.len() as u64;
+        }
+        self.collect_reports()
+    }
+
+    /// Reports that arrived without waiting for them.
+    fn collect_reports(&mut self) -> Result<(), DistribError> {
+        self.b.poll().map_err(DistribError::from_binding)?;
+        while let Some(m) = self.b.recv_within(Duration::ZERO).map_err(DistribError::from_binding)? {
+            match Message::parse(m.payload())? {
+                Message::Dropped(d) => self.dropped.push(d),
+                other => {
+                    return Err(DistribError::Malformed(format!("unexpected {other:?}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Receivers dropped from the run since the last call (they are in the stop report too).
+    pub fn take_dropped(&mut self) -> Vec<Dropped> {
+        let _ = self.collect_reports();
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// End the run: announce the exact total and its digest, and return once every receiver
+    /// has confirmed both or has been reported.
+    pub fn stop(&mut self) -> Result<StopReport, DistribError> {
+        if !self.running {
+            return Err(DistribError::Order("stop before start".into()));
+        }
+        let digest = msg::digest_bytes(&self.hasher.finish());
+        self.b.send(&msg::stop(self.offset, &digest)).map_err(DistribError::from_binding)?;
+        self.running = false;
+        loop {
+            let m = self
+                .b
+                .recv()
+                .map_err(DistribError::from_binding)?
+                .ok_or_else(|| DistribError::Remote("the distributer closed before STOPPED".into()))?;
+            match Message::parse(m.payload())? {
+                Message::Dropped(d) => self.dropped.push(d),
+                Message::Stopped(s) => {
+                    return Ok(StopReport { total: s.total, receivers: s.receivers });
+                }
+                other => return Err(DistribError::Malformed(format!("unexpected {other:?}"))),
+            }
+        }
+    }
+
+    /// Leave (a run in progress is aborted: its receivers get `on_error`).
+    pub fn close(self) {
+        self.b.close();
+    }
+}

@@ -1,0 +1,336 @@
+//! The distributer end to end on loopback (port 0): byte-exact delivery to every receiver
+//! (digest per flow per receiver), each slow-receiver policy, receivers joining and leaving
+//! mid-stream, and the bad input that must fail alone.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread;
+use std::time::Duration;
+
+use bs_distrib::{
+    Config, DistribError, Distributer, FlowHandler, Params, Receiver, RunEnd, Sender,
+};
+use bs_wire::DigestAlgo;
+
+const CONFIG: &str = r#"
+[[stream]]
+name = "obs"
+token = "t0k"
+
+[[stream.flow]]
+name = "hold"
+policy = "hold"
+chunk = "256k"
+
+[[stream.flow]]
+name = "buffer"
+policy = "buffer"
+buffer = "4m"
+
+[[stream.flow]]
+name = "timeout"
+policy = "timeout"
+timeout_ms = 1000
+"#;
+
+fn distributer() -> (Distributer, String) {
+    let cfg = Config::parse(CONFIG, "test.toml").unwrap();
+    let d = Distributer::start(cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = d.addr().to_string();
+    (d, addr)
+}
+
+fn data(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Keeps what it receives and what happened.
+#[derive(Default)]
+struct Keep {
+    params: Option<Params>,
+    bytes: Vec<u8>,
+    stopped: Option<u64>,
+    error: Option<String>,
+    delay: Option<Duration>,
+    /// Bytes received so far, for a sender that keeps pace with this receiver.
+    progress: Arc<AtomicU64>,
+}
+
+impl FlowHandler for Keep {
+    fn on_start(&mut self, p: &Params) {
+        let (delay, progress) = (self.delay, self.progress.clone());
+        *self = Keep { params: Some(p.clone()), delay, progress, ..Keep::default() };
+    }
+    fn on_data(&mut self, offset: u64, d: &[u8]) {
+        assert_eq!(offset, self.bytes.len() as u64);
+        self.bytes.extend_from_slice(d);
+        self.progress.fetch_add(d.len() as u64, Ordering::SeqCst);
+        if let Some(t) = self.delay {
+            thread::sleep(t);
+        }
+    }
+    fn on_stop(&mut self, total: u64) -> Result<(), String> {
+        self.stopped = Some(total);
+        Ok(())
+    }
+    fn on_error(&mut self, reason: &str) {
+        self.error = Some(reason.to_string());
+    }
+}
+
+/// A receiver on its own thread that reports each run's end and what it kept.
+fn receiver(
+    addr: &str,
+    flow: &str,
+    name: &str,
+    delay: Option<Duration>,
+) -> mpsc::Receiver<(RunEnd, Keep)> {
+    watched_receiver(addr, flow, name, delay, Arc::default())
+}
+
+fn watched_receiver(
+    addr: &str,
+    flow: &str,
+    name: &str,
+    delay: Option<Duration>,
+    progress: Arc<AtomicU64>,
+) -> mpsc::Receiver<(RunEnd, Keep)> {
+    let mut r = Receiver::connect(addr, "obs", flow, name, Some("t0k")).unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        loop {
+            let mut k = Keep { delay, progress: progress.clone(), ..Keep::default() };
+            let end = r.run_once(&mut k, None).unwrap();
+            let closed = end == RunEnd::Closed;
+            if tx.send((end, k)).is_err() || closed {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn params(obs: &str) -> Params {
+    let mut p = Params::new();
+    p.insert("observation".into(), serde_json::json!(obs));
+    p.insert("scan".into(), serde_json::json!(3));
+    p
+}
+
+/// Wait until the distributer lists exactly these receivers on `flow` (they join and leave
+/// asynchronously).
+fn wait_names(d: &Distributer, flow: &str, names: &[&str]) {
+    for _ in 0..2000 {
+        let st = d.status();
+        let f = st.iter().find(|f| f.flow == flow).unwrap();
+        let mut have: Vec<&str> = f.receivers.iter().map(|r| r.name.as_str()).collect();
+        have.sort();
+        let mut want = names.to_vec();
+        want.sort();
+        if have == want {
+            return;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    panic!("{flow} never had exactly {names:?}: {:?}", d.status());
+}
+
+/// Wait until a receiver has taken in `n` bytes.
+fn wait_progress(p: &AtomicU64, n: u64) {
+    for _ in 0..12_000 {
+        if p.load(Ordering::SeqCst) >= n {
+            return;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the receiver stayed at {} of {n} bytes", p.load(Ordering::SeqCst));
+}
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn every_receiver_gets_every_byte_of_every_run() {
+    let (d, addr) = distributer();
+    let rx: Vec<_> =
+        ["archive", "pipeline", "quicklook"].iter().map(|n| receiver(&addr, "hold", n, None)).collect();
+    wait_names(&d, "hold", &["archive", "pipeline", "quicklook"]);
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    assert_eq!(s.policy(), "hold");
+    for (run, size) in [(1, 5_000_000usize), (2, 777)] {
+        let bytes = data(size, run);
+        s.start(&params(&format!("uid://X{run}"))).unwrap();
+        // Uneven sends, split again into the flow's 256 KiB chunks.
+        for piece in bytes.chunks(333_333) {
+            s.send(piece).unwrap();
+        }
+        let report = s.stop().unwrap();
+        assert_eq!(report.total, size as u64);
+        assert!(report.all_delivered(), "{report:?}");
+        assert_eq!(report.receivers.len(), 3);
+        let want = DigestAlgo::Xxh3_128.digest(&bytes);
+        for r in &rx {
+            let (end, k) = r.recv_timeout(WAIT).unwrap();
+            assert_eq!(end, RunEnd::Stopped(size as u64));
+            assert_eq!(DigestAlgo::Xxh3_128.digest(&k.bytes), want, "byte-exact");
+            assert_eq!(k.params.unwrap()["observation"], format!("uid://X{run}"));
+            assert_eq!((k.stopped, k.error), (Some(size as u64), None));
+        }
+    }
+}
+
+#[test]
+fn hold_waits_for_the_slowest_receiver_and_loses_nothing() {
+    let (d, addr) = distributer();
+    let fast = receiver(&addr, "hold", "fast", None);
+    let slow = receiver(&addr, "hold", "slow", Some(Duration::from_millis(2)));
+    wait_names(&d, "hold", &["fast", "slow"]);
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    let bytes = data(8 << 20, 9);
+    s.start(&Params::new()).unwrap();
+    s.send(&bytes).unwrap();
+    let report = s.stop().unwrap();
+    assert!(report.all_delivered(), "{report:?}");
+    for r in [fast, slow] {
+        let (end, k) = r.recv_timeout(WAIT).unwrap();
+        assert_eq!(end, RunEnd::Stopped(bytes.len() as u64));
+        assert!(k.bytes == bytes);
+    }
+}
+
+/// A receiver that never reads: under `buffer` and `timeout` it is dropped and reported by
+/// name; the others receive everything.
+#[test]
+fn a_stalled_receiver_is_dropped_and_reported_under_buffer_and_timeout() {
+    let (d, addr) = distributer();
+    for (flow, reason) in [("buffer", "bytes behind"), ("timeout", "took nothing for 1000 ms")] {
+        let progress = Arc::new(AtomicU64::new(0));
+        let ok = watched_receiver(&addr, flow, "healthy", None, progress.clone());
+        let stalled = Receiver::connect(&addr, "obs", flow, "stalled", Some("t0k")).unwrap();
+        wait_names(&d, flow, &["healthy", "stalled"]);
+        let mut s = Sender::connect(&addr, "obs", flow, Some("t0k")).unwrap();
+        let bytes = data(64 << 20, 5);
+        s.start(&Params::new()).unwrap();
+        // Keep pace with the healthy receiver, so only the stalled one falls behind.
+        for (i, piece) in bytes.chunks(1 << 20).enumerate() {
+            s.send(piece).unwrap();
+            wait_progress(&progress, ((i + 1) << 20) as u64);
+        }
+        let report = s.stop().unwrap();
+        let mut dropped = s.take_dropped();
+        dropped.retain(|o| o.name == "stalled");
+        assert_eq!(dropped.len(), 1, "{flow}: reported once while it ran: {report:?}");
+        assert!(dropped[0].reason.contains(reason), "{flow}: {:?}", dropped[0]);
+        assert!(dropped[0].delivered < bytes.len() as u64);
+        let by = |n: &str| report.receivers.iter().find(|o| o.name == n).unwrap().clone();
+        assert!(by("healthy").ok, "{flow}: {report:?}");
+        assert!(!by("stalled").ok && by("stalled").reason.contains(reason), "{report:?}");
+        let (end, k) = ok.recv_timeout(WAIT).unwrap();
+        assert_eq!(end, RunEnd::Stopped(bytes.len() as u64));
+        assert!(k.bytes == bytes, "{flow}: healthy receiver got every byte");
+        // The dropped receiver is out of the table; the healthy one stays.
+        wait_names(&d, flow, &["healthy"]);
+        drop(stalled);
+        s.close();
+    }
+}
+
+/// A receiver that leaves mid-run is reported; one that joins mid-run waits for the next
+/// start and then gets all of it.
+#[test]
+fn receivers_join_and_leave_while_the_stream_runs() {
+    let (d, addr) = distributer();
+    let stays = receiver(&addr, "hold", "stays", None);
+    let leaver = Receiver::connect(&addr, "obs", "hold", "leaver", Some("t0k")).unwrap();
+    wait_names(&d, "hold", &["stays", "leaver"]);
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    let first = data(6 << 20, 1);
+    s.start(&params("first")).unwrap();
+    s.send(&first[..1 << 20]).unwrap();
+    leaver.close();
+    let late = receiver(&addr, "hold", "late", None);
+    wait_names(&d, "hold", &["stays", "late"]);
+    s.send(&first[1 << 20..]).unwrap();
+    let report = s.stop().unwrap();
+    let names: Vec<_> = report.receivers.iter().map(|o| (o.name.as_str(), o.ok)).collect();
+    assert_eq!(names, [("stays", true), ("leaver", false)], "the late one was not in this run");
+    let (_, k) = stays.recv_timeout(WAIT).unwrap();
+    assert!(k.bytes == first);
+
+    let second = data(1 << 20, 2);
+    s.start(&params("second")).unwrap();
+    s.send(&second).unwrap();
+    assert!(s.stop().unwrap().all_delivered());
+    for r in [&stays, &late] {
+        let (end, k) = r.recv_timeout(WAIT).unwrap();
+        assert_eq!(end, RunEnd::Stopped(second.len() as u64));
+        assert!(k.bytes == second);
+        assert_eq!(k.params.unwrap()["observation"], "second");
+    }
+}
+
+#[test]
+fn a_sender_that_dies_mid_flow_ends_the_run_with_an_error_never_a_stop() {
+    let (d, addr) = distributer();
+    let r = receiver(&addr, "hold", "archive", None);
+    wait_names(&d, "hold", &["archive"]);
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    s.start(&params("doomed")).unwrap();
+    s.send(&data(3 << 20, 4)).unwrap();
+    s.close();
+    let (end, k) = r.recv_timeout(WAIT).unwrap();
+    assert!(matches!(&end, RunEnd::Failed(why) if why.contains("sender left mid-flow")), "{end:?}");
+    assert_eq!(k.stopped, None);
+    assert!(k.error.is_some());
+    // The flow takes a new sender, and the receiver the next run.
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    s.start(&params("again")).unwrap();
+    s.send(b"fine").unwrap();
+    assert!(s.stop().unwrap().all_delivered());
+    assert_eq!(r.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(4));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
+    let (d, addr) = distributer();
+    let err = |r: Result<Sender, DistribError>| r.unwrap_err().to_string();
+    assert!(err(Sender::connect(&addr, "nope", "hold", Some("t0k"))).contains("unknown stream"));
+    assert!(err(Sender::connect(&addr, "obs", "nope", Some("t0k"))).contains("has no flow"));
+    assert!(err(Sender::connect(&addr, "obs", "hold", Some("wrong"))).contains("wrong token"));
+    assert!(err(Sender::connect(&addr, "obs", "hold", None)).contains("wrong token"));
+
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    assert!(err(Sender::connect(&addr, "obs", "hold", Some("t0k"))).contains("already has a sender"));
+    assert!(s.send(b"x").unwrap_err().to_string().contains("send before start"));
+    assert!(s.stop().unwrap_err().to_string().contains("stop before start"));
+    s.start(&Params::new()).unwrap();
+    assert!(s.start(&Params::new()).unwrap_err().to_string().contains("already running"));
+
+    let _a = Receiver::connect(&addr, "obs", "hold", "same", Some("t0k")).unwrap();
+    let e = Receiver::connect(&addr, "obs", "hold", "same", Some("t0k")).unwrap_err();
+    assert!(e.to_string().contains("already on flow"), "{e}");
+
+    // Garbage instead of a JOIN: refused with the reason; nothing else is disturbed.
+    let mut raw = std::net::TcpStream::connect(&addr).unwrap();
+    use std::io::{Read, Write};
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: distributer\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    raw.set_read_timeout(Some(WAIT)).unwrap();
+    let _ = raw.read_to_end(&mut buf);
+    let (f, _) = bs_wire::Frame::parse(&buf).unwrap().expect("an ERROR frame");
+    let bs_wire::Frame::Error { code, message } = f else { panic!("{f:?}") };
+    assert_eq!(code, bs_wire::ErrorCode::BadFrame, "{message}");
+    assert!(message.contains("expected JOIN"), "{message}");
+
+    s.send(b"still fine").unwrap();
+    let report = s.stop().unwrap();
+    assert_eq!(report.total, 10);
+    assert!(d.status().iter().any(|f| f.flow == "hold" && f.sender));
+}
