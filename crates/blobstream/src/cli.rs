@@ -91,9 +91,84 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a distributer: each flow's one sender fanned out to all its receivers
+    /// (docs/distributer.md); `distributer status` lists flows and receivers.
+    Distributer(DistributerArgs),
+    /// Send a file (or stdin) as one run of a distributer flow; reports every receiver.
+    Send(SendArgs),
+    /// Receive a distributer flow: each run into a file in --out, kept only when verified.
+    Receive(ReceiveArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct DistributerArgs {
+    #[command(subcommand)]
+    pub command: Option<DistributerCommand>,
+    /// The streams and their flows (TOML; see docs/distributer.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address senders, receivers and status readers connect to.
+    #[arg(long, default_value = "127.0.0.1:7080")]
+    pub addr: String,
+}
+
+#[derive(Subcommand)]
+pub enum DistributerCommand {
+    /// List every flow with its sender and receivers (bytes delivered, queue, last error).
+    Status {
+        /// The distributer's address.
+        #[arg(long, default_value = "127.0.0.1:7080")]
+        addr: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which flow of which distributer.
+#[derive(Args)]
+pub struct FlowArgs {
+    /// The distributer's address.
+    #[arg(long, default_value = "127.0.0.1:7080")]
+    pub distributer: String,
+    #[arg(long)]
+    pub stream: String,
+    #[arg(long)]
+    pub flow: String,
+    /// The stream's token, if its configuration sets one.
+    #[arg(long, env = "BLOBSTREAM_STREAM_TOKEN")]
+    pub token: Option<String>,
+}
+
+#[derive(Args)]
+pub struct SendArgs {
+    /// File to send ('-' for stdin).
+    pub file: String,
+    #[command(flatten)]
+    pub flow: FlowArgs,
+    /// Start parameter, repeatable (numbers and true/false are sent as such, the rest as text).
+    #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_kv)]
+    pub params: Vec<(String, String)>,
+}
+
+#[derive(Args)]
+pub struct ReceiveArgs {
+    #[command(flatten)]
+    pub flow: FlowArgs,
+    /// This receiver's name (the sender's reports use it).
+    #[arg(long)]
+    pub name: String,
+    /// Directory for the runs: each is written as NAME.part and renamed to NAME once its
+    /// total and digest check out (NAME: the run's `name` parameter, else run-N).
+    #[arg(long, default_value = ".")]
+    pub out: PathBuf,
+    /// Stop after this many runs (0: until the distributer closes the connection).
+    #[arg(long, default_value_t = 0)]
+    pub runs: u64,
 }
 
 fn parse_policy(s: &str) -> Result<bs_binding::Policy, String> {

@@ -6,6 +6,7 @@ mod bench;
 mod bind;
 mod cli;
 mod commands;
+mod distrib;
 mod imaging;
 mod progress;
 mod scrub;
@@ -51,5 +52,8 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Scrub(a) => scrub::run(g, a),
         Bind(a) => bind::run(g, a),
         Bindings { json } => bind::list(g, json),
+        Distributer(a) => distrib::distributer(a),
+        Send(a) => distrib::send(g, a),
+        Receive(a) => distrib::receive(g, a),
     }
 }

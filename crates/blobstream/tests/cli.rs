@@ -425,3 +425,90 @@ fn bind_shows_negotiation_and_renegotiation_and_refuses_clearly() {
     let o = s.run(&["bindings", "--json"]);
     assert_eq!(ok(&o).trim(), "[]", "every binding ended with its command");
 }
+
+/// The distributer's three processes as docs/distributer.md runs them: a bad config is
+/// refused with its line; two receivers each keep the sent file, verified; status lists them.
+#[test]
+fn distributer_send_and_receive_as_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"f\"\npolicy = \"maybe\"\n",
+    )
+    .unwrap();
+    let o = Command::new(BIN).args(["distributer", "--config"]).arg(&bad).output().unwrap();
+    fails_with(&o, "bad.toml:5: unknown policy \"maybe\"");
+
+    let cfg = dir.path().join("streams.toml");
+    std::fs::write(&cfg, "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"raw\"\n").unwrap();
+    let mut d = Command::new(BIN)
+        .args(["distributer", "--addr", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(d.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first.split("listening on ").nth(1).expect("prints its address").trim().to_string();
+    std::thread::spawn(move || lines.for_each(drop));
+
+    let flow = ["--distributer", &addr, "--stream", "obs", "--flow", "raw"];
+    let receivers: Vec<_> = ["archive", "pipeline"]
+        .iter()
+        .map(|n| {
+            let out = dir.path().join(n);
+            let mut c = Command::new(BIN)
+                .arg("receive")
+                .args(flow)
+                .args(["--name", n, "--runs", "1", "--out"])
+                .arg(&out)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut l = BufReader::new(c.stdout.take().unwrap()).lines();
+            assert!(l.next().unwrap().unwrap().contains("receiving obs/raw"));
+            (c, l, out)
+        })
+        .collect();
+    let file = dir.path().join("scan.bin");
+    let bytes = content(3_000_000);
+    std::fs::write(&file, &bytes).unwrap();
+    // The receivers have joined once status lists both.
+    let mut listed = String::new();
+    for _ in 0..1000 {
+        listed = ok(&Command::new(BIN)
+            .args(["distributer", "status", "--addr", &addr])
+            .output()
+            .unwrap());
+        if listed.contains("archive") && listed.contains("pipeline") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(listed.contains("obs/raw (hold"), "{listed}");
+    let sent = ok(&Command::new(BIN)
+        .args(["-q", "send"])
+        .arg(&file)
+        .args(flow)
+        .args(["--param", "name=scan-7.bin", "--param", "scan=7"])
+        .output()
+        .unwrap());
+    assert!(sent.contains("sent 3000000 bytes to 2 receivers"), "{sent}");
+    assert_eq!(sent.matches("digest verified").count(), 2, "{sent}");
+    for (mut c, mut l, out) in receivers {
+        let line = l.next().unwrap().unwrap();
+        assert!(line.contains("scan-7.bin: 3000000 bytes, digest verified"), "{line}");
+        assert!(c.wait().unwrap().success());
+        assert_eq!(std::fs::read(out.join("scan-7.bin")).unwrap(), bytes);
+        assert!(!out.join("scan-7.bin.part").exists());
+    }
+    let json = ok(&Command::new(BIN)
+        .args(["distributer", "status", "--json", "--addr", &addr])
+        .output()
+        .unwrap());
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v[0]["flow"], "raw");
+    let _ = d.kill();
+    let _ = d.wait();
+}

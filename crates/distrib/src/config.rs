@@ -199,7 +199,10 @@ fn check_name(
 }
 
 /// A size: a number of bytes, or a string with a k/m/g suffix.
-fn size(v: &Spanned<toml::Value>, err: &impl Fn(usize, String) -> DistribError) -> Result<u64, DistribError> {
+fn size(
+    v: &Spanned<toml::Value>,
+    err: &impl Fn(usize, String) -> DistribError,
+) -> Result<u64, DistribError> {
     let parsed = match v.get_ref() {
         toml::Value::Integer(n) => u64::try_from(*n).ok(),
         toml::Value::String(s) => bs_binding::qos::parse_size(s),
@@ -293,7 +296,10 @@ timeout_ms = 250
         let c = Config::parse(GOOD, "streams.toml").unwrap();
         let s = &c.streams[0];
         assert_eq!((s.name.as_str(), s.token.as_deref()), ("correlator", Some("s3cret")));
-        assert_eq!(s.flows[0], FlowSpec { name: "spectra".into(), policy: Policy::Hold, chunk: 1 << 20 });
+        assert_eq!(
+            s.flows[0],
+            FlowSpec { name: "spectra".into(), policy: Policy::Hold, chunk: 1 << 20 }
+        );
         assert_eq!(s.flows[1].policy, Policy::Buffer(8 << 20));
         assert_eq!(s.flows[1].chunk, 65536);
         assert_eq!(s.flows[2].policy, Policy::Timeout(Duration::from_millis(250)));

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bs_binding::{Binding, BindingError, Floor, Limits, Msg, Profile, Role, Session};
 use bs_transport::Conn;
 use bs_wire::ErrorCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use crate::config::{Config, FlowSpec, MAX_CHUNK, Policy};
@@ -103,12 +103,16 @@ struct RcvQ {
 
 enum Item {
     /// A message from the sender, forwarded as it is (`len`: its payload bytes, for `DATA`).
-    Forward { m: Arc<Msg>, len: u64, stop: bool },
+    Forward {
+        m: Arc<Msg>,
+        len: u64,
+        stop: bool,
+    },
     Abort(String),
 }
 
 /// A flow's state, for status.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FlowStatus {
     pub stream: String,
     pub flow: String,
@@ -118,7 +122,7 @@ pub struct FlowStatus {
     pub receivers: Vec<ReceiverStatus>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReceiverStatus {
     pub name: String,
     /// Bytes of the current (or last) run written to it.
@@ -264,6 +268,10 @@ fn serve(inner: &Arc<Inner>, tcp: TcpStream) {
         }
         Err(e) => return refuse(b, ErrorCode::BadFrame, e.to_string()),
     };
+    if role == msg::ROLE_STATUS {
+        let _ = b.send(&msg::status(&status(inner)));
+        return b.close();
+    }
     let flow = match inner.cfg.flow(&join.stream, &join.flow) {
         Ok(_) => inner.flows.lock().unwrap().get(&key(&join.stream, &join.flow)).cloned(),
         Err(e) => return refuse(b, ErrorCode::NotFound, e.to_string()),
@@ -404,10 +412,9 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding) {
                         Ok(other) => Err(format!("expected CONFIRM, got {other:?}")),
                         Err(e) => Err(e.to_string()),
                     },
-                    Ok(None) => Err(format!(
-                        "did not confirm the stop within {} ms",
-                        patience.as_millis()
-                    )),
+                    Ok(None) => {
+                        Err(format!("did not confirm the stop within {} ms", patience.as_millis()))
+                    }
                     Err(e) => Err(format!("its connection failed: {e}")),
                 };
                 match answer {
@@ -500,9 +507,7 @@ fn forward(flow: &Flow, mut b: Binding) {
                     run.clear();
                 }
                 other => {
-                    return Err(DistribError::Malformed(format!(
-                        "a sender cannot send {other:?}"
-                    )));
+                    return Err(DistribError::Malformed(format!("a sender cannot send {other:?}")));
                 }
             }
         }

@@ -18,10 +18,8 @@ pub mod receiver;
 pub mod sender;
 
 pub use config::{Config, FlowSpec, Policy, StreamSpec};
-pub use distributer::Distributer;
+pub use distributer::{Distributer, FlowStatus, ReceiverStatus};
 pub use error::DistribError;
 pub use msg::Params;
 pub use receiver::{FlowHandler, Receiver, RunEnd};
-pub use sender::{Dropped, ReceiverOutcome, Sender, StopReport};
-
-
+pub use sender::{Dropped, ReceiverOutcome, Sender, StopReport, status};

@@ -40,6 +40,14 @@ pub(crate) fn join(
     role: u8,
     j: &msg::Join,
 ) -> Result<(Binding, msg::Welcome), DistribError> {
+    match ask(addr, role, j)? {
+        (b, Message::Welcome(w)) => Ok((b, w)),
+        (_, other) => Err(DistribError::Malformed(format!("expected WELCOME, got {other:?}"))),
+    }
+}
+
+/// Connect, send `JOIN`, and return the binding with the distributer's answer.
+fn ask(addr: &str, role: u8, j: &msg::Join) -> Result<(Binding, Message), DistribError> {
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
     let mut last = None;
     let mut tcp = None;
@@ -62,11 +70,27 @@ pub(crate) fn join(
     let mut b = binding(conn, Role::Initiator, 0);
     b.send(&msg::join(role, j)).map_err(DistribError::from_binding)?;
     match b.recv_within(CONNECT_WAIT).map_err(DistribError::from_binding)? {
-        Some(m) => match Message::parse(m.payload())? {
-            Message::Welcome(w) => Ok((b, w)),
-            other => Err(DistribError::Malformed(format!("expected WELCOME, got {other:?}"))),
-        },
+        Some(m) => {
+            let answer = Message::parse(m.payload())?;
+            Ok((b, answer))
+        }
         None => Err(DistribError::Remote("the distributer did not answer the JOIN".into())),
+    }
+}
+
+/// Every flow of the distributer at `addr` with its sender and receivers.
+pub fn status(addr: &str) -> Result<Vec<crate::distributer::FlowStatus>, DistribError> {
+    let j = msg::Join {
+        stream: String::new(),
+        flow: String::new(),
+        name: String::new(),
+        token: String::new(),
+    };
+    match ask(addr, msg::ROLE_STATUS, &j)?.1 {
+        Message::Status(v) => {
+            serde_json::from_value(v).map_err(|e| DistribError::Malformed(e.to_string()))
+        }
+        other => Err(DistribError::Malformed(format!("expected STATUS, got {other:?}"))),
     }
 }
 
@@ -82,7 +106,10 @@ pub struct Sender {
 
 impl std::fmt::Debug for Sender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sender").field("running", &self.running).field("offset", &self.offset).finish()
+        f.debug_struct("Sender")
+            .field("running", &self.running)
+            .field("offset", &self.offset)
+            .finish()
     }
 }
 
@@ -150,7 +177,9 @@ impl Sender {
     /// Reports that arrived without waiting for them.
     fn collect_reports(&mut self) -> Result<(), DistribError> {
         self.b.poll().map_err(DistribError::from_binding)?;
-        while let Some(m) = self.b.recv_within(Duration::ZERO).map_err(DistribError::from_binding)? {
+        while let Some(m) =
+            self.b.recv_within(Duration::ZERO).map_err(DistribError::from_binding)?
+        {
             match Message::parse(m.payload())? {
                 Message::Dropped(d) => self.dropped.push(d),
                 other => {
@@ -177,11 +206,9 @@ impl Sender {
         self.b.send(&msg::stop(self.offset, &digest)).map_err(DistribError::from_binding)?;
         self.running = false;
         loop {
-            let m = self
-                .b
-                .recv()
-                .map_err(DistribError::from_binding)?
-                .ok_or_else(|| DistribError::Remote("the distributer closed before STOPPED".into()))?;
+            let m = self.b.recv().map_err(DistribError::from_binding)?.ok_or_else(|| {
+                DistribError::Remote("the distributer closed before STOPPED".into())
+            })?;
             match Message::parse(m.payload())? {
                 Message::Dropped(d) => self.dropped.push(d),
                 Message::Stopped(s) => {

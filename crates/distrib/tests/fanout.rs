@@ -159,8 +159,10 @@ const WAIT: Duration = Duration::from_secs(60);
 #[test]
 fn every_receiver_gets_every_byte_of_every_run() {
     let (d, addr) = distributer();
-    let rx: Vec<_> =
-        ["archive", "pipeline", "quicklook"].iter().map(|n| receiver(&addr, "hold", n, None)).collect();
+    let rx: Vec<_> = ["archive", "pipeline", "quicklook"]
+        .iter()
+        .map(|n| receiver(&addr, "hold", n, None))
+        .collect();
     wait_names(&d, "hold", &["archive", "pipeline", "quicklook"]);
     let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
     assert_eq!(s.policy(), "hold");
@@ -307,7 +309,9 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     assert!(err(Sender::connect(&addr, "obs", "hold", None)).contains("wrong token"));
 
     let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
-    assert!(err(Sender::connect(&addr, "obs", "hold", Some("t0k"))).contains("already has a sender"));
+    assert!(
+        err(Sender::connect(&addr, "obs", "hold", Some("t0k"))).contains("already has a sender")
+    );
     assert!(s.send(b"x").unwrap_err().to_string().contains("send before start"));
     assert!(s.stop().unwrap_err().to_string().contains("stop before start"));
     s.start(&Params::new()).unwrap();
@@ -332,5 +336,10 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     s.send(b"still fine").unwrap();
     let report = s.stop().unwrap();
     assert_eq!(report.total, 10);
-    assert!(d.status().iter().any(|f| f.flow == "hold" && f.sender));
+    // The status call over the wire says what the distributer itself says.
+    let remote = bs_distrib::status(&addr).unwrap();
+    let hold = remote.iter().find(|f| f.flow == "hold").unwrap();
+    assert!(hold.sender && !hold.running);
+    assert_eq!(hold.receivers.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["same"]);
+    assert_eq!(remote.len(), d.status().len());
 }

@@ -1,0 +1,206 @@
+//! `blobstream distributer`, `send` and `receive`: the distributer's three roles as processes.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use bs_distrib::{Config, Distributer, FlowHandler, Params, Receiver, RunEnd, Sender};
+
+use crate::cli::{DistributerArgs, DistributerCommand, Global, ReceiveArgs, SendArgs};
+use crate::progress;
+
+pub fn distributer(a: DistributerArgs) -> Result<()> {
+    if let Some(DistributerCommand::Status { addr, json }) = a.command {
+        return status(&addr, json);
+    }
+    let path = a.config.context("--config FILE is required (see docs/distributer.md)")?;
+    let cfg = Config::load(&path)?;
+    let addr = a.addr.parse().with_context(|| format!("--addr {:?}", a.addr))?;
+    let d = Distributer::start(cfg, addr).with_context(|| format!("listening on {addr}"))?;
+    println!("blobstream distributer listening on {}", d.addr());
+    for s in &d.config().streams {
+        for f in &s.flows {
+            println!("  {}/{}: policy {}, chunk {} bytes", s.name, f.name, f.policy, f.chunk);
+        }
+    }
+    // Runs until SIGTERM or SIGINT; connections end with the process.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let sig = rt.block_on(async {
+        let mut s = crate::signals::Signals::install()?;
+        Ok::<_, std::io::Error>(s.next().await)
+    })?;
+    println!("{sig}: distributer stopped");
+    Ok(())
+}
+
+fn status(addr: &str, json: bool) -> Result<()> {
+    let flows = bs_distrib::status(addr)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&flows)?);
+        return Ok(());
+    }
+    for f in flows {
+        let state = match (f.sender, f.running) {
+            (true, true) => "running",
+            (true, false) => "sender connected",
+            _ => "no sender",
+        };
+        println!("{}/{} ({}, {state})", f.stream, f.flow, f.policy);
+        for r in f.receivers {
+            let err = r.last_error.map(|e| format!(", last error: {e}")).unwrap_or_default();
+            println!(
+                "  {:<20} {} bytes delivered, {} queued ({} bytes){err}",
+                r.name, r.delivered, r.queued_messages, r.queued_bytes
+            );
+        }
+    }
+    Ok(())
+}
+
+fn param_value(v: &str) -> serde_json::Value {
+    match serde_json::from_str::<serde_json::Value>(v) {
+        Ok(n @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => n,
+        _ => serde_json::Value::String(v.to_string()),
+    }
+}
+
+pub fn send(g: &Global, a: SendArgs) -> Result<()> {
+    let f = &a.flow;
+    let mut s = Sender::connect(&f.distributer, &f.stream, &f.flow, f.token.as_deref())
+        .with_context(|| format!("joining {}/{} as its sender", f.stream, f.flow))?;
+    let params: Params = a.params.iter().map(|(k, v)| (k.clone(), param_value(v))).collect();
+    let (mut input, size): (Box<dyn Read>, Option<u64>) = if a.file == "-" {
+        (Box::new(std::io::stdin().lock()), None)
+    } else {
+        let file = File::open(&a.file).with_context(|| format!("opening {}", a.file))?;
+        let size = file.metadata().ok().map(|m| m.len());
+        (Box::new(file), size)
+    };
+    s.start(&params)?;
+    let pb = progress::bar(&format!("{}/{}", f.stream, f.flow));
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", a.file)),
+        };
+        s.send(&buf[..n])?;
+        progress::update(&pb, s.position(), size.unwrap_or(0), g.quiet);
+        for d in s.take_dropped() {
+            pb.suspend(|| {
+                eprintln!("receiver {} dropped after {} bytes: {}", d.name, d.delivered, d.reason)
+            });
+        }
+    }
+    let report = s.stop()?;
+    pb.finish_and_clear();
+    println!("sent {} bytes to {} receivers", report.total, report.receivers.len());
+    let mut failed = 0;
+    for r in &report.receivers {
+        if r.ok {
+            println!("  {:<20} ok ({} bytes, digest verified)", r.name, r.delivered);
+        } else {
+            failed += 1;
+            println!("  {:<20} FAILED after {} bytes: {}", r.name, r.delivered, r.reason);
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {} receivers did not get every byte", report.receivers.len());
+    }
+    Ok(())
+}
+
+/// Writes each run to `DIR/NAME.part`; renames it to `DIR/NAME` once verified.
+struct ToFiles {
+    dir: PathBuf,
+    run: u64,
+    current: Option<(File, PathBuf, PathBuf)>,
+    error: Option<String>,
+}
+
+/// A run's file name: its `name` parameter's last path component, else `run-N`.
+fn run_name(p: &Params, run: u64) -> String {
+    p.get("name")
+        .and_then(|v| v.as_str())
+        .and_then(|n| Path::new(n).file_name())
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.starts_with('.'))
+        .map_or_else(|| format!("run-{run}"), str::to_string)
+}
+
+impl FlowHandler for ToFiles {
+    fn on_start(&mut self, p: &Params) {
+        self.run += 1;
+        self.error = None;
+        let name = run_name(p, self.run);
+        let done = self.dir.join(&name);
+        let part = self.dir.join(format!("{name}.part"));
+        match File::create(&part) {
+            Ok(f) => self.current = Some((f, part, done)),
+            Err(e) => self.error = Some(format!("cannot create {}: {e}", part.display())),
+        }
+    }
+
+    fn on_data(&mut self, _offset: u64, data: &[u8]) {
+        if let Some((f, part, _)) = &mut self.current
+            && self.error.is_none()
+            && let Err(e) = f.write_all(data)
+        {
+            self.error = Some(format!("writing {}: {e}", part.display()));
+        }
+    }
+
+    fn on_stop(&mut self, total: u64) -> Result<(), String> {
+        let (f, part, done) = self.current.take().ok_or("no file for this run")?;
+        if let Some(e) = self.error.take() {
+            let _ = std::fs::remove_file(&part);
+            return Err(e);
+        }
+        f.sync_all().map_err(|e| format!("syncing {}: {e}", part.display()))?;
+        std::fs::rename(&part, &done).map_err(|e| format!("renaming {}: {e}", part.display()))?;
+        println!("{}: {total} bytes, digest verified", done.display());
+        Ok(())
+    }
+
+    fn on_error(&mut self, reason: &str) {
+        if let Some((_, part, _)) = self.current.take() {
+            let _ = std::fs::remove_file(&part);
+        }
+        eprintln!("run {} failed: {reason} (nothing kept)", self.run);
+    }
+}
+
+pub fn receive(_g: &Global, a: ReceiveArgs) -> Result<()> {
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let f = &a.flow;
+    let mut r = Receiver::connect(&f.distributer, &f.stream, &f.flow, &a.name, f.token.as_deref())
+        .with_context(|| format!("joining {}/{} as {:?}", f.stream, f.flow, a.name))?;
+    println!(
+        "receiving {}/{} as {} (policy {}) into {}",
+        f.stream,
+        f.flow,
+        a.name,
+        r.policy(),
+        a.out.display()
+    );
+    let mut h = ToFiles { dir: a.out.clone(), run: 0, current: None, error: None };
+    let mut failed = 0;
+    loop {
+        match r.run_once(&mut h, None)? {
+            RunEnd::Closed => break,
+            RunEnd::Stopped(_) => {}
+            RunEnd::Failed(_) => failed += 1,
+        }
+        if a.runs > 0 && h.run >= a.runs {
+            break;
+        }
+    }
+    r.close();
+    if failed > 0 {
+        bail!("{failed} of {} runs failed", h.run);
+    }
+    Ok(())
+}
