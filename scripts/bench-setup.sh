@@ -2,7 +2,8 @@
 # Installs the peers `blobstream bench` measures against, besides the workspace itself:
 #   - iperf3 (apt) for `bench transfer`;
 #   - nginx and wrk (apt) for `bench http`;
-#   - OpenCV and Pillow (PyPI, in the virtualenv bench/.venv) for `bench filters`.
+#   - OpenCV and Pillow (PyPI, in the virtualenv bench/.venv) for `bench filters`;
+#   - pyzmq (PyPI, same virtualenv): ZeroMQ PUB/SUB, the baseline of `bench fanout`.
 # Idempotent: does nothing for what is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,11 +36,11 @@ if [ "${#MISSING[@]}" -gt 0 ]; then
 fi
 
 VENV=bench/.venv
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import cv2, PIL, numpy' 2>/dev/null; then
-    echo "OpenCV and Pillow already installed in $VENV"
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import cv2, PIL, numpy, zmq' 2>/dev/null; then
+    echo "OpenCV, Pillow and pyzmq already installed in $VENV"
 else
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-        opencv-python-headless pillow numpy
-    echo "OpenCV and Pillow installed in $VENV"
+        opencv-python-headless pillow numpy pyzmq
+    echo "OpenCV, Pillow and pyzmq installed in $VENV"
 fi

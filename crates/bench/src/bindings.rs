@@ -46,14 +46,21 @@ impl Row {
     }
 }
 
-/// Everything one run measured.
+/// Everything one run of a benchmark of [`Row`]s measured (`bench bindings`, `bench fanout`).
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct BindingsReport {
+pub struct RowsReport {
+    /// The section's title in BENCHMARKS.md, and the command that wrote it.
+    pub title: &'static str,
+    pub command: &'static str,
+    /// Paired runs each median is taken over.
+    pub runs: usize,
     pub machine: String,
     pub quick: bool,
     pub rows: Vec<Row>,
     pub notes: Vec<String>,
 }
+
+pub type BindingsReport = RowsReport;
 
 struct Plan {
     runs: usize,
@@ -102,7 +109,15 @@ pub fn run_bindings(opts: &BenchOptions) -> Result<BindingsReport, BenchError> {
     rows.extend(compression(opts, &plan, &client)?);
     rows.extend(many_idle(opts, &mut notes)?);
     rows.extend(many_active(opts, &plan)?);
-    Ok(BindingsReport { machine: machine_description(), quick: opts.quick, rows, notes })
+    Ok(RowsReport {
+        title: "Bindings",
+        command: "blobstream bench bindings",
+        runs: plan.runs,
+        machine: machine_description(),
+        quick: opts.quick,
+        rows,
+        notes,
+    })
 }
 
 fn bind(
@@ -850,7 +865,7 @@ fn many_active(opts: &BenchOptions, plan: &Plan) -> Result<Vec<Row>, BenchError>
     }])
 }
 
-impl BindingsReport {
+impl RowsReport {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or_default()
     }
@@ -886,14 +901,15 @@ impl BindingsReport {
     }
 
     pub fn to_markdown(&self) -> String {
-        let mut out = String::from("## Bindings\n\n");
+        let mut out = format!("## {}\n\n", self.title);
         out.push_str(&format!(
-            "`blobstream bench bindings`{} on {}. Medians of {} paired runs; every baseline ran in the same run, on 127.0.0.1.\n\n",
+            "`{}`{} on {}. Medians of {} paired runs; every baseline ran in the same run, on 127.0.0.1.\n\n",
+            self.command,
             if self.quick { " --quick" } else { "" },
             self.machine,
-            Plan::new(self.quick).runs
+            self.runs
         ));
-        out.push_str("| group | measurement | binding | baseline | ratio | target |\n|---|---|---|---|---|---|\n");
+        out.push_str("| group | measurement | blobstream | baseline | ratio | target |\n|---|---|---|---|---|---|\n");
         for r in &self.rows {
             out.push_str(&format!(
                 "| {} | {} | {:.2} {} | {}: {:.2} {} | {:.3} ({}) | {} |\n",

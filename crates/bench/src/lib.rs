@@ -9,6 +9,7 @@
 mod benchmarks_md;
 pub mod bindings;
 mod error;
+mod fanout;
 pub mod filters;
 pub mod http;
 mod machine;
@@ -21,8 +22,9 @@ mod report;
 mod transfer;
 
 pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
-pub use bindings::{BindingsReport, run_bindings};
+pub use bindings::{BindingsReport, Row, RowsReport, run_bindings};
 pub use error::BenchError;
+pub use fanout::run_fanout;
 pub use filters::{FilterReport, run_filters};
 pub use http::{HttpPlan, HttpReport, run_http};
 pub use machine::machine_description;

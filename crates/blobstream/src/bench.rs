@@ -24,6 +24,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Filters(a) => (a, "filters"),
         BenchCommand::Http(a) => (a, "http"),
         BenchCommand::Bindings(a) => (a, "bindings"),
+        BenchCommand::Fanout(a) => (a, "fanout"),
     };
     let opts = BenchOptions { quick: a.quick, progress: progress(a) };
     let outcome = match &cmd {
@@ -55,14 +56,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             }
         }
         BenchCommand::Bindings(_) => {
-            let r = bs_bench::run_bindings(&opts).context("bindings benchmark")?;
-            Outcome {
-                json: r.to_json(),
-                table: r.print_table(),
-                markdown: r.to_markdown(),
-                worth_writing: true,
-            }
+            rows(bs_bench::run_bindings(&opts).context("bindings benchmark")?)
         }
+        BenchCommand::Fanout(_) => rows(bs_bench::run_fanout(&opts).context("fan-out benchmark")?),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&outcome.json)?);
@@ -80,6 +76,15 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         .with_context(|| format!("writing {}", a.output.display()))?;
     eprintln!("wrote {}", a.output.display());
     Ok(())
+}
+
+fn rows(r: bs_bench::RowsReport) -> Outcome {
+    Outcome {
+        json: r.to_json(),
+        table: r.print_table(),
+        markdown: r.to_markdown(),
+        worth_writing: true,
+    }
 }
 
 fn progress(a: &BenchArgs) -> Option<bs_bench::Progress> {

@@ -458,6 +458,9 @@ pub enum BenchCommand {
     /// 0–8 null layers, the buffer pool against malloc, priority latency under load per
     /// scheduling policy, compression on a paced link.
     Bindings(BenchArgs),
+    /// The distributer: 1 → 1, 2, 4 receivers against ZeroMQ PUB/SUB, against point to point,
+    /// and with a stalled receiver.
+    Fanout(BenchArgs),
 }
 
 #[derive(Args)]

@@ -41,11 +41,12 @@ const JOIN_WAIT: Duration = Duration::from_secs(10);
 const DEAD_PEER: Duration = Duration::from_secs(30);
 
 /// The profile of every distributer binding: no layers, messages up to the largest chunk.
-pub(crate) fn profile() -> Profile {
+pub fn profile() -> Profile {
     Profile { max_message: (MAX_CHUNK + 64 * 1024) as u32, ..Profile::default() }
 }
 
-pub(crate) fn binding(conn: Conn, role: Role, id: u64) -> Binding {
+/// A binding on `conn` as every distributer connection runs it.
+pub fn binding(conn: Conn, role: Role, id: u64) -> Binding {
     let session = Session::new(role, profile(), Limits::default(), Floor::default());
     Binding::new(conn, session, id)
 }
@@ -293,12 +294,10 @@ fn serve(inner: &Arc<Inner>, tcp: TcpStream) {
             }
             st.sender = true;
         }
-        if b.send(&msg::welcome(&w)).is_ok() {
-            forward(&flow, b);
+        match b.send(&msg::welcome(&w)) {
+            Ok(()) => forward(&flow, b),
+            Err(_) => flow.state.lock().unwrap().sender = false,
         }
-        let mut st = flow.state.lock().unwrap();
-        st.sender = false;
-        st.running = false;
         return;
     }
     let rcv = {
@@ -513,6 +512,12 @@ fn forward(flow: &Flow, mut b: Binding) {
         }
         Ok(())
     })();
+    // The flow takes a new sender from here on (before any receiver hears of this end).
+    {
+        let mut st = flow.state.lock().unwrap();
+        st.sender = false;
+        st.running = false;
+    }
     if running {
         let why = match &res {
             Ok(()) => "the sender left mid-flow".to_string(),

@@ -69,15 +69,19 @@ impl Default for SizedPools {
     }
 }
 
+/// Header room of the large size classes.
+const SLACK: usize = 4 << 10;
+
 impl SizedPools {
-    /// Size classes, smallest first.
-    pub const CLASSES: [usize; 4] = [4 << 10, 64 << 10, 1 << 20, 16 << 20];
+    /// Size classes, smallest first. The large ones have room for headers on top of a
+    /// power-of-two payload (a 1 MiB chunk and its message headers fit the 1 MiB class).
+    pub const CLASSES: [usize; 4] = [4 << 10, 64 << 10, (1 << 20) + SLACK, (16 << 20) + SLACK];
 
     /// Pools keeping at most `max_idle` spare buffers per class (fewer for the large ones).
     pub fn new(max_idle: usize) -> Self {
         let classes = Self::CLASSES
             .iter()
-            .map(|&size| BufferPool::new(size, if size >= 16 << 20 { 2 } else { max_idle }))
+            .map(|&size| BufferPool::new(size, if size > 16 << 20 { 2 } else { max_idle }))
             .collect();
         Self { classes }
     }
@@ -147,8 +151,9 @@ mod tests {
         let pools = SizedPools::new(4);
         assert_eq!(pools.get(1).len(), 4 << 10);
         assert_eq!(pools.get((4 << 10) + 1).len(), 64 << 10);
-        assert_eq!(pools.get(1 << 20).len(), 1 << 20);
-        assert_eq!(pools.get((16 << 20) + 1).len(), (16 << 20) + 1);
+        assert_eq!(pools.get(1 << 20).len(), (1 << 20) + SLACK);
+        assert_eq!(pools.get((1 << 20) + 100).len(), (1 << 20) + SLACK, "a chunk and its headers");
+        assert_eq!(pools.get((16 << 20) + SLACK + 1).len(), (16 << 20) + SLACK + 1);
         let ptr = pools.get(100).as_ptr();
         assert_eq!(pools.get(200).as_ptr(), ptr, "reused from its class");
     }

@@ -1,0 +1,368 @@
+//! `blobstream bench fanout`: the distributer against baselines moving the same bytes in the
+//! same run, as medians of paired runs — 1 → N receivers against ZeroMQ PUB/SUB without drops
+//! (pyzmq, `bench/zmq_fanout.py`), 1 → 1 through the distributer against the same binding
+//! point to point, and what one stalled receiver under the `buffer` policy costs the others.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Instant;
+
+use bs_binding::Role;
+use bs_distrib::{Config, Distributer, FlowHandler, Params, Receiver, RunEnd, Sender, msg};
+use bs_transport::Conn;
+use bs_wire::DigestAlgo;
+
+use crate::bindings::{Row, RowsReport};
+use crate::error::BenchError;
+use crate::machine::machine_description;
+use crate::options::BenchOptions;
+use crate::payload::{MB, median, payload};
+
+const CONFIG: &str = r#"
+[[stream]]
+name = "bench"
+
+[[stream.flow]]
+name = "hold"
+policy = "hold"
+
+[[stream.flow]]
+name = "buffer"
+policy = "buffer"
+buffer = "64m"
+"#;
+
+const CHUNK: usize = 1 << 20;
+
+/// The instrument's rate in the slow-receiver measurement (bytes/s): under the `buffer`
+/// policy nothing slows the sender, so it sends at a set rate that healthy receivers keep
+/// up with, as an instrument does, and the question is whether a stalled one costs them.
+const PACE: f64 = 300e6;
+
+struct Plan {
+    runs: usize,
+    total: u64,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Self {
+        if quick { Plan { runs: 3, total: 64 * MB } } else { Plan { runs: 5, total: 256 * MB } }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Invalid(e.to_string())
+}
+
+/// Counts what arrives (the receiver library checks offsets, total and digest itself).
+struct Count;
+
+impl FlowHandler for Count {
+    fn on_data(&mut self, _offset: u64, _data: &[u8]) {}
+    fn on_error(&mut self, _reason: &str) {}
+}
+
+/// A receiver thread; sends the end of each run down the channel.
+fn receiver(addr: &str, flow: &str, name: &str) -> Result<mpsc::Receiver<RunEnd>, BenchError> {
+    let mut r = Receiver::connect(addr, "bench", flow, name, None).map_err(err)?;
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        loop {
+            match r.run_once(&mut Count, None) {
+                Ok(RunEnd::Closed) | Err(_) => return,
+                Ok(end) => {
+                    if tx.send(end).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// Wait until the distributer lists `n` receivers on `flow`.
+fn joined(d: &Distributer, flow: &str, n: usize) -> Result<(), BenchError> {
+    for _ in 0..4000 {
+        if d.status().iter().any(|f| f.flow == flow && f.receivers.len() == n) {
+            return Ok(());
+        }
+        thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Err(err(format!("{n} receivers never joined {flow}")))
+}
+
+/// One run of `total` bytes, paced to `rate` bytes/s if given (as an instrument sends);
+/// returns seconds from start until every receiver confirmed.
+fn run(
+    s: &mut Sender,
+    data: &[u8],
+    total: u64,
+    rate: Option<f64>,
+) -> Result<(f64, bs_distrib::StopReport), BenchError> {
+    let t = Instant::now();
+    s.start(&Params::new()).map_err(err)?;
+    let mut sent = 0;
+    let piece = if rate.is_some() { CHUNK } else { data.len() };
+    while sent < total {
+        let n = (total - sent).min(piece as u64) as usize;
+        s.send(&data[..n]).map_err(err)?;
+        sent += n as u64;
+        if let Some(r) = rate {
+            let due = std::time::Duration::from_secs_f64(sent as f64 / r);
+            if let Some(wait) = due.checked_sub(t.elapsed()) {
+                thread::sleep(wait);
+            }
+        }
+    }
+    let report = s.stop().map_err(err)?;
+    Ok((t.elapsed().as_secs_f64(), report))
+}
+
+fn gbit(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 * 8.0 / secs / 1e9
+}
+
+/// The ZeroMQ harness, if the bench virtualenv has pyzmq.
+fn zmq() -> Option<(PathBuf, PathBuf)> {
+    let roots = [PathBuf::from("."), PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))];
+    roots.into_iter().find_map(|root| {
+        let script = root.join("bench/zmq_fanout.py");
+        let python = std::env::var_os("BLOBSTREAM_BENCH_PYTHON")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("bench/.venv/bin/python"));
+        let works = script.is_file()
+            && Command::new(&python)
+                .args(["-c", "import zmq"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+        works.then_some((python, script))
+    })
+}
+
+fn zmq_run(py: &(PathBuf, PathBuf), n: usize, total: u64) -> Result<f64, BenchError> {
+    let out = Command::new(&py.0)
+        .arg(&py.1)
+        .args([n.to_string(), total.to_string(), CHUNK.to_string(), "1".into()])
+        .output()
+        .map_err(BenchError::io("running bench/zmq_fanout.py"))?;
+    if !out.status.success() {
+        return Err(BenchError::Baseline(String::from_utf8_lossy(&out.stdout).trim().to_string()));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| BenchError::Baseline(format!("unreadable output: {e}")))?;
+    v["gbit_per_s"][0].as_f64().ok_or_else(|| BenchError::Baseline("no rate".into()))
+}
+
+/// Point to point: the same binding and messages, sender straight to one receiver.
+fn point_to_point(data: &[u8], total: u64) -> Result<f64, BenchError> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BenchError::io("p2p listen"))?;
+    let addr: SocketAddr = l.local_addr().map_err(BenchError::io("p2p listen"))?;
+    let rx = thread::spawn(move || -> Result<u64, String> {
+        let (s, _) = l.accept().map_err(|e| e.to_string())?;
+        let _ = s.set_nodelay(true);
+        let mut b = bs_distrib::distributer::binding(Conn::new(s), Role::Responder, 1);
+        let mut h = DigestAlgo::Xxh3_128.hasher();
+        let mut got = 0u64;
+        while let Some(m) = b.recv().map_err(|e| e.to_string())? {
+            match msg::Message::parse(m.payload()).map_err(|e| e.to_string())? {
+                msg::Message::Data { .. } => {
+                    let d = msg::data_payload(m.payload());
+                    h.update(d);
+                    got += d.len() as u64;
+                }
+                msg::Message::Stop { digest, .. } => {
+                    let ok = msg::digest_bytes(&h.finish()) == digest;
+                    b.send(&msg::confirm(got, ok, "")).map_err(|e| e.to_string())?;
+                }
+                _ => {}
+            }
+        }
+        Ok(got)
+    });
+    let s = TcpStream::connect(addr).map_err(BenchError::io("p2p connect"))?;
+    let _ = s.set_nodelay(true);
+    let mut b = bs_distrib::distributer::binding(Conn::new(s), Role::Initiator, 1);
+    let t = Instant::now();
+    let mut h = DigestAlgo::Xxh3_128.hasher();
+    let mut sent = 0u64;
+    while sent < total {
+        let n = (total - sent).min(data.len() as u64) as usize;
+        for piece in data[..n].chunks(CHUNK) {
+            b.send_parts(&msg::data_head(sent), piece).map_err(err)?;
+            h.update(piece);
+            sent += piece.len() as u64;
+        }
+    }
+    b.send(&msg::stop(total, &msg::digest_bytes(&h.finish()))).map_err(err)?;
+    let confirm = b.recv().map_err(err)?.ok_or_else(|| err("p2p receiver closed"))?;
+    let secs = t.elapsed().as_secs_f64();
+    match msg::Message::parse(confirm.payload()).map_err(err)? {
+        msg::Message::Confirm { ok: true, total: t, .. } if t == total => {}
+        other => return Err(err(format!("p2p receiver answered {other:?}"))),
+    }
+    b.close();
+    rx.join().map_err(|_| err("p2p receiver panicked"))?.map_err(err)?;
+    Ok(gbit(total, secs))
+}
+
+/// Run the benchmark.
+pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
+    let plan = Plan::new(opts.quick);
+    let cfg = Config::parse(CONFIG, "bench").map_err(err)?;
+    let d = Distributer::start(cfg, (Ipv4Addr::LOCALHOST, 0).into()).map_err(err)?;
+    let addr = d.addr().to_string();
+    let data = payload(64 * MB);
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let py = zmq();
+    if py.is_none() {
+        notes.push(
+            "pyzmq is not installed (scripts/bench-setup.sh installs it): no ZeroMQ rows".into(),
+        );
+    }
+
+    // 1 → N against ZeroMQ, and 1 → 1 against point to point.
+    let mut receivers = Vec::new();
+    let mut s = Sender::connect(&addr, "bench", "hold", None).map_err(err)?;
+    for n in [1usize, 2, 4] {
+        while receivers.len() < n {
+            receivers.push(receiver(&addr, "hold", &format!("r{}", receivers.len()))?);
+        }
+        joined(&d, "hold", n)?;
+        opts.say(&format!(
+            "1 → {n}: distributer, ZeroMQ ({} runs of {} MB)",
+            plan.runs,
+            plan.total / MB
+        ));
+        let (mut ours, mut theirs, mut p2p) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..plan.runs {
+            // Alternate which goes first.
+            for k in 0..2 {
+                if (i + k) % 2 == 0 {
+                    let (secs, report) = run(&mut s, &data, plan.total, None)?;
+                    if !report.all_delivered() {
+                        return Err(err(format!("a receiver failed: {report:?}")));
+                    }
+                    for r in &receivers {
+                        r.recv().map_err(err)?;
+                    }
+                    ours.push(gbit(plan.total * n as u64, secs));
+                } else if let Some(py) = &py {
+                    theirs.push(zmq_run(py, n, plan.total)?);
+                }
+            }
+            if n == 1 {
+                p2p.push(point_to_point(&data, plan.total)?);
+            }
+        }
+        let o = median(&ours);
+        if let Some(_py) = &py {
+            let z = median(&theirs);
+            rows.push(Row {
+                group: "fan-out",
+                what: format!(
+                    "1 → {n} receivers, {} MB per run, aggregate delivered",
+                    plan.total / MB
+                ),
+                ours: o,
+                baseline: z,
+                baseline_name: "ZeroMQ PUB/SUB, no drops (pyzmq)".into(),
+                unit: "Gbit/s",
+                ratio: o / z,
+                ratio_means: "ours / baseline",
+                target: Some((1.0, true)),
+            });
+        }
+        if n == 1 {
+            let p = median(&p2p);
+            rows.push(Row {
+                group: "fan-out",
+                what: "1 → 1 through the distributer".into(),
+                ours: o,
+                baseline: p,
+                baseline_name: "the same binding, point to point".into(),
+                unit: "Gbit/s",
+                ratio: o / p,
+                ratio_means: "ours / baseline",
+                target: Some((0.8, true)),
+            });
+        }
+    }
+    s.close();
+    drop(receivers);
+
+    // One stalled receiver under `buffer`: what the three others keep.
+    opts.say("3 receivers under buffer, with and without a stalled fourth");
+    let healthy: Vec<_> =
+        (0..3).map(|i| receiver(&addr, "buffer", &format!("h{i}"))).collect::<Result<_, _>>()?;
+    joined(&d, "buffer", 3)?;
+    let mut s = Sender::connect(&addr, "bench", "buffer", None).map_err(err)?;
+    let (mut alone, mut stalled) = (Vec::new(), Vec::new());
+    // Long enough for the stalled receiver to pass the bound (64 MB and its socket buffers).
+    let total = plan.total.max(256 * MB);
+    for i in 0..plan.runs {
+        for k in 0..2 {
+            let with_stalled = (i + k) % 2 == 0;
+            let stall = if with_stalled {
+                let r =
+                    Receiver::connect(&addr, "bench", "buffer", "stalled", None).map_err(err)?;
+                joined(&d, "buffer", 4)?;
+                Some(r)
+            } else {
+                None
+            };
+            let (secs, report) = run(&mut s, &data, total, Some(PACE))?;
+            let ok = report.receivers.iter().filter(|r| r.ok).count();
+            if ok != 3 {
+                return Err(err(format!("expected the 3 healthy receivers to finish: {report:?}")));
+            }
+            for r in &healthy {
+                r.recv().map_err(err)?;
+            }
+            let rate = gbit(total * 3, secs);
+            if with_stalled {
+                stalled.push(rate)
+            } else {
+                alone.push(rate)
+            }
+            drop(stall);
+            joined(&d, "buffer", 3)?;
+        }
+    }
+    s.close();
+    let (w, a) = (median(&stalled), median(&alone));
+    rows.push(Row {
+        group: "slow receiver",
+        what: "3 receivers' aggregate, sender paced to 300 MB/s, with a 4th stalled (buffer policy, 64 MB bound)".into(),
+        ours: w,
+        baseline: a,
+        baseline_name: "the same 3 without it".into(),
+        unit: "Gbit/s",
+        ratio: w / a,
+        ratio_means: "with / without",
+        target: Some((0.9, true)),
+    });
+    notes.push(
+        "every receiver checks each message's offset and the run's total and xxh3-128 digest; \
+         ZeroMQ's subscribers only count bytes"
+            .into(),
+    );
+    notes.push(
+        "all processes on one 2-core machine: sender, distributer and receivers share its cores"
+            .into(),
+    );
+    notes.push("not yet measured: receivers behind links shaped in network namespaces".into());
+    Ok(RowsReport {
+        title: "Fan-out",
+        command: "blobstream bench fanout",
+        runs: plan.runs,
+        machine: machine_description(),
+        quick: opts.quick,
+        rows,
+        notes,
+    })
+}
