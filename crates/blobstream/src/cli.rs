@@ -169,6 +169,13 @@ pub struct ReceiveArgs {
     /// Stop after this many runs (0: until the distributer closes the connection).
     #[arg(long, default_value_t = 0)]
     pub runs: u64,
+    /// The archive: write each run as a blob into the store at --server instead of a file,
+    /// committed only when the run is verified (an aborted run leaves no blob).
+    #[arg(long)]
+    pub into_store: bool,
+    /// With --into-store: prefix of the blob names (NAME as for files).
+    #[arg(long, default_value = "")]
+    pub prefix: String,
 }
 
 fn parse_policy(s: &str) -> Result<bs_binding::Policy, String> {

@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use bs_client::{Client, PushStream, RouteRequest};
 use bs_distrib::{Config, Distributer, FlowHandler, Params, Receiver, RunEnd, Sender};
 
 use crate::cli::{DistributerArgs, DistributerCommand, Global, ReceiveArgs, SendArgs};
@@ -30,7 +31,8 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
         let mut s = crate::signals::Signals::install()?;
         Ok::<_, std::io::Error>(s.next().await)
     })?;
-    println!("{sig}: distributer stopped");
+    // Best effort: whoever read our output may be gone by now.
+    let _ = writeln!(std::io::stdout(), "{sig}: distributer stopped");
     Ok(())
 }
 
@@ -173,34 +175,116 @@ impl FlowHandler for ToFiles {
     }
 }
 
-pub fn receive(_g: &Global, a: ReceiveArgs) -> Result<()> {
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+/// The archive receiver: writes each run into the blob store, committed only on a verified
+/// stop, so the archive never shows a partial observation.
+struct IntoStore {
+    client: Client,
+    prefix: String,
+    run: u64,
+    current: Option<(String, PushStream)>,
+    error: Option<String>,
+}
+
+impl FlowHandler for IntoStore {
+    fn on_start(&mut self, p: &Params) {
+        self.run += 1;
+        self.error = None;
+        let key = format!("{}{}", self.prefix, run_name(p, self.run));
+        let text = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        let route = RouteRequest {
+            name: key.clone(),
+            size: None,
+            content_type: p.get("content_type").map(text).unwrap_or_default(),
+            metadata: p.iter().map(|(k, v)| (k.clone(), text(v))).collect(),
+            ..RouteRequest::default()
+        };
+        match self.client.open_push(&key, 0, None, Some(route)) {
+            Ok(push) => self.current = Some((key, push)),
+            Err(e) => self.error = Some(format!("cannot store {key}: {e}")),
+        }
+    }
+
+    fn on_data(&mut self, _offset: u64, data: &[u8]) {
+        if let Some((key, push)) = &mut self.current
+            && self.error.is_none()
+            && let Err(e) = push.write(data)
+        {
+            self.error = Some(format!("storing {key}: {e}"));
+        }
+    }
+
+    fn on_stop(&mut self, total: u64) -> Result<(), String> {
+        let (key, push) = self.current.take().ok_or("no blob for this run")?;
+        if let Some(e) = self.error.take() {
+            let _ = self.client.abort(&key);
+            return Err(e);
+        }
+        match push.finish(true) {
+            Ok(ack) if ack.received == total && ack.committed.is_some() => {
+                println!("{key}: {total} bytes, digest verified, committed");
+                Ok(())
+            }
+            Ok(ack) => {
+                let _ = self.client.abort(&key);
+                Err(format!("the store holds {} of {total} bytes of {key}", ack.received))
+            }
+            Err(e) => {
+                let _ = self.client.abort(&key);
+                Err(format!("committing {key}: {e}"))
+            }
+        }
+    }
+
+    fn on_error(&mut self, reason: &str) {
+        if let Some((key, push)) = self.current.take() {
+            drop(push);
+            let _ = self.client.abort(&key);
+        }
+        eprintln!("run {} failed: {reason} (nothing committed)", self.run);
+    }
+}
+
+pub fn receive(g: &Global, a: ReceiveArgs) -> Result<()> {
     let f = &a.flow;
     let mut r = Receiver::connect(&f.distributer, &f.stream, &f.flow, &a.name, f.token.as_deref())
         .with_context(|| format!("joining {}/{} as {:?}", f.stream, f.flow, a.name))?;
-    println!(
-        "receiving {}/{} as {} (policy {}) into {}",
-        f.stream,
-        f.flow,
-        a.name,
-        r.policy(),
-        a.out.display()
-    );
+    let into = if a.into_store {
+        format!("the store at {}", g.server)
+    } else {
+        std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+        a.out.display().to_string()
+    };
+    println!("receiving {}/{} as {} (policy {}) into {into}", f.stream, f.flow, a.name, r.policy());
+    if a.into_store {
+        let client = crate::commands::client(g)?;
+        let mut h =
+            IntoStore { client, prefix: a.prefix.clone(), run: 0, current: None, error: None };
+        return receive_runs(&mut r, &mut h, a.runs, |h| h.run);
+    }
     let mut h = ToFiles { dir: a.out.clone(), run: 0, current: None, error: None };
+    receive_runs(&mut r, &mut h, a.runs, |h| h.run)
+}
+
+/// Runs until the distributer closes (or `runs` of them); fails if any run failed.
+fn receive_runs<H: FlowHandler>(
+    r: &mut Receiver,
+    h: &mut H,
+    runs: u64,
+    count: impl Fn(&H) -> u64,
+) -> Result<()> {
     let mut failed = 0;
     loop {
-        match r.run_once(&mut h, None)? {
+        match r.run_once(h, None)? {
             RunEnd::Closed => break,
             RunEnd::Stopped(_) => {}
             RunEnd::Failed(_) => failed += 1,
         }
-        if a.runs > 0 && h.run >= a.runs {
+        if runs > 0 && count(h) >= runs {
             break;
         }
     }
-    r.close();
     if failed > 0 {
-        bail!("{failed} of {} runs failed", h.run);
+        bail!("{failed} of {} runs failed", count(h));
     }
     Ok(())
 }

@@ -442,13 +442,15 @@ fn distributer_send_and_receive_as_processes() {
 
     let cfg = dir.path().join("streams.toml");
     std::fs::write(&cfg, "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"raw\"\n").unwrap();
-    let mut d = Command::new(BIN)
-        .args(["distributer", "--addr", "127.0.0.1:0", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(d.stdout.take().unwrap()).lines();
+    let mut d = Killed(
+        Command::new(BIN)
+            .args(["distributer", "--addr", "127.0.0.1:0", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(d.0.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let addr = first.split("listening on ").nth(1).expect("prints its address").trim().to_string();
     std::thread::spawn(move || lines.for_each(drop));
@@ -509,6 +511,116 @@ fn distributer_send_and_receive_as_processes() {
         .unwrap());
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v[0]["flow"], "raw");
-    let _ = d.kill();
-    let _ = d.wait();
+    drop(d);
+}
+
+/// The archive receiver: each verified run becomes a blob (with its parameters as metadata);
+/// a run whose sender dies leaves no blob at all.
+#[test]
+fn the_archive_receiver_commits_verified_runs_only() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let cfg = dir.path().join("streams.toml");
+    std::fs::write(&cfg, "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"raw\"\n").unwrap();
+    let mut d = Killed(
+        Command::new(BIN)
+            .args(["distributer", "--addr", "127.0.0.1:0", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(d.0.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first.split("listening on ").nth(1).unwrap().trim().to_string();
+    std::thread::spawn(move || lines.for_each(drop));
+    let flow = ["--distributer", &addr, "--stream", "obs", "--flow", "raw"];
+    let mut archive = Command::new(BIN)
+        .args(["--server", &s.addr, "receive"])
+        .args(flow)
+        .args(["--name", "archive", "--into-store", "--prefix", "obs/", "--runs", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(archive.stdout.take().unwrap()).lines();
+    assert!(out.next().unwrap().unwrap().contains("into the store at"));
+    for _ in 0..1000 {
+        let st = ok(&Command::new(BIN)
+            .args(["distributer", "status", "--addr", &addr])
+            .output()
+            .unwrap());
+        if st.contains("archive") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+
+    // A sender that dies mid-run: nothing of that run is committed.
+    let mut dying = Command::new(BIN)
+        .arg("send")
+        .arg("-")
+        .args(flow)
+        .args(["--param", "name=lost.bin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    dying.stdin.as_mut().unwrap().write_all(&content(2_000_000)).unwrap();
+    // The distributer has the run once its flow shows bytes delivered to the archive.
+    for _ in 0..1000 {
+        let st = ok(&Command::new(BIN)
+            .args(["distributer", "status", "--addr", &addr])
+            .output()
+            .unwrap());
+        if st.contains("running") && !st.contains(" 0 bytes delivered") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    dying.kill().unwrap();
+    dying.wait().unwrap();
+
+    // A good run.
+    let file = dir.path().join("scan.bin");
+    let bytes = content(3_000_000);
+    std::fs::write(&file, &bytes).unwrap();
+    let sent = ok(&Command::new(BIN)
+        .args(["-q", "send"])
+        .arg(&file)
+        .args(flow)
+        .args(["--param", "name=scan-7.bin", "--param", "scan=7"])
+        .output()
+        .unwrap());
+    assert!(sent.contains("archive") && sent.contains("digest verified"), "{sent}");
+    let line = out.next().unwrap().unwrap();
+    assert!(line.contains("obs/scan-7.bin: 3000000 bytes, digest verified, committed"), "{line}");
+    let status = archive.wait_with_output().unwrap();
+    assert!(!status.status.success(), "one of its two runs failed");
+    let err = String::from_utf8_lossy(&status.stderr);
+    assert!(err.contains("sender left mid-flow") && err.contains("nothing committed"), "{err}");
+
+    let listed = ok(&s.run(&["ls", "obs/"]));
+    assert_eq!(listed.lines().count(), 1, "no trace of the lost run: {listed}");
+    assert!(listed.contains("obs/scan-7.bin"), "{listed}");
+    let st: serde_json::Value =
+        serde_json::from_str(&ok(&s.run(&["stat", "obs/scan-7.bin", "--json"]))).unwrap();
+    assert_eq!(st["size"], 3_000_000);
+    assert_eq!(st["metadata"]["scan"], "7");
+    let back = dir.path().join("back.bin");
+    ok(&s.run(&["get", "obs/scan-7.bin", back.to_str().unwrap()]));
+    assert_eq!(std::fs::read(&back).unwrap(), bytes);
+    drop(d);
+}
+
+/// A child process killed when the test ends, passed or not.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -63,6 +63,8 @@ struct Inner {
     flows: Mutex<HashMap<String, Arc<Flow>>>,
     next_id: AtomicU64,
     closing: AtomicBool,
+    /// Every open connection, to end them all when the distributer stops.
+    conns: Mutex<HashMap<u64, TcpStream>>,
 }
 
 struct Flow {
@@ -155,6 +157,7 @@ impl Distributer {
             flows: Mutex::new(flows),
             next_id: AtomicU64::new(1),
             closing: AtomicBool::new(false),
+            conns: Mutex::default(),
         });
         let i = inner.clone();
         let accept = thread::Builder::new()
@@ -178,11 +181,16 @@ impl Distributer {
 }
 
 impl Drop for Distributer {
+    /// Stop as a process exit would: no new connections, and every open one ends (senders
+    /// and receivers get an error and may connect again to a new distributer).
     fn drop(&mut self) {
         self.inner.closing.store(true, Ordering::SeqCst);
         let _ = TcpStream::connect(self.addr);
         if let Some(t) = self.accept.take() {
             let _ = t.join();
+        }
+        for s in self.inner.conns.lock().unwrap().values() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
 }
@@ -248,13 +256,21 @@ fn refuse(b: Binding, code: ErrorCode, reason: String) {
 }
 
 fn serve(inner: &Arc<Inner>, tcp: TcpStream) {
+    let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+    if let Ok(s) = tcp.try_clone() {
+        inner.conns.lock().unwrap().insert(id, s);
+    }
+    serve_conn(inner, tcp, id);
+    inner.conns.lock().unwrap().remove(&id);
+}
+
+fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     let _ = tcp.set_nodelay(true);
     let kill = tcp.try_clone().ok();
     let conn = Conn::new(tcp);
     // Until the JOIN, every read is bounded (a peer that says nothing, or half a frame, is
     // turned away); after it, a live peer may be idle as long as it likes.
     let _ = conn.set_read_timeout(Some(JOIN_WAIT));
-    let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
     let mut b = binding(conn, Role::Responder, id);
     let first = match b.recv_within(JOIN_WAIT) {
         Ok(Some(m)) => Message::parse(m.payload()),

@@ -343,3 +343,38 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     assert_eq!(hold.receivers.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["same"]);
     assert_eq!(remote.len(), d.status().len());
 }
+
+/// A distributer that stops mid-run (as a process restart would): the sender's next call and
+/// the receiver's run fail with a clear error, and both connect again to its successor.
+#[test]
+fn a_distributer_restart_is_a_clear_error_and_everyone_reconnects() {
+    let (d, addr) = distributer();
+    let r = receiver(&addr, "hold", "archive", None);
+    wait_names(&d, "hold", &["archive"]);
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    s.start(&params("interrupted")).unwrap();
+    s.send(&data(1 << 20, 8)).unwrap();
+    drop(d);
+    let (end, k) = r.recv_timeout(WAIT).unwrap();
+    assert!(matches!(&end, RunEnd::Failed(why) if why.contains("mid-flow")), "{end:?}");
+    assert_eq!(k.stopped, None);
+    let mut failed = None;
+    for _ in 0..100 {
+        if let Err(e) = s.send(&data(1 << 20, 8)).and_then(|()| s.stop().map(drop)) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let e = failed.expect("the sender notices the distributer is gone");
+    assert!(matches!(e, DistribError::Binding(_) | DistribError::Remote(_)), "{e}");
+
+    let cfg = Config::parse(CONFIG, "test.toml").unwrap();
+    let d = Distributer::start(cfg, addr.parse().unwrap()).unwrap();
+    let r = receiver(&addr, "hold", "archive", None);
+    wait_names(&d, "hold", &["archive"]);
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    s.start(&params("again")).unwrap();
+    s.send(b"after the restart").unwrap();
+    assert!(s.stop().unwrap().all_delivered());
+    assert_eq!(r.recv_timeout(WAIT).unwrap().1.bytes, b"after the restart");
+}
