@@ -1,0 +1,212 @@
+"""The distributer across real hosts: network namespaces joined by veth pairs, the receivers'
+links shaped with tc tbf. Driven by scripts/fanout-hosts, which the test suite runs (as root).
+
+    sender ──veth── distributer ──veth (tbf 200 Mbit/s)── fast1
+                                ──veth (tbf 200 Mbit/s)── fast2
+                                ──veth (tbf 100 Mbit/s)── far
+
+(No added delay: this machine's kernel has no netem, CONFIG_NET_SCH_NETEM is not set, so the
+"far" receiver is the one behind the slower link.)
+
+Checks, each with the real `blobstream` processes:
+  1. every receiver keeps the exact file (hold policy), reported ok by the sender;
+  2. a receiver frozen with SIGSTOP under the timeout policy is dropped and reported by name,
+     the others complete;
+  3. a receiver killed mid-run under hold: reported, the others complete;
+  4. a sender killed mid-run: every receiver's run fails and nothing of it is kept.
+Prints each receiver's achieved rate against its link (information, not an assertion).
+Everything it creates (namespaces, processes, files) is removed on exit.
+"""
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.environ["BLOBSTREAM_BIN"]
+TAG = f"bsf{os.getpid() % 100000}"
+NS = {n: f"{TAG}-{n}" for n in ["snd", "dist", "fast1", "fast2", "far"]}
+RATE = "200mbit"
+FAR_RATE = "100mbit"
+PROCS = []
+FAILURES = []
+
+
+def sh(*cmd, check=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r
+
+
+def in_ns(ns, *cmd):
+    return ["ip", "netns", "exec", NS[ns], *cmd]
+
+
+def setup():
+    for n in NS.values():
+        sh("ip", "netns", "add", n)
+    links = [("snd", 0, None), ("fast1", 1, RATE), ("fast2", 2, RATE), ("far", 3, FAR_RATE)]
+    for peer, i, rate in links:
+        a, b = f"{TAG}a{i}", f"{TAG}b{i}"
+        sh("ip", "link", "add", a, "netns", NS[peer], "type", "veth", "peer", "name", b,
+           "netns", NS["dist"])
+        sh(*in_ns(peer, "ip", "addr", "add", f"10.77.{i}.1/30", "dev", a))
+        sh(*in_ns("dist", "ip", "addr", "add", f"10.77.{i}.2/30", "dev", b))
+        sh(*in_ns(peer, "ip", "link", "set", a, "up"))
+        sh(*in_ns(peer, "ip", "link", "set", "lo", "up"))
+        sh(*in_ns("dist", "ip", "link", "set", b, "up"))
+        if rate:
+            # The distributer's side of each receiver's link: its egress is what the receiver
+            # gets.
+            sh(*in_ns("dist", "tc", "qdisc", "add", "dev", b, "root", "tbf", "rate", rate,
+                      "burst", "256kb", "latency", "100ms"))
+    sh(*in_ns("dist", "ip", "link", "set", "lo", "up"))
+
+
+def cleanup():
+    for p in PROCS:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait(timeout=10)
+            except Exception:
+                pass
+    for n in NS.values():
+        sh("ip", "netns", "del", n, check=False)
+
+
+def spawn(ns, *args, **kw):
+    p = subprocess.Popen(in_ns(ns, BIN, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, **kw)
+    PROCS.append(p)
+    return p
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILURES.append(what)
+
+
+def status():
+    r = subprocess.run(in_ns("dist", BIN, "distributer", "status", "--addr", "127.0.0.1:7080"),
+                       capture_output=True, text=True)
+    return r.stdout
+
+
+def wait_for(pred, what, limit=60):
+    end = time.time() + limit
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for {what}: {status()}")
+
+
+def receivers(work, flow, names, runs):
+    ps = {}
+    for name in names:
+        i = {"fast1": 1, "fast2": 2, "far": 3}[name]
+        out = os.path.join(work, f"{flow}-{name}")
+        ps[name] = spawn(name, "receive", "--distributer", f"10.77.{i}.2:7080", "--stream", "obs",
+                         "--flow", flow, "--name", name, "--runs", str(runs), "--out", out)
+    wait_for(lambda: all(f"  {n} " in status() for n in names), f"{names} to join {flow}")
+    return ps
+
+
+def send(path, flow, name):
+    return spawn("snd", "-q", "send", path, "--distributer", "10.77.0.2:7080", "--stream", "obs",
+                 "--flow", flow, "--param", f"name={name}")
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="bs-fanout-hosts-")
+    try:
+        setup()
+        cfg = os.path.join(work, "streams.toml")
+        with open(cfg, "w") as f:
+            f.write('[[stream]]\nname = "obs"\n'
+                    '[[stream.flow]]\nname = "hold"\npolicy = "hold"\n'
+                    '[[stream.flow]]\nname = "timeout"\npolicy = "timeout"\ntimeout_ms = 1500\n')
+        dist = spawn("dist", "distributer", "--config", cfg, "--addr", "0.0.0.0:7080")
+        wait_for(lambda: "obs/hold" in status(), "the distributer")
+        data = os.urandom(24 << 20)
+        path = os.path.join(work, "scan.bin")
+        with open(path, "wb") as f:
+            f.write(data)
+        want = hashlib.sha256(data).hexdigest()
+        names = ["fast1", "fast2", "far"]
+
+        # 1. Every receiver, each behind its own shaped link, keeps the exact file.
+        ps = receivers(work, "hold", names, 1)
+        t = time.time()
+        s = send(path, "hold", "scan.bin")
+        out, err = s.communicate(timeout=300)
+        secs = time.time() - t
+        check(s.returncode == 0 and out.count("digest verified") == 3, f"all three verified: {out}{err}")
+        for n, p in ps.items():
+            p.communicate(timeout=60)
+            got = os.path.join(work, f"hold-{n}", "scan.bin")
+            same = os.path.exists(got) and hashlib.sha256(open(got, "rb").read()).hexdigest() == want
+            check(p.returncode == 0 and same, f"{n} holds the exact file")
+        mbit = len(data) * 8 / secs / 1e6
+        print(f"info: hold, receivers behind {RATE}, {RATE} and {FAR_RATE} links: {mbit:.0f} "
+              f"Mbit/s each ({mbit / 100:.2f}× the slowest link, which sets the pace)", flush=True)
+
+        # 2. A receiver frozen with SIGSTOP under timeout: dropped and reported; others finish.
+        ps = receivers(work, "timeout", names, 1)
+        os.kill(ps["far"].pid, signal.SIGSTOP)
+        s = send(path, "timeout", "scan.bin")
+        out, err = s.communicate(timeout=300)
+        check(s.returncode != 0 and "far" in out and "FAILED" in out and "took nothing" in out,
+              f"the frozen receiver is reported: {out}{err}")
+        check(out.count("digest verified") == 2, "the two others verified")
+        os.kill(ps["far"].pid, signal.SIGCONT)
+        for n in ["fast1", "fast2"]:
+            ps[n].communicate(timeout=60)
+            check(ps[n].returncode == 0, f"{n} completed while far was frozen")
+        ps["far"].communicate(timeout=60)
+        check(ps["far"].returncode != 0, "far's run failed (it was dropped)")
+        check(not os.path.exists(os.path.join(work, "timeout-far", "scan.bin")), "far kept nothing")
+
+        # 3. A receiver killed mid-run under hold: reported; the others complete.
+        ps = receivers(work, "hold", names, 1)
+        s = send(path, "hold", "second.bin")
+        wait_for(lambda: "running" in status(), "the run to start")
+        ps["fast2"].kill()
+        out, err = s.communicate(timeout=300)
+        check("fast2" in out and "FAILED" in out, f"the killed receiver is reported: {out}{err}")
+        check(out.count("digest verified") == 2, "the two others verified")
+
+        # 4. A sender killed mid-run: every receiver's run fails, nothing is kept.
+        ps = receivers(work, "hold", ["fast1", "far"], 1)
+        slow = spawn("snd", "-q", "send", "-", "--distributer", "10.77.0.2:7080", "--stream",
+                     "obs", "--flow", "hold", "--param", "name=lost.bin", stdin=subprocess.PIPE)
+        slow.stdin.write("x" * (4 << 20))
+        slow.stdin.flush()
+        wait_for(lambda: "running" in status(), "the run to start")
+        slow.kill()
+        for n, p in ps.items():
+            p.communicate(timeout=60)
+            check(p.returncode != 0, f"{n}'s run failed when the sender died")
+            check(not os.path.exists(os.path.join(work, f"hold-{n}", "lost.bin")) and
+                  not os.path.exists(os.path.join(work, f"hold-{n}", "lost.bin.part")),
+                  f"{n} kept nothing of it")
+        dist.terminate()
+    finally:
+        cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+    if FAILURES:
+        print(f"fanout-hosts: {len(FAILURES)} check(s) failed", flush=True)
+        sys.exit(1)
+    print("fanout-hosts: all checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
