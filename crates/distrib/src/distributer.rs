@@ -606,6 +606,12 @@ fn settle(flow: &Flow, r: &Rcv, total: u64) -> msg::Outcome {
     };
     let mut q = r.q.lock().unwrap();
     loop {
+        // A receiver that confirmed and then left (its last run) delivered its run.
+        if let Some((ok, reason)) = &q.confirm {
+            let ok = *ok && q.sent == total;
+            let reason = if ok { String::new() } else { reason.clone() };
+            return msg::Outcome { name: r.name.clone(), delivered: q.sent, ok, reason };
+        }
         if let Some(reason) = &q.gone {
             return msg::Outcome {
                 name: r.name.clone(),
@@ -613,11 +619,6 @@ fn settle(flow: &Flow, r: &Rcv, total: u64) -> msg::Outcome {
                 ok: false,
                 reason: reason.clone(),
             };
-        }
-        if let Some((ok, reason)) = &q.confirm {
-            let ok = *ok && q.sent == total;
-            let reason = if ok { String::new() } else { reason.clone() };
-            return msg::Outcome { name: r.name.clone(), delivered: q.sent, ok, reason };
         }
         let idle = q.last_progress.elapsed();
         if idle >= patience {
@@ -634,7 +635,7 @@ fn report_gone(b: &mut Binding, run: &[Arc<Rcv>]) -> Result<(), DistribError> {
     for r in run {
         let o = {
             let mut q = r.q.lock().unwrap();
-            match (&q.gone, q.reported) {
+            match (&q.gone, q.reported || q.confirm.is_some()) {
                 (Some(reason), false) => {
                     let o = msg::Outcome {
                         name: r.name.clone(),

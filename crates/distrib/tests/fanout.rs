@@ -378,3 +378,29 @@ fn a_distributer_restart_is_a_clear_error_and_everyone_reconnects() {
     assert!(s.stop().unwrap().all_delivered());
     assert_eq!(r.recv_timeout(WAIT).unwrap().1.bytes, b"after the restart");
 }
+
+/// A receiver that confirms its last run and leaves at once, while a slower one is still
+/// receiving, delivered that run: the report says so.
+#[test]
+fn a_receiver_that_confirms_and_leaves_is_reported_delivered() {
+    let (d, addr) = distributer();
+    // The slow one first, so the stop waits on it while the other has long left.
+    let slow = receiver(&addr, "hold", "slow", Some(Duration::from_millis(80)));
+    wait_names(&d, "hold", &["slow"]);
+    let mut once = Receiver::connect(&addr, "obs", "hold", "once", Some("t0k")).unwrap();
+    wait_names(&d, "hold", &["once", "slow"]);
+    let leaver = thread::spawn(move || {
+        let mut k = Keep::default();
+        let end = once.run_once(&mut k, None).unwrap();
+        once.close();
+        end
+    });
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    s.start(&Params::new()).unwrap();
+    s.send(&data(4 << 20, 6)).unwrap();
+    let report = s.stop().unwrap();
+    assert_eq!(leaver.join().unwrap(), RunEnd::Stopped(4 << 20));
+    assert!(report.all_delivered(), "{report:?}");
+    assert!(s.take_dropped().is_empty());
+    assert_eq!(slow.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(4 << 20));
+}
