@@ -95,7 +95,7 @@ def check(cond, what):
 
 
 def status():
-    r = subprocess.run(in_ns("dist", BIN, "distributer", "status", "--addr", "127.0.0.1:7080"),
+    r = subprocess.run(in_ns("dist", BIN, "distributer", "status", "--addr", "127.0.0.1:7081"),
                        capture_output=True, text=True)
     return r.stdout
 

@@ -111,17 +111,22 @@ pub struct DistributerArgs {
     /// The streams and their flows (TOML; see docs/distributer.md).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address senders, receivers and status readers connect to.
+    /// Address senders and receivers connect to.
     #[arg(long, default_value = "127.0.0.1:7080")]
     pub addr: String,
+    /// Address of the status service: the gRPC call `distributer status` makes, and
+    /// GET /metrics.
+    #[arg(long, default_value = "127.0.0.1:7081")]
+    pub status_addr: String,
 }
 
 #[derive(Subcommand)]
 pub enum DistributerCommand {
-    /// List every flow with its sender and receivers (bytes delivered, queue, last error).
+    /// List every flow with its sender and receivers (bytes delivered, rate, queue, last
+    /// error).
     Status {
-        /// The distributer's address.
-        #[arg(long, default_value = "127.0.0.1:7080")]
+        /// The distributer's status address (its --status-addr).
+        #[arg(long, default_value = "127.0.0.1:7081")]
         addr: String,
         /// Print JSON.
         #[arg(long)]

@@ -19,17 +19,29 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
     let cfg = Config::load(&path)?;
     let addr = a.addr.parse().with_context(|| format!("--addr {:?}", a.addr))?;
     let d = Distributer::start(cfg, addr).with_context(|| format!("listening on {addr}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let status = rt
+        .block_on(tokio::net::TcpListener::bind(&a.status_addr))
+        .with_context(|| format!("--status-addr {}", a.status_addr))?;
+    let status_addr = status.local_addr()?;
     println!("blobstream distributer listening on {}", d.addr());
+    println!("  status (gRPC) and /metrics on {status_addr}");
     for s in &d.config().streams {
         for f in &s.flows {
             println!("  {}/{}: policy {}, chunk {} bytes", s.name, f.name, f.policy, f.chunk);
         }
     }
     // Runs until SIGTERM or SIGINT; connections end with the process.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let source = d.status_source();
     let sig = rt.block_on(async {
         let mut s = crate::signals::Signals::install()?;
-        Ok::<_, std::io::Error>(s.next().await)
+        tokio::select! {
+            sig = s.next() => Ok::<_, std::io::Error>(sig),
+            res = bs_distrib::service::serve(status, source) => {
+                res?;
+                Ok("the status service ended")
+            }
+        }
     })?;
     // Best effort: whoever read our output may be gone by now.
     let _ = writeln!(std::io::stdout(), "{sig}: distributer stopped");
@@ -37,7 +49,8 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
 }
 
 fn status(addr: &str, json: bool) -> Result<()> {
-    let flows = bs_distrib::status(addr)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let flows = rt.block_on(bs_distrib::service::fetch(addr))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&flows)?);
         return Ok(());
@@ -52,8 +65,12 @@ fn status(addr: &str, json: bool) -> Result<()> {
         for r in f.receivers {
             let err = r.last_error.map(|e| format!(", last error: {e}")).unwrap_or_default();
             println!(
-                "  {:<20} {} bytes delivered, {} queued ({} bytes){err}",
-                r.name, r.delivered, r.queued_messages, r.queued_bytes
+                "  {:<20} {} bytes delivered ({:.1} MB/s), {} queued ({} bytes){err}",
+                r.name,
+                r.delivered,
+                r.rate_bps / 1e6,
+                r.queued_messages,
+                r.queued_bytes
             );
         }
     }

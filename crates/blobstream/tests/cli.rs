@@ -442,18 +442,7 @@ fn distributer_send_and_receive_as_processes() {
 
     let cfg = dir.path().join("streams.toml");
     std::fs::write(&cfg, "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"raw\"\n").unwrap();
-    let mut d = Killed(
-        Command::new(BIN)
-            .args(["distributer", "--addr", "127.0.0.1:0", "--config"])
-            .arg(&cfg)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(d.0.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let addr = first.split("listening on ").nth(1).expect("prints its address").trim().to_string();
-    std::thread::spawn(move || lines.for_each(drop));
+    let (d, addr, status_addr) = start_distributer(&cfg);
 
     let flow = ["--distributer", &addr, "--stream", "obs", "--flow", "raw"];
     let receivers: Vec<_> = ["archive", "pipeline"]
@@ -480,7 +469,7 @@ fn distributer_send_and_receive_as_processes() {
     let mut listed = String::new();
     for _ in 0..1000 {
         listed = ok(&Command::new(BIN)
-            .args(["distributer", "status", "--addr", &addr])
+            .args(["distributer", "status", "--addr", &status_addr])
             .output()
             .unwrap());
         if listed.contains("archive") && listed.contains("pipeline") {
@@ -506,11 +495,21 @@ fn distributer_send_and_receive_as_processes() {
         assert!(!out.join("scan-7.bin.part").exists());
     }
     let json = ok(&Command::new(BIN)
-        .args(["distributer", "status", "--json", "--addr", &addr])
+        .args(["distributer", "status", "--json", "--addr", &status_addr])
         .output()
         .unwrap());
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v[0]["flow"], "raw");
+    // /metrics on the status address.
+    use std::io::{Read, Write};
+    let mut http = std::net::TcpStream::connect(&status_addr).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n").unwrap();
+    let mut page = String::new();
+    http.read_to_string(&mut page).unwrap();
+    assert!(
+        page.contains("blobstream_distributer_flow_running{stream=\"obs\",flow=\"raw\"} 0"),
+        "{page}"
+    );
     drop(d);
 }
 
@@ -523,18 +522,7 @@ fn the_archive_receiver_commits_verified_runs_only() {
     let s = Serve::start(&dir.path().join("data"));
     let cfg = dir.path().join("streams.toml");
     std::fs::write(&cfg, "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"raw\"\n").unwrap();
-    let mut d = Killed(
-        Command::new(BIN)
-            .args(["distributer", "--addr", "127.0.0.1:0", "--config"])
-            .arg(&cfg)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(d.0.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let addr = first.split("listening on ").nth(1).unwrap().trim().to_string();
-    std::thread::spawn(move || lines.for_each(drop));
+    let (d, addr, status_addr) = start_distributer(&cfg);
     let flow = ["--distributer", &addr, "--stream", "obs", "--flow", "raw"];
     let mut archive = Command::new(BIN)
         .args(["--server", &s.addr, "receive"])
@@ -548,7 +536,7 @@ fn the_archive_receiver_commits_verified_runs_only() {
     assert!(out.next().unwrap().unwrap().contains("into the store at"));
     for _ in 0..1000 {
         let st = ok(&Command::new(BIN)
-            .args(["distributer", "status", "--addr", &addr])
+            .args(["distributer", "status", "--addr", &status_addr])
             .output()
             .unwrap());
         if st.contains("archive") {
@@ -572,7 +560,7 @@ fn the_archive_receiver_commits_verified_runs_only() {
     // The distributer has the run once its flow shows bytes delivered to the archive.
     for _ in 0..1000 {
         let st = ok(&Command::new(BIN)
-            .args(["distributer", "status", "--addr", &addr])
+            .args(["distributer", "status", "--addr", &status_addr])
             .output()
             .unwrap());
         if st.contains("running") && !st.contains(" 0 bytes delivered") {
@@ -623,4 +611,23 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Start `blobstream distributer` on free ports; returns it with its data and status addresses.
+fn start_distributer(cfg: &Path) -> (Killed, String, String) {
+    let mut d = Killed(
+        Command::new(BIN)
+            .args(["distributer", "--addr", "127.0.0.1:0", "--status-addr", "127.0.0.1:0"])
+            .arg("--config")
+            .arg(cfg)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(d.0.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().expect("the distributer printed its addresses").unwrap();
+    let addr = next().split("listening on ").nth(1).expect("its data address").trim().to_string();
+    let status = next().split(" on ").nth(1).expect("its status address").trim().to_string();
+    std::thread::spawn(move || lines.for_each(drop));
+    (d, addr, status)
 }

@@ -95,6 +95,7 @@ struct RcvQ {
     queued_bytes: u64,
     /// Payload bytes of the current run written to the receiver.
     sent: u64,
+    run_started: Instant,
     last_progress: Instant,
     /// Why this receiver is out (connection failed, or dropped by the policy).
     gone: Option<String>,
@@ -128,8 +129,9 @@ pub struct FlowStatus {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReceiverStatus {
     pub name: String,
-    /// Bytes of the current (or last) run written to it.
+    /// Bytes of the current (or last) run written to it, and its rate over that run (bytes/s).
     pub delivered: u64,
+    pub rate_bps: f64,
     pub queued_messages: usize,
     pub queued_bytes: u64,
     pub last_error: Option<String>,
@@ -178,6 +180,13 @@ impl Distributer {
     pub fn status(&self) -> Vec<FlowStatus> {
         status(&self.inner)
     }
+
+    /// The status, callable from elsewhere (e.g. the network status service) while this
+    /// distributer runs.
+    pub fn status_source(&self) -> crate::service::StatusSource {
+        let inner = self.inner.clone();
+        std::sync::Arc::new(move || status(&inner))
+    }
 }
 
 impl Drop for Distributer {
@@ -216,9 +225,11 @@ fn status(inner: &Inner) -> Vec<FlowStatus> {
                     .iter()
                     .map(|r| {
                         let q = r.q.lock().unwrap();
+                        let secs = (q.last_progress - q.run_started).as_secs_f64();
                         ReceiverStatus {
                             name: r.name.clone(),
                             delivered: q.sent,
+                            rate_bps: if secs > 0.0 { q.sent as f64 / secs } else { 0.0 },
                             queued_messages: q.items.len(),
                             queued_bytes: q.queued_bytes,
                             last_error: q.gone.clone(),
@@ -285,10 +296,6 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
         }
         Err(e) => return refuse(b, ErrorCode::BadFrame, e.to_string()),
     };
-    if role == msg::ROLE_STATUS {
-        let _ = b.send(&msg::status(&status(inner)));
-        return b.close();
-    }
     let flow = match inner.cfg.flow(&join.stream, &join.flow) {
         Ok(_) => inner.flows.lock().unwrap().get(&key(&join.stream, &join.flow)).cloned(),
         Err(e) => return refuse(b, ErrorCode::NotFound, e.to_string()),
@@ -334,6 +341,7 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
                 items: VecDeque::new(),
                 queued_bytes: 0,
                 sent: 0,
+                run_started: Instant::now(),
                 last_progress: Instant::now(),
                 gone: None,
                 confirm: None,
@@ -471,7 +479,7 @@ fn forward(flow: &Flow, mut b: Binding) {
                     for r in &run {
                         let mut q = r.q.lock().unwrap();
                         (q.sent, q.confirm, q.reported) = (0, None, false);
-                        q.last_progress = Instant::now();
+                        (q.run_started, q.last_progress) = (Instant::now(), Instant::now());
                         q.items.push_back(Item::Forward { m: m.clone(), len: 0, stop: false });
                         r.cv.notify_all();
                     }

@@ -16,10 +16,11 @@ pub mod error;
 pub mod msg;
 pub mod receiver;
 pub mod sender;
+pub mod service;
 
 pub use config::{Config, FlowSpec, Policy, StreamSpec};
 pub use distributer::{Distributer, FlowStatus, ReceiverStatus};
 pub use error::DistribError;
 pub use msg::Params;
 pub use receiver::{FlowHandler, Receiver, RunEnd};
-pub use sender::{Dropped, ReceiverOutcome, Sender, StopReport, status};
+pub use sender::{Dropped, ReceiverOutcome, Sender, StopReport};

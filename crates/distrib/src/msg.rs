@@ -14,11 +14,7 @@
 //!  8     STOPPED   distributer → sender           JSON {"total","receivers":[{"name",
 //!                                                 "delivered","ok","reason"}]}
 //!  9     ABORT     distributer → receiver         reason (UTF-8): the run ends unfinished
-//!  10    STATUS    distributer → status reader    JSON: every flow with its receivers
 //! ```
-//!
-//! A `JOIN` with role 3 (status; stream and flow empty) is answered with one `STATUS`, then
-//! the connection closes.
 //!
 //! A `DATA` message is forwarded to every receiver exactly as the sender sent it (the same
 //! buffer). A connection's first message is `JOIN`; the distributer answers `WELCOME` or ends
@@ -42,14 +38,12 @@ pub const CONFIRM: u8 = 6;
 pub const DROPPED: u8 = 7;
 pub const STOPPED: u8 = 8;
 pub const ABORT: u8 = 9;
-pub const STATUS: u8 = 10;
 
 /// Bytes before a `DATA` message's payload: kind and offset.
 pub const DATA_HEAD: usize = 9;
 
 pub const ROLE_SENDER: u8 = 1;
 pub const ROLE_RECEIVER: u8 = 2;
-pub const ROLE_STATUS: u8 = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Join {
@@ -100,7 +94,6 @@ pub enum Message {
     Dropped(Outcome),
     Stopped(Stopped),
     Abort(String),
-    Status(serde_json::Value),
 }
 
 fn bad(what: &str) -> DistribError {
@@ -123,7 +116,7 @@ impl Message {
         Ok(match kind {
             JOIN => {
                 let (&role, rest) = body.split_first().ok_or_else(|| bad("JOIN without a role"))?;
-                if !(ROLE_SENDER..=ROLE_STATUS).contains(&role) {
+                if role != ROLE_SENDER && role != ROLE_RECEIVER {
                     return Err(bad(&format!("JOIN with unknown role {role}")));
                 }
                 Message::Join(role, json(rest, "JOIN")?)
@@ -152,7 +145,6 @@ impl Message {
             DROPPED => Message::Dropped(json(body, "DROPPED")?),
             STOPPED => Message::Stopped(json(body, "STOPPED")?),
             ABORT => Message::Abort(String::from_utf8_lossy(body).into_owned()),
-            STATUS => Message::Status(json(body, "STATUS")?),
             k => return Err(bad(&format!("unknown message kind {k}"))),
         })
     }
@@ -212,10 +204,6 @@ pub fn dropped(o: &Outcome) -> Vec<u8> {
 
 pub fn stopped(s: &Stopped) -> Vec<u8> {
     with_json(STOPPED, s)
-}
-
-pub fn status(s: &impl Serialize) -> Vec<u8> {
-    with_json(STATUS, s)
 }
 
 pub fn abort(reason: &str) -> Vec<u8> {

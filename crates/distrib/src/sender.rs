@@ -40,14 +40,6 @@ pub(crate) fn join(
     role: u8,
     j: &msg::Join,
 ) -> Result<(Binding, msg::Welcome), DistribError> {
-    match ask(addr, role, j)? {
-        (b, Message::Welcome(w)) => Ok((b, w)),
-        (_, other) => Err(DistribError::Malformed(format!("expected WELCOME, got {other:?}"))),
-    }
-}
-
-/// Connect, send `JOIN`, and return the binding with the distributer's answer.
-fn ask(addr: &str, role: u8, j: &msg::Join) -> Result<(Binding, Message), DistribError> {
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
     let mut last = None;
     let mut tcp = None;
@@ -70,27 +62,11 @@ fn ask(addr: &str, role: u8, j: &msg::Join) -> Result<(Binding, Message), Distri
     let mut b = binding(conn, Role::Initiator, 0);
     b.send(&msg::join(role, j)).map_err(DistribError::from_binding)?;
     match b.recv_within(CONNECT_WAIT).map_err(DistribError::from_binding)? {
-        Some(m) => {
-            let answer = Message::parse(m.payload())?;
-            Ok((b, answer))
-        }
+        Some(m) => match Message::parse(m.payload())? {
+            Message::Welcome(w) => Ok((b, w)),
+            other => Err(DistribError::Malformed(format!("expected WELCOME, got {other:?}"))),
+        },
         None => Err(DistribError::Remote("the distributer did not answer the JOIN".into())),
-    }
-}
-
-/// Every flow of the distributer at `addr` with its sender and receivers.
-pub fn status(addr: &str) -> Result<Vec<crate::distributer::FlowStatus>, DistribError> {
-    let j = msg::Join {
-        stream: String::new(),
-        flow: String::new(),
-        name: String::new(),
-        token: String::new(),
-    };
-    match ask(addr, msg::ROLE_STATUS, &j)?.1 {
-        Message::Status(v) => {
-            serde_json::from_value(v).map_err(|e| DistribError::Malformed(e.to_string()))
-        }
-        other => Err(DistribError::Malformed(format!("expected STATUS, got {other:?}"))),
     }
 }
 

@@ -336,12 +336,30 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     s.send(b"still fine").unwrap();
     let report = s.stop().unwrap();
     assert_eq!(report.total, 10);
-    // The status call over the wire says what the distributer itself says.
-    let remote = bs_distrib::status(&addr).unwrap();
+    // The status call over the network says what the distributer itself says, and /metrics
+    // has the same counters.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let status_addr = listener.local_addr().unwrap().to_string();
+    rt.spawn(bs_distrib::service::serve(listener, d.status_source()));
+    let remote = rt.block_on(bs_distrib::service::fetch(&status_addr)).unwrap();
     let hold = remote.iter().find(|f| f.flow == "hold").unwrap();
     assert!(hold.sender && !hold.running);
     assert_eq!(hold.receivers.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["same"]);
     assert_eq!(remote.len(), d.status().len());
+    let mut http = std::net::TcpStream::connect(&status_addr).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n").unwrap();
+    let mut page = String::new();
+    http.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let line =
+        "blobstream_distributer_delivered_bytes{stream=\"obs\",flow=\"hold\",receiver=\"same\"}";
+    assert!(page.contains(line), "{page}");
+    assert!(
+        page.contains("blobstream_distributer_flow_running{stream=\"obs\",flow=\"hold\"} 0"),
+        "{page}"
+    );
+    assert!(page.trim_end().ends_with("# EOF"));
 }
 
 /// A distributer that stops mid-run (as a process restart would): the sender's next call and
