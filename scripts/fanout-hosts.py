@@ -16,6 +16,11 @@ Checks, each with the real `blobstream` processes:
   4. a sender killed mid-run: every receiver's run fails and nothing of it is kept.
 Prints each receiver's achieved rate against its link (information, not an assertion).
 Everything it creates (namespaces, processes, files) is removed on exit.
+
+With --bench RUNS (used by `blobstream bench fanout`), it checks nothing: every receiver's link
+is 200 Mbit/s, and it prints JSON with each receiver's rate in each run (96 MiB under `hold`,
+timed by the receiver from its start to its verified stop) and iperf3's rate over one of the
+same links (if iperf3 is installed).
 """
 
 import hashlib
@@ -34,6 +39,8 @@ RATE = "200mbit"
 FAR_RATE = "100mbit"
 PROCS = []
 FAILURES = []
+BENCH = "--bench" in sys.argv
+RUN_BYTES = 96 << 20
 
 
 def sh(*cmd, check=True):
@@ -50,7 +57,8 @@ def in_ns(ns, *cmd):
 def setup():
     for n in NS.values():
         sh("ip", "netns", "add", n)
-    links = [("snd", 0, None), ("fast1", 1, RATE), ("fast2", 2, RATE), ("far", 3, FAR_RATE)]
+    far = RATE if BENCH else FAR_RATE
+    links = [("snd", 0, None), ("fast1", 1, RATE), ("fast2", 2, RATE), ("far", 3, far)]
     for peer, i, rate in links:
         a, b = f"{TAG}a{i}", f"{TAG}b{i}"
         sh("ip", "link", "add", a, "netns", NS[peer], "type", "veth", "peer", "name", b,
@@ -125,7 +133,59 @@ def send(path, flow, name):
                  "--flow", flow, "--param", f"name={name}")
 
 
+def bench(runs):
+    """Each receiver's rate behind its own 200 Mbit/s link, and iperf3's over one such link."""
+    import json
+
+    work = tempfile.mkdtemp(prefix="bs-fanout-hosts-")
+    try:
+        setup()
+        cfg = os.path.join(work, "streams.toml")
+        with open(cfg, "w") as f:
+            f.write('[[stream]]\nname = "obs"\n[[stream.flow]]\nname = "hold"\n')
+        spawn("dist", "distributer", "--config", cfg, "--addr", "0.0.0.0:7080")
+        wait_for(lambda: "obs/hold" in status(), "the distributer")
+        path = os.path.join(work, "run.bin")
+        with open(path, "wb") as f:
+            f.write(os.urandom(RUN_BYTES))
+        names = ["fast1", "fast2", "far"]
+        # One run more than measured, so they are still listed (with their last run's rate)
+        # when each run ends.
+        ps = receivers(work, "hold", names, runs + 1)
+        rates = {n: [] for n in names}
+        for p in ps.values():
+            p.stdout.readline()  # "receiving …"
+        for _ in range(runs):
+            s = send(path, "hold", "run.bin")
+            out, err = s.communicate(timeout=300)
+            if s.returncode != 0:
+                raise RuntimeError(f"send failed: {out}{err}")
+            for n, p in ps.items():
+                # "DIR/run.bin: N bytes, digest verified (S s, R Mbit/s)": the receiver's own
+                # clock, from its start to its verified stop.
+                line = p.stdout.readline()
+                rates[n].append(float(line.rsplit(", ", 1)[1].split()[0]))
+        for p in ps.values():
+            p.kill()
+        iperf = None
+        if shutil.which("iperf3"):
+            srv = subprocess.Popen(in_ns("fast1", "iperf3", "-s", "-1", "-B", "10.77.1.1"),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            PROCS.append(srv)
+            time.sleep(0.3)
+            r = subprocess.run(in_ns("dist", "iperf3", "-c", "10.77.1.1", "-t", "3", "-J"),
+                               capture_output=True, text=True)
+            if r.returncode == 0:
+                iperf = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+        print(json.dumps({"link_mbit": 200, "receiver_mbit": rates, "iperf3_mbit": iperf}))
+    finally:
+        cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
+    if BENCH:
+        return bench(int(sys.argv[sys.argv.index("--bench") + 1]))
     work = tempfile.mkdtemp(prefix="bs-fanout-hosts-")
     try:
         setup()

@@ -209,6 +209,66 @@ fn point_to_point(data: &[u8], total: u64) -> Result<f64, BenchError> {
     Ok(gbit(total, secs))
 }
 
+/// Receivers on hosts of their own: `scripts/fanout-hosts.py --bench` puts sender, distributer
+/// and three receivers in network namespaces, each receiver behind a 200 Mbit/s tbf link, and
+/// reports each receiver's rate per run (its own clock, start to verified stop).
+fn shaped_links(opts: &BenchOptions, runs: usize) -> Result<Option<(Row, String)>, BenchError> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let script = [PathBuf::from("."), PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))]
+        .into_iter()
+        .map(|r| r.join("scripts/fanout-hosts.py"))
+        .find(|p| p.is_file());
+    let tools = ["ip", "tc"]
+        .iter()
+        .all(|t| Command::new(t).arg("-V").output().is_ok_and(|o| o.status.success()));
+    let (true, Some(script), true) = (root, script, tools) else { return Ok(None) };
+    opts.say(&format!("3 receivers in network namespaces behind 200 Mbit/s links ({runs} runs)"));
+    let exe = std::env::current_exe().map_err(BenchError::io("finding this binary"))?;
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["--bench", &runs.to_string()])
+        .env("BLOBSTREAM_BIN", exe)
+        .output()
+        .map_err(BenchError::io("running scripts/fanout-hosts.py"))?;
+    if !out.status.success() {
+        return Err(BenchError::Baseline(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| BenchError::Baseline(format!("unreadable output: {e}")))?;
+    let link = v["link_mbit"].as_f64().unwrap_or(200.0);
+    // "Each receiver": the slowest receiver's median.
+    let slowest = v["receiver_mbit"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(_, rates)| {
+            let r: Vec<f64> =
+                rates.as_array().into_iter().flatten().filter_map(|x| x.as_f64()).collect();
+            median(&r)
+        })
+        .fold(f64::INFINITY, f64::min);
+    if !slowest.is_finite() {
+        return Err(BenchError::Baseline("no receiver rates".into()));
+    }
+    let iperf = v["iperf3_mbit"].as_f64().map_or_else(
+        || "iperf3 not installed".to_string(),
+        |i| format!("{i:.1} Mbit/s ({:.3}× the link)", i / link),
+    );
+    let row = Row {
+        group: "shaped links",
+        what: "slowest of 3 receivers, each behind its own 200 Mbit/s tbf link (network namespaces), 96 MB runs".into(),
+        ours: slowest,
+        baseline: link,
+        baseline_name: "the link's rate".into(),
+        unit: "Mbit/s",
+        ratio: slowest / link,
+        ratio_means: "ours / link",
+        target: Some((0.95, true)),
+    };
+    Ok(Some((row, format!("iperf3 over one of the same shaped links: {iperf}"))))
+}
+
 /// Run the benchmark.
 pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     let plan = Plan::new(opts.quick);
@@ -346,6 +406,17 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         ratio_means: "with / without",
         target: Some((0.9, true)),
     });
+    match shaped_links(opts, plan.runs) {
+        Ok(Some((row, note))) => {
+            rows.push(row);
+            notes.push(note);
+        }
+        Ok(None) => notes.push(
+            "no shaped-link row: it needs root, iproute2 (ip, tc) and scripts/fanout-hosts.py"
+                .into(),
+        ),
+        Err(e) => notes.push(format!("no shaped-link row: {e}")),
+    }
     notes.push(
         "every receiver checks each message's offset and the run's total and xxh3-128 digest; \
          ZeroMQ's subscribers only count bytes"
@@ -355,7 +426,6 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         "all processes on one 2-core machine: sender, distributer and receivers share its cores"
             .into(),
     );
-    notes.push("not yet measured: receivers behind links shaped in network namespaces".into());
     Ok(RowsReport {
         title: "Fan-out",
         command: "blobstream bench fanout",

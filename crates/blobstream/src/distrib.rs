@@ -136,6 +136,8 @@ pub fn send(g: &Global, a: SendArgs) -> Result<()> {
 struct ToFiles {
     dir: PathBuf,
     run: u64,
+    /// When the current run started here.
+    started: std::time::Instant,
     current: Option<(File, PathBuf, PathBuf)>,
     error: Option<String>,
 }
@@ -154,6 +156,7 @@ impl FlowHandler for ToFiles {
     fn on_start(&mut self, p: &Params) {
         self.run += 1;
         self.error = None;
+        self.started = std::time::Instant::now();
         let name = run_name(p, self.run);
         let done = self.dir.join(&name);
         let part = self.dir.join(format!("{name}.part"));
@@ -180,7 +183,12 @@ impl FlowHandler for ToFiles {
         }
         f.sync_all().map_err(|e| format!("syncing {}: {e}", part.display()))?;
         std::fs::rename(&part, &done).map_err(|e| format!("renaming {}: {e}", part.display()))?;
-        println!("{}: {total} bytes, digest verified", done.display());
+        let secs = self.started.elapsed().as_secs_f64();
+        println!(
+            "{}: {total} bytes, digest verified ({secs:.3} s, {:.1} Mbit/s)",
+            done.display(),
+            total as f64 * 8.0 / secs.max(1e-9) / 1e6
+        );
         Ok(())
     }
 
@@ -278,7 +286,13 @@ pub fn receive(g: &Global, a: ReceiveArgs) -> Result<()> {
             IntoStore { client, prefix: a.prefix.clone(), run: 0, current: None, error: None };
         return receive_runs(&mut r, &mut h, a.runs, |h| h.run);
     }
-    let mut h = ToFiles { dir: a.out.clone(), run: 0, current: None, error: None };
+    let mut h = ToFiles {
+        dir: a.out.clone(),
+        run: 0,
+        started: std::time::Instant::now(),
+        current: None,
+        error: None,
+    };
     receive_runs(&mut r, &mut h, a.runs, |h| h.run)
 }
 
