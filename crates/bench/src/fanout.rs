@@ -104,19 +104,13 @@ fn run(
     rate: Option<f64>,
 ) -> Result<(f64, bs_distrib::StopReport), BenchError> {
     let t = Instant::now();
+    s.set_pace(rate.map(|r| r as u64));
     s.start(&Params::new()).map_err(err)?;
     let mut sent = 0;
-    let piece = if rate.is_some() { CHUNK } else { data.len() };
     while sent < total {
-        let n = (total - sent).min(piece as u64) as usize;
+        let n = (total - sent).min(data.len() as u64) as usize;
         s.send(&data[..n]).map_err(err)?;
         sent += n as u64;
-        if let Some(r) = rate {
-            let due = std::time::Duration::from_secs_f64(sent as f64 / r);
-            if let Some(wait) = due.checked_sub(t.elapsed()) {
-                thread::sleep(wait);
-            }
-        }
     }
     let report = s.stop().map_err(err)?;
     Ok((t.elapsed().as_secs_f64(), report))

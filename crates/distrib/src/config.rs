@@ -10,6 +10,7 @@
 //! name = "spectra"
 //! policy = "hold"             # hold | buffer | timeout
 //! chunk = "1m"                # largest DATA message [1m]
+//! pace = "100m"               # the sender sends at most this many bytes/s [unpaced]
 //!
 //! [[stream.flow]]
 //! name = "quicklook"
@@ -69,6 +70,9 @@ pub struct FlowSpec {
     pub policy: Policy,
     /// Largest `DATA` payload.
     pub chunk: u64,
+    /// The rate senders of this flow keep to (bytes/s), as an instrument sends; `None`: as
+    /// fast as the receivers (or the policy) allow.
+    pub pace: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +116,7 @@ struct RawFlow {
     buffer: Option<Spanned<toml::Value>>,
     timeout_ms: Option<Spanned<u64>>,
     chunk: Option<Spanned<toml::Value>>,
+    pace: Option<Spanned<toml::Value>>,
 }
 
 impl Config {
@@ -264,7 +269,11 @@ fn flow(
             ));
         }
     };
-    Ok(FlowSpec { name, policy, chunk })
+    let pace = match &f.pace {
+        Some(p) => Some(size(p, err)?),
+        None => None,
+    };
+    Ok(FlowSpec { name, policy, chunk, pace })
 }
 
 #[cfg(test)]
@@ -284,6 +293,7 @@ name = "quicklook"
 policy = "buffer"
 buffer = "8m"
 chunk = 65536
+pace = "100m"
 
 [[stream.flow]]
 name = "archive"
@@ -298,10 +308,11 @@ timeout_ms = 250
         assert_eq!((s.name.as_str(), s.token.as_deref()), ("correlator", Some("s3cret")));
         assert_eq!(
             s.flows[0],
-            FlowSpec { name: "spectra".into(), policy: Policy::Hold, chunk: 1 << 20 }
+            FlowSpec { name: "spectra".into(), policy: Policy::Hold, chunk: 1 << 20, pace: None }
         );
         assert_eq!(s.flows[1].policy, Policy::Buffer(8 << 20));
         assert_eq!(s.flows[1].chunk, 65536);
+        assert_eq!(s.flows[1].pace, Some(100 << 20));
         assert_eq!(s.flows[2].policy, Policy::Timeout(Duration::from_millis(250)));
         assert!(matches!(c.flow("correlator", "nope"), Err(DistribError::UnknownFlow { .. })));
         assert!(matches!(c.flow("nope", "spectra"), Err(DistribError::UnknownStream(_))));
@@ -322,11 +333,11 @@ timeout_ms = 250
         let bad_size = GOOD.replace("buffer = \"8m\"", "buffer = \"eight\"");
         fails(&bad_size, 12, "is not a size");
         let twice = GOOD.replace("name = \"archive\"", "name = \"spectra\"");
-        fails(&twice, 16, "defined twice");
+        fails(&twice, 17, "defined twice");
         let unknown = GOOD.replace("timeout_ms = 250", "timeout_ms = 250\ncolour = 3");
-        fails(&unknown, 19, "unknown field `colour`");
+        fails(&unknown, 20, "unknown field `colour`");
         let misplaced = GOOD.replace("timeout_ms = 250", "buffer = 5");
-        fails(&misplaced, 18, "no meaning under policy \"timeout\"");
+        fails(&misplaced, 19, "no meaning under policy \"timeout\"");
         fails("[[stream]]\nname = \"x y\"\n[[stream.flow]]\nname = \"f\"\n", 2, "stream name");
         fails("[[stream]]\nname = \"lonely\"\n", 1, "has no [[stream.flow]]");
         fails("[[stream]\n", 1, "");

@@ -306,7 +306,11 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     {
         return refuse(b, ErrorCode::BadToken, DistribError::BadToken(join.stream).to_string());
     }
-    let w = msg::Welcome { policy: flow.spec.policy.name().into(), chunk: flow.spec.chunk };
+    let w = msg::Welcome {
+        policy: flow.spec.policy.name().into(),
+        chunk: flow.spec.chunk,
+        pace: flow.spec.pace.unwrap_or(0),
+    };
     if role == msg::ROLE_SENDER {
         {
             let mut st = flow.state.lock().unwrap();

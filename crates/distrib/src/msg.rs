@@ -61,6 +61,9 @@ pub struct Welcome {
     pub policy: String,
     /// Largest `DATA` payload the flow takes.
     pub chunk: u64,
+    /// The flow's pace for senders (bytes/s); 0: none.
+    #[serde(default)]
+    pub pace: u64,
 }
 
 /// What became of one receiver in a run.

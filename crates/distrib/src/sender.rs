@@ -74,6 +74,9 @@ pub(crate) fn join(
 pub struct Sender {
     b: Binding,
     welcome: msg::Welcome,
+    /// Bytes/s this sender keeps to (the flow's pace, or its own), and when the run began.
+    pace: Option<u64>,
+    started: std::time::Instant,
     running: bool,
     offset: u64,
     hasher: Hasher,
@@ -106,6 +109,8 @@ impl Sender {
         let (b, welcome) = join(addr, msg::ROLE_SENDER, &j)?;
         Ok(Self {
             b,
+            pace: (welcome.pace > 0).then_some(welcome.pace),
+            started: std::time::Instant::now(),
             welcome,
             running: false,
             offset: 0,
@@ -124,6 +129,17 @@ impl Sender {
         self.offset
     }
 
+    /// The rate `send` keeps to (bytes/s), if any: the flow's `pace` unless set here.
+    pub fn pace(&self) -> Option<u64> {
+        self.pace
+    }
+
+    /// Send at most `bytes_per_s` from now on (`None`: as fast as the flow allows), as an
+    /// instrument that produces data at a set rate does.
+    pub fn set_pace(&mut self, bytes_per_s: Option<u64>) {
+        self.pace = bytes_per_s.filter(|r| *r > 0);
+    }
+
     /// Begin a run with these parameters (every receiver's `on_start` gets them).
     pub fn start(&mut self, params: &Params) -> Result<(), DistribError> {
         if self.running {
@@ -131,12 +147,13 @@ impl Sender {
         }
         self.b.send(&msg::start(params)).map_err(DistribError::from_binding)?;
         (self.running, self.offset) = (true, 0);
+        self.started = std::time::Instant::now();
         self.hasher = DigestAlgo::Xxh3_128.hasher();
         Ok(())
     }
 
     /// Send the next bytes of the run (blocks while a `hold` flow waits for its slowest
-    /// receiver).
+    /// receiver, and to keep to the pace, if any).
     pub fn send(&mut self, data: &[u8]) -> Result<(), DistribError> {
         if !self.running {
             return Err(DistribError::Order("send before start (or after stop)".into()));
@@ -146,6 +163,12 @@ impl Sender {
             self.b.send_parts(&head, piece).map_err(DistribError::from_binding)?;
             self.hasher.update(piece);
             self.offset += piece.len() as u64;
+            if let Some(rate) = self.pace {
+                let due = Duration::from_secs_f64(self.offset as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
         }
         self.collect_reports()
     }

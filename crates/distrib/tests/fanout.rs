@@ -31,6 +31,10 @@ buffer = "4m"
 name = "timeout"
 policy = "timeout"
 timeout_ms = 1000
+
+[[stream.flow]]
+name = "paced"
+pace = "64m"
 "#;
 
 fn distributer() -> (Distributer, String) {
@@ -421,4 +425,26 @@ fn a_receiver_that_confirms_and_leaves_is_reported_delivered() {
     assert!(report.all_delivered(), "{report:?}");
     assert!(s.take_dropped().is_empty());
     assert_eq!(slow.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(4 << 20));
+}
+
+/// A flow's pace reaches its sender, which keeps to it (or to its own), and the bytes arrive
+/// exactly as unpaced ones do.
+#[test]
+fn a_paced_flow_tells_its_sender_the_pace() {
+    let (d, addr) = distributer();
+    let r = receiver(&addr, "paced", "archive", None);
+    wait_names(&d, "paced", &["archive"]);
+    let mut s = Sender::connect(&addr, "obs", "paced", Some("t0k")).unwrap();
+    assert_eq!(s.pace(), Some(64 << 20));
+    let bytes = data(1 << 20, 11);
+    s.start(&Params::new()).unwrap();
+    s.send(&bytes).unwrap();
+    assert!(s.stop().unwrap().all_delivered());
+    assert!(r.recv_timeout(WAIT).unwrap().1.bytes == bytes);
+    s.set_pace(Some(1 << 30));
+    assert_eq!(s.pace(), Some(1 << 30));
+    s.set_pace(None);
+    assert_eq!(s.pace(), None);
+    let hold = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    assert_eq!(hold.pace(), None, "an unpaced flow");
 }
