@@ -122,19 +122,7 @@ fn gbit(bytes: u64, secs: f64) -> f64 {
 
 /// The ZeroMQ harness, if the bench virtualenv has pyzmq.
 fn zmq() -> Option<(PathBuf, PathBuf)> {
-    let roots = [PathBuf::from("."), PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))];
-    roots.into_iter().find_map(|root| {
-        let script = root.join("bench/zmq_fanout.py");
-        let python = std::env::var_os("BLOBSTREAM_BENCH_PYTHON")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("bench/.venv/bin/python"));
-        let works = script.is_file()
-            && Command::new(&python)
-                .args(["-c", "import zmq"])
-                .output()
-                .is_ok_and(|o| o.status.success());
-        works.then_some((python, script))
-    })
+    crate::python::find("zmq_fanout.py", "zmq")
 }
 
 fn zmq_run(py: &(PathBuf, PathBuf), n: usize, total: u64) -> Result<f64, BenchError> {

@@ -18,6 +18,7 @@ mod model;
 mod options;
 mod paths;
 mod payload;
+mod python;
 mod report;
 mod transfer;
 

@@ -75,8 +75,14 @@ impl Carrier {
         if let Some(h) = hasher {
             h.update(data);
         }
+        let data_head = bs_wire::Header::data(offset, data.len() as u64).encode();
+        if let Some(a) = self.session.encode_in_place(data.len())? {
+            // Only null layers: both headers and the bytes in one write, from where they are.
+            let head = msg_header(a, data.len());
+            return conn.write_slices(&[&data_head, &head, data]).map_err(BindingError::from);
+        }
         let msg = self.session.message(data);
-        conn.write_frame(&Frame::Data { offset, len: data.len() as u64 })?;
+        conn.write_slices(&[&data_head])?;
         let mut out = std::mem::take(&mut self.out);
         let res = self.session.encode(msg, &mut out).and_then(|()| {
             out.drain(..).try_for_each(|o| write_msg(conn, &o).map_err(BindingError::from))

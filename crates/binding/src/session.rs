@@ -259,16 +259,22 @@ impl Session {
         let mut wire = std::mem::take(&mut self.scratch);
         self.tx.encode(msg, &mut wire)?;
         for w in wire.drain(..) {
-            Counters::add(&self.counters.wire_out, w.len() as u64);
-            Counters::add(&self.counters.wire_messages_out, 1);
-            let a = (self.epoch_out << SEQ_BITS) | (self.seq_out & SEQ_MASK);
-            out.push(Outgoing { seq: a, wire: w });
-            self.seq_out += 1;
+            let seq = self.number_wire(w.len());
+            out.push(Outgoing { seq, wire: w });
         }
         self.scratch = wire;
         Counters::add(&self.counters.bytes_out, len);
         Counters::add(&self.counters.messages_out, 1);
         Ok(())
+    }
+
+    /// The next wire message's `MSG` header `a` (epoch and sequence number), counted.
+    fn number_wire(&mut self, wire_len: usize) -> u64 {
+        Counters::add(&self.counters.wire_out, wire_len as u64);
+        Counters::add(&self.counters.wire_messages_out, 1);
+        let a = (self.epoch_out << SEQ_BITS) | (self.seq_out & SEQ_MASK);
+        self.seq_out += 1;
+        a
     }
 
     /// With a transparent send stack (see [`Stack::is_transparent`]), number one message of
@@ -278,18 +284,10 @@ impl Session {
         if !self.tx.is_transparent() {
             return Ok(None);
         }
-        let max = self.tx.app_qos().max_message;
-        if len > max {
-            let (len, max) = (len as u64, max as u64);
-            return Err(crate::error::LayerError::TooLarge { layer: "binding", len, max }.into());
-        }
-        let a = (self.epoch_out << SEQ_BITS) | (self.seq_out & SEQ_MASK);
-        self.seq_out += 1;
-        let c = &self.counters;
-        Counters::add(&c.wire_out, len as u64);
-        Counters::add(&c.wire_messages_out, 1);
-        Counters::add(&c.bytes_out, len as u64);
-        Counters::add(&c.messages_out, 1);
+        self.tx.check_len(len)?;
+        let a = self.number_wire(len);
+        Counters::add(&self.counters.bytes_out, len as u64);
+        Counters::add(&self.counters.messages_out, 1);
         Ok(Some(a))
     }
 

@@ -466,17 +466,7 @@ fn distributer_send_and_receive_as_processes() {
     let bytes = content(3_000_000);
     std::fs::write(&file, &bytes).unwrap();
     // The receivers have joined once status lists both.
-    let mut listed = String::new();
-    for _ in 0..1000 {
-        listed = ok(&Command::new(BIN)
-            .args(["distributer", "status", "--addr", &status_addr])
-            .output()
-            .unwrap());
-        if listed.contains("archive") && listed.contains("pipeline") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let listed = wait_status(&status_addr, |s| s.contains("archive") && s.contains("pipeline"));
     assert!(listed.contains("obs/raw (hold"), "{listed}");
     let sent = ok(&Command::new(BIN)
         .args(["-q", "send"])
@@ -534,16 +524,7 @@ fn the_archive_receiver_commits_verified_runs_only() {
         .unwrap();
     let mut out = BufReader::new(archive.stdout.take().unwrap()).lines();
     assert!(out.next().unwrap().unwrap().contains("into the store at"));
-    for _ in 0..1000 {
-        let st = ok(&Command::new(BIN)
-            .args(["distributer", "status", "--addr", &status_addr])
-            .output()
-            .unwrap());
-        if st.contains("archive") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_status(&status_addr, |s| s.contains("archive"));
 
     // A sender that dies mid-run: nothing of that run is committed.
     let mut dying = Command::new(BIN)
@@ -558,16 +539,7 @@ fn the_archive_receiver_commits_verified_runs_only() {
         .unwrap();
     dying.stdin.as_mut().unwrap().write_all(&content(2_000_000)).unwrap();
     // The distributer has the run once its flow shows bytes delivered to the archive.
-    for _ in 0..1000 {
-        let st = ok(&Command::new(BIN)
-            .args(["distributer", "status", "--addr", &status_addr])
-            .output()
-            .unwrap());
-        if st.contains("running") && !st.contains(" 0 bytes delivered") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_status(&status_addr, |s| s.contains("running") && !s.contains(" 0 bytes delivered"));
     dying.kill().unwrap();
     dying.wait().unwrap();
 
@@ -630,4 +602,20 @@ fn start_distributer(cfg: &Path) -> (Killed, String, String) {
     let status = next().split(" on ").nth(1).expect("its status address").trim().to_string();
     std::thread::spawn(move || lines.for_each(drop));
     (d, addr, status)
+}
+
+/// `distributer status` at `addr`, asked again until `done` holds for it (bounded).
+fn wait_status(addr: &str, done: impl Fn(&str) -> bool) -> String {
+    let mut last = String::new();
+    for _ in 0..1000 {
+        last = ok(&Command::new(BIN)
+            .args(["distributer", "status", "--addr", addr])
+            .output()
+            .unwrap());
+        if done(&last) {
+            return last;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the distributer's status never got there: {last}");
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bs_binding::{Binding, BindingError, Floor, Limits, Msg, Profile, Role, Session};
 use bs_transport::Conn;
 use bs_wire::ErrorCode;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use subtle::ConstantTimeEq;
 
 use crate::config::{Config, FlowSpec, MAX_CHUNK, Policy};
@@ -105,6 +105,22 @@ struct RcvQ {
     reported: bool,
 }
 
+impl RcvQ {
+    /// How the run ended for this receiver, once it has: its confirmation (a receiver that
+    /// confirmed and then left delivered its run), else why it is out; `None` while neither.
+    fn outcome(&self, name: &str, total: u64) -> Option<msg::Outcome> {
+        let (ok, reason) = match (&self.confirm, &self.gone) {
+            (Some((ok, reason)), _) => {
+                let ok = *ok && self.sent == total;
+                (ok, if ok { String::new() } else { reason.clone() })
+            }
+            (None, Some(reason)) => (false, reason.clone()),
+            (None, None) => return None,
+        };
+        Some(msg::Outcome { name: name.to_string(), delivered: self.sent, ok, reason })
+    }
+}
+
 enum Item {
     /// A message from the sender, forwarded as it is (`len`: its payload bytes, for `DATA`).
     Forward {
@@ -116,7 +132,7 @@ enum Item {
 }
 
 /// A flow's state, for status.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct FlowStatus {
     pub stream: String,
     pub flow: String,
@@ -126,7 +142,7 @@ pub struct FlowStatus {
     pub receivers: Vec<ReceiverStatus>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ReceiverStatus {
     pub name: String,
     /// Bytes of the current (or last) run written to it, and its rate over that run (bytes/s).
@@ -618,19 +634,8 @@ fn settle(flow: &Flow, r: &Rcv, total: u64) -> msg::Outcome {
     };
     let mut q = r.q.lock().unwrap();
     loop {
-        // A receiver that confirmed and then left (its last run) delivered its run.
-        if let Some((ok, reason)) = &q.confirm {
-            let ok = *ok && q.sent == total;
-            let reason = if ok { String::new() } else { reason.clone() };
-            return msg::Outcome { name: r.name.clone(), delivered: q.sent, ok, reason };
-        }
-        if let Some(reason) = &q.gone {
-            return msg::Outcome {
-                name: r.name.clone(),
-                delivered: q.sent,
-                ok: false,
-                reason: reason.clone(),
-            };
+        if let Some(o) = q.outcome(&r.name, total) {
+            return o;
         }
         let idle = q.last_progress.elapsed();
         if idle >= patience {
@@ -647,19 +652,13 @@ fn report_gone(b: &mut Binding, run: &[Arc<Rcv>]) -> Result<(), DistribError> {
     for r in run {
         let o = {
             let mut q = r.q.lock().unwrap();
-            match (&q.gone, q.reported || q.confirm.is_some()) {
-                (Some(reason), false) => {
-                    let o = msg::Outcome {
-                        name: r.name.clone(),
-                        delivered: q.sent,
-                        ok: false,
-                        reason: reason.clone(),
-                    };
-                    q.reported = true;
-                    o
-                }
-                _ => continue,
+            // A receiver out of the run before confirming it, not yet reported.
+            if q.confirm.is_some() || q.reported {
+                continue;
             }
+            let Some(o) = q.outcome(&r.name, q.sent) else { continue };
+            q.reported = true;
+            o
         };
         b.send(&msg::dropped(&o))?;
     }

@@ -44,23 +44,8 @@ impl Python {
     /// Look in `./bench` (running from the repository) and then in the repository this was
     /// built from; `BLOBSTREAM_BENCH_PYTHON` overrides the interpreter.
     pub fn find() -> Option<Self> {
-        let roots =
-            [PathBuf::from("."), PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))];
-        for root in roots {
-            let script = root.join("bench/filters_baseline.py");
-            let python = std::env::var_os("BLOBSTREAM_BENCH_PYTHON")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| root.join("bench/.venv/bin/python"));
-            let works = script.is_file()
-                && Command::new(&python)
-                    .args(["-c", "import numpy, cv2, PIL"])
-                    .output()
-                    .is_ok_and(|o| o.status.success());
-            if works {
-                return Some(Self { python, script });
-            }
-        }
-        None
+        let (python, script) = crate::python::find("filters_baseline.py", "numpy, cv2, PIL")?;
+        Some(Self { python, script })
     }
 
     /// Time the equivalents of `filters` on the image stored raw at `raw`. `all` is the

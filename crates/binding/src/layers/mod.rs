@@ -87,6 +87,8 @@ pub struct Stack {
     layers: Vec<Box<dyn Layer>>,
     pools: SizedPools,
     headroom: usize,
+    /// No layer changes a message (see [`Stack::is_transparent`]).
+    transparent: bool,
     app: LayerQos,
     wire: LayerQos,
     /// Two work lists, reused message after message (no allocation per message per layer).
@@ -123,7 +125,16 @@ impl Stack {
             layers.push(layer);
         }
         let headroom = specs.iter().map(|s| header_len(*s)).sum();
-        Self { layers, pools, headroom, app, wire: qos, scratch: (Vec::new(), Vec::new()) }
+        let transparent = specs.iter().all(|s| matches!(s, LayerSpec::Null | LayerSpec::Encrypt));
+        Self {
+            layers,
+            pools,
+            headroom,
+            transparent,
+            app,
+            wire: qos,
+            scratch: (Vec::new(), Vec::new()),
+        }
     }
 
     pub fn specs(&self) -> Vec<LayerSpec> {
@@ -133,7 +144,19 @@ impl Stack {
     /// No layer changes a message (none, or only null and encrypt — the connection's TLS):
     /// the wire message is the application message.
     pub fn is_transparent(&self) -> bool {
-        self.layers.iter().all(|l| matches!(l.spec(), LayerSpec::Null | LayerSpec::Encrypt))
+        self.transparent
+    }
+
+    /// Refuse an application message larger than the stack carries.
+    pub fn check_len(&self, len: usize) -> Result<(), LayerError> {
+        if len > self.app.max_message {
+            return Err(LayerError::TooLarge {
+                layer: "binding",
+                len: len as u64,
+                max: self.app.max_message as u64,
+            });
+        }
+        Ok(())
     }
 
     /// Header bytes every layer together may push.
@@ -177,13 +200,7 @@ impl Stack {
 
     /// Down the stack: the wire messages for one application message, in order.
     pub fn encode(&mut self, msg: Msg, out: &mut Vec<Msg>) -> Result<(), LayerError> {
-        if msg.len() > self.app.max_message {
-            return Err(LayerError::TooLarge {
-                layer: "binding",
-                len: msg.len() as u64,
-                max: self.app.max_message as u64,
-            });
-        }
+        self.check_len(msg.len())?;
         let (mut cur, mut next) = std::mem::take(&mut self.scratch);
         cur.clear();
         next.clear();
