@@ -1,7 +1,8 @@
 //! `blobstream bench fanout`: the distributer against baselines moving the same bytes in the
 //! same run, as medians of paired runs — 1 → N receivers against ZeroMQ PUB/SUB without drops
 //! (pyzmq, `bench/zmq_fanout.py`), 1 → 1 through the distributer against the same binding
-//! point to point, and what one stalled receiver under the `buffer` policy costs the others.
+//! point to point, 1 → N against a bare TCP relay (what the hop alone costs), and what one
+//! stalled receiver under the `buffer` policy costs the others.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -191,6 +192,68 @@ fn point_to_point(data: &[u8], total: u64) -> Result<f64, BenchError> {
     Ok(gbit(total, secs))
 }
 
+/// A bare relay, the least a hop can cost: one thread reading the sender's socket into one
+/// buffer and writing it to each receiver's socket in turn (no framing, no queues, no checks;
+/// the receivers only count bytes). The distributer's 1 → N against it shows what its
+/// protocol, queues and per-receiver threads cost over the extra hop itself.
+fn bare_relay(data: &[u8], n: usize, total: u64) -> Result<f64, BenchError> {
+    use std::io::{Read, Write};
+    let listen = || TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BenchError::io("relay"));
+    let (from_sender, to_receivers) = (listen()?, listen()?);
+    let (sa, ra) = (
+        from_sender.local_addr().map_err(BenchError::io("relay"))?,
+        to_receivers.local_addr().map_err(BenchError::io("relay"))?,
+    );
+    let counters: Vec<_> = (0..n)
+        .map(|_| {
+            thread::spawn(move || -> std::io::Result<u64> {
+                let mut s = TcpStream::connect(ra)?;
+                let mut buf = vec![0u8; CHUNK];
+                let mut got = 0;
+                loop {
+                    match s.read(&mut buf)? {
+                        0 => return Ok(got),
+                        k => got += k as u64,
+                    }
+                }
+            })
+        })
+        .collect();
+    let relay = thread::spawn(move || -> std::io::Result<()> {
+        let mut outs =
+            (0..n).map(|_| to_receivers.accept().map(|(s, _)| s)).collect::<Result<Vec<_>, _>>()?;
+        let (mut inp, _) = from_sender.accept()?;
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let k = inp.read(&mut buf)?;
+            if k == 0 {
+                return Ok(());
+            }
+            for o in &mut outs {
+                o.write_all(&buf[..k])?;
+            }
+        }
+    });
+    let mut s = TcpStream::connect(sa).map_err(BenchError::io("relay connect"))?;
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while sent < total {
+        let k = (total - sent).min(data.len() as u64) as usize;
+        s.write_all(&data[..k]).map_err(BenchError::io("relay send"))?;
+        sent += k as u64;
+    }
+    drop(s);
+    relay.join().map_err(|_| err("relay panicked"))?.map_err(BenchError::io("relay"))?;
+    for c in counters {
+        let got = c.join().map_err(|_| err("relay receiver panicked"))?;
+        let got = got.map_err(BenchError::io("relay receiver"))?;
+        if got != total {
+            return Err(err(format!("a relay receiver got {got} of {total} bytes")));
+        }
+    }
+    Ok(gbit(total * n as u64, t.elapsed().as_secs_f64()))
+}
+
 /// Receivers on hosts of their own: `scripts/fanout-hosts.py --bench` puts sender, distributer
 /// and three receivers in network namespaces, each receiver behind a 200 Mbit/s tbf link, and
 /// reports each receiver's rate per run (its own clock, start to verified stop).
@@ -280,7 +343,8 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             plan.runs,
             plan.total / MB
         ));
-        let (mut ours, mut theirs, mut p2p) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut ours, mut theirs, mut p2p, mut bare) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for i in 0..plan.runs {
             // Alternate which goes first.
             for k in 0..2 {
@@ -297,6 +361,7 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
                     theirs.push(zmq_run(py, n, plan.total)?);
                 }
             }
+            bare.push(bare_relay(&data, n, plan.total)?);
             if n == 1 {
                 p2p.push(point_to_point(&data, plan.total)?);
             }
@@ -319,6 +384,18 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
                 target: Some((1.0, true)),
             });
         }
+        let b = median(&bare);
+        rows.push(Row {
+            group: "fan-out",
+            what: format!("1 → {n} through the distributer, against the least a hop costs"),
+            ours: o,
+            baseline: b,
+            baseline_name: "a bare TCP relay (read → write to each, no protocol)".into(),
+            unit: "Gbit/s",
+            ratio: o / b,
+            ratio_means: "ours / baseline",
+            target: None,
+        });
         if n == 1 {
             let p = median(&p2p);
             rows.push(Row {

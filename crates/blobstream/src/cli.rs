@@ -118,6 +118,8 @@ pub struct DistributerArgs {
     /// GET /metrics.
     #[arg(long, default_value = "127.0.0.1:7081")]
     pub status_addr: String,
+    #[command(flatten)]
+    pub tls: ServerTls,
 }
 
 #[derive(Subcommand)]
@@ -147,6 +149,10 @@ pub struct FlowArgs {
     /// The stream's token, if its configuration sets one.
     #[arg(long, env = "BLOBSTREAM_STREAM_TOKEN")]
     pub token: Option<String>,
+    /// CA certificate (PEM) to trust: speak TLS to the distributer (started with
+    /// --tls-cert). Its certificate must name the host of --distributer.
+    #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_CA", value_name = "FILE")]
+    pub distributer_ca: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -281,6 +287,18 @@ pub struct FilterArgs {
     pub max_pixels: u64,
 }
 
+/// A server's TLS identity.
+#[derive(Args)]
+pub struct ServerTls {
+    /// Certificate chain (PEM): serve TLS (with --tls-key). `serve`: on both planes and HTTP;
+    /// `distributer`: to senders and receivers.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) for --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// Data directory (blobs and the SQLite catalogue).
@@ -347,12 +365,8 @@ pub struct ServeArgs {
     /// Do not offer UDP to bindings.
     #[arg(long)]
     pub no_udp: bool,
-    /// Certificate chain (PEM): serve TLS on both planes (with --tls-key).
-    #[arg(long, requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-    /// Private key (PEM) for --tls-cert.
-    #[arg(long, requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: ServerTls,
     /// HTTP address of the HTTP API and the browser client (HTTPS with --tls-cert).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub http: SocketAddr,

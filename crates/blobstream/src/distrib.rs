@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use bs_client::{Client, PushStream, RouteRequest};
-use bs_distrib::{Config, Distributer, FlowHandler, Params, Receiver, RunEnd, Sender};
+use bs_distrib::{Config, Distributer, FlowHandler, Params, Receiver, RunEnd, Sender, Target};
 
-use crate::cli::{DistributerArgs, DistributerCommand, Global, ReceiveArgs, SendArgs};
+use crate::cli::{DistributerArgs, DistributerCommand, FlowArgs, Global, ReceiveArgs, SendArgs};
 use crate::progress;
 
 pub fn distributer(a: DistributerArgs) -> Result<()> {
@@ -18,13 +18,16 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
     let path = a.config.context("--config FILE is required (see docs/distributer.md)")?;
     let cfg = Config::load(&path)?;
     let addr = a.addr.parse().with_context(|| format!("--addr {:?}", a.addr))?;
-    let d = Distributer::start(cfg, addr).with_context(|| format!("listening on {addr}"))?;
+    let tls = crate::security::server_tls(&a.tls)?;
+    let over = if tls.is_some() { "TLS" } else { "plain TCP" };
+    let d = Distributer::start_with_tls(cfg, addr, tls)
+        .with_context(|| format!("listening on {addr}"))?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let status = rt
         .block_on(tokio::net::TcpListener::bind(&a.status_addr))
         .with_context(|| format!("--status-addr {}", a.status_addr))?;
     let status_addr = status.local_addr()?;
-    println!("blobstream distributer listening on {}", d.addr());
+    println!("blobstream distributer listening on {} ({over})", d.addr());
     println!("  status (gRPC) and /metrics on {status_addr}");
     for s in &d.config().streams {
         for f in &s.flows {
@@ -84,9 +87,18 @@ fn param_value(v: &str) -> serde_json::Value {
     }
 }
 
+/// The distributer `f` names, over TLS when it gives a CA to trust.
+fn target(f: &FlowArgs) -> Result<Target> {
+    let t = Target::from(&f.distributer);
+    Ok(match crate::security::trust(f.distributer_ca.as_deref(), None)? {
+        Some(tls) => t.with_tls(tls),
+        None => t,
+    })
+}
+
 pub fn send(g: &Global, a: SendArgs) -> Result<()> {
     let f = &a.flow;
-    let mut s = Sender::connect(&f.distributer, &f.stream, &f.flow, f.token.as_deref())
+    let mut s = Sender::connect(target(f)?, &f.stream, &f.flow, f.token.as_deref())
         .with_context(|| format!("joining {}/{} as its sender", f.stream, f.flow))?;
     let params: Params = a.params.iter().map(|(k, v)| (k.clone(), param_value(v))).collect();
     let (mut input, size): (Box<dyn Read>, Option<u64>) = if a.file == "-" {
@@ -271,7 +283,7 @@ impl FlowHandler for IntoStore {
 
 pub fn receive(g: &Global, a: ReceiveArgs) -> Result<()> {
     let f = &a.flow;
-    let mut r = Receiver::connect(&f.distributer, &f.stream, &f.flow, &a.name, f.token.as_deref())
+    let mut r = Receiver::connect(target(f)?, &f.stream, &f.flow, &a.name, f.token.as_deref())
         .with_context(|| format!("joining {}/{} as {:?}", f.stream, f.flow, a.name))?;
     let into = if a.into_store {
         format!("the store at {}", g.server)

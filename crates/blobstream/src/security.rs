@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use bs_client::{Security, TlsClient};
 use bs_server::TlsServer;
 
-use crate::cli::{Global, ServeArgs};
+use crate::cli::{Global, ServerTls};
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading the {what} {}", path.display()))
@@ -31,18 +31,20 @@ pub fn token(g: &Global) -> Result<Option<String>> {
 
 /// What a client command connects with.
 pub fn client(g: &Global) -> Result<Security> {
-    let tls = match &g.tls_ca {
-        None => None,
-        Some(ca) => Some(
-            TlsClient::from_pem(&read(ca, "CA certificate")?, g.tls_domain.clone())
-                .with_context(|| format!("using {} as CA", ca.display()))?,
-        ),
-    };
+    let tls = trust(g.tls_ca.as_deref(), g.tls_domain.clone())?;
     Ok(Security { auth_token: token(g)?, tls })
 }
 
+/// The CA a client trusts in `ca` (`None`: no TLS), verifying `domain` or the host it reaches.
+pub fn trust(ca: Option<&Path>, domain: Option<String>) -> Result<Option<TlsClient>> {
+    let Some(ca) = ca else { return Ok(None) };
+    let tls = TlsClient::from_pem(&read(ca, "CA certificate")?, domain)
+        .with_context(|| format!("using {} as CA", ca.display()))?;
+    Ok(Some(tls))
+}
+
 /// The server's TLS identity, if `--tls-cert`/`--tls-key` were given.
-pub fn server_tls(a: &ServeArgs) -> Result<Option<TlsServer>> {
+pub fn server_tls(a: &ServerTls) -> Result<Option<TlsServer>> {
     let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) else { return Ok(None) };
     let tls = TlsServer::from_pem(&read(cert, "certificate")?, &read(key, "private key")?)
         .with_context(|| format!("using {} and {}", cert.display(), key.display()))?;

@@ -45,7 +45,7 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         max_upload: a.max_upload,
         max_uploads: a.max_uploads,
         auth_token: security::token(g)?,
-        tls: security::server_tls(&a)?,
+        tls: security::server_tls(&a.tls)?,
         ..WebConfig::default()
     };
     let cfg = ServerConfig {
@@ -63,7 +63,7 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         auth_failure_burst: a.auth_failure_burst,
         auth_failure_interval: Duration::from_secs(a.auth_failure_interval),
         auth_token: security::token(g)?,
-        tls: security::server_tls(&a)?,
+        tls: security::server_tls(&a.tls)?,
         scrub: (a.scrub_every > 0).then(|| ScrubSchedule {
             first_after: Duration::from_secs(600),
             every: Duration::from_secs(a.scrub_every * 3600),

@@ -575,6 +575,53 @@ fn the_archive_receiver_commits_verified_runs_only() {
     drop(d);
 }
 
+/// A distributer started with a certificate: a receiver and a sender that trust its CA run a
+/// flow (the file arrives verified); a sender without the CA is refused with a line naming TLS.
+#[test]
+fn the_distributer_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let cfg = dir.path().join("streams.toml");
+    std::fs::write(&cfg, "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"raw\"\n").unwrap();
+    let (d, addr, status_addr) =
+        start_distributer_with(&cfg, &["--tls-cert", cert, "--tls-key", key]);
+    let port = addr.rsplit(':').next().unwrap();
+    let named = format!("localhost:{port}");
+    let flow = ["--distributer", &named, "--stream", "obs", "--flow", "raw"];
+    let file = dir.path().join("scan.bin");
+    std::fs::write(&file, content(1_500_000)).unwrap();
+    let plain = Command::new(BIN).args(["-q", "send"]).arg(&file).args(flow).output().unwrap();
+    fails_with(&plain, "TLS");
+
+    let out = dir.path().join("in");
+    let mut r = Killed(
+        Command::new(BIN)
+            .arg("receive")
+            .args(flow)
+            .args(["--distributer-ca", cert, "--name", "archive", "--runs", "1", "--out"])
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_status(&status_addr, |s| s.contains("archive"));
+    let sent = ok(&Command::new(BIN)
+        .args(["-q", "send"])
+        .arg(&file)
+        .args(flow)
+        .args(["--distributer-ca", cert, "--param", "name=scan.bin"])
+        .output()
+        .unwrap());
+    assert!(sent.contains("digest verified"), "{sent}");
+    assert!(r.0.wait().unwrap().success());
+    assert_eq!(std::fs::read(out.join("scan.bin")).unwrap(), content(1_500_000));
+    drop(d);
+}
+
 /// A child process killed when the test ends, passed or not.
 struct Killed(Child);
 
@@ -587,18 +634,25 @@ impl Drop for Killed {
 
 /// Start `blobstream distributer` on free ports; returns it with its data and status addresses.
 fn start_distributer(cfg: &Path) -> (Killed, String, String) {
+    start_distributer_with(cfg, &[])
+}
+
+fn start_distributer_with(cfg: &Path, args: &[&str]) -> (Killed, String, String) {
     let mut d = Killed(
         Command::new(BIN)
             .args(["distributer", "--addr", "127.0.0.1:0", "--status-addr", "127.0.0.1:0"])
             .arg("--config")
             .arg(cfg)
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
     );
     let mut lines = BufReader::new(d.0.stdout.take().unwrap()).lines();
     let mut next = || lines.next().expect("the distributer printed its addresses").unwrap();
-    let addr = next().split("listening on ").nth(1).expect("its data address").trim().to_string();
+    let line = next();
+    let addr = line.split("listening on ").nth(1).and_then(|a| a.split_whitespace().next());
+    let addr = addr.expect("its data address").to_string();
     let status = next().split(" on ").nth(1).expect("its status address").trim().to_string();
     std::thread::spawn(move || lines.for_each(drop));
     (d, addr, status)

@@ -21,7 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bs_binding::{Binding, BindingError, Floor, Limits, Msg, Profile, Role, Session};
-use bs_transport::Conn;
+use bs_transport::{Conn, TlsServer};
 use bs_wire::ErrorCode;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
@@ -65,6 +65,8 @@ struct Inner {
     closing: AtomicBool,
     /// Every open connection, to end them all when the distributer stops.
     conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Serve every connection in TLS with this identity.
+    tls: Option<TlsServer>,
 }
 
 struct Flow {
@@ -154,8 +156,18 @@ pub struct ReceiverStatus {
 }
 
 impl Distributer {
-    /// Listen on `addr` and serve the streams of `cfg`.
+    /// Listen on `addr` and serve the streams of `cfg` (in plain TCP).
     pub fn start(cfg: Config, addr: SocketAddr) -> Result<Self, DistribError> {
+        Self::start_with_tls(cfg, addr, None)
+    }
+
+    /// Listen on `addr` and serve the streams of `cfg`, every connection in TLS when `tls` is
+    /// given (senders and receivers then connect with a [`crate::Target`] that trusts it).
+    pub fn start_with_tls(
+        cfg: Config,
+        addr: SocketAddr,
+        tls: Option<TlsServer>,
+    ) -> Result<Self, DistribError> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let mut flows = HashMap::new();
@@ -176,6 +188,7 @@ impl Distributer {
             next_id: AtomicU64::new(1),
             closing: AtomicBool::new(false),
             conns: Mutex::default(),
+            tls,
         });
         let i = inner.clone();
         let accept = thread::Builder::new()
@@ -294,7 +307,16 @@ fn serve(inner: &Arc<Inner>, tcp: TcpStream) {
 fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     let _ = tcp.set_nodelay(true);
     let kill = tcp.try_clone().ok();
-    let conn = Conn::new(tcp);
+    let conn = match &inner.tls {
+        None => Conn::new(tcp),
+        Some(t) => match Conn::tls_server(tcp, t) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "distributer: TLS refused a connection");
+                return;
+            }
+        },
+    };
     // Until the JOIN, every read is bounded (a peer that says nothing, or half a frame, is
     // turned away); after it, a live peer may be idle as long as it likes.
     let _ = conn.set_read_timeout(Some(JOIN_WAIT));

@@ -17,6 +17,7 @@ pub mod msg;
 pub mod receiver;
 pub mod sender;
 pub mod service;
+pub mod target;
 
 pub use config::{Config, FlowSpec, Policy, StreamSpec};
 pub use distributer::{Distributer, FlowStatus, ReceiverStatus};
@@ -24,3 +25,4 @@ pub use error::DistribError;
 pub use msg::Params;
 pub use receiver::{FlowHandler, Receiver, RunEnd};
 pub use sender::{Dropped, ReceiverOutcome, Sender, StopReport};
+pub use target::Target;

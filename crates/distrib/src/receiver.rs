@@ -9,6 +9,7 @@ use bs_wire::{DigestAlgo, Hasher};
 use crate::error::DistribError;
 use crate::msg::{self, Message, Params};
 use crate::sender::join;
+use crate::target::Target;
 
 /// What a receiver does with a flow.
 pub trait FlowHandler {
@@ -50,9 +51,10 @@ impl std::fmt::Debug for Receiver {
 }
 
 impl Receiver {
-    /// Join `stream`/`flow` on the distributer at `addr` as `name` (reported to the sender).
+    /// Join `stream`/`flow` on the distributer at `target` (an address, or a [`Target`] with
+    /// TLS) as `name` (reported to the sender).
     pub fn connect(
-        addr: &str,
+        target: impl Into<Target>,
         stream: &str,
         flow: &str,
         name: &str,
@@ -64,7 +66,7 @@ impl Receiver {
             name: name.into(),
             token: token.unwrap_or_default().into(),
         };
-        let (b, welcome) = join(addr, msg::ROLE_RECEIVER, &j)?;
+        let (b, welcome) = join(&target.into(), msg::ROLE_RECEIVER, &j)?;
         Ok(Self { b, welcome })
     }
 

@@ -5,12 +5,13 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use bs_binding::{Binding, Role};
-use bs_transport::Conn;
+
 use bs_wire::{DigestAlgo, Hasher};
 
 use crate::distributer::binding;
 use crate::error::DistribError;
 use crate::msg::{self, Message, Params};
+use crate::target::Target;
 
 /// A receiver that left a run early: its name, the bytes it was sent, and why.
 pub type Dropped = msg::Outcome;
@@ -36,10 +37,11 @@ const CONNECT_WAIT: Duration = Duration::from_secs(10);
 
 /// Connect to a distributer and `JOIN` a flow as `role`; returns the binding and the welcome.
 pub(crate) fn join(
-    addr: &str,
+    target: &Target,
     role: u8,
     j: &msg::Join,
 ) -> Result<(Binding, msg::Welcome), DistribError> {
+    let addr = target.addr.as_str();
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
     let mut last = None;
     let mut tcp = None;
@@ -57,16 +59,31 @@ pub(crate) fn join(
         DistribError::Remote(format!("cannot reach the distributer at {addr}: {e}"))
     })?;
     tcp.set_nodelay(true)?;
-    let conn = Conn::new(tcp);
+    let conn = target.conn(tcp)?;
     conn.watch_for_dead_peer(crate::distributer::STOP_PATIENCE)?;
     let mut b = binding(conn, Role::Initiator, 0);
-    b.send(&msg::join(role, j)).map_err(DistribError::from_binding)?;
-    match b.recv_within(CONNECT_WAIT).map_err(DistribError::from_binding)? {
+    let answer = b.send(&msg::join(role, j)).and_then(|()| b.recv_within(CONNECT_WAIT));
+    // The distributer's own refusals (an ERROR frame) pass as they are; anything else at this
+    // point is most often TLS on one side only, so say so.
+    let answer = answer.map_err(|e| match DistribError::from_binding(e) {
+        DistribError::Remote(m) => DistribError::Remote(m),
+        e if target.tls.is_some() => {
+            DistribError::Remote(format!("TLS with the distributer at {addr} failed: {e}"))
+        }
+        e => DistribError::Remote(format!(
+            "the distributer at {addr} did not answer the JOIN ({e}); if it serves TLS, \
+             connect with its CA"
+        )),
+    })?;
+    match answer {
         Some(m) => match Message::parse(m.payload())? {
             Message::Welcome(w) => Ok((b, w)),
             other => Err(DistribError::Malformed(format!("expected WELCOME, got {other:?}"))),
         },
-        None => Err(DistribError::Remote("the distributer did not answer the JOIN".into())),
+        None => Err(DistribError::Remote(format!(
+            "the distributer at {addr} did not answer the JOIN; if it serves TLS, connect with \
+             its CA"
+        ))),
     }
 }
 
@@ -93,9 +110,10 @@ impl std::fmt::Debug for Sender {
 }
 
 impl Sender {
-    /// Become the sender of `stream`/`flow` on the distributer at `addr`.
+    /// Become the sender of `stream`/`flow` on the distributer at `target` (an address, or a
+    /// [`Target`] with TLS).
     pub fn connect(
-        addr: &str,
+        target: impl Into<Target>,
         stream: &str,
         flow: &str,
         token: Option<&str>,
@@ -106,7 +124,7 @@ impl Sender {
             name: String::new(),
             token: token.unwrap_or_default().into(),
         };
-        let (b, welcome) = join(addr, msg::ROLE_SENDER, &j)?;
+        let (b, welcome) = join(&target.into(), msg::ROLE_SENDER, &j)?;
         Ok(Self {
             b,
             pace: (welcome.pace > 0).then_some(welcome.pace),

@@ -8,8 +8,9 @@ use std::thread;
 use std::time::Duration;
 
 use bs_distrib::{
-    Config, DistribError, Distributer, FlowHandler, Params, Receiver, RunEnd, Sender,
+    Config, DistribError, Distributer, FlowHandler, Params, Receiver, RunEnd, Sender, Target,
 };
+use bs_transport::{TlsClient, TlsServer};
 use bs_wire::DigestAlgo;
 
 const CONFIG: &str = r#"
@@ -92,7 +93,7 @@ impl FlowHandler for Keep {
 
 /// A receiver on its own thread that reports each run's end and what it kept.
 fn receiver(
-    addr: &str,
+    addr: impl Into<Target>,
     flow: &str,
     name: &str,
     delay: Option<Duration>,
@@ -101,7 +102,7 @@ fn receiver(
 }
 
 fn watched_receiver(
-    addr: &str,
+    addr: impl Into<Target>,
     flow: &str,
     name: &str,
     delay: Option<Duration>,
@@ -447,4 +448,49 @@ fn a_paced_flow_tells_its_sender_the_pace() {
     assert_eq!(s.pace(), None);
     let hold = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
     assert_eq!(hold.pace(), None, "an unpaced flow");
+}
+
+/// A distributer started with a certificate speaks only TLS: a sender and receivers that trust
+/// its CA run a flow byte-exact; a plain client, a client trusting another CA, and a TLS client
+/// facing a plain distributer are each refused with an error, and the run goes on.
+#[test]
+fn over_tls_every_byte_arrives_and_untrusting_peers_are_refused() {
+    let id = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (id.cert.pem(), id.signing_key.serialize_pem());
+    let server = TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+    let cfg = Config::parse(CONFIG, "test.toml").unwrap();
+    let d = Distributer::start_with_tls(cfg, "127.0.0.1:0".parse().unwrap(), Some(server)).unwrap();
+    // Reached by name: the certificate is checked against the host of the address.
+    let addr = format!("localhost:{}", d.addr().port());
+    let trust = TlsClient::from_pem(cert.as_bytes(), None).unwrap();
+    let tls = || Target::from(&addr).with_tls(trust.clone());
+
+    let e = Receiver::connect(&addr, "obs", "hold", "plain", Some("t0k")).unwrap_err();
+    assert!(e.to_string().contains("TLS"), "a plain client is told why: {e}");
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let wrong = TlsClient::from_pem(other.cert.pem().as_bytes(), None).unwrap();
+    let e = Receiver::connect(Target::from(&addr).with_tls(wrong), "obs", "hold", "x", Some("t0k"))
+        .unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+    let (plain, plain_addr) = distributer();
+    let e = Sender::connect(Target::from(&plain_addr).with_tls(trust.clone()), "obs", "hold", None)
+        .unwrap_err();
+    assert!(e.to_string().contains("TLS"), "{e}");
+    drop(plain);
+
+    let rx: Vec<_> =
+        ["archive", "quicklook"].iter().map(|n| receiver(tls(), "hold", n, None)).collect();
+    wait_names(&d, "hold", &["archive", "quicklook"]);
+    let mut s = Sender::connect(tls(), "obs", "hold", Some("t0k")).unwrap();
+    let bytes = data(3_000_000, 9);
+    s.start(&params("uid://tls")).unwrap();
+    s.send(&bytes).unwrap();
+    let report = s.stop().unwrap();
+    assert!(report.all_delivered(), "{report:?}");
+    let want = DigestAlgo::Xxh3_128.digest(&bytes);
+    for r in &rx {
+        let (end, k) = r.recv_timeout(WAIT).unwrap();
+        assert_eq!(end, RunEnd::Stopped(bytes.len() as u64));
+        assert_eq!(DigestAlgo::Xxh3_128.digest(&k.bytes), want, "byte-exact over TLS");
+    }
 }
