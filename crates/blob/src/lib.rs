@@ -51,6 +51,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod batch;
 mod error;
 mod factory;
 mod key;
@@ -58,6 +59,9 @@ mod options;
 mod proxy;
 mod transporter;
 
+pub use batch::{
+    BatchProgress, BatchReport, Job, Outcome, Problem, folder_prefix, plan_download, plan_upload,
+};
 pub use error::BlobError;
 pub use factory::{Factory, NewBlob};
 pub use key::{BlobKey, Location};

@@ -65,6 +65,13 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     } else {
         print!("{}", outcome.table);
     }
+    let missed = outcome.table.matches('✗').count();
+    if missed > 0 {
+        eprintln!(
+            "{missed} target(s) missed (marked ✗): a benchmark reports, it does not fail; its \
+             exit status says only whether it ran"
+        );
+    }
     if a.quick {
         return Ok(());
     }

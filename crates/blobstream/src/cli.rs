@@ -48,20 +48,29 @@ pub enum Command {
     /// Download blob KEY into FILE ('-' for stdout); resumes an interrupted download.
     Get(GetArgs),
     /// Write blob KEY to stdout.
-    Cat { key: String },
+    Cat {
+        /// The blob to write out.
+        key: String,
+    },
     /// List blobs whose names start with PREFIX.
+    #[command(disable_help_flag = true)]
     Ls(LsArgs),
     /// Show a blob's size, content type, digest, creation time and metadata.
     Stat {
+        /// The blob to describe.
         key: String,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Delete blobs.
+    /// Delete blobs (with -r: every blob under each PREFIX).
     Rm {
-        #[arg(required = true)]
+        /// The blobs to delete (with -r: prefixes, e.g. studies/ct-001/).
+        #[arg(required = true, value_name = "KEY")]
         keys: Vec<String>,
+        /// Delete every blob whose name starts with each KEY taken as a folder (KEY/...).
+        #[arg(short, long)]
+        recursive: bool,
     },
     /// Copy between local paths and remote blobs: remote operands are `bs:NAME` (on --server)
     /// or `blob://HOST:PORT/NAME`; anything else is a local path.
@@ -81,6 +90,9 @@ pub enum Command {
     /// names the corrupt ones (the server marks them, so readers are refused at once). Exits
     /// with status 1 if any blob is corrupt or unreadable.
     Scrub(ScrubArgs),
+    /// Check local files against their blobs by size and digest (with -r: a folder against a
+    /// prefix, both ways). Exits with status 1 if anything differs or is missing.
+    Check(CheckArgs),
     /// Open a binding to the server's echo, sink or source endpoint with a QoS profile,
     /// print what was negotiated, run traffic over it with live counters, and optionally
     /// renegotiate halfway.
@@ -409,8 +421,12 @@ pub struct ScrubArgs {
 
 #[derive(Args)]
 pub struct PutArgs {
+    /// The local file to upload (with -r: the folder).
     pub file: PathBuf,
+    /// The blob's name (with -r: the prefix the folder's files go under, e.g. studies/ct-001/).
     pub key: String,
+    #[command(flatten)]
+    pub batch: BatchFlags,
     /// Content type [default: guessed from the file extension].
     #[arg(long)]
     pub content_type: Option<String>,
@@ -427,6 +443,36 @@ pub struct PutArgs {
     pub transfer: TransferFlags,
 }
 
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The local file (with -r: the folder).
+    pub file: PathBuf,
+    /// The blob (with -r: the prefix).
+    pub key: String,
+    /// A folder against a prefix.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Many blobs at once.
+#[derive(Args, Default, Clone)]
+pub struct BatchFlags {
+    /// A whole folder (put) or prefix (get): every file, N at a time, each checked end to end;
+    /// a summary at the end, and a non-zero exit naming every failure. Re-running finishes
+    /// what is missing and skips what is already there.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// With -r: copies in flight at once.
+    #[arg(long, default_value_t = 4, value_name = "N", requires = "recursive")]
+    pub jobs: usize,
+    /// With -r: print the summary as JSON on stdout.
+    #[arg(long, requires = "recursive")]
+    pub json: bool,
+}
+
 /// How a transfer's bytes travel.
 #[derive(Args, Default, Clone)]
 pub struct TransferFlags {
@@ -439,8 +485,12 @@ pub struct TransferFlags {
 
 #[derive(Args)]
 pub struct GetArgs {
+    /// The blob to download (with -r: the prefix whose blobs to download).
     pub key: String,
+    /// The local file, or '-' for stdout (with -r: the folder, created if missing).
     pub file: String,
+    #[command(flatten)]
+    pub batch: BatchFlags,
     /// Start over instead of resuming an interrupted download.
     #[arg(long)]
     pub no_resume: bool,
@@ -450,8 +500,15 @@ pub struct GetArgs {
 
 #[derive(Args)]
 pub struct LsArgs {
+    /// List only blobs whose names start with this.
     #[arg(default_value = "")]
     pub prefix: String,
+    /// Sizes in KiB, MiB, GiB (as `ls -h`; help is --help).
+    #[arg(short = 'h', long)]
+    pub human: bool,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -459,7 +516,9 @@ pub struct LsArgs {
 
 #[derive(Args)]
 pub struct CpArgs {
+    /// From: bs:NAME, blob://HOST:PORT/NAME or a local path.
     pub src: String,
+    /// To: bs:NAME, blob://HOST:PORT/NAME or a local path.
     pub dst: String,
     /// Replace an existing destination blob.
     #[arg(long)]
@@ -491,7 +550,8 @@ pub enum BenchCommand {
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// A short run (about half a minute); does not rewrite BENCHMARKS.md.
+    /// A short run (seconds to a minute): prints the table only, does not rewrite
+    /// BENCHMARKS.md.
     #[arg(long)]
     pub quick: bool,
     /// Print JSON instead of a table.

@@ -10,11 +10,23 @@ use bs_client::{BlobInfo, Client, TransferSettings};
 use crate::cli::{CpArgs, GetArgs, Global, LsArgs, PutArgs, TransferFlags};
 use crate::{progress, security};
 
+/// The context of every write to stdout, so a closed pipe can be told from other errors.
+pub const STDOUT: &str = "writing to stdout";
+
+/// Whether `e` is stdout's reader going away (EPIPE on a write to stdout).
+pub fn stdout_closed(e: &anyhow::Error) -> bool {
+    e.to_string() == STDOUT
+        && e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        })
+}
+
 pub fn client(g: &Global) -> Result<Client> {
     Ok(Client::connect_with(&g.server, security::client(g)?)?)
 }
 
-fn factory(g: &Global, t: &TransferFlags) -> Result<Factory> {
+pub fn factory(g: &Global, t: &TransferFlags) -> Result<Factory> {
     let layers = t
         .layers
         .iter()
@@ -59,6 +71,16 @@ fn copy(
     res.with_context(|| format!("copying {src} to {dst}"))
 }
 
+/// A blob that exists with other bytes: say so, and which flag replaces it.
+fn name_overwrite(dst: &BlobKey) -> impl FnOnce(anyhow::Error) -> anyhow::Error + '_ {
+    move |e| match e.downcast_ref::<bs_blob::BlobError>() {
+        Some(bs_blob::BlobError::AlreadyExists(_)) => {
+            anyhow::anyhow!("{dst} already exists with other content (--overwrite replaces it)")
+        }
+        _ => e,
+    }
+}
+
 fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
     if c.path == bs_blob::CopyPath::AlreadyThere {
         if !g.quiet {
@@ -77,6 +99,9 @@ fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
 }
 
 pub fn put(g: &Global, a: PutArgs) -> Result<()> {
+    if a.batch.recursive {
+        return crate::batch::put(g, a);
+    }
     let src = BlobKey::file(&a.file);
     let dst = BlobKey::remote(&g.server, &a.key);
     let spec = NewBlob {
@@ -84,19 +109,16 @@ pub fn put(g: &Global, a: PutArgs) -> Result<()> {
         metadata: a.meta.into_iter().collect(),
         ..NewBlob::default()
     };
-    let c = copy(
-        g,
-        &a.transfer,
-        &src,
-        &dst,
-        &spec,
-        Options::blocking().resume(!a.no_resume).overwrite(a.overwrite),
-    )?;
+    let opts = Options::blocking().resume(!a.no_resume).overwrite(a.overwrite);
+    let c = copy(g, &a.transfer, &src, &dst, &spec, opts).map_err(name_overwrite(&dst))?;
     report(g, &format!("put {}", a.key), &c);
     Ok(())
 }
 
 pub fn get(g: &Global, a: GetArgs) -> Result<()> {
+    if a.batch.recursive {
+        return crate::batch::get(g, a);
+    }
     let src = BlobKey::remote(&g.server, &a.key);
     if a.file == "-" {
         let mut p = factory(g, &a.transfer)?.bind(&src)?;
@@ -107,10 +129,14 @@ pub fn get(g: &Global, a: GetArgs) -> Result<()> {
             if n == 0 {
                 break;
             }
-            out.write_all(&buf[..n]).context("writing to stdout")?;
+            out.write_all(&buf[..n]).context(STDOUT)?;
         }
-        out.flush().context("writing to stdout")?;
+        out.flush().context(STDOUT)?;
         return Ok(());
+    }
+    let parent = Path::new(&a.file).parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(dir) = parent.filter(|d| !d.is_dir()) {
+        bail!("get: the folder {} does not exist", dir.display());
     }
     let dst = BlobKey::file(&a.file);
     let c = copy(
@@ -130,18 +156,24 @@ pub fn cp(g: &Global, a: CpArgs) -> Result<()> {
     let dst = operand(g, &a.dst)?;
     // Local files are replaced like cp(1) does; blobs only when asked.
     let overwrite = a.overwrite || *dst.location() == Location::File;
+    // A blob copied from a server keeps its user metadata (a file has none).
+    let metadata = match src.location() {
+        Location::Remote(server) => factory(g, &a.transfer)?
+            .client(server)?
+            .stat(src.name())
+            .with_context(|| format!("reading {src}"))?
+            .metadata
+            .into_iter()
+            .collect(),
+        _ => Default::default(),
+    };
     let spec = NewBlob {
         content_type: src.path().map(|p| guess_content_type(&p).to_string()).unwrap_or_default(),
+        metadata,
         ..NewBlob::default()
     };
-    let c = copy(
-        g,
-        &a.transfer,
-        &src,
-        &dst,
-        &spec,
-        Options::blocking().resume(!a.no_resume).overwrite(overwrite),
-    )?;
+    let opts = Options::blocking().resume(!a.no_resume).overwrite(overwrite);
+    let c = copy(g, &a.transfer, &src, &dst, &spec, opts).map_err(name_overwrite(&dst))?;
     report(g, &format!("cp {src} -> {dst}"), &c);
     Ok(())
 }
@@ -163,11 +195,12 @@ pub fn ls(g: &Global, a: LsArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     if a.json {
         let v: Vec<_> = blobs.iter().map(info_json).collect();
-        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?).context(STDOUT)?;
         return Ok(());
     }
     for b in &blobs {
-        writeln!(out, "{:>14}  {}  {}", b.size, utc(b.created_unix_ms), b.name)?;
+        let size = if a.human { crate::batch::human(b.size) } else { b.size.to_string() };
+        writeln!(out, "{size:>14}  {}  {}", utc(b.created_unix_ms), b.name).context(STDOUT)?;
     }
     Ok(())
 }
@@ -191,10 +224,37 @@ pub fn stat(g: &Global, key: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn rm(g: &Global, keys: &[String]) -> Result<()> {
+pub fn rm(g: &Global, keys: &[String], recursive: bool) -> Result<()> {
     let c = client(g)?;
+    if !recursive {
+        for k in keys {
+            c.delete(k).with_context(|| format!("removing {k}"))?;
+        }
+        return Ok(());
+    }
+    let (mut removed, mut failed) = (0, 0);
     for k in keys {
-        c.delete(k).with_context(|| format!("removing {k}"))?;
+        let prefix = bs_blob::folder_prefix(k);
+        if prefix.is_empty() {
+            bail!("rm -r: refusing to remove every blob (give a prefix)");
+        }
+        for b in c.list(&prefix).with_context(|| format!("listing {prefix}"))? {
+            match c.delete(&b.name) {
+                Ok(()) => removed += 1,
+                // Removed meanwhile by someone else: gone either way.
+                Err(bs_client::ClientError::NotFound(_)) => {}
+                Err(e) => {
+                    eprintln!("FAILED {}: {e}", b.name);
+                    failed += 1;
+                }
+            }
+        }
+    }
+    if !g.quiet {
+        eprintln!("rm -r: removed {removed} blobs");
+    }
+    if failed > 0 {
+        bail!("rm -r: {failed} blobs could not be removed (named above)");
     }
     Ok(())
 }

@@ -2,8 +2,10 @@
 //! `get`, `cat`, `ls`, `stat`, `rm`, `cp`), the image tools (`filters`, `filter`,
 //! `image-info`) and the benchmarks (`bench`).
 
+mod batch;
 mod bench;
 mod bind;
+mod check;
 mod cli;
 mod commands;
 mod distrib;
@@ -22,6 +24,8 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that closed the pipe (`cat … | head`) is a normal end for a Unix filter.
+        Err(e) if commands::stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // One clear line: the error and its causes.
             eprintln!("blobstream: error: {e:#}");
@@ -39,17 +43,24 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Get(a) => commands::get(g, a),
         Cat { key } => commands::get(
             g,
-            cli::GetArgs { key, file: "-".into(), no_resume: true, transfer: Default::default() },
+            cli::GetArgs {
+                key,
+                file: "-".into(),
+                no_resume: true,
+                batch: Default::default(),
+                transfer: Default::default(),
+            },
         ),
         Ls(a) => commands::ls(g, a),
         Stat { key, json } => commands::stat(g, &key, json),
-        Rm { keys } => commands::rm(g, &keys),
+        Rm { keys, recursive } => commands::rm(g, &keys, recursive),
         Cp(a) => commands::cp(g, a),
         Filters(a) => imaging::filters(a),
         Filter(a) => imaging::filter(a),
         ImageInfo { file, json } => imaging::image_info(&file, json),
         Bench(b) => bench::run(b),
         Scrub(a) => scrub::run(g, a),
+        Check(a) => check::run(g, a),
         Bind(a) => bind::run(g, a),
         Bindings { json } => bind::list(g, json),
         Distributer(a) => distrib::distributer(a),

@@ -23,6 +23,8 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal; a log file gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let (store, index): (Arc<dyn Store>, _) = if a.memory {
         let store = MemStore::with_capacity(a.memory_limit.unwrap_or_else(half_the_memory));

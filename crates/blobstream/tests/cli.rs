@@ -673,3 +673,99 @@ fn wait_status(addr: &str, done: impl Fn(&str) -> bool) -> String {
     }
     panic!("the distributer's status never got there: {last}");
 }
+
+/// A study folder up and down: `put -r` names every failure and continues, re-running is
+/// idempotent (everything "already there"), `get -r` rebuilds the folder, `check -r` finds a
+/// changed file and a missing one, `get -r` repairs it, `rm -r` removes the prefix.
+#[test]
+fn folders_up_and_down_with_check_and_rm_r() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let study = dir.path().join("study");
+    for (i, se) in ["se1", "se1", "se2/sub"].iter().cycle().take(30).enumerate() {
+        std::fs::create_dir_all(study.join(se)).unwrap();
+        std::fs::write(study.join(format!("{se}/i{i}.dcm")), content(1000 + i * 997)).unwrap();
+    }
+    std::os::unix::fs::symlink(&study, study.join("se1/loop")).unwrap();
+    std::os::unix::fs::symlink(study.join("gone"), study.join("dangling.dcm")).unwrap();
+    let study_s = study.to_str().unwrap();
+
+    let first = s.run(&["put", "-r", study_s, "studies/ct-1", "--meta", "modality=CT"]);
+    assert_eq!(first.status.code(), Some(1), "a failure makes the exit non-zero");
+    let err = String::from_utf8_lossy(&first.stderr);
+    assert!(err.contains("FAILED") && err.contains("dangling.dcm"), "{err}");
+    assert!(err.contains("skipped") && err.contains("loop"), "{err}");
+    assert!(err.contains("30 copied, 0 already there, 1 skipped, 1 failed"), "{err}");
+
+    std::fs::remove_file(study.join("dangling.dcm")).unwrap();
+    let again = ok(&s.run(&["put", "-r", study_s, "studies/ct-1/", "--json"]));
+    let j: serde_json::Value = serde_json::from_str(&again).unwrap();
+    assert_eq!((j["files"].as_u64(), j["already_there"].as_u64()), (Some(30), Some(30)));
+    assert_eq!((j["copied"].as_u64(), j["bytes_moved"].as_u64()), (Some(0), Some(0)));
+    let stat = ok(&s.run(&["stat", "studies/ct-1/se2/sub/i2.dcm"]));
+    assert!(stat.contains("meta modality: CT"), "{stat}");
+
+    let back = dir.path().join("back");
+    let back_s = back.to_str().unwrap();
+    ok(&s.run(&["-q", "get", "-r", "studies/ct-1", back_s]));
+    for i in 0..30 {
+        let se = ["se1", "se1", "se2/sub"][i % 3];
+        let f = format!("{se}/i{i}.dcm");
+        assert_eq!(std::fs::read(back.join(&f)).unwrap(), content(1000 + i * 997), "{f}");
+    }
+    ok(&s.run(&["check", "-r", back_s, "studies/ct-1"]));
+    std::fs::write(back.join("se1/i0.dcm"), b"changed").unwrap();
+    std::fs::remove_file(back.join("se1/i1.dcm")).unwrap();
+    let o = s.run(&["check", "-r", back_s, "studies/ct-1"]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("DIFFERS") && out.contains("i0.dcm"), "{out}");
+    assert!(out.contains("MISSING locally") && out.contains("i1.dcm"), "{out}");
+    let o = s.run(&["get", "-r", "studies/ct-1", back_s]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("2 copied, 28 already there"), "{err}");
+    ok(&s.run(&["check", "-r", back_s, "studies/ct-1"]));
+
+    ok(&s.run(&["rm", "-r", "studies/ct-1"]));
+    assert_eq!(ok(&s.run(&["ls", "studies/"])), "");
+    fails_with(&s.run(&["get", "-r", "studies/ct-1", back_s]), "no blobs under");
+}
+
+/// What a new user meets first: a filter closing the pipe ends `cat` quietly; the HTTP port
+/// given as --server is named as such; `get` into a missing folder names the folder; an
+/// existing blob names --overwrite; `cp` between servers keeps user metadata; `ls -h`.
+#[test]
+fn first_steps_get_clear_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let file = dir.path().join("f.bin");
+    std::fs::write(&file, content(3_000_000)).unwrap();
+    let f = file.to_str().unwrap();
+    ok(&s.run(&["put", f, "a/f.bin", "--meta", "modality=CT"]));
+
+    let mut cat = Command::new(BIN)
+        .args(["--server", &s.addr, "cat", "a/f.bin"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 10];
+    std::io::Read::read_exact(cat.stdout.as_mut().unwrap(), &mut head).unwrap();
+    drop(cat.stdout.take());
+    let o = cat.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "");
+
+    let http = s.url.trim_start_matches("http://").trim_end_matches('/');
+    let o = Command::new(BIN).args(["--server", http, "ls"]).output().unwrap();
+    fails_with(&o, "is --server its HTTP port?");
+    let missing = dir.path().join("nope/out.bin");
+    fails_with(&s.run(&["get", "a/f.bin", missing.to_str().unwrap()]), "nope does not exist");
+    let other = dir.path().join("g.bin");
+    std::fs::write(&other, b"other").unwrap();
+    fails_with(&s.run(&["put", other.to_str().unwrap(), "a/f.bin"]), "--overwrite replaces it");
+    ok(&s.run(&["cp", "bs:a/f.bin", "bs:b/f.bin"]));
+    assert!(ok(&s.run(&["stat", "b/f.bin"])).contains("meta modality: CT"));
+    let ls = ok(&s.run(&["ls", "-h", "a/"]));
+    assert!(ls.contains("2.9 MiB") && ls.contains("a/f.bin"), "{ls}");
+}

@@ -64,6 +64,8 @@ impl Client {
     }
 
     /// Connect with credentials and/or TLS.
+    /// Connect to the control plane at `addr` (`HOST:PORT`; a bare `HOST` means port
+    /// [`DEFAULT_PORT`]) with `security`.
     pub fn connect_with(addr: &str, security: Security) -> Result<Self> {
         let bad = |reason: String| ClientError::Connect { addr: addr.into(), reason };
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -73,8 +75,11 @@ impl Client {
             .build()
             .map_err(|e| bad(e.to_string()))?;
         let scheme = if security.tls.is_some() { "https" } else { "http" };
-        let uri =
-            if addr.contains("://") { addr.to_string() } else { format!("{scheme}://{addr}") };
+        let uri = if addr.contains("://") {
+            addr.to_string()
+        } else {
+            format!("{scheme}://{}", with_default_port(addr))
+        };
         let mut endpoint = Endpoint::from_shared(uri)
             .map_err(|e| bad(e.to_string()))?
             .connect_timeout(Duration::from_secs(10))
@@ -449,4 +454,36 @@ fn jitter(pause: Duration) -> Duration {
         .map_or(0, |d| d.subsec_nanos());
     let quarter = pause / 4;
     pause - quarter + quarter.mul_f64(f64::from(nanos % 1000) / 500.0)
+}
+
+/// The control plane's port when an address names none.
+pub const DEFAULT_PORT: u16 = 7070;
+
+/// `addr` with [`DEFAULT_PORT`] added when it names a host only (`localhost`, `10.0.0.5`,
+/// `[::1]`).
+pub fn with_default_port(addr: &str) -> String {
+    let has_port = match addr.rsplit_once(':') {
+        None => false,
+        // `[::1]` ends in its bracket; `[::1]:7070` and `host:7070` end in digits after ':'.
+        Some((host, port)) => {
+            !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && (!host.contains(':') || host.ends_with(']'))
+        }
+    };
+    if has_port { addr.to_string() } else { format!("{addr}:{DEFAULT_PORT}") }
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_host_gets_the_default_port() {
+        assert_eq!(with_default_port("localhost"), "localhost:7070");
+        assert_eq!(with_default_port("10.0.0.5"), "10.0.0.5:7070");
+        assert_eq!(with_default_port("[::1]"), "[::1]:7070");
+        assert_eq!(with_default_port("h:7171"), "h:7171");
+        assert_eq!(with_default_port("[::1]:7171"), "[::1]:7171");
+    }
 }

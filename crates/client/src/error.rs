@@ -30,6 +30,12 @@ pub enum ClientError {
     Timeout,
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// Something answered, but not as a blobstream control plane (an HTTP server, say).
+    #[error(
+        "the server did not answer as a blobstream control plane; is --server its HTTP port? \
+         (the control plane listens on 7070 unless `serve --addr` says otherwise): {0}"
+    )]
+    NotBlobstream(String),
     #[error("binding refused: {0}")]
     Refused(String),
     #[error("binding failed: {0}")]
@@ -39,6 +45,13 @@ pub enum ClientError {
 impl From<tonic::Status> for ClientError {
     fn from(s: tonic::Status) -> Self {
         let message = s.message().to_string();
+        // tonic's words for a peer that speaks HTTP but not gRPC (e.g. the HTTP API's port).
+        if message.contains("invalid compression flag")
+            || message.contains("while receiving response with status")
+            || message.contains("invalid content-type")
+        {
+            return Self::NotBlobstream(message);
+        }
         match s.code() {
             Code::NotFound => Self::NotFound(message),
             Code::AlreadyExists => Self::AlreadyExists(message),

@@ -1,0 +1,344 @@
+//! Batch copies: a folder up to a prefix, a prefix down to a folder — N copies in flight, each
+//! checked end to end like a single copy, one report at the end naming every failure.
+//!
+//! Planning ([`plan_upload`], [`plan_download`]) turns a folder or a listing into [`Job`]s and
+//! reports what it cannot copy (unreadable files, names that are not valid blob names, blob
+//! names that would escape the target folder) as [`Problem`]s; the rest goes ahead.
+//! [`Transporter::copy_batch`] runs the jobs. A batch is idempotent and resumable as a whole:
+//! run again, every blob already there with the same bytes is reported as such and skipped,
+//! and an interrupted copy resumes where it stopped.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::BlobError;
+use crate::factory::NewBlob;
+use crate::key::{BlobKey, Location};
+use crate::options::Options;
+use crate::transporter::{Copied, CopyPath, Transporter};
+
+/// One copy of a batch.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub src: BlobKey,
+    pub dst: BlobKey,
+    /// Content type and metadata of the new blob (as for a single copy).
+    pub spec: NewBlob,
+    /// Bytes expected (for the batch's progress; the copy itself uses the source's size).
+    pub size: u64,
+    /// How the job is named in reports: the blob name.
+    pub name: String,
+}
+
+/// Something a plan could not turn into a job, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub what: String,
+    pub reason: String,
+    /// A failure (the batch is incomplete), or only something skipped on purpose (a link to
+    /// a folder, a device file).
+    pub failed: bool,
+}
+
+impl Problem {
+    fn failure(what: impl Into<String>, reason: impl ToString) -> Self {
+        Self { what: what.into(), reason: reason.to_string(), failed: true }
+    }
+
+    fn skipped(what: impl Into<String>, reason: impl ToString) -> Self {
+        Self { what: what.into(), reason: reason.to_string(), failed: false }
+    }
+}
+
+/// How one job ended.
+#[derive(Debug)]
+pub struct Outcome {
+    pub name: String,
+    pub result: Result<Copied, BlobError>,
+}
+
+/// What a batch did.
+#[derive(Debug, Default)]
+pub struct BatchReport {
+    /// Every job, in the order given.
+    pub outcomes: Vec<Outcome>,
+    /// Bytes moved (not counting blobs already there or bytes kept from interrupted copies).
+    pub bytes: u64,
+    pub elapsed: Duration,
+}
+
+impl BatchReport {
+    /// Jobs that moved bytes.
+    pub fn copied(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|o| matches!(&o.result, Ok(c) if c.path != CopyPath::AlreadyThere))
+            .count()
+    }
+
+    /// Jobs whose destination already held the same bytes.
+    pub fn already_there(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|o| matches!(&o.result, Ok(c) if c.path == CopyPath::AlreadyThere))
+            .count()
+    }
+
+    /// Jobs that failed, with their errors.
+    pub fn failed(&self) -> impl Iterator<Item = (&str, &BlobError)> {
+        self.outcomes.iter().filter_map(|o| o.result.as_ref().err().map(|e| (o.name.as_str(), e)))
+    }
+
+    /// Bytes the batch's blobs hold in all (moved, kept or already there).
+    pub fn total_bytes(&self) -> u64 {
+        self.outcomes
+            .iter()
+            .filter_map(|o| o.result.as_ref().ok())
+            .map(|c| c.bytes + c.resumed_from)
+            .sum()
+    }
+}
+
+/// A batch's progress: jobs finished of all, bytes done of all.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchProgress {
+    pub jobs_done: usize,
+    pub jobs: usize,
+    pub bytes_done: u64,
+    pub bytes: u64,
+}
+
+/// The prefix as a folder: empty, or ending in one `/`.
+pub fn folder_prefix(prefix: &str) -> String {
+    let p = prefix.trim_end_matches('/');
+    if p.is_empty() { String::new() } else { format!("{p}/") }
+}
+
+/// Jobs putting every file under `dir` on `server` as `prefix` + its path relative to `dir`
+/// (`/`-separated). Symbolic links to files are followed; links to folders are not (a link
+/// loop cannot trap the walk) and are reported.
+pub fn plan_upload(dir: &Path, server: &str, prefix: &str) -> (Vec<Job>, Vec<Problem>) {
+    let prefix = folder_prefix(prefix);
+    let (mut jobs, mut problems) = (Vec::new(), Vec::new());
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = match std::fs::read_dir(&d) {
+            Ok(e) => e,
+            Err(e) => {
+                problems.push(Problem::failure(d.display().to_string(), e));
+                continue;
+            }
+        };
+        let mut entries: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+        entries.sort();
+        for path in entries {
+            let what = path.display().to_string();
+            let link = path.symlink_metadata().map(|m| m.file_type().is_symlink());
+            let meta = match std::fs::metadata(&path) {
+                Ok(m) => m,
+                Err(e) => {
+                    problems.push(Problem::failure(what, e));
+                    continue;
+                }
+            };
+            if meta.is_dir() {
+                if matches!(link, Ok(true)) {
+                    problems.push(Problem::skipped(what, "a link to a folder (not followed)"));
+                } else {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if !meta.is_file() {
+                problems.push(Problem::skipped(what, "not a regular file"));
+                continue;
+            }
+            let rel = path.strip_prefix(dir).expect("walked from dir");
+            let Some(rel) = rel.to_str() else {
+                problems.push(Problem::failure(what, "the file name is not UTF-8"));
+                continue;
+            };
+            let name = format!("{prefix}{rel}");
+            if let Err(e) = bs_store::validate_name(&name) {
+                problems.push(Problem::failure(what, e));
+                continue;
+            }
+            let spec = NewBlob {
+                content_type: bs_store::guess_content_type(&name).to_string(),
+                ..NewBlob::default()
+            };
+            jobs.push(Job {
+                src: BlobKey::file(&path),
+                dst: BlobKey::remote(server, &name),
+                spec,
+                size: meta.len(),
+                name,
+            });
+        }
+    }
+    jobs.sort_by(|a, b| a.name.cmp(&b.name));
+    (jobs, problems)
+}
+
+/// Jobs getting `blobs` (name, size) — a listing of `prefix` on `server` — into `dir`, each
+/// at its name relative to `prefix`. A name that would land outside `dir` is a problem, not
+/// a job.
+pub fn plan_download(
+    blobs: impl IntoIterator<Item = (String, u64)>,
+    server: &str,
+    prefix: &str,
+    dir: &Path,
+) -> (Vec<Job>, Vec<Problem>) {
+    let prefix = folder_prefix(prefix);
+    let (mut jobs, mut problems) = (Vec::new(), Vec::new());
+    for (name, size) in blobs {
+        let Some(rel) = name.strip_prefix(&prefix) else {
+            problems.push(Problem::failure(name, format!("not under the prefix {prefix:?}")));
+            continue;
+        };
+        match local_path(dir, rel) {
+            Some(path) => jobs.push(Job {
+                src: BlobKey::remote(server, &name),
+                dst: BlobKey::file(path),
+                spec: NewBlob::default(),
+                size,
+                name,
+            }),
+            None => problems.push(Problem::failure(name, "its name would leave the target folder")),
+        }
+    }
+    (jobs, problems)
+}
+
+/// `dir` joined with the `/`-separated `rel`, if every part of `rel` is a plain name (no
+/// root, no `..`, no `.`, nothing empty) — a blob named `a/../../etc/x` never becomes a path.
+fn local_path(dir: &Path, rel: &str) -> Option<PathBuf> {
+    if rel.is_empty() || rel.contains('\\') || rel.contains('\0') {
+        return None;
+    }
+    let mut p = dir.to_path_buf();
+    for seg in rel.split('/') {
+        let mut c = Path::new(seg).components();
+        match (c.next(), c.next()) {
+            (Some(Component::Normal(s)), None) if s == seg => p.push(s),
+            _ => return None,
+        }
+    }
+    Some(p)
+}
+
+impl Transporter {
+    /// Run `jobs` with at most `in_flight` copies at once (at least one), each as
+    /// [`Transporter::copy_as`] runs it with `opts` (resume, overwrite, timeout per copy;
+    /// the batch itself runs in the caller's thread). A local destination that holds other
+    /// bytes is replaced, as `cp -r` does; a blob only with `opts.overwrite`. One failure
+    /// does not stop the others. `progress` is called as jobs advance.
+    pub fn copy_batch(
+        &self,
+        jobs: Vec<Job>,
+        in_flight: usize,
+        opts: &Options,
+        progress: impl Fn(BatchProgress) + Send + Sync,
+    ) -> BatchReport {
+        let started = Instant::now();
+        let total = BatchProgress {
+            jobs_done: 0,
+            jobs: jobs.len(),
+            bytes_done: 0,
+            bytes: jobs.iter().map(|j| j.size).sum(),
+        };
+        let next = AtomicUsize::new(0);
+        let (done_jobs, done_bytes) = (AtomicUsize::new(0), Arc::new(AtomicU64::new(0)));
+        let results: Mutex<Vec<Option<Result<Copied, BlobError>>>> =
+            Mutex::new((0..jobs.len()).map(|_| None).collect());
+        let report = |jobs_done, bytes_done| {
+            progress(BatchProgress { jobs_done, bytes_done, ..total });
+        };
+        std::thread::scope(|s| {
+            for _ in 0..in_flight.clamp(1, jobs.len().max(1)) {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(job) = jobs.get(i) else { return };
+                        // This job's share of the batch's bytes, as its copy reports them.
+                        let seen = Arc::new(AtomicU64::new(0));
+                        let (all, mine) = (done_bytes.clone(), seen.clone());
+                        let job_opts = Options {
+                            mode: crate::options::Mode::Blocking,
+                            on_complete: None,
+                            ..opts.clone()
+                        }
+                        .progress(move |done, _| {
+                            let before = mine.swap(done, Ordering::Relaxed);
+                            all.fetch_add(done.saturating_sub(before), Ordering::Relaxed);
+                        });
+                        let mut r = self.copy_as(&job.src, &job.dst, &job.spec, &job_opts).wait();
+                        let local = *job.dst.location() == Location::File;
+                        if local && !opts.overwrite && matches!(r, Err(BlobError::AlreadyExists(_)))
+                        {
+                            let o = job_opts.clone().overwrite(true);
+                            r = self.copy_as(&job.src, &job.dst, &job.spec, &o).wait();
+                        }
+                        // Count the whole job as done (a blob already there moves no bytes).
+                        let counted = seen.load(Ordering::Relaxed);
+                        let bytes = done_bytes
+                            .fetch_add(job.size.saturating_sub(counted), Ordering::Relaxed)
+                            + job.size.saturating_sub(counted);
+                        results.lock().unwrap()[i] = Some(r);
+                        report(done_jobs.fetch_add(1, Ordering::Relaxed) + 1, bytes);
+                    }
+                });
+            }
+        });
+        let outcomes: Vec<Outcome> = jobs
+            .into_iter()
+            .zip(results.into_inner().unwrap())
+            .map(|(j, r)| Outcome { name: j.name, result: r.unwrap_or(Err(BlobError::Lost)) })
+            .collect();
+        let bytes = outcomes.iter().filter_map(|o| o.result.as_ref().ok()).map(|c| c.bytes).sum();
+        BatchReport { outcomes, bytes, elapsed: started.elapsed() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_names_never_leave_the_target_folder() {
+        let d = Path::new("/tmp/out");
+        assert_eq!(local_path(d, "a/b.dcm"), Some(PathBuf::from("/tmp/out/a/b.dcm")));
+        for bad in ["", "../x", "a/../../x", "/etc/passwd", "a//b", "a/./b", ".", "a\\b", "a/"] {
+            assert_eq!(local_path(d, bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_listing_becomes_jobs_under_the_folder_and_tricks_become_problems() {
+        let blobs = [("s/ct/1.dcm".to_string(), 5), ("s/ct/../../../etc/x".to_string(), 1)];
+        let (jobs, problems) = plan_download(blobs, "h:1", "s/ct", Path::new("out"));
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].dst, BlobKey::file("out/1.dcm"));
+        assert_eq!(jobs[0].src, BlobKey::remote("h:1", "s/ct/1.dcm"));
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].reason.contains("leave the target folder"));
+    }
+
+    #[test]
+    fn a_folder_becomes_jobs_named_by_relative_path() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("se1")).unwrap();
+        std::fs::write(dir.path().join("se1/i1.dcm"), b"abc").unwrap();
+        std::fs::write(dir.path().join("top.png"), b"x").unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("se1/loop")).unwrap();
+        let (jobs, problems) = plan_upload(dir.path(), "h:1", "studies/ct-1/");
+        let names: Vec<_> = jobs.iter().map(|j| j.name.as_str()).collect();
+        assert_eq!(names, ["studies/ct-1/se1/i1.dcm", "studies/ct-1/top.png"]);
+        assert_eq!(jobs[0].size, 3);
+        assert_eq!(jobs[1].spec.content_type, "image/png");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].reason.contains("not followed"));
+    }
+}

@@ -1,0 +1,153 @@
+//! `blobstream check`: local files against their blobs, by size and digest — did the study
+//! arrive whole, is the local copy still what the store holds.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use bs_wire::Digest;
+
+use crate::cli::{CheckArgs, Global};
+use crate::commands::{self, STDOUT};
+
+/// How a local file and its blob compare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    Same,
+    Differs(String),
+    OnlyLocal,
+    OnlyOnServer,
+    Unreadable(String),
+}
+
+impl Verdict {
+    fn word(&self) -> String {
+        match self {
+            Self::Same => "same".into(),
+            Self::Differs(why) => format!("DIFFERS ({why})"),
+            Self::OnlyLocal => "MISSING on the server".into(),
+            Self::OnlyOnServer => "MISSING locally".into(),
+            Self::Unreadable(e) => format!("UNREADABLE ({e})"),
+        }
+    }
+}
+
+/// The digest of `path` in `algo`, read in 1 MiB pieces.
+fn file_digest(path: &Path, algo: bs_wire::DigestAlgo) -> std::io::Result<Digest> {
+    let mut f = std::fs::File::open(path)?;
+    let (mut h, mut buf) = (algo.hasher(), vec![0u8; 1 << 20]);
+    loop {
+        match f.read(&mut buf)? {
+            0 => return Ok(h.finish()),
+            n => h.update(&buf[..n]),
+        }
+    }
+}
+
+fn compare(path: &Path, size: u64, digest: &str) -> Verdict {
+    let want: Digest = match digest.parse() {
+        Ok(d) => d,
+        Err(e) => return Verdict::Unreadable(format!("the server's digest {digest:?}: {e}")),
+    };
+    match std::fs::metadata(path) {
+        Err(e) => return Verdict::Unreadable(e.to_string()),
+        Ok(m) if m.len() != size => {
+            return Verdict::Differs(format!("{} bytes here, {size} on the server", m.len()));
+        }
+        Ok(_) => {}
+    }
+    match file_digest(path, want.algo) {
+        Ok(d) if d == want => Verdict::Same,
+        Ok(d) => Verdict::Differs(format!("digest {d} here, {want} on the server")),
+        Err(e) => Verdict::Unreadable(e.to_string()),
+    }
+}
+
+pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
+    let client = commands::client(g)?;
+    let mut rows: Vec<(String, PathBuf, Verdict)> = Vec::new();
+    if a.recursive {
+        if !a.file.is_dir() {
+            bail!("check -r: {} is not a folder", a.file.display());
+        }
+        let prefix = bs_blob::folder_prefix(&a.key);
+        let mut remote: BTreeMap<String, (u64, String)> = client
+            .list(&prefix)
+            .with_context(|| format!("listing {prefix:?}"))?
+            .into_iter()
+            .map(|b| (b.name, (b.size, b.digest)))
+            .collect();
+        let (local, problems) = bs_blob::plan_upload(&a.file, &g.server, &prefix);
+        for p in problems {
+            rows.push((p.what.clone(), PathBuf::from(&p.what), Verdict::Unreadable(p.reason)));
+        }
+        for j in local {
+            let path = j.src.path().expect("a local file").to_path_buf();
+            let v = match remote.remove(&j.name) {
+                Some((size, digest)) => compare(&path, size, &digest),
+                None => Verdict::OnlyLocal,
+            };
+            rows.push((j.name, path, v));
+        }
+        for name in remote.into_keys() {
+            let rel = name.strip_prefix(&prefix).unwrap_or(&name);
+            let path = a.file.join(rel);
+            rows.push((name, path, Verdict::OnlyOnServer));
+        }
+    } else {
+        let b = client.stat(&a.key).with_context(|| format!("reading {}", a.key))?;
+        let v = compare(&a.file, b.size, &b.digest);
+        rows.push((a.key.clone(), a.file.clone(), v));
+    }
+    rows.sort_by(|x, y| x.0.cmp(&y.0));
+    let bad = rows.iter().filter(|r| r.2 != Verdict::Same).count();
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(name, path, v)| {
+                serde_json::json!({
+                    "name": name,
+                    "path": path.display().to_string(),
+                    "same": *v == Verdict::Same,
+                    "verdict": v.word(),
+                })
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?).context(STDOUT)?;
+    } else {
+        for (name, path, v) in &rows {
+            if *v != Verdict::Same || !g.quiet {
+                writeln!(out, "{:<8} {name} ({})", v.word(), path.display()).context(STDOUT)?;
+            }
+        }
+    }
+    if bad > 0 {
+        bail!("check: {bad} of {} differ or are missing", rows.len());
+    }
+    if !g.quiet && !a.json {
+        eprintln!("check: all {} the same (size and digest)", rows.len());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_compared_by_size_then_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"hello").unwrap();
+        let algo = bs_wire::DigestAlgo::Xxh3_128;
+        let good = algo.digest(b"hello").to_string();
+        assert_eq!(compare(&f, 5, &good), Verdict::Same);
+        let other = algo.digest(b"hellp").to_string();
+        assert!(matches!(compare(&f, 5, &other), Verdict::Differs(w) if w.contains("digest")));
+        assert!(matches!(compare(&f, 6, &good), Verdict::Differs(w) if w.contains("bytes")));
+        assert!(matches!(compare(&f, 5, "md5:00"), Verdict::Unreadable(_)));
+        assert!(matches!(compare(&dir.path().join("no"), 5, &good), Verdict::Unreadable(_)));
+    }
+}
