@@ -6,6 +6,7 @@
 //! image in the browser). [`write_benchmarks_md`] keeps the results in BENCHMARKS.md, one
 //! section per benchmark.
 
+mod batch;
 mod benchmarks_md;
 pub mod bindings;
 mod error;
@@ -22,6 +23,7 @@ mod python;
 mod report;
 mod transfer;
 
+pub use batch::run_batch;
 pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
 pub use bindings::{BindingsReport, Row, RowsReport, run_bindings};
 pub use error::BenchError;

@@ -25,6 +25,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Http(a) => (a, "http"),
         BenchCommand::Bindings(a) => (a, "bindings"),
         BenchCommand::Fanout(a) => (a, "fanout"),
+        BenchCommand::Batch(a) => (a, "batch"),
     };
     let opts = BenchOptions { quick: a.quick, progress: progress(a) };
     let outcome = match &cmd {
@@ -59,6 +60,10 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             rows(bs_bench::run_bindings(&opts).context("bindings benchmark")?)
         }
         BenchCommand::Fanout(_) => rows(bs_bench::run_fanout(&opts).context("fan-out benchmark")?),
+        BenchCommand::Batch(_) => {
+            let me = std::env::current_exe().context("finding the blobstream binary")?;
+            rows(bs_bench::run_batch(&opts, &me).context("batch benchmark")?)
+        }
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&outcome.json)?);
