@@ -139,40 +139,22 @@ pub fn run_batch(opts: &BenchOptions, bin: &Path) -> Result<RowsReport, BenchErr
     let study_mb = (FILES as u64 * FILE_SIZE) as f64 / 1e6;
     let what = |how: &str| format!("50 × 250 KB study ({study_mb:.1} MB), {how}");
     let raw_name = "one raw TCP connection, a tar-style stream, one fsync at the end";
+    // A row from the seconds ours and the baseline took for the same study.
+    let row = |how: &str, ours: f64, base: f64, base_name: &str, target: f64| Row {
+        group: "study",
+        what: what(how),
+        ours: rate(ours),
+        baseline: rate(base),
+        baseline_name: base_name.into(),
+        unit: "MB/s",
+        ratio: base / ours,
+        ratio_means: "ours / baseline",
+        target: Some((target, true)),
+    };
     let rows = vec![
-        Row {
-            group: "study",
-            what: what("put -r"),
-            ours: rate(p),
-            baseline: rate(r),
-            baseline_name: raw_name.into(),
-            unit: "MB/s",
-            ratio: r / p,
-            ratio_means: "ours / baseline",
-            target: Some((0.5, true)),
-        },
-        Row {
-            group: "study",
-            what: what("get -r"),
-            ours: rate(g),
-            baseline: rate(r),
-            baseline_name: raw_name.into(),
-            unit: "MB/s",
-            ratio: r / g,
-            ratio_means: "ours / baseline",
-            target: Some((0.5, true)),
-        },
-        Row {
-            group: "study",
-            what: what("put -r"),
-            ours: rate(p),
-            baseline: rate(s),
-            baseline_name: "50 single `blobstream put` processes".into(),
-            unit: "MB/s",
-            ratio: s / p,
-            ratio_means: "ours / baseline",
-            target: Some((5.0, true)),
-        },
+        row("put -r", p, r, raw_name, 0.5),
+        row("get -r", g, r, raw_name, 0.5),
+        row("put -r", p, s, "50 single `blobstream put` processes", 5.0),
     ];
     let notes = vec![
         "put -r and get -r are timed as a user runs them: the `blobstream` process from start to \

@@ -282,10 +282,8 @@ impl Transporter {
                             r = self.copy_as(&job.src, &job.dst, &job.spec, &o).wait();
                         }
                         // Count the whole job as done (a blob already there moves no bytes).
-                        let counted = seen.load(Ordering::Relaxed);
-                        let bytes = done_bytes
-                            .fetch_add(job.size.saturating_sub(counted), Ordering::Relaxed)
-                            + job.size.saturating_sub(counted);
+                        let rest = job.size.saturating_sub(seen.load(Ordering::Relaxed));
+                        let bytes = done_bytes.fetch_add(rest, Ordering::Relaxed) + rest;
                         results.lock().unwrap()[i] = Some(r);
                         report(done_jobs.fetch_add(1, Ordering::Relaxed) + 1, bytes);
                     }

@@ -2,6 +2,7 @@
 //! store, a local file (read through mmap/pread, written to a `.blobstream-part` file renamed
 //! into place on close), or a remote blobstream server (pulled and pushed over the data plane).
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -124,6 +125,17 @@ impl BlobProxy {
             Slot::RemoteWrite { push, held, .. } => {
                 push.as_ref().map_or(held.bytes, |p| p.position())
             }
+        }
+    }
+
+    /// User metadata of a blob being read (a local file, and a writer, have none).
+    pub fn metadata(&self) -> BTreeMap<String, String> {
+        match &self.slot {
+            Slot::MemRead { src, .. } => src.record().metadata.clone(),
+            Slot::RemoteRead { info, .. } => {
+                info.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            }
+            _ => BTreeMap::new(),
         }
     }
 

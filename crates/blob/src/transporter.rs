@@ -76,7 +76,8 @@ impl Transporter {
     }
 
     /// [`Transporter::copy`] with the destination's content type and metadata given by `spec`
-    /// (an empty content type means the source's). The size always comes from the source;
+    /// (an empty content type means the source's, empty metadata the source's metadata). The
+    /// size always comes from the source;
     /// `overwrite` and `resume_tag` from `opts`.
     pub fn copy_as(
         &self,
@@ -154,7 +155,11 @@ fn copy_keys(
         let spec = NewBlob {
             size: Some(size),
             content_type,
-            metadata: template.metadata.clone(),
+            metadata: if template.metadata.is_empty() {
+                src.metadata()
+            } else {
+                template.metadata.clone()
+            },
             overwrite: o.overwrite,
             resume_tag: if o.resume { resume_tag(&src) } else { String::new() },
         };

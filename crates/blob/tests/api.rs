@@ -351,3 +351,41 @@ fn walk(dir: std::path::PathBuf) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A copy given no metadata keeps the source's (memory → remote → remote → memory); one given
+/// metadata sets exactly that. A local file has none to keep.
+#[test]
+fn copies_keep_the_source_metadata_unless_given_other() {
+    let w = world();
+    let src = BlobKey::memory("meta/src");
+    let spec = NewBlob {
+        size: Some(3),
+        metadata: [("modality".to_string(), "CT".to_string())].into(),
+        ..Default::default()
+    };
+    let mut p = w.t.factory().route(&src, &spec).unwrap();
+    p.write(b"abc").unwrap();
+    p.close().unwrap();
+    let hops = [
+        BlobKey::remote(&w.remotes[0], "meta/a"),
+        BlobKey::remote(&w.remotes[1], "meta/b"),
+        BlobKey::memory("meta/back"),
+    ];
+    let mut from = src;
+    for to in hops {
+        w.t.copy(&from, &to, &Options::blocking()).wait().unwrap();
+        let got = w.t.factory().bind(&to).unwrap().metadata();
+        assert_eq!(got.get("modality").map(String::as_str), Some("CT"), "{to}");
+        from = to;
+    }
+    let other = NewBlob {
+        metadata: [("modality".to_string(), "MR".to_string())].into(),
+        ..Default::default()
+    };
+    let dst = BlobKey::memory("meta/other");
+    w.t.copy_as(&from, &dst, &other, &Options::blocking()).wait().unwrap();
+    assert_eq!(w.t.factory().bind(&dst).unwrap().metadata(), other.metadata);
+    let file = BlobKey::file(w.root.join("meta-file"));
+    w.t.copy(&dst, &file, &Options::blocking()).wait().unwrap();
+    assert!(w.t.factory().bind(&file).unwrap().metadata().is_empty());
+}

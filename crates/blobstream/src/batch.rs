@@ -71,7 +71,9 @@ fn run(
         progress::update(&pb, p.bytes_done, p.bytes, quiet);
     });
     pb.finish_and_clear();
-    let failed = report.failed().count() + problems.iter().filter(|p| p.failed).count();
+    let not_planned = problems.iter().filter(|p| p.failed).count();
+    let failed = report.failed().count() + not_planned;
+    let skipped = problems.len() - not_planned;
     if b.json {
         let json = serde_json::to_string_pretty(&summary_json(&report, &problems))?;
         writeln!(std::io::stdout(), "{json}").context(commands::STDOUT)?;
@@ -84,20 +86,18 @@ fn run(
             eprintln!("FAILED {name}: {e}");
         }
         if !g.quiet || failed > 0 {
-            eprintln!("{what}: {}", summary_line(&report, &problems));
+            eprintln!("{what}: {}", summary_line(&report, skipped, failed));
         }
     }
     if failed > 0 {
-        let all = report.outcomes.len() + problems.iter().filter(|p| p.failed).count();
+        let all = report.outcomes.len() + not_planned;
         bail!("{what}: {failed} of {all} failed (each named above); run it again to finish");
     }
     Ok(())
 }
 
-fn summary_line(r: &BatchReport, problems: &[Problem]) -> String {
+fn summary_line(r: &BatchReport, skipped: usize, failed: usize) -> String {
     let secs = r.elapsed.as_secs_f64();
-    let skipped = problems.iter().filter(|p| !p.failed).count();
-    let failed = r.failed().count() + problems.len() - skipped;
     format!(
         "{} files, {} in {secs:.2} s ({}/s moved): {} copied, {} already there, {skipped} \
          skipped, {failed} failed",

@@ -2,7 +2,7 @@
 //! arrive whole, is the local copy still what the store holds.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -33,18 +33,6 @@ impl Verdict {
     }
 }
 
-/// The digest of `path` in `algo`, read in 1 MiB pieces.
-fn file_digest(path: &Path, algo: bs_wire::DigestAlgo) -> std::io::Result<Digest> {
-    let mut f = std::fs::File::open(path)?;
-    let (mut h, mut buf) = (algo.hasher(), vec![0u8; 1 << 20]);
-    loop {
-        match f.read(&mut buf)? {
-            0 => return Ok(h.finish()),
-            n => h.update(&buf[..n]),
-        }
-    }
-}
-
 fn compare(path: &Path, size: u64, digest: &str) -> Verdict {
     let want: Digest = match digest.parse() {
         Ok(d) => d,
@@ -57,7 +45,9 @@ fn compare(path: &Path, size: u64, digest: &str) -> Verdict {
         }
         Ok(_) => {}
     }
-    match file_digest(path, want.algo) {
+    let digest =
+        std::fs::File::open(path).and_then(|f| bs_store::digest_file_range(&f, 0, size, want.algo));
+    match digest {
         Ok(d) if d == want => Verdict::Same,
         Ok(d) => Verdict::Differs(format!("digest {d} here, {want} on the server")),
         Err(e) => Verdict::Unreadable(e.to_string()),
@@ -79,7 +69,8 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
             .map(|b| (b.name, (b.size, b.digest)))
             .collect();
         let (local, problems) = bs_blob::plan_upload(&a.file, &g.server, &prefix);
-        for p in problems {
+        // What `put -r` skips on purpose (links to folders, special files) is not compared.
+        for p in problems.into_iter().filter(|p| p.failed) {
             rows.push((p.what.clone(), PathBuf::from(&p.what), Verdict::Unreadable(p.reason)));
         }
         for j in local {

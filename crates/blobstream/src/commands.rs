@@ -156,20 +156,9 @@ pub fn cp(g: &Global, a: CpArgs) -> Result<()> {
     let dst = operand(g, &a.dst)?;
     // Local files are replaced like cp(1) does; blobs only when asked.
     let overwrite = a.overwrite || *dst.location() == Location::File;
-    // A blob copied from a server keeps its user metadata (a file has none).
-    let metadata = match src.location() {
-        Location::Remote(server) => factory(g, &a.transfer)?
-            .client(server)?
-            .stat(src.name())
-            .with_context(|| format!("reading {src}"))?
-            .metadata
-            .into_iter()
-            .collect(),
-        _ => Default::default(),
-    };
+    // A blob keeps its user metadata: the transporter takes the source's when none is given.
     let spec = NewBlob {
         content_type: src.path().map(|p| guess_content_type(&p).to_string()).unwrap_or_default(),
-        metadata,
         ..NewBlob::default()
     };
     let opts = Options::blocking().resume(!a.no_resume).overwrite(overwrite);

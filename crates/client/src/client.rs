@@ -308,10 +308,7 @@ impl Client {
             })?;
             match (&self.security.tls, tls) {
                 (None, false) => Conn::new(stream),
-                (Some(t), true) => {
-                    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
-                    Conn::tls_client(stream, t, host.trim_start_matches('[').trim_end_matches(']'))?
-                }
+                (Some(t), true) => Conn::tls_client(stream, t, bs_transport::host_of(address))?,
                 (None, true) => {
                     return Err(ClientError::Protocol(
                         "the server's data plane requires TLS: give its CA certificate (--tls-ca)"

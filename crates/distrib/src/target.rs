@@ -22,18 +22,11 @@ impl Target {
         self
     }
 
-    /// The host part of `addr` (without the port and an IPv6 address's brackets): the name
-    /// the distributer's certificate must carry unless the TLS client names another.
-    pub fn host(&self) -> &str {
-        let host = self.addr.rsplit_once(':').map_or(self.addr.as_str(), |(h, _)| h);
-        host.trim_start_matches('[').trim_end_matches(']')
-    }
-
     /// The connection on `tcp`, in TLS when asked (the handshake runs on its first use).
     pub(crate) fn conn(&self, tcp: TcpStream) -> Result<Conn, DistribError> {
         match &self.tls {
             None => Ok(Conn::new(tcp)),
-            Some(t) => Conn::tls_client(tcp, t, self.host()).map_err(|e| {
+            Some(t) => Conn::tls_client(tcp, t, bs_transport::host_of(&self.addr)).map_err(|e| {
                 DistribError::Remote(format!("TLS to the distributer at {}: {e}", self.addr))
             }),
         }
@@ -55,17 +48,5 @@ impl From<String> for Target {
 impl From<&String> for Target {
     fn from(addr: &String) -> Self {
         Self::from(addr.as_str())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_is_the_address_without_its_port() {
-        assert_eq!(Target::from("dist.example:7080").host(), "dist.example");
-        assert_eq!(Target::from("10.77.0.2:7080").host(), "10.77.0.2");
-        assert_eq!(Target::from("[::1]:7080").host(), "::1");
     }
 }

@@ -13,4 +13,4 @@ pub mod tls;
 pub use conn::{Conn, FileSource, send_vectored};
 pub use error::TransportError;
 pub use socket::SocketOptions;
-pub use tls::{TlsClient, TlsError, TlsServer};
+pub use tls::{TlsClient, TlsError, TlsServer, host_of};

@@ -29,6 +29,13 @@ fn certs(pem: &[u8], what: &'static str) -> Result<Vec<CertificateDer<'static>>,
     if certs.is_empty() { Err(TlsError::NoCertificate(what)) } else { Ok(certs) }
 }
 
+/// The host part of a `HOST:PORT` address (without the port, and without an IPv6 address's
+/// brackets): the name a server's certificate must carry unless the client names another.
+pub fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
 /// A server's TLS identity.
 #[derive(Clone)]
 pub struct TlsServer {
@@ -114,5 +121,17 @@ impl TlsClient {
 
     pub fn domain(&self) -> Option<&str> {
         self.domain.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_is_the_address_without_its_port() {
+        assert_eq!(host_of("dist.example:7080"), "dist.example");
+        assert_eq!(host_of("10.77.0.2:7080"), "10.77.0.2");
+        assert_eq!(host_of("[::1]:7080"), "::1");
     }
 }
