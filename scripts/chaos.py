@@ -190,6 +190,19 @@ class Server:
             raise RuntimeError(f"ls failed: {err}")
         return {b["name"]: b for b in json.loads(out)}
 
+    def shared_commits(self):
+        """Catalogue writes that shared a commit with another since this server started, from
+        its /metrics (None when it does not answer)."""
+        try:
+            c = http.client.HTTPConnection(self.http, timeout=5)
+            c.request("GET", "/metrics")
+            text = c.getresponse().read().decode()
+        except OSError:
+            return None
+        n = {m.group(1): int(float(m.group(2))) for m in re.finditer(
+            r"^blobstream_http_catalogue_group_commit(s|_writes)_total (\S+)$", text, re.M)}
+        return n["_writes"] - n["s"] if len(n) == 2 else None
+
     def get_sha(self, key, out):
         """`get KEY out` into a fresh path; (rc, sha256 of out or None, stderr)."""
         rc, _, err = self.bs("get", key, out)
@@ -243,7 +256,7 @@ def scenario_crash(sc):
     for i, (key, size, _) in enumerate(tasks):
         shas.setdefault(key, set()).add(sha(payload(f"crash/{i}", size)))
         sizes.setdefault(key, set()).add(size)
-    srv = Server("crash", os.path.join(WORK, "crash-data"))
+    srv = Server("crash", os.path.join(WORK, "crash-data"), http=True)
     srv.start()
     up, abort = threading.Event(), threading.Event()
     up.set()
@@ -320,6 +333,9 @@ def scenario_crash(sc):
             if kill_due.wait(0.2):
                 k = sc.counts.get("SIGKILLs", 0)
                 time.sleep(kill_delay[k])
+                shared_commits = srv.shared_commits()
+                if shared_commits is not None:
+                    sc.count("catalogue writes that shared a commit", shared_commits)
                 up.clear()
                 srv.stop(signal.SIGKILL)
                 sc.count("SIGKILLs")
@@ -344,6 +360,9 @@ def scenario_crash(sc):
     sc.counts["uploads"] = n
     sc.counts["acknowledged"] = len(acked)
     sc.check(sc.counts.get("SIGKILLs", 0) == kills, f"only {sc.counts.get('SIGKILLs', 0)} of {kills} kills happened")
+    # The kills fell on group commits: six concurrent writers always overlap some commits.
+    sc.check(sc.counts.get("catalogue writes that shared a commit", 0) > 0,
+             "no catalogue commit was shared: the crash test never exercised group commit")
 
     # One more kill and restart while idle: start-up must clean up, then check everything.
     srv.restart(signal.SIGKILL)

@@ -3,10 +3,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, Row, params};
 
 use crate::db::Db;
 use crate::error::MetaError;
+use crate::group::GroupStats;
 use crate::record::{BlobRecord, Commit, UploadRecord};
 
 type Result<T> = std::result::Result<T, MetaError>;
@@ -89,11 +90,17 @@ impl Catalogue {
         Ok(Self { db: Db::in_memory(SCHEMA)? })
     }
 
-    /// Write transactions are IMMEDIATE: they take the write lock at BEGIN, where the busy
-    /// timeout applies. (A deferred one that reads first and writes later fails at once with
-    /// "database is locked" when another connection — the image index — wrote in between.)
+    /// The connection, for reads and single-statement writes. Writes that read first go
+    /// through `self.db.write`, whose group transaction is IMMEDIATE (a deferred one that
+    /// reads first and writes later fails at once with "database is locked" when another
+    /// connection — the image index — wrote in between).
     fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
         self.db.lock()
+    }
+
+    /// Group commits so far: how many, and how many writes they held.
+    pub fn group_stats(&self) -> GroupStats {
+        self.db.group_stats()
     }
 
     /// A committed blob and its store location.
@@ -185,25 +192,27 @@ impl Catalogue {
         rec: &BlobRecord,
         location: &str,
         chunks: &[u8],
-        may_replace: impl FnOnce(&str) -> bool,
+        may_replace: impl FnOnce(&str) -> bool + Send + 'static,
     ) -> Result<Commit> {
-        let mut c = self.conn();
-        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let old: Option<(String, String)> = tx
-            .query_row("SELECT location, digest FROM blobs WHERE name = ?1", [&rec.name], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?;
-        if let Some((_, digest)) = &old
-            && !may_replace(digest)
-        {
-            return Ok(Commit::Refused);
-        }
-        tx.execute(
-            "INSERT OR REPLACE INTO blobs
-             (name, location, size, content_type, digest, created_ms, metadata, chunks, corrupt)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL)",
-            params![
+        let (rec, location, chunks) = (rec.clone(), location.to_string(), chunks.to_vec());
+        self.db.write(move |tx| {
+            let old: Option<(String, String)> = tx
+                .query_row("SELECT location, digest FROM blobs WHERE name = ?1", [&rec.name], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?;
+            if let Some((_, digest)) = &old
+                && !may_replace(digest)
+            {
+                return Ok(Commit::Refused);
+            }
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO blobs
+                 (name, location, size, content_type, digest, created_ms, metadata, chunks,
+                  corrupt)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL)",
+            )?
+            .execute(params![
                 rec.name,
                 location,
                 rec.size as i64,
@@ -212,11 +221,10 @@ impl Catalogue {
                 rec.created_ms,
                 to_json(&rec.metadata),
                 chunks
-            ],
-        )?;
-        tx.execute("DELETE FROM uploads WHERE name = ?1", [&rec.name])?;
-        tx.commit()?;
-        Ok(Commit::Done(old.map(|(loc, _)| loc)))
+            ])?;
+            tx.prepare_cached("DELETE FROM uploads WHERE name = ?1")?.execute([&rec.name])?;
+            Ok(Commit::Done(old.map(|(loc, _)| loc)))
+        })
     }
 
     /// Remove a blob; returns its location if it existed. The delete is committed (durable)
@@ -227,12 +235,9 @@ impl Catalogue {
         self.delete_returning("DELETE FROM blobs WHERE name = ?1 RETURNING location", name)
     }
 
-    fn delete_returning(&self, sql: &str, name: &str) -> Result<Option<String>> {
-        let mut c = self.conn();
-        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let loc = tx.query_row(sql, [name], |r| r.get(0)).optional()?;
-        tx.commit()?;
-        Ok(loc)
+    fn delete_returning(&self, sql: &'static str, name: &str) -> Result<Option<String>> {
+        let name = name.to_string();
+        self.db.write(move |tx| Ok(tx.query_row(sql, [name], |r| r.get(0)).optional()?))
     }
 
     /// Every location referenced by a blob (for garbage collection of orphan files).
@@ -245,18 +250,24 @@ impl Catalogue {
 
     /// Record a pending upload, replacing any other pending upload of the same name.
     /// Returns the replaced upload's id.
+    ///
+    /// Not fsynced on its own (it is with the next commit): a crash may forget the row, and
+    /// then the upload starts again from its first byte — its staging file, unreferenced, is
+    /// removed at the next start, and a replaced upload's row comes back without its file,
+    /// which routing treats as no upload. Nothing acknowledged rests on this row.
     pub fn put_upload(&self, u: &UploadRecord) -> Result<Option<String>> {
-        let mut c = self.conn();
-        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let old: Option<String> = tx
-            .query_row("SELECT upload_id FROM uploads WHERE name = ?1", [&u.name], |r| r.get(0))
-            .optional()?;
-        tx.execute(
-            "INSERT OR REPLACE INTO uploads
-             (name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms,
-              refuse_digests)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
+        let u = u.clone();
+        self.db.write_lazy(move |tx| {
+            let old: Option<String> = tx
+                .query_row("SELECT upload_id FROM uploads WHERE name = ?1", [&u.name], |r| r.get(0))
+                .optional()?;
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO uploads
+                 (name, upload_id, size, content_type, metadata, overwrite, resume_tag,
+                  created_ms, refuse_digests)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?
+            .execute(params![
                 u.name,
                 u.upload_id,
                 u.size.map(|s| s as i64),
@@ -266,10 +277,9 @@ impl Catalogue {
                 u.resume_tag,
                 u.created_ms,
                 serde_json::to_string(&u.refuse_digests).expect("string lists serialise")
-            ],
-        )?;
-        tx.commit()?;
-        Ok(old)
+            ])?;
+            Ok(old)
+        })
     }
 
     /// The pending upload for `name`.

@@ -1,14 +1,17 @@
 //! The metadata catalogue: which blobs exist, their size, type, digest, times and user
 //! metadata, and which uploads are pending — in an embedded SQLite database (WAL mode,
-//! `synchronous=FULL`, so an acknowledged commit survives a crash).
+//! `synchronous=FULL`, so an acknowledged commit survives a crash; concurrent commits share
+//! one transaction and its fsync).
 
 mod catalogue;
 mod db;
 mod error;
+mod group;
 mod images;
 mod record;
 
 pub use catalogue::{Catalogue, StoredBlob};
 pub use error::MetaError;
+pub use group::{GroupStats, group_commits};
 pub use images::{ImageEntry, ImageIndex, ImageQuery};
 pub use record::{BlobRecord, Commit, UploadRecord, now_ms};

@@ -1,8 +1,9 @@
 //! The filesystem store (the default): blob bytes in files named by random ids under
 //! `<root>/blobs/`, uploads staged in `<root>/staging/`, the catalogue in `<root>/meta.db`.
 //!
-//! Commit order makes crashes harmless: staged bytes are fsynced, renamed into `blobs/`, the
-//! directory is fsynced, and only then does the catalogue row appear (one SQLite transaction).
+//! Commit order makes crashes harmless: staged bytes are renamed into `blobs/`, the file and
+//! the directory are fsynced, and only then does the catalogue row appear (one SQLite
+//! transaction, shared with the blobs committing at the same moment).
 //! A crash before the row leaves an unreferenced file, removed at the next start; a blob is
 //! visible only when all its bytes are durable.
 
@@ -528,14 +529,19 @@ impl UploadSink for FsUpload {
                 (d, c)
             }
         };
-        file.sync_all()?;
-        drop(file);
         let id = self.rec.upload_id.clone();
         let dest = i.blob_path(&id);
         let shard = dest.parent().expect("blob paths have a shard directory");
         fs::create_dir_all(shard)?;
+        // Renamed first, then the file and its directory fsynced: the same two syncs, but a
+        // journaling file system commits the rename with the file's sync, leaving the
+        // directory's sync little or nothing to do. Until the catalogue row exists the file
+        // under blobs/ is unreferenced (removed at the next start), so its being there
+        // before its bytes are durable exposes nothing.
         fs::rename(i.staging_path(&id), &dest)?;
-        if let Err(e) = File::open(shard).and_then(|d| d.sync_all()) {
+        let synced = file.sync_all().and_then(|()| File::open(shard)?.sync_all());
+        drop(file);
+        if let Err(e) = synced {
             let _ = fs::rename(&dest, i.staging_path(&id));
             return Err(e.into());
         }
@@ -547,10 +553,9 @@ impl UploadSink for FsUpload {
             created_ms: now_ms(),
             metadata: self.rec.metadata.clone(),
         };
-        match i
-            .cat
-            .commit_blob(&record, &id, &chunks.encode(), |d| may_replace(overwrite, &refuse, d))
-        {
+        match i.cat.commit_blob(&record, &id, &chunks.encode(), move |d| {
+            may_replace(overwrite, &refuse, d)
+        }) {
             Ok(Commit::Done(Some(old))) => {
                 let _ = fs::remove_file(i.blob_path(&old));
             }

@@ -221,7 +221,8 @@ suite!(
     resuming_takes_the_new_request_flags,
     commits_and_deletes_are_announced,
     stale_uploads_expire_unless_being_written,
-    conditional_replace_is_checked_at_commit
+    conditional_replace_is_checked_at_commit,
+    concurrent_commits_each_land_once
 );
 
 fn conditional_replace_is_checked_at_commit(s: &dyn Store) {
@@ -273,6 +274,59 @@ fn commits_and_deletes_are_announced(s: &dyn Store) {
     assert!(s.delete("e/none").is_err());
     s.delete("e/a").unwrap();
     assert_eq!(*seen.lock().unwrap(), ["+e/a:3", "+e/a:4", "-e/a"]);
+}
+
+/// Many writers committing at once (the filesystem store shares their catalogue commits):
+/// every distinct blob lands whole, and of writers racing for one name without overwrite
+/// exactly one wins — the others are refused, not merged.
+fn concurrent_commits_each_land_once(s: &dyn Store) {
+    let body = |i: usize| vec![i as u8; 1000 + i * 37];
+    let raced = std::thread::scope(|t| {
+        let racers: Vec<_> = (0..24)
+            .map(|i| {
+                t.spawn(move || {
+                    if i % 4 == 3 {
+                        // Uploads of one name, each its own pending upload until commit.
+                        let name = format!("race/{i}");
+                        let rec = bs_store::put_bytes(s, &spec(&name, None), &body(i));
+                        assert_eq!(rec.unwrap().size, body(i).len() as u64);
+                        let again = bs_store::put_bytes(s, &spec("race/same", None), &body(i));
+                        Some(again.map(|_| i))
+                    } else {
+                        put(s, &format!("many/{i:02}"), &body(i));
+                        None
+                    }
+                })
+            })
+            .collect();
+        racers.into_iter().filter_map(|r| r.join().unwrap()).collect::<Vec<_>>()
+    });
+    let winners: Vec<usize> = raced.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+    assert_eq!(winners.len(), 1, "{raced:?}");
+    for r in raced.iter().filter(|r| r.is_err()) {
+        assert!(
+            matches!(
+                r,
+                Err(StoreError::AlreadyExists(_) | StoreError::Busy(_) | StoreError::NoUpload(_))
+            ),
+            "{r:?}"
+        );
+    }
+    assert_eq!(read_all(s, "race/same"), body(winners[0]));
+    for i in (0..24).filter(|i| i % 4 != 3) {
+        assert_eq!(read_all(s, &format!("many/{i:02}")), body(i));
+    }
+    assert_eq!(s.list("many/", "", 100).unwrap().len(), 18);
+}
+
+#[test]
+fn fs_concurrent_commits_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    concurrent_commits_each_land_once(&FsStore::open(dir.path()).unwrap());
+    let s = FsStore::open(dir.path()).unwrap();
+    assert_eq!(s.list("many/", "", 100).unwrap().len(), 18);
+    assert_eq!(s.list("race/", "", 100).unwrap().len(), 7);
+    assert_eq!(read_all(&s, "many/05"), vec![5u8; 1000 + 5 * 37]);
 }
 
 #[test]

@@ -45,6 +45,8 @@ pub struct Metrics {
     bytes_in: Counter,
     filter_seconds: Hist<FilterLabels>,
     corrupt: Counter,
+    groups: Counter,
+    grouped_writes: Counter,
     /// More metric families, rendered by other parts of the process (the data plane's
     /// bindings), in the text exposition format.
     sources: Mutex<Vec<MetricsSource>>,
@@ -76,6 +78,18 @@ impl Default for Metrics {
             "Stored chunks that failed their digest check when read (any reader of this process)",
             corrupt.clone(),
         );
+        let groups = Counter::default();
+        r.register(
+            "catalogue_group_commits",
+            "Catalogue write transactions committed (a durable one is one fsync), every database of this process",
+            groups.clone(),
+        );
+        let grouped_writes = Counter::default();
+        r.register(
+            "catalogue_group_commit_writes",
+            "Writes those transactions held (more than one per commit: commits were shared)",
+            grouped_writes.clone(),
+        );
         Self {
             registry: Mutex::new(r),
             requests,
@@ -84,6 +98,8 @@ impl Default for Metrics {
             bytes_in,
             filter_seconds,
             corrupt,
+            groups,
+            grouped_writes,
             sources: Mutex::new(Vec::new()),
         }
     }
@@ -107,11 +123,17 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
-        // Brought up to the process-wide count under the registry lock, so two renders at
+        // Brought up to the process-wide counts under the registry lock, so two renders at
         // once cannot both add the difference.
-        let (found, shown) = (bs_store::corruption_found(), self.corrupt.get());
-        if found > shown {
-            self.corrupt.inc_by(found - shown);
+        let g = bs_meta::group_commits();
+        for (counter, now) in [
+            (&self.corrupt, bs_store::corruption_found()),
+            (&self.groups, g.groups),
+            (&self.grouped_writes, g.writes),
+        ] {
+            if now > counter.get() {
+                counter.inc_by(now - counter.get());
+            }
         }
         let _ = prometheus_client::encoding::text::encode(&mut out, &r);
         let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner()).clone();
