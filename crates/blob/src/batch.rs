@@ -110,6 +110,109 @@ pub struct BatchProgress {
     pub bytes: u64,
 }
 
+/// Which files of a folder (or blobs of a prefix) a batch takes, by glob on their path
+/// relative to the folder or prefix: with `include` patterns, only those matching one; never
+/// those matching an `exclude` pattern. A pattern without `/` is matched against the file
+/// name alone (`*.dcm` anywhere); one with `/` against the whole relative path, where `*`
+/// stays within a folder and `**` spans folders (`se1/*.dcm`, `**/scout/**`).
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    include: Option<Patterns>,
+    exclude: Option<Patterns>,
+}
+
+#[derive(Debug, Clone)]
+struct Patterns {
+    names: globset::GlobSet,
+    paths: globset::GlobSet,
+}
+
+impl Patterns {
+    fn new(globs: &[String]) -> Result<Option<Self>, BlobError> {
+        if globs.is_empty() {
+            return Ok(None);
+        }
+        let (mut names, mut paths) =
+            (globset::GlobSetBuilder::new(), globset::GlobSetBuilder::new());
+        for g in globs {
+            let glob =
+                globset::GlobBuilder::new(g).literal_separator(true).build().map_err(|e| {
+                    BlobError::InvalidKey { key: g.clone(), reason: e.kind().to_string() }
+                })?;
+            if g.contains('/') {
+                paths.add(glob)
+            } else {
+                names.add(glob)
+            };
+        }
+        let built = |b: globset::GlobSetBuilder| {
+            b.build()
+                .map_err(|e| BlobError::InvalidKey { key: globs.join(" "), reason: e.to_string() })
+        };
+        Ok(Some(Self { names: built(names)?, paths: built(paths)? }))
+    }
+
+    fn matches(&self, rel: &str) -> bool {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        self.names.is_match(name) || self.paths.is_match(rel)
+    }
+}
+
+impl Selection {
+    /// Everything (no patterns).
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// From `--include` and `--exclude` patterns; a malformed pattern is an error naming it.
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, BlobError> {
+        Ok(Self { include: Patterns::new(include)?, exclude: Patterns::new(exclude)? })
+    }
+
+    /// Whether the file or blob at `rel` (relative to the folder or prefix) is taken.
+    pub fn takes(&self, rel: &str) -> bool {
+        self.include.as_ref().is_none_or(|p| p.matches(rel))
+            && !self.exclude.as_ref().is_some_and(|p| p.matches(rel))
+    }
+
+    /// Keep the jobs (named `prefix` + relative path) this selection takes; returns how many
+    /// were left out.
+    pub fn apply(&self, jobs: &mut Vec<Job>, prefix: &str) -> usize {
+        let prefix = folder_prefix(prefix);
+        let before = jobs.len();
+        jobs.retain(|j| self.takes(j.name.strip_prefix(&prefix).unwrap_or(&j.name)));
+        before - jobs.len()
+    }
+}
+
+/// What `sync --delete` removes from the destination: the names (`prefix` + relative path)
+/// of `present` the selection takes that no job of `copied` will write. Nothing when the
+/// source could not be read in full (a failed problem: a folder that failed to list must
+/// not look like a folder that is empty) or holds nothing at all (a mistyped source must
+/// not empty the destination).
+pub fn plan_delete<'a>(
+    present: impl IntoIterator<Item = &'a str>,
+    copied: &[Job],
+    problems: &[Problem],
+    prefix: &str,
+    selection: &Selection,
+) -> Result<Vec<String>, String> {
+    if let Some(p) = problems.iter().find(|p| p.failed) {
+        return Err(format!("the source could not be read in full ({}: {})", p.what, p.reason));
+    }
+    if copied.is_empty() {
+        return Err("the source holds nothing to copy; empty the destination with rm".into());
+    }
+    let prefix = folder_prefix(prefix);
+    let wanted: std::collections::HashSet<&str> = copied.iter().map(|j| j.name.as_str()).collect();
+    Ok(present
+        .into_iter()
+        .filter(|n| !wanted.contains(n))
+        .filter(|n| n.strip_prefix(&prefix).is_some_and(|rel| selection.takes(rel)))
+        .map(str::to_string)
+        .collect())
+}
+
 /// The prefix as a folder: empty, or ending in one `/`.
 pub fn folder_prefix(prefix: &str) -> String {
     let p = prefix.trim_end_matches('/');
@@ -276,8 +379,8 @@ impl Transporter {
                         });
                         let mut r = self.copy_as(&job.src, &job.dst, &job.spec, &job_opts).wait();
                         let local = *job.dst.location() == Location::File;
-                        if local && !opts.overwrite && matches!(r, Err(BlobError::AlreadyExists(_)))
-                        {
+                        let replaces = opts.overwrite || opts.if_different;
+                        if local && !replaces && matches!(r, Err(BlobError::AlreadyExists(_))) {
                             let o = job_opts.clone().overwrite(true);
                             r = self.copy_as(&job.src, &job.dst, &job.spec, &o).wait();
                         }
@@ -303,6 +406,50 @@ impl Transporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn globs_without_a_slash_match_file_names_and_with_one_whole_paths() {
+        let s = |inc: &[&str], exc: &[&str]| {
+            let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            Selection::new(&v(inc), &v(exc)).unwrap()
+        };
+        let dcm = s(&["*.dcm"], &[]);
+        assert!(dcm.takes("a.dcm") && dcm.takes("se1/deep/b.dcm"));
+        assert!(!dcm.takes("notes.txt") && !dcm.takes("x.dcm/readme"));
+        let se1 = s(&["se1/*.dcm"], &[]);
+        assert!(se1.takes("se1/a.dcm") && !se1.takes("se1/sub/a.dcm") && !se1.takes("se2/a.dcm"));
+        let deep = s(&[], &["**/scout/**", "*.tmp"]);
+        assert!(!deep.takes("se1/scout/1.dcm") && !deep.takes("scout/1.dcm"));
+        assert!(!deep.takes("a/b.tmp") && deep.takes("se1/1.dcm"));
+        assert!(Selection::all().takes("anything/at/all"));
+        let both = s(&["*.dcm"], &["bad*"]);
+        assert!(both.takes("ok.dcm") && !both.takes("bad.dcm") && !both.takes("ok.txt"));
+        let e = Selection::new(&["a[".to_string()], &[]).unwrap_err();
+        assert!(e.to_string().contains("a["), "{e}");
+    }
+
+    #[test]
+    fn delete_takes_only_what_the_source_lacks_and_nothing_after_a_failed_read() {
+        let job = |n: &str| Job {
+            src: BlobKey::file(n),
+            dst: BlobKey::remote("h:1", n),
+            spec: NewBlob::default(),
+            size: 0,
+            name: n.to_string(),
+        };
+        let copied = [job("p/a"), job("p/b")];
+        let present = ["p/a", "p/old", "p/keep.txt", "p/b"];
+        let sel = Selection::new(&[], &["*.txt".to_string()]).unwrap();
+        let gone = plan_delete(present, &copied, &[], "p", &sel).unwrap();
+        assert_eq!(gone, ["p/old"]);
+        let skipped = [Problem::skipped("link", "a link to a folder (not followed)")];
+        assert_eq!(plan_delete(present, &copied, &skipped, "p/", &sel).unwrap(), ["p/old"]);
+        let failed = [Problem::failure("p/sub", "permission denied")];
+        let e = plan_delete(present, &copied, &failed, "p/", &sel).unwrap_err();
+        assert!(e.contains("permission denied"), "{e}");
+        let e = plan_delete(present, &[], &[], "p/", &sel).unwrap_err();
+        assert!(e.contains("nothing to copy"), "{e}");
+    }
 
     #[test]
     fn blob_names_never_leave_the_target_folder() {

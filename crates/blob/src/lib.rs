@@ -60,7 +60,8 @@ mod proxy;
 mod transporter;
 
 pub use batch::{
-    BatchProgress, BatchReport, Job, Outcome, Problem, folder_prefix, plan_download, plan_upload,
+    BatchProgress, BatchReport, Job, Outcome, Problem, Selection, folder_prefix, plan_delete,
+    plan_download, plan_upload,
 };
 pub use error::BlobError;
 pub use factory::{Factory, NewBlob};

@@ -39,6 +39,9 @@ pub struct Options {
     pub resume: bool,
     /// Replace an existing destination.
     pub overwrite: bool,
+    /// Sync: leave a destination that already holds the same bytes (same size and digest,
+    /// read back now) as it is, and replace one that differs.
+    pub if_different: bool,
 }
 
 impl Options {
@@ -51,6 +54,7 @@ impl Options {
             progress: None,
             resume: false,
             overwrite: false,
+            if_different: false,
         }
     }
 
@@ -84,6 +88,11 @@ impl Options {
 
     pub fn overwrite(mut self, yes: bool) -> Self {
         self.overwrite = yes;
+        self
+    }
+
+    pub fn if_different(mut self, yes: bool) -> Self {
+        self.if_different = yes;
         self
     }
 

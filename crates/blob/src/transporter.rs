@@ -152,6 +152,22 @@ fn copy_keys(
             "" => src.content_type().to_string(),
             ct => ct.to_string(),
         };
+        if o.if_different {
+            match same_bytes(factory, &src, dst) {
+                Ok(true) => {
+                    return Ok(Copied {
+                        bytes: 0,
+                        resumed_from: size,
+                        path: CopyPath::AlreadyThere,
+                    });
+                }
+                // Missing, different, or a corrupt copy: (re)placed below.
+                Ok(false) | Err(BlobError::NotFound(_)) => {}
+                Err(e) if e.is_integrity() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let overwrite = o.overwrite || o.if_different;
         let spec = NewBlob {
             size: Some(size),
             content_type,
@@ -160,12 +176,12 @@ fn copy_keys(
             } else {
                 template.metadata.clone()
             },
-            overwrite: o.overwrite,
+            overwrite,
             resume_tag: if o.resume { resume_tag(&src) } else { String::new() },
         };
         let mut out = match factory.route(dst, &spec) {
             // A retry of a copy that landed (its confirmation lost to a crash) is a success.
-            Err(BlobError::AlreadyExists(m)) if !o.overwrite => {
+            Err(BlobError::AlreadyExists(m)) if !overwrite => {
                 return match same_bytes(factory, &src, dst) {
                     Ok(true) => {
                         Ok(Copied { bytes: 0, resumed_from: size, path: CopyPath::AlreadyThere })

@@ -1,115 +1,273 @@
-//! `put -r` and `get -r`: a folder up to a prefix, a prefix down to a folder, through the Blob
-//! API's batch copies; one progress bar for the whole job and a summary at the end.
+//! `put -r`, `get -r` and `sync`: a folder up to a prefix, a prefix down to a folder, through
+//! the Blob API's batch copies; one progress bar for the whole job and a summary at the end.
 
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use bs_blob::{BatchReport, Job, NewBlob, Options, Problem, Transporter};
+use bs_blob::{
+    BatchReport, BlobKey, Job, Location, NewBlob, Options, Problem, Selection, Transporter,
+};
 
-use crate::cli::{BatchFlags, GetArgs, Global, PutArgs, TransferFlags};
+use crate::cli::{GetArgs, Global, ManyFlags, PutArgs, SyncArgs, TransferFlags};
 use crate::{commands, progress};
 
+/// In-flight copies when --jobs is not given.
+const DEFAULT_JOBS: usize = 8;
+
 pub fn put(g: &Global, a: PutArgs) -> Result<()> {
-    if !a.file.is_dir() {
-        bail!("put -r: {} is not a folder", a.file.display());
-    }
-    let (mut jobs, problems) = bs_blob::plan_upload(&a.file, &g.server, &a.key);
-    let meta: std::collections::BTreeMap<_, _> = a.meta.into_iter().collect();
-    for j in &mut jobs {
-        j.spec = NewBlob {
-            content_type: a
-                .content_type
-                .clone()
-                .unwrap_or(std::mem::take(&mut j.spec.content_type)),
-            metadata: meta.clone(),
-            ..NewBlob::default()
-        };
-    }
+    let template = NewBlob {
+        content_type: a.content_type.unwrap_or_default(),
+        metadata: a.meta.into_iter().collect(),
+        ..NewBlob::default()
+    };
     let opts = Options::blocking().resume(!a.no_resume).overwrite(a.overwrite);
-    let what = format!("put -r {} -> {}", a.file.display(), bs_blob::folder_prefix(&a.key));
-    run(g, &what, &a.transfer, &a.batch, jobs, problems, &opts)
+    let b = Batch { g, opts, many: &a.batch.many, t: &a.transfer, delete: false, verb: "put -r" };
+    b.upload(&a.file, &g.server, &a.key, &template)
 }
 
 pub fn get(g: &Global, a: GetArgs) -> Result<()> {
-    let prefix = bs_blob::folder_prefix(&a.key);
-    let listed = commands::client(g)?
-        .list(&prefix)
-        .with_context(|| format!("listing {prefix:?} on {}", g.server))?;
-    if listed.is_empty() {
-        bail!("get -r: no blobs under {prefix:?} on {}", g.server);
-    }
-    let dir = Path::new(&a.file);
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let blobs = listed.into_iter().map(|b| (b.name, b.size));
-    let (jobs, problems) = bs_blob::plan_download(blobs, &g.server, &prefix, dir);
-    for j in &jobs {
-        if let Some(parent) = j.dst.path().and_then(|p| p.parent().map(Path::to_path_buf)) {
-            std::fs::create_dir_all(&parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
-        }
-    }
     let opts = Options::blocking().resume(!a.no_resume);
-    let what = format!("get -r {prefix} -> {}", dir.display());
-    run(g, &what, &a.transfer, &a.batch, jobs, problems, &opts)
+    let b = Batch { g, opts, many: &a.batch.many, t: &a.transfer, delete: false, verb: "get -r" };
+    b.download(&g.server, &a.key, Path::new(&a.file))
 }
 
-fn run(
+/// `sync SRC DST`: a folder to a prefix or a prefix to a folder, copying only what differs.
+pub fn sync(g: &Global, a: SyncArgs) -> Result<()> {
+    let src = commands::operand(g, &a.src)?;
+    let dst = commands::operand(g, &a.dst)?;
+    // Replace what differs; an interrupted copy of the same source still resumes.
+    let opts = Options::blocking().resume(true).if_different(true);
+    let b = Batch { g, opts, many: &a.many, t: &a.transfer, delete: a.delete, verb: "sync" };
+    match (src.location(), dst.location()) {
+        (Location::File, Location::Remote(server)) => {
+            let dir = src.path().expect("a file key has a path");
+            b.upload(&dir, server, dst.name(), &NewBlob::default())
+        }
+        (Location::Remote(server), Location::File) => {
+            let dir = dst.path().expect("a file key has a path");
+            b.download(server, src.name(), &dir)
+        }
+        _ => bail!(
+            "sync copies between a local folder and a prefix (bs:PREFIX or \
+             blob://HOST:PORT/PREFIX); got {src} and {dst}"
+        ),
+    }
+}
+
+/// What a batch does besides its copies, for the summary.
+#[derive(Default)]
+struct Extra {
+    /// Files or blobs left out by --include/--exclude.
+    excluded: usize,
+    /// With --delete: what was removed, and what could not be (with why).
+    deleted: Vec<String>,
+    not_deleted: Vec<(String, String)>,
+    delete_asked: bool,
+}
+
+/// One folder or prefix command: how its copies run and what it is called in messages.
+struct Batch<'a> {
+    g: &'a Global,
+    opts: Options,
+    many: &'a ManyFlags,
+    t: &'a TransferFlags,
+    delete: bool,
+    verb: &'a str,
+}
+
+impl Batch<'_> {
+    fn upload(&self, dir: &Path, server: &str, prefix: &str, template: &NewBlob) -> Result<()> {
+        let Self { g, many, delete, verb, .. } = *self;
+        if !dir.is_dir() {
+            bail!("{verb}: {} is not a folder", dir.display());
+        }
+        let selection = Selection::new(&many.include, &many.exclude)?;
+        let (mut jobs, problems) = bs_blob::plan_upload(dir, server, prefix);
+        let mut extra = Extra { excluded: selection.apply(&mut jobs, prefix), ..Extra::default() };
+        for j in &mut jobs {
+            j.spec = NewBlob {
+                content_type: match template.content_type.as_str() {
+                    "" => std::mem::take(&mut j.spec.content_type),
+                    ct => ct.to_string(),
+                },
+                metadata: template.metadata.clone(),
+                ..NewBlob::default()
+            };
+        }
+        let what =
+            format!("{verb} {} -> {}", dir.display(), BlobKey::remote(server, folder(prefix)));
+        let report = self.copy(&what, &jobs)?;
+        if delete {
+            let c = commands::client_for(g, server)?;
+            let present: Vec<String> = c
+                .list(&folder(prefix))
+                .with_context(|| format!("listing {:?} on {server}", folder(prefix)))?
+                .into_iter()
+                .map(|b| b.name)
+                .collect();
+            remove(&mut extra, &present, &jobs, &problems, prefix, &selection, |name| {
+                match c.delete(name) {
+                    // Removed meanwhile by someone else: gone either way.
+                    Ok(()) | Err(bs_client::ClientError::NotFound(_)) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
+            });
+        }
+        finish(g, &what, many, report, &problems, &extra)
+    }
+
+    fn download(&self, server: &str, prefix: &str, dir: &Path) -> Result<()> {
+        let Self { g, many, delete, verb, .. } = *self;
+        let selection = Selection::new(&many.include, &many.exclude)?;
+        let prefix = folder(prefix);
+        let listed = commands::client_for(g, server)?
+            .list(&prefix)
+            .with_context(|| format!("listing {prefix:?} on {server}"))?;
+        if listed.is_empty() {
+            bail!("{verb}: no blobs under {prefix:?} on {server}");
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let blobs = listed.into_iter().map(|b| (b.name, b.size));
+        let (mut jobs, problems) = bs_blob::plan_download(blobs, server, &prefix, dir);
+        let mut extra = Extra { excluded: selection.apply(&mut jobs, &prefix), ..Extra::default() };
+        for j in &jobs {
+            if let Some(parent) = j.dst.path().and_then(|p| p.parent().map(Path::to_path_buf)) {
+                std::fs::create_dir_all(&parent)
+                    .with_context(|| format!("creating {}", parent.display()))?;
+            }
+        }
+        let what = format!("{verb} {} -> {}", BlobKey::remote(server, &prefix), dir.display());
+        let report = self.copy(&what, &jobs)?;
+        if delete {
+            // The folder's files, named as blobs would be, so they compare with the listing.
+            let (local, local_problems) = bs_blob::plan_upload(dir, server, &prefix);
+            let paths: BTreeMap<String, PathBuf> =
+                local.into_iter().filter_map(|j| Some((j.name, j.src.path()?))).collect();
+            let mut problems = problems.clone();
+            problems.extend(local_problems.into_iter().filter(|p| p.failed));
+            let present: Vec<String> = paths.keys().cloned().collect();
+            remove(&mut extra, &present, &jobs, &problems, &prefix, &selection, |name| {
+                std::fs::remove_file(&paths[name]).map_err(|e| e.to_string())
+            });
+        }
+        finish(g, &what, many, report, &problems, &extra)
+    }
+
+    /// Run the copies with one progress bar for the whole job.
+    fn copy(&self, what: &str, jobs: &[Job]) -> Result<BatchReport> {
+        let transporter = Transporter::new(commands::factory(self.g, self.t)?);
+        let pb = progress::bar(what);
+        let quiet = self.g.quiet || self.many.json;
+        let in_flight = self.many.jobs.unwrap_or(DEFAULT_JOBS);
+        let report = transporter.copy_batch(jobs.to_vec(), in_flight, &self.opts, |p| {
+            pb.set_message(format!("{what} ({}/{} files)", p.jobs_done, p.jobs));
+            progress::update(&pb, p.bytes_done, p.bytes, quiet);
+        });
+        pb.finish_and_clear();
+        Ok(report)
+    }
+}
+
+/// `--delete`: remove (with `rm`) what `present` holds that no job wrote, unless the source
+/// was not read in full.
+fn remove(
+    extra: &mut Extra,
+    present: &[String],
+    jobs: &[Job],
+    problems: &[Problem],
+    prefix: &str,
+    selection: &Selection,
+    rm: impl Fn(&str) -> Result<(), String>,
+) {
+    extra.delete_asked = true;
+    match bs_blob::plan_delete(
+        present.iter().map(String::as_str),
+        jobs,
+        problems,
+        prefix,
+        selection,
+    ) {
+        Ok(names) => {
+            for n in names {
+                match rm(&n) {
+                    Ok(()) => extra.deleted.push(n),
+                    Err(e) => extra.not_deleted.push((n, e)),
+                }
+            }
+        }
+        Err(why) => extra.not_deleted.push(("--delete".into(), format!("nothing removed: {why}"))),
+    }
+}
+
+fn folder(prefix: &str) -> String {
+    bs_blob::folder_prefix(prefix)
+}
+
+/// Print the failures and the summary (or the JSON summary); an error when anything failed.
+fn finish(
     g: &Global,
     what: &str,
-    t: &TransferFlags,
-    b: &BatchFlags,
-    jobs: Vec<Job>,
-    problems: Vec<Problem>,
-    opts: &Options,
+    many: &ManyFlags,
+    report: BatchReport,
+    problems: &[Problem],
+    extra: &Extra,
 ) -> Result<()> {
-    let transporter = Transporter::new(commands::factory(g, t)?);
-    let pb = progress::bar(what);
-    let quiet = g.quiet || b.json;
-    let report = transporter.copy_batch(jobs, b.jobs, opts, |p| {
-        pb.set_message(format!("{what} ({}/{} files)", p.jobs_done, p.jobs));
-        progress::update(&pb, p.bytes_done, p.bytes, quiet);
-    });
-    pb.finish_and_clear();
     let not_planned = problems.iter().filter(|p| p.failed).count();
-    let failed = report.failed().count() + not_planned;
+    let failed = report.failed().count() + not_planned + extra.not_deleted.len();
     let skipped = problems.len() - not_planned;
-    if b.json {
-        let json = serde_json::to_string_pretty(&summary_json(&report, &problems))?;
+    if many.json {
+        let json = serde_json::to_string_pretty(&summary_json(&report, problems, extra))?;
         writeln!(std::io::stdout(), "{json}").context(commands::STDOUT)?;
     } else {
-        for p in &problems {
+        for p in problems {
             let tag = if p.failed { "FAILED" } else { "skipped" };
             eprintln!("{tag} {}: {}", p.what, p.reason);
         }
         for (name, e) in report.failed() {
             eprintln!("FAILED {name}: {e}");
         }
+        for (name, e) in &extra.not_deleted {
+            eprintln!("FAILED {name}: {e}");
+        }
+        if !g.quiet {
+            for name in &extra.deleted {
+                eprintln!("deleted {name}");
+            }
+        }
         if !g.quiet || failed > 0 {
-            eprintln!("{what}: {}", summary_line(&report, skipped, failed));
+            eprintln!("{what}: {}", summary_line(&report, skipped, failed, extra));
         }
     }
     if failed > 0 {
-        let all = report.outcomes.len() + not_planned;
+        let all = report.outcomes.len() + not_planned + extra.not_deleted.len();
         bail!("{what}: {failed} of {all} failed (each named above); run it again to finish");
     }
     Ok(())
 }
 
-fn summary_line(r: &BatchReport, skipped: usize, failed: usize) -> String {
+fn summary_line(r: &BatchReport, skipped: usize, failed: usize, extra: &Extra) -> String {
     let secs = r.elapsed.as_secs_f64();
-    format!(
+    let mut line = format!(
         "{} files, {} in {secs:.2} s ({}/s moved): {} copied, {} already there, {skipped} \
-         skipped, {failed} failed",
+         skipped",
         r.outcomes.len(),
         human(r.total_bytes()),
         human((r.bytes as f64 / secs.max(1e-9)) as u64),
         r.copied(),
         r.already_there(),
-    )
+    );
+    if extra.excluded > 0 {
+        line += &format!(", {} excluded", extra.excluded);
+    }
+    if extra.delete_asked {
+        line += &format!(", {} deleted", extra.deleted.len());
+    }
+    line + &format!(", {failed} failed")
 }
 
-fn summary_json(r: &BatchReport, problems: &[Problem]) -> serde_json::Value {
+fn summary_json(r: &BatchReport, problems: &[Problem], extra: &Extra) -> serde_json::Value {
     let mut failed: Vec<_> = problems
         .iter()
         .filter(|p| p.failed)
@@ -117,6 +275,9 @@ fn summary_json(r: &BatchReport, problems: &[Problem]) -> serde_json::Value {
         .collect();
     failed
         .extend(r.failed().map(|(n, e)| serde_json::json!({ "name": n, "error": e.to_string() })));
+    failed.extend(
+        extra.not_deleted.iter().map(|(n, e)| serde_json::json!({ "name": n, "error": e })),
+    );
     let skipped: Vec<_> = problems
         .iter()
         .filter(|p| !p.failed)
@@ -128,6 +289,8 @@ fn summary_json(r: &BatchReport, problems: &[Problem]) -> serde_json::Value {
         "copied": r.copied(),
         "already_there": r.already_there(),
         "skipped": skipped,
+        "excluded": extra.excluded,
+        "deleted": extra.deleted,
         "failed": failed,
         "bytes_moved": r.bytes,
         "bytes_total": r.total_bytes(),

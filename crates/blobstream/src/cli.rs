@@ -75,6 +75,10 @@ pub enum Command {
     /// Copy between local paths and remote blobs: remote operands are `bs:NAME` (on --server)
     /// or `blob://HOST:PORT/NAME`; anything else is a local path.
     Cp(CpArgs),
+    /// Make a prefix match a local folder, or a folder match a prefix: copy what is missing or
+    /// differs (by size and digest, read back now), leave what is the same; --delete also
+    /// removes what the source lacks. Exit status 1 names every failure; re-run to finish.
+    Sync(SyncArgs),
     /// List the image filters and chains (built-in, and loaded from --defs).
     Filters(FiltersArgs),
     /// Apply a filter or chain to an image file (PNG, JPEG, TIFF, GIF, PGM/PPM; DICOM in).
@@ -465,13 +469,52 @@ pub struct BatchFlags {
     /// what is missing and skips what is already there.
     #[arg(short, long)]
     pub recursive: bool,
-    /// With -r: copies in flight at once (small files gain most: each waits on a round trip
-    /// and an fsync on the server).
-    #[arg(long, default_value_t = 8, value_name = "N", requires = "recursive")]
-    pub jobs: usize,
-    /// With -r: print the summary as JSON on stdout.
-    #[arg(long, requires = "recursive")]
+    #[command(flatten)]
+    pub many: ManyFlags,
+}
+
+/// How a folder or prefix is copied (put -r, get -r, sync).
+#[derive(Args, Default, Clone)]
+pub struct ManyFlags {
+    /// Copies in flight at once [default: 8] (small files gain most: each waits on a round
+    /// trip and an fsync on the server).
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
     pub json: bool,
+    /// Only files matching GLOB, repeatable. Without '/', GLOB matches the file name
+    /// ('*.dcm' anywhere); with '/', the path relative to the folder or prefix, where '*'
+    /// stays within a folder and '**' spans folders ('se1/*.dcm', '**/scout/**').
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Leave out files matching GLOB (as --include), repeatable; wins over --include.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+}
+
+impl ManyFlags {
+    /// Whether any of these flags was given (they only mean something with many blobs).
+    pub fn given(&self) -> bool {
+        self.jobs.is_some() || self.json || !self.include.is_empty() || !self.exclude.is_empty()
+    }
+}
+
+#[derive(Args)]
+pub struct SyncArgs {
+    /// From: a local folder, or a prefix as bs:PREFIX (on --server) or
+    /// blob://HOST:PORT/PREFIX.
+    pub src: String,
+    /// To: a prefix (when SRC is a folder) or a local folder (when SRC is a prefix).
+    pub dst: String,
+    /// Also remove what the destination holds under it and the source does not (within
+    /// --include/--exclude). Refused when the source could not be read in full.
+    #[arg(long)]
+    pub delete: bool,
+    #[command(flatten)]
+    pub many: ManyFlags,
+    #[command(flatten)]
+    pub transfer: TransferFlags,
 }
 
 /// How a transfer's bytes travel.

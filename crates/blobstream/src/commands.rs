@@ -23,7 +23,12 @@ pub fn stdout_closed(e: &anyhow::Error) -> bool {
 }
 
 pub fn client(g: &Global) -> Result<Client> {
-    Ok(Client::connect_with(&g.server, security::client(g)?)?)
+    client_for(g, &g.server)
+}
+
+/// A control-plane client of `server`, with --server's TLS and token settings.
+pub fn client_for(g: &Global, server: &str) -> Result<Client> {
+    Ok(Client::connect_with(server, security::client(g)?)?)
 }
 
 pub fn factory(g: &Global, t: &TransferFlags) -> Result<Factory> {
@@ -38,7 +43,7 @@ pub fn factory(g: &Global, t: &TransferFlags) -> Result<Factory> {
 }
 
 /// A `cp` operand: `bs:NAME` on --server, `blob://HOST:PORT/NAME`, or a local path.
-fn operand(g: &Global, s: &str) -> Result<BlobKey> {
+pub fn operand(g: &Global, s: &str) -> Result<BlobKey> {
     if let Some(name) = s.strip_prefix("bs:") {
         if name.is_empty() {
             bail!("empty blob name in {s:?}");
@@ -46,6 +51,14 @@ fn operand(g: &Global, s: &str) -> Result<BlobKey> {
         return Ok(BlobKey::remote(&g.server, name));
     }
     Ok(s.parse()?)
+}
+
+/// Refuse flags that only mean something for many blobs on a single copy.
+fn single(many: &crate::cli::ManyFlags) -> Result<()> {
+    if many.given() {
+        bail!("--jobs, --json, --include and --exclude go with -r (a folder or a prefix)");
+    }
+    Ok(())
 }
 
 /// Content type from a file's extension.
@@ -102,6 +115,7 @@ pub fn put(g: &Global, a: PutArgs) -> Result<()> {
     if a.batch.recursive {
         return crate::batch::put(g, a);
     }
+    single(&a.batch.many)?;
     let src = BlobKey::file(&a.file);
     let dst = BlobKey::remote(&g.server, &a.key);
     let spec = NewBlob {
@@ -119,6 +133,7 @@ pub fn get(g: &Global, a: GetArgs) -> Result<()> {
     if a.batch.recursive {
         return crate::batch::get(g, a);
     }
+    single(&a.batch.many)?;
     let src = BlobKey::remote(&g.server, &a.key);
     if a.file == "-" {
         let mut p = factory(g, &a.transfer)?.bind(&src)?;

@@ -55,6 +55,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Stat { key, json } => commands::stat(g, &key, json),
         Rm { keys, recursive } => commands::rm(g, &keys, recursive),
         Cp(a) => commands::cp(g, a),
+        Sync(a) => batch::sync(g, a),
         Filters(a) => imaging::filters(a),
         Filter(a) => imaging::filter(a),
         ImageInfo { file, json } => imaging::image_info(&file, json),

@@ -731,6 +731,81 @@ fn folders_up_and_down_with_check_and_rm_r() {
     fails_with(&s.run(&["get", "-r", "studies/ct-1", back_s]), "no blobs under");
 }
 
+/// `sync` both ways: only what differs moves, --delete removes what the source lacks (and
+/// refuses when the source was not read in full), --include/--exclude choose the files.
+#[test]
+fn sync_moves_only_what_differs_and_deletes_only_when_safe() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let study = dir.path().join("study");
+    let put = |rel: &str, body: &[u8]| {
+        let f = study.join(rel);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, body).unwrap();
+    };
+    for (i, rel) in ["se1/a.dcm", "se1/b.dcm", "se2/c.dcm", "notes.txt", "scout/s.dcm", "x.tmp"]
+        .iter()
+        .enumerate()
+    {
+        put(rel, &content(500 + i * 301));
+    }
+    let study_s = study.to_str().unwrap();
+    let json = |o: &Output| -> serde_json::Value { serde_json::from_str(&ok(o)).unwrap() };
+    let count = |j: &serde_json::Value, k: &str| j[k].as_u64().unwrap();
+    let filters = ["--exclude", "*.tmp", "--exclude", "scout/**"];
+    let sync = |args: &[&str]| {
+        let mut all = vec!["sync", "--json"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&filters);
+        s.run(&all)
+    };
+
+    let j = json(&sync(&[study_s, "bs:p/"]));
+    assert_eq!((count(&j, "copied"), count(&j, "excluded")), (4, 2), "{j}");
+    put("se1/a.dcm", b"changed");
+    std::fs::remove_file(study.join("se2/c.dcm")).unwrap();
+    put("new.dcm", b"new");
+    let j = json(&sync(&[study_s, "bs:p", "--delete"]));
+    assert_eq!((count(&j, "copied"), count(&j, "already_there")), (2, 2), "{j}");
+    assert_eq!(j["deleted"], serde_json::json!(["p/se2/c.dcm"]));
+    assert_eq!(ok(&s.run(&["cat", "p/se1/a.dcm"])), "changed");
+    let listed = ok(&s.run(&["ls", "p/"]));
+    assert!(!listed.contains("c.dcm") && !listed.contains("scout") && !listed.contains("tmp"));
+
+    // Down: a changed and an extra local file; only those are touched.
+    let here = dir.path().join("here");
+    let here_s = here.to_str().unwrap();
+    assert_eq!(count(&json(&sync(&["bs:p/", here_s])), "copied"), 4);
+    std::fs::write(here.join("se1/b.dcm"), b"edited locally").unwrap();
+    std::fs::write(here.join("extra.bin"), b"x").unwrap();
+    std::fs::write(here.join("keep.tmp"), b"excluded, so kept").unwrap();
+    let j = json(&sync(&["bs:p", here_s, "--delete"]));
+    assert_eq!((count(&j, "copied"), count(&j, "already_there")), (1, 3), "{j}");
+    assert_eq!(j["deleted"], serde_json::json!(["p/extra.bin"]));
+    assert!(!here.join("extra.bin").exists() && here.join("keep.tmp").exists());
+    std::fs::remove_file(here.join("keep.tmp")).unwrap();
+    ok(&s.run(&["check", "-r", here_s, "p/", "--json"]));
+
+    // A source not read in full deletes nothing; the rest still syncs, the exit says so.
+    std::os::unix::fs::symlink(study.join("gone"), study.join("dangling.dcm")).unwrap();
+    std::fs::remove_file(study.join("new.dcm")).unwrap();
+    let o = sync(&[study_s, "bs:p", "--delete"]);
+    assert_eq!(o.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["failed"].to_string().contains("nothing removed"), "{j}");
+    assert_eq!(j["deleted"], serde_json::json!([]));
+    assert!(ok(&s.run(&["ls", "p/"])).contains("new.dcm"));
+
+    // --include alone; flags that need many blobs; what sync cannot do.
+    let o = s.run(&["put", "-r", study_s, "only-dcm/", "--include", "*.dcm", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "the dangling link still fails");
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((count(&j, "copied"), count(&j, "excluded")), (3, 2), "{j}");
+    fails_with(&s.run(&["put", study_s, "k", "--jobs", "2"]), "go with -r");
+    fails_with(&s.run(&["sync", "bs:p/", "bs:q/"]), "between a local folder and a prefix");
+    fails_with(&s.run(&["sync", study_s, "bs:p", "--include", "a["]), "a[");
+}
+
 /// What a new user meets first: a filter closing the pipe ends `cat` quietly; the HTTP port
 /// given as --server is named as such; `get` into a missing folder names the folder; an
 /// existing blob names --overwrite; `cp` between servers keeps user metadata; `ls -h`.
