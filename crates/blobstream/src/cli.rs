@@ -344,6 +344,13 @@ pub struct ServeArgs {
     /// Most concurrent data transfers; more are told to retry (clients do, for a while).
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Seconds a data connection waits after a transfer for the client's next token (one
+    /// more transfer without a new handshake); 0: one transfer per connection.
+    #[arg(long, default_value_t = 3, value_name = "SECS")]
+    pub data_keepalive: u64,
+    /// Most data connections waiting so between transfers (each holds a thread).
+    #[arg(long, default_value_t = 64)]
+    pub max_idle_data_connections: usize,
     /// Seconds a new data connection has to present its token (TLS handshake included).
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     pub hello_timeout: u64,

@@ -57,6 +57,8 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         token_ttl: Duration::from_secs(a.token_ttl),
         io_timeout: Duration::from_secs(a.io_timeout),
         max_connections: a.max_connections,
+        data_keepalive: Duration::from_secs(a.data_keepalive),
+        max_idle_data_connections: a.max_idle_data_connections,
         hello_timeout: Duration::from_secs(a.hello_timeout),
         hello_timeout_under_pressure: Duration::from_secs(a.hello_timeout_under_pressure),
         max_unauthenticated: a.max_unauthenticated,

@@ -15,6 +15,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::error::ClientError;
+use crate::pool::{DataPool, Key, Pooled};
 use crate::settings::{Security, TransferSettings};
 use crate::streams::{PullStream, PushStream};
 
@@ -49,6 +50,8 @@ pub struct Client {
     pub(crate) addr: String,
     pub(crate) settings: TransferSettings,
     pub(crate) security: Security,
+    /// Data connections kept between transfers (shared by clones).
+    pub(crate) pool: Arc<DataPool>,
 }
 
 impl std::fmt::Debug for Client {
@@ -116,6 +119,7 @@ impl Client {
             addr: addr.to_string(),
             settings: TransferSettings::default(),
             security,
+            pool: Arc::default(),
         })
     }
 
@@ -260,11 +264,16 @@ impl Client {
         r.digest.parse().map_err(|e| ClientError::Protocol(format!("bad digest from server: {e}")))
     }
 
-    fn negotiate(&self, req: pb::NegotiateRequest) -> Result<(pb::NegotiateResponse, Conn)> {
-        let resp = self.while_busy(|| {
+    fn negotiate(&self, req: pb::NegotiateRequest) -> Result<pb::NegotiateResponse> {
+        self.while_busy(|| {
             let r = req.clone();
             self.call(|mut c| async move { c.negotiate(r).await })
-        })?;
+        })
+    }
+
+    /// The data connection for a negotiated transfer, its HELLO sent: a kept-alive one to the
+    /// same endpoint when there is one (and `reuse`), else a new one.
+    fn data_conn(&self, resp: &pb::NegotiateResponse, reuse: bool) -> Result<Pooled> {
         let token: [u8; TOKEN_LEN] =
             resp.token.as_slice().try_into().map_err(|_| {
                 ClientError::Protocol("server sent a token of the wrong size".into())
@@ -276,8 +285,16 @@ impl Client {
             nodelay: true,
             io_timeout: Some(self.settings.io_timeout),
         };
+        let key = Key { endpoint: resp.endpoint.clone(), tls: resp.tls };
+        let keepalive = Duration::from_millis(u64::from(resp.keepalive_ms));
+        if reuse && let Some(mut conn) = self.pool.take(&key) {
+            let ready = conn.tcp().map_or(Ok(()), |t| opts.apply(t)).map_err(TransportError::from);
+            if ready.is_ok() && conn.write_frame(&Frame::Hello { token }).is_ok() {
+                return Ok(Pooled::new(conn, self.pool.clone(), key, keepalive, true));
+            }
+        }
         let conn = self.dial("tcp", &resp.endpoint, token, resp.tls, opts)?;
-        Ok((resp, conn))
+        Ok(Pooled::new(conn, self.pool.clone(), key, keepalive, false))
     }
 
     /// Open a data connection to `address` over `transport` ("tcp" or "unix"), with TLS when
@@ -394,12 +411,24 @@ impl Client {
     fn admitted<T>(
         &self,
         req: pb::NegotiateRequest,
-        mut start: impl FnMut(Conn, pb::NegotiateResponse) -> Result<T>,
+        mut start: impl FnMut(Pooled, pb::NegotiateResponse) -> Result<T>,
     ) -> Result<T> {
         let give_up = Instant::now() + self.settings.busy_timeout;
         let mut pause = Duration::from_millis(10);
         loop {
-            match self.negotiate(req.clone()).and_then(|(resp, conn)| start(conn, resp)) {
+            let attempt = self.negotiate(req.clone()).and_then(|resp| {
+                let conn = self.data_conn(&resp, true)?;
+                let reused = conn.reused;
+                match start(conn, resp.clone()) {
+                    // A kept-alive connection the server had closed meanwhile never read
+                    // the token: present it again on a new connection.
+                    Err(e) if reused && turned_away(&e) => {
+                        start(self.data_conn(&resp, false)?, resp)
+                    }
+                    other => other,
+                }
+            });
+            match attempt {
                 Err(e) if turned_away(&e) && Instant::now() + pause < give_up => {
                     std::thread::sleep(jitter(pause));
                     pause = (pause * 2).min(Duration::from_secs(1));

@@ -10,6 +10,7 @@ use bs_transport::{Conn, TransportError};
 use bs_wire::{Digest, DigestAlgo, Frame, Hasher};
 
 use crate::error::ClientError;
+use crate::pool::Pooled;
 
 type Result<T> = std::result::Result<T, ClientError>;
 
@@ -41,7 +42,7 @@ fn set_timeout(conn: &Conn, t: Duration) -> Result<()> {
 /// corrupt on the server — ends the stream with that error.
 #[derive(Debug)]
 pub struct PullStream {
-    conn: Conn,
+    conn: Pooled,
     info: pb::BlobInfo,
     rules: PullReceiver,
     hasher: Hasher,
@@ -59,7 +60,7 @@ struct LayeredPull {
 }
 
 impl PullStream {
-    pub(crate) fn start(conn: Conn, resp: pb::NegotiateResponse) -> Result<Self> {
+    pub(crate) fn start(conn: Pooled, resp: pb::NegotiateResponse) -> Result<Self> {
         let algo = algo_of(&resp)?;
         let layered = carrier(&resp)?.map(|c| Box::new(LayeredPull { carrier: *c, current: None }));
         let info =
@@ -187,6 +188,8 @@ impl PullStream {
                     return Err(ClientError::ChecksumMismatch { expected, actual });
                 }
                 self.verified = Some(ours.clone());
+                // The whole range and its SUM were read: the connection may carry another.
+                self.conn.done();
                 Ok(ours)
             }
             other => Err(ClientError::Protocol(format!("expected SUM, got {other:?}"))),
@@ -206,7 +209,7 @@ pub struct PushAck {
 /// An open push: write payload, then `finish` for the server's confirmation.
 #[derive(Debug)]
 pub struct PushStream {
-    conn: Conn,
+    conn: Pooled,
     rules: PushSender,
     hasher: Hasher,
     route: Option<pb::RouteResponse>,
@@ -214,7 +217,7 @@ pub struct PushStream {
 }
 
 impl PushStream {
-    pub(crate) fn start(conn: Conn, resp: pb::NegotiateResponse) -> Result<Self> {
+    pub(crate) fn start(conn: Pooled, resp: pb::NegotiateResponse) -> Result<Self> {
         let algo = algo_of(&resp)?;
         Ok(Self {
             conn,
@@ -285,7 +288,10 @@ impl PushStream {
             .write_frame(&Frame::Sum { total, final_: commit, digest })
             .map_err(|e| self.server_reason(e))?;
         match self.conn.read_frame_or_remote_error()? {
-            Frame::Ack { received, committed } => Ok(PushAck { received, committed }),
+            Frame::Ack { received, committed } => {
+                self.conn.done();
+                Ok(PushAck { received, committed })
+            }
             other => Err(ClientError::Protocol(format!("expected ACK, got {other:?}"))),
         }
     }

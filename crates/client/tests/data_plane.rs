@@ -364,7 +364,12 @@ fn cutting_proxy(l: TcpListener, target: std::net::SocketAddr, cut: Arc<AtomicUs
 fn a_server_dying_mid_pull_is_reported_and_the_pull_resumes() {
     let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
     let advertised = proxy.local_addr().unwrap().to_string();
-    let cfg = ServerConfig { advertise_data: Some(advertised), ..ServerConfig::ephemeral() };
+    // One transfer per connection, so the proxy's cut applies to the pull's own connection.
+    let cfg = ServerConfig {
+        advertise_data: Some(advertised),
+        data_keepalive: Duration::ZERO,
+        ..ServerConfig::ephemeral()
+    };
     let (s, c) = server_with(Arc::new(MemStore::new()), cfg);
     let cut = Arc::new(AtomicUsize::new(usize::MAX));
     cutting_proxy(proxy, s.data_addr(), cut.clone());
@@ -388,6 +393,96 @@ fn a_server_dying_mid_pull_is_reported_and_the_pull_resumes() {
     assert_eq!(c.range_digest("v", 0, 100_000, DigestAlgo::Xxh3_128).unwrap(), have);
     out[100_000..].copy_from_slice(&pull(&c, "v", 100_000, None));
     assert_eq!(out, bytes);
+}
+
+/// A TCP relay to the real data plane that counts the connections made through it.
+fn counting_proxy(l: TcpListener, target: std::net::SocketAddr, count: Arc<AtomicUsize>) {
+    thread::spawn(move || {
+        for client in l.incoming() {
+            count.fetch_add(1, Ordering::SeqCst);
+            let client = client.unwrap();
+            let server = TcpStream::connect(target).unwrap();
+            for (mut from, mut to) in
+                [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
+            {
+                thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+}
+
+fn through_counting_proxy(cfg: ServerConfig) -> (BackgroundServer, Client, Arc<AtomicUsize>) {
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let advertised = proxy.local_addr().unwrap().to_string();
+    let cfg = ServerConfig { advertise_data: Some(advertised), ..cfg };
+    let (s, c) = server_with(Arc::new(MemStore::new()), cfg);
+    let count = Arc::new(AtomicUsize::new(0));
+    counting_proxy(proxy, s.data_addr(), count.clone());
+    (s, c, count)
+}
+
+#[test]
+fn back_to_back_transfers_share_one_data_connection() {
+    let (_s, c, connections) = through_counting_proxy(ServerConfig::ephemeral());
+    for i in 0..5 {
+        push(&c, &format!("k/{i}"), &data(1000 + i * 100_000));
+    }
+    for i in 0..5 {
+        assert_eq!(pull(&c, &format!("k/{i}"), 0, None), data(1000 + i * 100_000));
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "ten transfers, one TCP connection");
+    // A pull read only in part does not hand its connection on (the rest is still coming).
+    let mut p = c.open_pull("k/4", 0, None).unwrap();
+    p.read(&mut [0u8; 10]).unwrap();
+    drop(p);
+    assert_eq!(pull(&c, "k/3", 0, None), data(301_000));
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_kept_alive_connection_the_server_closed_is_replaced_without_a_failure() {
+    // The server announces keep-alive but keeps no connection waiting: each one the client
+    // puts aside is closed under it, and the next transfer must still just work.
+    let cfg = ServerConfig { max_idle_data_connections: 0, ..ServerConfig::ephemeral() };
+    let (_s, c, connections) = through_counting_proxy(cfg);
+    for i in 0..5 {
+        push(&c, &format!("k/{i}"), &data(5000));
+        assert_eq!(pull(&c, &format!("k/{i}"), 0, None), data(5000));
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 10);
+}
+
+#[test]
+fn a_kept_alive_connection_still_needs_a_fresh_token_for_each_transfer() {
+    let (s, c) = server();
+    push(&c, "t", b"abc");
+    let token = raw_token(&s, "t", bs_proto::Direction::Pull);
+    let t = TcpStream::connect(s.data_addr()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut conn = bs_transport::Conn::new(t);
+    let pull_on = |conn: &mut bs_transport::Conn, token| {
+        conn.write_frame(&Frame::Hello { token }).unwrap();
+        assert!(matches!(conn.read_frame().unwrap(), Frame::Data { offset: 0, len: 3 }));
+        let mut body = [0u8; 3];
+        conn.recv_data_into(&mut body, None).unwrap();
+        assert_eq!(&body, b"abc");
+        assert!(matches!(conn.read_frame().unwrap(), Frame::Sum { total: 3, .. }));
+    };
+    pull_on(&mut conn, token);
+    // The same connection carries a second transfer with a token of its own...
+    pull_on(&mut conn, raw_token(&s, "t", bs_proto::Direction::Pull));
+    // ...but never one with a token already used, and nothing but a HELLO.
+    conn.write_frame(&Frame::Hello { token }).unwrap();
+    assert_eq!(error_code(conn.read_frame().unwrap()), ErrorCode::TokenReused);
+    let t = TcpStream::connect(s.data_addr()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut conn = bs_transport::Conn::new(t);
+    pull_on(&mut conn, raw_token(&s, "t", bs_proto::Direction::Pull));
+    conn.write_frame(&Frame::Data { offset: 0, len: 1 }).unwrap();
+    assert_eq!(error_code(conn.read_frame().unwrap()), ErrorCode::BadFrame);
 }
 
 #[test]

@@ -180,22 +180,9 @@ impl FrontDoor {
 
     /// Redeem the token, take a transfer slot and start the transfer on a thread of its own.
     async fn hand_over(&self, io: Greeted, token: [u8; TOKEN_LEN], peer: &str) {
-        let grant = match self.shared.tokens.redeem(&token) {
-            Ok(g) => g,
-            Err(code) => {
-                let why = match code {
-                    ErrorCode::TokenExpired => "token expired; negotiate again",
-                    ErrorCode::TokenReused => "token already used; negotiate again",
-                    _ => "unknown token",
-                };
-                tracing::info!(%peer, ?code, "data connection refused: {why}");
-                return io.tell(code, why.into()).await;
-            }
-        };
-        let Ok(slot) = self.shared.slots.clone().try_acquire_owned() else {
-            tracing::info!(%peer, "data transfer refused: at the transfer limit");
-            let why = "server is at its data transfer limit; retry later";
-            return io.tell(ErrorCode::Busy, why.into()).await;
+        let (grant, slot) = match self.shared.admit(&token, peer) {
+            Ok(admitted) => admitted,
+            Err((code, why)) => return io.tell(code, why).await,
         };
         let conn = match io.into_conn() {
             Ok(c) => c,

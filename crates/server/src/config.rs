@@ -35,6 +35,13 @@ pub struct ServerConfig {
     /// Most concurrent data transfers (connections whose token was accepted); further ones
     /// are told BUSY, which clients retry.
     pub max_connections: usize,
+    /// After a transfer, how long its data connection waits for the client's next token
+    /// (one more transfer on the same connection, without a new TCP or TLS handshake); zero:
+    /// one transfer per connection.
+    pub data_keepalive: Duration,
+    /// Most data connections waiting so between transfers; past it, a finished transfer's
+    /// connection is closed.
+    pub max_idle_data_connections: usize,
     /// Largest upload of unknown size: a DATA frame reaching past it is refused (OutOfRange).
     pub max_unsized_upload: u64,
     /// Wrong bearer tokens one source address may present in a burst on the control plane...
@@ -77,6 +84,8 @@ impl Default for ServerConfig {
             max_unauthenticated: 4096,
             max_unauthenticated_per_ip: 64,
             max_connections: 256,
+            data_keepalive: Duration::from_secs(3),
+            max_idle_data_connections: 64,
             max_unsized_upload: 1 << 40,
             auth_failure_burst: 10,
             auth_failure_interval: Duration::from_secs(2),

@@ -389,6 +389,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             tls: self.cfg.tls.is_some(),
             qos: Some(offer.profile.to_pb()),
             lowered: offer.lowered,
+            keepalive_ms: self.cfg.data_keepalive.as_millis().try_into().unwrap_or(u32::MAX),
         }))
     }
 

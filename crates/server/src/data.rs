@@ -4,15 +4,23 @@
 //! Any failure is answered with an `ERROR` frame naming the reason (best effort: the peer may
 //! be gone) and closes only that connection. A push whose digest does not match is rolled back
 //! to where it started, so no unverified byte stays in the upload.
+//!
+//! Keep-alive: a connection whose transfer ended cleanly (a pull's `SUM` sent, a push's `ACK`
+//! sent) may carry another. It then waits up to [`ServerConfig::data_keepalive`] for the next
+//! `HELLO` with a fresh one-time token — the same frame a new connection starts with — holding
+//! no transfer slot meanwhile; anything else, silence, or shutdown closes it. So a client
+//! moving many small blobs pays the TCP (and TLS) handshake once, and every transfer still
+//! needs its own token.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use bs_binding::transfer::{PullSender, PushReceiver, Violation};
 use bs_binding::{BindingError, Carrier, Counters, Role, Scheduler};
 use bs_store::{Store, StoreError};
 use bs_transport::{Conn, TransportError};
-use bs_wire::{BufferPool, Digest, ErrorCode, Frame};
+use bs_wire::{BufferPool, Digest, ErrorCode, Frame, TOKEN_LEN};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::bindings::{self, BindingTable, Endpoint};
@@ -37,6 +45,15 @@ pub(crate) struct Shared {
     sched: Arc<Scheduler>,
     /// What renegotiations on live bindings are countered against.
     limits: bs_binding::Limits,
+    /// How long a finished transfer's connection waits for the next token (zero: it does not).
+    keepalive: Duration,
+    /// How long the next token's frame may take once it has begun to arrive.
+    hello_timeout: Duration,
+    /// Connections waiting for their next token now, and the most allowed.
+    idle: AtomicUsize,
+    max_idle: usize,
+    /// Set when the server drains: waiting connections close.
+    closing: AtomicBool,
 }
 
 impl Shared {
@@ -53,12 +70,41 @@ impl Shared {
             bindings: Arc::new(BindingTable::default()),
             sched: Arc::new(Scheduler::new(cfg.schedule, 1)),
             limits: cfg.binding_limits(false),
+            keepalive: cfg.data_keepalive,
+            hello_timeout: cfg.hello_timeout,
+            idle: AtomicUsize::new(0),
+            max_idle: cfg.max_idle_data_connections,
+            closing: AtomicBool::new(false),
         }
+    }
+
+    /// Redeem a HELLO's token and take a transfer slot; or the code and reason to tell the
+    /// peer.
+    pub(crate) fn admit(
+        &self,
+        token: &[u8; TOKEN_LEN],
+        peer: &str,
+    ) -> Result<(Grant, OwnedSemaphorePermit), (ErrorCode, String)> {
+        let grant = self.tokens.redeem(token).map_err(|code| {
+            let why = match code {
+                ErrorCode::TokenExpired => "token expired; negotiate again",
+                ErrorCode::TokenReused => "token already used; negotiate again",
+                _ => "unknown token",
+            };
+            tracing::info!(%peer, ?code, "data connection refused: {why}");
+            (code, why.to_string())
+        })?;
+        let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
+            tracing::info!(%peer, "data transfer refused: at the transfer limit");
+            (ErrorCode::Busy, "server is at its data transfer limit; retry later".to_string())
+        })?;
+        Ok((grant, slot))
     }
 
     /// Wait up to `grace` for the running transfers to end, admitting no new ones; returns
     /// how many were still running when the time ran out.
     pub(crate) async fn drain(&self, grace: Duration) -> usize {
+        self.closing.store(true, Ordering::Relaxed);
         match tokio::time::timeout(grace, self.slots.acquire_many(self.slot_count)).await {
             Ok(Ok(all)) => {
                 all.forget();
@@ -115,15 +161,42 @@ fn fail(code: ErrorCode, message: impl Into<String>) -> Failure {
     Failure { code, message: message.into(), peer_gone: false }
 }
 
-/// Run the transfer `grant` allows on `conn`, holding `slot` until it ends. Blocks: call it on
+/// Run the transfer `grant` allows on `conn`, holding `slot` until it ends; then, while the
+/// connection is kept alive, the transfers of the tokens it presents next. Blocks: call it on
 /// a thread of its own.
-pub(crate) fn transfer(shared: &Shared, mut conn: Conn, grant: Grant, slot: OwnedSemaphorePermit) {
-    let peer = conn.peer_addr();
-    if grant.direction == Direction::Bind {
-        bindings::serve(&shared.bindings, &shared.sched, shared.limits.clone(), conn, grant.bind);
+pub(crate) fn transfer(
+    shared: &Shared,
+    mut conn: Conn,
+    mut grant: Grant,
+    mut slot: OwnedSemaphorePermit,
+) {
+    loop {
+        if grant.direction == Direction::Bind {
+            bindings::serve(
+                &shared.bindings,
+                &shared.sched,
+                shared.limits.clone(),
+                conn,
+                grant.bind,
+            );
+            drop(slot);
+            return;
+        }
+        let clean = one_transfer(shared, &mut conn, &grant);
         drop(slot);
-        return;
+        if !clean {
+            return;
+        }
+        match next_token(shared, &mut conn) {
+            Some(next) => (grant, slot) = next,
+            None => return,
+        }
     }
+}
+
+/// One push or pull; whether it ended cleanly (the connection may carry another).
+fn one_transfer(shared: &Shared, conn: &mut Conn, grant: &Grant) -> bool {
+    let peer = conn.peer_addr();
     // A transfer is a binding too: listed while it runs, with its counters.
     let counters = Arc::new(Counters::default());
     let b = &grant.bind;
@@ -138,18 +211,90 @@ pub(crate) fn transfer(shared: &Shared, mut conn: Conn, grant: Grant, slot: Owne
             socket.apply(tcp).map_err(TransportError::from)?;
         }
         match b.endpoint {
-            Endpoint::Push => push(shared, &mut conn, &grant, &counters),
-            _ => pull(shared, &mut conn, &grant, &counters),
+            Endpoint::Push => push(shared, conn, grant, &counters),
+            _ => pull(shared, conn, grant, &counters),
         }
     })();
-    if let Err(f) = res {
-        tracing::info!(?peer, code = ?f.code, reason = %f.message, "data transfer failed");
-        if !f.peer_gone {
-            let _ = conn.write_frame(&Frame::Error { code: f.code, message: f.message });
-            conn.shutdown_write();
+    match res {
+        Ok(()) => true,
+        Err(f) => {
+            tracing::info!(?peer, code = ?f.code, reason = %f.message, "data transfer failed");
+            if !f.peer_gone {
+                let _ = conn.write_frame(&Frame::Error { code: f.code, message: f.message });
+                conn.shutdown_write();
+            }
+            false
         }
     }
-    drop(slot);
+}
+
+/// Keep-alive: wait for the connection's next HELLO and admit its token. `None`: closed —
+/// keep-alive is off or at its limit, the peer went quiet or away, the server is draining,
+/// or the token was refused (the peer was told why).
+fn next_token(shared: &Shared, conn: &mut Conn) -> Option<(Grant, OwnedSemaphorePermit)> {
+    if shared.keepalive.is_zero() {
+        return None;
+    }
+    let _waiting = Waiting::take(&shared.idle, shared.max_idle)?;
+    // Wait in short slices so a draining server is noticed soon.
+    let until = Instant::now() + shared.keepalive;
+    loop {
+        if shared.closing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        match conn.readable(left.min(Duration::from_millis(100))) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(_) => return None,
+        }
+    }
+    let peer = conn.peer_addr().map_or_else(|| "unix".to_string(), |p| p.to_string());
+    let token = match conn.read_frame_within(shared.hello_timeout) {
+        Ok(Frame::Hello { token }) => token,
+        // The client closed its idle connection: the normal end.
+        Err(TransportError::Closed) => return None,
+        Ok(other) => {
+            let why =
+                format!("expected HELLO after a finished transfer, got {}", other.kind().name());
+            let _ = conn.write_frame(&Frame::Error { code: ErrorCode::BadFrame, message: why });
+            conn.shutdown_write();
+            return None;
+        }
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "kept-alive data connection ended");
+            return None;
+        }
+    };
+    match shared.admit(&token, &peer) {
+        Ok(admitted) => Some(admitted),
+        Err((code, message)) => {
+            let _ = conn.write_frame(&Frame::Error { code, message });
+            conn.shutdown_write();
+            None
+        }
+    }
+}
+
+/// A place among the connections waiting for their next token, given back when dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn take(count: &'a AtomicUsize, max: usize) -> Option<Self> {
+        count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+            .ok()?;
+        Some(Self(count))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Result<(), Failure> {

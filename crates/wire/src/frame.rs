@@ -30,7 +30,9 @@
 //! with an `ACK` without the COMMITTED flag (admitted: send) and the `SUM` with an `ACK` (the
 //! end-to-end confirmation), or either with `ERROR`. A **pull** is the client's `HELLO`, answered by
 //! `DATA+payload…, SUM` (or `ERROR`); it needs no confirmation. `SUM` carries the digest of every
-//! payload byte of the transfer, in order, which the receiver verifies.
+//! payload byte of the transfer, in order, which the receiver verifies. A connection whose
+//! transfer ended cleanly may start another with a new `HELLO` (keep-alive; each transfer has
+//! its own one-time token).
 //!
 //! A **binding** (crate `blobstream-binding`) carries messages instead of blob ranges: after
 //! the `HELLO`, each message travels as a `MSG` header announcing its *wire* length (the
