@@ -368,22 +368,19 @@ impl Transporter {
                         // This job's share of the batch's bytes, as its copy reports them.
                         let seen = Arc::new(AtomicU64::new(0));
                         let (all, mine) = (done_bytes.clone(), seen.clone());
+                        // A local file holding other bytes is replaced, as `cp -r` does.
+                        let local = *job.dst.location() == Location::File;
                         let job_opts = Options {
                             mode: crate::options::Mode::Blocking,
                             on_complete: None,
+                            if_different: opts.if_different || local,
                             ..opts.clone()
                         }
                         .progress(move |done, _| {
                             let before = mine.swap(done, Ordering::Relaxed);
                             all.fetch_add(done.saturating_sub(before), Ordering::Relaxed);
                         });
-                        let mut r = self.copy_as(&job.src, &job.dst, &job.spec, &job_opts).wait();
-                        let local = *job.dst.location() == Location::File;
-                        let replaces = opts.overwrite || opts.if_different;
-                        if local && !replaces && matches!(r, Err(BlobError::AlreadyExists(_))) {
-                            let o = job_opts.clone().overwrite(true);
-                            r = self.copy_as(&job.src, &job.dst, &job.spec, &o).wait();
-                        }
+                        let r = self.copy_as(&job.src, &job.dst, &job.spec, &job_opts).wait();
                         // Count the whole job as done (a blob already there moves no bytes).
                         let rest = job.size.saturating_sub(seen.load(Ordering::Relaxed));
                         let bytes = done_bytes.fetch_add(rest, Ordering::Relaxed) + rest;

@@ -426,7 +426,10 @@ fn through_counting_proxy(cfg: ServerConfig) -> (BackgroundServer, Client, Arc<A
 
 #[test]
 fn back_to_back_transfers_share_one_data_connection() {
-    let (_s, c, connections) = through_counting_proxy(ServerConfig::ephemeral());
+    // A keep-alive far longer than any pause between these transfers on a loaded machine.
+    let cfg =
+        ServerConfig { data_keepalive: Duration::from_secs(120), ..ServerConfig::ephemeral() };
+    let (_s, c, connections) = through_counting_proxy(cfg);
     for i in 0..5 {
         push(&c, &format!("k/{i}"), &data(1000 + i * 100_000));
     }
@@ -483,6 +486,35 @@ fn a_kept_alive_connection_still_needs_a_fresh_token_for_each_transfer() {
     pull_on(&mut conn, raw_token(&s, "t", bs_proto::Direction::Pull));
     conn.write_frame(&Frame::Data { offset: 0, len: 1 }).unwrap();
     assert_eq!(error_code(conn.read_frame().unwrap()), ErrorCode::BadFrame);
+    // A binding's token opens a connection of its own, never a kept-alive one.
+    let t = TcpStream::connect(s.data_addr()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut conn = bs_transport::Conn::new(t);
+    pull_on(&mut conn, raw_token(&s, "t", bs_proto::Direction::Pull));
+    conn.write_frame(&Frame::Hello { token: bind_token(&s) }).unwrap();
+    match conn.read_frame().unwrap() {
+        Frame::Error { code: ErrorCode::BadFrame, message } => {
+            assert!(message.contains("binding"), "{message}")
+        }
+        other => panic!("expected ERROR(BadFrame), got {other:?}"),
+    }
+}
+
+/// A binding to the echo endpoint, negotiated with the generated gRPC client: its token.
+fn bind_token(s: &BackgroundServer) -> [u8; TOKEN_LEN] {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let url = format!("http://{}", s.control_addr());
+        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(url).await.unwrap();
+        let req = bs_proto::BindRequest {
+            proposal: Some(bs_binding::Profile::default().to_pb()),
+            endpoint: bs_proto::BindEndpoint::Echo as i32,
+            ..Default::default()
+        };
+        let r = g.bind(req).await.unwrap().into_inner();
+        assert_eq!(r.refused, "", "the default profile is accepted");
+        r.token.try_into().unwrap()
+    })
 }
 
 #[test]

@@ -7,7 +7,6 @@ use rusqlite::{OptionalExtension, Row, params};
 
 use crate::db::Db;
 use crate::error::MetaError;
-use crate::group::GroupStats;
 use crate::record::{BlobRecord, Commit, UploadRecord};
 
 type Result<T> = std::result::Result<T, MetaError>;
@@ -96,11 +95,6 @@ impl Catalogue {
     /// connection — the image index — wrote in between).
     fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
         self.db.lock()
-    }
-
-    /// Group commits so far: how many, and how many writes they held.
-    pub fn group_stats(&self) -> GroupStats {
-        self.db.group_stats()
     }
 
     /// A committed blob and its store location.

@@ -9,7 +9,9 @@ use std::sync::{Mutex, MutexGuard};
 use rusqlite::Connection;
 
 use crate::error::MetaError;
-use crate::group::{Durability, GroupStats, Groups};
+#[cfg(test)]
+use crate::group::GroupStats;
+use crate::group::{Durability, Groups};
 
 pub(crate) struct Db {
     conn: Mutex<Connection>,
@@ -60,6 +62,7 @@ impl Db {
         self.groups.write(&self.conn, Durability::Lazy, op)
     }
 
+    #[cfg(test)]
     pub(crate) fn group_stats(&self) -> GroupStats {
         self.groups.stats()
     }

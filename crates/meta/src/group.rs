@@ -57,8 +57,8 @@ pub(crate) struct Groups {
 static ALL_GROUPS: AtomicU64 = AtomicU64::new(0);
 static ALL_WRITES: AtomicU64 = AtomicU64::new(0);
 
-/// Group commits made and the writes they held: by one database since it was opened
-/// ([`crate::Catalogue::group_stats`]), or by the whole process ([`group_commits`]).
+/// Group commits made and the writes they held: by one database since it was opened (for
+/// tests), or by the whole process ([`group_commits`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupStats {
     pub groups: u64,
@@ -74,6 +74,7 @@ pub fn group_commits() -> GroupStats {
 }
 
 impl Groups {
+    #[cfg(test)]
     pub(crate) fn stats(&self) -> GroupStats {
         GroupStats {
             groups: self.groups.load(Ordering::Relaxed),
@@ -132,20 +133,20 @@ impl Groups {
         if batch.is_empty() {
             return;
         }
-        let n = batch.len() as u64;
         // A group of lazy writes only skips the WAL fsync; the next durable group's fsync
         // covers its frames too (the WAL is one file, synced in order).
         let lazy = batch.iter().all(|(d, _)| *d == Durability::Lazy);
         if lazy {
             let _ = conn.pragma_update(None, "synchronous", "NORMAL");
         }
-        self.run(conn, batch.into_iter().map(|(_, op)| op).collect(), n);
+        self.run(conn, batch.into_iter().map(|(_, op)| op).collect());
         if lazy {
             let _ = conn.pragma_update(None, "synchronous", "FULL");
         }
     }
 
-    fn run(&self, conn: &Connection, batch: Vec<Op>, n: u64) {
+    fn run(&self, conn: &Connection, batch: Vec<Op>) {
+        let n = batch.len() as u64;
         if !conn.is_autocommit() {
             // A group whose leader panicked mid-way left its transaction open.
             let _ = conn.execute_batch("ROLLBACK");

@@ -170,18 +170,12 @@ pub(crate) fn transfer(
     mut grant: Grant,
     mut slot: OwnedSemaphorePermit,
 ) {
+    if grant.direction == Direction::Bind {
+        bindings::serve(&shared.bindings, &shared.sched, shared.limits.clone(), conn, grant.bind);
+        drop(slot);
+        return;
+    }
     loop {
-        if grant.direction == Direction::Bind {
-            bindings::serve(
-                &shared.bindings,
-                &shared.sched,
-                shared.limits.clone(),
-                conn,
-                grant.bind,
-            );
-            drop(slot);
-            return;
-        }
         let clean = one_transfer(shared, &mut conn, &grant);
         drop(slot);
         if !clean {
@@ -269,14 +263,19 @@ fn next_token(shared: &Shared, conn: &mut Conn) -> Option<(Grant, OwnedSemaphore
             return None;
         }
     };
-    match shared.admit(&token, &peer) {
-        Ok(admitted) => Some(admitted),
-        Err((code, message)) => {
-            let _ = conn.write_frame(&Frame::Error { code, message });
-            conn.shutdown_write();
-            None
-        }
-    }
+    let (code, message) = match shared.admit(&token, &peer) {
+        // A binding runs on a thread of its own, whose priority follows its QoS: it opens a
+        // connection of its own rather than inheriting this pooled thread.
+        Ok((grant, _)) if grant.direction == Direction::Bind => (
+            ErrorCode::BadFrame,
+            "a binding opens a data connection of its own, not a kept-alive one".to_string(),
+        ),
+        Ok(admitted) => return Some(admitted),
+        Err(refused) => refused,
+    };
+    let _ = conn.write_frame(&Frame::Error { code, message });
+    conn.shutdown_write();
+    None
 }
 
 /// A place among the connections waiting for their next token, given back when dropped.
