@@ -1,0 +1,14 @@
+//! The parallel block store (LBL's Image Server System / DPSS): a data set cut into blocks,
+//! declustered over the disks of K block servers, read back through prioritized request lists.
+
+pub mod block;
+pub mod cache;
+pub mod disk;
+pub mod error;
+pub mod hilbert;
+pub mod lists;
+pub mod msg;
+pub mod placement;
+
+pub use block::{BlockId, Priority};
+pub use error::DpssError;
