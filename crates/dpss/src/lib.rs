@@ -3,12 +3,16 @@
 
 pub mod block;
 pub mod cache;
+pub mod conn;
 pub mod disk;
 pub mod error;
 pub mod hilbert;
 pub mod lists;
 pub mod msg;
 pub mod placement;
+pub mod server;
 
 pub use block::{BlockId, Priority};
 pub use error::DpssError;
+pub use conn::Peer;
+pub use server::{BlockServer, ServerConfig, ServerStats};

@@ -35,7 +35,7 @@ struct Entry {
 /// What the server sends next on the client's `blocks` connection.
 #[derive(Debug, Clone)]
 pub enum Out {
-    Block { seq: u32, id: BlockId, block: Cached },
+    Block { seq: u32, dataset: String, id: BlockId, block: Cached },
     Failed { seq: u32, id: BlockId, reason: String },
     Done { seq: u32, stats: ListStats },
 }
@@ -165,7 +165,7 @@ impl Lists {
             unreachable!("position() found a ready entry")
         };
         self.stats.sent += 1;
-        let out = Out::Block { seq: self.seq, id: e.id, block };
+        let out = Out::Block { seq: self.seq, dataset: self.dataset.clone(), id: e.id, block };
         self.check_finished();
         Some(out)
     }
