@@ -3,16 +3,23 @@
 
 pub mod block;
 pub mod cache;
+pub mod catalog;
+pub mod client;
 pub mod conn;
 pub mod disk;
 pub mod error;
 pub mod hilbert;
+pub mod layout;
 pub mod lists;
+pub mod master;
 pub mod msg;
 pub mod placement;
+pub mod pyramid;
 pub mod server;
 
 pub use block::{BlockId, Priority};
 pub use error::DpssError;
 pub use conn::Peer;
 pub use server::{BlockServer, ServerConfig, ServerStats};
+pub use layout::{Layout, ServerRef};
+pub use client::{Client, ClientOptions, Event};

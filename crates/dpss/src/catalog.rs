@@ -1,0 +1,176 @@
+//! The name server's catalogue: data set → layout, block → length, digest and the (server,
+//! disk, offset) of each copy, in SQLite with the conventions of `crates/meta` (WAL, full
+//! sync, one transaction per change).
+//!
+//! A data set becomes visible only by [`Catalog::publish`], which checks that every block of
+//! its layout is there with all its copies and writes everything in one transaction.
+
+use std::path::Path;
+
+use bs_proto as pb;
+use prost::Message;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::DpssError;
+use crate::layout::Layout;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS datasets (
+    name TEXT PRIMARY KEY,
+    layout BLOB NOT NULL,          -- protobuf DpssLayout
+    published_unix INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS blocks (
+    dataset TEXT NOT NULL, level INTEGER NOT NULL, x INTEGER NOT NULL, y INTEGER NOT NULL,
+    len INTEGER NOT NULL, digest BLOB NOT NULL,
+    PRIMARY KEY (dataset, level, x, y)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS placements (
+    dataset TEXT NOT NULL, level INTEGER NOT NULL, x INTEGER NOT NULL, y INTEGER NOT NULL,
+    copy INTEGER NOT NULL,         -- 0: the primary
+    server INTEGER NOT NULL, disk INTEGER NOT NULL, offset INTEGER NOT NULL,
+    PRIMARY KEY (dataset, level, x, y, copy)
+) WITHOUT ROWID;
+";
+
+#[derive(Debug)]
+pub struct Catalog {
+    db: Connection,
+}
+
+impl Catalog {
+    /// Open (creating) the catalogue at `path`; `:memory:` for a throwaway one.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, DpssError> {
+        let db = Connection::open(path)?;
+        db.pragma_update(None, "journal_mode", "WAL")?;
+        db.pragma_update(None, "synchronous", "FULL")?;
+        db.execute_batch(SCHEMA)?;
+        Ok(Self { db })
+    }
+
+    /// Make a loaded data set visible with its blocks, all or nothing.
+    pub fn publish(&mut self, layout: &Layout, blocks: &[pb::DpssBlock]) -> Result<(), DpssError> {
+        let want = layout.all_blocks().count();
+        if blocks.len() != want {
+            return Err(DpssError::Layout(format!(
+                "{:?} has {want} blocks, {} were published",
+                layout.dataset,
+                blocks.len()
+            )));
+        }
+        let tx = self.db.transaction()?;
+        let exists: Option<i64> = tx
+            .query_row("SELECT 1 FROM datasets WHERE name = ?1", [&layout.dataset], |r| r.get(0))
+            .optional()?;
+        if exists.is_some() {
+            return Err(DpssError::DatasetExists(layout.dataset.clone()));
+        }
+        {
+            let mut b = tx.prepare(
+                "INSERT INTO blocks (dataset, level, x, y, len, digest) VALUES (?1,?2,?3,?4,?5,?6)",
+            )?;
+            let mut p = tx.prepare(
+                "INSERT INTO placements (dataset, level, x, y, copy, server, disk, offset)
+                 VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+            )?;
+            for blk in blocks {
+                let id = crate::BlockId::new(blk.level as u8, blk.x, blk.y);
+                if blk.level > u8::MAX as u32 || !layout.contains(id) {
+                    return Err(DpssError::Layout(format!("block {id} is outside the layout")));
+                }
+                if blk.placements.len() != layout.r as usize || blk.digest.len() != 16 {
+                    return Err(DpssError::Layout(format!(
+                        "block {id} has {} copies of {} or a bad digest",
+                        blk.placements.len(),
+                        layout.r
+                    )));
+                }
+                b.execute(params![layout.dataset, blk.level, blk.x, blk.y, blk.len, blk.digest])
+                    .map_err(|e| dup(e, id))?;
+                for (copy, pl) in blk.placements.iter().enumerate() {
+                    p.execute(params![
+                        layout.dataset,
+                        blk.level,
+                        blk.x,
+                        blk.y,
+                        copy as u32,
+                        pl.server,
+                        pl.disk,
+                        pl.offset as i64
+                    ])
+                    .map_err(|e| dup(e, id))?;
+                }
+            }
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let encoded = pb::DpssLayout::from(layout).encode_to_vec();
+        tx.execute(
+            "INSERT INTO datasets (name, layout, published_unix) VALUES (?1, ?2, ?3)",
+            params![layout.dataset, encoded, now],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// A published data set's layout.
+    pub fn lookup(&self, name: &str) -> Result<Layout, DpssError> {
+        let raw: Option<Vec<u8>> = self
+            .db
+            .query_row("SELECT layout FROM datasets WHERE name = ?1", [name], |r| r.get(0))
+            .optional()?;
+        let raw = raw.ok_or_else(|| DpssError::UnknownDataset(name.to_string()))?;
+        decode(&raw)
+    }
+
+    /// Every published data set.
+    pub fn list(&self) -> Result<Vec<Layout>, DpssError> {
+        let mut st = self.db.prepare("SELECT layout FROM datasets ORDER BY name")?;
+        let rows = st.query_map([], |r| r.get::<_, Vec<u8>>(0))?;
+        rows.map(|r| decode(&r?)).collect()
+    }
+
+    /// A block's length, digest and copies as (server, disk, offset).
+    pub fn block(
+        &self,
+        dataset: &str,
+        id: crate::BlockId,
+    ) -> Result<(u32, [u8; 16], Vec<(u32, u32, u64)>), DpssError> {
+        let key = params![dataset, id.level, id.x, id.y];
+        let row: Option<(u32, Vec<u8>)> = self
+            .db
+            .query_row(
+                "SELECT len, digest FROM blocks WHERE dataset=?1 AND level=?2 AND x=?3 AND y=?4",
+                key,
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let (len, digest) = row.ok_or_else(|| DpssError::UnknownBlock {
+            dataset: dataset.into(),
+            block: id.to_string(),
+        })?;
+        let mut st = self.db.prepare(
+            "SELECT server, disk, offset FROM placements
+             WHERE dataset=?1 AND level=?2 AND x=?3 AND y=?4 ORDER BY copy",
+        )?;
+        let copies = st
+            .query_map(key, |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((len, digest.try_into().unwrap_or([0; 16]), copies))
+    }
+}
+
+fn decode(raw: &[u8]) -> Result<Layout, DpssError> {
+    let p = pb::DpssLayout::decode(raw).map_err(|e| DpssError::Layout(e.to_string()))?;
+    Layout::try_from(p)
+}
+
+fn dup(e: rusqlite::Error, id: crate::BlockId) -> DpssError {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
+            DpssError::Layout(format!("block {id} published twice"))
+        }
+        e => e.into(),
+    }
+}

@@ -1,0 +1,386 @@
+//! The client library: open a data set, send request lists, receive verified blocks as they
+//! arrive from every server, and fail over to another copy when a server dies or a block
+//! fails its digest.
+//!
+//! Per server the client holds two connections (see [`crate::msg`]): `requests`, written from
+//! the caller's thread, and `blocks`, read by a thread of its own that hands every message to
+//! one channel. [`Client::next`] takes from that channel, checks each block against its
+//! digest, and re-asks a copy elsewhere for what failed.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bs_binding::Binding;
+use bs_transport::TlsClient;
+use bytes::Bytes;
+
+use crate::block::{BlockId, Priority, digest};
+use crate::conn::Peer;
+use crate::error::DpssError;
+use crate::layout::Layout;
+use crate::msg::{self, ListStats, Message};
+
+/// How to reach the servers.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    pub token: Option<String>,
+    pub tls: Option<TlsClient>,
+}
+
+/// What [`Client::next`] gives.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A block, verified against its digest.
+    Block { id: BlockId, data: Bytes, server: usize },
+    /// No copy of the block could be delivered; `reason` says what each server said.
+    Lost { id: BlockId, reason: String },
+    /// A server finished (or replaced) one of this client's lists.
+    ListDone { server: usize, seq: u32, stats: ListStats },
+    /// A server went away; its unserved blocks were re-asked elsewhere.
+    ServerLost { server: usize, reason: String },
+}
+
+enum Raw {
+    Msg(usize, bs_binding::Msg),
+    Gone(usize, String),
+}
+
+struct Link {
+    requests: Binding,
+    reader: Option<thread::JoinHandle<()>>,
+}
+
+/// A client of one data set.
+pub struct Client {
+    layout: Layout,
+    opts: ClientOptions,
+    links: Vec<Option<Link>>,
+    dead: Vec<Option<String>>,
+    tx: mpsc::Sender<Raw>,
+    rx: mpsc::Receiver<Raw>,
+    seq: u32,
+    /// Per server: the entries of its current list not yet delivered.
+    outstanding: Vec<Vec<(BlockId, Priority)>>,
+    /// Per block asked: servers tried and what they said.
+    tried: HashMap<BlockId, Vec<(usize, String)>>,
+    queued: VecDeque<Event>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("dataset", &self.layout.dataset).finish()
+    }
+}
+
+fn session_id() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl Client {
+    /// Look `dataset` up on the master at `master` and connect to its servers.
+    pub fn open(master: &str, dataset: &str, opts: ClientOptions) -> Result<Self, DpssError> {
+        let layout = lookup(master, dataset)?;
+        Self::with_layout(layout, opts)
+    }
+
+    /// Connect to the servers of a layout already known. A server that cannot be reached is
+    /// marked lost at once (its blocks come from copies elsewhere).
+    pub fn with_layout(layout: Layout, opts: ClientOptions) -> Result<Self, DpssError> {
+        let (tx, rx) = mpsc::channel();
+        let n = layout.servers.len();
+        let mut c = Self {
+            layout,
+            opts,
+            links: (0..n).map(|_| None).collect(),
+            dead: vec![None; n],
+            tx,
+            rx,
+            seq: 0,
+            outstanding: vec![Vec::new(); n],
+            tried: HashMap::new(),
+            queued: VecDeque::new(),
+        };
+        for s in 0..n {
+            if let Err(e) = c.connect(s) {
+                tracing::warn!(server = %c.layout.servers[s].addr, error = %e, "block server unreachable");
+                c.dead[s] = Some(e.to_string());
+            }
+        }
+        if c.dead.iter().all(Option::is_some) {
+            return Err(DpssError::Remote(format!(
+                "no server of {:?} can be reached: {}",
+                c.layout.dataset,
+                c.dead[0].as_deref().unwrap_or_default()
+            )));
+        }
+        Ok(c)
+    }
+
+    fn connect(&mut self, s: usize) -> Result<(), DpssError> {
+        let peer = Peer::new(self.layout.servers[s].addr.clone(), self.opts.tls.clone());
+        let session = session_id();
+        let token = self.opts.token.clone().unwrap_or_default();
+        let hello = |role: &str| msg::Hello { role: role.into(), session: session.clone(), token: token.clone() };
+        let (requests, _) = peer.open(&hello("requests"))?;
+        let (mut blocks, _) = peer.open(&hello("blocks"))?;
+        let tx = self.tx.clone();
+        let reader = thread::Builder::new().name(format!("dpss-client-{s}")).spawn(move || {
+            loop {
+                match blocks.recv() {
+                    Ok(Some(m)) => {
+                        if tx.send(Raw::Msg(s, m)).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => {
+                        let _ = tx.send(Raw::Gone(s, "the server closed the connection".into()));
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Raw::Gone(s, DpssError::from(e).to_string()));
+                        return;
+                    }
+                }
+            }
+        })?;
+        self.links[s] = Some(Link { requests, reader: Some(reader) });
+        Ok(())
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Servers given up on, with why.
+    pub fn lost_servers(&self) -> Vec<(usize, String)> {
+        self.dead.iter().enumerate().filter_map(|(i, d)| d.clone().map(|d| (i, d))).collect()
+    }
+
+    /// Replace every server's list by this one (most urgent first): each block goes to its
+    /// first copy on a server not lost. Returns the list number.
+    pub fn request(&mut self, list: &[(BlockId, Priority)]) -> Result<u32, DpssError> {
+        for (id, _) in list {
+            if !self.layout.contains(*id) {
+                return Err(DpssError::UnknownBlock {
+                    dataset: self.layout.dataset.clone(),
+                    block: id.to_string(),
+                });
+            }
+        }
+        self.seq += 1;
+        self.tried.clear();
+        let mut per: Vec<Vec<(BlockId, Priority)>> = vec![Vec::new(); self.links.len()];
+        let mut lost = Vec::new();
+        for &(id, p) in list {
+            match self.pick(id) {
+                Some(s) => per[s].push((id, p)),
+                None => lost.push(id),
+            }
+        }
+        for (s, entries) in per.into_iter().enumerate() {
+            if self.dead[s].is_none() {
+                self.send_list(s, entries);
+            }
+        }
+        for id in lost {
+            let ev = self.lost(id);
+            self.queued.push_back(ev);
+        }
+        Ok(self.seq)
+    }
+
+    /// The first copy of `id` on a live server not yet tried for it.
+    fn pick(&self, id: BlockId) -> Option<usize> {
+        let tried = self.tried.get(&id);
+        self.layout
+            .locations(id)
+            .into_iter()
+            .map(|(s, _)| s)
+            .find(|&s| self.dead[s].is_none() && !tried.is_some_and(|t| t.iter().any(|x| x.0 == s)))
+    }
+
+    fn send_list(&mut self, s: usize, entries: Vec<(BlockId, Priority)>) {
+        let m = msg::list(self.seq, &self.layout.dataset, &entries);
+        let res = match self.links[s].as_mut() {
+            Some(l) => l.requests.send(&m).map_err(DpssError::from),
+            None => Err(DpssError::Remote("not connected".into())),
+        };
+        self.outstanding[s] = entries.into_iter().filter(|(_, p)| *p != Priority::Low).collect();
+        if let Err(e) = res {
+            let _ = self.tx.send(Raw::Gone(s, e.to_string()));
+        }
+    }
+
+    /// Ask `ids` again from their next copies (after `s` failed them for `reason`).
+    fn fail_over(&mut self, s: usize, ids: Vec<(BlockId, Priority)>, reason: &str) -> Vec<Event> {
+        let mut events = Vec::new();
+        let mut extra: HashMap<usize, Vec<(BlockId, Priority)>> = HashMap::new();
+        for (id, p) in ids {
+            self.tried.entry(id).or_default().push((s, reason.to_string()));
+            match self.pick(id) {
+                Some(t) => extra.entry(t).or_default().push((id, p)),
+                None => events.push(self.lost(id)),
+            }
+        }
+        for (t, more) in extra {
+            // The replica's list is replaced by what it still owes plus these.
+            let mut entries = std::mem::take(&mut self.outstanding[t]);
+            let have: HashSet<BlockId> = entries.iter().map(|e| e.0).collect();
+            entries.extend(more.into_iter().filter(|e| !have.contains(&e.0)));
+            self.send_list(t, entries);
+        }
+        events
+    }
+
+    fn lost(&self, id: BlockId) -> Event {
+        let reasons = self.tried.get(&id).map_or(String::new(), |t| {
+            t.iter()
+                .map(|(s, r)| format!("{}: {r}", self.layout.servers[*s].name))
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        let reason = if reasons.is_empty() { "every server holding it is lost".into() } else { reasons };
+        Event::Lost { id, reason }
+    }
+
+    /// The next event, waiting at most `wait` (`None` when nothing came).
+    pub fn next(&mut self, wait: Duration) -> Option<Event> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(e) = self.queued.pop_front() {
+                return Some(e);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(raw) => self.handle(raw),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn handle(&mut self, raw: Raw) {
+        let (s, m) = match raw {
+            Raw::Gone(s, reason) => return self.server_lost(s, reason),
+            Raw::Msg(s, m) => (s, m),
+        };
+        if self.dead[s].is_some() {
+            return;
+        }
+        let parsed = match Message::parse(m.payload(), 0) {
+            Ok(p) => p,
+            Err(e) => return self.server_lost(s, e.to_string()),
+        };
+        match parsed {
+            Message::Block { id, digest: want, dataset, data, .. } => {
+                let prio = self.take_outstanding(s, id);
+                if dataset != self.layout.dataset || digest(data) != want {
+                    let why = format!("block {id} arrived damaged (digest or data set mismatch)");
+                    let ev = self.fail_over(s, vec![(id, prio.unwrap_or(Priority::High))], &why);
+                    self.queued.extend(ev);
+                    return;
+                }
+                let data = Bytes::copy_from_slice(data);
+                self.queued.push_back(Event::Block { id, data, server: s });
+            }
+            Message::Failed { seq, id, reason } => {
+                let prio = self.take_outstanding(s, id);
+                if let (true, Some(p)) = (seq == self.seq, prio) {
+                    let ev = self.fail_over(s, vec![(id, p)], reason);
+                    self.queued.extend(ev);
+                }
+            }
+            Message::Done { seq, stats } => {
+                self.queued.push_back(Event::ListDone { server: s, seq, stats });
+            }
+            other => self.server_lost(s, format!("unexpected {other:?}")),
+        }
+    }
+
+    fn take_outstanding(&mut self, s: usize, id: BlockId) -> Option<Priority> {
+        let o = &mut self.outstanding[s];
+        let i = o.iter().position(|e| e.0 == id)?;
+        Some(o.remove(i).1)
+    }
+
+    fn server_lost(&mut self, s: usize, reason: String) {
+        if self.dead[s].is_some() {
+            return;
+        }
+        tracing::warn!(server = %self.layout.servers[s].addr, %reason, "block server lost");
+        self.dead[s] = Some(reason.clone());
+        if let Some(mut l) = self.links[s].take() {
+            l.requests.shutdown_write();
+            drop(l.reader.take());
+        }
+        self.queued.push_back(Event::ServerLost { server: s, reason: reason.clone() });
+        let owed = std::mem::take(&mut self.outstanding[s]);
+        let ev = self.fail_over(s, owed, &format!("server lost: {reason}"));
+        self.queued.extend(ev);
+    }
+
+    /// Fetch `ids` (all high priority), waiting at most `wait` overall; fails naming the
+    /// first block no copy could deliver.
+    pub fn fetch(
+        &mut self,
+        ids: &[BlockId],
+        wait: Duration,
+    ) -> Result<HashMap<BlockId, Bytes>, DpssError> {
+        let list: Vec<_> = ids.iter().map(|&id| (id, Priority::High)).collect();
+        self.request(&list)?;
+        let mut want: HashSet<BlockId> = ids.iter().copied().collect();
+        let mut got = HashMap::with_capacity(want.len());
+        let deadline = Instant::now() + wait;
+        while !want.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.next(left) {
+                Some(Event::Block { id, data, .. }) => {
+                    if want.remove(&id) {
+                        got.insert(id, data);
+                    }
+                }
+                Some(Event::Lost { id, reason }) if want.contains(&id) => {
+                    return Err(DpssError::Unavailable { block: id.to_string(), reasons: reason });
+                }
+                Some(_) => {}
+                None => {
+                    return Err(DpssError::Remote(format!(
+                        "{} of {} blocks did not arrive within {wait:?}",
+                        want.len(),
+                        ids.len()
+                    )));
+                }
+            }
+        }
+        Ok(got)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        for l in self.links.iter_mut().flatten() {
+            l.requests.shutdown_write();
+        }
+    }
+}
+
+/// A data set's layout from the master at `master` (host:port).
+pub fn lookup(master: &str, dataset: &str) -> Result<Layout, DpssError> {
+    block_on(async {
+        let mut c = crate::master::connect(master).await?;
+        let l = c.lookup(bs_proto::DpssLookupRequest { dataset: dataset.into() }).await?;
+        Layout::try_from(l.into_inner())
+    })
+}
+
+/// Run `f` to completion from blocking code (a runtime of its own on this thread).
+pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds")
+        .block_on(f)
+}
