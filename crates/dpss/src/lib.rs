@@ -11,6 +11,7 @@ pub mod error;
 pub mod hilbert;
 pub mod layout;
 pub mod lists;
+pub mod loader;
 pub mod master;
 pub mod msg;
 pub mod placement;

@@ -43,7 +43,7 @@ pub enum Out {
 /// A read the server must queue on the block's disk.
 pub type Read = (BlockId, Priority);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Lists {
     seq: u32,
     dataset: String,
@@ -55,9 +55,23 @@ pub struct Lists {
     outbox: VecDeque<Out>,
 }
 
+impl Default for Lists {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Lists {
+    /// No list yet (so nothing to flush).
     pub fn new() -> Self {
-        Self { finished: true, ..Self::default() }
+        Self {
+            seq: 0,
+            dataset: String::new(),
+            entries: Vec::new(),
+            stats: ListStats::default(),
+            finished: true,
+            outbox: VecDeque::new(),
+        }
     }
 
     /// The current list: its number and data set.

@@ -18,6 +18,8 @@
 //!                                      dataset, then the block's bytes
 //!  8     COMMIT     loader → server    dataset: publish what was PUT (reply COMMITTED)
 //!  9     COMMITTED  server → loader    JSON {"blocks": [[level, x, y, disk, offset], …]}
+//! 10     DROP       loader → server    dataset: remove it (a load that failed half way);
+//!                                      answered by COMMITTED with no blocks
 //! ```
 //!
 //! A client opens two connections to each server: `requests` carries its `LIST`s, `blocks`
@@ -39,6 +41,7 @@ pub const DONE: u8 = 6;
 pub const PUT: u8 = 7;
 pub const COMMIT: u8 = 8;
 pub const COMMITTED: u8 = 9;
+pub const DROP: u8 = 10;
 
 /// Bytes per entry of a `LIST`.
 const ENTRY: usize = 10;
@@ -88,6 +91,7 @@ pub enum Message<'a> {
     Done { seq: u32, stats: ListStats },
     Put { disk: u16, id: BlockId, digest: [u8; 16], dataset: &'a str, data: &'a [u8] },
     Commit(&'a str),
+    Drop(&'a str),
     Committed(Vec<Placed>),
 }
 
@@ -198,6 +202,7 @@ impl<'a> Message<'a> {
                 let name = r.text()?;
                 Message::Commit(name)
             }
+            DROP => Message::Drop(r.text()?),
             COMMITTED => {
                 #[derive(Deserialize)]
                 struct C {
@@ -294,6 +299,12 @@ pub fn commit(dataset: &str) -> Vec<u8> {
     out
 }
 
+pub fn drop(dataset: &str) -> Vec<u8> {
+    let mut out = vec![DROP];
+    out.extend_from_slice(dataset.as_bytes());
+    out
+}
+
 pub fn committed(placed: &[Placed]) -> Vec<u8> {
     let rows: Vec<_> = placed.iter().map(|(id, d, o)| (id.level, id.x, id.y, *d, *o)).collect();
     with_json(COMMITTED, &serde_json::json!({ "blocks": rows }))
@@ -330,6 +341,7 @@ mod tests {
             Message::Put { disk: 1, id, digest: d, dataset: "demo", data: b"xy" }
         );
         assert_eq!(Message::parse(&commit("demo"), 10).unwrap(), Message::Commit("demo"));
+        assert_eq!(Message::parse(&drop("demo"), 10).unwrap(), Message::Drop("demo"));
         let c = committed(&[(id, 1, 4096)]);
         assert_eq!(Message::parse(&c, 10).unwrap(), Message::Committed(vec![(id, 1, 4096)]));
     }

@@ -203,10 +203,11 @@ impl BlockServer {
         stats(&self.inner)
     }
 
-    /// A function giving the counters, for a heartbeat thread.
-    pub fn stats_source(&self) -> impl Fn() -> ServerStats + Send + Sync + 'static {
+    /// A function giving the counters while the server runs (`None` once it stopped), for
+    /// [`crate::master::heartbeat`].
+    pub fn stats_source(&self) -> impl Fn() -> Option<ServerStats> + Send + Sync + 'static {
         let i = Arc::downgrade(&self.inner);
-        move || i.upgrade().map(|i| stats(&i)).unwrap_or_default()
+        move || i.upgrade().filter(|i| !i.closing.load(Ordering::SeqCst)).map(|i| stats(&i))
     }
 
     /// The directory of disk `n`.
@@ -532,6 +533,13 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
                     i.datasets.write().unwrap().insert(name.to_string(), ds);
                     b.send(&msg::committed(&placed))?;
                     tracing::info!(dataset = name, blocks = placed.len(), secs = ?started.elapsed(), "data set committed");
+                }
+                Message::Drop(name) => {
+                    check_name(name)?;
+                    i.datasets.write().unwrap().remove(name);
+                    i.cache.lock().unwrap().drop_dataset(name);
+                    i.disks.remove(name)?;
+                    b.send(&msg::committed(&[]))?;
                 }
                 other => {
                     return Err(DpssError::Malformed(format!("a loader sent {other:?}")));

@@ -1,0 +1,167 @@
+//! The loader: cut a data set into blocks, send every copy of every block to its server and
+//! disk, commit on every server, then publish the data set on the name server — or, when any
+//! step fails, remove what was committed so nothing half-loaded is ever visible.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use bs_binding::Binding;
+use bs_proto as pb;
+use serde::Serialize;
+
+use crate::block::{BlockId, digest};
+use crate::client::{ClientOptions, block_on};
+use crate::conn::Peer;
+use crate::error::DpssError;
+use crate::layout::{Layout, ServerRef};
+use crate::msg::{self, Message};
+use crate::pyramid::TileSource;
+
+/// What a load did.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    pub dataset: String,
+    pub blocks: u64,
+    /// Bytes of the data set (each block once) and bytes written (every copy).
+    pub bytes: u64,
+    pub written: u64,
+    pub servers: usize,
+    pub k: u32,
+    pub h: u32,
+    pub r: u32,
+    pub levels: u32,
+    pub seconds: f64,
+}
+
+/// The block servers the master reports up, in a stable order.
+pub fn live_servers(master: &str) -> Result<Vec<ServerRef>, DpssError> {
+    block_on(async {
+        let mut c = crate::master::connect(master).await?;
+        let st = c.status(pb::DpssStatusRequest {}).await?.into_inner();
+        let mut out: Vec<ServerRef> = st
+            .servers
+            .into_iter()
+            .filter(|s| s.up)
+            .map(|s| ServerRef { name: s.name, addr: s.addr, disks: s.disks })
+            .collect();
+        out.sort_by(|a, b| a.addr.cmp(&b.addr));
+        if out.is_empty() {
+            return Err(DpssError::Master(format!("the master at {master} knows no live block server")));
+        }
+        Ok(out)
+    })
+}
+
+/// Load `src` as `layout` (from [`Layout::plan`]) and publish it on the master at `master`.
+/// `progress` is told (blocks done, blocks in all) as the load goes.
+pub fn load(
+    master: &str,
+    mut layout: Layout,
+    src: &dyn TileSource,
+    opts: &ClientOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<LoadReport, DpssError> {
+    let started = Instant::now();
+    let mut links: Vec<Binding> = Vec::with_capacity(layout.servers.len());
+    for s in &layout.servers {
+        let hello = msg::Hello {
+            role: "loader".into(),
+            session: String::new(),
+            token: opts.token.clone().unwrap_or_default(),
+        };
+        links.push(Peer::new(s.addr.clone(), opts.tls.clone()).open(&hello)?.0);
+    }
+    let ids: Vec<BlockId> = layout.all_blocks().collect();
+    let total = ids.len() as u64;
+    let mut blocks: Vec<pb::DpssBlock> = Vec::with_capacity(ids.len());
+    let (mut bytes, mut written) = (0u64, 0u64);
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
+    let mut committed: Vec<usize> = Vec::new();
+    let res = (|| {
+        for batch in ids.chunks(workers * 4) {
+            // Make the batch's blocks in parallel, send them in order.
+            let made: Vec<Result<Vec<u8>, DpssError>> = std::thread::scope(|sc| {
+                let per = batch.len().div_ceil(workers);
+                let handles: Vec<_> = batch
+                    .chunks(per)
+                    .map(|part| sc.spawn(move || part.iter().map(|id| src.block(*id)).collect::<Vec<_>>()))
+                    .collect();
+                handles.into_iter().flat_map(|h| h.join().expect("a tile maker panicked")).collect()
+            });
+            for (id, data) in batch.iter().zip(made) {
+                let data = data?;
+                let d = digest(&data);
+                for (s, disk) in layout.locations(*id) {
+                    let head = msg::put_head(disk, *id, &d, &layout.dataset);
+                    links[s].send_parts(&head, &data)?;
+                    written += data.len() as u64;
+                }
+                bytes += data.len() as u64;
+                blocks.push(pb::DpssBlock {
+                    level: id.level as u32,
+                    x: id.x,
+                    y: id.y,
+                    len: data.len() as u32,
+                    digest: d.to_vec(),
+                    placements: Vec::new(),
+                });
+            }
+            progress(blocks.len() as u64, total);
+        }
+        let mut placed: HashMap<(BlockId, usize), (u16, u64)> = HashMap::new();
+        for (s, b) in links.iter_mut().enumerate() {
+            b.send(&msg::commit(&layout.dataset))?;
+            let m = b.recv()?.ok_or_else(|| {
+                DpssError::Remote(format!("{} closed the connection at COMMIT", layout.servers[s].addr))
+            })?;
+            let Message::Committed(list) = Message::parse(m.payload(), 0)? else {
+                return Err(DpssError::Malformed("expected COMMITTED".into()));
+            };
+            committed.push(s);
+            for (id, disk, offset) in list {
+                placed.insert((id, s), (disk, offset));
+            }
+        }
+        for b in &mut blocks {
+            let id = BlockId::new(b.level as u8, b.x, b.y);
+            for (s, _) in layout.locations(id) {
+                let (disk, offset) = placed.get(&(id, s)).copied().ok_or_else(|| {
+                    DpssError::Remote(format!("server {s} did not commit block {id}"))
+                })?;
+                b.placements.push(pb::DpssPlacement { server: s as u32, disk: disk as u32, offset });
+            }
+        }
+        layout.blocks = total;
+        layout.bytes = bytes;
+        let req = pb::DpssPublishRequest { layout: Some((&layout).into()), blocks: std::mem::take(&mut blocks) };
+        block_on(async {
+            let mut c = crate::master::connect(master).await?;
+            c.publish(req).await?;
+            Ok::<(), DpssError>(())
+        })
+    })();
+    if let Err(e) = res {
+        // Take back what some servers committed; the rest discard their staging when the
+        // connection ends.
+        for s in committed {
+            let _ = links[s].send(&msg::drop(&layout.dataset));
+            let _ = links[s].recv();
+        }
+        return Err(e);
+    }
+    for b in links {
+        b.close();
+    }
+    Ok(LoadReport {
+        dataset: layout.dataset.clone(),
+        blocks: total,
+        bytes,
+        written,
+        servers: layout.servers.len(),
+        k: layout.k,
+        h: layout.h,
+        r: layout.r,
+        levels: layout.levels,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,197 @@
+//! The block store end to end in one process: load, read back verified, request-list
+//! semantics over the wire, failover, and bad input.
+
+mod common;
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use bs_dpss::client::lookup;
+use bs_dpss::conn::Peer;
+use bs_dpss::msg;
+use bs_dpss::pyramid::TileSource;
+use bs_dpss::{BlockId, Client, ClientOptions, DpssError, Event, Priority};
+use common::Cluster;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn all(c: &Client) -> Vec<BlockId> {
+    c.layout().all_blocks().collect()
+}
+
+#[test]
+fn a_loaded_image_reads_back_block_for_block_from_every_server() {
+    let cl = Cluster::start(4, 1, None);
+    let (src, rep) = cl.load("card", 2048, 2, &ClientOptions::default());
+    let rep = rep.unwrap();
+    assert_eq!((rep.blocks, rep.levels, rep.k, rep.r), (64 + 16 + 4 + 1, 4, 4, 2));
+    assert_eq!(rep.written, 2 * rep.bytes);
+    let mut c = Client::open(&cl.master, "card", ClientOptions::default()).unwrap();
+    let ids = all(&c);
+    let got = c.fetch(&ids, WAIT).unwrap();
+    for id in &ids {
+        assert_eq!(got[id], src.block(*id).unwrap(), "{id}");
+    }
+    // Every server sent some of them: the data set is spread over all four.
+    let st = cl.servers.iter().flatten().map(|s| s.stats()).collect::<Vec<_>>();
+    assert!(st.iter().all(|s| s.sent_blocks > 0), "{st:?}");
+    // The name server knows it; a second load under the same name is refused.
+    assert_eq!(lookup(&cl.master, "card").unwrap().blocks, rep.blocks);
+    let (_, again) = cl.load("card", 512, 2, &ClientOptions::default());
+    assert!(matches!(again, Err(DpssError::Remote(m)) if m.contains("already exists")));
+}
+
+#[test]
+fn a_new_list_flushes_the_old_and_cached_blocks_are_hits() {
+    let cl = Cluster::start(1, 1, None);
+    cl.load("img", 4096, 1, &ClientOptions::default()).1.unwrap();
+    let mut c = Client::open(&cl.master, "img", ClientOptions::default()).unwrap();
+    // Low priority: read into the cache, never sent.
+    let low: Vec<_> = (0..4).map(|x| (BlockId::new(0, x, 0), Priority::Low)).collect();
+    c.request(&low).unwrap();
+    let stats = loop {
+        match c.next(WAIT).expect("an event") {
+            Event::ListDone { stats, .. } => break stats,
+            Event::Block { id, .. } => panic!("low block {id} was sent"),
+            e => panic!("{e:?}"),
+        }
+    };
+    assert_eq!((stats.requested, stats.read, stats.sent), (4, 4, 0));
+    // Asked again at high priority: all four come from the cache.
+    let high: Vec<_> = (0..4).map(|x| (BlockId::new(0, x, 0), Priority::High)).collect();
+    c.request(&high).unwrap();
+    let mut order = Vec::new();
+    let stats = loop {
+        match c.next(WAIT).expect("an event") {
+            Event::Block { id, .. } => order.push(id.x),
+            Event::ListDone { stats, .. } => break stats,
+            e => panic!("{e:?}"),
+        }
+    };
+    assert_eq!(order, [0, 1, 2, 3], "high blocks in list order");
+    assert_eq!((stats.cache_hits, stats.read, stats.sent), (4, 0, 4));
+    // A long list replaced at once by another: the first is reported with what it flushed,
+    // and everything of the second arrives.
+    let long: Vec<_> = (0..16).flat_map(|y| (0..16).map(move |x| (BlockId::new(0, x, y), Priority::High))).collect();
+    let first = c.request(&long).unwrap();
+    let second = c.request(&[(BlockId::new(1, 0, 0), Priority::High)]).unwrap();
+    let mut done = HashMap::new();
+    let mut got_second = false;
+    while done.len() < 2 {
+        match c.next(WAIT).expect("an event") {
+            Event::ListDone { seq, stats, .. } => {
+                done.insert(seq, stats);
+            }
+            Event::Block { id, .. } => got_second |= id == BlockId::new(1, 0, 0),
+            e => panic!("{e:?}"),
+        }
+    }
+    let f = done[&first];
+    assert_eq!(f.requested, 256);
+    assert_eq!(f.sent + f.flushed, 256, "{f:?}");
+    assert!(got_second && done[&second].sent == 1);
+}
+
+#[test]
+fn losing_a_server_or_a_rotted_block_loses_nothing_with_two_copies() {
+    let mut cl = Cluster::start(3, 2, None);
+    let (src, rep) = cl.load("img", 2048, 2, &ClientOptions::default());
+    rep.unwrap();
+    let (rot_src, rep) = cl.load("rot", 1024, 2, &ClientOptions::default());
+    rep.unwrap();
+    // Rot a whole disk's copy of "rot": its server refuses to send those blocks, the client
+    // takes the other copies.
+    let layout = lookup(&cl.master, "rot").unwrap();
+    let victim = BlockId::new(0, 1, 1);
+    let (s, disk) = layout.locations(victim)[0];
+    let dir = cl.servers[s].as_ref().unwrap().disk_dir(disk as usize);
+    let path = dir.join("rot.blk");
+    let rotted: Vec<u8> = std::fs::read(&path).unwrap().iter().map(|b| b ^ 0x5A).collect();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all_at(&rotted, 0).unwrap();
+    let mut c = Client::open(&cl.master, "rot", ClientOptions::default()).unwrap();
+    let ids = all(&c);
+    let got = c.fetch(&ids, WAIT).unwrap();
+    for id in &ids {
+        assert_eq!(got[id], rot_src.block(*id).unwrap(), "{id}");
+    }
+    assert!(cl.servers[s].as_ref().unwrap().stats().corrupt >= 1);
+    let mut c = Client::open(&cl.master, "img", ClientOptions::default()).unwrap();
+    // Now stop a server mid-list: every block still arrives, from the copies.
+    let ids = all(&c);
+    c.request(&ids.iter().map(|&i| (i, Priority::High)).collect::<Vec<_>>()).unwrap();
+    let mut got = HashMap::new();
+    let mut killed = false;
+    while got.len() < ids.len() {
+        match c.next(WAIT).expect("an event") {
+            Event::Block { id, data, .. } => {
+                got.insert(id, data);
+                if !killed {
+                    cl.servers[(s + 1) % 3] = None; // dropped: its sockets close
+                    killed = true;
+                }
+            }
+            Event::Lost { id, reason } => panic!("{id} lost: {reason}"),
+            _ => {}
+        }
+    }
+    for id in &ids {
+        assert_eq!(got[id], src.block(*id).unwrap(), "{id}");
+    }
+    assert_eq!(c.lost_servers().len(), 1);
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
+    let cl = Cluster::start(1, 1, Some("sesame"));
+    let opts = ClientOptions { token: Some("sesame".into()), tls: None };
+    cl.load("img", 512, 1, &opts).1.unwrap();
+    let addr = cl.servers[0].as_ref().unwrap().addr().to_string();
+    let peer = Peer::new(addr.clone(), None);
+    let hello = |role: &str, token: &str| msg::Hello {
+        role: role.into(),
+        session: "0123456789abcdef0123456789abcdef".into(),
+        token: token.into(),
+    };
+    // A wrong token.
+    let e = peer.open(&hello("requests", "guess")).unwrap_err();
+    assert!(e.to_string().contains("wrong token"), "{e}");
+    // An unknown role.
+    let e = peer.open(&hello("janitor", "sesame")).unwrap_err();
+    assert!(e.to_string().contains("role"), "{e}");
+    // A list for an unknown data set; a list too long; a malformed list.
+    let expect_end = |payload: Vec<u8>, want: &str| {
+        let (mut b, _) = peer.open(&hello("requests", "sesame")).unwrap();
+        b.send(&payload).unwrap();
+        let e = b.recv().map(|m| m.map(|m| m.payload().to_vec())).unwrap_err();
+        assert!(DpssError::from(e).to_string().contains(want), "want {want:?}");
+    };
+    expect_end(msg::list(1, "nope", &[]), "unknown data set");
+    let long = vec![(BlockId::new(0, 0, 0), Priority::High); 5000];
+    expect_end(msg::list(1, "img", &long), "exceeds the bound");
+    expect_end(vec![msg::LIST, 0, 0], "malformed");
+    // Blocks of another data set (ids it does not have) are reported, not fatal.
+    let mut c = Client::open(&cl.master, "img", opts.clone()).unwrap();
+    let e = c.request(&[(BlockId::new(0, 9, 9), Priority::High)]).unwrap_err();
+    assert!(matches!(e, DpssError::UnknownBlock { .. }), "{e}");
+    // A loader sending a block whose digest does not match: refused, nothing visible.
+    let (mut b, _) = peer.open(&hello("loader", "sesame")).unwrap();
+    let mut put = msg::put_head(0, BlockId::new(0, 0, 0), &[0; 16], "broken");
+    put.extend_from_slice(b"not what the digest says");
+    b.send(&put).unwrap();
+    let e = b.recv().unwrap_err();
+    assert!(DpssError::from(e).to_string().contains("fails its digest"));
+    // A loader that goes away before COMMIT leaves nothing: the name is free again.
+    let (mut b, _) = peer.open(&hello("loader", "sesame")).unwrap();
+    let data = b"half a data set".to_vec();
+    let mut put = msg::put_head(0, BlockId::new(0, 0, 0), &bs_dpss::block::digest(&data), "half");
+    put.extend_from_slice(&data);
+    b.send(&put).unwrap();
+    drop(b);
+    assert!(matches!(lookup(&cl.master, "half"), Err(DpssError::Master(m)) if m.contains("unknown")));
+    // And through all this the server still serves.
+    let all: Vec<_> = c.layout().all_blocks().collect();
+    assert_eq!(c.fetch(&all, WAIT).unwrap().len(), all.len());
+    let (_, rep) = cl.load("half", 256, 1, &opts);
+    rep.unwrap();
+}
