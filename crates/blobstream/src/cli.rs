@@ -114,9 +114,142 @@ pub enum Command {
     Send(SendArgs),
     /// Receive a distributer flow: each run into a file in --out, kept only when verified.
     Receive(ReceiveArgs),
+    /// The parallel block store (docs/dpss.md): block servers, the master and name server,
+    /// loading a data set, status, reading blocks.
+    #[command(subcommand)]
+    Dpss(DpssCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+pub enum DpssCommand {
+    /// Run the master and name server: membership and statistics of the block servers, the
+    /// catalogue of data sets (SQLite), request-list planning; gRPC and GET /metrics.
+    Master {
+        #[arg(long, default_value = "127.0.0.1:7090")]
+        addr: String,
+        /// The name server's catalogue.
+        #[arg(long, default_value = "data/dpss/names.db")]
+        catalog: PathBuf,
+    },
+    /// Run a block server over one or more disk directories (one reader each), reporting to
+    /// the master.
+    Server(DpssServerArgs),
+    /// Run a master and N block servers in this one process on loopback (the quick path).
+    Local {
+        /// Block servers to start.
+        #[arg(long, default_value_t = 4)]
+        servers: usize,
+        /// Disk directories per server.
+        #[arg(long, default_value_t = 1)]
+        disks: usize,
+        /// Where the catalogue and the servers' disks live.
+        #[arg(long, default_value = "data/dpss")]
+        dir: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:7090")]
+        master: String,
+        /// The first server's port; the others follow it.
+        #[arg(long, default_value_t = 7091)]
+        first_port: u16,
+        /// Cache per server, MiB.
+        #[arg(long, default_value_t = 256)]
+        cache_mb: usize,
+    },
+    /// Load a data set: an image (any format `image-info` reads) into a pyramid of tiles, a
+    /// generated test image of any size, or a flat file into fixed-size blocks; spread over
+    /// every live server, then published.
+    Load(DpssLoadArgs),
+    /// Every block server (up, disk and send MB/s, cache hits, queues) and every data set.
+    Status {
+        #[arg(long, default_value = "127.0.0.1:7090")]
+        master: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read blocks of a data set, verified, into files (`LEVEL/X_Y.png` for images).
+    Get {
+        #[arg(long)]
+        dataset: String,
+        #[arg(long, default_value = "127.0.0.1:7090")]
+        master: String,
+        /// Only this level (default: every level).
+        #[arg(long)]
+        level: Option<u8>,
+        /// Write the blocks under this directory (a flat file is written whole as DIR/NAME).
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        auth: DpssAuth,
+    },
+}
+
+#[derive(Args, Clone)]
+pub struct DpssAuth {
+    /// The token block servers require (their --token).
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
+    pub token: Option<String>,
+    /// CA certificate (PEM) to trust: speak TLS to block servers started with --tls-cert.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct DpssServerArgs {
+    /// A disk directory (repeat for more disks).
+    #[arg(long = "disk", required = true)]
+    pub disks: Vec<PathBuf>,
+    /// Address clients and loaders connect to.
+    #[arg(long, default_value = "127.0.0.1:7091")]
+    pub addr: String,
+    /// The master to report to.
+    #[arg(long, default_value = "127.0.0.1:7090")]
+    pub master: String,
+    /// Name in status (default: the address).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Block cache, MiB.
+    #[arg(long, default_value_t = 256)]
+    pub cache_mb: usize,
+    /// Require this token from clients and loaders.
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
+    pub token: Option<String>,
+    #[command(flatten)]
+    pub tls: ServerTls,
+}
+
+#[derive(Args)]
+pub struct DpssLoadArgs {
+    /// The image to load (or use --synthetic or --file).
+    #[arg(required_unless_present_any = ["synthetic", "file"])]
+    pub image: Option<PathBuf>,
+    /// Generate a test image of WIDTHxHEIGHT pixels instead (made tile by tile).
+    #[arg(long, conflicts_with_all = ["image", "file"], value_name = "WxH")]
+    pub synthetic: Option<String>,
+    /// Load a flat file in blocks of --block-size bytes instead.
+    #[arg(long, conflicts_with = "image")]
+    pub file: Option<PathBuf>,
+    #[arg(long)]
+    pub dataset: String,
+    #[arg(long, default_value = "127.0.0.1:7090")]
+    pub master: String,
+    /// Tile edge in pixels.
+    #[arg(long, default_value_t = 256)]
+    pub tile: u32,
+    /// Block size for --file, bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub block_size: u32,
+    /// Copies of every block, on distinct servers [default: 2 when there are 2 servers or
+    /// more].
+    #[arg(long)]
+    pub copies: Option<u32>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub auth: DpssAuth,
 }
 
 #[derive(Args)]

@@ -9,6 +9,7 @@ mod check;
 mod cli;
 mod commands;
 mod distrib;
+mod dpss;
 mod imaging;
 mod progress;
 mod scrub;
@@ -67,5 +68,6 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Distributer(a) => distrib::distributer(a),
         Send(a) => distrib::send(g, a),
         Receive(a) => distrib::receive(g, a),
+        Dpss(c) => dpss::run(g, c),
     }
 }

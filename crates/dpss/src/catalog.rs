@@ -168,7 +168,9 @@ fn decode(raw: &[u8]) -> Result<Layout, DpssError> {
 
 fn dup(e: rusqlite::Error, id: crate::BlockId) -> DpssError {
     match e {
-        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
             DpssError::Layout(format!("block {id} published twice"))
         }
         e => e.into(),

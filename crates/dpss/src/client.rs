@@ -124,7 +124,11 @@ impl Client {
         let peer = Peer::new(self.layout.servers[s].addr.clone(), self.opts.tls.clone());
         let session = session_id();
         let token = self.opts.token.clone().unwrap_or_default();
-        let hello = |role: &str| msg::Hello { role: role.into(), session: session.clone(), token: token.clone() };
+        let hello = |role: &str| msg::Hello {
+            role: role.into(),
+            session: session.clone(),
+            token: token.clone(),
+        };
         let (requests, _) = peer.open(&hello("requests"))?;
         let (mut blocks, _) = peer.open(&hello("blocks"))?;
         let tx = self.tx.clone();
@@ -243,7 +247,8 @@ impl Client {
                 .collect::<Vec<_>>()
                 .join("; ")
         });
-        let reason = if reasons.is_empty() { "every server holding it is lost".into() } else { reasons };
+        let reason =
+            if reasons.is_empty() { "every server holding it is lost".into() } else { reasons };
         Event::Lost { id, reason }
     }
 

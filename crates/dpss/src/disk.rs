@@ -327,7 +327,8 @@ mod tests {
         for disk in 0..2u16 {
             let mut on: Vec<_> = ds.blocks.iter().filter(|(_, l)| l.disk == disk).collect();
             on.sort_by_key(|(_, l)| l.offset);
-            let keys: Vec<_> = on.iter().map(|(id, _)| hilbert::sort_key(id.x, id.y, 4, 4)).collect();
+            let keys: Vec<_> =
+                on.iter().map(|(id, _)| hilbert::sort_key(id.x, id.y, 4, 4)).collect();
             assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
         }
     }
@@ -340,7 +341,10 @@ mod tests {
         let b = vec![9u8; 1000];
         d.put(&mut s, 0, BlockId::new(0, 0, 0), digest(&b), &b).unwrap();
         // A wrong digest is refused at PUT.
-        assert!(matches!(d.put(&mut s, 0, BlockId::new(0, 1, 0), [0; 16], &b), Err(DpssError::Corrupt(_))));
+        assert!(matches!(
+            d.put(&mut s, 0, BlockId::new(0, 1, 0), [0; 16], &b),
+            Err(DpssError::Corrupt(_))
+        ));
         assert!(d.put(&mut s, 5, BlockId::new(0, 1, 0), digest(&b), &b).is_err());
         // Staged, not committed: another server start sees nothing and clears the staging.
         let again = disks(&t, 1);

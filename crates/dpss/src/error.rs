@@ -67,7 +67,9 @@ impl DpssError {
     pub fn to_status(&self) -> tonic::Status {
         use tonic::Status;
         match self {
-            Self::UnknownDataset(_) | Self::UnknownBlock { .. } => Status::not_found(self.to_string()),
+            Self::UnknownDataset(_) | Self::UnknownBlock { .. } => {
+                Status::not_found(self.to_string())
+            }
             Self::DatasetExists(_) => Status::already_exists(self.to_string()),
             Self::BadName(_)
             | Self::ListTooLong { .. }

@@ -116,7 +116,8 @@ impl Layout {
     pub fn all_blocks(&self) -> impl Iterator<Item = BlockId> + '_ {
         (0..self.levels).flat_map(move |l| {
             let (tx, ty) = self.grid(l);
-            (0..ty).flat_map(move |y| (0..tx).map(move |x| BlockId::new(l as u8, x as u32, y as u32)))
+            (0..ty)
+                .flat_map(move |y| (0..tx).map(move |x| BlockId::new(l as u8, x as u32, y as u32)))
         })
     }
 
@@ -139,11 +140,17 @@ impl Layout {
     /// The blocks a viewer wants for the window of `level` pixels `[x0, x1) × [y0, y1)`: the
     /// visible tiles high (centre first), a ring of one tile around them medium, and the
     /// visible part of the next finer level low (zooming in comes next), at most `max`.
-    pub fn view(&self, level: u32, (x0, y0, x1, y1): (u64, u64, u64, u64), max: usize) -> Vec<(BlockId, Priority)> {
+    pub fn view(
+        &self,
+        level: u32,
+        (x0, y0, x1, y1): (u64, u64, u64, u64),
+        max: usize,
+    ) -> Vec<(BlockId, Priority)> {
         let t = self.tile as u64;
         let (tx, ty) = self.grid(level.min(self.levels - 1));
         let level = level.min(self.levels - 1);
-        let span = |a: u64, b: u64, n: u64| (a / t).min(n.saturating_sub(1))..(b.div_ceil(t)).clamp(1, n);
+        let span =
+            |a: u64, b: u64, n: u64| (a / t).min(n.saturating_sub(1))..(b.div_ceil(t)).clamp(1, n);
         let (xs, ys) = (span(x0, x1.max(x0 + 1), tx), span(y0, y1.max(y0 + 1), ty));
         let mut high: Vec<BlockId> = ys
             .clone()
@@ -155,7 +162,8 @@ impl Layout {
             ((dx * dx + dy * dy) * 1000.0) as u64
         };
         high.sort_by_key(dist);
-        let mut out: Vec<(BlockId, Priority)> = high.into_iter().map(|b| (b, Priority::High)).collect();
+        let mut out: Vec<(BlockId, Priority)> =
+            high.into_iter().map(|b| (b, Priority::High)).collect();
         let ring_x = xs.start.saturating_sub(1)..(xs.end + 1).min(tx);
         let ring_y = ys.start.saturating_sub(1)..(ys.end + 1).min(ty);
         for y in ring_y {
@@ -197,7 +205,11 @@ impl From<&Layout> for pb::DpssLayout {
             servers: l
                 .servers
                 .iter()
-                .map(|s| pb::DpssServerRef { name: s.name.clone(), addr: s.addr.clone(), disks: s.disks })
+                .map(|s| pb::DpssServerRef {
+                    name: s.name.clone(),
+                    addr: s.addr.clone(),
+                    disks: s.disks,
+                })
                 .collect(),
             blocks: l.blocks,
             bytes: l.bytes,

@@ -19,8 +19,8 @@ pub mod pyramid;
 pub mod server;
 
 pub use block::{BlockId, Priority};
-pub use error::DpssError;
-pub use conn::Peer;
-pub use server::{BlockServer, ServerConfig, ServerStats};
-pub use layout::{Layout, ServerRef};
 pub use client::{Client, ClientOptions, Event};
+pub use conn::Peer;
+pub use error::DpssError;
+pub use layout::{Layout, ServerRef};
+pub use server::{BlockServer, ServerConfig, ServerStats};

@@ -166,9 +166,8 @@ impl Lists {
         if let Some(o) = self.outbox.pop_front() {
             return Some(o);
         }
-        let ready = |p: Priority| {
-            move |e: &Entry| e.prio == p && matches!(e.state, State::Ready(_))
-        };
+        let ready =
+            |p: Priority| move |e: &Entry| e.prio == p && matches!(e.state, State::Ready(_));
         let i = self
             .entries
             .iter()
@@ -231,7 +230,10 @@ mod tests {
         l.on_read(1, id(2), Ok((blk(2), false)));
         l.on_read(1, id(3), Ok((blk(3), false)));
         // High 3 is ready, so it goes before medium 2; high 1 is not ready yet.
-        assert_eq!(l.next_out().map(|o| matches!(o, Out::Block { id, .. } if id.x == 3)), Some(true));
+        assert_eq!(
+            l.next_out().map(|o| matches!(o, Out::Block { id, .. } if id.x == 3)),
+            Some(true)
+        );
         // Now no high block is ready: the medium one goes.
         assert_eq!(sent(&mut l), ["B2"]);
         l.on_read(1, id(1), Ok((blk(1), false)));
@@ -269,9 +271,15 @@ mod tests {
         assert_eq!(reads, [(id(1), Priority::High)]);
         l.on_read(7, id(1), Err("digest".into()));
         let out: Vec<_> = std::iter::from_fn(|| l.next_out()).collect();
-        assert!(matches!(&out[0], Out::Failed { id, reason, .. } if id.x == 9 && reason.contains("no block")));
-        assert!(matches!(&out[1], Out::Failed { id, reason, .. } if id.x == 1 && reason == "digest"));
-        assert!(matches!(&out[2], Out::Done { stats, .. } if stats.failed == 2 && stats.requested == 2));
+        assert!(
+            matches!(&out[0], Out::Failed { id, reason, .. } if id.x == 9 && reason.contains("no block"))
+        );
+        assert!(
+            matches!(&out[1], Out::Failed { id, reason, .. } if id.x == 1 && reason == "digest")
+        );
+        assert!(
+            matches!(&out[2], Out::Done { stats, .. } if stats.failed == 2 && stats.requested == 2)
+        );
         assert_eq!(out.len(), 3);
     }
 

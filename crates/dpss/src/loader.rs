@@ -46,7 +46,9 @@ pub fn live_servers(master: &str) -> Result<Vec<ServerRef>, DpssError> {
             .collect();
         out.sort_by(|a, b| a.addr.cmp(&b.addr));
         if out.is_empty() {
-            return Err(DpssError::Master(format!("the master at {master} knows no live block server")));
+            return Err(DpssError::Master(format!(
+                "the master at {master} knows no live block server"
+            )));
         }
         Ok(out)
     })
@@ -84,7 +86,9 @@ pub fn load(
                 let per = batch.len().div_ceil(workers);
                 let handles: Vec<_> = batch
                     .chunks(per)
-                    .map(|part| sc.spawn(move || part.iter().map(|id| src.block(*id)).collect::<Vec<_>>()))
+                    .map(|part| {
+                        sc.spawn(move || part.iter().map(|id| src.block(*id)).collect::<Vec<_>>())
+                    })
                     .collect();
                 handles.into_iter().flat_map(|h| h.join().expect("a tile maker panicked")).collect()
             });
@@ -112,7 +116,10 @@ pub fn load(
         for (s, b) in links.iter_mut().enumerate() {
             b.send(&msg::commit(&layout.dataset))?;
             let m = b.recv()?.ok_or_else(|| {
-                DpssError::Remote(format!("{} closed the connection at COMMIT", layout.servers[s].addr))
+                DpssError::Remote(format!(
+                    "{} closed the connection at COMMIT",
+                    layout.servers[s].addr
+                ))
             })?;
             let Message::Committed(list) = Message::parse(m.payload(), 0)? else {
                 return Err(DpssError::Malformed("expected COMMITTED".into()));
@@ -128,12 +135,19 @@ pub fn load(
                 let (disk, offset) = placed.get(&(id, s)).copied().ok_or_else(|| {
                     DpssError::Remote(format!("server {s} did not commit block {id}"))
                 })?;
-                b.placements.push(pb::DpssPlacement { server: s as u32, disk: disk as u32, offset });
+                b.placements.push(pb::DpssPlacement {
+                    server: s as u32,
+                    disk: disk as u32,
+                    offset,
+                });
             }
         }
         layout.blocks = total;
         layout.bytes = bytes;
-        let req = pb::DpssPublishRequest { layout: Some((&layout).into()), blocks: std::mem::take(&mut blocks) };
+        let req = pb::DpssPublishRequest {
+            layout: Some((&layout).into()),
+            blocks: std::mem::take(&mut blocks),
+        };
         block_on(async {
             let mut c = crate::master::connect(master).await?;
             c.publish(req).await?;

@@ -76,7 +76,10 @@ impl Master {
         let mut out: BTreeMap<usize, Vec<(BlockId, Priority)>> = BTreeMap::new();
         for &(id, p) in list {
             if !layout.contains(id) {
-                return Err(DpssError::UnknownBlock { dataset: dataset.into(), block: id.to_string() });
+                return Err(DpssError::UnknownBlock {
+                    dataset: dataset.into(),
+                    block: id.to_string(),
+                });
             }
             let locs = layout.locations(id);
             let alive = |s: &usize| up.get(&layout.servers[*s].addr).copied().unwrap_or(false);
@@ -158,13 +161,18 @@ impl pb::dpss_server::Dpss for Service {
     ) -> Result<Response<pb::DpssPlanResponse>, Status> {
         let r = req.into_inner();
         if r.blocks.len() > crate::conn::MAX_LIST {
-            return Err(st(DpssError::ListTooLong { got: r.blocks.len(), max: crate::conn::MAX_LIST }));
+            return Err(st(DpssError::ListTooLong {
+                got: r.blocks.len(),
+                max: crate::conn::MAX_LIST,
+            }));
         }
         let mut list = Vec::with_capacity(r.blocks.len());
         for b in &r.blocks {
             let p = u8::try_from(b.priority).ok().and_then(Priority::from_u8);
-            let p = p.ok_or_else(|| Status::invalid_argument(format!("priority {}", b.priority)))?;
-            let level = u8::try_from(b.level).map_err(|_| Status::invalid_argument("level > 255"))?;
+            let p =
+                p.ok_or_else(|| Status::invalid_argument(format!("priority {}", b.priority)))?;
+            let level =
+                u8::try_from(b.level).map_err(|_| Status::invalid_argument("level > 255"))?;
             list.push((BlockId::new(level, b.x, b.y), p));
         }
         let layout = self.0.lookup(&r.dataset).map_err(st)?;
@@ -193,7 +201,8 @@ impl pb::dpss_server::Dpss for Service {
         req: Request<pb::DpssPublishRequest>,
     ) -> Result<Response<pb::DpssPublishResponse>, Status> {
         let r = req.into_inner();
-        let layout = r.layout.ok_or_else(|| Status::invalid_argument("publish without a layout"))?;
+        let layout =
+            r.layout.ok_or_else(|| Status::invalid_argument("publish without a layout"))?;
         let layout = Layout::try_from(layout).map_err(st)?;
         crate::block::check_name(&layout.dataset).map_err(st)?;
         let m = self.0.clone();
@@ -319,5 +328,13 @@ pub fn heartbeat(
                 tokio::time::sleep(every).await;
             }
         });
+    })
+}
+
+/// The master's status (every server and data set), from blocking code.
+pub fn fetch_status(addr: &str) -> Result<pb::DpssStatusResponse, DpssError> {
+    crate::client::block_on(async {
+        let mut c = connect(addr).await?;
+        Ok(c.status(pb::DpssStatusRequest {}).await?.into_inner())
     })
 }

@@ -209,7 +209,8 @@ impl<'a> Message<'a> {
                     blocks: Vec<(u8, u32, u32, u16, u64)>,
                 }
                 let c: C = json(body, "COMMITTED")?;
-                let placed = c.blocks.into_iter().map(|(l, x, y, d, o)| (BlockId::new(l, x, y), d, o));
+                let placed =
+                    c.blocks.into_iter().map(|(l, x, y, d, o)| (BlockId::new(l, x, y), d, o));
                 Message::Committed(placed.collect())
             }
             k => return Err(bad(&format!("unknown message kind {k}"))),

@@ -54,6 +54,13 @@ impl ImagePyramid {
         Self { levels: all, tile: tile as usize }
     }
 
+    /// The same image with `levels` levels.
+    pub fn with_levels(self, levels: u32) -> Self {
+        let tile = self.tile as u32;
+        let base = self.levels.into_iter().next().expect("level 0");
+        Self::new(base, tile, levels)
+    }
+
     pub fn size(&self) -> (u64, u64) {
         (self.levels[0].width as u64, self.levels[0].height as u64)
     }
@@ -191,13 +198,14 @@ mod tests {
 
     #[test]
     fn an_image_pyramid_cuts_edge_tiles_short_and_halves_each_level() {
-        let img = Image::from_vec(300, 200, 1, (0..60_000).map(|i| (i % 251) as u8).collect())
-            .unwrap();
+        let img =
+            Image::from_vec(300, 200, 1, (0..60_000).map(|i| (i % 251) as u8).collect()).unwrap();
         let p = ImagePyramid::new(img.clone(), 256, 2);
         assert_eq!(p.levels[1].width, 150);
         assert_eq!(p.levels[1].height, 100);
-        let edge = bs_imageio::decode(&p.block(BlockId::new(0, 1, 0)).unwrap(), None, &Limits::default())
-            .unwrap();
+        let edge =
+            bs_imageio::decode(&p.block(BlockId::new(0, 1, 0)).unwrap(), None, &Limits::default())
+                .unwrap();
         assert_eq!((edge.image.width(), edge.image.height()), (44, 200));
         let DynImage::U8(e) = edge.image else { panic!("8-bit") };
         assert_eq!(e.get(0, 0, 0), img.get(256, 0, 0));
@@ -208,8 +216,9 @@ mod tests {
     #[test]
     fn a_synthetic_level_samples_the_full_resolution_image() {
         let s = Synthetic { width: 4096, height: 4096, tile: 256 };
-        let t = bs_imageio::decode(&s.block(BlockId::new(2, 1, 0)).unwrap(), None, &Limits::default())
-            .unwrap();
+        let t =
+            bs_imageio::decode(&s.block(BlockId::new(2, 1, 0)).unwrap(), None, &Limits::default())
+                .unwrap();
         let DynImage::U8(t) = t.image else { panic!("8-bit") };
         // Level 2 pixel (256, 0) is level 0 pixel (1024, 0): on a grid line.
         assert_eq!([t.get(0, 0, 0), t.get(0, 0, 1), t.get(0, 0, 2)], s.pixel(1024, 0));

@@ -184,7 +184,9 @@ impl BlockServer {
         }
         let i = inner.clone();
         threads.push(
-            thread::Builder::new().name("dpss-accept".into()).spawn(move || accept(&i, listener))?,
+            thread::Builder::new()
+                .name("dpss-accept".into())
+                .spawn(move || accept(&i, listener))?,
         );
         tracing::info!(%addr, disks = inner.queues.len(), "block server up");
         Ok(Self { inner, threads })
@@ -326,17 +328,16 @@ fn accept(i: &Arc<Inner>, listener: TcpListener) {
         }
         let Ok(tcp) = conn else { continue };
         let inner = i.clone();
-        let spawned = thread::Builder::new()
-            .name("dpss-conn".into())
-            .stack_size(512 * 1024)
-            .spawn(move || {
+        let spawned = thread::Builder::new().name("dpss-conn".into()).stack_size(512 * 1024).spawn(
+            move || {
                 let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
                 if let Ok(s) = tcp.try_clone() {
                     inner.conns.lock().unwrap().insert(id, s);
                 }
                 serve(&inner, tcp, id);
                 inner.conns.lock().unwrap().remove(&id);
-            });
+            },
+        );
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start a connection thread");
         }
@@ -385,7 +386,8 @@ fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64) {
         max_list: MAX_LIST as u32,
         max_block: MAX_BLOCK as u32,
     };
-    let session_ok = hello.session.len() == 32 && hello.session.bytes().all(|c| c.is_ascii_hexdigit());
+    let session_ok =
+        hello.session.len() == 32 && hello.session.bytes().all(|c| c.is_ascii_hexdigit());
     let res = match hello.role.as_str() {
         "requests" | "blocks" if !session_ok => {
             Err(DpssError::Malformed("a session is 32 hex digits".into()))
@@ -405,10 +407,10 @@ fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64) {
             let r = b.send(&msg::welcome(&welcome)).map_err(DpssError::from);
             r.and_then(|()| blocks(i, &mut b, &s))
         }
-        "loader" => b.send(&msg::welcome(&welcome)).map_err(DpssError::from).and_then(|()| load(i, &mut b)),
-        other => Err(DpssError::Malformed(format!(
-            "role {other:?} (requests, blocks or loader)"
-        ))),
+        "loader" => {
+            b.send(&msg::welcome(&welcome)).map_err(DpssError::from).and_then(|()| load(i, &mut b))
+        }
+        other => Err(DpssError::Malformed(format!("role {other:?} (requests, blocks or loader)"))),
     };
     match res {
         Ok(()) => b.close(),
@@ -521,9 +523,9 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
                     i.disks.put(s, disk, id, digest, data)?;
                 }
                 Message::Commit(name) => {
-                    let s = staging.take().ok_or_else(|| {
-                        DpssError::Malformed("COMMIT before any PUT".into())
-                    })?;
+                    let s = staging
+                        .take()
+                        .ok_or_else(|| DpssError::Malformed("COMMIT before any PUT".into()))?;
                     if s.dataset != name {
                         i.disks.discard(s);
                         return Err(DpssError::Malformed(format!("COMMIT of {name:?}")));

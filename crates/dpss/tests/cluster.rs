@@ -73,7 +73,9 @@ fn a_new_list_flushes_the_old_and_cached_blocks_are_hits() {
     assert_eq!((stats.cache_hits, stats.read, stats.sent), (4, 0, 4));
     // A long list replaced at once by another: the first is reported with what it flushed,
     // and everything of the second arrives.
-    let long: Vec<_> = (0..16).flat_map(|y| (0..16).map(move |x| (BlockId::new(0, x, y), Priority::High))).collect();
+    let long: Vec<_> = (0..16)
+        .flat_map(|y| (0..16).map(move |x| (BlockId::new(0, x, y), Priority::High)))
+        .collect();
     let first = c.request(&long).unwrap();
     let second = c.request(&[(BlockId::new(1, 0, 0), Priority::High)]).unwrap();
     let mut done = HashMap::new();
@@ -188,7 +190,9 @@ fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
     put.extend_from_slice(&data);
     b.send(&put).unwrap();
     drop(b);
-    assert!(matches!(lookup(&cl.master, "half"), Err(DpssError::Master(m)) if m.contains("unknown")));
+    assert!(
+        matches!(lookup(&cl.master, "half"), Err(DpssError::Master(m)) if m.contains("unknown"))
+    );
     // And through all this the server still serves.
     let all: Vec<_> = c.layout().all_blocks().collect();
     assert_eq!(c.fetch(&all, WAIT).unwrap().len(), all.len());

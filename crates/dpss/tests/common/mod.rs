@@ -25,7 +25,11 @@ pub const HEARTBEAT: Duration = Duration::from_millis(100);
 impl Cluster {
     /// A master and `k` servers of `disks` disks each, all up.
     pub fn start(k: usize, disks: usize, token: Option<&str>) -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
         let dirs = tempfile::tempdir().unwrap();
         let catalog = Catalog::open(dirs.path().join("names.db")).unwrap();
         let m = Master::new(catalog);
@@ -34,7 +38,8 @@ impl Cluster {
         rt.spawn(master::serve(listener, m));
         let mut servers = Vec::new();
         for s in 0..k {
-            let d: Vec<PathBuf> = (0..disks).map(|n| dirs.path().join(format!("s{s}/d{n}"))).collect();
+            let d: Vec<PathBuf> =
+                (0..disks).map(|n| dirs.path().join(format!("s{s}/d{n}"))).collect();
             let mut cfg = ServerConfig::new(d);
             cfg.name = format!("server-{s}");
             cfg.token = token.map(String::from);
@@ -64,7 +69,13 @@ impl Cluster {
     }
 
     /// Load a generated image of `side`² pixels in tiles of 256 with `r` copies.
-    pub fn load(&self, name: &str, side: u64, r: u32, opts: &ClientOptions) -> (Synthetic, Result<LoadReport, bs_dpss::DpssError>) {
+    pub fn load(
+        &self,
+        name: &str,
+        side: u64,
+        r: u32,
+        opts: &ClientOptions,
+    ) -> (Synthetic, Result<LoadReport, bs_dpss::DpssError>) {
         let src = Synthetic { width: side, height: side, tile: 256 };
         let servers = loader::live_servers(&self.master).unwrap();
         let layout = Layout::plan(name, "image", (side, side), 256, servers, r).unwrap();

@@ -1,0 +1,338 @@
+//! `blobstream dpss …`: the parallel block store's roles as processes — master, block server,
+//! all of them at once on loopback, loader, status and reading blocks.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bs_dpss::catalog::Catalog;
+use bs_dpss::layout::Layout;
+use bs_dpss::loader::{self, LoadReport};
+use bs_dpss::master::{self, Master};
+use bs_dpss::pyramid::{FileBlocks, ImagePyramid, Synthetic, TileSource};
+use bs_dpss::{BlockServer, Client, ClientOptions, ServerConfig};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::{DpssAuth, DpssCommand, DpssLoadArgs, DpssServerArgs, Global};
+
+/// How often a block server reports to the master.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+pub fn run(g: &Global, c: DpssCommand) -> Result<()> {
+    match c {
+        DpssCommand::Master { addr, catalog } => run_master(&addr, &catalog),
+        DpssCommand::Server(a) => server(a),
+        DpssCommand::Local { servers, disks, dir, master, first_port, cache_mb } => {
+            local(servers, disks, &dir, &master, first_port, cache_mb)
+        }
+        DpssCommand::Load(a) => load(g, a),
+        DpssCommand::Status { master, json } => status(&master, json),
+        DpssCommand::Get { dataset, master, level, out, auth } => {
+            get(&dataset, &master, level, &out, &auth)
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+/// Start the master on `addr` in `rt`; returns the address it listens on.
+fn start_master(rt: &tokio::runtime::Runtime, addr: &str, catalog: &Path) -> Result<String> {
+    if let Some(parent) = catalog.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    let cat = Catalog::open(catalog).with_context(|| format!("opening {}", catalog.display()))?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(addr))
+        .with_context(|| format!("master address {addr}"))?;
+    let bound = listener.local_addr()?.to_string();
+    rt.spawn(master::serve(listener, Master::new(cat)));
+    Ok(bound)
+}
+
+fn wait_for_signal(rt: &tokio::runtime::Runtime, what: &str) -> Result<()> {
+    let sig = rt.block_on(async {
+        let mut s = crate::signals::Signals::install()?;
+        Ok::<_, std::io::Error>(s.next().await)
+    })?;
+    let _ = writeln!(std::io::stdout(), "{sig}: {what} stopped");
+    Ok(())
+}
+
+fn run_master(addr: &str, catalog: &Path) -> Result<()> {
+    let rt = runtime()?;
+    let bound = start_master(&rt, addr, catalog)?;
+    println!("blobstream dpss master (and name server) on {bound}: gRPC and GET /metrics");
+    println!("  catalogue {}", catalog.display());
+    wait_for_signal(&rt, "master")
+}
+
+fn start_server(a: &DpssServerArgs) -> Result<BlockServer> {
+    let mut cfg = ServerConfig::new(a.disks.clone());
+    cfg.name = a.name.clone().unwrap_or_default();
+    cfg.cache_bytes = a.cache_mb << 20;
+    cfg.token = a.token.clone();
+    cfg.tls = crate::security::server_tls(&a.tls)?;
+    let srv =
+        BlockServer::start(&a.addr, cfg).with_context(|| format!("block server on {}", a.addr))?;
+    master::heartbeat(a.master.clone(), HEARTBEAT, srv.stats_source())?;
+    Ok(srv)
+}
+
+fn server(a: DpssServerArgs) -> Result<()> {
+    let srv = start_server(&a)?;
+    println!(
+        "blobstream dpss block server {} on {} ({} disks), reporting to {}",
+        srv.name(),
+        srv.addr(),
+        a.disks.len(),
+        a.master
+    );
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    wait_for_signal(&rt, "block server")
+}
+
+fn local(
+    servers: usize,
+    disks: usize,
+    dir: &Path,
+    master: &str,
+    first_port: u16,
+    cache_mb: usize,
+) -> Result<()> {
+    if servers == 0 || disks == 0 {
+        bail!("--servers and --disks must be at least 1");
+    }
+    let rt = runtime()?;
+    let bound = start_master(&rt, master, &dir.join("names.db"))?;
+    println!("blobstream dpss master (and name server) on {bound}");
+    let mut running = Vec::new();
+    for s in 0..servers {
+        let a = DpssServerArgs {
+            disks: (0..disks).map(|d| dir.join(format!("server{s}/disk{d}"))).collect(),
+            addr: format!("127.0.0.1:{}", first_port as usize + s),
+            master: bound.clone(),
+            name: Some(format!("server{s}")),
+            cache_mb,
+            token: None,
+            tls: crate::cli::ServerTls { tls_cert: None, tls_key: None },
+        };
+        let srv = start_server(&a)?;
+        println!(
+            "  block server {} on {} ({disks} disks under {})",
+            srv.name(),
+            srv.addr(),
+            dir.display()
+        );
+        running.push(srv);
+    }
+    wait_for_signal(&rt, "block store")
+}
+
+fn client_options(a: &DpssAuth) -> Result<ClientOptions> {
+    Ok(ClientOptions {
+        token: a.token.clone(),
+        tls: crate::security::trust(a.ca.as_deref(), None)?,
+    })
+}
+
+fn parse_size(s: &str) -> Result<(u64, u64)> {
+    let (w, h) =
+        s.split_once(['x', 'X']).context("--synthetic takes WIDTHxHEIGHT, e.g. 32768x32768")?;
+    let (w, h): (u64, u64) = (w.trim().parse()?, h.trim().parse()?);
+    if w == 0 || h == 0 {
+        bail!("--synthetic {s}: both sides must be at least 1");
+    }
+    Ok((w, h))
+}
+
+fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
+    let opts = client_options(&a.auth)?;
+    let servers = loader::live_servers(&a.master)?;
+    let copies = a.copies.unwrap_or(if servers.len() >= 2 { 2 } else { 1 });
+    if copies as usize > servers.len() {
+        bail!(
+            "--copies {copies} needs {copies} live block servers; the master knows {}",
+            servers.len()
+        );
+    }
+    let (src, layout): (Box<dyn TileSource>, Layout) = if let Some(size) = &a.synthetic {
+        let (w, h) = parse_size(size)?;
+        let layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
+        (Box::new(Synthetic { width: w, height: h, tile: a.tile }), layout)
+    } else if let Some(file) = &a.file {
+        let f = FileBlocks::open(file, a.block_size)?;
+        let layout = Layout::plan(&a.dataset, "file", (f.len, 1), a.block_size, servers, copies)?;
+        (Box::new(f), layout)
+    } else {
+        let path = a.image.as_ref().expect("clap requires one source");
+        // Levels follow from the size, so the pyramid is built once the image is read.
+        let probe = ImagePyramid::read(path, a.tile, 1)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let (w, h) = probe.size();
+        let mut layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
+        layout.channels = probe.channels();
+        (Box::new(probe.with_levels(layout.levels)), layout)
+    };
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} blocks eta {eta}")?
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("loading {}", a.dataset));
+    if !g.quiet && std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+    }
+    let rep = loader::load(&a.master, layout, src.as_ref(), &opts, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let rep: LoadReport =
+        rep.with_context(|| format!("loading {} (nothing was published)", a.dataset))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        println!(
+            "loaded {}: {} blocks in {} levels, {} bytes ({} written with {} copies) over {} servers \
+             ({} disks, lattice h = {}) in {:.1} s",
+            rep.dataset,
+            rep.blocks,
+            rep.levels,
+            rep.bytes,
+            rep.written,
+            rep.r,
+            rep.servers,
+            rep.k,
+            rep.h,
+            rep.seconds
+        );
+    }
+    Ok(())
+}
+
+fn status(master: &str, json: bool) -> Result<()> {
+    let st = master::fetch_status(master)?;
+    if json {
+        let servers: Vec<_> = st
+            .servers
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.name, "addr": s.addr, "up": s.up, "age_s": s.age_s, "disks": s.disks,
+                    "datasets": s.datasets, "disk_bytes": s.disk_bytes, "disk_reads": s.disk_reads,
+                    "disk_mb_s": s.disk_mb_s, "cache_hits": s.cache_hits, "cache_bytes": s.cache_bytes,
+                    "queued": s.queued, "sent_blocks": s.sent_blocks, "sent_bytes": s.sent_bytes,
+                    "send_mb_s": s.send_mb_s, "lists": s.lists, "flushed": s.flushed,
+                    "corrupt": s.corrupt, "clients": s.clients,
+                })
+            })
+            .collect();
+        let datasets: Vec<_> =
+            st.datasets.into_iter().filter_map(|d| Layout::try_from(d).ok()).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"servers": servers, "datasets": datasets})
+            )?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<14} {:<22} {:>4} {:>6} {:>9} {:>9} {:>10} {:>6} {:>8} {:>7}",
+        "SERVER",
+        "ADDRESS",
+        "UP",
+        "DISKS",
+        "DISK MB/s",
+        "SEND MB/s",
+        "CACHE HITS",
+        "QUEUE",
+        "FLUSHED",
+        "CORRUPT"
+    );
+    for s in &st.servers {
+        println!(
+            "{:<14} {:<22} {:>4} {:>6} {:>9.1} {:>9.1} {:>10} {:>6} {:>8} {:>7}",
+            s.name,
+            s.addr,
+            if s.up { "yes" } else { "NO" },
+            s.disks,
+            s.disk_mb_s,
+            s.send_mb_s,
+            s.cache_hits,
+            s.queued.iter().sum::<u32>(),
+            s.flushed,
+            s.corrupt
+        );
+    }
+    if st.servers.is_empty() {
+        println!("(no block server has reported)");
+    }
+    println!();
+    println!(
+        "{:<20} {:<6} {:>14} {:>7} {:>8} {:>10} {:>3} {:>3}",
+        "DATA SET", "KIND", "SIZE", "LEVELS", "BLOCKS", "BYTES", "K", "R"
+    );
+    for d in &st.datasets {
+        println!(
+            "{:<20} {:<6} {:>14} {:>7} {:>8} {:>10} {:>3} {:>3}",
+            d.dataset,
+            d.kind,
+            format!("{}x{}", d.width, d.height),
+            d.levels,
+            d.blocks,
+            d.bytes,
+            d.k,
+            d.r
+        );
+    }
+    Ok(())
+}
+
+fn get(dataset: &str, master: &str, level: Option<u8>, out: &Path, auth: &DpssAuth) -> Result<()> {
+    let mut c = Client::open(master, dataset, client_options(auth)?)?;
+    let layout = c.layout().clone();
+    let ids: Vec<_> = layout.all_blocks().filter(|b| level.is_none_or(|l| b.level == l)).collect();
+    if ids.is_empty() {
+        bail!("{dataset} has no level {}", level.unwrap_or_default());
+    }
+    let mut written = 0u64;
+    std::fs::create_dir_all(out)?;
+    let whole: PathBuf = out.join(dataset);
+    let file = (layout.kind == "file").then(|| std::fs::File::create(&whole)).transpose()?;
+    for part in ids.chunks(bs_dpss::conn::MAX_LIST) {
+        let got = c.fetch(part, Duration::from_secs(120))?;
+        for id in part {
+            let data = &got[id];
+            written += data.len() as u64;
+            match &file {
+                Some(f) => {
+                    use std::os::unix::fs::FileExt;
+                    f.write_all_at(data, id.x as u64 * layout.tile as u64)?;
+                }
+                None => {
+                    let dir = out.join(id.level.to_string());
+                    std::fs::create_dir_all(&dir)?;
+                    std::fs::write(dir.join(format!("{}_{}.{}", id.x, id.y, layout.format)), data)?;
+                }
+            }
+        }
+    }
+    if let Some(f) = file {
+        f.sync_all()?;
+        println!("{}: {written} bytes, {} blocks verified", whole.display(), ids.len());
+    } else {
+        println!("{}: {} tiles, {written} bytes, verified", out.display(), ids.len());
+    }
+    for (s, why) in c.lost_servers() {
+        eprintln!(
+            "warning: server {} was lost ({why}); its blocks came from copies",
+            layout.servers[s].name
+        );
+    }
+    Ok(())
+}
