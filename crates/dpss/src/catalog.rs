@@ -33,6 +33,15 @@ CREATE TABLE IF NOT EXISTS placements (
 ) WITHOUT ROWID;
 ";
 
+/// What the name server knows of one block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockRow {
+    pub len: u32,
+    pub digest: [u8; 16],
+    /// (server, disk, offset) of each copy, the primary first.
+    pub copies: Vec<(u32, u32, u64)>,
+}
+
 #[derive(Debug)]
 pub struct Catalog {
     db: Connection,
@@ -131,12 +140,8 @@ impl Catalog {
         rows.map(|r| decode(&r?)).collect()
     }
 
-    /// A block's length, digest and copies as (server, disk, offset).
-    pub fn block(
-        &self,
-        dataset: &str,
-        id: crate::BlockId,
-    ) -> Result<(u32, [u8; 16], Vec<(u32, u32, u64)>), DpssError> {
+    /// A block's length, digest and copies.
+    pub fn block(&self, dataset: &str, id: crate::BlockId) -> Result<BlockRow, DpssError> {
         let key = params![dataset, id.level, id.x, id.y];
         let row: Option<(u32, Vec<u8>)> = self
             .db
@@ -157,7 +162,7 @@ impl Catalog {
         let copies = st
             .query_map(key, |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64)))?
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((len, digest.try_into().unwrap_or([0; 16]), copies))
+        Ok(BlockRow { len, digest: digest.try_into().unwrap_or([0; 16]), copies })
     }
 }
 
@@ -174,5 +179,69 @@ fn dup(e: rusqlite::Error, id: crate::BlockId) -> DpssError {
             DpssError::Layout(format!("block {id} published twice"))
         }
         e => e.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BlockId;
+    use crate::layout::ServerRef;
+
+    fn layout(name: &str) -> Layout {
+        let servers = (0..2)
+            .map(|i| ServerRef { name: format!("s{i}"), addr: format!("a{i}"), disks: 1 })
+            .collect();
+        Layout::plan(name, "file", (3000, 1), 1000, servers, 2).unwrap()
+    }
+
+    fn rows(l: &Layout) -> Vec<pb::DpssBlock> {
+        l.all_blocks()
+            .map(|id| pb::DpssBlock {
+                level: 0,
+                x: id.x,
+                y: 0,
+                len: 1000,
+                digest: vec![id.x as u8; 16],
+                placements: l
+                    .locations(id)
+                    .iter()
+                    .map(|&(s, d)| pb::DpssPlacement {
+                        server: s as u32,
+                        disk: d as u32,
+                        offset: id.x as u64 * 1000,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn publish_is_all_or_nothing_and_survives_reopen() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("names.db");
+        let mut c = Catalog::open(&path).unwrap();
+        let l = layout("f");
+        let mut r = rows(&l);
+        // A block missing, or one with too few copies: refused, nothing visible.
+        assert!(c.publish(&l, &r[..2]).is_err());
+        let mut short = r.clone();
+        short[1].placements.pop();
+        assert!(c.publish(&l, &short).is_err());
+        // A duplicate block: refused inside the transaction, nothing visible.
+        r[2] = r[0].clone();
+        assert!(c.publish(&l, &r).unwrap_err().to_string().contains("published twice"));
+        assert!(matches!(c.lookup("f"), Err(DpssError::UnknownDataset(_))));
+        c.publish(&l, &rows(&l)).unwrap();
+        assert!(matches!(c.publish(&l, &rows(&l)), Err(DpssError::DatasetExists(_))));
+        drop(c);
+        let c = Catalog::open(&path).unwrap();
+        assert_eq!(c.lookup("f").unwrap(), l);
+        assert_eq!(c.list().unwrap().len(), 1);
+        let b = c.block("f", BlockId::new(0, 2, 0)).unwrap();
+        assert_eq!((b.len, b.digest, b.copies.len()), (1000, [2; 16], 2));
+        let primary = l.locations(BlockId::new(0, 2, 0))[0];
+        assert_eq!(b.copies[0], (primary.0 as u32, primary.1 as u32, 2000));
+        assert!(c.block("f", BlockId::new(0, 3, 0)).is_err());
     }
 }

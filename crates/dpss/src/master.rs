@@ -24,6 +24,9 @@ struct Seen {
     prev: Option<(Instant, u64, u64)>,
 }
 
+/// One server's share of a planned list: (server index in the layout, its blocks).
+pub type ServerList = (usize, Vec<(BlockId, Priority)>);
+
 /// The master's state.
 pub struct Master {
     catalog: Mutex<Catalog>,
@@ -70,7 +73,7 @@ impl Master {
         &self,
         dataset: &str,
         list: &[(BlockId, Priority)],
-    ) -> Result<Vec<(usize, Vec<(BlockId, Priority)>)>, DpssError> {
+    ) -> Result<Vec<ServerList>, DpssError> {
         let layout = self.lookup(dataset)?;
         let up = self.up();
         let mut out: BTreeMap<usize, Vec<(BlockId, Priority)>> = BTreeMap::new();

@@ -129,7 +129,7 @@ impl Synthetic {
         let (fx, fy) = (x as f64 / self.width as f64, y as f64 / self.height as f64);
         let grid = x % 1024 < 8 || y % 1024 < 8;
         let (dx, dy) = (fx - 0.5, fy - 0.5);
-        let ring = (((dx * dx + dy * dy).sqrt() * 64.0) as u64) % 2 == 0;
+        let ring = (((dx * dx + dy * dy).sqrt() * 64.0) as u64).is_multiple_of(2);
         if grid {
             return [255, 255, 255];
         }

@@ -50,12 +50,10 @@ fn a_new_list_flushes_the_old_and_cached_blocks_are_hits() {
     // Low priority: read into the cache, never sent.
     let low: Vec<_> = (0..4).map(|x| (BlockId::new(0, x, 0), Priority::Low)).collect();
     c.request(&low).unwrap();
-    let stats = loop {
-        match c.next(WAIT).expect("an event") {
-            Event::ListDone { stats, .. } => break stats,
-            Event::Block { id, .. } => panic!("low block {id} was sent"),
-            e => panic!("{e:?}"),
-        }
+    let stats = match c.next(WAIT).expect("an event") {
+        Event::ListDone { stats, .. } => stats,
+        Event::Block { id, .. } => panic!("low block {id} was sent"),
+        e => panic!("{e:?}"),
     };
     assert_eq!((stats.requested, stats.read, stats.sent), (4, 4, 0));
     // Asked again at high priority: all four come from the cache.
