@@ -169,6 +169,32 @@ pub enum DpssCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Fly the ISS paper's TerraVision path over an image data set: several request lists a
+    /// second of about fifty tiles, with prediction; per list requested / read / cache hits /
+    /// sent / flushed / lost and the latency of high-priority tiles.
+    Simulate {
+        #[arg(long)]
+        dataset: String,
+        #[arg(long, default_value = "127.0.0.1:7090")]
+        master: String,
+        /// Request lists per second.
+        #[arg(long, default_value_t = 5.0)]
+        rate: f64,
+        /// Lists to send.
+        #[arg(long, default_value_t = 50)]
+        lists: u32,
+        /// Tiles per list (about).
+        #[arg(long, default_value_t = 50)]
+        tiles: usize,
+        /// Pyramid level to fly at (0: full resolution).
+        #[arg(long, default_value_t = 0)]
+        level: u32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        auth: DpssAuth,
+    },
     /// Read blocks of a data set, verified, into files (`LEVEL/X_Y.png` for images).
     Get {
         #[arg(long)]

@@ -28,6 +28,26 @@ pub fn run(g: &Global, c: DpssCommand) -> Result<()> {
         }
         DpssCommand::Load(a) => load(g, a),
         DpssCommand::Status { master, json } => status(&master, json),
+        DpssCommand::Simulate { dataset, master, rate, lists, tiles, level, json, auth } => {
+            let mut c = Client::open(&master, &dataset, client_options(&auth)?)?;
+            let w = bs_dpss::simulate::Workload {
+                lists_per_second: rate,
+                lists,
+                tiles,
+                level,
+                ..Default::default()
+            };
+            let rep = bs_dpss::simulate::run(&mut c, &w, |_| {})?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rep)?);
+            } else {
+                print!("{}", rep.table());
+            }
+            if rep.lost > 0 {
+                bail!("{} blocks could not be delivered by any copy", rep.lost);
+            }
+            Ok(())
+        }
         DpssCommand::Get { dataset, master, level, out, auth } => {
             get(&dataset, &master, level, &out, &auth)
         }

@@ -17,6 +17,7 @@ pub mod msg;
 pub mod placement;
 pub mod pyramid;
 pub mod server;
+pub mod simulate;
 
 pub use block::{BlockId, Priority};
 pub use client::{Client, ClientOptions, Event};

@@ -197,3 +197,37 @@ fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
     let (_, rep) = cl.load("half", 256, 1, &opts);
     rep.unwrap();
 }
+
+#[test]
+fn the_path_simulator_accounts_for_every_list_and_drops_nothing_when_a_server_dies() {
+    let mut cl = Cluster::start(3, 1, None);
+    cl.load("path", 4096, 2, &ClientOptions::default()).1.unwrap();
+    let mut c = Client::open(&cl.master, "path", ClientOptions::default()).unwrap();
+    let w = bs_dpss::simulate::Workload {
+        lists_per_second: 20.0,
+        lists: 30,
+        tiles: 40,
+        viewport: (768, 768),
+        ..Default::default()
+    };
+    let rep = bs_dpss::simulate::run(&mut c, &w, |seq| {
+        if seq == 10 {
+            cl.servers[1] = None;
+        }
+    })
+    .unwrap();
+    assert_eq!(rep.lists.len(), 30);
+    assert_eq!(rep.lost, 0, "{}", rep.table());
+    assert_eq!(rep.servers_lost.len(), 1);
+    // Every list was accounted for by the servers that got it: what was asked was sent,
+    // flushed, or (low) only read.
+    for r in &rep.lists {
+        assert!(r.requested >= r.high, "{}", rep.table());
+        assert!(r.sent + r.flushed <= r.requested, "{}", rep.table());
+    }
+    // The path revisits tiles, so the cache served some.
+    assert!(rep.cache_hits > 0 && rep.read > 0, "{}", rep.table());
+    // The last list's high tiles all arrived.
+    let last = rep.lists.last().unwrap();
+    assert!(last.high_max_ms > 0.0, "{}", rep.table());
+}
