@@ -207,6 +207,9 @@ pub enum DpssCommand {
         /// Write the blocks under this directory (a flat file is written whole as DIR/NAME).
         #[arg(long)]
         out: PathBuf,
+        /// Print JSON: blocks, bytes, seconds from the first request to the last block.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         auth: DpssAuth,
     },

@@ -48,8 +48,8 @@ pub fn run(g: &Global, c: DpssCommand) -> Result<()> {
             }
             Ok(())
         }
-        DpssCommand::Get { dataset, master, level, out, auth } => {
-            get(&dataset, &master, level, &out, &auth)
+        DpssCommand::Get { dataset, master, level, out, json, auth } => {
+            get(&dataset, &master, level, &out, json, &auth)
         }
     }
 }
@@ -313,7 +313,14 @@ fn status(master: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn get(dataset: &str, master: &str, level: Option<u8>, out: &Path, auth: &DpssAuth) -> Result<()> {
+fn get(
+    dataset: &str,
+    master: &str,
+    level: Option<u8>,
+    out: &Path,
+    json: bool,
+    auth: &DpssAuth,
+) -> Result<()> {
     let mut c = Client::open(master, dataset, client_options(auth)?)?;
     let layout = c.layout().clone();
     let ids: Vec<_> = layout.all_blocks().filter(|b| level.is_none_or(|l| b.level == l)).collect();
@@ -324,6 +331,7 @@ fn get(dataset: &str, master: &str, level: Option<u8>, out: &Path, auth: &DpssAu
     std::fs::create_dir_all(out)?;
     let whole: PathBuf = out.join(dataset);
     let file = (layout.kind == "file").then(|| std::fs::File::create(&whole)).transpose()?;
+    let started = std::time::Instant::now();
     for part in ids.chunks(bs_dpss::conn::MAX_LIST) {
         let got = c.fetch(part, Duration::from_secs(120))?;
         for id in part {
@@ -341,6 +349,16 @@ fn get(dataset: &str, master: &str, level: Option<u8>, out: &Path, auth: &DpssAu
                 }
             }
         }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if json {
+        let lost: Vec<_> =
+            c.lost_servers().into_iter().map(|(s, _)| layout.servers[s].name.clone()).collect();
+        println!(
+            "{}",
+            serde_json::json!({"blocks": ids.len(), "bytes": written, "seconds": seconds, "servers_lost": lost})
+        );
+        return Ok(());
     }
     if let Some(f) = file {
         f.sync_all()?;
