@@ -17,7 +17,7 @@ Checks, each with the real `blobstream` processes:
 Everything it creates (namespaces, processes, files) is removed on exit.
 
 With --bench RUNS (used by `blobstream bench dpss`), it checks nothing: for K = 1..4 servers
-(each behind its own 200 Mbit/s link) it reads a 64 MiB file data set RUNS times and prints
+(each behind its own 200 Mbit/s link) it reads a 128 MiB file data set RUNS times and prints
 JSON with the aggregate rate of each run against K × the link's rate.
 """
 
@@ -141,7 +141,7 @@ def wait_up(n, limit=60):
 def bench(work, runs):
     data = os.path.join(work, "data.bin")
     with open(data, "wb") as f:
-        f.write(os.urandom(64 << 20))
+        f.write(os.urandom(128 << 20))
     out = {"link_mbit": RATE_MBIT, "runs": {}}
     start_master(work)
     for k in range(1, K + 1):

@@ -9,6 +9,7 @@
 mod batch;
 mod benchmarks_md;
 pub mod bindings;
+mod dpss;
 mod error;
 mod fanout;
 pub mod filters;
@@ -26,6 +27,7 @@ mod transfer;
 pub use batch::run_batch;
 pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
 pub use bindings::{BindingsReport, Row, RowsReport, run_bindings};
+pub use dpss::run_dpss;
 pub use error::BenchError;
 pub use fanout::run_fanout;
 pub use filters::{FilterReport, run_filters};

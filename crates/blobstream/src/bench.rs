@@ -26,6 +26,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Bindings(a) => (a, "bindings"),
         BenchCommand::Fanout(a) => (a, "fanout"),
         BenchCommand::Batch(a) => (a, "batch"),
+        BenchCommand::Dpss(a) => (a, "dpss"),
     };
     let opts = BenchOptions { quick: a.quick, progress: progress(a) };
     let outcome = match &cmd {
@@ -60,6 +61,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             rows(bs_bench::run_bindings(&opts).context("bindings benchmark")?)
         }
         BenchCommand::Fanout(_) => rows(bs_bench::run_fanout(&opts).context("fan-out benchmark")?),
+        BenchCommand::Dpss(_) => rows(bs_bench::run_dpss(&opts).context("block store benchmark")?),
         BenchCommand::Batch(_) => {
             let me = std::env::current_exe().context("finding the blobstream binary")?;
             rows(bs_bench::run_batch(&opts, &me).context("batch benchmark")?)

@@ -207,7 +207,8 @@ pub enum DpssCommand {
         /// Write the blocks under this directory (a flat file is written whole as DIR/NAME).
         #[arg(long)]
         out: PathBuf,
-        /// Print JSON: blocks, bytes, seconds from the first request to the last block.
+        /// Print JSON: blocks, bytes, and the seconds spent fetching (writing files not
+        /// counted).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -762,6 +763,10 @@ pub enum BenchCommand {
     /// The distributer: 1 → 1, 2, 4 receivers against ZeroMQ PUB/SUB, against point to point,
     /// and with a stalled receiver.
     Fanout(BenchArgs),
+    /// The parallel block store: one server's cached blocks against raw TCP, K = 1..4 servers
+    /// behind shaped links (network namespaces, as root) against K × B, and lattice
+    /// declustering against disk modulo and the optimum.
+    Dpss(BenchArgs),
 }
 
 #[derive(Args)]

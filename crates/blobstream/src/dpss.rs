@@ -331,9 +331,11 @@ fn get(
     std::fs::create_dir_all(out)?;
     let whole: PathBuf = out.join(dataset);
     let file = (layout.kind == "file").then(|| std::fs::File::create(&whole)).transpose()?;
-    let started = std::time::Instant::now();
+    let mut seconds = 0.0;
     for part in ids.chunks(bs_dpss::conn::MAX_LIST) {
+        let started = std::time::Instant::now();
         let got = c.fetch(part, Duration::from_secs(120))?;
+        seconds += started.elapsed().as_secs_f64();
         for id in part {
             let data = &got[id];
             written += data.len() as u64;
@@ -350,7 +352,6 @@ fn get(
             }
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
     if json {
         let lost: Vec<_> =
             c.lost_servers().into_iter().map(|(s, _)| layout.servers[s].name.clone()).collect();

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use bs_binding::Binding;
 use bs_transport::TlsClient;
-use bytes::Bytes;
 
 use crate::block::{BlockId, Priority, digest};
 use crate::conn::Peer;
@@ -29,11 +28,50 @@ pub struct ClientOptions {
     pub tls: Option<TlsClient>,
 }
 
+/// A block's bytes where they arrived: in the pooled buffer the message was read into (no
+/// copy); the buffer goes back to its pool when this is dropped.
+pub struct BlockBytes {
+    msg: bs_binding::Msg,
+    start: usize,
+}
+
+impl std::ops::Deref for BlockBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.msg.payload()[self.start..]
+    }
+}
+
+impl std::fmt::Debug for BlockBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlockBytes({} bytes)", self.len())
+    }
+}
+
+impl AsRef<[u8]> for BlockBytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PartialEq<[u8]> for BlockBytes {
+    fn eq(&self, o: &[u8]) -> bool {
+        **self == *o
+    }
+}
+
+impl PartialEq<Vec<u8>> for BlockBytes {
+    fn eq(&self, o: &Vec<u8>) -> bool {
+        **self == **o
+    }
+}
+
 /// What [`Client::next`] gives.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Event {
     /// A block, verified against its digest.
-    Block { id: BlockId, data: Bytes, server: usize },
+    Block { id: BlockId, data: BlockBytes, server: usize },
     /// No copy of the block could be delivered; `reason` says what each server said.
     Lost { id: BlockId, reason: String },
     /// A server finished (or replaced) one of this client's lists.
@@ -288,7 +326,8 @@ impl Client {
                     self.queued.extend(ev);
                     return;
                 }
-                let data = Bytes::copy_from_slice(data);
+                let start = m.payload().len() - data.len();
+                let data = BlockBytes { msg: m, start };
                 self.queued.push_back(Event::Block { id, data, server: s });
             }
             Message::Failed { seq, id, reason } => {
@@ -333,7 +372,7 @@ impl Client {
         &mut self,
         ids: &[BlockId],
         wait: Duration,
-    ) -> Result<HashMap<BlockId, Bytes>, DpssError> {
+    ) -> Result<HashMap<BlockId, BlockBytes>, DpssError> {
         let list: Vec<_> = ids.iter().map(|&id| (id, Priority::High)).collect();
         self.request(&list)?;
         let mut want: HashSet<BlockId> = ids.iter().copied().collect();
