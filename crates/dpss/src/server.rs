@@ -435,17 +435,18 @@ fn requests(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> 
         let ds = ds.ok_or_else(|| DpssError::UnknownDataset(dataset.to_string()))?;
         let name: Arc<str> = dataset.into();
         i.lists.fetch_add(1, Ordering::Relaxed);
+        let mut hits = 0;
         let reads = {
             let mut l = s.lists.lock().unwrap();
             let mut cache = i.cache.lock().unwrap();
-            l.replace(
-                seq,
-                dataset,
-                &entries,
-                |id| cache.get(dataset, id),
-                |id| ds.blocks.contains_key(&id),
-            )
+            let cached = |id| {
+                let c = cache.get(dataset, id);
+                hits += u64::from(c.is_some());
+                c
+            };
+            l.replace(seq, dataset, &entries, cached, |id| ds.blocks.contains_key(&id))
         };
+        i.cache_hits.fetch_add(hits, Ordering::Relaxed);
         for (id, prio) in reads {
             let loc = ds.blocks[&id];
             let q = &i.queues[loc.disk as usize];

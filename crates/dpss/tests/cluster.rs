@@ -69,6 +69,7 @@ fn a_new_list_flushes_the_old_and_cached_blocks_are_hits() {
     };
     assert_eq!(order, [0, 1, 2, 3], "high blocks in list order");
     assert_eq!((stats.cache_hits, stats.read, stats.sent), (4, 0, 4));
+    assert_eq!(cl.servers[0].as_ref().unwrap().stats().cache_hits, 4);
     // A long list replaced at once by another: the first is reported with what it flushed,
     // and everything of the second arrives.
     let long: Vec<_> = (0..16)
