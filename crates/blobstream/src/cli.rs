@@ -150,7 +150,7 @@ pub enum DpssCommand {
         dir: PathBuf,
         #[arg(long, default_value = "127.0.0.1:7090")]
         master: String,
-        /// The first server's port; the others follow it.
+        /// The first server's port; the others follow it (0: any free ports).
         #[arg(long, default_value_t = 7091)]
         first_port: u16,
         /// Cache per server, MiB.
@@ -539,6 +539,13 @@ pub struct ServeArgs {
     /// Seconds a SIGTERM or SIGINT waits for running transfers before the server exits.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub shutdown_grace: u64,
+    /// The block store's master (docs/dpss.md): serve its images' tiles over IIIF and the
+    /// tiled viewer at /dpss.html.
+    #[arg(long, value_name = "ADDR")]
+    pub dpss_master: Option<String>,
+    /// The token the block servers require.
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", requires = "dpss_master")]
+    pub dpss_token: Option<String>,
     /// Unix domain socket for bindings and transfers from processes on this host.
     #[arg(long, value_name = "PATH")]
     pub unix_socket: Option<PathBuf>,

@@ -133,7 +133,11 @@ fn local(
     for s in 0..servers {
         let a = DpssServerArgs {
             disks: (0..disks).map(|d| dir.join(format!("server{s}/disk{d}"))).collect(),
-            addr: format!("127.0.0.1:{}", first_port as usize + s),
+            addr: if first_port == 0 {
+                "127.0.0.1:0".to_string()
+            } else {
+                format!("127.0.0.1:{}", first_port as usize + s)
+            },
             master: bound.clone(),
             name: Some(format!("server{s}")),
             cache_mb,

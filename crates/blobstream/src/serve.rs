@@ -48,6 +48,8 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         max_uploads: a.max_uploads,
         auth_token: security::token(g)?,
         tls: security::server_tls(&a.tls)?,
+        dpss_master: a.dpss_master.clone(),
+        dpss_token: a.dpss_token.clone(),
         ..WebConfig::default()
     };
     let cfg = ServerConfig {

@@ -10,6 +10,8 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/app.js", "text/javascript; charset=utf-8", include_bytes!("../assets/app.js")),
     ("/app.css", "text/css; charset=utf-8", include_bytes!("../assets/app.css")),
     ("/favicon.svg", "image/svg+xml", include_bytes!("../assets/favicon.svg")),
+    ("/dpss.html", "text/html; charset=utf-8", include_bytes!("../assets/dpss.html")),
+    ("/dpss.js", "text/javascript; charset=utf-8", include_bytes!("../assets/dpss.js")),
 ];
 
 /// The page may only talk to its own origin.

@@ -23,6 +23,7 @@ mod range;
 pub mod samples;
 mod sessions;
 mod throttle;
+pub mod tiles;
 mod upload;
 
 pub use error::WebError;
@@ -60,6 +61,10 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/api/health", &["get"]),
     ("/api/openapi.json", &["get"]),
     ("/metrics", &["get"]),
+    ("/api/dpss/datasets", &["get"]),
+    ("/api/dpss/view/{dataset}", &["post"]),
+    ("/iiif/{dataset}/info.json", &["get"]),
+    ("/iiif/{dataset}/{region}/{size}/{rotation}/{file}", &["get"]),
 ];
 
 /// Source addresses whose failed token checks are tracked at once (beyond it, new addresses
@@ -88,6 +93,10 @@ pub struct WebConfig {
     pub auth_failure_refill: std::time::Duration,
     /// How long a browser session (the cookie `POST /api/session` sets) lasts.
     pub session_ttl: std::time::Duration,
+    /// The block store's master: serve its data sets' tiles (IIIF) and the tiled viewer.
+    pub dpss_master: Option<String>,
+    /// The token the block servers require.
+    pub dpss_token: Option<String>,
 }
 
 impl Default for WebConfig {
@@ -103,6 +112,8 @@ impl Default for WebConfig {
             auth_failure_burst: 10,
             auth_failure_refill: std::time::Duration::from_secs(6),
             session_ttl: std::time::Duration::from_secs(12 * 3600),
+            dpss_master: None,
+            dpss_token: None,
         }
     }
 }
@@ -129,6 +140,8 @@ pub struct AppState {
     sessions: sessions::Sessions,
     /// Failed token checks per source address.
     throttle: throttle::Throttle,
+    /// The block store's tiles, when `dpss_master` is set.
+    tiles: Option<Arc<tiles::Tiles>>,
 }
 
 impl AppState {
@@ -171,7 +184,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/session", get(auth::status).post(auth::login).delete(auth::logout))
         .route("/api/health", get(api::health))
         .route("/api/openapi.json", get(|| async { axum::Json(openapi::document()) }))
-        .route("/metrics", get(metrics::handler));
+        .route("/metrics", get(metrics::handler))
+        .route("/api/dpss/datasets", get(tiles::datasets))
+        .route("/api/dpss/view/{dataset}", post(tiles::view))
+        .route("/iiif/{dataset}/info.json", get(tiles::info))
+        .route("/iiif/{dataset}/{region}/{size}/{rotation}/{file}", get(tiles::tile));
     static_files(api)
         .route_layer(middleware::from_fn_with_state(state.clone(), metrics::record))
         .fallback(not_found)
@@ -238,6 +255,10 @@ impl WebServer {
                 cfg.auth_failure_refill,
                 THROTTLED_ADDRS,
             ),
+            tiles: cfg.dpss_master.clone().map(|m| {
+                let opts = bs_dpss::ClientOptions { token: cfg.dpss_token.clone(), tls: None };
+                Arc::new(tiles::Tiles::new(m, opts))
+            }),
             cfg,
             metrics: metrics::Metrics::default(),
         });

@@ -52,6 +52,16 @@ fn prefix_schema() -> Value {
     json!({ "type": "string", "maxLength": 1025, "pattern": format!("^({SEGMENT}/)*$") })
 }
 
+fn dataset_param() -> Value {
+    json!({ "name": "dataset", "in": "path", "required": true, "description": "Block-store data set",
+        "schema": { "type": "string", "maxLength": 128, "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]*$" } })
+}
+
+fn path_param(name: &str, desc: &str) -> Value {
+    json!({ "name": name, "in": "path", "required": true, "description": desc,
+        "schema": { "type": "string", "maxLength": 64 } })
+}
+
 fn key_param() -> Value {
     json!({ "name": "key", "in": "path", "required": true,
         "description": "Blob key. In a real URL, keys with folders are written with literal \
@@ -279,6 +289,48 @@ fn contract() -> Value {
                     "type": "object", "properties": { "status": { "type": "string" } }, "required": ["status"] } } } } } } },
             "/api/openapi.json": { "get": { "summary": "This document",
                 "responses": { "200": { "description": "OpenAPI 3.0", "content": { "application/json": { "schema": { "type": "object" } } } } } } },
+            "/api/dpss/datasets": { "get": { "summary": "The block store's data sets (serve --dpss-master)",
+                "responses": { "200": { "description": "Data sets with their layouts", "content": {
+                    "application/json": { "schema": { "type": "object" } } } },
+                    "401": err("Authentication required"),
+                    "404": err("The block store is not configured"),
+                    "503": err("The block store's master cannot be reached") } } },
+            "/api/dpss/view/{dataset}": { "post": {
+                "summary": "The viewer's viewport: the block servers get a new request list",
+                "parameters": [dataset_param()],
+                "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                    "type": "object", "required": ["level", "x0", "y0", "x1", "y1"],
+                    "properties": {
+                        "level": { "type": "integer", "minimum": 0, "description": "Pyramid level (0: full resolution)" },
+                        "x0": { "type": "integer", "minimum": 0 }, "y0": { "type": "integer", "minimum": 0 },
+                        "x1": { "type": "integer", "minimum": 0 }, "y1": { "type": "integer", "minimum": 0 } } } } } },
+                "responses": { "200": { "description": "Tiles asked per priority", "content": {
+                    "application/json": { "schema": { "type": "object" } } } },
+                    "400": err("Bad view or data set name"), "401": err("Authentication required"),
+                    "404": err("No such data set, or the block store is not configured"),
+                    "413": err("Body too large"),
+                    "503": err("The block store cannot be reached") } } },
+            "/iiif/{dataset}/info.json": { "get": {
+                "summary": "IIIF Image API 3 (level 0) description of a block-store image",
+                "parameters": [dataset_param()],
+                "responses": { "200": { "description": "info.json", "content": {
+                    "application/ld+json": { "schema": { "type": "object" } } } },
+                    "400": err("Bad data set name"), "401": err("Authentication required"),
+                    "404": err("No such data set, or the block store is not configured"),
+                    "503": err("The block store cannot be reached") } } },
+            "/iiif/{dataset}/{region}/{size}/{rotation}/{file}": { "get": {
+                "summary": "One tile of the pyramid (IIIF Image API 3, level 0)",
+                "parameters": [dataset_param(),
+                    path_param("region", "full, or x,y,w,h in full-resolution pixels"),
+                    path_param("size", "max, w, ,h or w,h"),
+                    path_param("rotation", "0"),
+                    path_param("file", "default.png (default.jpg for JPEG tiles)")],
+                "responses": { "200": { "description": "The tile", "content": {
+                    "image/png": { "schema": { "type": "string", "format": "binary" } },
+                    "image/jpeg": { "schema": { "type": "string", "format": "binary" } } } },
+                    "400": err("Not one of the pyramid's tiles"), "401": err("Authentication required"),
+                    "404": err("No such data set, or the block store is not configured"),
+                    "503": err("No copy of the tile could be delivered, or the block store cannot be reached") } } },
             "/metrics": { "get": { "summary": "Prometheus metrics",
                 "responses": { "200": { "description": "OpenMetrics text", "content": {
                     "application/openmetrics-text": { "schema": { "type": "string" } } } },

@@ -1,0 +1,381 @@
+//! The block store's tiles over HTTP: the web server as a DPSS client (`serve --dpss-master`).
+//!
+//! - `GET /iiif/{dataset}/info.json` and `GET /iiif/{dataset}/{region}/{size}/0/default.{png,jpg}`:
+//!   IIIF Image API 3 at level 0 — exactly the tiles of the pyramid, so OpenSeadragon, Mirador
+//!   or Leaflet-IIIF can show a data set;
+//! - `POST /api/dpss/view/{dataset}` `{"level", "x0", "y0", "x1", "y1"}` (pixels of that level):
+//!   the browser's viewport; the web server sends the block servers a new request list — the
+//!   visible tiles high, the ring around them medium, the next finer level low — replacing
+//!   the previous one;
+//! - `GET /api/dpss/datasets`: the published data sets.
+//!
+//! Per data set one thread (the pump) owns a `bs_dpss::Client`: it sends the lists, keeps the
+//! verified blocks that arrive in an LRU cache, and answers tile requests from it, asking for
+//! a tile high priority when no list has it yet.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bs_dpss::cache::{Cache, Cached};
+use bs_dpss::layout::Layout;
+use bs_dpss::{BlockId, Client, ClientOptions, Event, Priority};
+use bytes::Bytes;
+use serde::Deserialize;
+use tokio::sync::oneshot;
+
+use crate::AppState;
+use crate::error::WebError;
+
+/// Bytes of tiles each data set's pump keeps.
+const CACHE_BYTES: usize = 128 << 20;
+/// How long a tile request waits for its block.
+const TILE_WAIT: Duration = Duration::from_secs(30);
+/// Most tiles a viewport list holds.
+const VIEW_TILES: usize = 256;
+
+enum Cmd {
+    View(Vec<(BlockId, Priority)>),
+    Want(BlockId, oneshot::Sender<Result<Bytes, String>>),
+}
+
+struct Pump {
+    layout: Layout,
+    tx: mpsc::Sender<Cmd>,
+}
+
+/// The block store as the web server sees it.
+pub struct Tiles {
+    master: String,
+    opts: ClientOptions,
+    pumps: Mutex<HashMap<String, Arc<Pump>>>,
+}
+
+impl Tiles {
+    pub fn new(master: String, opts: ClientOptions) -> Self {
+        Self { master, opts, pumps: Mutex::default() }
+    }
+
+    /// The pump of `dataset`, started on first use (again if the last one ended).
+    fn pump(&self, dataset: &str) -> Result<Arc<Pump>, WebError> {
+        bs_dpss::block::check_name(dataset).map_err(|e| WebError::BadRequest(e.to_string()))?;
+        if let Some(p) = self.pumps.lock().unwrap().get(dataset) {
+            return Ok(p.clone());
+        }
+        let client = Client::open(&self.master, dataset, self.opts.clone()).map_err(dpss_error)?;
+        let layout = client.layout().clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("dpss-pump-{dataset}"))
+            .spawn(move || pump(client, rx))
+            .map_err(WebError::internal)?;
+        let p = Arc::new(Pump { layout, tx });
+        self.pumps.lock().unwrap().insert(dataset.to_string(), p.clone());
+        Ok(p)
+    }
+
+    fn send(&self, dataset: &str, p: &Pump, cmd: Cmd) -> Result<(), WebError> {
+        if p.tx.send(cmd).is_err() {
+            self.pumps.lock().unwrap().remove(dataset);
+            return Err(WebError::Busy(format!(
+                "the block store client of {dataset:?} ended; retry"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn dpss_error(e: bs_dpss::DpssError) -> WebError {
+    use bs_dpss::DpssError as D;
+    match e {
+        D::UnknownDataset(d) => WebError::NoRoute(format!("data set {d:?}")),
+        D::Master(m) if m.contains("unknown data set") => WebError::NoRoute(m),
+        D::UnknownBlock { .. } | D::BadName(_) => WebError::BadRequest(e.to_string()),
+        e => WebError::Busy(format!("the block store: {e}")),
+    }
+}
+
+fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>) {
+    let dataset = client.layout().dataset.clone();
+    let mut cache = Cache::new(CACHE_BYTES);
+    let mut waiters: HashMap<BlockId, Vec<oneshot::Sender<Result<Bytes, String>>>> = HashMap::new();
+    let mut list: Vec<(BlockId, Priority)> = Vec::new();
+    loop {
+        let mut changed = false;
+        loop {
+            match rx.try_recv() {
+                Ok(Cmd::View(v)) => {
+                    list = v;
+                    changed = true;
+                }
+                Ok(Cmd::Want(id, tx)) => {
+                    if let Some(c) = cache.get(&dataset, id) {
+                        let _ = tx.send(Ok(c.data));
+                        continue;
+                    }
+                    waiters.entry(id).or_default().push(tx);
+                    match list.iter().position(|(b, _)| *b == id) {
+                        Some(i) if list[i].1 != Priority::Low => {}
+                        found => {
+                            // Asked for and not on its way: at the head of the list, high.
+                            if let Some(i) = found {
+                                list.remove(i);
+                            }
+                            list.insert(0, (id, Priority::High));
+                            changed = true;
+                        }
+                    }
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => return,
+            }
+        }
+        if changed {
+            // Blocks already here are not asked again.
+            list.retain(|(b, _)| !cache.contains(&dataset, *b));
+            list.truncate(bs_dpss::conn::MAX_LIST);
+            if let Err(e) = client.request(&list) {
+                tracing::warn!(%dataset, error = %e, "block store list refused");
+            }
+        }
+        match client.next(Duration::from_millis(5)) {
+            Some(Event::Block { id, data, .. }) => {
+                let data = Bytes::copy_from_slice(&data);
+                for tx in waiters.remove(&id).into_iter().flatten() {
+                    let _ = tx.send(Ok(data.clone()));
+                }
+                list.retain(|(b, _)| *b != id);
+                cache.insert(&dataset, id, Cached { data, digest: [0; 16] });
+            }
+            Some(Event::Lost { id, reason }) => {
+                for tx in waiters.remove(&id).into_iter().flatten() {
+                    let _ = tx.send(Err(reason.clone()));
+                }
+            }
+            Some(Event::ServerLost { server, reason }) => {
+                tracing::warn!(%dataset, server, %reason, "block server lost");
+            }
+            Some(Event::ListDone { .. }) | None => {}
+        }
+        waiters.retain(|_, txs| {
+            txs.retain(|t| !t.is_closed());
+            !txs.is_empty()
+        });
+    }
+}
+
+fn tiles(s: &AppState) -> Result<&Tiles, WebError> {
+    s.tiles.as_deref().ok_or_else(|| {
+        WebError::NoRoute(
+            "the block store is not configured (start serve with --dpss-master)".into(),
+        )
+    })
+}
+
+async fn off_thread<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, WebError> + Send + 'static,
+) -> Result<T, WebError> {
+    crate::blocking(f).await
+}
+
+/// `GET /iiif/{dataset}/info.json`.
+pub async fn info(
+    State(s): State<Arc<AppState>>,
+    Path(dataset): Path<String>,
+) -> Result<Response, WebError> {
+    let st = s.clone();
+    let d = dataset.clone();
+    let p = off_thread(move || tiles(&st)?.pump(&d)).await?;
+    let l = &p.layout;
+    if l.kind != "image" {
+        return Err(WebError::NoRoute(format!("{dataset:?} is a file, not an image")));
+    }
+    let scale: Vec<u64> = (0..l.levels).map(|i| 1u64 << i).collect();
+    let body = serde_json::json!({
+        "@context": "http://iiif.io/api/image/3/context.json",
+        "id": format!("/iiif/{dataset}"),
+        "type": "ImageService3",
+        "protocol": "http://iiif.io/api/image",
+        "profile": "level0",
+        "width": l.width,
+        "height": l.height,
+        "tiles": [{ "width": l.tile, "height": l.tile, "scaleFactors": scale }],
+        "preferredFormats": [if l.format == "jpeg" { "jpg" } else { "png" }],
+    });
+    let mut r = axum::Json(body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(
+            "application/ld+json;profile=\"http://iiif.io/api/image/3/context.json\"",
+        ),
+    );
+    Ok(r)
+}
+
+/// The block a IIIF level-0 request names, or why it names none.
+pub fn tile_of(l: &Layout, region: &str, size: &str) -> Result<BlockId, String> {
+    let num = |v: &str| v.parse::<u64>().map_err(|_| format!("{v:?} is not a number"));
+    let (x, y, w, h) = if region == "full" {
+        (0, 0, l.width, l.height)
+    } else {
+        let p: Vec<&str> = region.split(',').collect();
+        if p.len() != 4 {
+            return Err(format!("region {region:?}: use full or x,y,w,h"));
+        }
+        (num(p[0])?, num(p[1])?, num(p[2])?, num(p[3])?)
+    };
+    if w == 0 || h == 0 || x >= l.width || y >= l.height {
+        return Err(format!("region {region:?} is empty or outside the image"));
+    }
+    let (w, h) = (w.min(l.width - x), h.min(l.height - y));
+    let (sw, sh) = match size {
+        "max" => (None, None),
+        s => {
+            let (a, b) =
+                s.split_once(',').ok_or_else(|| format!("size {s:?}: use max, w, ,h or w,h"))?;
+            let a = (!a.is_empty()).then(|| num(a)).transpose()?;
+            let b = (!b.is_empty()).then(|| num(b)).transpose()?;
+            if a.is_none() && b.is_none() {
+                return Err(format!("size {s:?}: use max, w, ,h or w,h"));
+            }
+            (a, b)
+        }
+    };
+    let t = l.tile as u64;
+    for level in 0..l.levels {
+        let f = 1u64 << level;
+        let (tw, th) = (w.div_ceil(f), h.div_ceil(f));
+        let fits = |want: Option<u64>, got: u64| want.is_none_or(|v| v == got);
+        let size_ok = if size == "max" { tw <= t && th <= t } else { fits(sw, tw) && fits(sh, th) };
+        let span = t * f;
+        let (lw, lh) = l.level_size(level);
+        let aligned = x % span == 0
+            && y % span == 0
+            && tw == (t).min(lw - x / f)
+            && th == (t).min(lh - y / f);
+        if size_ok && aligned {
+            return Ok(BlockId::new(level as u8, (x / span) as u32, (y / span) as u32));
+        }
+    }
+    Err(format!(
+        "level 0 serves only the pyramid's tiles: region {region:?} at size {size:?} is not one"
+    ))
+}
+
+/// `GET /iiif/{dataset}/{region}/{size}/{rotation}/{file}`.
+pub async fn tile(
+    State(s): State<Arc<AppState>>,
+    Path((dataset, region, size, rotation, file)): Path<(String, String, String, String, String)>,
+) -> Result<Response, WebError> {
+    let st = s.clone();
+    let d = dataset.clone();
+    let p = off_thread(move || tiles(&st)?.pump(&d)).await?;
+    let l = &p.layout;
+    let ext = if l.format == "jpeg" { "jpg" } else { "png" };
+    if rotation != "0" || file != format!("default.{ext}") {
+        return Err(WebError::BadRequest(format!(
+            "level 0: rotation 0 and default.{ext} only (asked {rotation}/{file})"
+        )));
+    }
+    let id = tile_of(l, &region, &size).map_err(WebError::BadRequest)?;
+    let (tx, rx) = oneshot::channel();
+    tiles(&s)?.send(&dataset, &p, Cmd::Want(id, tx))?;
+    let data = match tokio::time::timeout(TILE_WAIT, rx).await {
+        Ok(Ok(Ok(d))) => d,
+        Ok(Ok(Err(reason))) => return Err(WebError::Busy(format!("tile {id}: {reason}"))),
+        Ok(Err(_)) => {
+            return Err(WebError::Busy(format!("tile {id}: the block store client ended")));
+        }
+        Err(_) => {
+            return Err(WebError::Busy(format!("tile {id} did not arrive within {TILE_WAIT:?}")));
+        }
+    };
+    let mime = if ext == "jpg" { "image/jpeg" } else { "image/png" };
+    let mut r = data.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=3600"));
+    Ok(r)
+}
+
+#[derive(Deserialize)]
+pub struct View {
+    level: u32,
+    x0: u64,
+    y0: u64,
+    x1: u64,
+    y1: u64,
+}
+
+/// `POST /api/dpss/view/{dataset}`: the viewport, as a new request list.
+pub async fn view(
+    State(s): State<Arc<AppState>>,
+    Path(dataset): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, WebError> {
+    let v: View =
+        serde_json::from_slice(&body).map_err(|e| WebError::BadRequest(format!("view: {e}")))?;
+    if v.x1 <= v.x0 || v.y1 <= v.y0 {
+        return Err(WebError::BadRequest("view: x1 > x0 and y1 > y0, please".into()));
+    }
+    let st = s.clone();
+    let d = dataset.clone();
+    let p = off_thread(move || tiles(&st)?.pump(&d)).await?;
+    if v.level >= p.layout.levels {
+        return Err(WebError::BadRequest(format!("{dataset} has levels 0..{}", p.layout.levels)));
+    }
+    let list = p.layout.view(v.level, (v.x0, v.y0, v.x1, v.y1), VIEW_TILES);
+    let (high, medium, low) = list.iter().fold((0, 0, 0), |(h, m, l), (_, p)| match p {
+        Priority::High => (h + 1, m, l),
+        Priority::Medium => (h, m + 1, l),
+        Priority::Low => (h, m, l + 1),
+    });
+    tiles(&s)?.send(&dataset, &p, Cmd::View(list))?;
+    Ok(axum::Json(serde_json::json!({ "high": high, "medium": medium, "low": low }))
+        .into_response())
+}
+
+/// `GET /api/dpss/datasets`.
+pub async fn datasets(State(s): State<Arc<AppState>>) -> Result<Response, WebError> {
+    let master = tiles(&s)?.master.clone();
+    let st = off_thread(move || {
+        bs_dpss::master::fetch_status(&master)
+            .map_err(|e| WebError::Busy(format!("the block store: {e}")))
+    })
+    .await?;
+    let sets: Vec<_> = st.datasets.into_iter().filter_map(|d| Layout::try_from(d).ok()).collect();
+    Ok(axum::Json(serde_json::json!({ "datasets": sets })).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bs_dpss::ServerRef;
+
+    #[test]
+    fn iiif_requests_map_to_exactly_the_pyramids_tiles() {
+        let servers = vec![ServerRef { name: "s".into(), addr: "a".into(), disks: 1 }];
+        let l = Layout::plan("d", "image", (1000, 600), 256, servers, 1).unwrap();
+        // Level 0, second tile of the first row; the edge tile is short.
+        assert_eq!(tile_of(&l, "256,0,256,256", "256,256"), Ok(BlockId::new(0, 1, 0)));
+        assert_eq!(tile_of(&l, "768,512,232,88", "232,"), Ok(BlockId::new(0, 3, 2)));
+        // Level 1: 512-pixel regions at 256.
+        assert_eq!(tile_of(&l, "512,0,488,512", "244,256"), Ok(BlockId::new(1, 1, 0)));
+        // The whole image, as its top level.
+        assert_eq!(tile_of(&l, "full", "250,150"), Ok(BlockId::new(2, 0, 0)));
+        assert_eq!(tile_of(&l, "full", "max"), Ok(BlockId::new(2, 0, 0)));
+        for (r, s) in [
+            ("10,0,256,256", "256,"),
+            ("0,0,256,256", "128,"),
+            ("0,0,1", "max"),
+            ("5000,0,1,1", "1,"),
+            ("0,0,256,256", "x,"),
+        ] {
+            assert!(tile_of(&l, r, s).is_err(), "{r} {s}");
+        }
+    }
+}
