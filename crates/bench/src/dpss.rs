@@ -218,6 +218,11 @@ pub fn run_dpss(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
                 .into(),
         ),
     }
+    let (truns, requests) = if opts.quick { (2, 1000) } else { (5, 4000) };
+    match crate::dpss_tiles::tiles_vs_nginx(opts, truns, requests)? {
+        Some(r) => rows.extend(r),
+        None => notes.push("nginx is not installed (scripts/bench-setup.sh): no tile rows".into()),
+    }
     // Declustering: computed, not timed.
     let ks: Vec<u32> = (4..=32).collect();
     let ws: Vec<u32> = (2..=8).collect();
@@ -254,9 +259,7 @@ pub fn run_dpss(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     }
     notes.push(t);
     notes.push(
-        "not yet measured: random tile reads against nginx serving the same tiles (DZI) and the \
-         browser viewer's time to first tile — the web tile API is not built yet"
-            .into(),
+        "not yet measured: the browser viewer's time to first tile and to a full viewport".into(),
     );
     notes.push("block server, client and raw TCP share this machine's two cores".into());
     Ok(RowsReport {

@@ -15,8 +15,9 @@ mod report;
 mod ttfi;
 mod wrk;
 
+pub(crate) use get::read_head;
 pub use get::{Response, get};
-pub use nginx::{Nginx, NginxConfig, find_nginx};
+pub use nginx::{Nginx, NginxConfig, find_nginx, free_port};
 pub use report::{
     DownloadMeasurement, HTTP_TARGET, HttpReport, HttpSetup, TARGET_VS_NGINX, TimeToFirstImage,
 };

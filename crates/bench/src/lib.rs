@@ -10,6 +10,7 @@ mod batch;
 mod benchmarks_md;
 pub mod bindings;
 mod dpss;
+mod dpss_tiles;
 mod error;
 mod fanout;
 pub mod filters;

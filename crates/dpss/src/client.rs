@@ -83,6 +83,18 @@ pub enum Event {
 enum Raw {
     Msg(usize, bs_binding::Msg),
     Gone(usize, String),
+    Wake,
+}
+
+/// Makes a [`Client::next`] waiting in another thread return at once (with `None`), so a
+/// thread that owns the client can serve other work without polling.
+#[derive(Clone)]
+pub struct Waker(mpsc::Sender<Raw>);
+
+impl Waker {
+    pub fn wake(&self) {
+        let _ = self.0.send(Raw::Wake);
+    }
 }
 
 struct Link {
@@ -197,6 +209,11 @@ impl Client {
         &self.layout
     }
 
+    /// A handle that wakes this client's [`Client::next`].
+    pub fn waker(&self) -> Waker {
+        Waker(self.tx.clone())
+    }
+
     /// Servers given up on, with why.
     pub fn lost_servers(&self) -> Vec<(usize, String)> {
         self.dead.iter().enumerate().filter_map(|(i, d)| d.clone().map(|d| (i, d))).collect()
@@ -299,6 +316,7 @@ impl Client {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(left) {
+                Ok(Raw::Wake) => return self.queued.pop_front(),
                 Ok(raw) => self.handle(raw),
                 Err(_) => return None,
             }
@@ -309,6 +327,7 @@ impl Client {
         let (s, m) = match raw {
             Raw::Gone(s, reason) => return self.server_lost(s, reason),
             Raw::Msg(s, m) => (s, m),
+            Raw::Wake => return,
         };
         if self.dead[s].is_some() {
             return;

@@ -20,7 +20,7 @@ pub mod server;
 pub mod simulate;
 
 pub use block::{BlockId, Priority};
-pub use client::{Client, ClientOptions, Event};
+pub use client::{Client, ClientOptions, Event, Waker};
 pub use conn::Peer;
 pub use error::DpssError;
 pub use layout::{Layout, ServerRef};

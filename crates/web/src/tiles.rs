@@ -46,6 +46,9 @@ enum Cmd {
 struct Pump {
     layout: Layout,
     tx: mpsc::Sender<Cmd>,
+    waker: bs_dpss::Waker,
+    /// Verified tiles, shared so a request for one already here never waits on the pump.
+    cache: Arc<Mutex<Cache>>,
 }
 
 /// The block store as the web server sees it.
@@ -60,20 +63,27 @@ impl Tiles {
         Self { master, opts, pumps: Mutex::default() }
     }
 
+    fn existing(&self, dataset: &str) -> Option<Arc<Pump>> {
+        self.pumps.lock().unwrap().get(dataset).cloned()
+    }
+
     /// The pump of `dataset`, started on first use (again if the last one ended).
     fn pump(&self, dataset: &str) -> Result<Arc<Pump>, WebError> {
         bs_dpss::block::check_name(dataset).map_err(|e| WebError::BadRequest(e.to_string()))?;
-        if let Some(p) = self.pumps.lock().unwrap().get(dataset) {
-            return Ok(p.clone());
+        if let Some(p) = self.existing(dataset) {
+            return Ok(p);
         }
         let client = Client::open(&self.master, dataset, self.opts.clone()).map_err(dpss_error)?;
         let layout = client.layout().clone();
+        let waker = client.waker();
+        let cache = Arc::new(Mutex::new(Cache::new(CACHE_BYTES)));
         let (tx, rx) = mpsc::channel();
+        let c = cache.clone();
         std::thread::Builder::new()
             .name(format!("dpss-pump-{dataset}"))
-            .spawn(move || pump(client, rx))
+            .spawn(move || pump(client, rx, &c))
             .map_err(WebError::internal)?;
-        let p = Arc::new(Pump { layout, tx });
+        let p = Arc::new(Pump { layout, tx, waker, cache });
         self.pumps.lock().unwrap().insert(dataset.to_string(), p.clone());
         Ok(p)
     }
@@ -85,6 +95,7 @@ impl Tiles {
                 "the block store client of {dataset:?} ended; retry"
             )));
         }
+        p.waker.wake();
         Ok(())
     }
 }
@@ -99,9 +110,8 @@ fn dpss_error(e: bs_dpss::DpssError) -> WebError {
     }
 }
 
-fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>) {
+fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
     let dataset = client.layout().dataset.clone();
-    let mut cache = Cache::new(CACHE_BYTES);
     let mut waiters: HashMap<BlockId, Vec<oneshot::Sender<Result<Bytes, String>>>> = HashMap::new();
     let mut list: Vec<(BlockId, Priority)> = Vec::new();
     loop {
@@ -113,7 +123,7 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>) {
                     changed = true;
                 }
                 Ok(Cmd::Want(id, tx)) => {
-                    if let Some(c) = cache.get(&dataset, id) {
+                    if let Some(c) = cache.lock().unwrap().get(&dataset, id) {
                         let _ = tx.send(Ok(c.data));
                         continue;
                     }
@@ -136,20 +146,24 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>) {
         }
         if changed {
             // Blocks already here are not asked again.
-            list.retain(|(b, _)| !cache.contains(&dataset, *b));
+            let have = cache.lock().unwrap();
+            list.retain(|(b, _)| !have.contains(&dataset, *b));
+            drop(have);
             list.truncate(bs_dpss::conn::MAX_LIST);
             if let Err(e) = client.request(&list) {
                 tracing::warn!(%dataset, error = %e, "block store list refused");
             }
         }
-        match client.next(Duration::from_millis(5)) {
+        // Commands wake this (Tiles::send); the timeout only bounds how long a closed
+        // waiter is kept.
+        match client.next(Duration::from_secs(1)) {
             Some(Event::Block { id, data, .. }) => {
                 let data = Bytes::copy_from_slice(&data);
                 for tx in waiters.remove(&id).into_iter().flatten() {
                     let _ = tx.send(Ok(data.clone()));
                 }
                 list.retain(|(b, _)| *b != id);
-                cache.insert(&dataset, id, Cached { data, digest: [0; 16] });
+                cache.lock().unwrap().insert(&dataset, id, Cached { data, digest: [0; 16] });
             }
             Some(Event::Lost { id, reason }) => {
                 for tx in waiters.remove(&id).into_iter().flatten() {
@@ -182,14 +196,22 @@ async fn off_thread<T: Send + 'static>(
     crate::blocking(f).await
 }
 
+/// The pump of `dataset`: straight from the map when running, else started off the executor.
+async fn pump_of(s: &Arc<AppState>, dataset: &str) -> Result<Arc<Pump>, WebError> {
+    if let Some(p) = tiles(s)?.existing(dataset) {
+        return Ok(p);
+    }
+    let st = s.clone();
+    let d = dataset.to_string();
+    off_thread(move || tiles(&st)?.pump(&d)).await
+}
+
 /// `GET /iiif/{dataset}/info.json`.
 pub async fn info(
     State(s): State<Arc<AppState>>,
     Path(dataset): Path<String>,
 ) -> Result<Response, WebError> {
-    let st = s.clone();
-    let d = dataset.clone();
-    let p = off_thread(move || tiles(&st)?.pump(&d)).await?;
+    let p = pump_of(&s, &dataset).await?;
     let l = &p.layout;
     if l.kind != "image" {
         return Err(WebError::NoRoute(format!("{dataset:?} is a file, not an image")));
@@ -271,9 +293,7 @@ pub async fn tile(
     State(s): State<Arc<AppState>>,
     Path((dataset, region, size, rotation, file)): Path<(String, String, String, String, String)>,
 ) -> Result<Response, WebError> {
-    let st = s.clone();
-    let d = dataset.clone();
-    let p = off_thread(move || tiles(&st)?.pump(&d)).await?;
+    let p = pump_of(&s, &dataset).await?;
     let l = &p.layout;
     let ext = if l.format == "jpeg" { "jpg" } else { "png" };
     if rotation != "0" || file != format!("default.{ext}") {
@@ -282,9 +302,24 @@ pub async fn tile(
         )));
     }
     let id = tile_of(l, &region, &size).map_err(WebError::BadRequest)?;
+    let hit = p.cache.lock().unwrap().get(&dataset, id).map(|c| c.data);
+    let data = match hit {
+        Some(d) => d,
+        None => want(&s, &dataset, &p, id).await?,
+    };
+    let mime = if ext == "jpg" { "image/jpeg" } else { "image/png" };
+    let mut r = data.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=3600"));
+    Ok(r)
+}
+
+/// Ask the pump for a tile not in the cache and wait for it.
+async fn want(s: &Arc<AppState>, dataset: &str, p: &Pump, id: BlockId) -> Result<Bytes, WebError> {
     let (tx, rx) = oneshot::channel();
-    tiles(&s)?.send(&dataset, &p, Cmd::Want(id, tx))?;
-    let data = match tokio::time::timeout(TILE_WAIT, rx).await {
+    tiles(s)?.send(dataset, p, Cmd::Want(id, tx))?;
+    Ok(match tokio::time::timeout(TILE_WAIT, rx).await {
         Ok(Ok(Ok(d))) => d,
         Ok(Ok(Err(reason))) => return Err(WebError::Busy(format!("tile {id}: {reason}"))),
         Ok(Err(_)) => {
@@ -293,13 +328,7 @@ pub async fn tile(
         Err(_) => {
             return Err(WebError::Busy(format!("tile {id} did not arrive within {TILE_WAIT:?}")));
         }
-    };
-    let mime = if ext == "jpg" { "image/jpeg" } else { "image/png" };
-    let mut r = data.into_response();
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=3600"));
-    Ok(r)
+    })
 }
 
 #[derive(Deserialize)]
@@ -322,9 +351,7 @@ pub async fn view(
     if v.x1 <= v.x0 || v.y1 <= v.y0 {
         return Err(WebError::BadRequest("view: x1 > x0 and y1 > y0, please".into()));
     }
-    let st = s.clone();
-    let d = dataset.clone();
-    let p = off_thread(move || tiles(&st)?.pump(&d)).await?;
+    let p = pump_of(&s, &dataset).await?;
     if v.level >= p.layout.levels {
         return Err(WebError::BadRequest(format!("{dataset} has levels 0..{}", p.layout.levels)));
     }

@@ -80,7 +80,7 @@ fn read_line(r: &mut impl BufRead, what: &str) -> Result<String, String> {
 }
 
 /// Status line and headers.
-fn read_head(r: &mut impl BufRead) -> Result<(u16, Vec<(String, String)>), String> {
+pub(crate) fn read_head(r: &mut impl BufRead) -> Result<(u16, Vec<(String, String)>), String> {
     let status_line = read_line(r, "status line")?;
     let mut parts = status_line.splitn(3, ' ');
     let (version, code) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());

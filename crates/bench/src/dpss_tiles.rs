@@ -1,0 +1,226 @@
+//! Random tile reads through the web server acting as a block-store client (IIIF) against
+//! nginx serving the same tiles as static files in the DZI layout — what a user would pick
+//! instead — with the same load: keep-alive HTTP/1.1 connections, each asking its share of one
+//! fixed random sequence of tiles.
+
+use std::collections::HashMap;
+use std::io::{BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bs_dpss::catalog::Catalog;
+use bs_dpss::layout::Layout;
+use bs_dpss::master::{self, Master};
+use bs_dpss::pyramid::Synthetic;
+use bs_dpss::{BlockId, BlockServer, Client, ClientOptions, ServerConfig, ServerRef};
+use bs_imaging::registry::Registry;
+use bs_meta::ImageIndex;
+use bs_store::FsStore;
+use bs_web::{WebConfig, WebServer};
+
+use crate::bindings::Row;
+use crate::error::BenchError;
+use crate::http::{Nginx, NginxConfig, find_nginx, free_port, read_head};
+use crate::options::BenchOptions;
+use crate::payload::median;
+
+const SIDE: u64 = 8192;
+const TILE: u32 = 256;
+/// Concurrent keep-alive connections of the load.
+const CONNS: usize = 4;
+
+fn err(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Baseline(e.to_string())
+}
+
+/// The IIIF path of a tile (what the viewer asks) and its DZI path (what nginx serves).
+fn paths(l: &Layout, id: BlockId) -> (String, String) {
+    let f = 1u64 << id.level;
+    let span = TILE as u64 * f;
+    let (x, y) = (id.x as u64 * span, id.y as u64 * span);
+    let (w, h) = (span.min(l.width - x), span.min(l.height - y));
+    let iiif = format!(
+        "/iiif/{}/{x},{y},{w},{h}/{},{}/0/default.png",
+        l.dataset,
+        w.div_ceil(f),
+        h.div_ceil(f)
+    );
+    let max_dz = (l.width.max(l.height) as f64).log2().ceil() as u64;
+    let dzi = format!("/{}_files/{}/{}_{}.png", l.dataset, max_dz - id.level as u64, id.x, id.y);
+    (iiif, dzi)
+}
+
+/// Ask every path (split over `CONNS` keep-alive connections); tiles per second. With `check`,
+/// every body must equal the tile's bytes.
+fn load(
+    addr: SocketAddr,
+    reqs: &[(String, BlockId)],
+    check: Option<&HashMap<BlockId, Vec<u8>>>,
+) -> Result<f64, BenchError> {
+    let started = Instant::now();
+    let results: Vec<Result<(), String>> = thread::scope(|s| {
+        let per = reqs.len().div_ceil(CONNS);
+        let hs: Vec<_> = reqs
+            .chunks(per)
+            .map(|part| {
+                s.spawn(move || -> Result<(), String> {
+                    let tcp = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+                    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+                    tcp.set_read_timeout(Some(Duration::from_secs(60)))
+                        .map_err(|e| e.to_string())?;
+                    let mut w = tcp.try_clone().map_err(|e| e.to_string())?;
+                    let mut r = BufReader::with_capacity(256 << 10, tcp);
+                    for (path, id) in part {
+                        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+                        w.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+                        let (status, headers) = read_head(&mut r)?;
+                        let len = headers
+                            .iter()
+                            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+                            .ok_or_else(|| format!("{path}: no Content-Length"))?;
+                        let mut body = vec![0u8; len];
+                        r.read_exact(&mut body).map_err(|e| e.to_string())?;
+                        if status != 200 {
+                            return Err(format!(
+                                "{path}: HTTP {status}: {}",
+                                String::from_utf8_lossy(&body)
+                            ));
+                        }
+                        if let Some(c) = check
+                            && c.get(id).is_none_or(|want| *want != body)
+                        {
+                            return Err(format!("{path}: the body is not tile {id}"));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a load thread panicked".into())))
+            .collect()
+    });
+    for r in results {
+        r.map_err(BenchError::Http)?;
+    }
+    Ok(reqs.len() as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The rows: first reads and repeated reads, against nginx. `None` when nginx is missing.
+pub fn tiles_vs_nginx(
+    opts: &BenchOptions,
+    runs: usize,
+    requests: usize,
+) -> Result<Option<Vec<Row>>, BenchError> {
+    let Some(nginx_exe) = find_nginx() else { return Ok(None) };
+    let dir = tempfile::tempdir().map_err(err)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(err)?;
+    let cat = Catalog::open(dir.path().join("names.db")).map_err(err)?;
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).map_err(err)?;
+    let maddr = listener.local_addr().map_err(err)?.to_string();
+    rt.spawn(master::serve(listener, Master::new(cat)));
+    // Small block-server caches: a first read comes from the disk files.
+    let mut servers = Vec::new();
+    let mut refs = Vec::new();
+    for s in 0..2 {
+        let mut cfg = ServerConfig::new(vec![dir.path().join(format!("s{s}"))]);
+        cfg.cache_bytes = 1 << 20;
+        let srv = BlockServer::start("127.0.0.1:0", cfg).map_err(err)?;
+        refs.push(ServerRef { name: srv.name().into(), addr: srv.addr().to_string(), disks: 1 });
+        servers.push(srv);
+    }
+    let layout = Layout::plan("tiles", "image", (SIDE, SIDE), TILE, refs, 2).map_err(err)?;
+    let src = Synthetic { width: SIDE, height: SIDE, tile: TILE };
+    opts.say("random tiles: loading a 8192² image over 2 block servers");
+    bs_dpss::loader::load(&maddr, layout, &src, &ClientOptions::default(), &mut |_, _| {})
+        .map_err(err)?;
+    // The same tiles as files for nginx.
+    let mut c = Client::open(&maddr, "tiles", ClientOptions::default()).map_err(err)?;
+    let layout = c.layout().clone();
+    let ids: Vec<BlockId> = layout.all_blocks().collect();
+    let root = dir.path().join("www");
+    let mut bytes = HashMap::new();
+    for part in ids.chunks(1024) {
+        for (id, data) in c.fetch(part, Duration::from_secs(60)).map_err(err)? {
+            let (_, dzi) = paths(&layout, id);
+            let p = root.join(dzi.trim_start_matches('/'));
+            std::fs::create_dir_all(p.parent().unwrap()).map_err(err)?;
+            std::fs::write(&p, &*data).map_err(err)?;
+            bytes.insert(id, data.to_vec());
+        }
+    }
+    drop(c);
+    // One random sequence over the three finest levels (fixed seed).
+    let pool: Vec<BlockId> = ids.iter().copied().filter(|b| b.level <= 2).collect();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let pick: Vec<BlockId> = (0..requests)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            pool[(x % pool.len() as u64) as usize]
+        })
+        .collect();
+    let ours_reqs: Vec<(String, BlockId)> =
+        pick.iter().map(|&b| (paths(&layout, b).0, b)).collect();
+    let nginx_reqs: Vec<(String, BlockId)> =
+        pick.iter().map(|&b| (paths(&layout, b).1, b)).collect();
+    let ncfg = NginxConfig {
+        prefix: dir.path().join("nginx"),
+        root: root.clone(),
+        port: free_port()?,
+        worker_processes: 1,
+        sendfile: true,
+    };
+    let nginx = Nginx::start(&nginx_exe, &ncfg)?;
+    load(nginx.addr(), &nginx_reqs, Some(&bytes))?; // its page cache warm, and the files right
+    opts.say(&format!("random tiles: {requests} per run over {CONNS} connections, {runs} runs"));
+    let (mut cold, mut warm, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..runs {
+        // A fresh web server: its tile cache starts empty.
+        let web = rt.block_on(start_web(dir.path(), &maddr, i))?;
+        let check = (i == 0).then_some(&bytes);
+        cold.push(load(web.addr(), &ours_reqs, check)?);
+        warm.push(load(web.addr(), &ours_reqs, check)?);
+        rt.block_on(web.shutdown());
+        theirs.push(load(nginx.addr(), &nginx_reqs, None)?);
+    }
+    drop(servers);
+    let n = median(&theirs);
+    let row = |what: &str, ours: f64| Row {
+        group: "tiles",
+        what: what.into(),
+        ours,
+        baseline: n,
+        baseline_name: "nginx, the same tiles as static files (DZI layout)".into(),
+        unit: "tiles/s",
+        ratio: ours / n,
+        ratio_means: "ours / baseline",
+        target: Some((1.0, true)),
+    };
+    Ok(Some(vec![
+        row(
+            &format!(
+                "random 256² tiles of an 8192² image over IIIF, {CONNS} keep-alive connections, \
+                 first read (the web server's cache empty, 2 block servers reading from disk)"
+            ),
+            median(&cold),
+        ),
+        row("the same tiles read again (the web server's cache warm)", median(&warm)),
+    ]))
+}
+
+async fn start_web(dir: &Path, master: &str, i: usize) -> Result<WebServer, BenchError> {
+    let store = Arc::new(FsStore::open(dir.join(format!("store{i}")))?);
+    let index = Arc::new(ImageIndex::open(&store.root().join("meta.db"))?);
+    let cfg = WebConfig { dpss_master: Some(master.to_string()), ..WebConfig::ephemeral() };
+    Ok(WebServer::start(store, index, Arc::new(Registry::builtin()), cfg).await?)
+}
