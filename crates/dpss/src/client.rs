@@ -81,7 +81,9 @@ pub enum Event {
 }
 
 enum Raw {
-    Msg(usize, bs_binding::Msg),
+    /// A message from server `.0`; `.2`: for a `BLOCK`, whether its bytes match its digest
+    /// (checked by the reading thread, while they are still in its core's cache).
+    Msg(usize, bs_binding::Msg, bool),
     Gone(usize, String),
     Wake,
 }
@@ -186,7 +188,11 @@ impl Client {
             loop {
                 match blocks.recv() {
                     Ok(Some(m)) => {
-                        if tx.send(Raw::Msg(s, m)).is_err() {
+                        let intact = match Message::parse(m.payload(), 0) {
+                            Ok(Message::Block { digest: want, data, .. }) => digest(data) == want,
+                            _ => true,
+                        };
+                        if tx.send(Raw::Msg(s, m, intact)).is_err() {
                             return;
                         }
                     }
@@ -324,9 +330,9 @@ impl Client {
     }
 
     fn handle(&mut self, raw: Raw) {
-        let (s, m) = match raw {
+        let (s, m, intact) = match raw {
             Raw::Gone(s, reason) => return self.server_lost(s, reason),
-            Raw::Msg(s, m) => (s, m),
+            Raw::Msg(s, m, intact) => (s, m, intact),
             Raw::Wake => return,
         };
         if self.dead[s].is_some() {
@@ -337,9 +343,9 @@ impl Client {
             Err(e) => return self.server_lost(s, e.to_string()),
         };
         match parsed {
-            Message::Block { id, digest: want, dataset, data, .. } => {
+            Message::Block { id, dataset, data, .. } => {
                 let prio = self.take_outstanding(s, id);
-                if dataset != self.layout.dataset || digest(data) != want {
+                if dataset != self.layout.dataset || !intact {
                     let why = format!("block {id} arrived damaged (digest or data set mismatch)");
                     let ev = self.fail_over(s, vec![(id, prio.unwrap_or(Priority::High))], &why);
                     self.queued.extend(ev);
