@@ -195,6 +195,15 @@ pub enum DpssCommand {
         #[command(flatten)]
         auth: DpssAuth,
     },
+    /// Remove a data set: unpublished from the name server, then its blocks from every live
+    /// server (run again for servers that were down).
+    Drop {
+        dataset: String,
+        #[arg(long, default_value = "127.0.0.1:7090")]
+        master: String,
+        #[command(flatten)]
+        auth: DpssAuth,
+    },
     /// Read blocks of a data set, verified, into files (`LEVEL/X_Y.png` for images).
     Get {
         #[arg(long)]

@@ -48,6 +48,19 @@ pub fn run(g: &Global, c: DpssCommand) -> Result<()> {
             }
             Ok(())
         }
+        DpssCommand::Drop { dataset, master, auth } => {
+            let r = loader::remove(&master, &dataset, &client_options(&auth)?)?;
+            let what =
+                if r.was_published { "removed" } else { "was not published; cleared leftovers of" };
+            println!("{what} {dataset} on {} servers", r.servers.len());
+            for (s, why) in &r.failed {
+                eprintln!("server {s}: {why} (its blocks stay until `dpss drop` runs again)");
+            }
+            if !r.failed.is_empty() {
+                bail!("{} servers could not remove {dataset}", r.failed.len());
+            }
+            Ok(())
+        }
         DpssCommand::Get { dataset, master, level, out, json, auth } => {
             get(&dataset, &master, level, &out, json, &auth)
         }

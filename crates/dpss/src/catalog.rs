@@ -123,6 +123,16 @@ impl Catalog {
         Ok(())
     }
 
+    /// Forget a data set and its blocks; whether it was there.
+    pub fn unpublish(&mut self, name: &str) -> Result<bool, DpssError> {
+        let tx = self.db.transaction()?;
+        let n = tx.execute("DELETE FROM datasets WHERE name = ?1", [name])?;
+        tx.execute("DELETE FROM blocks WHERE dataset = ?1", [name])?;
+        tx.execute("DELETE FROM placements WHERE dataset = ?1", [name])?;
+        tx.commit()?;
+        Ok(n > 0)
+    }
+
     /// A published data set's layout.
     pub fn lookup(&self, name: &str) -> Result<Layout, DpssError> {
         let raw: Option<Vec<u8>> = self
@@ -243,5 +253,11 @@ mod tests {
         let primary = l.locations(BlockId::new(0, 2, 0))[0];
         assert_eq!(b.copies[0], (primary.0 as u32, primary.1 as u32, 2000));
         assert!(c.block("f", BlockId::new(0, 3, 0)).is_err());
+        let mut c = c;
+        assert!(c.unpublish("f").unwrap());
+        assert!(!c.unpublish("f").unwrap());
+        assert!(matches!(c.lookup("f"), Err(DpssError::UnknownDataset(_))));
+        assert!(c.block("f", BlockId::new(0, 2, 0)).is_err());
+        c.publish(&l, &rows(&l)).unwrap(); // the name is free again
     }
 }

@@ -179,3 +179,51 @@ pub fn load(
         seconds: started.elapsed().as_secs_f64(),
     })
 }
+
+/// What [`remove`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Removed {
+    /// It was published (now it is not).
+    pub was_published: bool,
+    /// Live servers that removed their blocks (or had none).
+    pub servers: Vec<String>,
+    /// Servers that could not be told, with why: their blocks stay until `remove` runs again.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Remove `dataset`: first from the name server (so no client finds it), then its blocks from
+/// every live server. Safe to run again (for servers that were down).
+pub fn remove(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Removed, DpssError> {
+    crate::block::check_name(dataset)?;
+    let was_published = block_on(async {
+        let mut c = crate::master::connect(master).await?;
+        let r = c.unpublish(pb::DpssLookupRequest { dataset: dataset.into() }).await?;
+        Ok::<_, DpssError>(r.into_inner().existed)
+    })?;
+    let mut out = Removed { was_published, servers: Vec::new(), failed: Vec::new() };
+    for s in live_servers(master)? {
+        let hello = msg::Hello {
+            role: "loader".into(),
+            session: String::new(),
+            token: opts.token.clone().unwrap_or_default(),
+        };
+        let res =
+            Peer::new(s.addr.clone(), opts.tls.clone()).open(&hello).and_then(|(mut b, _)| {
+                b.send(&msg::drop(dataset))?;
+                match b.recv()?.map(|m| {
+                    Message::parse(m.payload(), 0).map(|p| matches!(p, Message::Committed(_)))
+                }) {
+                    Some(Ok(true)) => {
+                        b.close();
+                        Ok(())
+                    }
+                    _ => Err(DpssError::Malformed("no answer to DROP".into())),
+                }
+            });
+        match res {
+            Ok(()) => out.servers.push(s.name),
+            Err(e) => out.failed.push((s.name, e.to_string())),
+        }
+    }
+    Ok(out)
+}

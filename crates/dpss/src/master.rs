@@ -215,6 +215,21 @@ impl pb::dpss_server::Dpss for Service {
             .map_err(st)?;
         Ok(Response::new(pb::DpssPublishResponse {}))
     }
+
+    async fn unpublish(
+        &self,
+        req: Request<pb::DpssLookupRequest>,
+    ) -> Result<Response<pb::DpssUnpublishResponse>, Status> {
+        let name = req.into_inner().dataset;
+        crate::block::check_name(&name).map_err(st)?;
+        let m = self.0.clone();
+        let existed =
+            tokio::task::spawn_blocking(move || m.catalog.lock().unwrap().unpublish(&name))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(st)?;
+        Ok(Response::new(pb::DpssUnpublishResponse { existed }))
+    }
 }
 
 fn label(v: &str) -> String {

@@ -40,6 +40,20 @@ fn a_loaded_image_reads_back_block_for_block_from_every_server() {
     assert_eq!(lookup(&cl.master, "card").unwrap().blocks, rep.blocks);
     let (_, again) = cl.load("card", 512, 2, &ClientOptions::default());
     assert!(matches!(again, Err(DpssError::Remote(m)) if m.contains("already exists")));
+    // Removed: gone from the name server and from every server's disks; the name is free.
+    drop(c);
+    let r = bs_dpss::loader::remove(&cl.master, "card", &ClientOptions::default()).unwrap();
+    assert!(r.was_published && r.failed.is_empty() && r.servers.len() == 4, "{r:?}");
+    assert!(lookup(&cl.master, "card").is_err());
+    assert!(cl.servers.iter().flatten().all(|s| s.stats().datasets == 0));
+    for s in cl.servers.iter().flatten() {
+        assert!(!s.disk_dir(0).join("card.blk").exists());
+    }
+    let (src, rep) = cl.load("card", 512, 2, &ClientOptions::default());
+    rep.unwrap();
+    let mut c = Client::open(&cl.master, "card", ClientOptions::default()).unwrap();
+    let id = BlockId::new(0, 1, 1);
+    assert_eq!(c.fetch(&[id], WAIT).unwrap()[&id], src.block(id).unwrap());
 }
 
 #[test]
