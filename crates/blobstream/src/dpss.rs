@@ -196,24 +196,6 @@ fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
             servers.len()
         );
     }
-    let (src, layout): (Box<dyn TileSource>, Layout) = if let Some(size) = &a.synthetic {
-        let (w, h) = parse_size(size)?;
-        let layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
-        (Box::new(Synthetic { width: w, height: h, tile: a.tile }), layout)
-    } else if let Some(file) = &a.file {
-        let f = FileBlocks::open(file, a.block_size)?;
-        let layout = Layout::plan(&a.dataset, "file", (f.len, 1), a.block_size, servers, copies)?;
-        (Box::new(f), layout)
-    } else {
-        let path = a.image.as_ref().expect("clap requires one source");
-        // Levels follow from the size, so the pyramid is built once the image is read.
-        let probe = ImagePyramid::read(path, a.tile, 1)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let (w, h) = probe.size();
-        let mut layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
-        layout.channels = probe.channels();
-        (Box::new(probe.with_levels(layout.levels)), layout)
-    };
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} blocks eta {eta}")?
@@ -223,10 +205,46 @@ fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
     if !g.quiet && std::io::stderr().is_terminal() {
         bar.set_draw_target(ProgressDrawTarget::stderr());
     }
-    let rep = loader::load(&a.master, layout, src.as_ref(), &opts, &mut |done, total| {
+    let mut progress = |done, total| {
         bar.set_length(total);
         bar.set_position(done);
-    });
+    };
+    let tiff = match &a.image {
+        Some(path) if a.tile % 2 == 0 => bs_dpss::tiffband::streamable(path)?.map(|s| (path, s)),
+        _ => None,
+    };
+    let rep = if let Some((path, (w, h, channels))) = tiff {
+        // A TIFF is read band by band: memory holds a few bands per level, not the image.
+        let mut layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
+        layout.channels = channels;
+        let (tile, levels) = (layout.tile, layout.levels);
+        let mut produce =
+            |emit: &mut dyn FnMut(bs_dpss::BlockId, Vec<u8>) -> Result<(), bs_dpss::DpssError>| {
+                bs_dpss::tiffband::stream(path, tile, levels, emit)
+            };
+        loader::load_from(&a.master, layout, &opts, &mut progress, &mut produce)
+    } else {
+        let (src, layout): (Box<dyn TileSource>, Layout) = if let Some(size) = &a.synthetic {
+            let (w, h) = parse_size(size)?;
+            let layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
+            (Box::new(Synthetic { width: w, height: h, tile: a.tile }), layout)
+        } else if let Some(file) = &a.file {
+            let f = FileBlocks::open(file, a.block_size)?;
+            let layout =
+                Layout::plan(&a.dataset, "file", (f.len, 1), a.block_size, servers, copies)?;
+            (Box::new(f), layout)
+        } else {
+            let path = a.image.as_ref().expect("clap requires one source");
+            // Levels follow from the size, so the pyramid is built once the image is read.
+            let probe = ImagePyramid::read(path, a.tile, 1)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let (w, h) = probe.size();
+            let mut layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
+            layout.channels = probe.channels();
+            (Box::new(probe.with_levels(layout.levels)), layout)
+        };
+        loader::load(&a.master, layout, src.as_ref(), &opts, &mut progress)
+    };
     bar.finish_and_clear();
     let rep: LoadReport =
         rep.with_context(|| format!("loading {} (nothing was published)", a.dataset))?;

@@ -18,6 +18,7 @@ pub mod placement;
 pub mod pyramid;
 pub mod server;
 pub mod simulate;
+pub mod tiffband;
 
 pub use block::{BlockId, Priority};
 pub use client::{Client, ClientOptions, Event, Waker};

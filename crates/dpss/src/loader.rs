@@ -54,32 +54,23 @@ pub fn live_servers(master: &str) -> Result<Vec<ServerRef>, DpssError> {
     })
 }
 
-/// Load `src` as `layout` (from [`Layout::plan`]) and publish it on the master at `master`.
-/// `progress` is told (blocks done, blocks in all) as the load goes.
+/// Something that hands every block of a data set, once each and in any order, to `emit`.
+pub type Produce<'a> = dyn FnMut(&mut dyn FnMut(BlockId, Vec<u8>) -> Result<(), DpssError>) -> Result<(), DpssError>
+    + 'a;
+
+/// Load `src` as `layout` (from [`Layout::plan`]) and publish it on the master at `master`,
+/// making the blocks on every core, level by level. `progress` is told (blocks done, blocks in
+/// all) as the load goes.
 pub fn load(
     master: &str,
-    mut layout: Layout,
+    layout: Layout,
     src: &dyn TileSource,
     opts: &ClientOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<LoadReport, DpssError> {
-    let started = Instant::now();
-    let mut links: Vec<Binding> = Vec::with_capacity(layout.servers.len());
-    for s in &layout.servers {
-        let hello = msg::Hello {
-            role: "loader".into(),
-            session: String::new(),
-            token: opts.token.clone().unwrap_or_default(),
-        };
-        links.push(Peer::new(s.addr.clone(), opts.tls.clone()).open(&hello)?.0);
-    }
     let ids: Vec<BlockId> = layout.all_blocks().collect();
-    let total = ids.len() as u64;
-    let mut blocks: Vec<pb::DpssBlock> = Vec::with_capacity(ids.len());
-    let (mut bytes, mut written) = (0u64, 0u64);
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
-    let mut committed: Vec<usize> = Vec::new();
-    let res = (|| {
+    let mut produce = |emit: &mut dyn FnMut(BlockId, Vec<u8>) -> Result<(), DpssError>| {
         for batch in ids.chunks(workers * 4) {
             // Make the batch's blocks in parallel, send them in order.
             let made: Vec<Result<Vec<u8>, DpssError>> = std::thread::scope(|sc| {
@@ -93,24 +84,72 @@ pub fn load(
                 handles.into_iter().flat_map(|h| h.join().expect("a tile maker panicked")).collect()
             });
             for (id, data) in batch.iter().zip(made) {
-                let data = data?;
-                let d = digest(&data);
-                for (s, disk) in layout.locations(*id) {
-                    let head = msg::put_head(disk, *id, &d, &layout.dataset);
-                    links[s].send_parts(&head, &data)?;
-                    written += data.len() as u64;
-                }
-                bytes += data.len() as u64;
-                blocks.push(pb::DpssBlock {
-                    level: id.level as u32,
-                    x: id.x,
-                    y: id.y,
-                    len: data.len() as u32,
-                    digest: d.to_vec(),
-                    placements: Vec::new(),
-                });
+                emit(*id, data?)?;
             }
-            progress(blocks.len() as u64, total);
+        }
+        Ok(())
+    };
+    load_from(master, layout, opts, progress, &mut produce)
+}
+
+/// Load the blocks `produce` makes (every block of `layout`, once each, in any order) and
+/// publish the data set; see [`load`].
+pub fn load_from(
+    master: &str,
+    mut layout: Layout,
+    opts: &ClientOptions,
+    progress: &mut dyn FnMut(u64, u64),
+    produce: &mut Produce<'_>,
+) -> Result<LoadReport, DpssError> {
+    let started = Instant::now();
+    let mut links: Vec<Binding> = Vec::with_capacity(layout.servers.len());
+    for s in &layout.servers {
+        let hello = msg::Hello {
+            role: "loader".into(),
+            session: String::new(),
+            token: opts.token.clone().unwrap_or_default(),
+        };
+        links.push(Peer::new(s.addr.clone(), opts.tls.clone()).open(&hello)?.0);
+    }
+    let total = layout.all_blocks().count() as u64;
+    let mut blocks: Vec<pb::DpssBlock> = Vec::with_capacity(total as usize);
+    let mut seen = std::collections::HashSet::with_capacity(total as usize);
+    let (mut bytes, mut written) = (0u64, 0u64);
+    let mut committed: Vec<usize> = Vec::new();
+    let res = (|| {
+        let mut emit = |id: BlockId, data: Vec<u8>| -> Result<(), DpssError> {
+            if !layout.contains(id) || !seen.insert(id) {
+                return Err(DpssError::Layout(format!(
+                    "block {id} is outside the layout or made twice"
+                )));
+            }
+            let d = digest(&data);
+            for (s, disk) in layout.locations(id) {
+                let head = msg::put_head(disk, id, &d, &layout.dataset);
+                links[s].send_parts(&head, &data)?;
+                written += data.len() as u64;
+            }
+            bytes += data.len() as u64;
+            blocks.push(pb::DpssBlock {
+                level: id.level as u32,
+                x: id.x,
+                y: id.y,
+                len: data.len() as u32,
+                digest: d.to_vec(),
+                placements: Vec::new(),
+            });
+            if blocks.len() % 64 == 0 {
+                progress(blocks.len() as u64, total);
+            }
+            Ok(())
+        };
+        produce(&mut emit)?;
+        progress(blocks.len() as u64, total);
+        if blocks.len() as u64 != total {
+            return Err(DpssError::Layout(format!(
+                "the source made {} of the {total} blocks",
+                blocks.len()
+            )));
         }
         let mut placed: HashMap<(BlockId, usize), (u16, u64)> = HashMap::new();
         for (s, b) in links.iter_mut().enumerate() {

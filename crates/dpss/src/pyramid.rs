@@ -17,7 +17,7 @@ pub trait TileSource: Sync {
     fn block(&self, id: BlockId) -> Result<Vec<u8>, DpssError>;
 }
 
-fn encode_png(img: Image<u8>) -> Result<Vec<u8>, DpssError> {
+pub(crate) fn encode_png(img: Image<u8>) -> Result<Vec<u8>, DpssError> {
     bs_imageio::encode(&DynImage::U8(img), Format::Png).map_err(|e| DpssError::Image(e.to_string()))
 }
 
