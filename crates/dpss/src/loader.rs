@@ -138,7 +138,7 @@ pub fn load_from(
                 digest: d.to_vec(),
                 placements: Vec::new(),
             });
-            if blocks.len() % 64 == 0 {
+            if blocks.len().is_multiple_of(64) {
                 progress(blocks.len() as u64, total);
             }
             Ok(())

@@ -208,7 +208,7 @@ pub fn stream(
     levels: u32,
     emit: &mut dyn FnMut(BlockId, Vec<u8>) -> Result<(), DpssError>,
 ) -> Result<(), DpssError> {
-    if tile % 2 != 0 {
+    if !tile.is_multiple_of(2) {
         return Err(DpssError::Layout("streaming a TIFF needs an even tile size".into()));
     }
     let (w, h, c) =
