@@ -210,7 +210,9 @@ fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
         bar.set_position(done);
     };
     let tiff = match &a.image {
-        Some(path) if a.tile.is_multiple_of(2) => bs_dpss::tiffband::streamable(path)?.map(|s| (path, s)),
+        Some(path) if a.tile.is_multiple_of(2) => {
+            bs_dpss::tiffband::streamable(path)?.map(|s| (path, s))
+        }
         _ => None,
     };
     let rep = if let Some((path, (w, h, channels))) = tiff {
