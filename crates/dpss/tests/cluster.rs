@@ -253,3 +253,93 @@ fn the_path_simulator_accounts_for_every_list_and_drops_nothing_when_a_server_di
     let last = rep.lists.last().unwrap();
     assert!(last.high_max_ms > 0.0, "{}", rep.table());
 }
+
+#[test]
+fn the_name_server_plans_around_a_dead_server_and_metrics_show_every_server() {
+    let mut cl = Cluster::start(3, 1, None);
+    cl.load("img", 1024, 2, &ClientOptions::default()).1.unwrap();
+    let layout = lookup(&cl.master, "img").unwrap();
+    let ids: Vec<BlockId> = layout.all_blocks().collect();
+    let plan = |m: &str| {
+        bs_dpss::client::block_on(async {
+            let mut c = bs_dpss::master::connect(m).await.unwrap();
+            let blocks = ids
+                .iter()
+                .map(|b| bs_proto::DpssBlockRef {
+                    level: b.level as u32,
+                    x: b.x,
+                    y: b.y,
+                    priority: 0,
+                })
+                .collect();
+            let req = bs_proto::DpssPlanRequest { dataset: "img".into(), blocks };
+            c.plan(req).await.unwrap().into_inner()
+        })
+    };
+    // All up: each block goes to its primary, and every block is planned once.
+    let p = plan(&cl.master);
+    assert_eq!(p.lists.iter().map(|l| l.blocks.len()).sum::<usize>(), ids.len());
+    for l in &p.lists {
+        for b in &l.blocks {
+            let id = BlockId::new(b.level as u8, b.x, b.y);
+            assert_eq!(layout.servers[layout.locations(id)[0].0].addr, l.addr);
+        }
+    }
+    // A server stops reporting: once the master marks it down, nothing is planned on it.
+    let gone = cl.servers[0].as_ref().unwrap().addr().to_string();
+    cl.servers[0] = None;
+    cl.wait_up(2);
+    let p = plan(&cl.master);
+    assert!(p.lists.iter().all(|l| l.addr != gone));
+    assert_eq!(p.lists.iter().map(|l| l.blocks.len()).sum::<usize>(), ids.len());
+    // /metrics on the same port: one line per server and family.
+    let mut s = std::net::TcpStream::connect(&cl.master).unwrap();
+    use std::io::{Read, Write};
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.contains("# TYPE blobstream_dpss_sent_bytes counter"), "{text}");
+    assert_eq!(text.matches("blobstream_dpss_up{").count(), 3, "{text}");
+    assert!(
+        text.contains(&format!("blobstream_dpss_up{{server=\"server-0\",addr=\"{gone}\"}} 0")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_load_that_fails_half_way_publishes_nothing_and_frees_the_name() {
+    let cl = Cluster::start(2, 1, None);
+    let servers = bs_dpss::loader::live_servers(&cl.master).unwrap();
+    let layout = bs_dpss::Layout::plan("half", "image", (2048, 2048), 256, servers, 2).unwrap();
+    let src = bs_dpss::pyramid::Synthetic { width: 2048, height: 2048, tile: 256 };
+    let ids: Vec<BlockId> = layout.all_blocks().collect();
+    // The source breaks after 20 blocks (as a truncated image would).
+    let mut produce = |emit: &mut dyn FnMut(BlockId, Vec<u8>) -> Result<(), DpssError>| {
+        for (n, id) in ids.iter().enumerate() {
+            if n == 20 {
+                return Err(DpssError::Image("truncated".into()));
+            }
+            emit(*id, src.block(*id)?)?;
+        }
+        Ok(())
+    };
+    let opts = ClientOptions::default();
+    let e =
+        bs_dpss::loader::load_from(&cl.master, layout.clone(), &opts, &mut |_, _| {}, &mut produce);
+    assert!(matches!(e, Err(DpssError::Image(_))), "{e:?}");
+    assert!(lookup(&cl.master, "half").is_err());
+    // A source that makes too few blocks is refused too.
+    let mut short = |emit: &mut dyn FnMut(BlockId, Vec<u8>) -> Result<(), DpssError>| {
+        emit(ids[0], src.block(ids[0])?)
+    };
+    let e =
+        bs_dpss::loader::load_from(&cl.master, layout.clone(), &opts, &mut |_, _| {}, &mut short);
+    assert!(e.unwrap_err().to_string().contains("made 1 of"));
+    assert!(lookup(&cl.master, "half").is_err());
+    // Nothing was left staged or committed: the same name loads in full.
+    let (src, rep) = cl.load("half", 2048, 2, &opts);
+    rep.unwrap();
+    let mut c = Client::open(&cl.master, "half", opts).unwrap();
+    let got = c.fetch(&ids, WAIT).unwrap();
+    assert!(ids.iter().all(|id| got[id] == src.block(*id).unwrap()));
+}
