@@ -78,6 +78,7 @@ test('the viewer draws the image from the block store and zooms into finer level
   const first = await page.evaluate(() => window.dpssViewer.stats());
   assert.equal(first.failed, 0);
   assert.ok(first.loaded > 0, 'tiles were drawn');
+  assert.ok(first.firstTileMs > 0 && first.fullViewMs >= first.firstTileMs);
   // 6000 px into about 1366 px: level 2 (a quarter) is the coarsest not blurrier than the screen.
   assert.equal(first.level, 2);
   // The test card's colours: red grows with x, green with y (255 · x / width, 255 · y / height);

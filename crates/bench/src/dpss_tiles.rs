@@ -1,7 +1,8 @@
 //! Random tile reads through the web server acting as a block-store client (IIIF) against
 //! nginx serving the same tiles as static files in the DZI layout — what a user would pick
 //! instead — with the same load: keep-alive HTTP/1.1 connections, each asking its share of one
-//! fixed random sequence of tiles.
+//! fixed random sequence of tiles; and the tiled viewer's time to first tile and to a full
+//! viewport in headless Chromium, against the same page and tiles as static IIIF files on nginx.
 
 use std::collections::HashMap;
 use std::io::{BufReader, Read, Write};
@@ -193,6 +194,62 @@ pub fn tiles_vs_nginx(
         rt.block_on(web.shutdown());
         theirs.push(load(nginx.addr(), &nginx_reqs, None)?);
     }
+    // The viewer: cold web server against the same page and tiles as static files on nginx.
+    let mut browser_rows = Vec::new();
+    match harness() {
+        None => {
+            opts.say("no node/Chromium/playwright-core (scripts/browser-setup.sh): no viewer rows")
+        }
+        Some((node, script)) => {
+            let web = rt.block_on(start_web(dir.path(), &maddr, runs))?;
+            let info = crate::http::get(web.addr(), "/iiif/tiles/info.json")?;
+            rt.block_on(web.shutdown());
+            static_viewer(&root, &layout, &bytes, &info.body)?;
+            opts.say(&format!(
+                "the viewer in Chromium: time to first tile and full viewport ({runs} runs)"
+            ));
+            let (mut of, mut ov, mut nf, mut nv) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for i in 0..runs {
+                let web = rt.block_on(start_web(dir.path(), &maddr, runs + 1 + i))?;
+                let (f, v) = ttft(
+                    &node,
+                    &script,
+                    &format!("http://{}/dpss.html?dataset=tiles", web.addr()),
+                )?;
+                rt.block_on(web.shutdown());
+                let (g, w) = ttft(
+                    &node,
+                    &script,
+                    &format!("http://{}/dpss.html?dataset=tiles", nginx.addr()),
+                )?;
+                of.push(f);
+                ov.push(v);
+                nf.push(g);
+                nv.push(w);
+            }
+            let row = |what: &str, ours: f64, base: f64| Row {
+                group: "viewer",
+                what: what.into(),
+                ours,
+                baseline: base,
+                baseline_name: "the same page, info.json and tiles as static files on nginx".into(),
+                unit: "ms",
+                ratio: ours / base,
+                ratio_means: "ours / baseline (time: lower is better)",
+                target: None,
+            };
+            browser_rows.push(row(
+                "/dpss.html in headless Chromium at 1366×768, the web server cold: time to the first tile",
+                median(&of),
+                median(&nf),
+            ));
+            browser_rows.push(row(
+                "/dpss.html in headless Chromium at 1366×768, the web server cold: time to every visible tile of the first level",
+                median(&ov),
+                median(&nv),
+            ));
+        }
+    }
     drop(servers);
     let n = median(&theirs);
     let row = |what: &str, ours: f64| Row {
@@ -206,7 +263,8 @@ pub fn tiles_vs_nginx(
         ratio_means: "ours / baseline",
         target: Some((1.0, true)),
     };
-    Ok(Some(vec![
+    Ok(Some(
+        vec![
         row(
             &format!(
                 "random 256² tiles of an 8192² image over IIIF, {CONNS} keep-alive connections, \
@@ -215,7 +273,10 @@ pub fn tiles_vs_nginx(
             median(&cold),
         ),
         row("the same tiles read again (the web server's cache warm)", median(&warm)),
-    ]))
+    ]
+    .into_iter()
+    .chain(browser_rows)
+    .collect()))
 }
 
 async fn start_web(dir: &Path, master: &str, i: usize) -> Result<WebServer, BenchError> {
@@ -223,4 +284,69 @@ async fn start_web(dir: &Path, master: &str, i: usize) -> Result<WebServer, Benc
     let index = Arc::new(ImageIndex::open(&store.root().join("meta.db"))?);
     let cfg = WebConfig { dpss_master: Some(master.to_string()), ..WebConfig::ephemeral() };
     Ok(WebServer::start(store, index, Arc::new(Registry::builtin()), cfg).await?)
+}
+
+/// The viewer's time to first tile and to a full viewport (ms), cold, in headless Chromium
+/// (`web-tests/dpss-ttft.mjs`).
+fn ttft(node: &Path, script: &Path, url: &str) -> Result<(f64, f64), BenchError> {
+    let out = std::process::Command::new(node)
+        .arg(script)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(BenchError::io("running web-tests/dpss-ttft.mjs"))?;
+    if !out.status.success() {
+        return Err(BenchError::Baseline(format!(
+            "web-tests/dpss-ttft.mjs {url}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| BenchError::Baseline(format!("web-tests/dpss-ttft.mjs: {e}")))?;
+    match (v["first_tile_ms"].as_f64(), v["full_view_ms"].as_f64()) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => Err(BenchError::Baseline(format!("web-tests/dpss-ttft.mjs printed {v}"))),
+    }
+}
+
+/// node and the harness with playwright-core beside it, if the browser tests are set up.
+fn harness() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let node = crate::paths::find_on_path("node")?;
+    let chromium = std::env::var_os("CHROMIUM")
+        .map_or_else(|| std::path::PathBuf::from("/usr/bin/chromium"), Into::into);
+    if !chromium.is_file() {
+        return None;
+    }
+    [
+        std::path::PathBuf::from("."),
+        std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")),
+    ]
+    .into_iter()
+    .map(|r| r.join("web-tests"))
+    .find(|d| d.join("dpss-ttft.mjs").is_file() && d.join("node_modules/playwright-core").is_dir())
+    .map(|d| (node, d.join("dpss-ttft.mjs")))
+}
+
+/// The same viewer page, info.json and tiles as static files (IIIF level 0 is made to be
+/// served so) under `root`, for nginx.
+fn static_viewer(
+    root: &Path,
+    layout: &Layout,
+    bytes: &HashMap<BlockId, Vec<u8>>,
+    info: &[u8],
+) -> Result<(), BenchError> {
+    let dir = root.join("iiif").join(&layout.dataset);
+    std::fs::create_dir_all(&dir).map_err(err)?;
+    std::fs::write(dir.join("info.json"), info).map_err(err)?;
+    for (id, data) in bytes {
+        let (iiif, _) = paths(layout, *id);
+        let p = root.join(iiif.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).map_err(err)?;
+        std::fs::write(&p, data).map_err(err)?;
+    }
+    let assets = concat!(env!("CARGO_MANIFEST_DIR"), "/../web/assets");
+    for f in ["dpss.html", "dpss.js"] {
+        std::fs::copy(Path::new(assets).join(f), root.join(f)).map_err(err)?;
+    }
+    Ok(())
 }

@@ -12,6 +12,9 @@ const state = {
   info: null, levels: 0, tile: 256, cx: 0, cy: 0, scale: 1,
   tiles: new Map(), // url -> { img, ok }
   loaded: 0, failed: 0, views: 0, level: 0, ready: false,
+  // performance.now() when the first tile was drawn, and when every visible tile of the level
+  // shown first was (time to first tile, time to a full viewport).
+  firstTileMs: null, fullViewMs: null,
 };
 
 function fail(msg) {
@@ -165,10 +168,17 @@ function draw() {
       if (t?.ok) drawTile(l, x, y, t);
     }
   }
+  let complete = true;
   for (const [x, y] of tilesOf(level, vis)) {
     const t = want(level, x, y);
-    if (t.ok) drawTile(level, x, y, t);
+    if (t.ok) {
+      drawTile(level, x, y, t);
+      state.firstTileMs ??= performance.now();
+    } else {
+      complete = false;
+    }
   }
+  if (complete && state.firstTileMs != null) state.fullViewMs ??= performance.now();
   postView(level, vis);
   $('info').textContent = `level ${level} of ${state.levels - 1} · ${(state.scale * 100).toPrecision(3)}% · ${state.loaded} tiles loaded`;
 }
@@ -240,6 +250,7 @@ window.dpssViewer = {
     level: state.level, loaded: state.loaded, failed: state.failed, views: state.views,
     pending: [...state.tiles.values()].filter((t) => !t.ok).length,
     scale: state.scale, cx: state.cx, cy: state.cy,
+    firstTileMs: state.firstTileMs, fullViewMs: state.fullViewMs,
   }),
   zoomAt, pan,
   // Where full-resolution image point (x, y) is on the canvas.

@@ -74,6 +74,7 @@ impl NginxConfig {
              \x20   keepalive_requests 1000000;\n\
              \x20   keepalive_timeout 120s;\n\
              \x20   default_type application/octet-stream;\n\
+             \x20   types {{ text/html html; text/javascript js; application/json json; image/png png; }}\n\
              \x20   client_body_temp_path {body};\n\
              \x20   proxy_temp_path {proxy};\n\
              \x20   fastcgi_temp_path {fastcgi};\n\
@@ -276,12 +277,13 @@ mod tests {
             "root \"/tmp/x/root\";",
             "client_body_temp_path \"/tmp/x/nginx/temp/client_body\";",
             "default_type application/octet-stream;",
+            "types { text/html html; text/javascript js; application/json json; image/png png; }",
         ] {
             assert!(text.lines().any(|l| l.trim() == line), "missing {line:?} in\n{text}");
         }
-        // Balanced braces: events, http, server.
-        assert_eq!(text.matches('{').count(), 3);
-        assert_eq!(text.matches('}').count(), 3);
+        // Balanced braces: events, http, types, server.
+        assert_eq!(text.matches('{').count(), 4);
+        assert_eq!(text.matches('}').count(), 4);
         // Nothing refers to the system's files.
         assert!(!text.contains("/etc/") && !text.contains("/var/"), "{text}");
         // Paths are quoted, so spaces and quotes in them do no harm.
