@@ -45,17 +45,38 @@ fn shortest_norm2(k: u32, h: u32) -> i128 {
     }
 }
 
-/// The `h` in `1..k`, coprime to `k`, whose lattice has the longest shortest vector; ties go to
-/// the smallest `h`. Returns 1 for `k <= 2`.
+/// The length under the max norm (max(|x|, |y|)) of the shortest non-zero vector of the
+/// lattice of `h`: a w×w window hits some disk twice exactly when this is below w. Searched
+/// directly: by Minkowski's theorem it is at most ⌈√k⌉.
+pub fn shortest_max_norm(k: u32, h: u32) -> u32 {
+    let (k, h) = (u64::from(k.max(1)), u64::from(h));
+    let s = (k as f64).sqrt().ceil() as u64;
+    let mut best = k;
+    for y in 0..=s {
+        // x ≡ -h·y (mod k): the residue nearest 0 is the shortest x for this y.
+        let r = (k - (h * y) % k) % k;
+        let x = r.min(k - r);
+        if (x, y) != (0, 0) {
+            best = best.min(x.max(y));
+        }
+    }
+    best.min(k) as u32
+}
+
+/// The `h` in `1..k`, coprime to `k`, whose lattice has the longest shortest vector: first
+/// under the max norm (what square windows see: every w×w window with w at most that length
+/// touches each disk at most once), then the Euclidean one; ties go to the smallest `h`.
+/// Returns 1 for `k <= 2`.
 pub fn best_h(k: u32) -> u32 {
-    let mut best = (1, shortest_norm2(k, 1));
+    let key = |h: u32| (shortest_max_norm(k, h), shortest_norm2(k, h));
+    let mut best = (1, key(1));
     for h in 2..k {
         if gcd(u64::from(h), u64::from(k)) != 1 {
             continue;
         }
-        let norm2 = shortest_norm2(k, h);
-        if norm2 > best.1 {
-            best = (h, norm2);
+        let kh = key(h);
+        if kh > best.1 {
+            best = (h, kh);
         }
     }
     best.0
@@ -249,14 +270,32 @@ mod tests {
             let h = best_h(k);
             assert!(coprime(h, k) || k == 0, "k {k}, h {h}");
             assert!(h == 1 || h < k, "k {k}, h {h}");
+            let key = |h| (shortest_max_norm(k, h), shortest_norm2(k, h));
             for other in (1..k).filter(|&o| coprime(o, k)) {
-                let (best, theirs) = (shortest_norm2(k, h), shortest_norm2(k, other));
+                let (best, theirs) = (key(h), key(other));
                 assert!(best >= theirs, "k {k}: h {h} beaten by {other}");
                 assert!(other >= h || theirs < best, "k {k}: tie not broken by smallest h");
             }
         }
         assert_eq!(best_h(1), 1);
         assert_eq!(best_h(2), 1);
+    }
+
+    #[test]
+    fn the_max_norm_shortest_vector_matches_brute_force() {
+        for k in 1..=40u32 {
+            for h in 1..k.max(2) {
+                let mut want = u32::MAX;
+                for y in 0..=k as i64 {
+                    for x in -(k as i64)..=k as i64 {
+                        if (x, y) != (0, 0) && (x + h as i64 * y).rem_euclid(k as i64) == 0 {
+                            want = want.min(x.unsigned_abs().max(y as u64) as u32);
+                        }
+                    }
+                }
+                assert_eq!(shortest_max_norm(k, h), want, "k {k}, h {h}");
+            }
+        }
     }
 
     #[test]
@@ -328,7 +367,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(missed, [(21, 4), (32, 5)]);
+        assert_eq!(missed, []);
         for k in [5, 10, 13, 17, 26, 29] {
             let w = (1..).take_while(|w| w * w <= k).last().unwrap();
             assert!(perfect(k, best_h(k), w), "k {k}, w {w}");
