@@ -319,12 +319,19 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     );
     assert!(s.send(b"x").unwrap_err().to_string().contains("send before start"));
     assert!(s.stop().unwrap_err().to_string().contains("stop before start"));
-    s.start(&Params::new()).unwrap();
-    assert!(s.start(&Params::new()).unwrap_err().to_string().contains("already running"));
 
-    let _a = Receiver::connect(&addr, "obs", "hold", "same", Some("t0k")).unwrap();
+    // The receiver joins before START, so it is in the run (a join racing the START could be
+    // either in it or waiting for the next one); it receives the run on a thread of its own.
+    let mut a = Receiver::connect(&addr, "obs", "hold", "same", Some("t0k")).unwrap();
     let e = Receiver::connect(&addr, "obs", "hold", "same", Some("t0k")).unwrap_err();
     assert!(e.to_string().contains("already on flow"), "{e}");
+    let a_run = thread::spawn(move || {
+        let mut keep = Keep::default();
+        let end = a.run_once(&mut keep, Some(WAIT)).unwrap();
+        (a, end, keep.bytes)
+    });
+    s.start(&Params::new()).unwrap();
+    assert!(s.start(&Params::new()).unwrap_err().to_string().contains("already running"));
 
     // Garbage instead of a JOIN: refused with the reason; nothing else is disturbed.
     let mut raw = std::net::TcpStream::connect(&addr).unwrap();
@@ -341,6 +348,9 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     s.send(b"still fine").unwrap();
     let report = s.stop().unwrap();
     assert_eq!(report.total, 10);
+    assert!(report.all_delivered() && report.receivers.len() == 1, "{report:?}");
+    let (_a, end, bytes) = a_run.join().unwrap();
+    assert_eq!((end, bytes), (RunEnd::Stopped(10), b"still fine".to_vec()));
     // The status call over the network says what the distributer itself says, and /metrics
     // has the same counters.
     let rt = tokio::runtime::Runtime::new().unwrap();
