@@ -356,8 +356,11 @@ impl Client {
                 self.queued.push_back(Event::Block { id, data, server: s });
             }
             Message::Failed { seq, id, reason } => {
-                let prio = self.take_outstanding(s, id);
-                if let (true, Some(p)) = (seq == self.seq, prio) {
+                // A late failure of an earlier list says nothing about the current one.
+                if seq != self.seq {
+                    return;
+                }
+                if let Some(p) = self.take_outstanding(s, id) {
                     let ev = self.fail_over(s, vec![(id, p)], reason);
                     self.queued.extend(ev);
                 }

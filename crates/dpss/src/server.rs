@@ -125,6 +125,8 @@ struct Inner {
     cache: Mutex<Cache>,
     queues: Vec<DiskQueue>,
     sessions: Mutex<HashMap<String, Arc<Sess>>>,
+    /// Data sets a loader is staging now (one loader per name at a time).
+    loading: Mutex<std::collections::HashSet<String>>,
     order: AtomicU64,
     closing: AtomicBool,
     conns: Mutex<HashMap<u64, TcpStream>>,
@@ -162,6 +164,7 @@ impl BlockServer {
             datasets: RwLock::new(datasets),
             queues,
             sessions: Mutex::default(),
+            loading: Mutex::default(),
             order: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             conns: Mutex::default(),
@@ -238,7 +241,8 @@ impl Drop for BlockServer {
             let _guard = q.q.lock().unwrap();
             q.cv.notify_all();
         }
-        for s in i.sessions.lock().unwrap().values() {
+        let sessions: Vec<Arc<Sess>> = i.sessions.lock().unwrap().values().cloned().collect();
+        for s in sessions {
             s.closed.store(true, Ordering::SeqCst);
             let _guard = s.lists.lock().unwrap();
             s.cv.notify_all();
@@ -250,7 +254,8 @@ impl Drop for BlockServer {
 }
 
 fn stats(i: &Inner) -> ServerStats {
-    let cache = i.cache.lock().unwrap();
+    // One lock at a time: other threads take these in other orders.
+    let cache_bytes = i.cache.lock().unwrap().bytes() as u64;
     ServerStats {
         name: i.cfg.name.clone(),
         addr: i.addr.to_string(),
@@ -259,7 +264,7 @@ fn stats(i: &Inner) -> ServerStats {
         disk_bytes: i.queues.iter().map(|q| q.bytes.load(Ordering::Relaxed)).collect(),
         disk_reads: i.queues.iter().map(|q| q.reads.load(Ordering::Relaxed)).collect(),
         cache_hits: i.cache_hits.load(Ordering::Relaxed),
-        cache_bytes: cache.bytes() as u64,
+        cache_bytes,
         queued: i.queues.iter().map(|q| q.q.lock().unwrap().len() as u32).collect(),
         sent_blocks: i.sent_blocks.load(Ordering::Relaxed),
         sent_bytes: i.sent_bytes.load(Ordering::Relaxed),
@@ -301,8 +306,15 @@ fn reader(i: &Arc<Inner>, disk: usize) {
                     q.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
                     q.reads.fetch_add(1, Ordering::Relaxed);
                     let c = Cached { data: Bytes::from(buf), digest: job.loc.digest };
-                    i.cache.lock().unwrap().insert(&job.name, job.id, c.clone());
-                    Ok((c, false))
+                    // Only a block of the data set now under this name is cached: one removed
+                    // (and maybe loaded again) meanwhile must not come back from the cache.
+                    let current = i.datasets.read().unwrap().get(&*job.name).cloned();
+                    if current.is_some_and(|d| Arc::ptr_eq(&d, &job.dataset)) {
+                        i.cache.lock().unwrap().insert(&job.name, job.id, c.clone());
+                        Ok((c, false))
+                    } else {
+                        Err(format!("data set {:?} was removed", job.name))
+                    }
                 }
                 Err(DpssError::Corrupt(_)) => {
                     i.corrupt.fetch_add(1, Ordering::Relaxed);
@@ -403,9 +415,18 @@ fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64) {
             r
         }
         "blocks" => {
-            let s = session(i, &hello.session);
-            let r = b.send(&msg::welcome(&welcome)).map_err(DpssError::from);
-            r.and_then(|()| blocks(i, &mut b, &s))
+            // Only for a session its `requests` connection opened (which also ends it), so a
+            // stray `blocks` connection cannot hold a session and a thread forever.
+            let s = i.sessions.lock().unwrap().get(&hello.session).cloned();
+            match s {
+                None => Err(DpssError::Malformed(
+                    "a blocks connection comes after its session's requests connection".into(),
+                )),
+                Some(s) => {
+                    let r = b.send(&msg::welcome(&welcome)).map_err(DpssError::from);
+                    r.and_then(|()| blocks(i, &mut b, &s))
+                }
+            }
         }
         "loader" => {
             b.send(&msg::welcome(&welcome)).map_err(DpssError::from).and_then(|()| load(i, &mut b))
@@ -480,7 +501,16 @@ fn blocks(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> {
                 if s.closed.load(Ordering::SeqCst) || i.closing.load(Ordering::SeqCst) {
                     return Ok(());
                 }
-                l = s.cv.wait_timeout(l, Duration::from_secs(1)).unwrap().0;
+                let (g, waited) = s.cv.wait_timeout(l, Duration::from_secs(1)).unwrap();
+                l = g;
+                if waited.timed_out() {
+                    // Idle: notice a client that went away (it never sends on this side).
+                    drop(l);
+                    if !b.poll()? {
+                        return Ok(());
+                    }
+                    l = s.lists.lock().unwrap();
+                }
             }
         };
         match out {
@@ -502,6 +532,7 @@ fn blocks(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> {
 /// A loader's connection: `PUT`s staged, then one `COMMIT`.
 fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
     let mut staging = None;
+    let mut reserved: Option<String> = None;
     let started = Instant::now();
     let res = (|| {
         while let Some(m) = b.recv()? {
@@ -512,6 +543,12 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
                         if i.datasets.read().unwrap().contains_key(dataset) {
                             return Err(DpssError::DatasetExists(dataset.to_string()));
                         }
+                        if !i.loading.lock().unwrap().insert(dataset.to_string()) {
+                            return Err(DpssError::Malformed(format!(
+                                "data set {dataset:?} is being loaded by another loader"
+                            )));
+                        }
+                        reserved = Some(dataset.to_string());
                         staging = Some(i.disks.stage(dataset)?);
                     }
                     let s = staging.as_mut().unwrap();
@@ -533,6 +570,7 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
                     }
                     let placed = i.disks.commit(s)?;
                     let ds = Arc::new(i.disks.load(name)?);
+                    i.cache.lock().unwrap().drop_dataset(name);
                     i.datasets.write().unwrap().insert(name.to_string(), ds);
                     b.send(&msg::committed(&placed))?;
                     tracing::info!(dataset = name, blocks = placed.len(), secs = ?started.elapsed(), "data set committed");
@@ -553,6 +591,9 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
     })();
     if let Some(s) = staging {
         i.disks.discard(s);
+    }
+    if let Some(name) = reserved {
+        i.loading.lock().unwrap().remove(&name);
     }
     res
 }

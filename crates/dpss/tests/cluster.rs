@@ -200,6 +200,40 @@ fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
     b.send(&put).unwrap();
     let e = b.recv().unwrap_err();
     assert!(DpssError::from(e).to_string().contains("fails its digest"));
+    // A blocks connection for a session no requests connection opened is refused.
+    let e = peer.open(&hello("blocks", "sesame")).unwrap_err();
+    assert!(e.to_string().contains("after its session's requests"), "{e}");
+    // One loader per name at a time.
+    let data = b"one block".to_vec();
+    let mut put = msg::put_head(0, BlockId::new(0, 0, 0), &bs_dpss::block::digest(&data), "twice");
+    put.extend_from_slice(&data);
+    let mut loaders: Vec<_> =
+        (0..2).map(|_| peer.open(&hello("loader", "sesame")).unwrap().0).collect();
+    for l in &mut loaders {
+        l.send(&put).unwrap();
+    }
+    // Whichever came second was refused; the other commits.
+    let mut outcomes: Vec<Result<bool, String>> = loaders
+        .iter_mut()
+        .map(|l| {
+            let _ = l.send(&msg::commit("twice"));
+            match l.recv() {
+                Ok(Some(m)) => Ok(matches!(
+                    msg::Message::parse(m.payload(), 0),
+                    Ok(msg::Message::Committed(_))
+                )),
+                Ok(None) => Err("closed".to_string()),
+                Err(e) => Err(DpssError::from(e).to_string()),
+            }
+        })
+        .collect();
+    outcomes.sort_by_key(|o| o.is_err());
+    assert_eq!(outcomes[0], Ok(true), "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[1], Err(m) if m.contains("being loaded by another loader")),
+        "{outcomes:?}"
+    );
+    drop(loaders);
     // A loader that goes away before COMMIT leaves nothing: the name is free again.
     let (mut b, _) = peer.open(&hello("loader", "sesame")).unwrap();
     let data = b"half a data set".to_vec();

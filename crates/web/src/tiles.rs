@@ -166,12 +166,24 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                 cache.lock().unwrap().insert(&dataset, id, Cached { data, digest: [0; 16] });
             }
             Some(Event::Lost { id, reason }) => {
+                list.retain(|(b, _)| *b != id);
                 for tx in waiters.remove(&id).into_iter().flatten() {
                     let _ = tx.send(Err(reason.clone()));
                 }
             }
             Some(Event::ServerLost { server, reason }) => {
                 tracing::warn!(%dataset, server, %reason, "block server lost");
+                if client.lost_servers().len() == client.layout().servers.len() {
+                    // Nothing left to ask: end, so the next request starts a fresh client
+                    // (servers back, or the data set loaded again).
+                    for (_, txs) in waiters.drain() {
+                        for tx in txs {
+                            let _ =
+                                tx.send(Err("every block server of the data set was lost".into()));
+                        }
+                    }
+                    return;
+                }
             }
             Some(Event::ListDone { .. }) | None => {}
         }
