@@ -6,14 +6,11 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bs_dpss::catalog::Catalog;
 use bs_dpss::layout::Layout;
-use bs_dpss::master::{self, Master};
+use bs_dpss::master;
 use bs_dpss::placement::{Lattice, quality_table};
 use bs_dpss::pyramid::TileSource;
 use bs_dpss::{BlockId, BlockServer, Client, ClientOptions, DpssError, ServerConfig};
@@ -104,10 +101,7 @@ fn one_server(opts: &BenchOptions, runs: usize, total: u64) -> Result<Row, Bench
         .enable_all()
         .build()
         .map_err(err)?;
-    let cat = Catalog::open(dir.path().join("names.db")).map_err(err)?;
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).map_err(err)?;
-    let maddr = listener.local_addr().map_err(err)?.to_string();
-    rt.spawn(master::serve(listener, Master::new(cat)));
+    let maddr = master::start(&rt, "127.0.0.1:0", &dir.path().join("names.db")).map_err(err)?;
     let mut cfg = ServerConfig::new(vec![dir.path().join("disk")]);
     cfg.cache_bytes = (total * 2) as usize;
     let srv = BlockServer::start("127.0.0.1:0", cfg).map_err(err)?;
@@ -165,31 +159,10 @@ fn one_server(opts: &BenchOptions, runs: usize, total: u64) -> Result<Row, Bench
 
 /// K servers on hosts of their own behind links of B: `scripts/dpss-hosts.py --bench`.
 fn shaped(opts: &BenchOptions, runs: usize) -> Result<Option<Vec<Row>>, BenchError> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let script = [PathBuf::from("."), PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))]
-        .into_iter()
-        .map(|r| r.join("scripts/dpss-hosts.py"))
-        .find(|p| p.is_file());
-    let tools = ["ip", "tc"]
-        .iter()
-        .all(|t| Command::new(t).arg("-V").output().is_ok_and(|o| o.status.success()));
-    let (true, Some(script), true) = (root, script, tools) else { return Ok(None) };
-    opts.say(&format!(
-        "K = 1..4 servers in network namespaces behind 200 Mbit/s links ({runs} runs)"
-    ));
-    let exe = std::env::current_exe().map_err(BenchError::io("finding this binary"))?;
-    let out = Command::new("python3")
-        .arg(&script)
-        .args(["--bench", &runs.to_string()])
-        .env("BLOBSTREAM_BIN", exe)
-        .output()
-        .map_err(BenchError::io("running scripts/dpss-hosts.py"))?;
-    if !out.status.success() {
-        return Err(BenchError::Baseline(String::from_utf8_lossy(&out.stderr).trim().to_string()));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| BenchError::Baseline(format!("unreadable output: {e}")))?;
+    let what = "K = 1..4 servers in network namespaces behind 200 Mbit/s links";
+    let Some(v) = crate::hosts::run_script(opts, "dpss-hosts.py", runs, what)? else {
+        return Ok(None);
+    };
     let link = v["link_mbit"].as_f64().unwrap_or(200.0);
     let mut rows = Vec::new();
     for k in 1..=4u32 {

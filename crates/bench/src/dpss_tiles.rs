@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bs_dpss::catalog::Catalog;
 use bs_dpss::layout::Layout;
-use bs_dpss::master::{self, Master};
+use bs_dpss::master;
 use bs_dpss::pyramid::Synthetic;
 use bs_dpss::{BlockId, BlockServer, Client, ClientOptions, ServerConfig, ServerRef};
 use bs_imaging::registry::Registry;
@@ -124,10 +123,7 @@ pub fn tiles_vs_nginx(
         .enable_all()
         .build()
         .map_err(err)?;
-    let cat = Catalog::open(dir.path().join("names.db")).map_err(err)?;
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).map_err(err)?;
-    let maddr = listener.local_addr().map_err(err)?.to_string();
-    rt.spawn(master::serve(listener, Master::new(cat)));
+    let maddr = master::start(&rt, "127.0.0.1:0", &dir.path().join("names.db")).map_err(err)?;
     // Small block-server caches: a first read comes from the disk files.
     let mut servers = Vec::new();
     let mut refs = Vec::new();

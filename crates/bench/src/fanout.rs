@@ -258,29 +258,10 @@ fn bare_relay(data: &[u8], n: usize, total: u64) -> Result<f64, BenchError> {
 /// and three receivers in network namespaces, each receiver behind a 200 Mbit/s tbf link, and
 /// reports each receiver's rate per run (its own clock, start to verified stop).
 fn shaped_links(opts: &BenchOptions, runs: usize) -> Result<Option<(Row, String)>, BenchError> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let script = [PathBuf::from("."), PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))]
-        .into_iter()
-        .map(|r| r.join("scripts/fanout-hosts.py"))
-        .find(|p| p.is_file());
-    let tools = ["ip", "tc"]
-        .iter()
-        .all(|t| Command::new(t).arg("-V").output().is_ok_and(|o| o.status.success()));
-    let (true, Some(script), true) = (root, script, tools) else { return Ok(None) };
-    opts.say(&format!("3 receivers in network namespaces behind 200 Mbit/s links ({runs} runs)"));
-    let exe = std::env::current_exe().map_err(BenchError::io("finding this binary"))?;
-    let out = Command::new("python3")
-        .arg(&script)
-        .args(["--bench", &runs.to_string()])
-        .env("BLOBSTREAM_BIN", exe)
-        .output()
-        .map_err(BenchError::io("running scripts/fanout-hosts.py"))?;
-    if !out.status.success() {
-        return Err(BenchError::Baseline(String::from_utf8_lossy(&out.stderr).trim().to_string()));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| BenchError::Baseline(format!("unreadable output: {e}")))?;
+    let what = "3 receivers in network namespaces behind 200 Mbit/s links";
+    let Some(v) = crate::hosts::run_script(opts, "fanout-hosts.py", runs, what)? else {
+        return Ok(None);
+    };
     let link = v["link_mbit"].as_f64().unwrap_or(200.0);
     // "Each receiver": the slowest receiver's median.
     let slowest = v["receiver_mbit"]

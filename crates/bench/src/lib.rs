@@ -14,6 +14,7 @@ mod dpss_tiles;
 mod error;
 mod fanout;
 pub mod filters;
+mod hosts;
 pub mod http;
 mod machine;
 mod measure;

@@ -6,10 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use bs_dpss::catalog::Catalog;
 use bs_dpss::layout::Layout;
 use bs_dpss::loader::{self, LoadReport};
-use bs_dpss::master::{self, Master};
+use bs_dpss::master;
 use bs_dpss::pyramid::{FileBlocks, ImagePyramid, Synthetic, TileSource};
 use bs_dpss::{BlockServer, Client, ClientOptions, ServerConfig};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -77,13 +76,8 @@ fn start_master(rt: &tokio::runtime::Runtime, addr: &str, catalog: &Path) -> Res
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
     }
-    let cat = Catalog::open(catalog).with_context(|| format!("opening {}", catalog.display()))?;
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind(addr))
-        .with_context(|| format!("master address {addr}"))?;
-    let bound = listener.local_addr()?.to_string();
-    rt.spawn(master::serve(listener, Master::new(cat)));
-    Ok(bound)
+    master::start(rt, addr, catalog)
+        .with_context(|| format!("master on {addr}, catalogue {}", catalog.display()))
 }
 
 fn wait_for_signal(rt: &tokio::runtime::Runtime, what: &str) -> Result<()> {

@@ -1,7 +1,6 @@
 //! The sending side of a flow: `start`, `send`, `stop`, and the reports of receivers that
 //! were dropped on the way.
 
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use bs_binding::{Binding, Role};
@@ -42,23 +41,9 @@ pub(crate) fn join(
     j: &msg::Join,
 ) -> Result<(Binding, msg::Welcome), DistribError> {
     let addr = target.addr.as_str();
-    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
-    let mut last = None;
-    let mut tcp = None;
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, CONNECT_WAIT) {
-            Ok(s) => {
-                tcp = Some(s);
-                break;
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    let tcp = tcp.ok_or_else(|| {
-        let e = last.map_or("no address".to_string(), |e| e.to_string());
+    let tcp = bs_transport::connect_any(addr, CONNECT_WAIT).map_err(|e| {
         DistribError::Remote(format!("cannot reach the distributer at {addr}: {e}"))
     })?;
-    tcp.set_nodelay(true)?;
     let conn = target.conn(tcp)?;
     conn.watch_for_dead_peer(crate::distributer::STOP_PATIENCE)?;
     let mut b = binding(conn, Role::Initiator, 0);

@@ -41,6 +41,20 @@ impl Cache {
         Some(c.clone())
     }
 
+    /// The block, checked against its digest first: one whose bytes changed in memory is
+    /// dropped and not returned (the caller fetches it again).
+    pub fn get_verified(&mut self, dataset: &str, id: BlockId) -> Option<Cached> {
+        let c = self.get(dataset, id)?;
+        if crate::block::digest(&c.data) == c.digest {
+            return Some(c);
+        }
+        tracing::error!(dataset, block = %id, "a cached block no longer matches its digest");
+        let (old, t) = self.map.remove(&(dataset.to_string(), id)).expect("just found");
+        self.order.remove(&t);
+        self.held -= old.data.len();
+        None
+    }
+
     pub fn contains(&self, dataset: &str, id: BlockId) -> bool {
         self.map.contains_key(&(dataset.to_string(), id))
     }
@@ -115,5 +129,19 @@ mod tests {
         c.insert("e", id(0), block(50));
         c.drop_dataset("d");
         assert_eq!((c.len(), c.bytes()), (1, 50));
+    }
+
+    #[test]
+    fn a_block_changed_in_memory_is_dropped_not_returned() {
+        let mut c = Cache::new(1000);
+        let data = Bytes::from_static(b"tile bytes");
+        let good = Cached { data: data.clone(), digest: crate::block::digest(&data) };
+        c.insert("d", BlockId::new(0, 0, 0), good);
+        assert!(c.get_verified("d", BlockId::new(0, 0, 0)).is_some());
+        let bad = Cached { data, digest: [0; 16] };
+        c.insert("d", BlockId::new(0, 1, 0), bad);
+        assert!(c.get_verified("d", BlockId::new(0, 1, 0)).is_none());
+        assert!(!c.contains("d", BlockId::new(0, 1, 0)));
+        assert_eq!(c.len(), 1);
     }
 }

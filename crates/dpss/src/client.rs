@@ -33,6 +33,14 @@ pub struct ClientOptions {
 pub struct BlockBytes {
     msg: bs_binding::Msg,
     start: usize,
+    digest: [u8; 16],
+}
+
+impl BlockBytes {
+    /// The digest the block was stored with (and that these bytes were checked against).
+    pub fn digest(&self) -> [u8; 16] {
+        self.digest
+    }
 }
 
 impl std::ops::Deref for BlockBytes {
@@ -99,9 +107,10 @@ impl Waker {
     }
 }
 
+/// A server's `requests` connection; its `blocks` connection is read by a detached thread that
+/// ends when the connection does.
 struct Link {
     requests: Binding,
-    reader: Option<thread::JoinHandle<()>>,
 }
 
 /// A client of one data set.
@@ -184,7 +193,7 @@ impl Client {
         let (requests, _) = peer.open(&hello("requests"))?;
         let (mut blocks, _) = peer.open(&hello("blocks"))?;
         let tx = self.tx.clone();
-        let reader = thread::Builder::new().name(format!("dpss-client-{s}")).spawn(move || {
+        thread::Builder::new().name(format!("dpss-client-{s}")).spawn(move || {
             loop {
                 match blocks.recv() {
                     Ok(Some(m)) => {
@@ -207,7 +216,7 @@ impl Client {
                 }
             }
         })?;
-        self.links[s] = Some(Link { requests, reader: Some(reader) });
+        self.links[s] = Some(Link { requests });
         Ok(())
     }
 
@@ -343,7 +352,7 @@ impl Client {
             Err(e) => return self.server_lost(s, e.to_string()),
         };
         match parsed {
-            Message::Block { id, dataset, data, .. } => {
+            Message::Block { id, dataset, data, digest: want, .. } => {
                 let prio = self.take_outstanding(s, id);
                 if dataset != self.layout.dataset || !intact {
                     let why = format!("block {id} arrived damaged (digest or data set mismatch)");
@@ -352,7 +361,7 @@ impl Client {
                     return;
                 }
                 let start = m.payload().len() - data.len();
-                let data = BlockBytes { msg: m, start };
+                let data = BlockBytes { msg: m, start, digest: want };
                 self.queued.push_back(Event::Block { id, data, server: s });
             }
             Message::Failed { seq, id, reason } => {
@@ -386,7 +395,6 @@ impl Client {
         self.dead[s] = Some(reason.clone());
         if let Some(mut l) = self.links[s].take() {
             l.requests.shutdown_write();
-            drop(l.reader.take());
         }
         self.queued.push_back(Event::ServerLost { server: s, reason: reason.clone() });
         let owed = std::mem::take(&mut self.outstanding[s]);

@@ -1,7 +1,6 @@
 //! Connections to and from block servers: every one is a binding with the same profile, over
 //! TCP and, when the server has a certificate, TLS.
 
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use bs_binding::{Binding, Floor, Limits, Profile, Role, Session};
@@ -45,22 +44,8 @@ impl Peer {
     /// Connect, say `HELLO` as `role`, and wait for the `WELCOME`.
     pub fn open(&self, hello: &msg::Hello) -> Result<(Binding, msg::Welcome), DpssError> {
         let addr = self.addr.as_str();
-        let unreachable = |e: String| DpssError::Remote(format!("cannot reach {addr}: {e}"));
-        let addrs: Vec<SocketAddr> =
-            addr.to_socket_addrs().map_err(|e| unreachable(e.to_string()))?.collect();
-        let mut last = "no address".to_string();
-        let mut tcp = None;
-        for a in addrs {
-            match TcpStream::connect_timeout(&a, CONNECT_WAIT) {
-                Ok(s) => {
-                    tcp = Some(s);
-                    break;
-                }
-                Err(e) => last = e.to_string(),
-            }
-        }
-        let tcp = tcp.ok_or_else(|| unreachable(last))?;
-        tcp.set_nodelay(true)?;
+        let tcp = bs_transport::connect_any(addr, CONNECT_WAIT)
+            .map_err(|e| DpssError::Remote(format!("cannot reach {addr}: {e}")))?;
         let conn = match &self.tls {
             None => Conn::new(tcp),
             Some(t) => Conn::tls_client(tcp, t, bs_transport::host_of(addr))

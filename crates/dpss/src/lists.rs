@@ -11,6 +11,7 @@
 //! cached, or when the next list replaces it.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 
 use crate::block::{BlockId, Priority};
 use crate::cache::Cached;
@@ -35,7 +36,7 @@ struct Entry {
 /// What the server sends next on the client's `blocks` connection.
 #[derive(Debug, Clone)]
 pub enum Out {
-    Block { seq: u32, dataset: String, id: BlockId, block: Cached },
+    Block { seq: u32, dataset: Arc<str>, id: BlockId, block: Cached },
     Failed { seq: u32, id: BlockId, reason: String },
     Done { seq: u32, stats: ListStats },
 }
@@ -46,7 +47,7 @@ pub type Read = (BlockId, Priority);
 #[derive(Debug)]
 pub struct Lists {
     seq: u32,
-    dataset: String,
+    dataset: Arc<str>,
     entries: Vec<Entry>,
     stats: ListStats,
     /// The current list's `DONE` is sent (or there is no list yet).
@@ -66,17 +67,12 @@ impl Lists {
     pub fn new() -> Self {
         Self {
             seq: 0,
-            dataset: String::new(),
+            dataset: "".into(),
             entries: Vec::new(),
             stats: ListStats::default(),
             finished: true,
             outbox: VecDeque::new(),
         }
-    }
-
-    /// The current list: its number and data set.
-    pub fn current(&self) -> (u32, &str) {
-        (self.seq, &self.dataset)
     }
 
     /// Replace the current list by `entries` (numbered `seq`). `cached` finds a block already in
@@ -96,7 +92,7 @@ impl Lists {
             self.outbox.push_back(Out::Done { seq: self.seq, stats: self.stats });
         }
         self.seq = seq;
-        self.dataset = dataset.to_string();
+        self.dataset = dataset.into();
         self.stats = ListStats::default();
         self.entries.clear();
         self.finished = false;

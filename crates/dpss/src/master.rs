@@ -356,3 +356,17 @@ pub fn fetch_status(addr: &str) -> Result<pb::DpssStatusResponse, DpssError> {
         Ok(c.status(pb::DpssStatusRequest {}).await?.into_inner())
     })
 }
+
+/// Open the catalogue at `catalog`, bind `addr` and serve the master on `rt`; returns the
+/// address it listens on (for `addr` with port 0).
+pub fn start(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    catalog: &std::path::Path,
+) -> Result<String, DpssError> {
+    let cat = Catalog::open(catalog)?;
+    let listener = rt.block_on(tokio::net::TcpListener::bind(addr))?;
+    let bound = listener.local_addr()?.to_string();
+    rt.spawn(serve(listener, Master::new(cat)));
+    Ok(bound)
+}

@@ -260,13 +260,26 @@ pub fn list(seq: u32, dataset: &str, entries: &[(BlockId, Priority)]) -> Vec<u8>
 /// A `BLOCK`'s header; the block's bytes follow it in the same message.
 pub fn block_head(seq: u32, id: BlockId, len: usize, digest: &[u8; 16], dataset: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(40 + dataset.len());
+    block_head_into(&mut out, seq, id, len, digest, dataset);
+    out
+}
+
+/// [`block_head`] into `out` (cleared first), so a sender reuses one buffer for every block.
+pub fn block_head_into(
+    out: &mut Vec<u8>,
+    seq: u32,
+    id: BlockId,
+    len: usize,
+    digest: &[u8; 16],
+    dataset: &str,
+) {
+    out.clear();
     out.push(BLOCK);
     out.extend_from_slice(&seq.to_be_bytes());
-    put_id(&mut out, id);
+    put_id(out, id);
     out.extend_from_slice(&(len as u32).to_be_bytes());
     out.extend_from_slice(digest);
-    put_name(&mut out, dataset);
-    out
+    put_name(out, dataset);
 }
 
 pub fn failed(seq: u32, id: BlockId, reason: &str) -> Vec<u8> {

@@ -219,13 +219,6 @@ impl BlockServer {
     pub fn disk_dir(&self, n: usize) -> PathBuf {
         self.inner.disks.dir(n).to_path_buf()
     }
-
-    /// Remove a data set from this server (its blocks and cache entries).
-    pub fn remove(&self, name: &str) -> Result<bool, DpssError> {
-        self.inner.datasets.write().unwrap().remove(name);
-        self.inner.cache.lock().unwrap().drop_dataset(name);
-        self.inner.disks.remove(name)
-    }
 }
 
 impl Drop for BlockServer {
@@ -491,6 +484,7 @@ fn requests(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> 
 
 /// A client's `blocks` connection: whatever is ready, most urgent first.
 fn blocks(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> {
+    let mut head = Vec::with_capacity(64);
     loop {
         let out = {
             let mut l = s.lists.lock().unwrap();
@@ -515,7 +509,7 @@ fn blocks(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> {
         };
         match out {
             Out::Block { seq, dataset, id, block } => {
-                let head = msg::block_head(seq, id, block.data.len(), &block.digest, &dataset);
+                msg::block_head_into(&mut head, seq, id, block.data.len(), &block.digest, &dataset);
                 b.send_parts(&head, &block.data)?;
                 i.sent_blocks.fetch_add(1, Ordering::Relaxed);
                 i.sent_bytes.fetch_add(block.data.len() as u64, Ordering::Relaxed);

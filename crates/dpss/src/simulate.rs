@@ -91,6 +91,47 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// What the events of a run add up to.
+#[derive(Default)]
+struct Tally {
+    rows: BTreeMap<u32, ListRow>,
+    sent_at: HashMap<u32, Instant>,
+    /// The latest list's high tiles not yet arrived, with that list's number.
+    highs: HashMap<BlockId, u32>,
+    latencies: HashMap<u32, Vec<f64>>,
+    all_lat: Vec<f64>,
+    lost: u64,
+}
+
+impl Tally {
+    fn event(&mut self, ev: Event) {
+        match ev {
+            Event::Block { id, .. } => {
+                if let Some(s) = self.highs.remove(&id) {
+                    let ms = self.sent_at[&s].elapsed().as_secs_f64() * 1e3;
+                    self.latencies.entry(s).or_default().push(ms);
+                    self.all_lat.push(ms);
+                }
+            }
+            Event::Lost { id, .. } => {
+                self.lost += 1;
+                if let Some(s) = self.highs.get(&id) {
+                    self.rows.entry(*s).or_default().lost += 1;
+                }
+            }
+            Event::ListDone { seq, stats, .. } => {
+                let r = self.rows.entry(seq).or_default();
+                r.requested += stats.requested;
+                r.read += stats.read;
+                r.cache_hits += stats.cache_hits;
+                r.sent += stats.sent;
+                r.flushed += stats.flushed;
+            }
+            Event::ServerLost { .. } => {}
+        }
+    }
+}
+
 /// Run `w` against `client`; `on_list` is called after each list is sent (e.g. to kill a
 /// server in a test).
 pub fn run(
@@ -105,12 +146,7 @@ pub fn run(
     let level = w.level.min(layout.levels - 1);
     let size = layout.level_size(level);
     let period = Duration::from_secs_f64(1.0 / w.lists_per_second.max(0.1));
-    let mut rows: BTreeMap<u32, ListRow> = BTreeMap::new();
-    let mut sent_at: HashMap<u32, Instant> = HashMap::new();
-    let mut highs: HashMap<BlockId, u32> = HashMap::new();
-    let mut latencies: HashMap<u32, Vec<f64>> = HashMap::new();
-    let mut all_lat = Vec::new();
-    let mut lost = 0u64;
+    let mut tally = Tally::default();
     let mut tick = Instant::now();
     for n in 0..w.lists {
         let (x, y) = position(n as f64, size, w.viewport, w.step);
@@ -124,38 +160,16 @@ pub fn run(
             }
         }
         let seq = client.request(&list)?;
-        sent_at.insert(seq, Instant::now());
-        highs = list.iter().filter(|(_, p)| *p == Priority::High).map(|(b, _)| (*b, seq)).collect();
-        let row = rows.entry(seq).or_default();
+        tally.sent_at.insert(seq, Instant::now());
+        tally.highs =
+            list.iter().filter(|(_, p)| *p == Priority::High).map(|(b, _)| (*b, seq)).collect();
+        let row = tally.rows.entry(seq).or_default();
         row.list = seq;
-        row.high = highs.len() as u32;
+        row.high = tally.highs.len() as u32;
         on_list(seq);
         tick += period;
         while let Some(ev) = client.next(tick.saturating_duration_since(Instant::now())) {
-            match ev {
-                Event::Block { id, .. } => {
-                    if let Some(s) = highs.remove(&id) {
-                        let ms = sent_at[&s].elapsed().as_secs_f64() * 1e3;
-                        latencies.entry(s).or_default().push(ms);
-                        all_lat.push(ms);
-                    }
-                }
-                Event::Lost { id, .. } => {
-                    lost += 1;
-                    if let Some(s) = highs.get(&id) {
-                        rows.entry(*s).or_default().lost += 1;
-                    }
-                }
-                Event::ListDone { seq, stats, .. } => {
-                    let r = rows.entry(seq).or_default();
-                    r.requested += stats.requested;
-                    r.read += stats.read;
-                    r.cache_hits += stats.cache_hits;
-                    r.sent += stats.sent;
-                    r.flushed += stats.flushed;
-                }
-                Event::ServerLost { .. } => {}
-            }
+            tally.event(ev);
             if Instant::now() >= tick {
                 break;
             }
@@ -163,28 +177,13 @@ pub fn run(
     }
     // Let the last list finish.
     let end = Instant::now() + Duration::from_secs(10);
-    while !highs.is_empty() && Instant::now() < end {
+    while !tally.highs.is_empty() && Instant::now() < end {
         match client.next(end.saturating_duration_since(Instant::now())) {
-            Some(Event::Block { id, .. }) => {
-                if let Some(s) = highs.remove(&id) {
-                    let ms = sent_at[&s].elapsed().as_secs_f64() * 1e3;
-                    latencies.entry(s).or_default().push(ms);
-                    all_lat.push(ms);
-                }
-            }
-            Some(Event::ListDone { seq, stats, .. }) => {
-                let r = rows.entry(seq).or_default();
-                r.requested += stats.requested;
-                r.read += stats.read;
-                r.cache_hits += stats.cache_hits;
-                r.sent += stats.sent;
-                r.flushed += stats.flushed;
-            }
-            Some(Event::Lost { .. }) => lost += 1,
-            Some(_) => {}
+            Some(ev) => tally.event(ev),
             None => break,
         }
     }
+    let Tally { rows, mut latencies, mut all_lat, lost, .. } = tally;
     let mut rep = SimReport { lost, ..Default::default() };
     for (seq, mut r) in rows {
         if let Some(l) = latencies.get_mut(&seq) {

@@ -12,5 +12,5 @@ pub mod tls;
 
 pub use conn::{Conn, FileSource, send_vectored};
 pub use error::TransportError;
-pub use socket::SocketOptions;
+pub use socket::{SocketOptions, connect_any};
 pub use tls::{TlsClient, TlsError, TlsServer, host_of};

@@ -58,6 +58,23 @@ impl SocketOptions {
     }
 }
 
+/// Connect to `addr` (`host:port`), trying each address it resolves to within `wait` each;
+/// the error names the last failure. `TCP_NODELAY` is set (message streams).
+pub fn connect_any(addr: &str, wait: Duration) -> io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{addr} has no address"));
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, wait) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -123,7 +123,7 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                     changed = true;
                 }
                 Ok(Cmd::Want(id, tx)) => {
-                    if let Some(c) = cache.lock().unwrap().get(&dataset, id) {
+                    if let Some(c) = cache.lock().unwrap().get_verified(&dataset, id) {
                         let _ = tx.send(Ok(c.data));
                         continue;
                     }
@@ -158,12 +158,13 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
         // waiter is kept.
         match client.next(Duration::from_secs(1)) {
             Some(Event::Block { id, data, .. }) => {
+                let digest = data.digest();
                 let data = Bytes::copy_from_slice(&data);
                 for tx in waiters.remove(&id).into_iter().flatten() {
                     let _ = tx.send(Ok(data.clone()));
                 }
                 list.retain(|(b, _)| *b != id);
-                cache.lock().unwrap().insert(&dataset, id, Cached { data, digest: [0; 16] });
+                cache.lock().unwrap().insert(&dataset, id, Cached { data, digest });
             }
             Some(Event::Lost { id, reason }) => {
                 list.retain(|(b, _)| *b != id);
@@ -314,7 +315,8 @@ pub async fn tile(
         )));
     }
     let id = tile_of(l, &region, &size).map_err(WebError::BadRequest)?;
-    let hit = p.cache.lock().unwrap().get(&dataset, id).map(|c| c.data);
+    // Checked against the tile's digest on every read, not only when it arrived.
+    let hit = p.cache.lock().unwrap().get_verified(&dataset, id).map(|c| c.data);
     let data = match hit {
         Some(d) => d,
         None => want(&s, &dataset, &p, id).await?,

@@ -6,10 +6,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bs_dpss::catalog::Catalog;
 use bs_dpss::layout::Layout;
 use bs_dpss::loader::{self, LoadReport};
-use bs_dpss::master::{self, Master};
+use bs_dpss::master;
 use bs_dpss::pyramid::Synthetic;
 use bs_dpss::{BlockServer, ClientOptions, ServerConfig};
 
@@ -31,11 +30,7 @@ impl Cluster {
             .build()
             .unwrap();
         let dirs = tempfile::tempdir().unwrap();
-        let catalog = Catalog::open(dirs.path().join("names.db")).unwrap();
-        let m = Master::new(catalog);
-        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let master = listener.local_addr().unwrap().to_string();
-        rt.spawn(master::serve(listener, m));
+        let master = master::start(&rt, "127.0.0.1:0", &dirs.path().join("names.db")).unwrap();
         let mut servers = Vec::new();
         for s in 0..k {
             let d: Vec<PathBuf> =
