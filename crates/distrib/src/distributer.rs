@@ -565,11 +565,13 @@ fn forward(flow: &Flow, mut b: Binding) {
                     }
                     let outcomes = run.iter().map(|r| settle(flow, r, total)).collect();
                     report_gone(&mut b, &run)?;
-                    let s = msg::Stopped { total, receivers: outcomes };
-                    b.send(&msg::stopped(&s))?;
+                    // The run is over before the sender hears so: status read after its
+                    // `stop` returned never shows it still running.
                     running = false;
                     flow.state.lock().unwrap().running = false;
                     run.clear();
+                    let s = msg::Stopped { total, receivers: outcomes };
+                    b.send(&msg::stopped(&s))?;
                 }
                 other => {
                     return Err(DistribError::Malformed(format!("a sender cannot send {other:?}")));
