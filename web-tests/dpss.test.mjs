@@ -66,7 +66,7 @@ async function settle(page) {
   // Every tile asked for has arrived (or failed) and the last viewport was posted.
   await page.waitForFunction(() => {
     const s = window.dpssViewer.stats();
-    return s.pending === 0 && s.views > 0;
+    return s.pending === 0 && s.viewsOwed === 0 && s.views > 0;
   });
 }
 

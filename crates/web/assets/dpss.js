@@ -11,7 +11,7 @@ const dataset = params.get('dataset');
 const state = {
   info: null, levels: 0, tile: 256, cx: 0, cy: 0, scale: 1,
   tiles: new Map(), // url -> { img, ok }
-  loaded: 0, failed: 0, views: 0, level: 0, ready: false,
+  loaded: 0, failed: 0, views: 0, viewsOwed: 0, level: 0, ready: false,
   // performance.now() when the first tile was drawn, and when every visible tile of the level
   // shown first was (time to first tile, time to a full viewport).
   firstTileMs: null, fullViewMs: null,
@@ -144,13 +144,20 @@ function postView(level, [x0, y0, x1, y1]) {
   if (body === lastView) return;
   lastView = body;
   clearTimeout(postTimer);
+  state.viewsOwed++;
   // A pan sends one list when it pauses, not one per mouse move.
   postTimer = setTimeout(async () => {
-    const r = await fetch(`/api/dpss/view/${encodeURIComponent(dataset)}`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body,
-    });
-    if (r.ok) state.views++;
-    else fail(`view: ${(await r.json().catch(() => ({}))).error?.message || r.status}`);
+    const owed = state.viewsOwed;
+    try {
+      const r = await fetch(`/api/dpss/view/${encodeURIComponent(dataset)}`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body,
+      });
+      if (r.ok) state.views++;
+      else fail(`view: ${(await r.json().catch(() => ({}))).error?.message || r.status}`);
+    } finally {
+      // Views superseded while this one was debounced are settled by it.
+      state.viewsOwed -= owed;
+    }
   }, 40);
 }
 
@@ -249,6 +256,8 @@ window.dpssViewer = {
   stats: () => ({
     level: state.level, loaded: state.loaded, failed: state.failed, views: state.views,
     pending: [...state.tiles.values()].filter((t) => !t.ok).length,
+    // Viewports drawn but not yet posted (debounced or in flight).
+    viewsOwed: state.viewsOwed,
     scale: state.scale, cx: state.cx, cy: state.cy,
     firstTileMs: state.firstTileMs, fullViewMs: state.fullViewMs,
   }),
