@@ -1,186 +1,113 @@
-//! SQLite-backed catalogue of blobs and pending uploads.
+//! The catalogue every store keeps its blobs and pending uploads in, on one of two
+//! databases with the same tables and the same guarantees: embedded SQLite (the default, one
+//! host) or PostgreSQL (shared by many front ends on many hosts).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use rusqlite::{OptionalExtension, Row, params};
-
-use crate::db::Db;
 use crate::error::MetaError;
+use crate::pg_catalogue::PgCatalogue;
 use crate::record::{BlobRecord, Commit, UploadRecord};
+use crate::sqlite_catalogue::SqliteCatalogue;
 
 type Result<T> = std::result::Result<T, MetaError>;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS blobs (
-    name         TEXT PRIMARY KEY NOT NULL,
-    location     TEXT NOT NULL,
-    size         INTEGER NOT NULL,
-    content_type TEXT NOT NULL,
-    digest       TEXT NOT NULL,
-    created_ms   INTEGER NOT NULL,
-    metadata     TEXT NOT NULL,
-    chunks       BLOB,
-    corrupt      TEXT
-);
-CREATE TABLE IF NOT EXISTS uploads (
-    name         TEXT PRIMARY KEY NOT NULL,
-    upload_id    TEXT NOT NULL UNIQUE,
-    size         INTEGER,
-    content_type TEXT NOT NULL,
-    metadata     TEXT NOT NULL,
-    overwrite    INTEGER NOT NULL,
-    resume_tag   TEXT NOT NULL,
-    created_ms   INTEGER NOT NULL,
-    refuse_digests TEXT NOT NULL DEFAULT '[]'
-);
-";
-
-/// Columns added after the first release, with their types: added to older databases on open.
-const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
-    ("blobs", "chunks", "BLOB"),
-    ("blobs", "corrupt", "TEXT"),
-    ("uploads", "refuse_digests", "TEXT NOT NULL DEFAULT '[]'"),
-];
 
 /// A committed blob with what a reader needs besides its record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredBlob {
     pub record: BlobRecord,
-    /// Store-specific location of the bytes (the fs store's file id).
+    /// Store-specific location of the bytes (the fs store's file id, an object key).
     pub location: String,
     /// Stored form of the per-chunk digests (`bs_wire::ChunkDigests`); `None` for blobs
     /// committed before chunk digests existed.
     pub chunks: Option<Vec<u8>>,
-    /// Why the blob is known to be corrupt on disk, if it is.
+    /// Why the blob is known to be corrupt in storage, if it is.
     pub corrupt: Option<String>,
 }
 
 /// The catalogue.
 pub struct Catalogue {
-    db: Db,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(SqliteCatalogue),
+    Postgres(PgCatalogue),
+}
+
+/// The same call on whichever database this is.
+macro_rules! on_backend {
+    ($self:ident, $c:ident => $e:expr) => {
+        match &$self.backend {
+            Backend::Sqlite($c) => $e,
+            Backend::Postgres($c) => $e,
+        }
+    };
 }
 
 impl Catalogue {
-    /// Open (creating if needed) the database at `path`.
+    /// Open (creating if needed) the SQLite database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let cat = Self { db: Db::open(path, SCHEMA)? };
-        cat.add_missing_columns()?;
-        Ok(cat)
+        Ok(Self { backend: Backend::Sqlite(SqliteCatalogue::open(path)?) })
     }
 
-    /// Bring a database written by an older version up to the current columns.
-    fn add_missing_columns(&self) -> Result<()> {
-        let c = self.conn();
-        for (table, col, ty) in ADDED_COLUMNS {
-            let have: Vec<String> = c
-                .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?
-                .query_map([], |r| r.get(0))?
-                .collect::<std::result::Result<_, _>>()?;
-            if !have.iter().any(|h| h == col) {
-                c.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {col} {ty}"))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// A throw-away in-memory catalogue.
+    /// A throw-away in-memory SQLite catalogue.
     pub fn open_in_memory() -> Result<Self> {
-        Ok(Self { db: Db::in_memory(SCHEMA)? })
+        Ok(Self { backend: Backend::Sqlite(SqliteCatalogue::open_in_memory()?) })
     }
 
-    /// The connection, for reads and single-statement writes. Writes that read first go
-    /// through `self.db.write`, whose group transaction is IMMEDIATE (a deferred one that
-    /// reads first and writes later fails at once with "database is locked" when another
-    /// connection — the image index — wrote in between).
-    fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
-        self.db.lock()
+    /// Connect to PostgreSQL at `url` (`postgres://user:password@host:port/database`),
+    /// creating the tables (and adding newer columns) if needed.
+    pub fn connect_postgres(url: &str) -> Result<Self> {
+        Ok(Self { backend: Backend::Postgres(PgCatalogue::connect(url)?) })
+    }
+
+    /// `sqlite:<path>` or `postgres://host:port/db` — never a password.
+    pub fn describe(&self) -> String {
+        on_backend!(self, c => c.describe())
+    }
+
+    /// Whether other processes may write this catalogue at the same time (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
     }
 
     /// A committed blob and its store location.
     pub fn blob(&self, name: &str) -> Result<Option<(BlobRecord, String)>> {
-        let c = self.conn();
-        let mut st = c.prepare_cached(
-            "SELECT name, size, content_type, digest, created_ms, metadata, location
-             FROM blobs WHERE name = ?1",
-        )?;
-        let row =
-            st.query_row([name], |r| Ok((blob_from_row(r), r.get::<_, String>(6)?))).optional()?;
-        match row {
-            None => Ok(None),
-            Some((rec, loc)) => Ok(Some((rec?, loc))),
-        }
+        on_backend!(self, c => c.blob(name))
     }
 
     /// A committed blob with its location, chunk digests and corruption mark.
     pub fn stored(&self, name: &str) -> Result<Option<StoredBlob>> {
-        let c = self.conn();
-        let mut st = c.prepare_cached(
-            "SELECT name, size, content_type, digest, created_ms, metadata, location, chunks,
-                    corrupt
-             FROM blobs WHERE name = ?1",
-        )?;
-        let row = st
-            .query_row([name], |r| {
-                Ok((blob_from_row(r), r.get::<_, String>(6)?, r.get(7)?, r.get(8)?))
-            })
-            .optional()?;
-        match row {
-            None => Ok(None),
-            Some((rec, location, chunks, corrupt)) => {
-                Ok(Some(StoredBlob { record: rec?, location, chunks, corrupt }))
-            }
-        }
+        on_backend!(self, c => c.stored(name))
     }
 
     /// Record the chunk digests of a blob committed without them, if it is still stored at
     /// `location`.
     pub fn set_chunks(&self, name: &str, location: &str, chunks: &[u8]) -> Result<()> {
-        self.conn().execute(
-            "UPDATE blobs SET chunks = ?3 WHERE name = ?1 AND location = ?2",
-            params![name, location, chunks],
-        )?;
-        Ok(())
+        on_backend!(self, c => c.set_chunks(name, location, chunks))
     }
 
     /// Mark the blob stored at `location` corrupt (`Some(reason)`) or sound again (`None`).
     /// Returns whether such a row existed.
     pub fn set_corrupt(&self, name: &str, location: &str, reason: Option<&str>) -> Result<bool> {
-        let n = self.conn().execute(
-            "UPDATE blobs SET corrupt = ?3 WHERE name = ?1 AND location = ?2",
-            params![name, location, reason],
-        )?;
-        Ok(n > 0)
+        on_backend!(self, c => c.set_corrupt(name, location, reason))
     }
 
     /// (name, reason) of every blob marked corrupt.
     pub fn corrupt(&self) -> Result<Vec<(String, String)>> {
-        let c = self.conn();
-        let mut st =
-            c.prepare("SELECT name, corrupt FROM blobs WHERE corrupt IS NOT NULL ORDER BY name")?;
-        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
+        on_backend!(self, c => c.corrupt())
     }
 
-    /// Up to `limit` blobs whose names start with `prefix` and sort after `after`.
+    /// Up to `limit` blobs whose names start with `prefix` and sort after `after` (byte
+    /// order).
     pub fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
-        let c = self.conn();
-        let mut st = c.prepare_cached(
-            "SELECT name, size, content_type, digest, created_ms, metadata FROM blobs
-             WHERE name >= ?1 AND substr(name, 1, length(?1)) = ?1 AND name > ?2
-             ORDER BY name LIMIT ?3",
-        )?;
-        let rows = st.query_map(params![prefix, after, limit as i64], |r| Ok(blob_from_row(r)))?;
-        let mut out = Vec::new();
-        for r in rows {
-            out.push(r??);
-        }
-        Ok(out)
+        on_backend!(self, c => c.list(prefix, after, limit))
     }
 
     /// Commit a blob (insert, or replace as `may_replace` allows) with its chunk digests
     /// (stored form) and drop its pending upload, in one transaction: the check of what is
-    /// there and the commit cannot be separated by another writer.
+    /// there and the commit cannot be separated by another writer, in this process or any
+    /// other. Durable when this returns `Ok`.
     pub fn commit_blob(
         &self,
         rec: &BlobRecord,
@@ -188,270 +115,43 @@ impl Catalogue {
         chunks: &[u8],
         may_replace: impl FnOnce(&str) -> bool + Send + 'static,
     ) -> Result<Commit> {
-        let (rec, location, chunks) = (rec.clone(), location.to_string(), chunks.to_vec());
-        self.db.write(move |tx| {
-            let old: Option<(String, String)> = tx
-                .query_row("SELECT location, digest FROM blobs WHERE name = ?1", [&rec.name], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .optional()?;
-            if let Some((_, digest)) = &old
-                && !may_replace(digest)
-            {
-                return Ok(Commit::Refused);
-            }
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO blobs
-                 (name, location, size, content_type, digest, created_ms, metadata, chunks,
-                  corrupt)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL)",
-            )?
-            .execute(params![
-                rec.name,
-                location,
-                rec.size as i64,
-                rec.content_type,
-                rec.digest,
-                rec.created_ms,
-                to_json(&rec.metadata),
-                chunks
-            ])?;
-            tx.prepare_cached("DELETE FROM uploads WHERE name = ?1")?.execute([&rec.name])?;
-            Ok(Commit::Done(old.map(|(loc, _)| loc)))
-        })
+        on_backend!(self, c => c.commit_blob(rec, location, chunks, may_replace))
     }
 
-    /// Remove a blob; returns its location if it existed. The delete is committed (durable)
-    /// when this returns `Ok`: an explicit transaction, because a `DELETE … RETURNING` in
-    /// autocommit mode commits when the statement is reset, and an error there (a full disk)
-    /// would be lost after the row had already been returned.
+    /// Remove a blob; returns its location if it existed. Durable when this returns `Ok`.
     pub fn delete_blob(&self, name: &str) -> Result<Option<String>> {
-        self.delete_returning("DELETE FROM blobs WHERE name = ?1 RETURNING location", name)
+        on_backend!(self, c => c.delete_blob(name))
     }
 
-    fn delete_returning(&self, sql: &'static str, name: &str) -> Result<Option<String>> {
-        let name = name.to_string();
-        self.db.write(move |tx| Ok(tx.query_row(sql, [name], |r| r.get(0)).optional()?))
-    }
-
-    /// Every location referenced by a blob (for garbage collection of orphan files).
+    /// Every location referenced by a blob (for garbage collection of orphans).
     pub fn locations(&self) -> Result<Vec<String>> {
-        let c = self.conn();
-        let mut st = c.prepare("SELECT location FROM blobs")?;
-        let rows = st.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
+        on_backend!(self, c => c.locations())
     }
 
     /// Record a pending upload, replacing any other pending upload of the same name.
-    /// Returns the replaced upload's id.
-    ///
-    /// Not fsynced on its own (it is with the next commit): a crash may forget the row, and
-    /// then the upload starts again from its first byte — its staging file, unreferenced, is
-    /// removed at the next start, and a replaced upload's row comes back without its file,
-    /// which routing treats as no upload. Nothing acknowledged rests on this row.
+    /// Returns the replaced upload's id. May be lost by a crash of an embedded catalogue
+    /// (see the SQLite implementation); nothing acknowledged rests on it.
     pub fn put_upload(&self, u: &UploadRecord) -> Result<Option<String>> {
-        let u = u.clone();
-        self.db.write_lazy(move |tx| {
-            let old: Option<String> = tx
-                .query_row("SELECT upload_id FROM uploads WHERE name = ?1", [&u.name], |r| r.get(0))
-                .optional()?;
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO uploads
-                 (name, upload_id, size, content_type, metadata, overwrite, resume_tag,
-                  created_ms, refuse_digests)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?
-            .execute(params![
-                u.name,
-                u.upload_id,
-                u.size.map(|s| s as i64),
-                u.content_type,
-                to_json(&u.metadata),
-                u.overwrite,
-                u.resume_tag,
-                u.created_ms,
-                serde_json::to_string(&u.refuse_digests).expect("string lists serialise")
-            ])?;
-            Ok(old)
-        })
+        on_backend!(self, c => c.put_upload(u))
     }
 
     /// The pending upload for `name`.
     pub fn upload(&self, name: &str) -> Result<Option<UploadRecord>> {
-        let c = self.conn();
-        let mut st = c.prepare_cached(
-            "SELECT name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms,
-                    refuse_digests
-             FROM uploads WHERE name = ?1",
-        )?;
-        let row = st.query_row([name], |r| Ok(upload_from_row(r))).optional()?;
-        row.transpose()
+        on_backend!(self, c => c.upload(name))
     }
 
-    /// Every pending upload id (for garbage collection of orphan staging files).
+    /// Every pending upload id (for garbage collection of orphan staging data).
     pub fn upload_ids(&self) -> Result<Vec<String>> {
-        let c = self.conn();
-        let mut st = c.prepare("SELECT upload_id FROM uploads")?;
-        let rows = st.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
+        on_backend!(self, c => c.upload_ids())
     }
 
     /// (name, upload id) of uploads created before `ms` (Unix milliseconds).
     pub fn uploads_created_before(&self, ms: i64) -> Result<Vec<(String, String)>> {
-        let c = self.conn();
-        let mut st = c.prepare("SELECT name, upload_id FROM uploads WHERE created_ms < ?1")?;
-        let rows = st.query_map([ms], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
+        on_backend!(self, c => c.uploads_created_before(ms))
     }
 
     /// Forget a pending upload; returns its id if there was one.
     pub fn delete_upload(&self, name: &str) -> Result<Option<String>> {
-        self.delete_returning("DELETE FROM uploads WHERE name = ?1 RETURNING upload_id", name)
-    }
-}
-
-fn to_json(m: &BTreeMap<String, String>) -> String {
-    serde_json::to_string(m).expect("string maps always serialise")
-}
-
-fn from_json(name: &str, s: &str) -> Result<BTreeMap<String, String>> {
-    serde_json::from_str(s)
-        .map_err(|e| MetaError::Corrupt { name: name.to_string(), reason: e.to_string() })
-}
-
-fn blob_from_row(r: &Row<'_>) -> Result<BlobRecord> {
-    let name: String = r.get(0)?;
-    let metadata = from_json(&name, &r.get::<_, String>(5)?)?;
-    Ok(BlobRecord {
-        size: r.get::<_, i64>(1)? as u64,
-        content_type: r.get(2)?,
-        digest: r.get(3)?,
-        created_ms: r.get(4)?,
-        metadata,
-        name,
-    })
-}
-
-fn upload_from_row(r: &Row<'_>) -> Result<UploadRecord> {
-    let name: String = r.get(0)?;
-    let metadata = from_json(&name, &r.get::<_, String>(4)?)?;
-    Ok(UploadRecord {
-        upload_id: r.get(1)?,
-        size: r.get::<_, Option<i64>>(2)?.map(|s| s as u64),
-        content_type: r.get(3)?,
-        metadata,
-        overwrite: r.get(5)?,
-        resume_tag: r.get(6)?,
-        created_ms: r.get(7)?,
-        refuse_digests: serde_json::from_str(&r.get::<_, String>(8)?).map_err(|e| {
-            MetaError::Corrupt { name: name.clone(), reason: format!("refuse_digests: {e}") }
-        })?,
-        name,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(name: &str) -> BlobRecord {
-        BlobRecord {
-            name: name.into(),
-            size: 3,
-            content_type: "image/png".into(),
-            digest: "xxh3-128:00".into(),
-            created_ms: 1,
-            metadata: [("modality".to_string(), "CT".to_string())].into(),
-        }
-    }
-
-    #[test]
-    fn commit_replace_list_delete_survive_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("meta.db");
-        {
-            let c = Catalogue::open(&path).unwrap();
-            assert_eq!(
-                c.commit_blob(&rec("a/1"), "f1", b"", |_| true).unwrap(),
-                Commit::Done(None)
-            );
-            assert_eq!(
-                c.commit_blob(&rec("a/1"), "f2", b"", |_| true).unwrap(),
-                Commit::Done(Some("f1".into()))
-            );
-            assert_eq!(
-                c.commit_blob(&rec("a/1"), "f9", b"", |d| d != "xxh3-128:00").unwrap(),
-                Commit::Refused,
-                "the check runs against what is there"
-            );
-            c.commit_blob(&rec("a/2"), "f3", b"", |_| true).unwrap();
-            c.commit_blob(&rec("b/1"), "f4", b"", |_| true).unwrap();
-            c.commit_blob(&rec("a%"), "f5", b"", |_| true).unwrap();
-        }
-        let c = Catalogue::open(&path).unwrap();
-        assert_eq!(c.blob("a/1").unwrap().unwrap(), (rec("a/1"), "f2".to_string()));
-        let names = |v: Vec<BlobRecord>| v.into_iter().map(|r| r.name).collect::<Vec<_>>();
-        assert_eq!(names(c.list("a/", "", 10).unwrap()), ["a/1", "a/2"]);
-        assert_eq!(names(c.list("a/", "a/1", 10).unwrap()), ["a/2"]);
-        assert_eq!(names(c.list("", "", 2).unwrap()), ["a%", "a/1"]);
-        assert_eq!(names(c.list("a%", "", 10).unwrap()), ["a%"], "no LIKE wildcards");
-        assert_eq!(c.delete_blob("a/1").unwrap(), Some("f2".into()));
-        assert_eq!(c.delete_blob("a/1").unwrap(), None);
-        assert!(c.blob("a/1").unwrap().is_none());
-    }
-
-    #[test]
-    fn uploads_are_replaced_and_cleared_on_commit() {
-        let c = Catalogue::open_in_memory().unwrap();
-        let mut u = UploadRecord {
-            name: "x".into(),
-            upload_id: "u1".into(),
-            size: None,
-            content_type: String::new(),
-            metadata: BTreeMap::new(),
-            overwrite: false,
-            resume_tag: "t".into(),
-            created_ms: 0,
-            refuse_digests: vec!["xxh3-128:01".into()],
-        };
-        assert_eq!(c.put_upload(&u).unwrap(), None);
-        u.upload_id = "u2".into();
-        u.size = Some(9);
-        assert_eq!(c.put_upload(&u).unwrap(), Some("u1".into()));
-        assert_eq!(c.upload("x").unwrap().unwrap(), u);
-        assert_eq!(c.uploads_created_before(1).unwrap(), [("x".to_string(), "u2".to_string())]);
-        assert!(c.uploads_created_before(0).unwrap().is_empty());
-        c.commit_blob(&rec("x"), "loc", b"", |_| true).unwrap();
-        assert!(c.upload("x").unwrap().is_none());
-        assert!(c.upload_ids().unwrap().is_empty());
-    }
-
-    #[test]
-    fn older_databases_gain_chunks_and_corruption_marks() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("meta.db");
-        {
-            let c = rusqlite::Connection::open(&path).unwrap();
-            c.execute_batch(
-                "CREATE TABLE blobs (name TEXT PRIMARY KEY NOT NULL, location TEXT NOT NULL,
-                 size INTEGER NOT NULL, content_type TEXT NOT NULL, digest TEXT NOT NULL,
-                 created_ms INTEGER NOT NULL, metadata TEXT NOT NULL);
-                 INSERT INTO blobs VALUES ('old', 'f0', 3, '', 'xxh3-128:00', 1, '{}');",
-            )
-            .unwrap();
-        }
-        let c = Catalogue::open(&path).unwrap();
-        let old = c.stored("old").unwrap().unwrap();
-        assert_eq!((old.chunks, old.corrupt), (None, None));
-        c.set_chunks("old", "f0", b"abcd").unwrap();
-        assert!(c.set_corrupt("old", "f0", Some("chunk 0 differs")).unwrap());
-        assert!(!c.set_corrupt("old", "elsewhere", None).unwrap(), "only at that location");
-        let old = c.stored("old").unwrap().unwrap();
-        assert_eq!(old.chunks.as_deref(), Some(&b"abcd"[..]));
-        assert_eq!(c.corrupt().unwrap(), [("old".to_string(), "chunk 0 differs".to_string())]);
-        c.commit_blob(&rec("old"), "f1", b"new", |_| true).unwrap();
-        let new = c.stored("old").unwrap().unwrap();
-        assert_eq!((new.corrupt, new.chunks.as_deref()), (None, Some(&b"new"[..])));
-        assert!(c.corrupt().unwrap().is_empty(), "a replacement is not corrupt");
+        on_backend!(self, c => c.delete_upload(name))
     }
 }

@@ -12,6 +12,16 @@ pub enum MetaError {
     /// took effect.
     #[error("metadata database error: {reason}")]
     GroupCommit { disk_full: bool, reason: String },
+    /// PostgreSQL refused or failed a statement.
+    #[error("catalogue database (PostgreSQL) error: {reason}")]
+    Postgres { disk_full: bool, reason: String },
+    /// The catalogue's server cannot be reached (down, refusing, connection lost): worth a
+    /// retry later.
+    #[error("catalogue database unavailable: {0}")]
+    Unavailable(String),
+    /// A catalogue URL or setting that cannot work.
+    #[error("catalogue configuration: {0}")]
+    Config(String),
 }
 
 impl MetaError {
@@ -19,9 +29,14 @@ impl MetaError {
     pub fn is_disk_full(&self) -> bool {
         match self {
             Self::Sqlite(e) => Self::sqlite_disk_full(e),
-            Self::GroupCommit { disk_full, .. } => *disk_full,
-            Self::Corrupt { .. } => false,
+            Self::GroupCommit { disk_full, .. } | Self::Postgres { disk_full, .. } => *disk_full,
+            Self::Corrupt { .. } | Self::Unavailable(_) | Self::Config(_) => false,
         }
+    }
+
+    /// The database is out of reach for now.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
     }
 
     pub(crate) fn sqlite_disk_full(e: &rusqlite::Error) -> bool {

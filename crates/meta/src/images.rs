@@ -1,6 +1,6 @@
 //! The image index: metadata extracted from image blobs (dimensions, pixel type, DICOM
-//! patient, modality, study date, ...) for search, in the same SQLite database as the
-//! catalogue when there is one.
+//! patient, modality, study date, ...) for search, in the same database as the catalogue
+//! (SQLite, or PostgreSQL shared by every front end).
 //!
 //! Rows are keyed by blob name and carry the digest of the bytes they were extracted from,
 //! so a row for bytes that have since been replaced or deleted is recognisably stale: callers
@@ -14,6 +14,7 @@ use rusqlite::{OptionalExtension, params};
 
 use crate::db::Db;
 use crate::error::MetaError;
+use crate::pg_images::PgImages;
 use crate::record::now_ms;
 
 type Result<T> = std::result::Result<T, MetaError>;
@@ -64,25 +65,81 @@ pub struct ImageQuery {
     pub limit: usize,
 }
 
-/// The index.
+/// The index, on whichever database the catalogue is on.
 pub struct ImageIndex {
-    db: Db,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(Db),
+    Postgres(PgImages),
+}
+
+/// One row as both databases store it.
+pub(crate) struct IndexRow<'a> {
+    pub name: &'a str,
+    pub digest: &'a str,
+    pub is_image: bool,
+    pub patient: String,
+    pub modality: String,
+    pub study_date: &'a str,
+    pub meta: &'a str,
+    pub search_text: String,
+}
+
+/// A search with its criteria in stored form (lower/upper case, LIKE patterns escaped).
+pub(crate) struct Search<'a> {
+    pub prefix: &'a str,
+    pub text: Option<String>,
+    pub patient: Option<String>,
+    pub modality: Option<String>,
+    pub date_from: Option<String>,
+    pub date_to: Option<String>,
+    pub limit: i64,
 }
 
 impl ImageIndex {
-    /// Open (creating the table if needed) in the database at `path`, which may be the
-    /// catalogue's own file.
+    /// Open (creating the table if needed) in the SQLite database at `path`, which may be
+    /// the catalogue's own file.
     pub fn open(path: &Path) -> Result<Self> {
-        Ok(Self { db: Db::open(path, SCHEMA)? })
+        Ok(Self { backend: Backend::Sqlite(Db::open(path, SCHEMA)?) })
     }
 
     /// A throw-away in-memory index (for the memory store).
     pub fn open_in_memory() -> Result<Self> {
-        Ok(Self { db: Db::in_memory(SCHEMA)? })
+        Ok(Self { backend: Backend::Sqlite(Db::in_memory(SCHEMA)?) })
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
-        self.db.lock()
+    /// The index in PostgreSQL at `url` (the catalogue's database), shared by every front
+    /// end.
+    pub fn connect_postgres(url: &str) -> Result<Self> {
+        Ok(Self { backend: Backend::Postgres(PgImages::connect(url)?) })
+    }
+
+    fn upsert(&self, row: IndexRow<'_>) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                db.lock().execute(
+                    "INSERT OR REPLACE INTO images
+                     (name, digest, is_image, patient, modality, study_date, meta, search_text,
+                      indexed_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    params![
+                        row.name,
+                        row.digest,
+                        row.is_image,
+                        row.patient,
+                        row.modality,
+                        row.study_date,
+                        row.meta,
+                        row.search_text,
+                        now_ms()
+                    ],
+                )?;
+                Ok(())
+            }
+            Backend::Postgres(pg) => pg.upsert(&row),
+        }
     }
 
     /// Record what was extracted from `name` at `digest`. `fields` are the metadata as
@@ -101,81 +158,105 @@ impl ImageIndex {
             text.push('\u{1f}');
             text.push_str(&v.to_lowercase());
         }
-        self.conn().execute(
-            "INSERT OR REPLACE INTO images
-             (name, digest, is_image, patient, modality, study_date, meta, search_text, indexed_ms)
-             VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                name,
-                digest,
-                patient.to_lowercase(),
-                get("modality").to_uppercase(),
-                get("study_date"),
-                meta_json,
-                text,
-                now_ms()
-            ],
-        )?;
-        Ok(())
+        self.upsert(IndexRow {
+            name,
+            digest,
+            is_image: true,
+            patient: patient.to_lowercase(),
+            modality: get("modality").to_uppercase(),
+            study_date: get("study_date"),
+            meta: meta_json,
+            search_text: text,
+        })
     }
 
     /// Record that `name` at `digest` is not a readable image, and why.
     pub fn put_not_image(&self, name: &str, digest: &str, reason: &str) -> Result<()> {
         let meta = serde_json::json!({ "error": reason }).to_string();
-        self.conn().execute(
-            "INSERT OR REPLACE INTO images
-             (name, digest, is_image, patient, modality, study_date, meta, search_text, indexed_ms)
-             VALUES (?1, ?2, 0, '', '', '', ?3, '', ?4)",
-            params![name, digest, meta, now_ms()],
-        )?;
-        Ok(())
+        self.upsert(IndexRow {
+            name,
+            digest,
+            is_image: false,
+            patient: String::new(),
+            modality: String::new(),
+            study_date: "",
+            meta: &meta,
+            search_text: String::new(),
+        })
     }
 
     /// The entry for `name`, whatever digest it was made from.
     pub fn get(&self, name: &str) -> Result<Option<ImageEntry>> {
-        let c = self.conn();
-        let mut st =
-            c.prepare_cached("SELECT name, digest, is_image, meta FROM images WHERE name = ?1")?;
-        Ok(st.query_row([name], entry_from_row).optional()?)
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                let c = db.lock();
+                let mut st = c.prepare_cached(
+                    "SELECT name, digest, is_image, meta FROM images WHERE name = ?1",
+                )?;
+                Ok(st.query_row([name], entry_from_row).optional()?)
+            }
+            Backend::Postgres(pg) => pg.get(name),
+        }
     }
 
     /// Drop the entry for `name` (deleted, or replaced by other bytes).
     pub fn forget(&self, name: &str) -> Result<()> {
-        self.conn().execute("DELETE FROM images WHERE name = ?1", [name])?;
-        Ok(())
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                db.lock().execute("DELETE FROM images WHERE name = ?1", [name])?;
+                Ok(())
+            }
+            Backend::Postgres(pg) => pg.forget(name),
+        }
     }
 
     /// Images matching every criterion of `q`, by name. Only image rows are returned.
     pub fn search(&self, q: &ImageQuery) -> Result<Vec<ImageEntry>> {
         let like = |s: &Option<String>| {
-            s.as_deref().filter(|s| !s.is_empty()).map(|s| format!("%{}%", escape_like(s)))
+            s.as_deref()
+                .filter(|s| !s.is_empty())
+                .map(|s| format!("%{}%", escape_like(&s.to_lowercase())))
         };
-        let c = self.conn();
-        let mut st = c.prepare_cached(
-            "SELECT name, digest, is_image, meta FROM images
-             WHERE is_image = 1
-               AND substr(name, 1, length(?1)) = ?1
-               AND (?2 IS NULL OR search_text LIKE ?2 ESCAPE '\\')
-               AND (?3 IS NULL OR patient LIKE ?3 ESCAPE '\\')
-               AND (?4 IS NULL OR modality = ?4)
-               AND (?5 IS NULL OR (study_date != '' AND study_date >= ?5))
-               AND (?6 IS NULL OR (study_date != '' AND study_date <= ?6))
-             ORDER BY name LIMIT ?7",
-        )?;
         let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
-        let rows = st.query_map(
-            params![
-                q.prefix,
-                like(&q.text.as_ref().map(|t| t.to_lowercase())),
-                like(&q.patient.as_ref().map(|t| t.to_lowercase())),
-                nonempty(&q.modality).map(|m| m.to_uppercase()),
-                nonempty(&q.date_from),
-                nonempty(&q.date_to),
-                q.limit as i64
-            ],
-            entry_from_row,
-        )?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
+        let s = Search {
+            prefix: &q.prefix,
+            text: like(&q.text),
+            patient: like(&q.patient),
+            modality: nonempty(&q.modality).map(|m| m.to_uppercase()),
+            date_from: nonempty(&q.date_from),
+            date_to: nonempty(&q.date_to),
+            limit: q.limit.min(i64::MAX as usize) as i64,
+        };
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                let c = db.lock();
+                let mut st = c.prepare_cached(
+                    "SELECT name, digest, is_image, meta FROM images
+                     WHERE is_image = 1
+                       AND substr(name, 1, length(?1)) = ?1
+                       AND (?2 IS NULL OR search_text LIKE ?2 ESCAPE '\\')
+                       AND (?3 IS NULL OR patient LIKE ?3 ESCAPE '\\')
+                       AND (?4 IS NULL OR modality = ?4)
+                       AND (?5 IS NULL OR (study_date != '' AND study_date >= ?5))
+                       AND (?6 IS NULL OR (study_date != '' AND study_date <= ?6))
+                     ORDER BY name LIMIT ?7",
+                )?;
+                let rows = st.query_map(
+                    params![
+                        s.prefix,
+                        s.text,
+                        s.patient,
+                        s.modality,
+                        s.date_from,
+                        s.date_to,
+                        s.limit
+                    ],
+                    entry_from_row,
+                )?;
+                Ok(rows.collect::<std::result::Result<_, _>>()?)
+            }
+            Backend::Postgres(pg) => pg.search(&s),
+        }
     }
 }
 
@@ -189,7 +270,7 @@ fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ImageEntry> {
 }
 
 /// `%`, `_` and `\` match themselves in a LIKE pattern escaped with `\`.
-fn escape_like(s: &str) -> String {
+pub(crate) fn escape_like(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '%' | '_' | '\\') {
@@ -198,70 +279,4 @@ fn escape_like(s: &str) -> String {
         out.push(c);
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
-
-    fn index() -> ImageIndex {
-        let ix = ImageIndex::open_in_memory().unwrap();
-        let ct = fields(&[
-            ("patient_name", "Doe^Jane"),
-            ("patient_id", "PID-1"),
-            ("modality", "CT"),
-            ("study_date", "20240131"),
-            ("study_description", "HEAD 100%"),
-        ]);
-        ix.put("studies/ct.dcm", "x:1", &ct, "{}").unwrap();
-        let mr =
-            fields(&[("patient_name", "Roe^Rick"), ("modality", "MR"), ("study_date", "20250301")]);
-        ix.put("studies/mr.dcm", "x:2", &mr, "{}").unwrap();
-        ix.put("photos/card.png", "x:3", &fields(&[("width", "640")]), "{}").unwrap();
-        ix.put_not_image("docs/readme.txt", "x:4", "not an image").unwrap();
-        ix
-    }
-
-    fn names(ix: &ImageIndex, q: ImageQuery) -> Vec<String> {
-        ix.search(&ImageQuery { limit: 100, ..q }).unwrap().into_iter().map(|e| e.name).collect()
-    }
-
-    #[test]
-    fn each_criterion_narrows_the_search() {
-        let ix = index();
-        let all = names(&ix, ImageQuery::default());
-        assert_eq!(all, ["photos/card.png", "studies/ct.dcm", "studies/mr.dcm"]);
-        let q = |f: fn(&mut ImageQuery)| {
-            let mut q = ImageQuery::default();
-            f(&mut q);
-            names(&ix, q)
-        };
-        assert_eq!(q(|q| q.modality = Some("ct".into())), ["studies/ct.dcm"]);
-        assert_eq!(q(|q| q.patient = Some("jane".into())), ["studies/ct.dcm"]);
-        assert_eq!(q(|q| q.patient = Some("pid-1".into())), ["studies/ct.dcm"]);
-        assert_eq!(q(|q| q.text = Some("ROE".into())), ["studies/mr.dcm"]);
-        assert_eq!(q(|q| q.text = Some("card".into())), ["photos/card.png"]);
-        assert_eq!(q(|q| q.date_from = Some("20250101".into())), ["studies/mr.dcm"]);
-        assert_eq!(q(|q| q.date_to = Some("20241231".into())), ["studies/ct.dcm"]);
-        assert_eq!(q(|q| q.prefix = "photos/".into()), ["photos/card.png"]);
-        assert!(q(|q| q.text = Some("readme".into())).is_empty(), "non-images are not found");
-        // LIKE wildcards in the query match only themselves.
-        assert_eq!(q(|q| q.text = Some("100%".into())), ["studies/ct.dcm"]);
-        assert!(q(|q| q.text = Some("1_0".into())).is_empty());
-    }
-
-    #[test]
-    fn entries_are_replaced_and_forgotten() {
-        let ix = index();
-        assert!(!ix.get("docs/readme.txt").unwrap().unwrap().is_image);
-        ix.put("docs/readme.txt", "x:5", &fields(&[]), "{\"width\":1}").unwrap();
-        let e = ix.get("docs/readme.txt").unwrap().unwrap();
-        assert!(e.is_image && e.digest == "x:5");
-        ix.forget("docs/readme.txt").unwrap();
-        assert_eq!(ix.get("docs/readme.txt").unwrap(), None);
-    }
 }

@@ -1,14 +1,19 @@
 //! The metadata catalogue: which blobs exist, their size, type, digest, times and user
 //! metadata, and which uploads are pending — in an embedded SQLite database (WAL mode,
 //! `synchronous=FULL`, so an acknowledged commit survives a crash; concurrent commits share
-//! one transaction and its fsync).
+//! one transaction and its fsync), or in PostgreSQL shared by many front ends. The image
+//! index lives beside it, in the same database.
 
 mod catalogue;
 mod db;
 mod error;
 mod group;
 mod images;
+mod pg;
+mod pg_catalogue;
+mod pg_images;
 mod record;
+mod sqlite_catalogue;
 
 pub use catalogue::{Catalogue, StoredBlob};
 pub use error::MetaError;

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::error::MetaError;
+
 /// A committed blob as the catalogue describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobRecord {
@@ -45,4 +47,15 @@ pub enum Commit {
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// User metadata as stored (a JSON object).
+pub(crate) fn to_json(m: &BTreeMap<String, String>) -> String {
+    serde_json::to_string(m).expect("string maps always serialise")
+}
+
+/// User metadata from its stored form.
+pub(crate) fn from_json(name: &str, s: &str) -> Result<BTreeMap<String, String>, MetaError> {
+    serde_json::from_str(s)
+        .map_err(|e| MetaError::Corrupt { name: name.to_string(), reason: e.to_string() })
 }

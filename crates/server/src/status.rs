@@ -18,7 +18,8 @@ pub fn store_status(e: &StoreError) -> Status {
         StoreError::Busy(_) => Code::Aborted,
         StoreError::StorageFull(_) => Code::ResourceExhausted,
         StoreError::Corrupt { .. } => Code::DataLoss,
-        StoreError::Io(_) | StoreError::Meta(_) => Code::Internal,
+        StoreError::Unavailable(_) => Code::Unavailable,
+        StoreError::Io(_) | StoreError::Meta(_) | StoreError::Config(_) => Code::Internal,
     };
     Status::new(code, e.to_string())
 }

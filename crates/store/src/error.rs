@@ -30,6 +30,13 @@ pub enum StoreError {
     StorageFull(String),
     #[error("blob {name:?} is corrupt on disk: {reason}")]
     Corrupt { name: String, reason: String },
+    /// A storage service (object store, catalogue server) cannot be reached or failed a
+    /// request: worth a retry later.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// A store configuration that cannot work (a malformed endpoint, say).
+    #[error("store configuration: {0}")]
+    Config(String),
     #[error("storage I/O failed: {0}")]
     Io(io::Error),
     #[error(transparent)]
@@ -39,7 +46,13 @@ pub enum StoreError {
 impl From<MetaError> for StoreError {
     /// A catalogue that cannot grow is [`StoreError::StorageFull`], like any full disk.
     fn from(e: MetaError) -> Self {
-        if e.is_disk_full() { Self::StorageFull(e.to_string()) } else { Self::Meta(e) }
+        if e.is_disk_full() {
+            Self::StorageFull(e.to_string())
+        } else if e.is_unavailable() {
+            Self::Unavailable(e.to_string())
+        } else {
+            Self::Meta(e)
+        }
     }
 }
 

@@ -11,11 +11,12 @@ use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bs_meta::{BlobRecord, Catalogue, Commit, StoredBlob, UploadRecord, now_ms};
 use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 
+use crate::claim::Claims;
 use crate::error::StoreError;
 use crate::events::{Listener, Listeners, StoreEvent};
 use crate::name::validate_name;
@@ -45,7 +46,7 @@ struct Inner {
     cat: Catalogue,
     algo: DigestAlgo,
     /// Names whose pending upload is open by a writer.
-    busy: Mutex<HashSet<String>>,
+    busy: Claims,
     listeners: Listeners,
 }
 
@@ -61,7 +62,7 @@ impl FsStore {
                 root,
                 cat,
                 algo: DigestAlgo::default(),
-                busy: Mutex::new(HashSet::new()),
+                busy: Claims::default(),
                 listeners: Listeners::default(),
             }),
         };
@@ -150,39 +151,6 @@ impl Inner {
         }
         Ok(self.cat.delete_upload(name)?)
     }
-
-    fn release(&self, name: &str) {
-        self.busy.lock().unwrap().remove(name);
-    }
-}
-
-/// Exclusive use of one name's pending upload, released on drop.
-struct Claim<'a> {
-    inner: &'a Inner,
-    name: Option<String>,
-}
-
-impl<'a> Claim<'a> {
-    fn take(inner: &'a Inner, name: &str) -> Result<Self> {
-        if inner.busy.lock().unwrap().insert(name.to_string()) {
-            Ok(Self { inner, name: Some(name.to_string()) })
-        } else {
-            Err(StoreError::Busy(name.to_string()))
-        }
-    }
-
-    /// Hand the claim over to someone who will release it (the upload sink).
-    fn keep(mut self) {
-        self.name = None;
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if let Some(n) = self.name.take() {
-            self.inner.release(&n);
-        }
-    }
 }
 
 /// A fresh random 128-bit id in hex.
@@ -224,7 +192,7 @@ impl Store for FsStore {
         validate_name(name)?;
         let i = &self.inner;
         // A pending upload goes too, unless a transfer is writing it right now.
-        let upload = match Claim::take(i, name) {
+        let upload = match i.busy.take(name) {
             Ok(_claim) => i.discard_upload(name)?,
             Err(_) => None,
         };
@@ -264,7 +232,7 @@ impl Store for FsStore {
             )));
         }
         // Nobody writes, replaces or deletes this upload while we decide.
-        let _claim = Claim::take(i, &spec.name)?;
+        let _claim = i.busy.take(&spec.name)?;
         if !spec.resume_tag.is_empty()
             && let Some(u) = i.cat.upload(&spec.name)?
             && u.size == spec.size
@@ -290,7 +258,7 @@ impl Store for FsStore {
     fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>> {
         validate_name(name)?;
         let i = &self.inner;
-        let claim = Claim::take(i, name)?;
+        let claim = i.busy.take(name)?;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         claim.keep(); // from here on the sink releases it when dropped
         let mut sink =
@@ -307,7 +275,7 @@ impl Store for FsStore {
     fn abort(&self, name: &str) -> Result<()> {
         validate_name(name)?;
         let i = &self.inner;
-        let _claim = Claim::take(i, name)?;
+        let _claim = i.busy.take(name)?;
         let id = i.discard_upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         match fs::remove_file(i.staging_path(&id)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
@@ -337,7 +305,7 @@ impl Store for FsStore {
         let mut gone = Vec::new();
         for (name, id) in i.cat.uploads_created_before(cutoff)? {
             // A transfer writing it right now keeps it.
-            let Ok(_claim) = Claim::take(i, &name) else { continue };
+            let Ok(_claim) = i.busy.take(&name) else { continue };
             // Under the claim: still the same stale upload (not resumed or replaced since)?
             if i.cat.upload(&name)?.is_none_or(|u| u.upload_id != id || u.created_ms >= cutoff) {
                 continue;
@@ -459,7 +427,7 @@ struct FsUpload {
 
 impl Drop for FsUpload {
     fn drop(&mut self) {
-        self.store.release(&self.rec.name);
+        self.store.busy.release(&self.rec.name);
     }
 }
 

@@ -1,9 +1,11 @@
-//! Where blobs live: the [`Store`] trait and its two implementations — [`FsStore`] (the
-//! default: files under a data directory with atomic commits and an SQLite catalogue) and
-//! [`MemStore`] (for tests and caches) — plus [`FaultyStore`], a wrapper that injects disk
+//! Where blobs live: the [`Store`] trait and its implementations — [`FsStore`] (the
+//! default: files under a data directory with atomic commits and an SQLite catalogue),
+//! [`ObjStore`] (an S3-compatible bucket, catalogue in SQLite or PostgreSQL, shareable by
+//! many front ends) and [`MemStore`] (for tests and caches) — plus [`FaultyStore`], a wrapper that injects disk
 //! faults so error paths can be tested against real stores. Every read goes through
 //! [`BlobSource`], which verifies each chunk before handing it on; [`scrub`] re-reads them all.
 
+mod claim;
 mod error;
 mod events;
 mod faulty;
@@ -11,6 +13,7 @@ mod fs;
 mod media;
 mod mem;
 mod name;
+mod object;
 mod scrub;
 mod source;
 mod store;
@@ -24,7 +27,10 @@ pub use fs::{FsStore, PENDING_TTL};
 pub use media::{content_type_of_extension, guess_content_type};
 pub use mem::MemStore;
 pub use name::{MAX_NAME_LEN, validate_name};
+pub use object::{Backend as ObjectBackend, ORPHAN_AGE, ObjStore, PART_SIZE, S3Config};
 pub use scrub::{ScrubOptions, ScrubReport, scrub};
-pub use source::{BlobSource, CorruptionMarker, Pieces, corruption_found};
+pub use source::{
+    BlobSource, CorruptionMarker, Pieces, REMOTE_WINDOW, RangeRead, corruption_found,
+};
 pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range};
 pub use whole::put_bytes;

@@ -71,12 +71,31 @@ struct Inner {
 /// Where the bytes are.
 enum Data {
     Memory(Bytes),
+    /// Elsewhere (an object store), fetched in windows of whole chunks, each window checked
+    /// chunk by chunk before any of it is handed out; the last window is kept for the reads
+    /// that follow it, and the next one asked for ahead of time.
+    Remote {
+        reader: Arc<dyn RangeRead>,
+        window: std::sync::Mutex<Option<(u64, Bytes)>>,
+    },
     /// The file, and all of it mapped (empty for an empty file).
     File {
         file: File,
         map: Bytes,
     },
 }
+
+/// Bytes of a blob kept elsewhere, by range (blocking; called off the async executor).
+pub trait RangeRead: Send + Sync {
+    /// Exactly `len` bytes from `offset`. A blob whose bytes are gone is
+    /// [`StoreError::Corrupt`]; a store out of reach some other error.
+    fn read(&self, offset: u64, len: u64) -> Result<Bytes>;
+    /// A hint that `offset..offset + len` will be read next (may start fetching it).
+    fn prefetch(&self, _offset: u64, _len: u64) {}
+}
+
+/// How much a remote read fetches at once, at least (a multiple of the chunk size).
+pub const REMOTE_WINDOW: u64 = 8 * CHUNK_SIZE;
 
 /// Whether `MADV_POPULATE_READ` works here (cleared on the first EINVAL: an old kernel).
 static POPULATE_WORKS: AtomicBool = AtomicBool::new(true);
@@ -141,6 +160,17 @@ impl BlobSource {
             });
         }
         Self::new(record, Data::Memory(data), chunks, marker)
+    }
+
+    /// A blob kept elsewhere, read through `reader`.
+    pub fn remote(
+        record: BlobRecord,
+        reader: Arc<dyn RangeRead>,
+        chunks: ChunkDigests,
+        marker: Option<CorruptionMarker>,
+    ) -> Result<Self> {
+        let data = Data::Remote { reader, window: std::sync::Mutex::new(None) };
+        Self::new(record, data, chunks, marker)
     }
 
     /// A blob held in `file`, which must be exactly `record.size` bytes long.
@@ -287,6 +317,51 @@ impl BlobSource {
                     i.checked[c].store(true, Ordering::Release);
                 }
                 Ok(data.slice(offset as usize..(offset + len) as usize))
+            }
+            Data::Remote { reader, window } => {
+                let (start, end) = (offset, offset + len);
+                let mut w = window.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((at, held)) = &*w
+                    && *at <= start
+                    && end <= at + held.len() as u64
+                {
+                    return Ok(held.slice((start - at) as usize..(end - at) as usize));
+                }
+                // Whole chunks from the first one touched, at least a window's worth.
+                let from = first.start;
+                let to = last.end.max((from + REMOTE_WINDOW).min(self.size()));
+                let all = i.chunks.covering(from, to - from);
+                let to = i.chunks.range(all.end - 1).end;
+                let got = reader.read(from, to - from)?;
+                if got.len() as u64 != to - from {
+                    return Err(StoreError::Corrupt {
+                        name: i.record.name.clone(),
+                        reason: format!(
+                            "asked for bytes {from}..{to}, the store returned {} bytes",
+                            got.len()
+                        ),
+                    });
+                }
+                // Every chunk asked for must check; past them, the window keeps only the
+                // chunks before a bad one (the read that reaches it reports it).
+                let mut good = got.len();
+                for c in all {
+                    let r = i.chunks.range(c);
+                    if !i.chunks.check(c, &got[(r.start - from) as usize..(r.end - from) as usize])
+                    {
+                        if c < chunks.end {
+                            return Err(self.bad_chunk(c));
+                        }
+                        good = (r.start - from) as usize;
+                        break;
+                    }
+                }
+                if good == got.len() && to < self.size() {
+                    reader.prefetch(to, (to + REMOTE_WINDOW).min(self.size()) - to);
+                }
+                let out = got.slice((start - from) as usize..(end - from) as usize);
+                *w = Some((from, got.slice(..good)));
+                Ok(out)
             }
             Data::File { map, .. } if POPULATE_WORKS.load(Ordering::Relaxed) => {
                 // Chunk by chunk, each checked in the mapping; then one slice of them all.

@@ -2,6 +2,8 @@
 //! the blob is marked so later readers are refused at once, the scrubber names it, and a
 //! delete on a full disk never leaves a listed blob without its bytes.
 
+mod common;
+
 use bs_store::{FsStore, MemStore, RouteSpec, ScrubOptions, Store, StoreError};
 use bs_wire::CHUNK_SIZE;
 
@@ -68,6 +70,13 @@ fn rot_in_memory_is_caught() {
 fn rot_on_disk_is_caught() {
     let dir = tempfile::tempdir().unwrap();
     let s = FsStore::open(dir.path()).unwrap();
+    let handle = s.clone();
+    rot_is_caught(&s, &move |name, off| handle.damage(name, off, 0x10).unwrap());
+}
+
+#[test]
+fn rot_in_the_bucket_is_caught() {
+    let s = common::s3_store();
     let handle = s.clone();
     rot_is_caught(&s, &move |name, off| handle.damage(name, off, 0x10).unwrap());
 }

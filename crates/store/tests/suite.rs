@@ -1,5 +1,8 @@
 //! One behaviour suite, run against every store (in the manner of object_store's
-//! `integration.rs`): whatever a test asserts holds for memory and filesystem alike.
+//! `integration.rs`): whatever a test asserts holds for memory, filesystem and S3 (a real
+//! Garage server) alike.
+
+mod common;
 
 use bs_store::{FaultyStore, FsStore, MemStore, RouteSpec, Store, StoreError};
 use bs_wire::DigestAlgo;
@@ -205,6 +208,7 @@ macro_rules! suite {
             let dir = tempfile::tempdir().unwrap();
             super::$t(&bs_store::FsStore::open(dir.path()).unwrap());
         } )* }
+        mod s3 { $( #[test] fn $t() { super::$t(&super::common::s3_store()); } )* }
     };
 }
 

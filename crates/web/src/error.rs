@@ -46,6 +46,9 @@ pub enum WebError {
     Busy(String),
     #[error("storage full: {0}")]
     StorageFull(String),
+    /// The blob or catalogue backend is out of reach (503 with `Retry-After`).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -70,6 +73,7 @@ impl WebError {
             Self::Forbidden(_) => (S::FORBIDDEN, "forbidden"),
             Self::Busy(_) => (S::SERVICE_UNAVAILABLE, "busy"),
             Self::StorageFull(_) => (S::INSUFFICIENT_STORAGE, "insufficient_storage"),
+            Self::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -100,6 +104,9 @@ impl IntoResponse for WebError {
             Self::Busy(_) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
+            Self::Unavailable(_) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
             Self::TooManyRequests { retry_after } => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
@@ -123,12 +130,14 @@ impl From<StoreError> for WebError {
                 Self::Conflict(format!("another upload is writing {name:?} right now; try again"))
             }
             StoreError::StorageFull(_) => Self::StorageFull(msg),
+            StoreError::Unavailable(_) => Self::Unavailable(msg),
             StoreError::Incomplete { .. } | StoreError::BeyondSize { .. } => Self::BadRequest(msg),
             StoreError::OutOfRange { size, .. } => Self::RangeNotSatisfiable { size, reason: msg },
             StoreError::NoUpload(_)
             | StoreError::Gap { .. }
             | StoreError::Corrupt { .. }
             | StoreError::Io(_)
+            | StoreError::Config(_)
             | StoreError::Meta(_) => Self::Internal(msg),
         }
     }

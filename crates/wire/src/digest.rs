@@ -80,7 +80,9 @@ impl fmt::Display for DigestAlgo {
     }
 }
 
-/// A streaming hasher for one transfer.
+/// A streaming hasher for one transfer. Cloning it forks the state (the digest so far, and
+/// then two ways on).
+#[derive(Clone)]
 pub enum Hasher {
     Xxh3(Box<xxhash_rust::xxh3::Xxh3>),
     Blake3(Box<blake3::Hasher>),

@@ -1,0 +1,149 @@
+//! Connections to PostgreSQL, shared by the catalogue and the image index: a small pool of
+//! blocking clients (the `postgres` crate; every caller is already off the async executor),
+//! schema set-up under an advisory lock so front ends starting together do not race, and
+//! the mapping of PostgreSQL's failures onto [`MetaError`].
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use postgres::{Client, Config, NoTls};
+
+use crate::error::MetaError;
+
+type Result<T> = std::result::Result<T, MetaError>;
+
+/// Idle connections kept for reuse.
+const MAX_IDLE: usize = 16;
+
+/// Advisory lock key serialising schema changes (any fixed number; "blobstrm" in ASCII).
+const SCHEMA_LOCK: i64 = 0x626c_6f62_7374_726d;
+
+pub(crate) struct PgPool {
+    config: Config,
+    idle: Mutex<Vec<Client>>,
+    /// `postgres://host:port/db` for logs (no user, no password).
+    describe: String,
+}
+
+impl PgPool {
+    /// Parse `url`, connect once (so a wrong URL, a wrong password or a server that is down
+    /// is reported at start-up), and apply `schema` under the schema lock.
+    pub(crate) fn connect(url: &str, schema: &str) -> Result<Self> {
+        let mut config: Config = url.parse().map_err(|e: postgres::Error| {
+            MetaError::Config(format!("catalogue URL is not a PostgreSQL URL: {e}"))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        config.keepalives(true).keepalives_idle(Duration::from_secs(30));
+        config.application_name("blobstream");
+        let hosts: Vec<String> = config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                postgres::config::Host::Tcp(h) => h.clone(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            })
+            .collect();
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let describe = format!(
+            "postgres://{}:{port}/{}",
+            hosts.join(","),
+            config.get_dbname().unwrap_or("postgres")
+        );
+        let pool = Self { config, idle: Mutex::new(Vec::new()), describe };
+        pool.apply_schema(schema)?;
+        Ok(pool)
+    }
+
+    fn apply_schema(&self, schema: &str) -> Result<()> {
+        let mut c = self.get()?;
+        let mut tx = c.transaction().map_err(|e| self.error(e))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+            .map_err(|e| self.error(e))?;
+        tx.batch_execute(schema).map_err(|e| self.error(e))?;
+        tx.commit().map_err(|e| self.error(e))
+    }
+
+    pub(crate) fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    /// A connection: an idle one that is still open, or a new one.
+    pub(crate) fn get(&self) -> Result<Pooled<'_>> {
+        loop {
+            let c = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            match c {
+                Some(c) if c.is_closed() => continue,
+                Some(c) => return Ok(Pooled { pool: self, client: Some(c) }),
+                None => break,
+            }
+        }
+        let c = self.config.connect(NoTls).map_err(|e| self.error(e))?;
+        Ok(Pooled { pool: self, client: Some(c) })
+    }
+
+    /// What a PostgreSQL failure means to callers: the server unreachable (down, refusing,
+    /// connection lost) is [`MetaError::Unavailable`]; a full disk is noted as such.
+    pub(crate) fn error(&self, e: postgres::Error) -> MetaError {
+        if e.is_closed() || e.code().is_none() && e.as_db_error().is_none() {
+            return MetaError::Unavailable(format!("PostgreSQL at {}: {e}", self.describe));
+        }
+        let disk_full = e.code() == Some(&postgres::error::SqlState::DISK_FULL);
+        MetaError::Postgres {
+            disk_full,
+            reason: e.as_db_error().map_or(e.to_string(), |d| d.to_string()),
+        }
+    }
+
+    /// Run `op` on a connection; a connection found closed (the server restarted since it
+    /// was pooled) is replaced and `op` run once more. Only for reads and for writes that
+    /// are safe to repeat.
+    pub(crate) fn retrying<R>(
+        &self,
+        mut op: impl FnMut(&mut Client) -> std::result::Result<R, postgres::Error>,
+    ) -> Result<R> {
+        let mut c = self.get()?;
+        match op(&mut c) {
+            Ok(r) => Ok(r),
+            Err(e) if e.is_closed() => {
+                drop(c);
+                let mut c = self.get()?;
+                op(&mut c).map_err(|e| self.error(e))
+            }
+            Err(e) => Err(self.error(e)),
+        }
+    }
+}
+
+/// A pooled connection, returned to the pool on drop unless it broke.
+pub(crate) struct Pooled<'a> {
+    pool: &'a PgPool,
+    client: Option<Client>,
+}
+
+impl std::ops::Deref for Pooled<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client.as_ref().expect("held until drop")
+    }
+}
+
+impl std::ops::DerefMut for Pooled<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client.as_mut().expect("held until drop")
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take()
+            && !c.is_closed()
+        {
+            let mut idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() < MAX_IDLE {
+                idle.push(c);
+            }
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The catalogue in embedded SQLite (the default): one database file, WAL, group commit.
+
+use std::path::Path;
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use crate::catalogue::StoredBlob;
+use crate::db::Db;
+use crate::error::MetaError;
+use crate::record::{BlobRecord, Commit, UploadRecord, from_json, to_json};
+
+type Result<T> = std::result::Result<T, MetaError>;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS blobs (
+    name         TEXT PRIMARY KEY NOT NULL,
+    location     TEXT NOT NULL,
+    size         INTEGER NOT NULL,
+    content_type TEXT NOT NULL,
+    digest       TEXT NOT NULL,
+    created_ms   INTEGER NOT NULL,
+    metadata     TEXT NOT NULL,
+    chunks       BLOB,
+    corrupt      TEXT
+);
+CREATE TABLE IF NOT EXISTS uploads (
+    name         TEXT PRIMARY KEY NOT NULL,
+    upload_id    TEXT NOT NULL UNIQUE,
+    size         INTEGER,
+    content_type TEXT NOT NULL,
+    metadata     TEXT NOT NULL,
+    overwrite    INTEGER NOT NULL,
+    resume_tag   TEXT NOT NULL,
+    created_ms   INTEGER NOT NULL,
+    refuse_digests TEXT NOT NULL DEFAULT '[]'
+);
+";
+
+/// Columns added after the first release, with their types: added to older databases on open.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("blobs", "chunks", "BLOB"),
+    ("blobs", "corrupt", "TEXT"),
+    ("uploads", "refuse_digests", "TEXT NOT NULL DEFAULT '[]'"),
+];
+
+/// The SQLite catalogue.
+pub(crate) struct SqliteCatalogue {
+    db: Db,
+    path: Option<std::path::PathBuf>,
+}
+
+impl SqliteCatalogue {
+    /// Open (creating if needed) the database at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let cat = Self { db: Db::open(path, SCHEMA)?, path: Some(path.to_path_buf()) };
+        cat.add_missing_columns()?;
+        Ok(cat)
+    }
+
+    /// Bring a database written by an older version up to the current columns.
+    fn add_missing_columns(&self) -> Result<()> {
+        let c = self.conn();
+        for (table, col, ty) in ADDED_COLUMNS {
+            let have: Vec<String> = c
+                .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?
+                .query_map([], |r| r.get(0))?
+                .collect::<std::result::Result<_, _>>()?;
+            if !have.iter().any(|h| h == col) {
+                c.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {col} {ty}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A throw-away in-memory catalogue.
+    pub fn open_in_memory() -> Result<Self> {
+        Ok(Self { db: Db::in_memory(SCHEMA)?, path: None })
+    }
+
+    pub fn describe(&self) -> String {
+        match &self.path {
+            Some(p) => format!("sqlite:{}", p.display()),
+            None => "sqlite::memory:".into(),
+        }
+    }
+
+    /// The connection, for reads and single-statement writes. Writes that read first go
+    /// through `self.db.write`, whose group transaction is IMMEDIATE (a deferred one that
+    /// reads first and writes later fails at once with "database is locked" when another
+    /// connection — the image index — wrote in between).
+    fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
+        self.db.lock()
+    }
+
+    /// A committed blob and its store location.
+    pub fn blob(&self, name: &str) -> Result<Option<(BlobRecord, String)>> {
+        let c = self.conn();
+        let mut st = c.prepare_cached(
+            "SELECT name, size, content_type, digest, created_ms, metadata, location
+             FROM blobs WHERE name = ?1",
+        )?;
+        let row =
+            st.query_row([name], |r| Ok((blob_from_row(r), r.get::<_, String>(6)?))).optional()?;
+        match row {
+            None => Ok(None),
+            Some((rec, loc)) => Ok(Some((rec?, loc))),
+        }
+    }
+
+    /// A committed blob with its location, chunk digests and corruption mark.
+    pub fn stored(&self, name: &str) -> Result<Option<StoredBlob>> {
+        let c = self.conn();
+        let mut st = c.prepare_cached(
+            "SELECT name, size, content_type, digest, created_ms, metadata, location, chunks,
+                    corrupt
+             FROM blobs WHERE name = ?1",
+        )?;
+        let row = st
+            .query_row([name], |r| {
+                Ok((blob_from_row(r), r.get::<_, String>(6)?, r.get(7)?, r.get(8)?))
+            })
+            .optional()?;
+        match row {
+            None => Ok(None),
+            Some((rec, location, chunks, corrupt)) => {
+                Ok(Some(StoredBlob { record: rec?, location, chunks, corrupt }))
+            }
+        }
+    }
+
+    /// Record the chunk digests of a blob committed without them, if it is still stored at
+    /// `location`.
+    pub fn set_chunks(&self, name: &str, location: &str, chunks: &[u8]) -> Result<()> {
+        self.conn().execute(
+            "UPDATE blobs SET chunks = ?3 WHERE name = ?1 AND location = ?2",
+            params![name, location, chunks],
+        )?;
+        Ok(())
+    }
+
+    /// Mark the blob stored at `location` corrupt (`Some(reason)`) or sound again (`None`).
+    /// Returns whether such a row existed.
+    pub fn set_corrupt(&self, name: &str, location: &str, reason: Option<&str>) -> Result<bool> {
+        let n = self.conn().execute(
+            "UPDATE blobs SET corrupt = ?3 WHERE name = ?1 AND location = ?2",
+            params![name, location, reason],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// (name, reason) of every blob marked corrupt.
+    pub fn corrupt(&self) -> Result<Vec<(String, String)>> {
+        let c = self.conn();
+        let mut st =
+            c.prepare("SELECT name, corrupt FROM blobs WHERE corrupt IS NOT NULL ORDER BY name")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Up to `limit` blobs whose names start with `prefix` and sort after `after`.
+    pub fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
+        let c = self.conn();
+        let mut st = c.prepare_cached(
+            "SELECT name, size, content_type, digest, created_ms, metadata FROM blobs
+             WHERE name >= ?1 AND substr(name, 1, length(?1)) = ?1 AND name > ?2
+             ORDER BY name LIMIT ?3",
+        )?;
+        let rows = st.query_map(params![prefix, after, limit as i64], |r| Ok(blob_from_row(r)))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(r??);
+        }
+        Ok(out)
+    }
+
+    /// Commit a blob (insert, or replace as `may_replace` allows) with its chunk digests
+    /// (stored form) and drop its pending upload, in one transaction: the check of what is
+    /// there and the commit cannot be separated by another writer.
+    pub fn commit_blob(
+        &self,
+        rec: &BlobRecord,
+        location: &str,
+        chunks: &[u8],
+        may_replace: impl FnOnce(&str) -> bool + Send + 'static,
+    ) -> Result<Commit> {
+        let (rec, location, chunks) = (rec.clone(), location.to_string(), chunks.to_vec());
+        self.db.write(move |tx| {
+            let old: Option<(String, String)> = tx
+                .query_row("SELECT location, digest FROM blobs WHERE name = ?1", [&rec.name], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?;
+            if let Some((_, digest)) = &old
+                && !may_replace(digest)
+            {
+                return Ok(Commit::Refused);
+            }
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO blobs
+                 (name, location, size, content_type, digest, created_ms, metadata, chunks,
+                  corrupt)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL)",
+            )?
+            .execute(params![
+                rec.name,
+                location,
+                rec.size as i64,
+                rec.content_type,
+                rec.digest,
+                rec.created_ms,
+                to_json(&rec.metadata),
+                chunks
+            ])?;
+            tx.prepare_cached("DELETE FROM uploads WHERE name = ?1")?.execute([&rec.name])?;
+            Ok(Commit::Done(old.map(|(loc, _)| loc)))
+        })
+    }
+
+    /// Remove a blob; returns its location if it existed. The delete is committed (durable)
+    /// when this returns `Ok`: an explicit transaction, because a `DELETE … RETURNING` in
+    /// autocommit mode commits when the statement is reset, and an error there (a full disk)
+    /// would be lost after the row had already been returned.
+    pub fn delete_blob(&self, name: &str) -> Result<Option<String>> {
+        self.delete_returning("DELETE FROM blobs WHERE name = ?1 RETURNING location", name)
+    }
+
+    fn delete_returning(&self, sql: &'static str, name: &str) -> Result<Option<String>> {
+        let name = name.to_string();
+        self.db.write(move |tx| Ok(tx.query_row(sql, [name], |r| r.get(0)).optional()?))
+    }
+
+    /// Every location referenced by a blob (for garbage collection of orphan files).
+    pub fn locations(&self) -> Result<Vec<String>> {
+        let c = self.conn();
+        let mut st = c.prepare("SELECT location FROM blobs")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Record a pending upload, replacing any other pending upload of the same name.
+    /// Returns the replaced upload's id.
+    ///
+    /// Not fsynced on its own (it is with the next commit): a crash may forget the row, and
+    /// then the upload starts again from its first byte — its staging file, unreferenced, is
+    /// removed at the next start, and a replaced upload's row comes back without its file,
+    /// which routing treats as no upload. Nothing acknowledged rests on this row.
+    pub fn put_upload(&self, u: &UploadRecord) -> Result<Option<String>> {
+        let u = u.clone();
+        self.db.write_lazy(move |tx| {
+            let old: Option<String> = tx
+                .query_row("SELECT upload_id FROM uploads WHERE name = ?1", [&u.name], |r| r.get(0))
+                .optional()?;
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO uploads
+                 (name, upload_id, size, content_type, metadata, overwrite, resume_tag,
+                  created_ms, refuse_digests)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?
+            .execute(params![
+                u.name,
+                u.upload_id,
+                u.size.map(|s| s as i64),
+                u.content_type,
+                to_json(&u.metadata),
+                u.overwrite,
+                u.resume_tag,
+                u.created_ms,
+                serde_json::to_string(&u.refuse_digests).expect("string lists serialise")
+            ])?;
+            Ok(old)
+        })
+    }
+
+    /// The pending upload for `name`.
+    pub fn upload(&self, name: &str) -> Result<Option<UploadRecord>> {
+        let c = self.conn();
+        let mut st = c.prepare_cached(
+            "SELECT name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms,
+                    refuse_digests
+             FROM uploads WHERE name = ?1",
+        )?;
+        let row = st.query_row([name], |r| Ok(upload_from_row(r))).optional()?;
+        row.transpose()
+    }
+
+    /// Every pending upload id (for garbage collection of orphan staging files).
+    pub fn upload_ids(&self) -> Result<Vec<String>> {
+        let c = self.conn();
+        let mut st = c.prepare("SELECT upload_id FROM uploads")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// (name, upload id) of uploads created before `ms` (Unix milliseconds).
+    pub fn uploads_created_before(&self, ms: i64) -> Result<Vec<(String, String)>> {
+        let c = self.conn();
+        let mut st = c.prepare("SELECT name, upload_id FROM uploads WHERE created_ms < ?1")?;
+        let rows = st.query_map([ms], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Forget a pending upload; returns its id if there was one.
+    pub fn delete_upload(&self, name: &str) -> Result<Option<String>> {
+        self.delete_returning("DELETE FROM uploads WHERE name = ?1 RETURNING upload_id", name)
+    }
+}
+
+fn blob_from_row(r: &Row<'_>) -> Result<BlobRecord> {
+    let name: String = r.get(0)?;
+    let metadata = from_json(&name, &r.get::<_, String>(5)?)?;
+    Ok(BlobRecord {
+        size: r.get::<_, i64>(1)? as u64,
+        content_type: r.get(2)?,
+        digest: r.get(3)?,
+        created_ms: r.get(4)?,
+        metadata,
+        name,
+    })
+}
+
+fn upload_from_row(r: &Row<'_>) -> Result<UploadRecord> {
+    let name: String = r.get(0)?;
+    let metadata = from_json(&name, &r.get::<_, String>(4)?)?;
+    Ok(UploadRecord {
+        upload_id: r.get(1)?,
+        size: r.get::<_, Option<i64>>(2)?.map(|s| s as u64),
+        content_type: r.get(3)?,
+        metadata,
+        overwrite: r.get(5)?,
+        resume_tag: r.get(6)?,
+        created_ms: r.get(7)?,
+        refuse_digests: serde_json::from_str(&r.get::<_, String>(8)?).map_err(|e| {
+            MetaError::Corrupt { name: name.clone(), reason: format!("refuse_digests: {e}") }
+        })?,
+        name,
+    })
+}

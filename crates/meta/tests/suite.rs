@@ -1,0 +1,279 @@
+//! One behaviour suite for the catalogue and the image index, run on both databases:
+//! embedded SQLite and PostgreSQL (a real server, started once for this test binary in a
+//! throwaway directory; each test gets a database of its own).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use bs_meta::{BlobRecord, Catalogue, Commit, ImageIndex, ImageQuery, UploadRecord};
+
+/// A database both kinds of handle can be (re)opened on.
+trait Place {
+    fn catalogue(&self) -> Catalogue;
+    fn images(&self) -> ImageIndex;
+}
+
+struct Sqlite(tempfile::TempDir);
+
+impl Place for Sqlite {
+    fn catalogue(&self) -> Catalogue {
+        Catalogue::open(&self.0.path().join("meta.db")).unwrap()
+    }
+    fn images(&self) -> ImageIndex {
+        ImageIndex::open(&self.0.path().join("meta.db")).unwrap()
+    }
+}
+
+struct Postgres(String);
+
+impl Place for Postgres {
+    fn catalogue(&self) -> Catalogue {
+        Catalogue::connect_postgres(&self.0).unwrap()
+    }
+    fn images(&self) -> ImageIndex {
+        ImageIndex::connect_postgres(&self.0).unwrap()
+    }
+}
+
+fn server() -> &'static bs_peers::Postgres {
+    static PG: OnceLock<bs_peers::Postgres> = OnceLock::new();
+    PG.get_or_init(|| bs_peers::Postgres::start().expect("PostgreSQL starts"))
+}
+
+fn rec(name: &str) -> BlobRecord {
+    BlobRecord {
+        name: name.into(),
+        size: 3,
+        content_type: "image/png".into(),
+        digest: "xxh3-128:00".into(),
+        created_ms: 1,
+        metadata: [("modality".to_string(), "CT".to_string())].into(),
+    }
+}
+
+fn commit_replace_list_delete_survive_reopen(p: &dyn Place) {
+    {
+        let c = p.catalogue();
+        assert_eq!(c.commit_blob(&rec("a/1"), "f1", b"", |_| true).unwrap(), Commit::Done(None));
+        assert_eq!(
+            c.commit_blob(&rec("a/1"), "f2", b"", |_| true).unwrap(),
+            Commit::Done(Some("f1".into()))
+        );
+        assert_eq!(
+            c.commit_blob(&rec("a/1"), "f9", b"", |d| d != "xxh3-128:00").unwrap(),
+            Commit::Refused,
+            "the check runs against what is there"
+        );
+        c.commit_blob(&rec("a/2"), "f3", b"", |_| true).unwrap();
+        c.commit_blob(&rec("b/1"), "f4", b"", |_| true).unwrap();
+        c.commit_blob(&rec("a%"), "f5", b"", |_| true).unwrap();
+        c.commit_blob(&rec("B/upper"), "f6", b"", |_| true).unwrap();
+    }
+    let c = p.catalogue();
+    assert_eq!(c.blob("a/1").unwrap().unwrap(), (rec("a/1"), "f2".to_string()));
+    let names = |v: Vec<BlobRecord>| v.into_iter().map(|r| r.name).collect::<Vec<_>>();
+    assert_eq!(names(c.list("a/", "", 10).unwrap()), ["a/1", "a/2"]);
+    assert_eq!(names(c.list("a/", "a/1", 10).unwrap()), ["a/2"]);
+    assert_eq!(names(c.list("", "", 3).unwrap()), ["B/upper", "a%", "a/1"], "byte order");
+    assert_eq!(names(c.list("a%", "", 10).unwrap()), ["a%"], "no LIKE wildcards");
+    assert_eq!(c.delete_blob("a/1").unwrap(), Some("f2".into()));
+    assert_eq!(c.delete_blob("a/1").unwrap(), None);
+    assert!(c.blob("a/1").unwrap().is_none());
+    let mut locs = c.locations().unwrap();
+    locs.sort();
+    assert_eq!(locs, ["f3", "f4", "f5", "f6"]);
+}
+
+fn uploads_are_replaced_and_cleared_on_commit(p: &dyn Place) {
+    let c = p.catalogue();
+    let mut u = UploadRecord {
+        name: "x".into(),
+        upload_id: "u1".into(),
+        size: None,
+        content_type: String::new(),
+        metadata: BTreeMap::new(),
+        overwrite: false,
+        resume_tag: "t".into(),
+        created_ms: 0,
+        refuse_digests: vec!["xxh3-128:01".into()],
+    };
+    assert_eq!(c.put_upload(&u).unwrap(), None);
+    u.upload_id = "u2".into();
+    u.size = Some(9);
+    assert_eq!(c.put_upload(&u).unwrap(), Some("u1".into()));
+    assert_eq!(p.catalogue().upload("x").unwrap().unwrap(), u, "seen by another handle");
+    assert_eq!(c.uploads_created_before(1).unwrap(), [("x".to_string(), "u2".to_string())]);
+    assert!(c.uploads_created_before(0).unwrap().is_empty());
+    assert_eq!(c.upload_ids().unwrap(), ["u2"]);
+    c.commit_blob(&rec("x"), "loc", b"", |_| true).unwrap();
+    assert!(c.upload("x").unwrap().is_none());
+    assert!(c.upload_ids().unwrap().is_empty());
+    u.name = "y".into();
+    c.put_upload(&u).unwrap();
+    assert_eq!(c.delete_upload("y").unwrap(), Some("u2".into()));
+    assert_eq!(c.delete_upload("y").unwrap(), None);
+}
+
+fn chunks_and_corruption_marks(p: &dyn Place) {
+    let c = p.catalogue();
+    c.commit_blob(&rec("m"), "f0", b"abcd", |_| true).unwrap();
+    let s = c.stored("m").unwrap().unwrap();
+    assert_eq!((s.chunks.as_deref(), s.corrupt), (Some(&b"abcd"[..]), None));
+    c.set_chunks("m", "f0", b"efgh").unwrap();
+    assert!(c.set_corrupt("m", "f0", Some("chunk 0 differs")).unwrap());
+    assert!(!c.set_corrupt("m", "elsewhere", None).unwrap(), "only at that location");
+    let s = c.stored("m").unwrap().unwrap();
+    assert_eq!(s.chunks.as_deref(), Some(&b"efgh"[..]));
+    assert_eq!(c.corrupt().unwrap(), [("m".to_string(), "chunk 0 differs".to_string())]);
+    c.commit_blob(&rec("m"), "f1", b"new", |_| true).unwrap();
+    let s = c.stored("m").unwrap().unwrap();
+    assert_eq!((s.corrupt, s.chunks.as_deref()), (None, Some(&b"new"[..])));
+    assert!(c.corrupt().unwrap().is_empty(), "a replacement is not corrupt");
+}
+
+/// Two handles on one database (two front ends) race to commit the same new name without
+/// overwrite: exactly one commit lands, the others are refused; distinct names all land.
+fn racing_handles_commit_each_name_once(p: &dyn Place) {
+    let handles: Vec<Catalogue> = (0..4).map(|_| p.catalogue()).collect();
+    let outcomes: Vec<Commit> = std::thread::scope(|s| {
+        let racers: Vec<_> = handles
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| {
+                (0..3).map(move |j| {
+                    s.spawn(move || {
+                        c.commit_blob(&rec(&format!("own/{i}-{j}")), "own", b"", |_| false)
+                            .unwrap();
+                        c.commit_blob(&rec("same"), &format!("loc{i}-{j}"), b"", |_| false).unwrap()
+                    })
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let done = outcomes.iter().filter(|o| matches!(o, Commit::Done(None))).count();
+    assert_eq!(done, 1, "{outcomes:?}");
+    assert_eq!(outcomes.iter().filter(|o| **o == Commit::Refused).count(), 11);
+    assert_eq!(p.catalogue().list("own/", "", 100).unwrap().len(), 12);
+}
+
+fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn indexed(p: &dyn Place) -> ImageIndex {
+    let ix = p.images();
+    let ct = fields(&[
+        ("patient_name", "Doe^Jane"),
+        ("patient_id", "PID-1"),
+        ("modality", "CT"),
+        ("study_date", "20240131"),
+        ("study_description", "HEAD 100%"),
+    ]);
+    ix.put("studies/ct.dcm", "x:1", &ct, "{}").unwrap();
+    let mr =
+        fields(&[("patient_name", "Roe^Rick"), ("modality", "MR"), ("study_date", "20250301")]);
+    ix.put("studies/mr.dcm", "x:2", &mr, "{}").unwrap();
+    ix.put("photos/card.png", "x:3", &fields(&[("width", "640")]), "{}").unwrap();
+    ix.put_not_image("docs/readme.txt", "x:4", "not an image").unwrap();
+    ix
+}
+
+fn image_search_each_criterion_narrows(p: &dyn Place) {
+    let _ix = indexed(p);
+    let ix = p.images(); // what one front end indexed, another finds
+    let names = |q: ImageQuery| -> Vec<String> {
+        ix.search(&ImageQuery { limit: 100, ..q }).unwrap().into_iter().map(|e| e.name).collect()
+    };
+    let all = names(ImageQuery::default());
+    assert_eq!(all, ["photos/card.png", "studies/ct.dcm", "studies/mr.dcm"]);
+    let q = |f: fn(&mut ImageQuery)| {
+        let mut q = ImageQuery::default();
+        f(&mut q);
+        names(q)
+    };
+    assert_eq!(q(|q| q.modality = Some("ct".into())), ["studies/ct.dcm"]);
+    assert_eq!(q(|q| q.patient = Some("jane".into())), ["studies/ct.dcm"]);
+    assert_eq!(q(|q| q.patient = Some("pid-1".into())), ["studies/ct.dcm"]);
+    assert_eq!(q(|q| q.text = Some("ROE".into())), ["studies/mr.dcm"]);
+    assert_eq!(q(|q| q.text = Some("card".into())), ["photos/card.png"]);
+    assert_eq!(q(|q| q.date_from = Some("20250101".into())), ["studies/mr.dcm"]);
+    assert_eq!(q(|q| q.date_to = Some("20241231".into())), ["studies/ct.dcm"]);
+    assert_eq!(q(|q| q.prefix = "photos/".into()), ["photos/card.png"]);
+    assert!(q(|q| q.text = Some("readme".into())).is_empty(), "non-images are not found");
+    // LIKE wildcards in the query match only themselves.
+    assert_eq!(q(|q| q.text = Some("100%".into())), ["studies/ct.dcm"]);
+    assert!(q(|q| q.text = Some("1_0".into())).is_empty());
+    let first = ix.search(&ImageQuery { limit: 1, ..Default::default() }).unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].name, "photos/card.png");
+}
+
+fn image_entries_are_replaced_and_forgotten(p: &dyn Place) {
+    let ix = indexed(p);
+    assert!(!ix.get("docs/readme.txt").unwrap().unwrap().is_image);
+    ix.put("docs/readme.txt", "x:5", &fields(&[]), "{\"width\":1}").unwrap();
+    let e = ix.get("docs/readme.txt").unwrap().unwrap();
+    assert!(e.is_image && e.digest == "x:5" && e.meta == "{\"width\":1}");
+    ix.forget("docs/readme.txt").unwrap();
+    assert_eq!(ix.get("docs/readme.txt").unwrap(), None);
+}
+
+macro_rules! suite {
+    ($($t:ident),*) => {
+        mod sqlite { $( #[test] fn $t() {
+            super::$t(&super::Sqlite(tempfile::tempdir().unwrap()));
+        } )* }
+        mod postgres { $( #[test] fn $t() {
+            super::$t(&super::Postgres(super::server().fresh_db().unwrap()));
+        } )* }
+    };
+}
+
+suite!(
+    commit_replace_list_delete_survive_reopen,
+    uploads_are_replaced_and_cleared_on_commit,
+    chunks_and_corruption_marks,
+    racing_handles_commit_each_name_once,
+    image_search_each_criterion_narrows,
+    image_entries_are_replaced_and_forgotten
+);
+
+#[test]
+fn older_sqlite_databases_gain_chunks_and_corruption_marks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE blobs (name TEXT PRIMARY KEY NOT NULL, location TEXT NOT NULL,
+             size INTEGER NOT NULL, content_type TEXT NOT NULL, digest TEXT NOT NULL,
+             created_ms INTEGER NOT NULL, metadata TEXT NOT NULL);
+             INSERT INTO blobs VALUES ('old', 'f0', 3, '', 'xxh3-128:00', 1, '{}');",
+        )
+        .unwrap();
+    }
+    let c = Catalogue::open(&path).unwrap();
+    let old = c.stored("old").unwrap().unwrap();
+    assert_eq!((old.chunks, old.corrupt), (None, None));
+    chunks_and_corruption_marks(&Sqlite(dir));
+}
+
+#[test]
+fn postgres_errors_name_what_went_wrong() {
+    let e = Catalogue::connect_postgres("not a url").err().unwrap();
+    assert!(e.to_string().contains("not a PostgreSQL URL"), "{e}");
+    // Nothing listens there: unavailable, said at start-up.
+    let port = bs_peers::free_port();
+    let url = format!("postgres://u:secret@127.0.0.1:{port}/x?connect_timeout=2");
+    let e = Catalogue::connect_postgres(&url).err().unwrap();
+    assert!(e.is_unavailable(), "{e}");
+    assert!(!e.to_string().contains("secret"), "never the password: {e}");
+    // A database that does not exist.
+    let url = server().url("no_such_db");
+    let e = Catalogue::connect_postgres(&url).err().unwrap();
+    assert!(e.to_string().contains("no_such_db"), "{e}");
+    let c = Catalogue::connect_postgres(&server().fresh_db().unwrap()).unwrap();
+    assert!(c.describe().starts_with("postgres://127.0.0.1:"), "{}", c.describe());
+    assert!(c.is_shared());
+}

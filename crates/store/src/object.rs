@@ -1,0 +1,842 @@
+//! The object-storage store: blob bytes in an S3-compatible bucket (AWS S3, Garage, MinIO,
+//! Ceph RGW, SeaweedFS — through the `object_store` crate, whose in-memory backend serves
+//! too), the catalogue in SQLite or PostgreSQL. Several front ends may share one bucket and
+//! one PostgreSQL catalogue.
+//!
+//! Layout: every upload gets a fresh random key `<prefix>/<id>`, never reused, so no object
+//! is ever overwritten in place and a reader holding a catalogue row reads exactly the bytes
+//! that row describes.
+//!
+//! Writing: bytes arrive in order into a buffer; each full part (8 MiB, a multiple of the
+//! chunk size) goes up as one part of a multipart upload while the next fills (up to
+//! [`PARTS_IN_FLIGHT`] at once), its digests folded into the running whole-blob and chunk
+//! digests. A blob smaller than a part is one plain PUT at commit. Commit completes the
+//! multipart upload, and only then writes the catalogue row: a blob is visible only once all
+//! its bytes are stored, and a crash between the two leaves an unreferenced object that
+//! [`ObjStore::collect_garbage`] removes (once it is older than [`ORPHAN_AGE`], so objects
+//! other front ends are committing right now are left alone).
+//!
+//! The pending upload row records the multipart upload's id once there is one, so an upload
+//! abandoned by a front end that died is aborted by whichever front end expires it.
+//! Resuming continues where the upload stopped when it was begun by this process (its parts
+//! and running digests are here); elsewhere — another front end, after a restart — an
+//! upload starts over, because the bytes of an unfinished multipart upload cannot be read
+//! back to check them. Rolling back into bytes already sent as parts starts over too.
+//!
+//! Reading: ranged GETs of whole chunks, each chunk checked against the catalogue's chunk
+//! digests before any byte of it is handed out (see [`BlobSource::remote`]); an object
+//! missing from the bucket is reported as corrupt, never served as empty.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bs_meta::{BlobRecord, Catalogue, Commit, UploadRecord, now_ms};
+use bs_wire::{CHUNK_SIZE, ChunkDigests, ChunkHasher, Digest, DigestAlgo, Hasher};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path as ObjPath;
+use object_store::{MultipartId, ObjectStore, PutPayload};
+use tokio::task::JoinHandle;
+
+use crate::claim::Claims;
+use crate::error::StoreError;
+use crate::events::{Listener, Listeners, StoreEvent};
+use crate::fs::new_id;
+use crate::name::validate_name;
+use crate::source::{BlobSource, CorruptionMarker, RangeRead};
+use crate::store::{
+    RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace,
+};
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// Size of each part of a multipart upload (S3 wants at least 5 MiB but for the last).
+pub const PART_SIZE: usize = 8 * CHUNK_SIZE as usize;
+
+/// Parts of one upload being sent at once.
+pub const PARTS_IN_FLIGHT: usize = 4;
+
+/// Unreferenced objects younger than this are left alone by garbage collection: they may
+/// be uploads another front end is about to commit.
+pub const ORPHAN_AGE: Duration = Duration::from_secs(3600);
+
+/// What an object-store backend must offer: objects, and multipart uploads driven part by
+/// part (S3 and the in-memory store both do).
+pub trait Backend: ObjectStore + MultipartStore {}
+impl<T: ObjectStore + MultipartStore> Backend for T {}
+
+/// Where an S3-compatible bucket is and how to reach it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct S3Config {
+    /// `http(s)://host:port` of a non-AWS server (Garage, MinIO, ...); `None`: AWS.
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub bucket: String,
+    /// Key prefix inside the bucket (no leading or trailing `/`); empty: `blobs`.
+    pub prefix: String,
+    pub access_key_id: String,
+    /// Never printed or logged (see the `Debug` impl).
+    pub secret_access_key: String,
+    /// Per-request timeout.
+    pub timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Config")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"(hidden)")
+            .finish()
+    }
+}
+
+impl S3Config {
+    /// The `object_store` client for this bucket: path-style requests, plain HTTP allowed
+    /// for an explicit `http://` endpoint, bounded timeouts and a few retries with backoff
+    /// so a server that is down is reported in seconds, not minutes.
+    pub fn build(&self) -> Result<object_store::aws::AmazonS3> {
+        use object_store::aws::AmazonS3Builder;
+        let timeout = self.timeout.unwrap_or(Duration::from_secs(30));
+        let client = object_store::ClientOptions::new()
+            .with_timeout(timeout)
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_allow_http(self.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")));
+        let retry = object_store::RetryConfig {
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(20),
+            backoff: object_store::BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(2),
+                base: 2.0,
+            },
+        };
+        let mut b = AmazonS3Builder::new()
+            .with_bucket_name(&self.bucket)
+            .with_region(if self.region.is_empty() { "us-east-1" } else { &self.region })
+            .with_access_key_id(&self.access_key_id)
+            .with_secret_access_key(&self.secret_access_key)
+            .with_virtual_hosted_style_request(false)
+            .with_client_options(client)
+            .with_retry(retry);
+        if let Some(e) = &self.endpoint {
+            b = b.with_endpoint(e);
+        }
+        b.build().map_err(|e| StoreError::Config(format!("S3 bucket {:?}: {e}", self.bucket)))
+    }
+
+    /// `s3://bucket/prefix (endpoint)` — no credentials.
+    pub fn describe(&self) -> String {
+        let prefix = if self.prefix.is_empty() { "blobs" } else { &self.prefix };
+        match &self.endpoint {
+            Some(e) => format!("s3://{}/{prefix} at {e}", self.bucket),
+            None => format!("s3://{}/{prefix}", self.bucket),
+        }
+    }
+}
+
+/// Blobs in an object store, catalogue in a database.
+#[derive(Clone)]
+pub struct ObjStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    os: Arc<dyn Backend>,
+    prefix: String,
+    cat: Catalogue,
+    algo: DigestAlgo,
+    rt: OwnRuntime,
+    busy: Claims,
+    /// Uploads begun in this process, by name, while no writer has them open.
+    staged: Mutex<HashMap<String, Staged>>,
+    listeners: Listeners,
+    describe: String,
+}
+
+/// An upload's state between writes: what went up as parts, and the bytes after them.
+struct Staged {
+    upload_id: String,
+    key: ObjPath,
+    multipart: Option<MultipartId>,
+    parts: Vec<JoinHandle<object_store::Result<PartId>>>,
+    /// Permits for parts in flight (each part's task holds one until it is stored).
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// Bytes sent as parts; digests of exactly those bytes.
+    flushed: u64,
+    hasher: Hasher,
+    chunks: ChunkHasher,
+    /// Bytes after `flushed`, not yet sent.
+    tail: Vec<u8>,
+}
+
+impl Staged {
+    fn new(upload_id: String, key: ObjPath, algo: DigestAlgo) -> Self {
+        Self {
+            upload_id,
+            key,
+            multipart: None,
+            parts: Vec::new(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(PARTS_IN_FLIGHT)),
+            flushed: 0,
+            hasher: algo.hasher(),
+            chunks: ChunkHasher::new(),
+            tail: Vec::new(),
+        }
+    }
+
+    fn received(&self) -> u64 {
+        self.flushed + self.tail.len() as u64
+    }
+}
+
+/// The pending-upload id as stored: `<id>` or `<id> <multipart id>`.
+fn split_upload_id(stored: &str) -> (&str, Option<&str>) {
+    match stored.split_once(' ') {
+        Some((id, mp)) => (id, Some(mp)),
+        None => (stored, None),
+    }
+}
+
+fn os_error(what: &str, e: object_store::Error) -> StoreError {
+    StoreError::Unavailable(format!("object store: {what}: {e}"))
+}
+
+impl ObjStore {
+    /// Blobs in the S3 bucket `cfg` names, catalogue `cat`. The bucket is checked (a wrong
+    /// key, a missing bucket or a server that is down is reported here), then orphans left
+    /// by crashes are collected.
+    pub fn open_s3(cfg: &S3Config, cat: Catalogue) -> Result<Self> {
+        let os = Arc::new(cfg.build()?);
+        let prefix = if cfg.prefix.is_empty() { "blobs".to_string() } else { cfg.prefix.clone() };
+        Self::open(os, &prefix, cat, cfg.describe())
+    }
+
+    /// Blobs in `os` under `prefix`, catalogue `cat`.
+    pub fn open(
+        os: Arc<dyn Backend>,
+        prefix: &str,
+        cat: Catalogue,
+        describe: String,
+    ) -> Result<Self> {
+        let rt = OwnRuntime(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("object-store")
+                .enable_all()
+                .build()?,
+        ));
+        let store = Self {
+            inner: Arc::new(Inner {
+                os,
+                prefix: prefix.trim_matches('/').to_string(),
+                cat,
+                algo: DigestAlgo::default(),
+                rt,
+                busy: Claims::default(),
+                staged: Mutex::new(HashMap::new()),
+                listeners: Listeners::default(),
+                describe,
+            }),
+        };
+        store.check_reachable()?;
+        store.collect_garbage(ORPHAN_AGE)?;
+        Ok(store)
+    }
+
+    /// The catalogue.
+    pub fn catalogue(&self) -> &Catalogue {
+        &self.inner.cat
+    }
+
+    /// One listing request: fails clearly on a wrong key, a missing bucket, a server down.
+    fn check_reachable(&self) -> Result<()> {
+        let i = &self.inner;
+        let prefix = ObjPath::from(i.prefix.as_str());
+        let first = i.block_on(async { i.os.list(Some(&prefix)).next().await });
+        match first {
+            Some(Err(e)) => Err(os_error(&format!("cannot list {}", i.describe), e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Delete objects under the prefix that no catalogue row references and that are older
+    /// than `age`; returns how many.
+    pub fn collect_garbage(&self, age: Duration) -> Result<usize> {
+        let i = &self.inner;
+        self.expire_uploads(crate::fs::PENDING_TTL)?;
+        let live: std::collections::HashSet<String> = i.cat.locations()?.into_iter().collect();
+        let cutoff = cutoff_ms(age);
+        let prefix = ObjPath::from(i.prefix.as_str());
+        let metas: Vec<object_store::ObjectMeta> = i
+            .block_on(async { i.os.list(Some(&prefix)).collect::<Vec<_>>().await })
+            .into_iter()
+            .collect::<object_store::Result<_>>()
+            .map_err(|e| os_error("listing for garbage collection", e))?;
+        let mut removed = 0;
+        for m in metas {
+            let Some(id) = m.location.filename() else { continue };
+            if live.contains(id) || m.last_modified.timestamp_millis() > cutoff {
+                continue;
+            }
+            tracing::info!(object = %m.location, "removing unreferenced object");
+            i.block_on(i.os.delete(&m.location)).map_err(|e| os_error("deleting an orphan", e))?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Fault injection for tests: flip the bits of `mask` in byte `offset` of the object
+    /// of `name`, in the bucket, keeping the catalogue row — bit rot in storage.
+    pub fn damage(&self, name: &str, offset: u64, mask: u8) -> Result<()> {
+        let i = &self.inner;
+        let s = i.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        let key = i.key(&s.location);
+        let mut bytes = i
+            .block_on(async { i.os.get(&key).await?.bytes().await })
+            .map_err(|e| os_error("reading to damage", e))?
+            .to_vec();
+        bytes[offset as usize] ^= mask;
+        i.block_on(i.os.put(&key, Bytes::from(bytes).into()))
+            .map_err(|e| os_error("damaging", e))?;
+        Ok(())
+    }
+
+    /// Fault injection for tests: delete the object of `name` behind the catalogue's back.
+    pub fn lose(&self, name: &str) -> Result<()> {
+        let i = &self.inner;
+        let s = i.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        i.block_on(i.os.delete(&i.key(&s.location))).map_err(|e| os_error("deleting", e))
+    }
+}
+
+/// The store's own runtime for the object-store client (its callers block; they may be
+/// threads of another runtime's blocking pool). Shut down in the background when the store
+/// goes, since the last handle may be dropped inside an async task, where a runtime cannot
+/// be dropped by blocking.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for OwnRuntime {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Unix milliseconds `age` ago.
+fn cutoff_ms(age: Duration) -> i64 {
+    now_ms().saturating_sub(age.as_millis() as i64)
+}
+
+impl Inner {
+    fn key(&self, id: &str) -> ObjPath {
+        ObjPath::from(format!("{}/{id}", self.prefix))
+    }
+
+    /// Run a future on this store's runtime from a blocking caller.
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Abort the multipart upload a stored upload id names, if any (best effort: an upload
+    /// already gone is fine).
+    fn abort_stored(&self, stored_id: &str) {
+        if let (id, Some(mp)) = split_upload_id(stored_id) {
+            let key = self.key(id);
+            if let Err(e) = self.block_on(self.os.abort_multipart(&key, &mp.to_string())) {
+                tracing::warn!(%key, error = %e, "cannot abort a multipart upload");
+            }
+        }
+    }
+
+    /// Drop the pending upload of `name`: its row, its multipart upload, its parts here.
+    fn discard_upload(&self, name: &str) -> Result<Option<String>> {
+        let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        if let Some(s) = staged {
+            for p in s.parts {
+                p.abort();
+            }
+        }
+        let id = self.cat.delete_upload(name)?;
+        if let Some(id) = &id {
+            self.abort_stored(id);
+        }
+        Ok(id)
+    }
+}
+
+impl Store for ObjStore {
+    fn describe(&self) -> String {
+        self.inner.describe.clone()
+    }
+
+    fn digest_algo(&self) -> DigestAlgo {
+        self.inner.algo
+    }
+
+    fn stat(&self, name: &str) -> Result<BlobRecord> {
+        validate_name(name)?;
+        let (rec, _) =
+            self.inner.cat.blob(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        Ok(rec)
+    }
+
+    fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
+        Ok(self.inner.cat.list(prefix, after, limit)?)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let upload = match i.busy.take(name) {
+            Ok(_claim) => i.discard_upload(name)?,
+            Err(_) => None,
+        };
+        // The row first: once it is gone the blob is gone, whatever happens to the object
+        // (an object left behind is an orphan, collected later).
+        match i.cat.delete_blob(name)? {
+            Some(loc) => {
+                if let Err(e) = i.block_on(i.os.delete(&i.key(&loc))) {
+                    tracing::warn!(%name, error = %e, "blob deleted; its object stays until collected");
+                }
+                i.listeners.notify(StoreEvent::Deleted(name.to_string()));
+                Ok(())
+            }
+            None if upload.is_some() => Ok(()),
+            None => Err(StoreError::NotFound(name.to_string())),
+        }
+    }
+
+    fn route(&self, spec: &RouteSpec) -> Result<Routed> {
+        validate_name(&spec.name)?;
+        let i = &self.inner;
+        if let Some((b, _)) = i.cat.blob(&spec.name)?
+            && !may_replace(spec.overwrite, &spec.refuse_digests, &b.digest)
+        {
+            return Err(StoreError::AlreadyExists(spec.name.clone()));
+        }
+        let _claim = i.busy.take(&spec.name)?;
+        let mut staged = i.staged.lock().unwrap_or_else(|p| p.into_inner());
+        if !spec.resume_tag.is_empty()
+            && let Some(u) = i.cat.upload(&spec.name)?
+            && u.size == spec.size
+            && u.resume_tag == spec.resume_tag
+            && let Some(s) = staged.get(&spec.name)
+            && s.upload_id == u.upload_id
+        {
+            // Begun here: keep the bytes, take this request's type, metadata and flags.
+            i.cat.put_upload(&spec.upload_record(u.upload_id.clone()))?;
+            let received = s.received();
+            let received_digest = (received > 0).then(|| {
+                let mut h = s.hasher.clone();
+                h.update(&s.tail);
+                h.finish()
+            });
+            return Ok(Routed { received, received_digest, resumed: true });
+        }
+        if let Some(old) = staged.remove(&spec.name) {
+            for p in old.parts {
+                p.abort();
+            }
+        }
+        let id = new_id();
+        let rec = spec.upload_record(id.clone());
+        if let Some(old) = i.cat.put_upload(&rec)? {
+            i.abort_stored(&old);
+        }
+        staged.insert(spec.name.clone(), Staged::new(id.clone(), i.key(&id), i.algo));
+        Ok(Routed { received: 0, received_digest: None, resumed: false })
+    }
+
+    fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let claim = i.busy.take(name)?;
+        let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
+        let (id, _) = split_upload_id(&rec.upload_id);
+        let mut staged = i.staged.lock().unwrap_or_else(|p| p.into_inner());
+        let state = match staged.remove(name) {
+            Some(s) if s.upload_id == id => s,
+            other => {
+                // Routed by another front end, or before a restart: start over here.
+                if let Some(s) = other {
+                    for p in s.parts {
+                        p.abort();
+                    }
+                }
+                i.abort_stored(&rec.upload_id);
+                let fresh = new_id();
+                let rec = UploadRecord { upload_id: fresh.clone(), ..rec.clone() };
+                i.cat.put_upload(&rec)?;
+                Staged::new(fresh.clone(), i.key(&fresh), i.algo)
+            }
+        };
+        drop(staged);
+        claim.keep(); // from here on the sink releases it when dropped
+        let rec = UploadRecord { upload_id: state.upload_id.clone(), ..rec };
+        Ok(Box::new(ObjUpload { store: self.inner.clone(), rec, state: Some(state) }))
+    }
+
+    fn abort(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let _claim = i.busy.take(name)?;
+        i.discard_upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
+        Ok(())
+    }
+
+    fn open_read(&self, name: &str) -> Result<BlobSource> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let s = i.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        if let Some(reason) = &s.corrupt {
+            return Err(StoreError::Corrupt {
+                name: name.to_string(),
+                reason: format!("marked corrupt ({reason}); restore or delete it"),
+            });
+        }
+        let Some(chunks) = &s.chunks else {
+            return Err(StoreError::Corrupt {
+                name: name.to_string(),
+                reason: "catalogue row has no chunk digests".into(),
+            });
+        };
+        let chunks = ChunkDigests::decode(chunks, s.record.size).map_err(|e| {
+            StoreError::Corrupt { name: name.to_string(), reason: format!("catalogue: {e}") }
+        })?;
+        let marker = self.marker(name, &s.location);
+        let reader = Arc::new(ObjReader {
+            store: self.inner.clone(),
+            name: name.to_string(),
+            key: i.key(&s.location),
+            marker: marker.clone(),
+            ahead: Mutex::new(None),
+        });
+        BlobSource::remote(s.record, reader, chunks, Some(marker))
+    }
+
+    fn subscribe(&self, listener: Listener) {
+        self.inner.listeners.add(listener);
+    }
+
+    fn expire_uploads(&self, age: Duration) -> Result<Vec<String>> {
+        let i = &self.inner;
+        let cutoff = cutoff_ms(age);
+        let mut gone = Vec::new();
+        for (name, id) in i.cat.uploads_created_before(cutoff)? {
+            let Ok(_claim) = i.busy.take(&name) else { continue };
+            if i.cat.upload(&name)?.is_none_or(|u| u.upload_id != id || u.created_ms >= cutoff) {
+                continue;
+            }
+            if i.discard_upload(&name)?.is_some() {
+                tracing::info!(%name, "removing an upload left pending too long");
+                gone.push(name);
+            }
+        }
+        Ok(gone)
+    }
+}
+
+impl ObjStore {
+    /// What a reader calls when it finds `name` (stored at `location`) corrupt.
+    fn marker(&self, name: &str, location: &str) -> CorruptionMarker {
+        let (inner, name, loc) = (self.inner.clone(), name.to_string(), location.to_string());
+        Arc::new(move |reason: &str| {
+            if let Err(e) = inner.cat.set_corrupt(&name, &loc, Some(reason)) {
+                tracing::error!(blob = %name, error = %e, "cannot mark blob corrupt");
+            }
+        })
+    }
+}
+
+/// A range being fetched ahead: offset, length, the fetch.
+type Ahead = (u64, u64, JoinHandle<object_store::Result<Bytes>>);
+
+/// Ranged reads of one blob's object, with one window fetched ahead.
+struct ObjReader {
+    store: Arc<Inner>,
+    name: String,
+    key: ObjPath,
+    marker: CorruptionMarker,
+    ahead: Mutex<Option<Ahead>>,
+}
+
+impl RangeRead for ObjReader {
+    fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
+        let s = &self.store;
+        let ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let got = match ahead {
+            Some((o, l, h)) if (o, l) == (offset, len) => {
+                s.block_on(h).unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }))
+            }
+            other => {
+                if let Some((_, _, h)) = other {
+                    h.abort();
+                }
+                s.block_on(s.os.get_range(&self.key, offset..offset + len))
+            }
+        };
+        match got {
+            Ok(b) => Ok(b),
+            Err(object_store::Error::NotFound { .. }) => {
+                // Unless the blob was deleted or replaced just now, its bytes are gone.
+                if s.cat.stored(&self.name)?.is_none_or(|now| s.key(&now.location) != self.key) {
+                    return Err(StoreError::NotFound(self.name.clone()));
+                }
+                let reason = "its object is missing from the bucket".to_string();
+                crate::source::count_corruption(&self.name, &reason);
+                (self.marker)(&reason);
+                Err(StoreError::Corrupt { name: self.name.clone(), reason })
+            }
+            Err(e) => Err(os_error(&format!("reading {:?}", self.name), e)),
+        }
+    }
+
+    fn prefetch(&self, offset: u64, len: u64) {
+        let (os, key) = (self.store.os.clone(), self.key.clone());
+        let h = self.store.rt.spawn(async move { os.get_range(&key, offset..offset + len).await });
+        if let Some((_, _, old)) =
+            self.ahead.lock().unwrap_or_else(|p| p.into_inner()).replace((offset, len, h))
+        {
+            old.abort();
+        }
+    }
+}
+
+impl Drop for ObjReader {
+    fn drop(&mut self) {
+        if let Some((_, _, h)) = self.ahead.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            h.abort();
+        }
+    }
+}
+
+/// A pending upload open for writing.
+struct ObjUpload {
+    store: Arc<Inner>,
+    rec: UploadRecord,
+    /// `None` once committed.
+    state: Option<Staged>,
+}
+
+impl ObjUpload {
+    fn state(&mut self) -> &mut Staged {
+        self.state.as_mut().expect("open until commit")
+    }
+
+    /// Send every full part of the tail, keeping at most [`PARTS_IN_FLIGHT`] in flight.
+    fn flush_full_parts(&mut self) -> Result<()> {
+        while self.state().tail.len() >= PART_SIZE {
+            self.send_part(PART_SIZE)?;
+        }
+        Ok(())
+    }
+
+    /// Send the first `n` bytes of the tail as the next part.
+    fn send_part(&mut self, n: usize) -> Result<()> {
+        let store = self.store.clone();
+        let name = self.rec.name.clone();
+        let rec = self.rec.clone();
+        let s = self.state();
+        if s.multipart.is_none() {
+            let mp = store
+                .block_on(store.os.create_multipart(&s.key))
+                .map_err(|e| os_error("starting a multipart upload", e))?;
+            // Recorded so a front end that expires this upload can abort it.
+            let stored = UploadRecord { upload_id: format!("{} {mp}", s.upload_id), ..rec };
+            store.cat.put_upload(&stored)?;
+            s.multipart = Some(mp);
+        }
+        // Wait while too many parts are in flight.
+        let permit = store
+            .block_on(s.in_flight.clone().acquire_owned())
+            .expect("the semaphore is never closed");
+        let part: Vec<u8> = s.tail.drain(..n).collect();
+        s.hasher.update(&part);
+        s.chunks.update(&part);
+        s.flushed += n as u64;
+        let (os, key, mp, idx) =
+            (store.os.clone(), s.key.clone(), s.multipart.clone().expect("created"), s.parts.len());
+        let payload = PutPayload::from(Bytes::from(part));
+        s.parts.push(store.rt.spawn(async move {
+            let stored = os.put_part(&key, &mp, idx, payload).await;
+            drop(permit);
+            stored
+        }));
+        tracing::trace!(blob = %name, part = idx, "part sent");
+        Ok(())
+    }
+
+    /// Start this upload over from its first byte (a rollback into bytes already sent).
+    fn restart(&mut self) {
+        let store = self.store.clone();
+        let s = self.state();
+        for p in s.parts.drain(..) {
+            p.abort();
+        }
+        if let Some(mp) = s.multipart.take()
+            && let Err(e) = store.block_on(store.os.abort_multipart(&s.key, &mp))
+        {
+            tracing::warn!(key = %s.key, error = %e, "cannot abort a multipart upload");
+        }
+        let (id, key) = (s.upload_id.clone(), s.key.clone());
+        *s = Staged::new(id, key, store.algo);
+    }
+}
+
+impl Drop for ObjUpload {
+    fn drop(&mut self) {
+        // The writer went away: keep what it wrote for a resume from this process.
+        if let Some(s) = self.state.take() {
+            self.store
+                .staged
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(self.rec.name.clone(), s);
+        }
+        self.store.busy.release(&self.rec.name);
+    }
+}
+
+impl UploadSink for ObjUpload {
+    fn size(&self) -> Option<u64> {
+        self.rec.size
+    }
+
+    fn received(&self) -> u64 {
+        self.state.as_ref().map_or(0, Staged::received)
+    }
+
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        check_write(self.rec.size, self.received(), offset, data.len())?;
+        let s = self.state();
+        if offset < s.flushed {
+            // Those bytes went up as parts already; take the rewrite as a rollback to it.
+            let keep = offset;
+            self.truncate(keep)?;
+            if self.received() != offset {
+                return Err(StoreError::Gap { offset, received: self.received() });
+            }
+        }
+        let s = self.state();
+        let at = (offset - s.flushed) as usize;
+        let end = at + data.len();
+        if end > s.tail.len() {
+            s.tail.resize(end, 0);
+        }
+        s.tail[at..end].copy_from_slice(data);
+        self.flush_full_parts()
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        let s = self.state();
+        if len >= s.received() {
+            return Ok(());
+        }
+        if len >= s.flushed {
+            s.tail.truncate((len - s.flushed) as usize);
+        } else {
+            // Part of what is to be forgotten was sent: everything is forgotten, and the
+            // writer (which reads `received()` back) sends again from the start.
+            self.restart();
+        }
+        Ok(())
+    }
+
+    fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
+        let i = self.store.clone();
+        let name = self.rec.name.clone();
+        check_complete(&name, self.rec.size, self.received())?;
+        let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
+        if let Some((b, _)) = i.cat.blob(&name)?
+            && !may_replace(overwrite, &refuse, &b.digest)
+        {
+            return Err(StoreError::AlreadyExists(name));
+        }
+        let s = self.state();
+        let size = s.received();
+        let mut hasher = s.hasher.clone();
+        hasher.update(&s.tail);
+        let mut chunks = s.chunks.clone();
+        chunks.update(&s.tail);
+        let digest = hasher.finish();
+        if let Some(g) = whole.filter(|g| g.algo == i.algo && *g != digest) {
+            return Err(StoreError::Corrupt {
+                name,
+                reason: format!("received bytes digest to {digest}, {g} was written"),
+            });
+        }
+        let key = s.key.clone();
+        let id = s.upload_id.clone();
+        // Store every byte: one PUT for a small blob, else the last part and completion.
+        let stored = if s.multipart.is_none() {
+            let body = Bytes::from(std::mem::take(&mut s.tail));
+            i.block_on(i.os.put(&key, body.into())).map(drop)
+        } else {
+            let rest = s.tail.len();
+            if rest > 0 {
+                self.send_part(rest)?;
+            }
+            let s = self.state();
+            let mp = s.multipart.clone().expect("created");
+            let handles: Vec<_> = s.parts.drain(..).collect();
+            i.block_on(async {
+                let mut parts = Vec::with_capacity(handles.len());
+                for h in handles {
+                    parts.push(h.await.map_err(|e| object_store::Error::JoinError { source: e })??);
+                }
+                i.os.complete_multipart(&key, &mp, parts).await
+            })
+            .map(drop)
+        };
+        if let Err(e) = stored {
+            // Nothing of it is visible; the writer may send it all again.
+            self.restart();
+            return Err(os_error(&format!("storing {name:?}"), e));
+        }
+        self.state = None; // committed or not, these bytes are the object's now
+        let record = BlobRecord {
+            name: name.clone(),
+            size,
+            content_type: self.rec.content_type.clone(),
+            digest: digest.to_string(),
+            created_ms: now_ms(),
+            metadata: self.rec.metadata.clone(),
+        };
+        let outcome = i.cat.commit_blob(&record, &id, &chunks.finish().encode(), move |d| {
+            may_replace(overwrite, &refuse, d)
+        });
+        match outcome {
+            Ok(Commit::Done(Some(old))) => {
+                if let Err(e) = i.block_on(i.os.delete(&i.key(&old))) {
+                    tracing::warn!(blob = %name, error = %e, "replaced object stays until collected");
+                }
+            }
+            Ok(Commit::Done(None)) => {}
+            Ok(Commit::Refused) => {
+                if let Err(e) = i.block_on(i.os.delete(&key)) {
+                    tracing::warn!(%key, error = %e, "commit refused; the object stays until collected");
+                }
+                return Err(StoreError::AlreadyExists(name));
+            }
+            // Whether the row was written is not known for every error (a connection lost
+            // after the commit was sent): the object stays, and is collected if unreferenced.
+            Err(e) => return Err(e.into()),
+        }
+        i.listeners.notify(StoreEvent::Committed(record.clone()));
+        Ok(record)
+    }
+}
