@@ -111,7 +111,7 @@ admin_token = "{admin}"
                 .map_err(PeerError::io("restricting the garage configuration"))?;
             let cmd: Vec<&OsStr> =
                 vec![bin.as_os_str(), OsStr::new("-c"), config.as_os_str(), OsStr::new("server")];
-            let server = Guarded::spawn("garage", &dir, &dir.join("server.log"), &cmd)?;
+            let server = Guarded::spawn("garage", &dir, &dir.join("server.log"), "TERM", &cmd)?;
             nodes.push(GarageNode { dir, config, s3_port, rpc_port, server: Some(server) });
         }
         let mut g = Self {

@@ -16,24 +16,27 @@ pub struct Guarded {
 }
 
 /// The watchdog: runs the command in the background, then waits while both its owner
-/// (`$1`) and the server live; then stops the server and removes the directory (`$2`).
+/// (`$1`) and the server live; then stops the server with signal `$4` and removes the
+/// directory (`$2`).
 const WATCHDOG: &str = r#"
-owner=$1; dir=$2; log=$3; shift 3
+owner=$1; dir=$2; log=$3; sig=$4; shift 4
 "$@" >>"$log" 2>&1 &
 child=$!
-trap 'kill -TERM $child 2>/dev/null' TERM
+trap 'kill -$sig $child 2>/dev/null' TERM
 while kill -0 "$owner" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 0.2; done
-kill -TERM $child 2>/dev/null
+kill -$sig $child 2>/dev/null
 wait $child 2>/dev/null
 rm -rf "$dir"
 "#;
 
 impl Guarded {
-    /// Start `cmd` (program and arguments) logging to `log`; `dir` goes when it stops.
+    /// Start `cmd` (program and arguments) logging to `log`; it is stopped with signal
+    /// `stop_signal` (`TERM`, `INT`, ...) and `dir` removed.
     pub fn spawn(
         name: &str,
         dir: &Path,
         log: &Path,
+        stop_signal: &str,
         cmd: &[&std::ffi::OsStr],
     ) -> Result<Self, PeerError> {
         let mut c = Command::new("sh");
@@ -43,6 +46,7 @@ impl Guarded {
             .arg(std::process::id().to_string())
             .arg(dir)
             .arg(log)
+            .arg(stop_signal)
             .args(cmd)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -107,7 +107,8 @@ impl Postgres {
         ];
         let cmd = as_user(who, bin.join("postgres"), args);
         let refs: Vec<&OsStr> = cmd.iter().map(|s| s.as_os_str()).collect();
-        let server = Guarded::spawn("postgres", &dir, &log, &refs)?;
+        // SIGINT: PostgreSQL's fast shutdown (SIGTERM would wait for every client to leave).
+        let server = Guarded::spawn("postgres", &dir, &log, "INT", &refs)?;
         let mut pg = Self { port, dir, server: Some(server) };
         let url = pg.url("postgres");
         wait_until("postgresql", Duration::from_secs(60), || {

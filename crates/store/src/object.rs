@@ -22,6 +22,9 @@
 //! and running digests are here); elsewhere — another front end, after a restart — an
 //! upload starts over, because the bytes of an unfinished multipart upload cannot be read
 //! back to check them. Rolling back into bytes already sent as parts starts over too.
+//! Two front ends writing one name at once each keep their own upload (a route never aborts
+//! another front end's multipart upload unless it is older than [`ORPHAN_AGE`]); the
+//! catalogue's commit decides which lands, and the other is told it already exists.
 //!
 //! Reading: ranged GETs of whole chunks, each chunk checked against the catalogue's chunk
 //! digests before any byte of it is handed out (see [`BlobSource::remote`]); an object
@@ -362,6 +365,14 @@ impl Inner {
         }
     }
 
+    /// Abort the multipart upload of another front end's pending upload `u` if it was routed
+    /// so long ago that nobody can still be writing it.
+    fn abort_if_abandoned(&self, u: &UploadRecord) {
+        if u.created_ms < cutoff_ms(ORPHAN_AGE) {
+            self.abort_stored(&u.upload_id);
+        }
+    }
+
     /// Drop the pending upload of `name`: its row, its multipart upload, its parts here.
     fn discard_upload(&self, name: &str) -> Result<Option<String>> {
         let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
@@ -430,12 +441,14 @@ impl Store for ObjStore {
         }
         let _claim = i.busy.take(&spec.name)?;
         let mut staged = i.staged.lock().unwrap_or_else(|p| p.into_inner());
-        if !spec.resume_tag.is_empty()
-            && let Some(u) = i.cat.upload(&spec.name)?
+        let existing = i.cat.upload(&spec.name)?;
+        let ours = staged.remove(&spec.name).filter(|s| {
+            existing.as_ref().is_some_and(|u| s.upload_id == split_upload_id(&u.upload_id).0)
+        });
+        if let (Some(u), Some(s)) = (&existing, &ours)
+            && !spec.resume_tag.is_empty()
             && u.size == spec.size
             && u.resume_tag == spec.resume_tag
-            && let Some(s) = staged.get(&spec.name)
-            && s.upload_id == u.upload_id
         {
             // Begun here: keep the bytes, take this request's type, metadata and flags.
             i.cat.put_upload(&spec.upload_record(u.upload_id.clone()))?;
@@ -445,18 +458,25 @@ impl Store for ObjStore {
                 h.update(&s.tail);
                 h.finish()
             });
+            staged.insert(spec.name.clone(), ours.expect("matched"));
             return Ok(Routed { received, received_digest, resumed: true });
         }
-        if let Some(old) = staged.remove(&spec.name) {
-            for p in old.parts {
-                p.abort();
+        match (&existing, ours) {
+            // Ours and idle (we hold the claim): abort it.
+            (Some(u), Some(s)) => {
+                for p in s.parts {
+                    p.abort();
+                }
+                i.abort_stored(&u.upload_id);
             }
+            // Another front end's: it may be writing it right now, so its multipart upload
+            // is left alone unless it is old enough to be abandoned.
+            (Some(u), None) => i.abort_if_abandoned(u),
+            (None, _) => {}
         }
         let id = new_id();
         let rec = spec.upload_record(id.clone());
-        if let Some(old) = i.cat.put_upload(&rec)? {
-            i.abort_stored(&old);
-        }
+        i.cat.put_upload(&rec)?;
         staged.insert(spec.name.clone(), Staged::new(id.clone(), i.key(&id), i.algo));
         Ok(Routed { received: 0, received_digest: None, resumed: false })
     }
@@ -477,7 +497,7 @@ impl Store for ObjStore {
                         p.abort();
                     }
                 }
-                i.abort_stored(&rec.upload_id);
+                i.abort_if_abandoned(&rec);
                 let fresh = new_id();
                 let rec = UploadRecord { upload_id: fresh.clone(), ..rec.clone() };
                 i.cat.put_upload(&rec)?;

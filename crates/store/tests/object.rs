@@ -1,0 +1,235 @@
+//! What only the object-storage store does: multipart uploads of large blobs, resumes and
+//! rollbacks around parts already sent, objects lost or left behind in the bucket, clear
+//! errors for a wrong key, a missing bucket or a server that is down, and several front ends
+//! sharing one bucket and one PostgreSQL catalogue. Against a real Garage server.
+
+mod common;
+
+use std::time::Duration;
+
+use bs_meta::Catalogue;
+use bs_store::{ObjStore, PART_SIZE, RouteSpec, S3Config, Store, StoreError};
+use object_store::ObjectStore;
+
+fn spec(name: &str, size: Option<u64>) -> RouteSpec {
+    RouteSpec { name: name.into(), size, ..Default::default() }
+}
+
+fn data(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed ^ (i >> 16) as u8)).collect()
+}
+
+fn read_all(s: &dyn Store, name: &str) -> Vec<u8> {
+    s.open_read(name).unwrap().all().unwrap().to_vec()
+}
+
+/// Write `bytes` from `from` in 1 MiB writes.
+fn write_in_pieces(w: &mut dyn bs_store::UploadSink, bytes: &[u8], from: usize) {
+    for (k, piece) in bytes[from..].chunks(1 << 20).enumerate() {
+        w.write_at((from + k * (1 << 20)) as u64, piece).unwrap();
+    }
+}
+
+#[test]
+fn large_blobs_go_up_in_parts_and_read_back_verified() {
+    let s = common::s3_store();
+    let body = data(3 * PART_SIZE + 12_345, 1);
+    s.route(&spec("big", Some(body.len() as u64))).unwrap();
+    let mut w = s.open_upload("big").unwrap();
+    write_in_pieces(&mut *w, &body, 0);
+    let rec = w.commit(None).unwrap();
+    assert_eq!(rec.size, body.len() as u64);
+    assert_eq!(rec.digest, s.digest_algo().digest(&body).to_string());
+    assert_eq!(read_all(&s, "big"), body);
+    // Ranges anywhere, across part and window boundaries.
+    let src = s.open_read("big").unwrap();
+    for (off, len) in [(0, 10), (PART_SIZE as u64 - 3, 7), (2 * PART_SIZE as u64 + 5, 1 << 20)] {
+        let got = src.bytes(off, len).unwrap();
+        assert_eq!(&got[..], &body[off as usize..(off + len) as usize]);
+    }
+    // Unknown size: parts as it grows, the size it reaches.
+    s.route(&spec("stream", None)).unwrap();
+    let mut w = s.open_upload("stream").unwrap();
+    let body2 = data(PART_SIZE + 99, 2);
+    write_in_pieces(&mut *w, &body2, 0);
+    assert_eq!(w.commit(None).unwrap().size, body2.len() as u64);
+    assert_eq!(read_all(&s, "stream"), body2);
+}
+
+#[test]
+fn a_resume_continues_after_parts_and_a_rollback_into_them_starts_over() {
+    let s = common::s3_store();
+    let body = data(2 * PART_SIZE + 500, 3);
+    let mut sp = spec("r", Some(body.len() as u64));
+    sp.resume_tag = "v1".into();
+    s.route(&sp).unwrap();
+    {
+        let mut w = s.open_upload("r").unwrap();
+        write_in_pieces(&mut *w, &body[..PART_SIZE + 4096], 0);
+    } // the writer vanished after one part went up
+    let routed = s.route(&sp).unwrap();
+    assert!(routed.resumed);
+    assert_eq!(routed.received, PART_SIZE as u64 + 4096);
+    let prefix = &body[..routed.received as usize];
+    assert_eq!(routed.received_digest, Some(s.digest_algo().digest(prefix)));
+    let mut w = s.open_upload("r").unwrap();
+    // A failed check rolls back to before the part that went up: everything goes.
+    w.truncate(100).unwrap();
+    assert_eq!(w.received(), 0, "bytes sent as parts cannot be kept in part");
+    write_in_pieces(&mut *w, &body, 0);
+    w.commit(None).unwrap();
+    assert_eq!(read_all(&s, "r"), body);
+}
+
+#[test]
+fn a_lost_object_is_corrupt_not_empty_and_orphans_are_collected() {
+    let prefix = common::fresh_prefix();
+    let cfg = common::s3_config(&prefix);
+    let s = ObjStore::open_s3(&cfg, Catalogue::open_in_memory().unwrap()).unwrap();
+    bs_store::put_bytes(&s, &spec("kept", None), b"kept bytes").unwrap();
+    bs_store::put_bytes(&s, &spec("lost", None), b"lost bytes").unwrap();
+    s.lose("lost").unwrap();
+    let e = s.open_read("lost").unwrap().all().unwrap_err();
+    assert!(matches!(&e, StoreError::Corrupt { reason, .. } if reason.contains("missing")), "{e}");
+    assert!(matches!(s.open_read("lost"), Err(StoreError::Corrupt { .. })), "marked");
+    assert!(s.stat("lost").is_ok(), "still listed, to be dealt with");
+
+    // An object no row references (a crash between upload and commit).
+    let client = cfg.build().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let orphan = object_store::path::Path::from(format!("{prefix}/orphan"));
+    rt.block_on(client.put(&orphan, bytes::Bytes::from_static(b"partial").into())).unwrap();
+    assert_eq!(s.collect_garbage(bs_store::ORPHAN_AGE).unwrap(), 0, "young: maybe committing");
+    assert_eq!(s.collect_garbage(Duration::ZERO).unwrap(), 1);
+    assert!(rt.block_on(client.head(&orphan)).is_err(), "gone");
+    assert_eq!(read_all(&s, "kept"), b"kept bytes");
+}
+
+#[test]
+fn a_wrong_key_a_missing_bucket_and_a_server_down_are_clear_errors() {
+    let prefix = common::fresh_prefix();
+    let open = |cfg: &S3Config| ObjStore::open_s3(cfg, Catalogue::open_in_memory().unwrap());
+    let mut cfg = common::s3_config(&prefix);
+    cfg.secret_access_key = "0".repeat(64);
+    let e = open(&cfg).err().unwrap();
+    assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
+    assert!(!e.to_string().contains(&"0".repeat(64)), "never the secret: {e}");
+    let mut cfg = common::s3_config(&prefix);
+    cfg.bucket = "no-such-bucket".into();
+    let e = open(&cfg).err().unwrap();
+    assert!(e.to_string().contains("no-such-bucket"), "{e}");
+    let mut cfg = common::s3_config(&prefix);
+    cfg.endpoint = Some(format!("http://127.0.0.1:{}", bs_peers::free_port()));
+    let e = open(&cfg).err().unwrap();
+    assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
+    assert!(
+        format!("{cfg:?}").contains("(hidden)")
+            && !format!("{cfg:?}").contains(&cfg.secret_access_key)
+    );
+}
+
+/// Two front ends: one bucket prefix, one PostgreSQL catalogue.
+fn two_front_ends() -> (ObjStore, ObjStore) {
+    let prefix = common::fresh_prefix();
+    let url = common::postgres().fresh_db().unwrap();
+    let open = || {
+        ObjStore::open_s3(&common::s3_config(&prefix), Catalogue::connect_postgres(&url).unwrap())
+            .unwrap()
+    };
+    (open(), open())
+}
+
+#[test]
+fn front_ends_sharing_a_bucket_and_a_catalogue_see_each_others_blobs() {
+    let (a, b) = two_front_ends();
+    bs_store::put_bytes(&a, &spec("study/1", None), b"one").unwrap();
+    bs_store::put_bytes(&b, &spec("study/2", None), b"two").unwrap();
+    for s in [&a, &b] {
+        let names: Vec<_> = s.list("study/", "", 10).unwrap().into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["study/1", "study/2"]);
+        assert_eq!(read_all(s, "study/1"), b"one");
+    }
+    // A replace through one is what the other reads; a delete through one is seen by both.
+    let mut sp = spec("study/1", None);
+    sp.overwrite = true;
+    bs_store::put_bytes(&b, &sp, b"one, again").unwrap();
+    assert_eq!(read_all(&a, "study/1"), b"one, again");
+    a.delete("study/2").unwrap();
+    assert!(matches!(b.stat("study/2"), Err(StoreError::NotFound(_))));
+    assert!(matches!(b.open_read("study/2"), Err(StoreError::NotFound(_))));
+
+    // Both write one new name at once: one wins whole, the other is told.
+    let outcomes: Vec<_> = std::thread::scope(|t| {
+        let ha = t.spawn(|| bs_store::put_bytes(&a, &spec("same", None), &data(PART_SIZE + 7, 4)));
+        let hb = t.spawn(|| bs_store::put_bytes(&b, &spec("same", None), &data(PART_SIZE + 9, 5)));
+        vec![ha.join().unwrap(), hb.join().unwrap()]
+    });
+    let won: Vec<usize> = (0..2).filter(|&k| outcomes[k].is_ok()).collect();
+    assert_eq!(won.len(), 1, "{outcomes:?}");
+    let lost = &outcomes[1 - won[0]];
+    assert!(matches!(lost, Err(StoreError::AlreadyExists(_))), "{lost:?}");
+    let want = if won[0] == 0 { data(PART_SIZE + 7, 4) } else { data(PART_SIZE + 9, 5) };
+    assert_eq!(read_all(&a, "same"), want);
+    assert_eq!(read_all(&b, "same"), want);
+}
+
+#[test]
+fn an_upload_abandoned_by_a_dead_front_end_is_expired_by_another() {
+    let (a, b) = two_front_ends();
+    a.route(&spec("half", None)).unwrap();
+    {
+        let mut w = a.open_upload("half").unwrap();
+        write_in_pieces(&mut *w, &data(PART_SIZE + 10, 6), 0); // a part went up
+    }
+    drop(a); // the front end dies
+    assert!(matches!(b.stat("half"), Err(StoreError::NotFound(_))), "nothing partial visible");
+    assert_eq!(b.expire_uploads(Duration::from_secs(3600)).unwrap(), Vec::<String>::new());
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(b.expire_uploads(Duration::ZERO).unwrap(), ["half"]);
+    assert!(matches!(b.open_upload("half"), Err(StoreError::NoUpload(_))));
+    assert!(b.list("", "", 10).unwrap().is_empty());
+    // Routed again through the survivor, it starts over there and lands whole.
+    b.route(&spec("half", None)).unwrap();
+    let mut w = b.open_upload("half").unwrap();
+    write_in_pieces(&mut *w, &data(PART_SIZE + 10, 6), 0);
+    w.commit(None).unwrap();
+    assert_eq!(read_all(&b, "half"), data(PART_SIZE + 10, 6));
+}
+
+#[test]
+fn an_upload_routed_by_one_front_end_is_written_through_another() {
+    let (a, b) = two_front_ends();
+    let mut sp = spec("moved", Some(5));
+    sp.resume_tag = "t".into();
+    a.route(&sp).unwrap();
+    a.open_upload("moved").unwrap().write_at(0, b"ab").unwrap();
+    // The other front end cannot read back a's unsent bytes: it starts over, and says so.
+    let routed = b.route(&sp).unwrap();
+    assert!(!routed.resumed);
+    let mut w = b.open_upload("moved").unwrap();
+    assert_eq!(w.received(), 0);
+    w.write_at(0, b"abcde").unwrap();
+    w.commit(None).unwrap();
+    assert_eq!(read_all(&a, "moved"), b"abcde");
+}
+
+#[test]
+fn postgres_down_mid_request_is_unavailable_and_nothing_half_visible() {
+    let mut pg = bs_peers::Postgres::start().unwrap();
+    let url = pg.fresh_db().unwrap();
+    let s = ObjStore::open_s3(
+        &common::s3_config(&common::fresh_prefix()),
+        Catalogue::connect_postgres(&url).unwrap(),
+    )
+    .unwrap();
+    bs_store::put_bytes(&s, &spec("before", None), b"ok").unwrap();
+    s.route(&spec("during", Some(3))).unwrap();
+    let mut w = s.open_upload("during").unwrap();
+    w.write_at(0, b"abc").unwrap();
+    pg.stop();
+    let e = w.commit(None).unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
+    let e = s.stat("before").unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
+    assert!(e.to_string().contains("PostgreSQL"), "{e}");
+}
