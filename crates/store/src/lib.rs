@@ -1,7 +1,8 @@
 //! Where blobs live: the [`Store`] trait and its implementations — [`FsStore`] (the
 //! default: files under a data directory with atomic commits and an SQLite catalogue),
 //! [`ObjStore`] (an S3-compatible bucket, catalogue in SQLite or PostgreSQL, shareable by
-//! many front ends) and [`MemStore`] (for tests and caches) — plus [`FaultyStore`], a wrapper that injects disk
+//! many front ends) and [`MemStore`] (for tests and caches); [`MemoryTier`] puts memory in
+//! front of any of them — plus [`FaultyStore`], a wrapper that injects disk
 //! faults so error paths can be tested against real stores. Every read goes through
 //! [`BlobSource`], which verifies each chunk before handing it on; [`scrub`] re-reads them all.
 
@@ -10,6 +11,7 @@ mod error;
 mod events;
 mod faulty;
 mod fs;
+mod lru;
 mod media;
 mod mem;
 mod name;
@@ -17,6 +19,7 @@ mod object;
 mod scrub;
 mod source;
 mod store;
+mod tier;
 mod whole;
 
 pub use bs_meta::{BlobRecord, now_ms};
@@ -24,6 +27,7 @@ pub use error::StoreError;
 pub use events::{Listener, StoreEvent};
 pub use faulty::FaultyStore;
 pub use fs::{FsStore, PENDING_TTL};
+pub use lru::Lru;
 pub use media::{content_type_of_extension, guess_content_type};
 pub use mem::MemStore;
 pub use name::{MAX_NAME_LEN, validate_name};
@@ -33,4 +37,5 @@ pub use source::{
     BlobSource, CorruptionMarker, Pieces, REMOTE_WINDOW, RangeRead, corruption_found,
 };
 pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range};
+pub use tier::MemoryTier;
 pub use whole::put_bytes;

@@ -217,6 +217,11 @@ impl BlobSource {
         &self.inner.record
     }
 
+    /// The per-chunk digests every byte is checked against.
+    pub fn chunk_digests(&self) -> &ChunkDigests {
+        &self.inner.chunks
+    }
+
     pub fn size(&self) -> u64 {
         self.inner.record.size
     }

@@ -233,3 +233,35 @@ fn postgres_down_mid_request_is_unavailable_and_nothing_half_visible() {
     assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
     assert!(e.to_string().contains("PostgreSQL"), "{e}");
 }
+
+#[test]
+fn the_memory_tier_serves_repeats_and_follows_changes_from_other_front_ends() {
+    let (a, b) = two_front_ends();
+    let tier = bs_store::MemoryTier::new(std::sync::Arc::new(a), 3 << 20, 2 << 20);
+    bs_store::put_bytes(&tier, &spec("hot", None), &data(1 << 20, 7)).unwrap();
+    bs_store::put_bytes(&tier, &spec("huge", None), &data(3 << 20, 8)).unwrap();
+    for _ in 0..3 {
+        assert_eq!(read_all(&tier, "hot"), data(1 << 20, 7));
+        assert_eq!(read_all(&tier, "huge"), data(3 << 20, 8));
+    }
+    assert_eq!(tier.stats(), (2, 4), "hot from memory after the first; huge never held");
+    assert_eq!(tier.held_bytes(), 1 << 20);
+    // Replaced through the other front end: the next read sees the new bytes.
+    let mut sp = spec("hot", None);
+    sp.overwrite = true;
+    bs_store::put_bytes(&b, &sp, b"cooler").unwrap();
+    assert_eq!(read_all(&tier, "hot"), b"cooler");
+    b.delete("hot").unwrap();
+    assert!(matches!(tier.open_read("hot"), Err(StoreError::NotFound(_))));
+    // The budget holds: three 1 MiB blobs in 3 MiB, a fourth pushes the oldest out.
+    for k in 0..4u8 {
+        bs_store::put_bytes(&tier, &spec(&format!("w{k}"), None), &data(1 << 20, k)).unwrap();
+        read_all(&tier, &format!("w{k}"));
+    }
+    assert!(tier.held_bytes() <= 3 << 20);
+    let before = tier.stats();
+    assert_eq!(read_all(&tier, "w3"), data(1 << 20, 3));
+    assert_eq!(tier.stats().0, before.0 + 1, "the newest is held");
+    assert_eq!(read_all(&tier, "w0"), data(1 << 20, 0));
+    assert_eq!(tier.stats().1, before.1 + 1, "the oldest went");
+}

@@ -209,6 +209,10 @@ macro_rules! suite {
             super::$t(&bs_store::FsStore::open(dir.path()).unwrap());
         } )* }
         mod s3 { $( #[test] fn $t() { super::$t(&super::common::s3_store()); } )* }
+        mod memory_tier_over_s3 { $( #[test] fn $t() {
+            let back = std::sync::Arc::new(super::common::s3_store());
+            super::$t(&bs_store::MemoryTier::new(back, 64 << 20, 16 << 20));
+        } )* }
     };
 }
 

@@ -10,8 +10,8 @@ use bs_store::Store;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::cache::Lru;
 use crate::error::WebError;
+use bs_store::Lru;
 
 /// Decoded images kept for reuse: up to this many bytes of pixels.
 const DECODED_CACHE_BYTES: usize = 768 << 20;

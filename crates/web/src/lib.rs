@@ -11,7 +11,6 @@ mod assets;
 mod auth;
 mod blobs;
 mod body;
-mod cache;
 mod error;
 mod follow;
 mod images;
