@@ -489,15 +489,49 @@ pub struct ServerTls {
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Data directory (blobs and the SQLite catalogue).
-    #[arg(long, default_value = "data")]
-    pub data: PathBuf,
+    /// Storage configuration file (TOML: data directory, bucket, catalogue, cache; see
+    /// docs/configuration.md). Flags and environment variables win over it.
+    #[arg(long, env = "BLOBSTREAM_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory (blobs and the SQLite catalogue; with a bucket, the catalogue only)
+    /// [default: data].
+    #[arg(long, env = "BLOBSTREAM_DATA")]
+    pub data: Option<PathBuf>,
     /// Keep blobs in memory instead (nothing survives a restart).
     #[arg(long, conflicts_with = "data")]
     pub memory: bool,
     /// With --memory: most bytes held [default: half the machine's memory].
     #[arg(long, requires = "memory")]
     pub memory_limit: Option<u64>,
+    /// Keep blobs in this S3 bucket (AWS S3, Garage, MinIO, Ceph RGW, SeaweedFS). The secret
+    /// key comes from BLOBSTREAM_S3_SECRET_ACCESS_KEY (or AWS_SECRET_ACCESS_KEY, or the
+    /// configuration file), never from a flag.
+    #[arg(long, env = "BLOBSTREAM_S3_BUCKET", value_name = "BUCKET")]
+    pub s3_bucket: Option<String>,
+    /// The S3 server, for anything but AWS (e.g. http://127.0.0.1:3900).
+    #[arg(long, env = "BLOBSTREAM_S3_ENDPOINT", value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+    /// The bucket's region [default: us-east-1].
+    #[arg(long, env = "BLOBSTREAM_S3_REGION")]
+    pub s3_region: Option<String>,
+    /// Key prefix of the blobs in the bucket [default: blobs].
+    #[arg(long, env = "BLOBSTREAM_S3_PREFIX")]
+    pub s3_prefix: Option<String>,
+    /// The S3 access key id (or AWS_ACCESS_KEY_ID).
+    #[arg(long, env = "BLOBSTREAM_S3_ACCESS_KEY_ID", value_name = "ID")]
+    pub s3_access_key_id: Option<String>,
+    /// The catalogue in PostgreSQL, shared by every front end on the same bucket:
+    /// postgres://user@host:port/database (a password is best given in ~/.pgpass or this
+    /// environment variable) [default: SQLite in the data directory].
+    #[arg(long, env = "BLOBSTREAM_CATALOGUE", value_name = "URL", hide_env_values = true)]
+    pub catalogue: Option<String>,
+    /// Memory tier in front of the store: bytes of recently read blobs kept in memory
+    /// (k/m/g suffixes) [default: none].
+    #[arg(long, value_parser = parse_rate, value_name = "BYTES")]
+    pub cache_memory: Option<u64>,
+    /// Largest blob the memory tier holds [default: 64m].
+    #[arg(long, value_parser = parse_rate, value_name = "BYTES")]
+    pub cache_max_blob: Option<u64>,
     /// Control-plane (gRPC) address.
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub addr: SocketAddr,

@@ -16,6 +16,7 @@ mod scrub;
 mod security;
 mod serve;
 mod signals;
+mod storage;
 
 use std::process::ExitCode;
 

@@ -1,5 +1,6 @@
 //! `blobstream serve`: the store server on the embedded default (a data directory with an
-//! SQLite catalogue), until SIGTERM or SIGINT (Ctrl-C): then it stops accepting, gives running
+//! SQLite catalogue) or the storage its configuration names (see [`crate::storage`]), until
+//! SIGTERM or SIGINT (Ctrl-C): then it stops accepting, gives running
 //! transfers a grace period to finish, and exits with status 0.
 
 use std::io::Write;
@@ -8,14 +9,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bs_imaging::registry::Registry;
-use bs_meta::ImageIndex;
 use bs_server::{ScrubSchedule, Server, ServerConfig};
-use bs_store::{FsStore, MemStore, Store};
 use bs_web::{WebConfig, WebServer};
 
 use crate::cli::{Global, ServeArgs};
 use crate::security;
 use crate::signals::Signals;
+use crate::storage;
 
 pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
     tracing_subscriber::fmt()
@@ -26,17 +26,9 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         // Colour only for a person at a terminal; a log file gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let (store, index): (Arc<dyn Store>, _) = if a.memory {
-        let store = MemStore::with_capacity(a.memory_limit.unwrap_or_else(half_the_memory));
-        (Arc::new(store), ImageIndex::open_in_memory())
-    } else {
-        let store = FsStore::open(&a.data)
-            .with_context(|| format!("opening the store in {}", a.data.display()))?;
-        // The image index lives in the catalogue's database file.
-        let index = ImageIndex::open(&store.root().join("meta.db"));
-        (Arc::new(store), index)
-    };
-    let index = Arc::new(index.context("opening the image index")?);
+    let storage = storage::open(&a)?;
+    tracing::info!("storing into {}", storage.describe);
+    let (store, index) = (storage.store, Arc::new(storage.index));
     let registry = Arc::new(match &a.filters {
         Some(dir) => Registry::with_dir(dir)
             .with_context(|| format!("loading filter definitions from {}", dir.display()))?,
@@ -188,13 +180,4 @@ fn raise_fd_limit(want: usize) {
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
         tracing::warn!("cannot raise the open-file limit from {} to {want}", lim.rlim_cur);
     }
-}
-
-/// Half of MemTotal from /proc/meminfo (1 GiB if it cannot be read).
-fn half_the_memory() -> u64 {
-    let kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-        line.split_whitespace().nth(1)?.parse::<u64>().ok()
-    });
-    kib.map_or(1 << 30, |k| k * 1024 / 2)
 }

@@ -39,7 +39,8 @@ macro_rules! on_backend {
     ($self:ident, $c:ident => $e:expr) => {
         match &$self.backend {
             Backend::Sqlite($c) => $e,
-            Backend::Postgres($c) => $e,
+            // The PostgreSQL client blocks on its own runtime: keep it off any executor.
+            Backend::Postgres($c) => crate::pg::off_executor(|| $e),
         }
     };
 }
@@ -58,7 +59,8 @@ impl Catalogue {
     /// Connect to PostgreSQL at `url` (`postgres://user:password@host:port/database`),
     /// creating the tables (and adding newer columns) if needed.
     pub fn connect_postgres(url: &str) -> Result<Self> {
-        Ok(Self { backend: Backend::Postgres(PgCatalogue::connect(url)?) })
+        let c = crate::pg::off_executor(|| PgCatalogue::connect(url))?;
+        Ok(Self { backend: Backend::Postgres(c) })
     }
 
     /// `sqlite:<path>` or `postgres://host:port/db` — never a password.

@@ -113,7 +113,8 @@ impl ImageIndex {
     /// The index in PostgreSQL at `url` (the catalogue's database), shared by every front
     /// end.
     pub fn connect_postgres(url: &str) -> Result<Self> {
-        Ok(Self { backend: Backend::Postgres(PgImages::connect(url)?) })
+        let pg = crate::pg::off_executor(|| PgImages::connect(url))?;
+        Ok(Self { backend: Backend::Postgres(pg) })
     }
 
     fn upsert(&self, row: IndexRow<'_>) -> Result<()> {
@@ -138,7 +139,7 @@ impl ImageIndex {
                 )?;
                 Ok(())
             }
-            Backend::Postgres(pg) => pg.upsert(&row),
+            Backend::Postgres(pg) => crate::pg::off_executor(|| pg.upsert(&row)),
         }
     }
 
@@ -195,7 +196,7 @@ impl ImageIndex {
                 )?;
                 Ok(st.query_row([name], entry_from_row).optional()?)
             }
-            Backend::Postgres(pg) => pg.get(name),
+            Backend::Postgres(pg) => crate::pg::off_executor(|| pg.get(name)),
         }
     }
 
@@ -206,7 +207,7 @@ impl ImageIndex {
                 db.lock().execute("DELETE FROM images WHERE name = ?1", [name])?;
                 Ok(())
             }
-            Backend::Postgres(pg) => pg.forget(name),
+            Backend::Postgres(pg) => crate::pg::off_executor(|| pg.forget(name)),
         }
     }
 
@@ -255,7 +256,7 @@ impl ImageIndex {
                 )?;
                 Ok(rows.collect::<std::result::Result<_, _>>()?)
             }
-            Backend::Postgres(pg) => pg.search(&s),
+            Backend::Postgres(pg) => crate::pg::off_executor(|| pg.search(&s)),
         }
     }
 }

@@ -19,4 +19,5 @@ pub use catalogue::{Catalogue, StoredBlob};
 pub use error::MetaError;
 pub use group::{GroupStats, group_commits};
 pub use images::{ImageEntry, ImageIndex, ImageQuery};
+pub use pg::off_executor;
 pub use record::{BlobRecord, Commit, UploadRecord, now_ms};

@@ -116,6 +116,23 @@ impl PgPool {
     }
 }
 
+/// Run `f`, which blocks (on the network, on another runtime), wherever the caller is: on a
+/// plain thread as is; on a worker of a multi-threaded tokio runtime through
+/// `block_in_place` (the worker hands its other tasks on meanwhile); inside a
+/// current-thread runtime on a thread of its own. Blocking clients (the `postgres` crate,
+/// the object store's own runtime) panic if simply called from async code, and callers such
+/// as the web server's handlers make quick catalogue lookups without leaving it.
+pub fn off_executor<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        Ok(_) => std::thread::scope(|s| {
+            s.spawn(f).join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+        }),
+        Err(_) => f(),
+    }
+}
+
 /// A pooled connection, returned to the pool on drop unless it broke.
 pub(crate) struct Pooled<'a> {
     pool: &'a PgPool,

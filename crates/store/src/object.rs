@@ -349,9 +349,13 @@ impl Inner {
         ObjPath::from(format!("{}/{id}", self.prefix))
     }
 
-    /// Run a future on this store's runtime from a blocking caller.
-    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
-        self.rt.block_on(f)
+    /// Run a future on this store's runtime from a blocking caller (kept off any executor
+    /// the caller may be on: see [`bs_meta::off_executor`]).
+    fn block_on<F: std::future::Future + Send>(&self, f: F) -> F::Output
+    where
+        F::Output: Send,
+    {
+        bs_meta::off_executor(|| self.rt.block_on(f))
     }
 
     /// Abort the multipart upload a stored upload id names, if any (best effort: an upload
