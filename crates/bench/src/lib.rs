@@ -24,6 +24,7 @@ mod paths;
 mod payload;
 mod python;
 mod report;
+mod s3;
 mod transfer;
 
 pub use batch::run_batch;
@@ -44,4 +45,5 @@ pub use report::{
     TARGET_MIN_SIZE, TARGET_VS_GRPC, TARGET_VS_RAW_TCP, TARGETS, TargetCheck, TransferReport,
     size_text,
 };
+pub use s3::run_s3;
 pub use transfer::{CHOSEN_SOCKET_BUFFER, TransferPlan, run_transfer};

@@ -17,7 +17,7 @@ use std::time::Instant;
 use bs_client::{Client, RouteRequest};
 use bs_meta::Catalogue;
 use bs_server::{BackgroundServer, ServerConfig};
-use bs_store::{FsStore, MemoryTier, ObjStore, S3Config, Store};
+use bs_store::{FsStore, MemoryTier, ObjStore, S3Config};
 use bytes::Bytes;
 use object_store::ObjectStore;
 
@@ -142,14 +142,13 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             opts.say(&format!("{label}: run {} of {runs}", i + 1));
             let name = format!("bench/{mb}");
             let ours_first = i % 2 == 0;
-            let (mut op, mut bp) = (0.0, 0.0);
-            if ours_first {
-                op = timed(|| push(&client, &name, &data))?;
-                bp = timed(|| direct.put(&format!("direct/{mb}"), &data))?;
+            let (op, bp) = if ours_first {
+                let op = timed(|| push(&client, &name, &data))?;
+                (op, timed(|| direct.put(&format!("direct/{mb}"), &data))?)
             } else {
-                bp = timed(|| direct.put(&format!("direct/{mb}"), &data))?;
-                op = timed(|| push(&client, &name, &data))?;
-            }
+                let bp = timed(|| direct.put(&format!("direct/{mb}"), &data))?;
+                (timed(|| push(&client, &name, &data))?, bp)
+            };
             ours_put.push(op);
             base_put.push(bp);
             let (og, bg) = if ours_first {

@@ -817,6 +817,10 @@ pub enum BenchCommand {
     /// behind shaped links (network namespaces, as root) against K × B, and lattice
     /// declustering against disk modulo and the optimum.
     Dpss(BenchArgs),
+    /// Shared storage: put/get of 1–256 MB through blobstream on S3 (Garage) against
+    /// object_store alone, the memory tier against the filesystem store, and 1–3 front ends
+    /// sharing one bucket and one PostgreSQL catalogue.
+    S3(BenchArgs),
 }
 
 #[derive(Args)]

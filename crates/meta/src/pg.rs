@@ -154,13 +154,23 @@ impl std::ops::DerefMut for Pooled<'_> {
 
 impl Drop for Pooled<'_> {
     fn drop(&mut self) {
-        if let Some(c) = self.client.take()
-            && !c.is_closed()
-        {
+        let Some(c) = self.client.take() else { return };
+        if !c.is_closed() {
             let mut idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
             if idle.len() < MAX_IDLE {
                 idle.push(c);
+                return;
             }
         }
+        // A client says goodbye to the server when dropped, blocking to do so.
+        off_executor(move || drop(c));
+    }
+}
+
+impl Drop for PgPool {
+    fn drop(&mut self) {
+        let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(|p| p.into_inner()));
+        // The last handle may go inside an async task (a server shutting down).
+        off_executor(move || drop(idle));
     }
 }
