@@ -81,24 +81,25 @@ struct Direct {
 impl Direct {
     fn put(&self, key: &str, data: &Bytes) -> Result<(), BenchError> {
         let path = object_store::path::Path::from(key);
-        self.rt.block_on(async {
-            if data.len() <= bs_store::PART_SIZE {
-                self.os.put(&path, data.clone().into()).await?;
-            } else {
-                let upload = self.os.put_multipart(&path).await?;
-                let mut w = object_store::WriteMultipart::new_with_chunk_size(
-                    upload,
-                    bs_store::PART_SIZE,
-                );
-                for piece in data.chunks(1 << 20) {
-                    w.wait_for_capacity(4).await?;
-                    w.write(piece);
+        self.rt
+            .block_on(async {
+                if data.len() <= bs_store::PART_SIZE {
+                    self.os.put(&path, data.clone().into()).await?;
+                } else {
+                    let upload = self.os.put_multipart(&path).await?;
+                    let mut w = object_store::WriteMultipart::new_with_chunk_size(
+                        upload,
+                        bs_store::PART_SIZE,
+                    );
+                    for piece in data.chunks(1 << 20) {
+                        w.wait_for_capacity(4).await?;
+                        w.write(piece);
+                    }
+                    w.finish().await?;
                 }
-                w.finish().await?;
-            }
-            Ok::<_, object_store::Error>(())
-        })
-        .map_err(|e| err(format!("object_store put: {e}")))
+                Ok::<_, object_store::Error>(())
+            })
+            .map_err(|e| err(format!("object_store put: {e}")))
     }
 
     fn get(&self, key: &str, want: &[u8]) -> Result<(), BenchError> {

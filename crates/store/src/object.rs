@@ -546,8 +546,10 @@ impl Store for ObjStore {
             store: self.inner.clone(),
             name: name.to_string(),
             key: i.key(&s.location),
+            size: s.record.size,
             marker: marker.clone(),
-            ahead: Mutex::new(None),
+            ahead: Mutex::new(std::collections::VecDeque::new()),
+            sequential: std::sync::atomic::AtomicBool::new(false),
         });
         BlobSource::remote(s.record, reader, chunks, Some(marker))
     }
@@ -589,29 +591,47 @@ impl ObjStore {
 /// A range being fetched ahead: offset, length, the fetch.
 type Ahead = (u64, u64, JoinHandle<object_store::Result<Bytes>>);
 
-/// Ranged reads of one blob's object, with one window fetched ahead.
+/// Windows fetched ahead of a sequential reader, at most.
+const READ_AHEAD: usize = 3;
+
+/// Ranged reads of one blob's object, with the next windows fetched ahead.
 struct ObjReader {
     store: Arc<Inner>,
     name: String,
     key: ObjPath,
+    size: u64,
     marker: CorruptionMarker,
-    ahead: Mutex<Option<Ahead>>,
+    ahead: Mutex<std::collections::VecDeque<Ahead>>,
+    /// Whether a window fetched ahead was read: a sequential reader, worth fetching further
+    /// ahead for (until then one window ahead, so a reader of one range costs little).
+    sequential: std::sync::atomic::AtomicBool,
 }
 
 impl RangeRead for ObjReader {
     fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
         let s = &self.store;
-        let ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let got = match ahead {
-            Some((o, l, h)) if (o, l) == (offset, len) => {
-                s.block_on(h).unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }))
-            }
-            other => {
-                if let Some((_, _, h)) = other {
+        let fetched = {
+            let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+            // Windows before this read will not be wanted; one at this offset is the read.
+            while let Some((o, l, _)) = ahead.front() {
+                if (*o, *l) == (offset, len) || *o > offset {
+                    break;
+                }
+                if let Some((_, _, h)) = ahead.pop_front() {
                     h.abort();
                 }
-                s.block_on(s.os.get_range(&self.key, offset..offset + len))
             }
+            match ahead.front() {
+                Some((o, l, _)) if (*o, *l) == (offset, len) => ahead.pop_front().map(|a| a.2),
+                _ => None,
+            }
+        };
+        let got = match fetched {
+            Some(h) => {
+                self.sequential.store(true, std::sync::atomic::Ordering::Relaxed);
+                s.block_on(h).unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }))
+            }
+            None => s.block_on(s.os.get_range(&self.key, offset..offset + len)),
         };
         match got {
             Ok(b) => Ok(b),
@@ -629,20 +649,38 @@ impl RangeRead for ObjReader {
         }
     }
 
+    fn sequential_from(&self, offset: u64, window: u64) {
+        self.sequential.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.prefetch(offset, window);
+    }
+
+    /// Fetch `offset..offset + len` and the windows of the same length after it, up to
+    /// [`READ_AHEAD`] in flight (those already under way are kept).
     fn prefetch(&self, offset: u64, len: u64) {
-        let (os, key) = (self.store.os.clone(), self.key.clone());
-        let h = self.store.rt.spawn(async move { os.get_range(&key, offset..offset + len).await });
-        if let Some((_, _, old)) =
-            self.ahead.lock().unwrap_or_else(|p| p.into_inner()).replace((offset, len, h))
-        {
-            old.abort();
+        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        let mut at = ahead.back().map_or(offset, |(o, l, _)| (o + l).max(offset));
+        if ahead.front().is_some_and(|(o, _, _)| *o > offset) {
+            // Not the run the windows were fetched for: start again here.
+            for (_, _, h) in ahead.drain(..) {
+                h.abort();
+            }
+            at = offset;
+        }
+        let depth =
+            if self.sequential.load(std::sync::atomic::Ordering::Relaxed) { READ_AHEAD } else { 1 };
+        while ahead.len() < depth && at < self.size {
+            let n = len.min(self.size - at);
+            let (os, key) = (self.store.os.clone(), self.key.clone());
+            let h = self.store.rt.spawn(async move { os.get_range(&key, at..at + n).await });
+            ahead.push_back((at, n, h));
+            at += n;
         }
     }
 }
 
 impl Drop for ObjReader {
     fn drop(&mut self) {
-        if let Some((_, _, h)) = self.ahead.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        for (_, _, h) in self.ahead.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             h.abort();
         }
     }
@@ -688,7 +726,12 @@ impl ObjUpload {
         let permit = store
             .block_on(s.in_flight.clone().acquire_owned())
             .expect("the semaphore is never closed");
-        let part: Vec<u8> = s.tail.drain(..n).collect();
+        // Whole tails (the usual case: writes fill a part exactly) move without a copy.
+        let part: Vec<u8> = if n == s.tail.len() {
+            std::mem::replace(&mut s.tail, Vec::with_capacity(PART_SIZE))
+        } else {
+            s.tail.drain(..n).collect()
+        };
         s.hasher.update(&part);
         s.chunks.update(&part);
         s.flushed += n as u64;
@@ -758,10 +801,17 @@ impl UploadSink for ObjUpload {
         let s = self.state();
         let at = (offset - s.flushed) as usize;
         let end = at + data.len();
-        if end > s.tail.len() {
-            s.tail.resize(end, 0);
+        if at == s.tail.len() {
+            if s.tail.capacity() == 0 {
+                s.tail.reserve(PART_SIZE.max(data.len()));
+            }
+            s.tail.extend_from_slice(data);
+        } else {
+            if end > s.tail.len() {
+                s.tail.resize(end, 0);
+            }
+            s.tail[at..end].copy_from_slice(data);
         }
-        s.tail[at..end].copy_from_slice(data);
         self.flush_full_parts()
     }
 

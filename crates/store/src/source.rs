@@ -92,6 +92,9 @@ pub trait RangeRead: Send + Sync {
     fn read(&self, offset: u64, len: u64) -> Result<Bytes>;
     /// A hint that `offset..offset + len` will be read next (may start fetching it).
     fn prefetch(&self, _offset: u64, _len: u64) {}
+    /// A hint that everything from `offset` will be read in order, in windows of `window`
+    /// bytes (may start fetching several ahead).
+    fn sequential_from(&self, _offset: u64, _window: u64) {}
 }
 
 /// How much a remote read fetches at once, at least (a multiple of the chunk size).
@@ -423,6 +426,12 @@ impl BlobSource {
     /// before it.
     pub fn pieces(&self, offset: u64, len: u64) -> Result<Pieces> {
         self.check_range(offset, len)?;
+        if let Data::Remote { reader, .. } = &self.inner.data
+            && len > REMOTE_WINDOW
+        {
+            let from = self.inner.chunks.range(self.inner.chunks.covering(offset, 1).start).start;
+            reader.sequential_from(from, REMOTE_WINDOW);
+        }
         Ok(Pieces { src: self.clone(), next: offset, end: offset + len })
     }
 
