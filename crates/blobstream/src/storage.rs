@@ -87,7 +87,7 @@ pub fn read_file(path: &Path) -> Result<FileConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the configuration {}", path.display()))?;
     let cfg: FileConfig = toml::from_str(&text).map_err(|e| {
-        let line = e.span().map(|s| text[..s.start].lines().count().max(1));
+        let line = e.span().map(|s| text[..s.start].matches('\n').count() + 1);
         let at = line.map(|l| format!(" (line {l})")).unwrap_or_default();
         anyhow::anyhow!("configuration {}{at}: {}", path.display(), e.message())
     })?;

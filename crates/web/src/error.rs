@@ -185,6 +185,7 @@ mod tests {
             (StoreError::StorageFull("disk".into()), 507),
             (StoreError::Incomplete { name: "a".into(), received: 1, size: 2 }, 400),
             (StoreError::OutOfRange { name: "a".into(), offset: 9, len: 1, size: 2 }, 416),
+            (StoreError::Unavailable("bucket down".into()), 503),
         ];
         for (e, code) in cases {
             assert_eq!(WebError::from(e).status().0.as_u16(), code);
