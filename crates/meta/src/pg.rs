@@ -6,7 +6,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use postgres::{Client, Config, NoTls};
+use postgres::{Client, Config};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::MetaError;
 
@@ -20,6 +21,9 @@ const SCHEMA_LOCK: i64 = 0x626c_6f62_7374_726d;
 
 pub(crate) struct PgPool {
     config: Config,
+    /// TLS as the URL's `sslmode` asks (`prefer`, the default, uses it when the server
+    /// offers it; `require` refuses a server without it; `disable` never uses it).
+    tls: MakeRustlsConnect,
     idle: Mutex<Vec<Client>>,
     /// `postgres://host:port/db` for logs (no user, no password).
     describe: String,
@@ -29,6 +33,8 @@ impl PgPool {
     /// Parse `url`, connect once (so a wrong URL, a wrong password or a server that is down
     /// is reported at start-up), and apply `schema` under the schema lock.
     pub(crate) fn connect(url: &str, schema: &str) -> Result<Self> {
+        let (url, ca) = take_param(url, "sslrootcert");
+        let tls = MakeRustlsConnect::new(tls_config(ca.as_deref())?);
         let mut config: Config = url.parse().map_err(|e: postgres::Error| {
             MetaError::Config(format!("catalogue URL is not a PostgreSQL URL: {e}"))
         })?;
@@ -51,7 +57,7 @@ impl PgPool {
             hosts.join(","),
             config.get_dbname().unwrap_or("postgres")
         );
-        let pool = Self { config, idle: Mutex::new(Vec::new()), describe };
+        let pool = Self { config, tls, idle: Mutex::new(Vec::new()), describe };
         pool.apply_schema(schema)?;
         Ok(pool)
     }
@@ -79,7 +85,7 @@ impl PgPool {
                 None => break,
             }
         }
-        let c = self.config.connect(NoTls).map_err(|e| self.error(e))?;
+        let c = self.config.connect(self.tls.clone()).map_err(|e| self.error(e))?;
         Ok(Pooled { pool: self, client: Some(c) })
     }
 
@@ -114,6 +120,46 @@ impl PgPool {
             Err(e) => Err(self.error(e)),
         }
     }
+}
+
+/// `url` without its `name=value` query parameter, and the value. (`sslrootcert` is the
+/// libpq name for the CA file; the `postgres` crate does not know it.)
+fn take_param(url: &str, name: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else { return (url.to_string(), None) };
+    let mut value = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|kv| match kv.split_once('=') {
+            Some((k, v)) if k == name => {
+                value = Some(v.to_string());
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    let url = if kept.is_empty() { base.to_string() } else { format!("{base}?{}", kept.join("&")) };
+    (url, value)
+}
+
+/// TLS to PostgreSQL: the CA in `ca_file` (PEM) if given, else the system's roots.
+fn tls_config(ca_file: Option<&str>) -> Result<rustls::ClientConfig> {
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path)
+            .map_err(|e| MetaError::Config(format!("sslrootcert {path}: {e}")))?;
+        let client = bs_transport::TlsClient::from_pem(&pem, None)
+            .map_err(|e| MetaError::Config(format!("sslrootcert {path}: {e}")))?;
+        return Ok((*client.config()).clone());
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| MetaError::Config(format!("TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 /// Run `f`, which blocks (on the network, on another runtime), wherever the caller is: on a

@@ -277,3 +277,32 @@ fn postgres_errors_name_what_went_wrong() {
     assert!(c.describe().starts_with("postgres://127.0.0.1:"), "{}", c.describe());
     assert!(c.is_shared());
 }
+
+#[test]
+fn postgres_over_tls_with_its_ca_and_not_without() {
+    let ca =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let (cert, key) = (ca.cert.pem(), ca.signing_key.serialize_pem());
+    let pg = bs_peers::Postgres::start_tls(cert.as_bytes(), key.as_bytes()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &cert).unwrap();
+    let url = pg.fresh_db().unwrap();
+    // The server refuses connections without TLS.
+    let e = Catalogue::connect_postgres(&format!("{url}&sslmode=disable")).err().unwrap();
+    assert!(
+        e.to_string().contains("no pg_hba.conf entry") || e.to_string().contains("reject"),
+        "{e}"
+    );
+    // TLS checked against the system's roots: this self-signed server is not trusted.
+    let e = Catalogue::connect_postgres(&format!("{url}&sslmode=require")).err().unwrap();
+    assert!(e.is_unavailable(), "{e}");
+    // With its CA: works, and everything behaves as on plain connections.
+    let tls = format!("{url}&sslmode=require&sslrootcert={}", ca_file.display());
+    let c = Catalogue::connect_postgres(&tls).unwrap();
+    c.commit_blob(&rec("over/tls"), "f", b"", |_| true).unwrap();
+    assert_eq!(c.blob("over/tls").unwrap().unwrap().1, "f");
+    assert!(!c.describe().contains("sslrootcert"));
+    let ix = ImageIndex::connect_postgres(&tls).unwrap();
+    ix.put_not_image("over/tls", "x:1", "not an image").unwrap();
+}

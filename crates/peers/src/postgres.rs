@@ -61,6 +61,16 @@ fn as_user(
 impl Postgres {
     /// Start a fresh server and wait until it accepts connections.
     pub fn start() -> Result<Self> {
+        Self::start_inner(None)
+    }
+
+    /// The same, serving TLS with this PEM certificate and key and refusing connections
+    /// without it (`hostssl` only in `pg_hba.conf`).
+    pub fn start_tls(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self> {
+        Self::start_inner(Some((cert_pem, key_pem)))
+    }
+
+    fn start_inner(tls: Option<(&[u8], &[u8])>) -> Result<Self> {
         let bin = pg_bin_dir()?;
         let who = run_as();
         let dir = fresh_dir("blobstream-pg", who)?;
@@ -93,9 +103,9 @@ impl Postgres {
             });
         }
         let port = free_port();
-        let args: Vec<std::ffi::OsString> = vec![
+        let mut args: Vec<std::ffi::OsString> = vec![
             "-D".into(),
-            data.into_os_string(),
+            data.clone().into_os_string(),
             "-p".into(),
             port.to_string().into(),
             "-k".into(),
@@ -105,14 +115,48 @@ impl Postgres {
             "-c".into(),
             "max_connections=200".into(),
         ];
+        if let Some((cert, key)) = tls {
+            use std::os::unix::fs::PermissionsExt;
+            let (crt, kf) = (data.join("server.crt"), data.join("server.key"));
+            let write = |p: &std::path::Path, b: &[u8]| -> Result<()> {
+                std::fs::write(p, b).map_err(PeerError::io(format!("writing {}", p.display())))?;
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600))
+                    .map_err(PeerError::io("chmod"))?;
+                if let Some((uid, gid)) = who {
+                    std::os::unix::fs::chown(p, Some(uid), Some(gid))
+                        .map_err(PeerError::io("chown"))?;
+                }
+                Ok(())
+            };
+            write(&crt, cert)?;
+            write(&kf, key)?;
+            // Only TLS connections from loopback (local socket connections stay trusted).
+            let hba = "local all all trust\nhostssl all all 127.0.0.1/32 trust\n\
+                       hostnossl all all 127.0.0.1/32 reject\n";
+            std::fs::write(data.join("pg_hba.conf"), hba)
+                .map_err(PeerError::io("writing pg_hba.conf"))?;
+            for c in [
+                "ssl=on".to_string(),
+                format!("ssl_cert_file={}", crt.display()),
+                format!("ssl_key_file={}", kf.display()),
+            ] {
+                args.push("-c".into());
+                args.push(c.into());
+            }
+        }
         let cmd = as_user(who, bin.join("postgres"), args);
         let refs: Vec<&OsStr> = cmd.iter().map(|s| s.as_os_str()).collect();
         // SIGINT: PostgreSQL's fast shutdown (SIGTERM would wait for every client to leave).
         let server = Guarded::spawn("postgres", &dir, &log, "INT", &refs)?;
         let mut pg = Self { port, dir, server: Some(server) };
+        // Ready when it answers at all (a TLS-only server refuses plain connections, but
+        // only once it is up).
         let url = pg.url("postgres");
         wait_until("postgresql", Duration::from_secs(60), || {
-            postgres::Client::connect(&url, postgres::NoTls).is_ok()
+            match postgres::Client::connect(&url, postgres::NoTls) {
+                Ok(_) => true,
+                Err(e) => e.as_db_error().is_some(),
+            }
         })
         .inspect_err(|_| {
             let log = std::fs::read_to_string(&log).unwrap_or_default();
@@ -139,9 +183,12 @@ impl Postgres {
         format!("postgres://postgres@127.0.0.1:{}/{db}?connect_timeout=10", self.port)
     }
 
-    /// Create a new, empty database named `name`; returns its URL.
+    /// Create a new, empty database named `name`; returns its URL (TCP, as clients use).
+    /// Done over the server's Unix socket, which works whether or not TCP needs TLS.
     pub fn create_db(&self, name: &str) -> Result<String> {
-        let mut c = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)?;
+        let local =
+            format!("host={} port={} user=postgres dbname=postgres", self.dir.display(), self.port);
+        let mut c = postgres::Client::connect(&local, postgres::NoTls)?;
         // Names come from the caller's code, not from users; quoted all the same.
         c.batch_execute(&format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\"")))?;
         Ok(self.url(name))
