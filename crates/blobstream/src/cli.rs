@@ -529,7 +529,14 @@ pub struct ServeArgs {
     /// (k/m/g suffixes) [default: none].
     #[arg(long, value_parser = parse_rate, value_name = "BYTES")]
     pub cache_memory: Option<u64>,
-    /// Largest blob the memory tier holds [default: 64m].
+    /// Disk tier in front of the store (behind the memory tier): a directory on local disk
+    /// holding copies of recently read blobs [default: none].
+    #[arg(long, value_name = "DIR")]
+    pub cache_disk: Option<PathBuf>,
+    /// Most bytes the disk tier holds [default: 10g].
+    #[arg(long, value_parser = parse_rate, value_name = "BYTES")]
+    pub cache_disk_size: Option<u64>,
+    /// Largest blob a tier holds [default: 64m].
     #[arg(long, value_parser = parse_rate, value_name = "BYTES")]
     pub cache_max_blob: Option<u64>,
     /// Control-plane (gRPC) address.

@@ -21,7 +21,9 @@
 //!
 //! [cache]
 //! memory = "1g"                       # memory tier budget (k/m/g suffixes); 0: none
-//! max_blob = "64m"                    # largest blob it holds
+//! disk = "/var/cache/blobstream"      # disk tier directory (behind the memory tier)
+//! disk_size = "100g"                  # disk tier budget
+//! max_blob = "64m"                    # largest blob a tier holds
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -29,7 +31,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use bs_meta::{Catalogue, ImageIndex};
-use bs_store::{FsStore, MemStore, MemoryTier, ObjStore, S3Config, Store};
+use bs_store::{FsStore, MemStore, ObjStore, S3Config, Store, Tier};
 use serde::Deserialize;
 
 use crate::cli::ServeArgs;
@@ -79,6 +81,8 @@ impl std::fmt::Debug for CatalogueFile {
 #[serde(deny_unknown_fields)]
 pub struct CacheFile {
     pub memory: Option<String>,
+    pub disk: Option<PathBuf>,
+    pub disk_size: Option<String>,
     pub max_blob: Option<String>,
 }
 
@@ -148,6 +152,12 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
         (None, Some(s)) => size("cache.max_blob", s)?,
         (None, None) => 64 << 20,
     };
+    let cache_disk = a.cache_disk.clone().or(cache.disk.clone());
+    let cache_disk_size = match (&a.cache_disk_size, &cache.disk_size) {
+        (Some(v), _) => *v,
+        (None, Some(s)) => size("cache.disk_size", s)?,
+        (None, None) => 10 << 30,
+    };
     if a.memory && (bucket.is_some() || catalogue_url.is_some()) {
         bail!("--memory keeps everything in this process: it takes no bucket or catalogue URL");
     }
@@ -216,8 +226,18 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
             ImageIndex::open(&store.root().join("meta.db")).context("opening the image index")?;
         (Arc::new(store), index, format!("fs:{}", data.display()))
     };
+    let (store, describe): (Arc<dyn Store>, String) = match &cache_disk {
+        Some(dir) => {
+            let tier = Tier::on_disk(store, dir, cache_disk_size, cache_max_blob)
+                .with_context(|| format!("opening the disk tier in {}", dir.display()))?;
+            let d =
+                format!("{describe}, disk tier of {cache_disk_size} bytes in {}", dir.display());
+            (Arc::new(tier), d)
+        }
+        None => (store, describe),
+    };
     let (store, describe): (Arc<dyn Store>, String) = if cache_memory > 0 {
-        let tier = MemoryTier::new(store, cache_memory, cache_max_blob);
+        let tier = Tier::new(store, cache_memory, cache_max_blob);
         (Arc::new(tier), format!("{describe}, memory tier of {cache_memory} bytes"))
     } else {
         (store, describe)

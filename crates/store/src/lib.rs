@@ -1,8 +1,8 @@
 //! Where blobs live: the [`Store`] trait and its implementations — [`FsStore`] (the
 //! default: files under a data directory with atomic commits and an SQLite catalogue),
 //! [`ObjStore`] (an S3-compatible bucket, catalogue in SQLite or PostgreSQL, shareable by
-//! many front ends) and [`MemStore`] (for tests and caches); [`MemoryTier`] puts memory in
-//! front of any of them — plus [`FaultyStore`], a wrapper that injects disk
+//! many front ends) and [`MemStore`] (for tests and caches); a [`Tier`] puts memory or local
+//! disk in front of any of them — plus [`FaultyStore`], a wrapper that injects disk
 //! faults so error paths can be tested against real stores. Every read goes through
 //! [`BlobSource`], which verifies each chunk before handing it on; [`scrub`] re-reads them all.
 
@@ -37,5 +37,5 @@ pub use source::{
     BlobSource, CorruptionMarker, Pieces, REMOTE_WINDOW, RangeRead, corruption_found,
 };
 pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range};
-pub use tier::MemoryTier;
+pub use tier::{MemoryTier, Tier};
 pub use whole::put_bytes;

@@ -42,10 +42,11 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         Some(out)
     }
 
-    /// Insert (replacing an equal key). An entry heavier than the whole cache is not kept.
-    pub fn put(&self, key: K, value: V, weight: usize) {
+    /// Insert (replacing an equal key); returns the entries evicted to make room. An entry
+    /// heavier than the whole cache is not kept (and returned as evicted).
+    pub fn put(&self, key: K, value: V, weight: usize) -> Vec<(K, V)> {
         if weight > self.capacity {
-            return;
+            return vec![(key, value)];
         }
         let mut s = self.lock();
         Self::remove_locked(&mut s, &key);
@@ -54,12 +55,15 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         s.entries.insert(key.clone(), (value, weight, tick));
         s.by_use.insert(tick, key);
         s.weight += weight;
+        let mut evicted = Vec::new();
         while s.weight > self.capacity || s.entries.len() > self.max_entries {
             let (_, oldest) = s.by_use.pop_first().expect("not empty while over a bound");
-            if let Some((_, w, _)) = s.entries.remove(&oldest) {
+            if let Some((v, w, _)) = s.entries.remove(&oldest) {
                 s.weight -= w;
+                evicted.push((oldest, v));
             }
         }
+        evicted
     }
 
     /// Forget `key`.

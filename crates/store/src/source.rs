@@ -220,6 +220,30 @@ impl BlobSource {
         &self.inner.record
     }
 
+    /// The same bytes described by `record` (a cached copy speaking for the original: same
+    /// name, size and digest, the original's times and metadata). Refused unless size and
+    /// digest agree.
+    pub fn with_record(self, record: BlobRecord) -> Result<Self> {
+        let i = &self.inner;
+        if record.size != i.record.size || record.digest != i.record.digest {
+            return Err(StoreError::Corrupt {
+                name: record.name.clone(),
+                reason: format!(
+                    "cached copy is {} bytes {}, the blob {} bytes {}",
+                    i.record.size, i.record.digest, record.size, record.digest
+                ),
+            });
+        }
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.record = record;
+                Ok(Self { inner: Arc::new(inner) })
+            }
+            // Shared with another reader: keep its record (same bytes, same digest).
+            Err(inner) => Ok(Self { inner }),
+        }
+    }
+
     /// The per-chunk digests every byte is checked against.
     pub fn chunk_digests(&self) -> &ChunkDigests {
         &self.inner.chunks

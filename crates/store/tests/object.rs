@@ -265,3 +265,46 @@ fn the_memory_tier_serves_repeats_and_follows_changes_from_other_front_ends() {
     assert_eq!(read_all(&tier, "w0"), data(1 << 20, 0));
     assert_eq!(tier.stats().1, before.1 + 1, "the oldest went");
 }
+
+#[test]
+fn the_disk_tier_serves_repeats_across_restarts_and_follows_changes() {
+    let (a, b) = two_front_ends();
+    let a: std::sync::Arc<dyn Store> = std::sync::Arc::new(a);
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let tier = bs_store::Tier::on_disk(a.clone(), dir.path(), 3 << 20, 2 << 20).unwrap();
+        let mut sp = spec("hot", None);
+        sp.metadata = [("modality".to_string(), "CT".to_string())].into();
+        bs_store::put_bytes(&tier, &sp, &data(1 << 20, 7)).unwrap();
+        for _ in 0..3 {
+            let src = tier.open_read("hot").unwrap();
+            assert_eq!(src.all().unwrap().to_vec(), data(1 << 20, 7));
+            assert_eq!(src.record(), &a.stat("hot").unwrap(), "the blob's own record");
+        }
+        assert_eq!(tier.stats(), (2, 1));
+        assert!(tier.open_read("hot").unwrap().is_file(), "served from the local file");
+    }
+    // A new process: the copy on disk is used again.
+    let tier = bs_store::Tier::on_disk(a.clone(), dir.path(), 3 << 20, 2 << 20).unwrap();
+    assert_eq!(read_all(&tier, "hot"), data(1 << 20, 7));
+    assert_eq!(tier.stats(), (1, 0));
+    // Replaced through another front end: seen at once; deleted: gone.
+    let mut sp = spec("hot", None);
+    sp.overwrite = true;
+    bs_store::put_bytes(&b, &sp, b"cooler").unwrap();
+    assert_eq!(read_all(&tier, "hot"), b"cooler");
+    b.delete("hot").unwrap();
+    assert!(matches!(tier.open_read("hot"), Err(StoreError::NotFound(_))));
+    // The budget holds.
+    for k in 0..4u8 {
+        bs_store::put_bytes(&tier, &spec(&format!("w{k}"), None), &data(1 << 20, k)).unwrap();
+        assert_eq!(read_all(&tier, &format!("w{k}")), data(1 << 20, k));
+    }
+    assert!(tier.held_bytes() <= 3 << 20, "{}", tier.held_bytes());
+    // Memory in front of disk in front of the bucket.
+    let disk: std::sync::Arc<dyn Store> = std::sync::Arc::new(tier);
+    let mem = bs_store::Tier::new(disk, 8 << 20, 2 << 20);
+    assert_eq!(read_all(&mem, "w3"), data(1 << 20, 3));
+    assert_eq!(read_all(&mem, "w3"), data(1 << 20, 3));
+    assert_eq!(mem.stats(), (1, 1));
+}

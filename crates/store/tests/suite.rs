@@ -213,6 +213,11 @@ macro_rules! suite {
             let back = std::sync::Arc::new(super::common::s3_store());
             super::$t(&bs_store::MemoryTier::new(back, 64 << 20, 16 << 20));
         } )* }
+        mod disk_tier_over_s3 { $( #[test] fn $t() {
+            let back = std::sync::Arc::new(super::common::s3_store());
+            let dir = tempfile::tempdir().unwrap();
+            super::$t(&bs_store::Tier::on_disk(back, dir.path(), 64 << 20, 16 << 20).unwrap());
+        } )* }
     };
 }
 
