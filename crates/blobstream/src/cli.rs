@@ -521,8 +521,9 @@ pub struct ServeArgs {
     #[arg(long, env = "BLOBSTREAM_S3_ACCESS_KEY_ID", value_name = "ID")]
     pub s3_access_key_id: Option<String>,
     /// The catalogue in PostgreSQL, shared by every front end on the same bucket:
-    /// postgres://user@host:port/database (a password is best given in ~/.pgpass or this
-    /// environment variable) [default: SQLite in the data directory].
+    /// postgres://user:password@host:port/database[?sslmode=require&sslrootcert=CA] (with a
+    /// password, give it in this environment variable or the configuration file, not as a
+    /// flag) [default: SQLite in the data directory].
     #[arg(long, env = "BLOBSTREAM_CATALOGUE", value_name = "URL", hide_env_values = true)]
     pub catalogue: Option<String>,
     /// Memory tier in front of the store: bytes of recently read blobs kept in memory

@@ -95,7 +95,13 @@ pub fn read_file(path: &Path) -> Result<FileConfig> {
         let at = line.map(|l| format!(" (line {l})")).unwrap_or_default();
         anyhow::anyhow!("configuration {}{at}: {}", path.display(), e.message())
     })?;
-    if cfg.s3.as_ref().is_some_and(|s| s.secret_access_key.is_some()) {
+    let secret_key = cfg.s3.as_ref().is_some_and(|s| s.secret_access_key.is_some());
+    let password = cfg.catalogue.as_ref().and_then(|c| c.url.as_deref()).is_some_and(|u| {
+        u.split_once("://")
+            .and_then(|(_, rest)| rest.split_once('@'))
+            .is_some_and(|(user, _)| user.contains(':'))
+    });
+    if secret_key || password {
         warn_if_readable_by_others(path);
     }
     Ok(cfg)
@@ -107,7 +113,8 @@ fn warn_if_readable_by_others(path: &Path) {
         && m.permissions().mode() & 0o044 != 0
     {
         tracing::warn!(
-            "{} holds a secret key and other users can read it (chmod 600 it)",
+            "{} holds a secret (S3 key or database password) and other users can read it \
+             (chmod 600 it)",
             path.display()
         );
     }

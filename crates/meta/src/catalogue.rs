@@ -125,6 +125,22 @@ impl Catalogue {
         on_backend!(self, c => c.delete_blob(name))
     }
 
+    /// Every location referenced by a blob and every pending upload id, read in one
+    /// snapshot — so an upload committing meanwhile is in it one way or the other (its
+    /// pending row and its blob row change in one transaction).
+    pub fn referenced(&self) -> Result<Vec<String>> {
+        on_backend!(self, c => c.referenced())
+    }
+
+    /// This catalogue's identity: a random id made the first time it is asked for and kept
+    /// in the database, the same for every front end sharing it.
+    pub fn instance_id(&self) -> Result<String> {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).map_err(|e| MetaError::Config(format!("random source: {e}")))?;
+        let fresh: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        on_backend!(self, c => c.setting_or_init("instance_id", &fresh))
+    }
+
     /// Every location referenced by a blob (for garbage collection of orphans).
     pub fn locations(&self) -> Result<Vec<String>> {
         on_backend!(self, c => c.locations())

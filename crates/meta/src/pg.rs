@@ -34,10 +34,17 @@ impl PgPool {
     /// is reported at start-up), and apply `schema` under the schema lock.
     pub(crate) fn connect(url: &str, schema: &str) -> Result<Self> {
         let (url, ca) = take_param(url, "sslrootcert");
-        let tls = MakeRustlsConnect::new(tls_config(ca.as_deref())?);
         let mut config: Config = url.parse().map_err(|e: postgres::Error| {
             MetaError::Config(format!("catalogue URL is not a PostgreSQL URL: {e}"))
         })?;
+        let prefer = config.get_ssl_mode() == postgres::config::SslMode::Prefer;
+        let tls = MakeRustlsConnect::new(tls_config(ca.as_deref(), prefer)?);
+        // A server gone without closing the connection (a host lost) is noticed within a
+        // minute, and no statement runs for ever.
+        config.keepalives_interval(Duration::from_secs(10)).keepalives_retries(3);
+        if config.get_options().is_none() {
+            config.options("-c statement_timeout=60000 -c lock_timeout=30000");
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(10));
         }
@@ -92,7 +99,17 @@ impl PgPool {
     /// What a PostgreSQL failure means to callers: the server unreachable (down, refusing,
     /// connection lost) is [`MetaError::Unavailable`]; a full disk is noted as such.
     pub(crate) fn error(&self, e: postgres::Error) -> MetaError {
-        if e.is_closed() || e.code().is_none() && e.as_db_error().is_none() {
+        use postgres::error::SqlState;
+        let busy = [
+            SqlState::TOO_MANY_CONNECTIONS,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+        ];
+        if e.is_closed()
+            || e.code().is_none() && e.as_db_error().is_none()
+            || e.code().is_some_and(|c| busy.contains(c))
+        {
             return MetaError::Unavailable(format!("PostgreSQL at {}: {e}", self.describe));
         }
         let disk_full = e.code() == Some(&postgres::error::SqlState::DISK_FULL);
@@ -141,8 +158,11 @@ fn take_param(url: &str, name: &str) -> (String, Option<String>) {
     (url, value)
 }
 
-/// TLS to PostgreSQL: the CA in `ca_file` (PEM) if given, else the system's roots.
-fn tls_config(ca_file: Option<&str>) -> Result<rustls::ClientConfig> {
+/// TLS to PostgreSQL: the server's certificate checked against the CA in `ca_file` (PEM) if
+/// given, else against the system's roots — except for `sslmode=prefer` (the default)
+/// without a CA, which, as in libpq, encrypts without checking who the server is (Debian's
+/// PostgreSQL, say, offers TLS with a self-signed certificate); `require` checks.
+fn tls_config(ca_file: Option<&str>, prefer: bool) -> Result<rustls::ClientConfig> {
     if let Some(path) = ca_file {
         let pem = std::fs::read(path)
             .map_err(|e| MetaError::Config(format!("sslrootcert {path}: {e}")))?;
@@ -150,16 +170,71 @@ fn tls_config(ca_file: Option<&str>) -> Result<rustls::ClientConfig> {
             .map_err(|e| MetaError::Config(format!("sslrootcert {path}: {e}")))?;
         return Ok((*client.config()).clone());
     }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| MetaError::Config(format!("TLS: {e}")))?;
+    if prefer {
+        return Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(std::sync::Arc::new(Unchecked(provider)))
+            .with_no_client_auth());
+    }
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_native_certs::load_native_certs().certs {
         let _ = roots.add(cert);
     }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| MetaError::Config(format!("TLS: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// `sslmode=prefer`: encryption against passive listeners only; the server's certificate is
+/// not checked (its signatures are, so the handshake is still sound).
+#[derive(Debug)]
+struct Unchecked(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for Unchecked {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// Run `f`, which blocks (on the network, on another runtime), wherever the caller is: on a

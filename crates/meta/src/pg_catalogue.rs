@@ -17,6 +17,10 @@ type Result<T> = std::result::Result<T, MetaError>;
 
 /// The schema, and the columns added since the first release (as in SQLite).
 const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS settings (
+    key   TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS blobs (
     name         TEXT COLLATE "C" PRIMARY KEY NOT NULL,
     location     TEXT NOT NULL,
@@ -200,6 +204,24 @@ impl PgCatalogue {
             .query_opt("DELETE FROM blobs WHERE name = $1 RETURNING location", &[&name])
             .map_err(|e| self.pool.error(e))?;
         Ok(row.map(|r| r.get(0)))
+    }
+
+    pub fn referenced(&self) -> Result<Vec<String>> {
+        let rows = self.pool.retrying(|c| {
+            c.query("SELECT location FROM blobs UNION ALL SELECT upload_id FROM uploads", &[])
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    pub fn setting_or_init(&self, key: &str, value: &str) -> Result<String> {
+        let row = self.pool.retrying(|c| {
+            c.execute(
+                "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                &[&key, &value],
+            )?;
+            c.query_one("SELECT value FROM settings WHERE key = $1", &[&key])
+        })?;
+        Ok(row.get(0))
     }
 
     pub fn locations(&self) -> Result<Vec<String>> {

@@ -12,6 +12,10 @@ use crate::record::{BlobRecord, Commit, UploadRecord, from_json, to_json};
 type Result<T> = std::result::Result<T, MetaError>;
 
 const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS settings (
+    key   TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS blobs (
     name         TEXT PRIMARY KEY NOT NULL,
     location     TEXT NOT NULL,
@@ -227,6 +231,24 @@ impl SqliteCatalogue {
     fn delete_returning(&self, sql: &'static str, name: &str) -> Result<Option<String>> {
         let name = name.to_string();
         self.db.write(move |tx| Ok(tx.query_row(sql, [name], |r| r.get(0)).optional()?))
+    }
+
+    /// Every location referenced by a blob and every pending upload id, in one snapshot.
+    pub fn referenced(&self) -> Result<Vec<String>> {
+        let c = self.conn();
+        let mut st =
+            c.prepare("SELECT location FROM blobs UNION ALL SELECT upload_id FROM uploads")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// The value of setting `key`, set to `value` first if it has none.
+    pub fn setting_or_init(&self, key: &str, value: &str) -> Result<String> {
+        let (k, v) = (key.to_string(), value.to_string());
+        self.db.write(move |tx| {
+            tx.execute("INSERT OR IGNORE INTO settings (key, value) VALUES (?1, ?2)", [&k, &v])?;
+            Ok(tx.query_row("SELECT value FROM settings WHERE key = ?1", [&k], |r| r.get(0))?)
+        })
     }
 
     /// Every location referenced by a blob (for garbage collection of orphan files).

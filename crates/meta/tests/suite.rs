@@ -297,6 +297,9 @@ fn postgres_over_tls_with_its_ca_and_not_without() {
     // TLS checked against the system's roots: this self-signed server is not trusted.
     let e = Catalogue::connect_postgres(&format!("{url}&sslmode=require")).err().unwrap();
     assert!(e.is_unavailable(), "{e}");
+    // sslmode=prefer (the default), as in libpq: encrypted, the certificate not checked.
+    let c = Catalogue::connect_postgres(&url).unwrap();
+    assert!(c.list("", "", 1).unwrap().is_empty());
     // With its CA: works, and everything behaves as on plain connections.
     let tls = format!("{url}&sslmode=require&sslrootcert={}", ca_file.display());
     let c = Catalogue::connect_postgres(&tls).unwrap();

@@ -155,7 +155,10 @@ impl Postgres {
         wait_until("postgresql", Duration::from_secs(60), || {
             match postgres::Client::connect(&url, postgres::NoTls) {
                 Ok(_) => true,
-                Err(e) => e.as_db_error().is_some(),
+                // Refused for want of TLS, but up; "starting up" is not up yet.
+                Err(e) => e
+                    .as_db_error()
+                    .is_some_and(|d| *d.code() != postgres::error::SqlState::CANNOT_CONNECT_NOW),
             }
         })
         .inspect_err(|_| {

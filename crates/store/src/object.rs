@@ -198,6 +198,11 @@ impl Staged {
     }
 }
 
+/// Whether `name` is an object id this store makes (128 random bits in hex).
+fn is_object_id(name: &str) -> bool {
+    name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// The pending-upload id as stored: `<id>` or `<id> <multipart id>`.
 fn split_upload_id(stored: &str) -> (&str, Option<&str>) {
     match stored.split_once(' ') {
@@ -227,6 +232,12 @@ impl ObjStore {
         cat: Catalogue,
         describe: String,
     ) -> Result<Self> {
+        let prefix = prefix.trim_matches('/').to_string();
+        if prefix.is_empty() {
+            return Err(StoreError::Config(
+                "the blobs need a key prefix of their own in the bucket (e.g. \"blobs\")".into(),
+            ));
+        }
         let rt = OwnRuntime(Some(
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -237,7 +248,7 @@ impl ObjStore {
         let store = Self {
             inner: Arc::new(Inner {
                 os,
-                prefix: prefix.trim_matches('/').to_string(),
+                prefix,
                 cat,
                 algo: DigestAlgo::default(),
                 rt,
@@ -248,8 +259,45 @@ impl ObjStore {
             }),
         };
         store.check_reachable()?;
+        store.claim_prefix()?;
         store.collect_garbage(ORPHAN_AGE)?;
         Ok(store)
+    }
+
+    /// Make sure the prefix's objects belong to this catalogue: `<prefix>/.catalogue` names
+    /// the catalogue that owns them (written by the first front end to use the prefix). A
+    /// front end with another catalogue — its own SQLite file by mistake, a wrong database
+    /// name — would see every object as unreferenced and collect them all, so it is refused.
+    fn claim_prefix(&self) -> Result<()> {
+        let i = &self.inner;
+        let ours = i.cat.instance_id()?;
+        let marker = ObjPath::from(format!("{}/.catalogue", i.prefix));
+        let read = || -> Result<Option<String>> {
+            match i.block_on(async { i.os.get(&marker).await?.bytes().await }) {
+                Ok(b) => Ok(Some(String::from_utf8_lossy(&b).trim().to_string())),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(os_error("reading the prefix's catalogue marker", e)),
+            }
+        };
+        let owner = match read()? {
+            Some(owner) => owner,
+            None => {
+                let body = Bytes::from(format!("{ours}\n"));
+                i.block_on(i.os.put(&marker, body.into()))
+                    .map_err(|e| os_error("writing the prefix's catalogue marker", e))?;
+                // Two front ends with different catalogues starting at once: one wins.
+                read()?.unwrap_or_default()
+            }
+        };
+        if owner != ours {
+            return Err(StoreError::Config(format!(
+                "the objects under {} belong to another catalogue (id {owner}; this one is {ours}): \
+                 every front end on one bucket prefix must share one catalogue (--catalogue \
+                 postgres://...), or use a prefix of its own",
+                i.describe
+            )));
+        }
+        Ok(())
     }
 
     /// The catalogue.
@@ -273,17 +321,26 @@ impl ObjStore {
     pub fn collect_garbage(&self, age: Duration) -> Result<usize> {
         let i = &self.inner;
         self.expire_uploads(crate::fs::PENDING_TTL)?;
-        let live: std::collections::HashSet<String> = i.cat.locations()?.into_iter().collect();
         let cutoff = cutoff_ms(age);
         let prefix = ObjPath::from(i.prefix.as_str());
+        // The listing first, the catalogue after: an upload committed while the listing ran
+        // is in the snapshot (as a blob, or still as a pending upload: both change in one
+        // transaction), so only what was unreferenced after the listing is collected.
         let metas: Vec<object_store::ObjectMeta> = i
             .block_on(async { i.os.list(Some(&prefix)).collect::<Vec<_>>().await })
             .into_iter()
             .collect::<object_store::Result<_>>()
             .map_err(|e| os_error("listing for garbage collection", e))?;
+        let live: std::collections::HashSet<String> =
+            i.cat.referenced()?.iter().map(|id| split_upload_id(id).0.to_string()).collect();
         let mut removed = 0;
         for m in metas {
-            let Some(id) = m.location.filename() else { continue };
+            // Only `<prefix>/<id>` objects are ours to collect (not the marker, not keys
+            // under a deeper prefix).
+            let parts: Vec<_> = m.location.parts().collect();
+            let ours = parts.len() == prefix.parts().count() + 1
+                && m.location.filename().is_some_and(is_object_id);
+            let Some(id) = m.location.filename().filter(|_| ours) else { continue };
             if live.contains(id) || m.last_modified.timestamp_millis() > cutoff {
                 continue;
             }
@@ -369,6 +426,27 @@ impl Inner {
         }
     }
 
+    fn take_staged(&self, name: &str) -> Option<Staged> {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner()).remove(name)
+    }
+
+    fn put_staged(&self, name: &str, s: Staged) {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), s);
+    }
+
+    /// Give up an upload begun here that nobody writes: its part uploads and its multipart
+    /// upload.
+    fn abandon(&self, s: Staged) {
+        for p in s.parts {
+            p.abort();
+        }
+        if let Some(mp) = s.multipart
+            && let Err(e) = self.block_on(self.os.abort_multipart(&s.key, &mp))
+        {
+            tracing::warn!(key = %s.key, error = %e, "cannot abort a multipart upload");
+        }
+    }
+
     /// Abort the multipart upload of another front end's pending upload `u` if it was routed
     /// so long ago that nobody can still be writing it.
     fn abort_if_abandoned(&self, u: &UploadRecord) {
@@ -379,15 +457,12 @@ impl Inner {
 
     /// Drop the pending upload of `name`: its row, its multipart upload, its parts here.
     fn discard_upload(&self, name: &str) -> Result<Option<String>> {
-        let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
-        if let Some(s) = staged {
-            for p in s.parts {
-                p.abort();
-            }
-        }
+        let staged = self.take_staged(name);
         let id = self.cat.delete_upload(name)?;
-        if let Some(id) = &id {
-            self.abort_stored(id);
+        match (staged, &id) {
+            (Some(s), _) => self.abandon(s),
+            (None, Some(id)) => self.abort_stored(id),
+            (None, None) => {}
         }
         Ok(id)
     }
@@ -444,35 +519,42 @@ impl Store for ObjStore {
             return Err(StoreError::AlreadyExists(spec.name.clone()));
         }
         let _claim = i.busy.take(&spec.name)?;
-        let mut staged = i.staged.lock().unwrap_or_else(|p| p.into_inner());
+        // Under the claim nobody else touches this name's staged state; the map's lock is
+        // held only to take it out and put it back, never across network calls.
         let existing = i.cat.upload(&spec.name)?;
-        let ours = staged.remove(&spec.name).filter(|s| {
-            existing.as_ref().is_some_and(|u| s.upload_id == split_upload_id(&u.upload_id).0)
-        });
+        let (ours, stale) = match i.take_staged(&spec.name) {
+            Some(s)
+                if existing
+                    .as_ref()
+                    .is_some_and(|u| s.upload_id == split_upload_id(&u.upload_id).0) =>
+            {
+                (Some(s), None)
+            }
+            other => (None, other),
+        };
+        if let Some(s) = stale {
+            // Our upload whose row another front end replaced: nobody writes it any more.
+            i.abandon(s);
+        }
         if let (Some(u), Some(s)) = (&existing, &ours)
             && !spec.resume_tag.is_empty()
             && u.size == spec.size
             && u.resume_tag == spec.resume_tag
         {
             // Begun here: keep the bytes, take this request's type, metadata and flags.
-            i.cat.put_upload(&spec.upload_record(u.upload_id.clone()))?;
             let received = s.received();
             let received_digest = (received > 0).then(|| {
                 let mut h = s.hasher.clone();
                 h.update(&s.tail);
                 h.finish()
             });
-            staged.insert(spec.name.clone(), ours.expect("matched"));
+            i.put_staged(&spec.name, ours.expect("matched"));
+            i.cat.put_upload(&spec.upload_record(u.upload_id.clone()))?;
             return Ok(Routed { received, received_digest, resumed: true });
         }
         match (&existing, ours) {
             // Ours and idle (we hold the claim): abort it.
-            (Some(u), Some(s)) => {
-                for p in s.parts {
-                    p.abort();
-                }
-                i.abort_stored(&u.upload_id);
-            }
+            (Some(_), Some(s)) => i.abandon(s),
             // Another front end's: it may be writing it right now, so its multipart upload
             // is left alone unless it is old enough to be abandoned.
             (Some(u), None) => i.abort_if_abandoned(u),
@@ -481,7 +563,7 @@ impl Store for ObjStore {
         let id = new_id();
         let rec = spec.upload_record(id.clone());
         i.cat.put_upload(&rec)?;
-        staged.insert(spec.name.clone(), Staged::new(id.clone(), i.key(&id), i.algo));
+        i.put_staged(&spec.name, Staged::new(id.clone(), i.key(&id), i.algo));
         Ok(Routed { received: 0, received_digest: None, resumed: false })
     }
 
@@ -491,15 +573,12 @@ impl Store for ObjStore {
         let claim = i.busy.take(name)?;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         let (id, _) = split_upload_id(&rec.upload_id);
-        let mut staged = i.staged.lock().unwrap_or_else(|p| p.into_inner());
-        let state = match staged.remove(name) {
+        let state = match i.take_staged(name) {
             Some(s) if s.upload_id == id => s,
             other => {
                 // Routed by another front end, or before a restart: start over here.
                 if let Some(s) = other {
-                    for p in s.parts {
-                        p.abort();
-                    }
+                    i.abandon(s);
                 }
                 i.abort_if_abandoned(&rec);
                 let fresh = new_id();
@@ -508,7 +587,6 @@ impl Store for ObjStore {
                 Staged::new(fresh.clone(), i.key(&fresh), i.algo)
             }
         };
-        drop(staged);
         claim.keep(); // from here on the sink releases it when dropped
         let rec = UploadRecord { upload_id: state.upload_id.clone(), ..rec };
         Ok(Box::new(ObjUpload { store: self.inner.clone(), rec, state: Some(state) }))
@@ -633,6 +711,16 @@ impl RangeRead for ObjReader {
             }
             None => s.block_on(s.os.get_range(&self.key, offset..offset + len)),
         };
+        // An object reported missing is asked for once more before the blob is marked: a
+        // server without read-after-write consistency, or one re-balancing, may say so
+        // for a moment.
+        let got = match got {
+            Err(object_store::Error::NotFound { .. }) => {
+                std::thread::sleep(Duration::from_millis(200));
+                s.block_on(s.os.get_range(&self.key, offset..offset + len))
+            }
+            other => other,
+        };
         match got {
             Ok(b) => Ok(b),
             Err(object_store::Error::NotFound { .. }) => {
@@ -717,10 +805,10 @@ impl ObjUpload {
             let mp = store
                 .block_on(store.os.create_multipart(&s.key))
                 .map_err(|e| os_error("starting a multipart upload", e))?;
+            s.multipart = Some(mp.clone());
             // Recorded so a front end that expires this upload can abort it.
             let stored = UploadRecord { upload_id: format!("{} {mp}", s.upload_id), ..rec };
             store.cat.put_upload(&stored)?;
-            s.multipart = Some(mp);
         }
         // Wait while too many parts are in flight.
         let permit = store

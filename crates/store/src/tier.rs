@@ -57,7 +57,8 @@ impl Tier {
     /// Hold up to `budget` bytes of blobs no larger than `max_blob` each in memory, in front
     /// of `back`.
     pub fn new(back: Arc<dyn Store>, budget: u64, max_blob: u64) -> Self {
-        Self::with(back, Arc::new(InMemory(Lru::new(budget as usize, 1 << 20))), budget, max_blob)
+        let held = InMemory(Arc::new(Lru::new(budget as usize, 1 << 20)));
+        Self::with(back, Arc::new(held), budget, max_blob)
     }
 
     /// The same on local disk: a filesystem store in `dir` (created if needed; copies kept
@@ -176,7 +177,20 @@ struct Held {
     chunks: ChunkDigests,
 }
 
-struct InMemory(Lru<String, Held>);
+struct InMemory(Arc<Lru<String, Held>>);
+
+impl InMemory {
+    /// A reader finding the copy damaged (memory going bad) drops it: the next read goes
+    /// to the store behind.
+    fn marker(&self, name: &str) -> crate::source::CorruptionMarker {
+        let (lru, name) = (Arc::downgrade(&self.0), name.to_string());
+        Arc::new(move |_reason: &str| {
+            if let Some(lru) = lru.upgrade() {
+                lru.remove(&name);
+            }
+        })
+    }
+}
 
 impl Holder for InMemory {
     fn get(&self, now: &BlobRecord) -> Option<BlobSource> {
@@ -185,7 +199,7 @@ impl Holder for InMemory {
             self.0.remove(&now.name);
             return None;
         }
-        BlobSource::memory(h.record, h.bytes, h.chunks, None).ok()
+        BlobSource::memory(h.record, h.bytes, h.chunks, Some(self.marker(&now.name))).ok()
     }
 
     fn keep(&self, src: &BlobSource) -> Result<BlobSource> {
@@ -194,8 +208,9 @@ impl Holder for InMemory {
             bytes: src.all()?,
             chunks: src.chunk_digests().clone(),
         };
-        self.0.put(held.record.name.clone(), held.clone(), held.bytes.len().max(1));
-        BlobSource::memory(held.record, held.bytes, held.chunks, None)
+        let name = held.record.name.clone();
+        self.0.put(name.clone(), held.clone(), held.bytes.len().max(1));
+        BlobSource::memory(held.record, held.bytes, held.chunks, Some(self.marker(&name)))
     }
 
     fn forget(&self, name: &str) {

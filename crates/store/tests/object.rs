@@ -97,12 +97,32 @@ fn a_lost_object_is_corrupt_not_empty_and_orphans_are_collected() {
     // An object no row references (a crash between upload and commit).
     let client = cfg.build().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let orphan = object_store::path::Path::from(format!("{prefix}/orphan"));
-    rt.block_on(client.put(&orphan, bytes::Bytes::from_static(b"partial").into())).unwrap();
+    let put = |key: &str| {
+        let key = object_store::path::Path::from(format!("{prefix}/{key}"));
+        rt.block_on(client.put(&key, bytes::Bytes::from_static(b"partial").into())).unwrap();
+        key
+    };
+    let orphan = put("0123456789abcdef0123456789abcdef");
+    // Not the store's to collect: other names, keys under a deeper prefix.
+    let foreign = [put("notes.txt"), put("0123456789abcdef0123456789abcdef/x")];
     assert_eq!(s.collect_garbage(bs_store::ORPHAN_AGE).unwrap(), 0, "young: maybe committing");
     assert_eq!(s.collect_garbage(Duration::ZERO).unwrap(), 1);
     assert!(rt.block_on(client.head(&orphan)).is_err(), "gone");
+    for key in &foreign {
+        assert!(rt.block_on(client.head(key)).is_ok(), "{key} left alone");
+    }
     assert_eq!(read_all(&s, "kept"), b"kept bytes");
+    // A front end with another catalogue on the same prefix would see every object as an
+    // orphan: it is refused before it collects anything.
+    let e = ObjStore::open_s3(&cfg, Catalogue::open_in_memory().unwrap()).err().unwrap();
+    assert!(
+        matches!(e, StoreError::Config(_)) && e.to_string().contains("another catalogue"),
+        "{e}"
+    );
+    assert_eq!(read_all(&s, "kept"), b"kept bytes");
+    let mut empty = cfg.clone();
+    empty.prefix = "/".into();
+    assert!(ObjStore::open_s3(&empty, Catalogue::open_in_memory().unwrap()).is_err());
 }
 
 #[test]
