@@ -16,6 +16,16 @@ type Result<T> = std::result::Result<T, MetaError>;
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 16;
 
+/// Connections open at once, at most, per pool; more callers wait (up to [`WAIT_FOR_CONN`]).
+const MAX_OPEN: usize = 64;
+
+/// How long a caller waits for a connection when [`MAX_OPEN`] are in use.
+const WAIT_FOR_CONN: Duration = Duration::from_secs(30);
+
+/// An idle connection unused this long is checked (one round trip) before it is handed out,
+/// so a server restarted meanwhile costs a reconnection, not a failed request.
+const CHECK_AFTER: Duration = Duration::from_secs(10);
+
 /// Advisory lock key serialising schema changes (any fixed number; "blobstrm" in ASCII).
 const SCHEMA_LOCK: i64 = 0x626c_6f62_7374_726d;
 
@@ -24,7 +34,11 @@ pub(crate) struct PgPool {
     /// TLS as the URL's `sslmode` asks (`prefer`, the default, uses it when the server
     /// offers it; `require` refuses a server without it; `disable` never uses it).
     tls: MakeRustlsConnect,
-    idle: Mutex<Vec<Client>>,
+    /// Idle connections and when each was last used.
+    idle: Mutex<Vec<(Client, std::time::Instant)>>,
+    /// Connections open now (idle or lent), and a signal when one is returned or closed.
+    open: Mutex<usize>,
+    returned: std::sync::Condvar,
     /// `postgres://host:port/db` for logs (no user, no password).
     describe: String,
 }
@@ -64,7 +78,14 @@ impl PgPool {
             hosts.join(","),
             config.get_dbname().unwrap_or("postgres")
         );
-        let pool = Self { config, tls, idle: Mutex::new(Vec::new()), describe };
+        let pool = Self {
+            config,
+            tls,
+            idle: Mutex::new(Vec::new()),
+            open: Mutex::new(0),
+            returned: std::sync::Condvar::new(),
+            describe,
+        };
         pool.apply_schema(schema)?;
         Ok(pool)
     }
@@ -82,18 +103,62 @@ impl PgPool {
         &self.describe
     }
 
-    /// A connection: an idle one that is still open, or a new one.
+    /// A connection: an idle one that is still good, or a new one while fewer than
+    /// [`MAX_OPEN`] are open; otherwise wait for one to come back.
     pub(crate) fn get(&self) -> Result<Pooled<'_>> {
+        let until = std::time::Instant::now() + WAIT_FOR_CONN;
         loop {
-            let c = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-            match c {
-                Some(c) if c.is_closed() => continue,
-                Some(c) => return Ok(Pooled { pool: self, client: Some(c) }),
-                None => break,
+            loop {
+                let c = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                let Some((mut c, used)) = c else { break };
+                if c.is_closed()
+                    || used.elapsed() > CHECK_AFTER && c.is_valid(Duration::from_secs(5)).is_err()
+                {
+                    self.closed(c);
+                    continue;
+                }
+                return Ok(Pooled { pool: self, client: Some(c) });
             }
+            let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            if *open < MAX_OPEN {
+                *open += 1;
+                drop(open);
+                return match self.config.connect(self.tls.clone()) {
+                    Ok(c) => Ok(Pooled { pool: self, client: Some(c) }),
+                    Err(e) => {
+                        self.release_slot();
+                        Err(self.error(e))
+                    }
+                };
+            }
+            // Checked under the lock a returning connection takes to signal, so its signal
+            // cannot fall between this look and the wait.
+            if !self.idle.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+                continue;
+            }
+            let now = std::time::Instant::now();
+            if now >= until {
+                return Err(MetaError::Unavailable(format!(
+                    "all {MAX_OPEN} connections to PostgreSQL at {} stayed busy for {}s",
+                    self.describe,
+                    WAIT_FOR_CONN.as_secs()
+                )));
+            }
+            let _ = self.returned.wait_timeout(open, until - now);
         }
-        let c = self.config.connect(self.tls.clone()).map_err(|e| self.error(e))?;
-        Ok(Pooled { pool: self, client: Some(c) })
+    }
+
+    /// One connection fewer is open.
+    fn release_slot(&self) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        *open = open.saturating_sub(1);
+        self.returned.notify_one();
+    }
+
+    /// Close `c` (off the executor: a client says goodbye to the server, blocking to do so).
+    fn closed(&self, c: Client) {
+        off_executor(move || drop(c));
+        self.release_slot();
     }
 
     /// What a PostgreSQL failure means to callers: the server unreachable (down, refusing,
@@ -279,12 +344,14 @@ impl Drop for Pooled<'_> {
         if !c.is_closed() {
             let mut idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
             if idle.len() < MAX_IDLE {
-                idle.push(c);
+                idle.push((c, std::time::Instant::now()));
+                drop(idle);
+                let _open = self.pool.open.lock().unwrap_or_else(|p| p.into_inner());
+                self.pool.returned.notify_one();
                 return;
             }
         }
-        // A client says goodbye to the server when dropped, blocking to do so.
-        off_executor(move || drop(c));
+        self.pool.closed(c);
     }
 }
 

@@ -309,3 +309,20 @@ fn postgres_over_tls_with_its_ca_and_not_without() {
     let ix = ImageIndex::connect_postgres(&tls).unwrap();
     ix.put_not_image("over/tls", "x:1", "not an image").unwrap();
 }
+
+#[test]
+fn more_callers_than_connections_are_all_served() {
+    // More threads at once than the pool opens connections (64): they wait their turn.
+    let url = server().fresh_db().unwrap();
+    let c = Catalogue::connect_postgres(&url).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..96 {
+            let c = &c;
+            s.spawn(move || {
+                c.commit_blob(&rec(&format!("many/{t}")), "f", b"", |_| true).unwrap();
+                assert!(c.blob(&format!("many/{t}")).unwrap().is_some());
+            });
+        }
+    });
+    assert_eq!(c.list("many/", "", 200).unwrap().len(), 96);
+}
