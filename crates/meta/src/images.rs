@@ -72,7 +72,7 @@ pub struct ImageIndex {
 
 enum Backend {
     Sqlite(Db),
-    Postgres(PgImages),
+    Postgres(Box<PgImages>),
 }
 
 /// One row as both databases store it.
@@ -113,7 +113,7 @@ impl ImageIndex {
     /// The index in PostgreSQL at `url` (the catalogue's database), shared by every front
     /// end.
     pub fn connect_postgres(url: &str) -> Result<Self> {
-        let pg = crate::pg::off_executor(|| PgImages::connect(url))?;
+        let pg = Box::new(crate::pg::off_executor(|| PgImages::connect(url))?);
         Ok(Self { backend: Backend::Postgres(pg) })
     }
 
