@@ -17,7 +17,7 @@ use std::time::Instant;
 use bs_client::{Client, RouteRequest};
 use bs_meta::Catalogue;
 use bs_server::{BackgroundServer, ServerConfig};
-use bs_store::{FsStore, MemoryTier, ObjStore, S3Config};
+use bs_store::{FsStore, ObjStore, S3Config, Tier};
 use bytes::Bytes;
 use object_store::ObjectStore;
 
@@ -182,7 +182,7 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     // The memory tier: a repeated 32 MB get, against the filesystem store's.
     {
         let data = payload(32_000_000);
-        let tier = MemoryTier::new(Arc::new(store.clone()), 256 << 20, 64 << 20);
+        let tier = Tier::new(Arc::new(store.clone()), 256 << 20, 64 << 20);
         let tier_server = BackgroundServer::start(Arc::new(tier), ServerConfig::ephemeral())?;
         let tier_client = Client::connect(&tier_server.control_addr().to_string())?;
         let fs = FsStore::open(tmp.path().join("fs"))?;

@@ -68,11 +68,6 @@ impl Catalogue {
         on_backend!(self, c => c.describe())
     }
 
-    /// Whether other processes may write this catalogue at the same time (PostgreSQL).
-    pub fn is_shared(&self) -> bool {
-        matches!(self.backend, Backend::Postgres(_))
-    }
-
     /// A committed blob and its store location.
     pub fn blob(&self, name: &str) -> Result<Option<(BlobRecord, String)>> {
         on_backend!(self, c => c.blob(name))

@@ -141,6 +141,16 @@ impl PgCatalogue {
                     &[&rec.name],
                 )
                 .map_err(|e| p.error(e))?;
+            let row: [&(dyn postgres::types::ToSql + Sync); 8] = [
+                &rec.name,
+                &location,
+                &size,
+                &rec.content_type,
+                &rec.digest,
+                &rec.created_ms,
+                &metadata,
+                &chunks,
+            ];
             let written = match &old {
                 Some(old) => {
                     let allowed = may_replace.take().expect("checked once");
@@ -152,16 +162,7 @@ impl PgCatalogue {
                          digest = $5, created_ms = $6, metadata = $7, chunks = $8,
                          corrupt = NULL
                          WHERE name = $1",
-                        &[
-                            &rec.name,
-                            &location,
-                            &size,
-                            &rec.content_type,
-                            &rec.digest,
-                            &rec.created_ms,
-                            &metadata,
-                            &chunks,
-                        ],
+                        &row,
                     )
                 }
                 None => tx.execute(
@@ -169,16 +170,7 @@ impl PgCatalogue {
                      (name, location, size, content_type, digest, created_ms, metadata, chunks)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                      ON CONFLICT (name) DO NOTHING",
-                    &[
-                        &rec.name,
-                        &location,
-                        &size,
-                        &rec.content_type,
-                        &rec.digest,
-                        &rec.created_ms,
-                        &metadata,
-                        &chunks,
-                    ],
+                    &row,
                 ),
             }
             .map_err(|e| p.error(e))?;

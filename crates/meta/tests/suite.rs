@@ -275,7 +275,6 @@ fn postgres_errors_name_what_went_wrong() {
     assert!(e.to_string().contains("no_such_db"), "{e}");
     let c = Catalogue::connect_postgres(&server().fresh_db().unwrap()).unwrap();
     assert!(c.describe().starts_with("postgres://127.0.0.1:"), "{}", c.describe());
-    assert!(c.is_shared());
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! access key allowed on it. Driven through Garage's own CLI, as an operator would.
 
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -30,7 +30,6 @@ pub struct GarageNode {
     dir: PathBuf,
     config: PathBuf,
     s3_port: u16,
-    rpc_port: u16,
     server: Option<Guarded>,
 }
 
@@ -45,10 +44,6 @@ impl GarageNode {
         if let Some(mut s) = self.server.take() {
             s.stop();
         }
-    }
-
-    pub fn running(&mut self) -> bool {
-        self.server.as_mut().is_some_and(Guarded::running)
     }
 }
 
@@ -112,7 +107,7 @@ admin_token = "{admin}"
             let cmd: Vec<&OsStr> =
                 vec![bin.as_os_str(), OsStr::new("-c"), config.as_os_str(), OsStr::new("server")];
             let server = Guarded::spawn("garage", &dir, &dir.join("server.log"), "TERM", &cmd)?;
-            nodes.push(GarageNode { dir, config, s3_port, rpc_port, server: Some(server) });
+            nodes.push(GarageNode { dir, config, s3_port, server: Some(server) });
         }
         let mut g = Self {
             bin,
@@ -210,16 +205,6 @@ admin_token = "{admin}"
 
     pub fn nodes(&mut self) -> &mut [GarageNode] {
         &mut self.nodes
-    }
-
-    /// Where node `i` keeps its files.
-    pub fn dir(&self, i: usize) -> &Path {
-        &self.nodes[i].dir
-    }
-
-    /// Node `i`'s RPC port.
-    pub fn rpc_port(&self, i: usize) -> u16 {
-        self.nodes[i].rpc_port
     }
 }
 

@@ -171,16 +171,6 @@ impl Postgres {
         Ok(pg)
     }
 
-    /// The loopback port it listens on.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Where its files are.
-    pub fn dir(&self) -> &std::path::Path {
-        &self.dir
-    }
-
     /// A connection URL for database `db`.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}?connect_timeout=10", self.port)

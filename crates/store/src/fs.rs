@@ -16,6 +16,7 @@ use std::sync::Arc;
 use bs_meta::{BlobRecord, Catalogue, Commit, StoredBlob, UploadRecord, now_ms};
 use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 
+use crate::catalogued;
 use crate::claim::Claims;
 use crate::error::StoreError;
 use crate::events::{Listener, Listeners, StoreEvent};
@@ -43,7 +44,7 @@ pub struct FsStore {
 
 struct Inner {
     root: PathBuf,
-    cat: Catalogue,
+    cat: Arc<Catalogue>,
     algo: DigestAlgo,
     /// Names whose pending upload is open by a writer.
     busy: Claims,
@@ -60,7 +61,7 @@ impl FsStore {
         let store = Self {
             inner: Arc::new(Inner {
                 root,
-                cat,
+                cat: Arc::new(cat),
                 algo: DigestAlgo::default(),
                 busy: Claims::default(),
                 listeners: Listeners::default(),
@@ -178,10 +179,7 @@ impl Store for FsStore {
     }
 
     fn stat(&self, name: &str) -> Result<BlobRecord> {
-        validate_name(name)?;
-        let (rec, _) =
-            self.inner.cat.blob(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
-        Ok(rec)
+        catalogued::stat(&self.inner.cat, name)
     }
 
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
@@ -218,11 +216,7 @@ impl Store for FsStore {
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
         validate_name(&spec.name)?;
         let i = &self.inner;
-        if let Some((b, _)) = i.cat.blob(&spec.name)?
-            && !may_replace(spec.overwrite, &spec.refuse_digests, &b.digest)
-        {
-            return Err(StoreError::AlreadyExists(spec.name.clone()));
-        }
+        catalogued::refuse_existing(&i.cat, &spec.name, spec.overwrite, &spec.refuse_digests)?;
         if let (Some(size), Some(free)) = (spec.size, i.free_bytes())
             && size > free
         {
@@ -284,15 +278,7 @@ impl Store for FsStore {
     }
 
     fn open_read(&self, name: &str) -> Result<BlobSource> {
-        validate_name(name)?;
-        let stored = self.stored(name)?;
-        if let Some(reason) = &stored.corrupt {
-            return Err(StoreError::Corrupt {
-                name: name.to_string(),
-                reason: format!("marked corrupt ({reason}); restore or delete it"),
-            });
-        }
-        self.open_stored(stored)
+        self.open_stored(catalogued::readable(&self.inner.cat, name)?)
     }
 
     fn subscribe(&self, listener: Listener) {
@@ -301,22 +287,13 @@ impl Store for FsStore {
 
     fn expire_uploads(&self, age: std::time::Duration) -> Result<Vec<String>> {
         let i = &self.inner;
-        let cutoff = now_ms().saturating_sub(age.as_millis() as i64);
-        let mut gone = Vec::new();
-        for (name, id) in i.cat.uploads_created_before(cutoff)? {
-            // A transfer writing it right now keeps it.
-            let Ok(_claim) = i.busy.take(&name) else { continue };
-            // Under the claim: still the same stale upload (not resumed or replaced since)?
-            if i.cat.upload(&name)?.is_none_or(|u| u.upload_id != id || u.created_ms >= cutoff) {
-                continue;
+        catalogued::expire_uploads(&i.cat, &i.busy, age, |name| {
+            let id = i.discard_upload(name)?;
+            if let Some(id) = &id {
+                let _ = fs::remove_file(i.staging_path(id));
             }
-            if let Some(id) = i.discard_upload(&name)? {
-                tracing::info!(%name, "removing an upload left pending too long");
-                let _ = fs::remove_file(i.staging_path(&id));
-                gone.push(name);
-            }
-        }
-        Ok(gone)
+            Ok(id)
+        })
     }
 
     fn scrub_blob(&self, name: &str, pace: &mut dyn FnMut(u64) -> bool) -> Result<bool> {
@@ -405,12 +382,7 @@ impl FsStore {
 
     /// What a reader calls when it finds `name` (stored at `location`) corrupt.
     fn marker(&self, name: &str, location: &str) -> CorruptionMarker {
-        let (inner, name, loc) = (self.inner.clone(), name.to_string(), location.to_string());
-        Arc::new(move |reason: &str| {
-            if let Err(e) = inner.cat.set_corrupt(&name, &loc, Some(reason)) {
-                tracing::error!(blob = %name, error = %e, "cannot mark blob corrupt");
-            }
-        })
+        catalogued::marker(self.inner.cat.clone(), name, location)
     }
 }
 
@@ -477,11 +449,7 @@ impl UploadSink for FsUpload {
         let name = self.rec.name.clone();
         check_complete(&name, self.rec.size, self.received)?;
         let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
-        if let Some((b, _)) = i.cat.blob(&name)?
-            && !may_replace(overwrite, &refuse, &b.digest)
-        {
-            return Err(StoreError::AlreadyExists(name));
-        }
+        catalogued::refuse_existing(&i.cat, &name, overwrite, &refuse)?;
         let file = self.file.take().expect("open until commit");
         let tracked = self.chunks.take().filter(|c| c.len() == self.received);
         let (digest, chunks) = match (whole, tracked) {

@@ -6,6 +6,7 @@
 //! faults so error paths can be tested against real stores. Every read goes through
 //! [`BlobSource`], which verifies each chunk before handing it on; [`scrub`] re-reads them all.
 
+mod catalogued;
 mod claim;
 mod error;
 mod events;
@@ -33,9 +34,7 @@ pub use mem::MemStore;
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use object::{Backend as ObjectBackend, ORPHAN_AGE, ObjStore, PART_SIZE, S3Config};
 pub use scrub::{ScrubOptions, ScrubReport, scrub};
-pub use source::{
-    BlobSource, CorruptionMarker, Pieces, REMOTE_WINDOW, RangeRead, corruption_found,
-};
+pub use source::{BlobSource, CorruptionMarker, Pieces, RangeRead, corruption_found};
 pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range};
-pub use tier::{MemoryTier, Tier};
+pub use tier::Tier;
 pub use whole::put_bytes;

@@ -43,6 +43,7 @@ use object_store::path::Path as ObjPath;
 use object_store::{MultipartId, ObjectStore, PutPayload};
 use tokio::task::JoinHandle;
 
+use crate::catalogued::{self, cutoff_ms};
 use crate::claim::Claims;
 use crate::error::StoreError;
 use crate::events::{Listener, Listeners, StoreEvent};
@@ -152,7 +153,7 @@ pub struct ObjStore {
 struct Inner {
     os: Arc<dyn Backend>,
     prefix: String,
-    cat: Catalogue,
+    cat: Arc<Catalogue>,
     algo: DigestAlgo,
     rt: OwnRuntime,
     busy: Claims,
@@ -249,7 +250,7 @@ impl ObjStore {
             inner: Arc::new(Inner {
                 os,
                 prefix,
-                cat,
+                cat: Arc::new(cat),
                 algo: DigestAlgo::default(),
                 rt,
                 busy: Claims::default(),
@@ -298,11 +299,6 @@ impl ObjStore {
             )));
         }
         Ok(())
-    }
-
-    /// The catalogue.
-    pub fn catalogue(&self) -> &Catalogue {
-        &self.inner.cat
     }
 
     /// One listing request: fails clearly on a wrong key, a missing bucket, a server down.
@@ -396,11 +392,6 @@ impl Drop for OwnRuntime {
     }
 }
 
-/// Unix milliseconds `age` ago.
-fn cutoff_ms(age: Duration) -> i64 {
-    now_ms().saturating_sub(age.as_millis() as i64)
-}
-
 impl Inner {
     fn key(&self, id: &str) -> ObjPath {
         ObjPath::from(format!("{}/{id}", self.prefix))
@@ -478,10 +469,7 @@ impl Store for ObjStore {
     }
 
     fn stat(&self, name: &str) -> Result<BlobRecord> {
-        validate_name(name)?;
-        let (rec, _) =
-            self.inner.cat.blob(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
-        Ok(rec)
+        catalogued::stat(&self.inner.cat, name)
     }
 
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
@@ -513,11 +501,7 @@ impl Store for ObjStore {
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
         validate_name(&spec.name)?;
         let i = &self.inner;
-        if let Some((b, _)) = i.cat.blob(&spec.name)?
-            && !may_replace(spec.overwrite, &spec.refuse_digests, &b.digest)
-        {
-            return Err(StoreError::AlreadyExists(spec.name.clone()));
-        }
+        catalogued::refuse_existing(&i.cat, &spec.name, spec.overwrite, &spec.refuse_digests)?;
         let _claim = i.busy.take(&spec.name)?;
         // Under the claim nobody else touches this name's staged state; the map's lock is
         // held only to take it out and put it back, never across network calls.
@@ -601,15 +585,8 @@ impl Store for ObjStore {
     }
 
     fn open_read(&self, name: &str) -> Result<BlobSource> {
-        validate_name(name)?;
         let i = &self.inner;
-        let s = i.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
-        if let Some(reason) = &s.corrupt {
-            return Err(StoreError::Corrupt {
-                name: name.to_string(),
-                reason: format!("marked corrupt ({reason}); restore or delete it"),
-            });
-        }
+        let s = catalogued::readable(&i.cat, name)?;
         let Some(chunks) = &s.chunks else {
             return Err(StoreError::Corrupt {
                 name: name.to_string(),
@@ -619,7 +596,7 @@ impl Store for ObjStore {
         let chunks = ChunkDigests::decode(chunks, s.record.size).map_err(|e| {
             StoreError::Corrupt { name: name.to_string(), reason: format!("catalogue: {e}") }
         })?;
-        let marker = self.marker(name, &s.location);
+        let marker = catalogued::marker(i.cat.clone(), name, &s.location);
         let reader = Arc::new(ObjReader {
             store: self.inner.clone(),
             name: name.to_string(),
@@ -638,31 +615,7 @@ impl Store for ObjStore {
 
     fn expire_uploads(&self, age: Duration) -> Result<Vec<String>> {
         let i = &self.inner;
-        let cutoff = cutoff_ms(age);
-        let mut gone = Vec::new();
-        for (name, id) in i.cat.uploads_created_before(cutoff)? {
-            let Ok(_claim) = i.busy.take(&name) else { continue };
-            if i.cat.upload(&name)?.is_none_or(|u| u.upload_id != id || u.created_ms >= cutoff) {
-                continue;
-            }
-            if i.discard_upload(&name)?.is_some() {
-                tracing::info!(%name, "removing an upload left pending too long");
-                gone.push(name);
-            }
-        }
-        Ok(gone)
-    }
-}
-
-impl ObjStore {
-    /// What a reader calls when it finds `name` (stored at `location`) corrupt.
-    fn marker(&self, name: &str, location: &str) -> CorruptionMarker {
-        let (inner, name, loc) = (self.inner.clone(), name.to_string(), location.to_string());
-        Arc::new(move |reason: &str| {
-            if let Err(e) = inner.cat.set_corrupt(&name, &loc, Some(reason)) {
-                tracing::error!(blob = %name, error = %e, "cannot mark blob corrupt");
-            }
-        })
+        catalogued::expire_uploads(&i.cat, &i.busy, age, |name| i.discard_upload(name))
     }
 }
 
@@ -923,11 +876,7 @@ impl UploadSink for ObjUpload {
         let name = self.rec.name.clone();
         check_complete(&name, self.rec.size, self.received())?;
         let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
-        if let Some((b, _)) = i.cat.blob(&name)?
-            && !may_replace(overwrite, &refuse, &b.digest)
-        {
-            return Err(StoreError::AlreadyExists(name));
-        }
+        catalogued::refuse_existing(&i.cat, &name, overwrite, &refuse)?;
         let s = self.state();
         let size = s.received();
         let mut hasher = s.hasher.clone();

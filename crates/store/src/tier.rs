@@ -50,9 +50,6 @@ pub struct Tier {
     misses: AtomicU64,
 }
 
-/// The memory tier's name for [`Tier`] (what it was called first).
-pub type MemoryTier = Tier;
-
 impl Tier {
     /// Hold up to `budget` bytes of blobs no larger than `max_blob` each in memory, in front
     /// of `back`.

@@ -257,7 +257,7 @@ fn postgres_down_mid_request_is_unavailable_and_nothing_half_visible() {
 #[test]
 fn the_memory_tier_serves_repeats_and_follows_changes_from_other_front_ends() {
     let (a, b) = two_front_ends();
-    let tier = bs_store::MemoryTier::new(std::sync::Arc::new(a), 3 << 20, 2 << 20);
+    let tier = bs_store::Tier::new(std::sync::Arc::new(a), 3 << 20, 2 << 20);
     bs_store::put_bytes(&tier, &spec("hot", None), &data(1 << 20, 7)).unwrap();
     bs_store::put_bytes(&tier, &spec("huge", None), &data(3 << 20, 8)).unwrap();
     for _ in 0..3 {

@@ -211,7 +211,7 @@ macro_rules! suite {
         mod s3 { $( #[test] fn $t() { super::$t(&super::common::s3_store()); } )* }
         mod memory_tier_over_s3 { $( #[test] fn $t() {
             let back = std::sync::Arc::new(super::common::s3_store());
-            super::$t(&bs_store::MemoryTier::new(back, 64 << 20, 16 << 20));
+            super::$t(&bs_store::Tier::new(back, 64 << 20, 16 << 20));
         } )* }
         mod disk_tier_over_s3 { $( #[test] fn $t() {
             let back = std::sync::Arc::new(super::common::s3_store());
