@@ -85,7 +85,7 @@ impl Plan {
         } else {
             Plan {
                 runs: 7,
-                round_trips: 4000,
+                round_trips: 20000,
                 bulk: 1024 * MB,
                 pool_iterations: 20000,
                 probe_messages: 2000,
