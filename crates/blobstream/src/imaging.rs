@@ -67,12 +67,14 @@ pub fn filter(a: FilterArgs) -> Result<()> {
     let input = bs_imageio::read(&a.input, &limits)?;
     // DICOM pixels are decoded as modality value + offset (so signed data fits u16): give the
     // window its center and width in modality units (HU for CT), as radiologists state them.
-    // (MONOCHROME1 data is stored inverted; there the values stay decoded-pixel units.)
+    // (MONOCHROME1 data is stored inverted, and 32-bit or float data scaled: there the
+    // values stay decoded-pixel units.)
     let mut params = params;
     if let (Some(offset), Some(_)) =
         (input.meta.pixel_offset, f.info().params.iter().find(|p| p.name == "intercept"))
         && params.get("intercept").is_none()
         && input.meta.pixel_inverted != Some(true)
+        && input.meta.pixel_scale.is_none()
     {
         params = params.with("intercept", -offset);
     }
@@ -84,6 +86,7 @@ pub fn filter(a: FilterArgs) -> Result<()> {
         // the input had one, otherwise its own range).
         bs_imageio::apply_window(&Decoded {
             image: out,
+            frames: Vec::new(),
             format: input.format,
             meta: input.meta.clone(),
         })

@@ -31,8 +31,11 @@ pub struct ImagePyramid {
 impl ImagePyramid {
     /// Read an image file (any format the imageio crate reads; 16-bit samples are scaled to 8).
     pub fn read(path: &Path, tile: u32, levels: u32) -> Result<Self, DpssError> {
-        let d = bs_imageio::read(path, &Limits { max_pixels: 1 << 31, max_bytes: 8 << 30 })
-            .map_err(|e| DpssError::Image(e.to_string()))?;
+        let d = bs_imageio::read(
+            path,
+            &Limits { max_pixels: 1 << 31, max_bytes: 8 << 30, ..Limits::default() },
+        )
+        .map_err(|e| DpssError::Image(e.to_string()))?;
         let img = match d.image {
             DynImage::U8(i) => i,
             DynImage::U16(i) => Image {

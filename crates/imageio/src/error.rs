@@ -25,7 +25,7 @@ pub enum ImageIoError {
     #[error("{file}: {format}: unsupported: {reason}")]
     Unsupported { file: String, format: Format, reason: String },
     /// A DICOM file whose transfer syntax this crate cannot decode.
-    #[error("{file}: DICOM transfer syntax {name} ({uid}) is not supported")]
+    #[error("{file}: DICOM: unsupported: transfer syntax {name} ({uid})")]
     UnsupportedTransferSyntax { file: String, uid: String, name: String },
     /// The image has more pixels than [`Limits::max_pixels`](crate::Limits::max_pixels).
     #[error("{file}: image of {width}×{height} pixels exceeds the limit of {limit} pixels")]

@@ -16,20 +16,22 @@ pub struct Limits {
     /// Most pixels (width × height) an image may have. Default 100 000 000.
     pub max_pixels: u64,
     /// Most bytes the input may have, and most bytes a decoder may allocate for decompressed
-    /// data or the decoded image. Default 1 GiB.
+    /// data or the decoded image (all its frames). Default 1 GiB.
     pub max_bytes: u64,
+    /// Most frames a multi-frame image may have. Default 100 000.
+    pub max_frames: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_pixels: 100_000_000, max_bytes: 1 << 30 }
+        Self { max_pixels: 100_000_000, max_bytes: 1 << 30, max_frames: 100_000 }
     }
 }
 
 impl Limits {
     /// No practical limit (for trusted input).
     pub fn none() -> Self {
-        Self { max_pixels: u64::MAX, max_bytes: u64::MAX }
+        Self { max_pixels: u64::MAX, max_bytes: u64::MAX, max_frames: u64::MAX }
     }
 
     /// Refuse `width × height` over `max_pixels`, and a decoded buffer of `bytes_per_pixel`
@@ -54,6 +56,26 @@ impl Limits {
         Ok(())
     }
 
+    /// Refuse `frames` frames of `width × height` whose decoded bytes together exceed
+    /// `max_bytes`.
+    pub(crate) fn check_frames(
+        &self,
+        width: u64,
+        height: u64,
+        bytes_per_pixel: u64,
+        frames: u64,
+    ) -> Result<(), ImageIoError> {
+        let bytes =
+            width.saturating_mul(height).saturating_mul(bytes_per_pixel).saturating_mul(frames);
+        if bytes > self.max_bytes {
+            return Err(ImageIoError::too_many_bytes(
+                format!("{frames} decoded frames of {width}×{height} ({bytes} bytes)"),
+                self.max_bytes,
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_input(&self, len: usize) -> Result<(), ImageIoError> {
         if len as u64 > self.max_bytes {
             return Err(ImageIoError::too_many_bytes(
@@ -68,7 +90,11 @@ impl Limits {
 /// A decoded image.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decoded {
+    /// The image, or the first frame of a multi-frame image.
     pub image: DynImage,
+    /// The frames after the first, in order (empty for single-frame images); each has the
+    /// shape and pixel kind of [`Decoded::image`] and the same [`ImageMeta`] mapping.
+    pub frames: Vec<DynImage>,
     pub format: Format,
     pub meta: ImageMeta,
 }
@@ -89,10 +115,9 @@ pub struct ImageMeta {
     /// As in DICOM: MONOCHROME1, MONOCHROME2, RGB, YBR_FULL, ... For other formats MONOCHROME2
     /// for gray and RGB for colour (with or without alpha).
     pub photometric_interpretation: String,
-    /// Frames in the file (DICOM Number of Frames; 1 for other formats). Only the first frame
-    /// is decoded.
+    /// Frames in the file (DICOM Number of Frames; 1 for other formats).
     pub number_of_frames: u32,
-    /// Frames decoded into [`Decoded::image`]: always 1, the first.
+    /// Frames decoded: [`Decoded::image`] and [`Decoded::frames`] (all of them).
     pub frames_decoded: u32,
 
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,14 +161,19 @@ pub struct ImageMeta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transfer_syntax_name: Option<String>,
     /// DICOM grayscale only: how a decoded pixel value `p` relates to the modality value `m`
-    /// (stored value × slope + intercept): `p = pixel_offset + m`, or `p = pixel_offset − m`
-    /// when [`pixel_inverted`](Self::pixel_inverted) (MONOCHROME1). See
+    /// (stored value × slope + intercept): `m = (p − pixel_offset) × scale`, or
+    /// `m = (pixel_offset − p) × scale` when [`pixel_inverted`](Self::pixel_inverted)
+    /// (MONOCHROME1), with `scale` [`pixel_scale`](Self::pixel_scale) or 1. See
     /// [`modality_value`](Self::modality_value).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pixel_offset: Option<f64>,
     /// DICOM grayscale only: true when MONOCHROME1 values were inverted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pixel_inverted: Option<bool>,
+    /// DICOM grayscale only, when not 1: modality units per pixel step (32-bit and float
+    /// samples spread over 16 bits; 1/255 for 1-bit samples shown as 0 and 255).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pixel_scale: Option<f64>,
 }
 
 impl ImageMeta {
@@ -152,7 +182,8 @@ impl ImageMeta {
     pub fn modality_value(&self, pixel: u32) -> Option<f64> {
         let offset = self.pixel_offset?;
         let p = f64::from(pixel);
-        Some(if self.pixel_inverted == Some(true) { offset - p } else { p - offset })
+        let steps = if self.pixel_inverted == Some(true) { offset - p } else { p - offset };
+        Some(steps * self.pixel_scale.unwrap_or(1.0))
     }
 
     /// Every field that has a value, as strings, keyed by field name.
@@ -196,6 +227,7 @@ impl ImageMeta {
             ("window_center", self.window_center),
             ("window_width", self.window_width),
             ("pixel_offset", self.pixel_offset),
+            ("pixel_scale", self.pixel_scale),
         ];
         for (k, v) in numbers {
             if let Some(v) = v {

@@ -72,7 +72,7 @@ pub(crate) fn decode(
         frames_decoded: 1,
         ..ImageMeta::default()
     };
-    Ok(Decoded { image, format, meta })
+    Ok(Decoded { image, frames: Vec::new(), format, meta })
 }
 
 /// The `image` crate's pixels as ours.

@@ -31,7 +31,8 @@ pub fn apply_window(decoded: &Decoded) -> DynImage {
                     img.data.iter().fold((u16::MAX, 0u16), |(lo, hi), &v| (lo.min(v), hi.max(v)));
                 let (lo, hi) = (value(meta, lo), value(meta, hi));
                 let (lo, hi) = (lo.min(hi), lo.max(hi));
-                apply_window_with(decoded, (lo + hi + 1.0) / 2.0, hi - lo + 1.0)
+                let step = step(meta);
+                apply_window_with(decoded, (lo + hi + step) / 2.0, hi - lo + step)
             }
             DynImage::U16(_) => apply_window_with(decoded, 0.0, 1.0),
         },
@@ -43,8 +44,9 @@ pub fn apply_window(decoded: &Decoded) -> DynImage {
 pub fn apply_window_with(decoded: &Decoded, center: f64, width: f64) -> DynImage {
     let meta = &decoded.meta;
     let invert = meta.pixel_inverted == Some(true);
+    let step = step(meta);
     let map = |p: u16| {
-        let y = voi_linear(value(meta, p), center, width);
+        let y = voi_linear_in(value(meta, p), center, width, step);
         if invert { 255 - y } else { y }
     };
     match &decoded.image {
@@ -68,17 +70,30 @@ fn value(meta: &ImageMeta, p: u16) -> f64 {
     meta.modality_value(u32::from(p)).unwrap_or(f64::from(p))
 }
 
+/// Modality units between neighbouring pixel values (1 unless 32-bit or float samples were
+/// spread over 16 bits).
+fn step(meta: &ImageMeta) -> f64 {
+    meta.pixel_scale.map(f64::abs).filter(|s| *s > 0.0 && s.is_finite()).unwrap_or(1.0)
+}
+
 /// VOI LINEAR (PS3.3 C.11.2.1.2.1) into 0..=255.
 pub fn voi_linear(x: f64, center: f64, width: f64) -> u8 {
-    let width = if width.is_finite() { width.max(1.0) } else { 1.0 };
-    let c = center - 0.5;
-    let half = (width - 1.0) / 2.0;
+    voi_linear_in(x, center, width, 1.0)
+}
+
+/// VOI LINEAR for values whose neighbouring steps are `step` apart: the standard's formula
+/// counts in steps of 1 (the `0.5` and `1` in it are half a step and one step), so fractional
+/// values use it in units of their own step.
+pub fn voi_linear_in(x: f64, center: f64, width: f64, step: f64) -> u8 {
+    let width = if width.is_finite() { width.max(step) } else { step };
+    let c = center - step / 2.0;
+    let half = (width - step) / 2.0;
     if x.is_nan() || x <= c - half {
         0
     } else if x > c + half {
         255
     } else {
-        (((x - c) / (width - 1.0) + 0.5) * 255.0).round().clamp(0.0, 255.0) as u8
+        (((x - c) / (width - step) + 0.5) * 255.0).round().clamp(0.0, 255.0) as u8
     }
 }
 
@@ -93,6 +108,18 @@ fn with_data<T: bs_imaging::Sample, U: bs_imaging::Sample>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn voi_linear_in_fractional_steps_scales_the_standard() {
+        // Values 0..=1 in steps of 1/1000 behave as 0..=1000 in steps of 1.
+        for x in [-0.5, 0.0, 0.123, 0.5, 0.999, 1.0, 2.0] {
+            assert_eq!(
+                voi_linear_in(x, 0.5, 1.0, 0.001),
+                voi_linear(x * 1000.0, 500.0, 1000.0),
+                "{x}"
+            );
+        }
+    }
 
     #[test]
     fn voi_linear_matches_the_standard() {

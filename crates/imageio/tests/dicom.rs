@@ -7,6 +7,7 @@ mod common;
 use bs_imageio::{Format, ImageIoError, Limits, apply_window, decode, read};
 use bs_imaging::{DynImage, Image};
 use common::*;
+use dicom_core::DataElement;
 use dicom_dictionary_std::tags;
 
 fn gray8(w: usize, h: usize, data: Vec<u8>) -> DynImage {
@@ -304,7 +305,7 @@ fn rle_corrupt_segment_is_an_error() {
 }
 
 #[test]
-fn jpeg_baseline_through_dicom_pixeldata() {
+fn jpeg_baseline_gray_and_ybr() {
     let img = smooth_image8(16, 16, 1);
     let jpeg = bs_imageio::encode(&DynImage::U8(img.clone()), Format::Jpeg).unwrap();
     let bytes = image_file(
@@ -336,19 +337,196 @@ fn jpeg_baseline_through_dicom_pixeldata() {
 }
 
 #[test]
-fn multi_frame_decodes_the_first_frame() {
+fn multi_frame_decodes_every_frame() {
     let frames: Vec<u8> = (0..3 * 4).map(|i| i as u8).collect();
     let mut spec = PixelSpec::gray(2, 2, 8, 8, false);
     spec.frames = Some(3);
     let d = decode_ok(&image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(frames)));
     assert_eq!(d.image, gray8(2, 2, vec![0, 1, 2, 3]));
-    assert_eq!((d.meta.number_of_frames, d.meta.frames_decoded), (3, 1));
+    assert_eq!(d.frames, vec![gray8(2, 2, vec![4, 5, 6, 7]), gray8(2, 2, vec![8, 9, 10, 11])]);
+    assert_eq!((d.meta.number_of_frames, d.meta.frames_decoded), (3, 3));
+
+    // A frame missing from the data is an error, not two frames.
+    let err = decode(
+        &image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0; 10])),
+        None,
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ImageIoError::Truncated { .. }), "{err}");
+    // Too many frames for the limits is refused before decoding.
+    let few = Limits { max_frames: 2, ..Limits::default() };
+    let err =
+        decode(&image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0; 12])), None, &few)
+            .unwrap_err();
+    assert!(matches!(err, ImageIoError::TooManyBytes { .. }), "{err}");
 }
 
 #[test]
-fn jpeg_2000_and_unknown_transfer_syntaxes_are_refused_by_name() {
+fn multi_frame_rle_and_jpeg_by_fragment_table_and_marker() {
+    let a: Vec<u8> = (0..16).collect();
+    let b: Vec<u8> = (100..116).collect();
+    let mut spec = PixelSpec::gray(4, 4, 8, 8, false);
+    spec.frames = Some(2);
+    let rle = vec![rle_frame(&a, 1, 1), rle_frame(&b, 1, 1)];
+    let d = decode_ok(&image_file(RLE, &spec, vec![], pixel_data_encapsulated(rle)));
+    assert_eq!((d.image.clone(), d.frames.clone()), (gray8(4, 4, a), vec![gray8(4, 4, b)]));
+
+    // Two JPEG frames, the first split over two fragments: found by the Basic Offset Table,
+    // and without it by the start-of-image marker.
+    let f1 = smooth_image8(16, 16, 1);
+    let mut f2 = f1.clone();
+    f2.data.iter_mut().for_each(|v| *v = 255 - *v);
+    let j1 = bs_imageio::encode(&DynImage::U8(f1.clone()), Format::Jpeg).unwrap();
+    let j2 = bs_imageio::encode(&DynImage::U8(f2.clone()), Format::Jpeg).unwrap();
+    let (head, tail) = j1.split_at((j1.len() / 2) & !1);
+    let fragments = vec![head.to_vec(), tail.to_vec(), j2];
+    // Items have even lengths: an odd fragment is written with a padding byte.
+    let second_at = (8 + head.len() + 8 + tail.len().next_multiple_of(2)) as u32;
+    let mut spec = PixelSpec::gray(16, 16, 8, 8, false);
+    spec.frames = Some(2);
+    for pixels in [
+        pixel_data_encapsulated_with_table(vec![0, second_at], fragments.clone()),
+        pixel_data_encapsulated(fragments.clone()),
+    ] {
+        let d = decode_ok(&image_file(JPEG_BASELINE, &spec, vec![], pixels));
+        assert!(max_abs_diff(&d.image, &DynImage::U8(f1.clone())) <= 8);
+        assert_eq!(d.frames.len(), 1);
+        assert!(max_abs_diff(&d.frames[0], &DynImage::U8(f2.clone())) <= 8);
+    }
+    // A table pointing inside a fragment is refused.
+    let bad = pixel_data_encapsulated_with_table(vec![0, second_at + 1], fragments);
+    let err = decode(&image_file(JPEG_BASELINE, &spec, vec![], bad), None, &Limits::default())
+        .unwrap_err();
+    assert!(matches!(err, ImageIoError::Corrupt { .. }), "{err}");
+}
+
+/// YBR_FULL to RGB, as a JPEG decoder converts.
+fn ycbcr_to_rgb(y: f64, cb: f64, cr: f64) -> [u8; 3] {
+    let (cb, cr) = (cb - 128.0, cr - 128.0);
+    [y + 1.402 * cr, y - 0.344_136 * cb - 0.714_136 * cr, y + 1.772 * cb]
+        .map(|v| v.round().clamp(0.0, 255.0) as u8)
+}
+
+#[test]
+fn jpeg_labelled_rgb_without_adobe_marker_is_not_colour_converted() {
+    // A stream whose three components hold R, G and B as they are (what DICOM's RGB label
+    // says): the encoder is handed pixels whose YCbCr are the wanted RGB, and the JFIF marker
+    // (which would say "YCbCr") is dropped.
+    let (w, h) = (16usize, 16usize);
+    let mut want = Vec::new();
+    let mut pre = Vec::new();
+    for y in 0..h {
+        for x in 0..w {
+            let px = [96 + 4 * x, 120 + y, 136 - y].map(|v| v as f64);
+            want.extend(px.map(|v| v as u8));
+            pre.extend(ycbcr_to_rgb(px[0], px[1], px[2]));
+        }
+    }
+    let pre = Image::from_vec(w, h, 3, pre).unwrap();
+    let mut jpeg = bs_imageio::encode(&DynImage::U8(pre.clone()), Format::Jpeg).unwrap();
+    assert_eq!(&jpeg[2..4], &[0xFF, 0xE0], "the encoder writes JFIF first");
+    let app0 = usize::from(u16::from_be_bytes([jpeg[4], jpeg[5]]));
+    jpeg.drain(2..4 + app0);
+    let mut spec = PixelSpec::rgb8(h as u16, w as u16);
+    let d = decode_ok(&image_file(
+        JPEG_BASELINE,
+        &spec,
+        vec![],
+        pixel_data_encapsulated(vec![jpeg.clone()]),
+    ));
+    let want = DynImage::U8(Image::from_vec(w, h, 3, want).unwrap());
+    assert!(max_abs_diff(&d.image, &want) <= 10, "{}", max_abs_diff(&d.image, &want));
+    // The same stream labelled YBR_FULL_422 is converted from YCbCr.
+    spec.photometric = "YBR_FULL_422";
+    let d =
+        decode_ok(&image_file(JPEG_BASELINE, &spec, vec![], pixel_data_encapsulated(vec![jpeg])));
+    assert!(max_abs_diff(&d.image, &DynImage::U8(pre)) <= 10);
+    assert!(max_abs_diff(&d.image, &want) >= 30);
+}
+
+#[test]
+fn palette_color_one_bit_thirty_two_bit_and_float_pixels() {
+    // PALETTE COLOR, 8-bit indices, 16-bit entries starting at value 1.
+    let mut spec = PixelSpec::gray(1, 3, 8, 8, false);
+    spec.photometric = "PALETTE COLOR";
+    let lut = |tag_d, tag_t, values: &[u16]| {
+        vec![
+            us(tag_d, &[values.len() as u16, 1, 16]),
+            DataElement::new(
+                tag_t,
+                dicom_core::VR::OW,
+                dicom_core::PrimitiveValue::U16(values.iter().copied().collect()),
+            ),
+        ]
+    };
+    let mut extra = lut(
+        tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+        tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        &[0, 1000, 65535],
+    );
+    extra.extend(lut(
+        tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+        tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        &[1, 2, 3],
+    ));
+    extra.extend(lut(
+        tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+        tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        &[7, 8, 9],
+    ));
+    let d = decode_ok(&image_file(EXPLICIT_LE, &spec, extra, pixel_data_8(vec![1, 2, 3])));
+    let rgb16 = vec![0, 1, 7, 1000, 2, 8, 65535, 3, 9];
+    assert_eq!(d.image, DynImage::U16(Image::from_vec(3, 1, 3, rgb16).unwrap()));
+
+    // 1-bit: 0 and 1 shown as 0 and 255; the modality value is the stored bit.
+    let mut spec = PixelSpec::gray(2, 4, 1, 1, false);
+    spec.frames = Some(2);
+    // 16 bits: frame 1 = 1,0,0,0 / 0,0,0,1; frame 2 = all ones.
+    let d = decode_ok(&image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0x81, 0xFF])));
+    assert_eq!(d.image, gray8(4, 2, vec![255, 0, 0, 0, 0, 0, 0, 255]));
+    assert_eq!(d.frames, vec![gray8(4, 2, vec![255; 8])]);
+    assert_eq!(d.meta.modality_value(255), Some(1.0));
+
+    // 32-bit signed integers: kept in integer steps when the range fits 16 bits.
+    let values: Vec<i32> = vec![-70_000, -69_000, -65_000, -70_000];
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let d = decode_ok(&image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(2, 2, 32, 32, true),
+        vec![],
+        pixel_data_8(bytes),
+    ));
+    let DynImage::U16(img) = &d.image else { panic!("16-bit expected") };
+    let back: Vec<f64> =
+        img.data.iter().map(|&p| d.meta.modality_value(u32::from(p)).unwrap()).collect();
+    assert_eq!(back, vec![-70_000.0, -69_000.0, -65_000.0, -70_000.0]);
+    assert_eq!(d.meta.pixel_scale, None);
+
+    // Float Pixel Data (7FE0,0008): spread over 16 bits, values kept within a step.
+    let mut elems = patient_elements();
+    let spec = PixelSpec::gray(1, 4, 32, 32, false);
+    // Bits Stored and High Bit do not apply to floats; a writer may leave them in.
+    elems.extend(spec.elements());
+    let floats = [0.5f32, -2.0, 10.25, 3.0];
+    elems.push(DataElement::new(
+        tags::FLOAT_PIXEL_DATA,
+        dicom_core::VR::OF,
+        dicom_core::PrimitiveValue::F32(floats.iter().copied().collect()),
+    ));
+    let d = decode_ok(&dicom_file(EXPLICIT_LE, elems));
+    let DynImage::U16(img) = &d.image else { panic!("16-bit expected") };
+    let scale = d.meta.pixel_scale.expect("a scale for float data");
+    for (p, want) in img.data.iter().zip(floats) {
+        let got = d.meta.modality_value(u32::from(*p)).unwrap();
+        assert!((got - f64::from(want)).abs() <= scale, "{got} vs {want}");
+    }
+}
+
+#[test]
+fn htj2k_and_unknown_transfer_syntaxes_are_refused_by_name() {
     let bytes = image_file(
-        JPEG_2000,
+        HTJ2K,
         &PixelSpec::gray(2, 2, 8, 8, false),
         vec![],
         pixel_data_encapsulated(vec![vec![0xFF, 0x4F, 0xFF, 0x51]]),
@@ -356,17 +534,16 @@ fn jpeg_2000_and_unknown_transfer_syntaxes_are_refused_by_name() {
     match decode(&bytes, Some("j2k.dcm"), &Limits::default()) {
         Err(ImageIoError::UnsupportedTransferSyntax { file, uid, name }) => {
             assert_eq!(file, "j2k.dcm");
-            assert_eq!(uid, JPEG_2000);
+            assert_eq!(uid, HTJ2K);
             assert!(name.contains("JPEG 2000"), "{name}");
         }
         other => panic!("expected UnsupportedTransferSyntax, got {other:?}"),
     }
     // Just the meta group (no data set at all) is enough to be refused.
-    let header_only = dicom_file("1.2.840.10008.1.2.4.80", vec![]);
+    let header_only = dicom_file("1.2.840.10008.1.2.4.110", vec![]);
     match decode(&header_only, None, &Limits::default()) {
-        Err(ImageIoError::UnsupportedTransferSyntax { uid, name, .. }) => {
-            assert_eq!(uid, "1.2.840.10008.1.2.4.80");
-            assert!(name.contains("JPEG-LS"), "{name}");
+        Err(e @ ImageIoError::UnsupportedTransferSyntax { .. }) => {
+            assert!(e.to_string().contains("unsupported: transfer syntax JPEG XL"), "{e}");
         }
         other => panic!("expected UnsupportedTransferSyntax, got {other:?}"),
     }
@@ -393,17 +570,32 @@ fn unsupported_pixels_and_missing_attributes() {
         &Limits::default(),
     )
     .unwrap_err();
-    assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+    assert!(matches!(err, ImageIoError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("PALETTE COLOR"));
-
-    let spec = PixelSpec::gray(2, 2, 32, 32, false);
+    // A segmented palette is a feature not decoded, not a broken file.
+    let segmented = vec![DataElement::new(
+        tags::SEGMENTED_RED_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        dicom_core::VR::OW,
+        dicom_core::PrimitiveValue::U16([0u16, 1, 0].into_iter().collect()),
+    )];
     let err = decode(
-        &image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0; 16])),
+        &image_file(EXPLICIT_LE, &spec, segmented, pixel_data_8(vec![0; 4])),
         None,
         &Limits::default(),
     )
     .unwrap_err();
     assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("unsupported: segmented"), "{err}");
+
+    let spec = PixelSpec::gray(2, 2, 24, 24, false);
+    let err = decode(
+        &image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0; 12])),
+        None,
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("unsupported: Bits Allocated 24"), "{err}");
 
     // No pixel data at all.
     let mut elems = patient_elements();

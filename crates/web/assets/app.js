@@ -747,7 +747,7 @@ function parseRaster(res, bytes) {
     const dv = new DataView(bytes.buffer, bytes.byteOffset, need);
     for (let i = 0; i < samples; i++) data[i] = dv.getUint16(i * 2, true);
   }
-  const r = { w, h: hgt, ch, bits, data, map: { offset: 0, inverted: false }, canvas: null, imageData: null };
+  const r = { w, h: hgt, ch, bits, data, map: { offset: 0, inverted: false, scale: 1 }, canvas: null, imageData: null };
   computeStats(r);
   return r;
 }
@@ -778,7 +778,7 @@ function computeStats(r) {
 
 /** The display value (e.g. HU) of a raw sample. */
 function toValue(map, raw) {
-  return map.inverted ? map.offset - raw : raw - map.offset;
+  return (map.inverted ? map.offset - raw : raw - map.offset) * (map.scale || 1);
 }
 
 /** Raw value below which fraction p of the samples lie. */
@@ -800,20 +800,23 @@ function windowFromRange(lo, hi) {
 }
 
 /**
- * Lookup table raw sample -> 0..255: the display value (raw - offset, or offset - raw when
- * inverted), then DICOM VOI LINEAR (PS3.3 C.11.2.1.2.1) for centre c and width w; inverted
+ * Lookup table raw sample -> 0..255: the display value ((raw - offset) × scale, or
+ * (offset - raw) × scale when inverted), then DICOM VOI LINEAR (PS3.3 C.11.2.1.2.1) for centre c and width w; inverted
  * (MONOCHROME1) data is shown with low values white, as the server's thumbnails do.
  */
 function buildLut(bits, map, c, w) {
   const n = 1 << bits;
   const lut = new Uint8Array(n);
-  const ww = Math.max(1, Number.isFinite(w) ? w : 1);
-  const cc = c - 0.5;
-  const lo = cc - (ww - 1) / 2;
-  const hi = cc + (ww - 1) / 2;
-  const scale = ww > 1 ? 255 / (ww - 1) : 0;
+  // The standard's formula counts in steps of 1; values spread over 16 bits with a scale
+  // (32-bit or float data) count in steps of that scale.
+  const step = Math.abs(map.scale || 1);
+  const ww = Math.max(step, Number.isFinite(w) ? w : step);
+  const cc = c - step / 2;
+  const lo = cc - (ww - step) / 2;
+  const hi = cc + (ww - step) / 2;
+  const scale = ww > step ? 255 / (ww - step) : 0;
   for (let r = 0; r < n; r++) {
-    const x = map.inverted ? map.offset - r : r - map.offset;
+    const x = toValue(map, r);
     let y;
     if (x <= lo) y = 0;
     else if (x > hi) y = 255;
@@ -1274,7 +1277,7 @@ async function openImage(key) {
     if (seq !== state.loadSeq) return;
     const orig = parseRaster(res, bytes);
     const display = meta.display || {};
-    orig.map = { offset: Number(display.offset) || 0, inverted: !!display.inverted };
+    orig.map = { offset: Number(display.offset) || 0, inverted: !!display.inverted, scale: Number(display.scale) || 1 };
     state.img = { key, meta, display, orig, filt: null, chain: [] };
     let wl;
     if (Number.isFinite(display.center) && Number.isFinite(display.width)) wl = { c: display.center, w: display.width };
@@ -1504,7 +1507,7 @@ async function applyFilter() {
       r.map = img.orig.map; // same units as the original: same window
     } else {
       // The result holds grey levels, not the original's values: show it on its own full scale.
-      r.map = { offset: 0, inverted: false };
+      r.map = { offset: 0, inverted: false, scale: 1 };
       r.ownWindow = windowFromRange(0, (1 << r.bits) - 1);
     }
     img.filt = r;

@@ -36,9 +36,10 @@ pub struct Display {
     /// Smallest and largest value in the image, in display units.
     pub min: f64,
     pub max: f64,
-    /// `value = raw - offset`, or `offset - raw` when `inverted`.
+    /// `value = (raw - offset) × scale`, or `(offset - raw) × scale` when `inverted`.
     pub offset: f64,
     pub inverted: bool,
+    pub scale: f64,
     /// "HU" for CT, otherwise empty.
     pub unit: String,
 }
@@ -168,7 +169,8 @@ pub fn display(d: &Decoded) -> Display {
     let meta = &d.meta;
     let offset = meta.pixel_offset.unwrap_or(0.0);
     let inverted = meta.pixel_inverted == Some(true);
-    let value = |raw: f64| if inverted { offset - raw } else { raw - offset };
+    let scale = meta.pixel_scale.unwrap_or(1.0);
+    let value = |raw: f64| scale * if inverted { offset - raw } else { raw - offset };
     let (lo, hi) = match &d.image {
         DynImage::U8(i) => range(&i.data),
         DynImage::U16(i) => range(&i.data),
@@ -185,11 +187,14 @@ pub fn display(d: &Decoded) -> Display {
         // Same defaults as `apply_window`: 8-bit shown as is, 16-bit over its own range.
         _ => match &d.image {
             DynImage::U8(_) => (128.0, 256.0),
-            DynImage::U16(i) if i.channels == 1 => ((min + max + 1.0) / 2.0, max - min + 1.0),
+            DynImage::U16(i) if i.channels == 1 => {
+                let step = scale.abs();
+                ((min + max + step) / 2.0, max - min + step)
+            }
             DynImage::U16(_) => (32768.0, 65536.0),
         },
     };
-    Display { center, width, min, max, offset, inverted, unit: unit.into() }
+    Display { center, width, min, max, offset, inverted, scale, unit: unit.into() }
 }
 
 fn range<T: Copy + Into<f64> + PartialOrd>(data: &[T]) -> (f64, f64) {

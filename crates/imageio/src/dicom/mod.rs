@@ -5,9 +5,9 @@
 //! A file is recognised by "DICM" at offset 128 (or at 0 when the preamble is missing). Before
 //! dicom-object parses it, the `scan` module walks its element structure and refuses lengths longer than
 //! the input, so parsing never allocates more than the input's size; then Rows × Columns is
-//! checked against [`Limits`] before any pixel buffer is made. Only the first frame of a
-//! multi-frame image is decoded ([`ImageMeta::number_of_frames`] says how many there are,
-//! [`ImageMeta::frames_decoded`] is 1).
+//! checked against [`Limits`] before any pixel buffer is made. Every frame of a multi-frame
+//! image is decoded ([`Decoded::image`] is the first, [`Decoded::frames`] the others), found by
+//! the `frames` module.
 //!
 //! Transfer syntaxes decoded:
 //!
@@ -18,12 +18,16 @@
 //! - RLE Lossless: decoded by this crate's `rle` module (dicom-rs's RLE reader panics on
 //!   corrupt input).
 //! - JPEG Baseline (Process 1), JPEG Extended (Process 2 & 4, 8-bit only), JPEG Lossless
-//!   (Process 14) and JPEG Lossless SV1: dicom-pixeldata with the pure-Rust `jpeg-decoder`,
-//!   after checking that the JPEG frame header agrees with Rows, Columns and Samples per Pixel.
+//!   (Process 14, any predictor) and JPEG Lossless SV1: the `jpeg` module (pure-Rust
+//!   `jpeg-decoder`), after checking that the JPEG frame header agrees with Rows, Columns and
+//!   Samples per Pixel.
 //!
-//! Everything else (JPEG 2000 and HTJ2K, JPEG-LS, JPEG XL, MPEG/H.264/HEVC video, JPIP, unknown
-//! UIDs) fails with [`ImageIoError::UnsupportedTransferSyntax`] naming the UID and its name,
-//! right after the file meta group is read.
+//! - JPEG 2000 (lossless only, and lossy): the `j2k` module (`jpeg2k` over the pure-Rust
+//!   OpenJPEG port `openjp2`), after checking the codestream's SIZ against the header.
+//!
+//! Everything else (HTJ2K, JPEG XL, MPEG/H.264/HEVC video, JPIP, unknown UIDs) fails with
+//! [`ImageIoError::UnsupportedTransferSyntax`] ("unsupported: transfer syntax …") naming the
+//! UID and its name, right after the file meta group is read. `docs/imaging.md` has the table.
 //!
 //! # Conversion policy
 //!
@@ -42,38 +46,44 @@
 //!    values are bright as in MONOCHROME2.
 //!
 //! The result is 16-bit gray, except that 8-bit unsigned data without rescale stays 8-bit
-//! (pixel = stored value, or `2^bits − 1 − value` for MONOCHROME1). Either way
-//! [`ImageMeta::pixel_offset`] and [`ImageMeta::pixel_inverted`] record the mapping
-//! (`p = offset + m`, or `p = offset − m` when inverted) and [`ImageMeta::modality_value`]
-//! undoes it. The window stored in the file (first Window Center / Width) is reported in
+//! (pixel = stored value, or `2^bits − 1 − value` for MONOCHROME1). 32-bit integer and float
+//! samples (Float Pixel Data, Double Float Pixel Data) become 16-bit over the range the frames
+//! use, with a scale when that range is wider than 65,536 steps or fractional; 1-bit samples
+//! become 0 and 255 (scale 1/255). Either way [`ImageMeta::pixel_offset`],
+//! [`ImageMeta::pixel_scale`] and [`ImageMeta::pixel_inverted`] record the mapping
+//! (`m = (p − offset) × scale`, or `(offset − p) × scale` when inverted) and
+//! [`ImageMeta::modality_value`] undoes it. The window stored in the file (first Window Center / Width) is reported in
 //! [`ImageMeta`] and not applied to [`Decoded::image`]: [`apply_window`](crate::apply_window)
 //! applies it (VOI LINEAR, PS3.3 C.11.2.1.2.1) to produce 8-bit for display.
 //!
 //! Colour: RGB with 8 or 16 bits (planar or interleaved) is returned as RGB8 / RGB16, masked to
-//! Bits Stored; 8-bit YBR_FULL is converted to RGB; JPEG colour arrives as RGB from the decoder.
-//! Rescale and window do not apply to colour. PALETTE COLOR, YBR_FULL_422 in native form,
-//! signed colour and Bits Allocated other than 8 and 16 are refused as
-//! [`ImageIoError::Unsupported`].
+//! Bits Stored; YBR_FULL and YBR_FULL_422 are converted to RGB; PALETTE COLOR is looked up in
+//! its tables (RGB8 for 8-bit entries, RGB16 for 16-bit); JPEG colour arrives as RGB from the
+//! decoder. Rescale and window do not apply to colour. Segmented palettes, signed colour,
+//! colour with 1- or 32-bit samples and Bits Allocated other than 1, 8, 16, 32 (64 for double
+//! floats) are refused as [`ImageIoError::Unsupported`], never as corrupt.
 
+pub(crate) mod frames;
+pub(crate) mod j2k;
+pub(crate) mod jpeg;
 pub(crate) mod pixels;
 pub(crate) mod rle;
 pub(crate) mod scan;
 
 use std::borrow::Cow;
-use std::panic::AssertUnwindSafe;
 
 use dicom_core::Tag;
 use dicom_dictionary_std::tags;
 use dicom_encoding::transfer_syntax::{Codec, TransferSyntax, TransferSyntaxIndex};
 use dicom_object::file::ReadPreamble;
 use dicom_object::{DefaultDicomObject, OpenFileOptions};
-use dicom_pixeldata::PixelDecoder;
 use dicom_transfer_syntax_registry::TransferSyntaxRegistry;
 
 use crate::error::{ImageIoError, NO_FILE};
 use crate::format::Format;
 use crate::meta::{Decoded, ImageMeta, Limits};
-use pixels::Layout;
+use frames::StartMarker;
+use pixels::{Layout, Palette};
 
 const DICOM: Format = Format::Dicom;
 
@@ -81,6 +91,10 @@ const DEFLATED_EXPLICIT_VR_LE: &str = "1.2.840.10008.1.2.1.99";
 const ENCAPSULATED_UNCOMPRESSED: &str = "1.2.840.10008.1.2.1.98";
 const DEFLATED_IMAGE_FRAME: &str = "1.2.840.10008.1.2.8.1";
 const RLE_LOSSLESS: &str = "1.2.840.10008.1.2.5";
+const JPEG_2000: [&str; 2] = [
+    "1.2.840.10008.1.2.4.90", // JPEG 2000 Image Compression (Lossless Only)
+    "1.2.840.10008.1.2.4.91", // JPEG 2000 Image Compression
+];
 const JPEG: [&str; 4] = [
     "1.2.840.10008.1.2.4.50", // Baseline (Process 1)
     "1.2.840.10008.1.2.4.51", // Extended (Process 2 & 4)
@@ -99,6 +113,7 @@ enum PixelCodec {
     DeflatedFrames,
     Rle,
     Jpeg,
+    Jpeg2000,
 }
 
 /// Which transfer syntaxes this crate decodes, and how.
@@ -112,7 +127,8 @@ fn pixel_codec(ts: &TransferSyntax) -> Option<PixelCodec> {
             ENCAPSULATED_UNCOMPRESSED => Some(PixelCodec::EncapsulatedNative),
             DEFLATED_IMAGE_FRAME => Some(PixelCodec::DeflatedFrames),
             RLE_LOSSLESS => Some(PixelCodec::Rle),
-            _ if JPEG.contains(&uid) && ts.can_decode_all() => Some(PixelCodec::Jpeg),
+            _ if JPEG.contains(&uid) => Some(PixelCodec::Jpeg),
+            _ if JPEG_2000.contains(&uid) => Some(PixelCodec::Jpeg2000),
             _ => None,
         },
     }
@@ -154,25 +170,78 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         .map_err(|e| parse_error(&e))?;
 
     let layout = layout(&obj)?;
-    // Header values are untrusted: multiply without overflow (validated in full below).
-    let bytes_per_pixel = (layout.samples_per_pixel as u64)
-        .checked_mul(layout.bytes_per_sample() as u64)
-        .ok_or_else(|| ImageIoError::corrupt(DICOM, "absurd Samples per Pixel"))?;
-    limits.check(layout.cols as u64, layout.rows as u64, bytes_per_pixel)?;
-    // What the samples look like once decoded: the JPEG decoder delivers colour as interleaved
-    // RGB, and this crate's RLE decoder interleaves the planes.
-    let decoded_layout = match codec {
-        PixelCodec::Jpeg if layout.samples_per_pixel == 3 => {
-            Layout { photometric: "RGB".into(), planar: false, ..layout.clone() }
+    let frames = number_of_frames(&obj, limits)?;
+    // Header values are untrusted: the checks multiply without overflow.
+    limits.check(layout.cols as u64, layout.rows as u64, layout.output_bytes_per_pixel())?;
+    limits.check_frames(
+        layout.cols as u64,
+        layout.rows as u64,
+        layout.output_bytes_per_pixel(),
+        frames as u64,
+    )?;
+    // Colour that a codec converts (JPEG's YCbCr, JPEG 2000's component transforms) is
+    // checked as the RGB it becomes; `pixels::convert` checks the decoded layout again.
+    let coded_colour = matches!(codec, PixelCodec::Jpeg | PixelCodec::Jpeg2000)
+        && layout.samples_per_pixel == 3
+        && matches!(
+            layout.photometric.as_str(),
+            "YBR_FULL_422" | "YBR_PARTIAL_420" | "YBR_PARTIAL_422" | "YBR_ICT" | "YBR_RCT"
+        );
+    if coded_colour {
+        Layout { photometric: "RGB".into(), ..layout.clone() }.validate()?;
+    } else {
+        layout.validate()?;
+    }
+    let element = obj
+        .get(tags::PIXEL_DATA)
+        .or_else(|| obj.get(tags::FLOAT_PIXEL_DATA))
+        .or_else(|| obj.get(tags::DOUBLE_FLOAT_PIXEL_DATA))
+        .ok_or_else(|| ImageIoError::corrupt(DICOM, "no Pixel Data: not an image"))?;
+    let (mut images, mapping) = if codec == PixelCodec::Native {
+        if element.value().fragments().is_some() {
+            return Err(ImageIoError::corrupt(
+                DICOM,
+                "encapsulated pixel data in a native transfer syntax",
+            ));
         }
-        PixelCodec::Jpeg | PixelCodec::Rle => Layout { planar: false, ..layout.clone() },
-        _ => layout.clone(),
+        let bytes = element.to_bytes().map_err(|e| ImageIoError::corrupt(DICOM, e.to_string()))?;
+        let bits =
+            layout.frame_bits().ok_or_else(|| ImageIoError::corrupt(DICOM, "image too large"))?;
+        let data = (0..frames)
+            .map(|n| frames::native_frame(&bytes, bits, n))
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&[u8]> = data.iter().map(|d| d.as_ref()).collect();
+        pixels::convert(&refs, &layout)?
+    } else {
+        let (Some(fragments), Some(bot)) =
+            (element.value().fragments(), element.value().offset_table())
+        else {
+            return Err(ImageIoError::corrupt(
+                DICOM,
+                "pixel data is not encapsulated as its transfer syntax requires",
+            ));
+        };
+        let offsets = match extended_offsets(&obj) {
+            Some(eot) => eot,
+            None => bot.iter().map(|&o| u64::from(o)).collect(),
+        };
+        let marker = match codec {
+            PixelCodec::Jpeg => StartMarker::Jpeg,
+            PixelCodec::Jpeg2000 => StartMarker::J2k,
+            _ => StartMarker::None,
+        };
+        let streams = frames::encapsulated_frames(fragments, &offsets, frames, marker)?;
+        let mut decoded_layout = layout.clone();
+        let mut data = Vec::with_capacity(frames);
+        for s in &streams {
+            let (d, l) = decode_frame(s, &layout, codec, limits)?;
+            data.push(d);
+            decoded_layout = l;
+        }
+        let refs: Vec<&[u8]> = data.iter().map(|d| d.as_ref()).collect();
+        pixels::convert(&refs, &decoded_layout)?
     };
-    decoded_layout.validate()?;
-    let frames = int(&obj, tags::NUMBER_OF_FRAMES).unwrap_or(1).max(1);
-    let frame = frame_samples(&obj, &layout, codec, limits)?;
-    let (image, mapping) = pixels::convert(&frame, &decoded_layout)?;
-
+    let image = images.remove(0);
     let meta = ImageMeta {
         width: layout.cols as u32,
         height: layout.rows as u32,
@@ -182,7 +251,7 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         photometric_interpretation: text(&obj, tags::PHOTOMETRIC_INTERPRETATION)
             .unwrap_or_else(|| "MONOCHROME2".into()),
         number_of_frames: u32::try_from(frames).unwrap_or(u32::MAX),
-        frames_decoded: 1,
+        frames_decoded: u32::try_from(frames).unwrap_or(u32::MAX),
         patient_name: text(&obj, tags::PATIENT_NAME),
         patient_id: text(&obj, tags::PATIENT_ID),
         study_instance_uid: text(&obj, tags::STUDY_INSTANCE_UID),
@@ -201,10 +270,82 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         window_width: float(&obj, tags::WINDOW_WIDTH),
         transfer_syntax_uid: Some(ts.uid().to_string()),
         transfer_syntax_name: Some(ts.name().to_string()),
-        pixel_offset: mapping.map(|m| m.0),
-        pixel_inverted: mapping.map(|m| m.1),
+        pixel_offset: mapping.map(|m| m.offset),
+        pixel_inverted: mapping.map(|m| m.inverted),
+        pixel_scale: mapping.map(|m| m.scale).filter(|&s| s != 1.0),
     };
-    Ok(Decoded { image, format: DICOM, meta })
+    Ok(Decoded { image, frames: images, format: DICOM, meta })
+}
+
+/// Number of Frames (1 when absent), refused past [`Limits::max_frames`].
+fn number_of_frames(obj: &DefaultDicomObject, limits: &Limits) -> Result<usize, ImageIoError> {
+    let n = match obj.get(tags::NUMBER_OF_FRAMES) {
+        None => 1,
+        Some(e) => match e.to_int::<i64>() {
+            Ok(n) if n >= 1 => n,
+            // An empty value is common in single-frame files.
+            _ if e.to_str().is_ok_and(|s| s.trim_matches(['\0', ' ']).is_empty()) => 1,
+            _ => {
+                return Err(ImageIoError::corrupt(
+                    DICOM,
+                    "Number of Frames is not a positive number",
+                ));
+            }
+        },
+    };
+    if n as u64 > limits.max_frames {
+        return Err(ImageIoError::too_many_bytes(format!("{n} frames"), limits.max_frames));
+    }
+    Ok(n as usize)
+}
+
+/// The Extended Offset Table (7FE0,0001), when present: 64-bit offsets, as the Basic one.
+fn extended_offsets(obj: &DefaultDicomObject) -> Option<Vec<u64>> {
+    let bytes = obj.get(tags::EXTENDED_OFFSET_TABLE)?.to_bytes().ok()?;
+    if bytes.is_empty() || bytes.len() % 8 != 0 {
+        return None;
+    }
+    Some(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8"))).collect())
+}
+
+/// One encapsulated frame to native samples, and the layout they have then.
+fn decode_frame<'a>(
+    stream: &'a [u8],
+    layout: &Layout,
+    codec: PixelCodec,
+    limits: &Limits,
+) -> Result<(Cow<'a, [u8]>, Layout), ImageIoError> {
+    let need =
+        layout.frame_bytes().ok_or_else(|| ImageIoError::corrupt(DICOM, "image too large"))?;
+    match codec {
+        PixelCodec::Native | PixelCodec::EncapsulatedNative => {
+            Ok((Cow::Borrowed(stream), layout.clone()))
+        }
+        PixelCodec::DeflatedFrames => {
+            // A frame may carry one padding byte; the cap keeps a deflate bomb out.
+            let cap = limits.max_bytes.min(need as u64 + 2);
+            Ok((Cow::Owned(scan::inflate(stream, cap, "pixel data frame")?), layout.clone()))
+        }
+        PixelCodec::Rle => {
+            let data = rle::decode_frame(
+                stream,
+                layout.rows,
+                layout.cols,
+                layout.samples_per_pixel,
+                layout.bytes_per_sample(),
+            )?;
+            // This crate's RLE decoder interleaves the planes.
+            Ok((Cow::Owned(data), Layout { planar: false, ..layout.clone() }))
+        }
+        PixelCodec::Jpeg => {
+            let (data, l) = jpeg::decode(stream, layout, limits.max_bytes)?;
+            Ok((Cow::Owned(data), l))
+        }
+        PixelCodec::Jpeg2000 => {
+            let (data, l) = j2k::decode(stream, layout)?;
+            Ok((Cow::Owned(data), l))
+        }
+    }
 }
 
 /// Map a dicom-object read error: a cut file is `Truncated`, anything else `Corrupt`.
@@ -248,9 +389,15 @@ fn layout(obj: &DefaultDicomObject) -> Result<Layout, ImageIoError> {
         u16::try_from(v)
             .map_err(|_| ImageIoError::corrupt(DICOM, format!("{name} {v} out of range")))
     };
-    if obj.get(tags::PIXEL_DATA).is_none() {
+    let float_samples = if obj.get(tags::PIXEL_DATA).is_some() {
+        false
+    } else if obj.get(tags::FLOAT_PIXEL_DATA).is_some()
+        || obj.get(tags::DOUBLE_FLOAT_PIXEL_DATA).is_some()
+    {
+        true
+    } else {
         return Err(ImageIoError::corrupt(DICOM, "no Pixel Data: not an image"));
-    }
+    };
     let rows = in_u16(required(tags::ROWS, "Rows")?, "Rows")?;
     let cols = in_u16(required(tags::COLUMNS, "Columns")?, "Columns")?;
     let bits_allocated =
@@ -263,6 +410,9 @@ fn layout(obj: &DefaultDicomObject) -> Result<Layout, ImageIoError> {
         Some(v) => in_u16(v, "High Bit")?,
         None => bits_stored.saturating_sub(1),
     };
+    let signed = int(obj, tags::PIXEL_REPRESENTATION) == Some(1);
+    let photometric = text(obj, tags::PHOTOMETRIC_INTERPRETATION).unwrap_or_default();
+    let palette = if photometric == "PALETTE COLOR" { Some(palette(obj, signed)?) } else { None };
     let samples = int(obj, tags::SAMPLES_PER_PIXEL).unwrap_or(1);
     let samples_per_pixel = usize::try_from(samples)
         .map_err(|_| ImageIoError::corrupt(DICOM, format!("Samples per Pixel {samples}")))?;
@@ -273,143 +423,87 @@ fn layout(obj: &DefaultDicomObject) -> Result<Layout, ImageIoError> {
         bits_allocated,
         bits_stored,
         high_bit,
-        signed: int(obj, tags::PIXEL_REPRESENTATION) == Some(1),
+        signed,
         planar: int(obj, tags::PLANAR_CONFIGURATION) == Some(1),
-        photometric: text(obj, tags::PHOTOMETRIC_INTERPRETATION).unwrap_or_default(),
+        photometric,
         slope: float(obj, tags::RESCALE_SLOPE).unwrap_or(1.0),
         intercept: float(obj, tags::RESCALE_INTERCEPT).unwrap_or(0.0),
+        float: float_samples,
+        palette,
     })
 }
 
-/// The native little-endian samples of the first frame.
-fn frame_samples<'a>(
-    obj: &'a DefaultDicomObject,
-    layout: &Layout,
-    codec: PixelCodec,
-    limits: &Limits,
-) -> Result<Cow<'a, [u8]>, ImageIoError> {
-    let need =
-        layout.frame_bytes().ok_or_else(|| ImageIoError::corrupt(DICOM, "image too large"))?;
-    let element = obj
-        .get(tags::PIXEL_DATA)
-        .ok_or_else(|| ImageIoError::corrupt(DICOM, "no Pixel Data: not an image"))?;
-    let value = element.value();
-    let first_fragment = || -> Result<&'a [u8], ImageIoError> {
-        match obj.get(tags::PIXEL_DATA).and_then(|e| e.value().fragments()) {
-            Some(fragments) => fragments.first().map(|f| f.as_slice()).ok_or_else(|| {
-                ImageIoError::truncated(DICOM, "encapsulated pixel data has no fragments")
-            }),
-            None => Err(ImageIoError::corrupt(
+/// The PALETTE COLOR lookup tables (PS3.3 C.7.6.3.1.5–6). A descriptor is
+/// `[entries (0 means 65,536), first value mapped, bits per entry]`; the data are 16-bit words,
+/// or bytes when there is one byte per entry.
+fn palette(obj: &DefaultDicomObject, signed: bool) -> Result<Palette, ImageIoError> {
+    if obj.get(tags::SEGMENTED_RED_PALETTE_COLOR_LOOKUP_TABLE_DATA).is_some()
+        && obj.get(tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DATA).is_none()
+    {
+        return Err(ImageIoError::unsupported(DICOM, "segmented PALETTE COLOR lookup tables"));
+    }
+    let bad = |what: &str| ImageIoError::corrupt(DICOM, format!("PALETTE COLOR: {what}"));
+    let table = |descriptor: Tag,
+                 data: Tag,
+                 colour: &str|
+     -> Result<(i64, Vec<u16>, i64), ImageIoError> {
+        let d: Vec<i64> = obj
+            .get(descriptor)
+            .and_then(|e| e.to_multi_int::<i64>().ok())
+            .ok_or_else(|| bad(&format!("no {colour} lookup table descriptor")))?;
+        let [entries, first, bits] = d[..] else {
+            return Err(bad(&format!("the {colour} descriptor has {} values, not 3", d.len())));
+        };
+        // Values may have been read as signed (the descriptor's VR is US or SS).
+        let entries = match entries & 0xFFFF {
+            0 => 65536,
+            n => n,
+        };
+        if !matches!(bits, 8 | 16) {
+            return Err(bad(&format!("{bits} bits per {colour} entry")));
+        }
+        let bytes = obj
+            .get(data)
+            .and_then(|e| e.to_bytes().ok())
+            .ok_or_else(|| bad(&format!("no {colour} lookup table data")))?;
+        let n = entries as usize;
+        let values: Vec<u16> = if bytes.len() == n {
+            bytes.iter().map(|&b| u16::from(b)).collect()
+        } else if bytes.len() >= 2 * n {
+            bytes[..2 * n].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
+        } else {
+            return Err(ImageIoError::truncated(
                 DICOM,
-                "pixel data is not encapsulated as its transfer syntax requires",
-            )),
-        }
+                format!("the {colour} lookup table holds {} bytes for {n} entries", bytes.len()),
+            ));
+        };
+        Ok((first, values, bits))
     };
-    match codec {
-        PixelCodec::Native => {
-            if value.fragments().is_some() {
-                return Err(ImageIoError::corrupt(
-                    DICOM,
-                    "encapsulated pixel data in a native transfer syntax",
-                ));
-            }
-            let bytes =
-                element.to_bytes().map_err(|e| ImageIoError::corrupt(DICOM, e.to_string()))?;
-            if bytes.len() < need {
-                return Err(ImageIoError::truncated(
-                    DICOM,
-                    format!("pixel data holds {} bytes, the first frame needs {need}", bytes.len()),
-                ));
-            }
-            Ok(match bytes {
-                Cow::Borrowed(b) => Cow::Borrowed(&b[..need]),
-                Cow::Owned(mut v) => {
-                    v.truncate(need);
-                    Cow::Owned(v)
-                }
-            })
+    let (first, red, bits) = table(
+        tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+        tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        "red",
+    )?;
+    let (_, green, _) = table(
+        tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+        tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        "green",
+    )?;
+    let (_, blue, _) = table(
+        tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+        tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        "blue",
+    )?;
+    // Read as SS, a first value of 32768 or more comes out negative.
+    let first = if signed { first } else { first & 0xFFFF };
+    let mut p = Palette { first, red, green, blue, bits: 16 };
+    if bits == 8 {
+        // 8-bit entries stored in 16-bit words: some writers use the high byte.
+        let high = p.red.iter().chain(&p.green).chain(&p.blue).any(|&v| v > 255);
+        for v in p.red.iter_mut().chain(p.green.iter_mut()).chain(p.blue.iter_mut()) {
+            *v = if high { *v >> 8 } else { *v };
         }
-        PixelCodec::EncapsulatedNative => Ok(Cow::Borrowed(first_fragment()?)),
-        PixelCodec::DeflatedFrames => {
-            // A frame may carry one padding byte; the cap keeps a deflate bomb out.
-            let cap = limits.max_bytes.min(need as u64 + 2);
-            Ok(Cow::Owned(scan::inflate(first_fragment()?, cap, "pixel data frame")?))
-        }
-        PixelCodec::Rle => Ok(Cow::Owned(rle::decode_frame(
-            first_fragment()?,
-            layout.rows,
-            layout.cols,
-            layout.samples_per_pixel,
-            layout.bytes_per_sample(),
-        )?)),
-        PixelCodec::Jpeg => {
-            check_jpeg_header(first_fragment()?, layout)?;
-            let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                obj.decode_pixel_data_frame(0).map(|d| d.to_owned().into_data())
-            }));
-            match decoded {
-                Ok(Ok(data)) => Ok(Cow::Owned(data)),
-                Ok(Err(e)) => Err(ImageIoError::corrupt(DICOM, format!("JPEG pixel data: {e}"))),
-                Err(_) => Err(ImageIoError::corrupt(DICOM, "JPEG pixel data: the decoder failed")),
-            }
-        }
+        p.bits = 8;
     }
-}
-
-/// Check that the JPEG stream's frame header (SOF) agrees with the DICOM header, so that the
-/// decoder's output fits the frame dicom-pixeldata allocates for it.
-fn check_jpeg_header(stream: &[u8], layout: &Layout) -> Result<(), ImageIoError> {
-    let bad = |reason: String| ImageIoError::corrupt(DICOM, format!("JPEG pixel data: {reason}"));
-    if !stream.starts_with(&[0xFF, 0xD8]) {
-        return Err(bad("no JPEG start-of-image marker".into()));
-    }
-    let mut i = 2;
-    loop {
-        // Skip to the next marker.
-        while i < stream.len() && stream[i] != 0xFF {
-            i += 1;
-        }
-        while i < stream.len() && stream[i] == 0xFF {
-            i += 1;
-        }
-        let Some(&marker) = stream.get(i) else {
-            return Err(ImageIoError::truncated(DICOM, "JPEG pixel data: no frame header"));
-        };
-        i += 1;
-        if matches!(marker, 0x01 | 0xD0..=0xD8) {
-            continue;
-        }
-        let len = match stream.get(i..i + 2) {
-            Some(b) => usize::from(u16::from_be_bytes([b[0], b[1]])),
-            None => return Err(ImageIoError::truncated(DICOM, "JPEG pixel data: cut in a header")),
-        };
-        let is_sof = matches!(marker, 0xC0..=0xCF) && !matches!(marker, 0xC4 | 0xC8 | 0xCC);
-        if is_sof {
-            let Some(sof) = stream.get(i + 2..i + 8) else {
-                return Err(ImageIoError::truncated(DICOM, "JPEG pixel data: cut in frame header"));
-            };
-            let precision = u16::from(sof[0]);
-            let height = usize::from(u16::from_be_bytes([sof[1], sof[2]]));
-            let width = usize::from(u16::from_be_bytes([sof[3], sof[4]]));
-            let components = usize::from(sof[5]);
-            if (width, height, components) != (layout.cols, layout.rows, layout.samples_per_pixel) {
-                return Err(bad(format!(
-                    "the JPEG frame is {width}×{height} with {components} components, the DICOM \
-                     header says {}×{} with {}",
-                    layout.cols, layout.rows, layout.samples_per_pixel
-                )));
-            }
-            if (precision > 8) != (layout.bits_allocated > 8) {
-                return Err(bad(format!(
-                    "{precision}-bit JPEG samples in {}-bit pixels",
-                    layout.bits_allocated
-                )));
-            }
-            return Ok(());
-        }
-        if marker == 0xDA || marker == 0xD9 {
-            return Err(bad("no frame header before the scan".into()));
-        }
-        i += len;
-    }
+    Ok(p)
 }

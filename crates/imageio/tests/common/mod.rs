@@ -15,7 +15,7 @@ pub const EXPLICIT_BE: &str = "1.2.840.10008.1.2.2";
 pub const DEFLATED_LE: &str = "1.2.840.10008.1.2.1.99";
 pub const RLE: &str = "1.2.840.10008.1.2.5";
 pub const JPEG_BASELINE: &str = "1.2.840.10008.1.2.4.50";
-pub const JPEG_2000: &str = "1.2.840.10008.1.2.4.90";
+pub const HTJ2K: &str = "1.2.840.10008.1.2.4.201";
 
 pub type Elem = DataElement<InMemDicomObject>;
 
@@ -130,6 +130,20 @@ pub fn pixel_data_encapsulated(fragments: Vec<Vec<u8>>) -> Elem {
         VR::OB,
         Value::PixelSequence(PixelFragmentSequence::new(Vec::<u32>::new(), fragments)),
     )
+}
+
+/// Encapsulated pixel data with a Basic Offset Table.
+pub fn pixel_data_encapsulated_with_table(offsets: Vec<u32>, fragments: Vec<Vec<u8>>) -> Elem {
+    DataElement::new(
+        tags::PIXEL_DATA,
+        VR::OB,
+        Value::PixelSequence(PixelFragmentSequence::new(offsets, fragments)),
+    )
+}
+
+/// A 16-bit unsigned attribute of one or more values.
+pub fn us(tag: Tag, v: &[u16]) -> Elem {
+    DataElement::new(tag, VR::US, PrimitiveValue::U16(v.iter().copied().collect()))
 }
 
 pub fn ds(tag: Tag, v: &str) -> Elem {

@@ -1,0 +1,166 @@
+//! JPEG pixel data (Baseline, Extended at 8 bits, Lossless Process 14 and SV1) through the
+//! pure-Rust `jpeg-decoder`, with DICOM's colour rule and a check of the stream's frame header
+//! against the DICOM header before any pixel is decoded.
+//!
+//! Colour: PS3.5 §8.2.1 says the Photometric Interpretation describes the compressed stream.
+//! So a lossy three-component stream labelled YBR_* is converted from YCbCr, and one labelled
+//! RGB is taken as RGB unless an Adobe APP14 marker says it was transformed. That is what
+//! dcmtk and pydicom do. jpeg-decoder's own guess follows JFIF conventions and would turn RGB
+//! into magenta. Lossless streams are never colour-converted by the codec.
+
+use std::panic::AssertUnwindSafe;
+
+use jpeg_decoder::{ColorTransform, Decoder, Error as JpegError, UnsupportedFeature};
+
+use super::pixels::Layout;
+use crate::error::ImageIoError;
+use crate::format::Format;
+
+const DICOM: Format = Format::Dicom;
+
+/// What the marker segments before the first scan say.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct JpegHeader {
+    pub precision: u8,
+    pub lossless: bool,
+    pub adobe: bool,
+}
+
+/// Check that the stream's frame header (SOF) agrees with the DICOM header.
+pub(crate) fn check_header(stream: &[u8], layout: &Layout) -> Result<JpegHeader, ImageIoError> {
+    let bad = |reason: String| ImageIoError::corrupt(DICOM, format!("JPEG pixel data: {reason}"));
+    if !stream.starts_with(&[0xFF, 0xD8]) {
+        return Err(bad("no JPEG start-of-image marker".into()));
+    }
+    let mut adobe = false;
+    let mut i = 2;
+    loop {
+        // Skip to the next marker.
+        while i < stream.len() && stream[i] != 0xFF {
+            i += 1;
+        }
+        while i < stream.len() && stream[i] == 0xFF {
+            i += 1;
+        }
+        let Some(&marker) = stream.get(i) else {
+            return Err(ImageIoError::truncated(DICOM, "JPEG pixel data: no frame header"));
+        };
+        i += 1;
+        if matches!(marker, 0x01 | 0xD0..=0xD8) {
+            continue;
+        }
+        let len = match stream.get(i..i + 2) {
+            Some(b) => usize::from(u16::from_be_bytes([b[0], b[1]])),
+            None => return Err(ImageIoError::truncated(DICOM, "JPEG pixel data: cut in a header")),
+        };
+        if marker == 0xEE && stream.get(i + 2..i + 7) == Some(b"Adobe") {
+            adobe = true;
+        }
+        let is_sof = matches!(marker, 0xC0..=0xCF) && !matches!(marker, 0xC4 | 0xC8 | 0xCC);
+        if is_sof {
+            let Some(sof) = stream.get(i + 2..i + 8) else {
+                return Err(ImageIoError::truncated(DICOM, "JPEG pixel data: cut in frame header"));
+            };
+            let precision = sof[0];
+            let height = usize::from(u16::from_be_bytes([sof[1], sof[2]]));
+            let width = usize::from(u16::from_be_bytes([sof[3], sof[4]]));
+            let components = usize::from(sof[5]);
+            if (width, height, components) != (layout.cols, layout.rows, layout.samples_per_pixel) {
+                return Err(bad(format!(
+                    "the JPEG frame is {width}×{height} with {components} components, the DICOM \
+                     header says {}×{} with {}",
+                    layout.cols, layout.rows, layout.samples_per_pixel
+                )));
+            }
+            if (precision > 8) != (layout.bits_allocated > 8) {
+                return Err(bad(format!(
+                    "{precision}-bit JPEG samples in {}-bit pixels",
+                    layout.bits_allocated
+                )));
+            }
+            if matches!(marker, 0xC9..=0xCF) {
+                return Err(ImageIoError::unsupported(
+                    DICOM,
+                    "JPEG with arithmetic coding or hierarchical frames",
+                ));
+            }
+            let lossless = marker == 0xC3;
+            if precision > 8 && !lossless {
+                return Err(ImageIoError::unsupported(
+                    DICOM,
+                    format!("{precision}-bit lossy JPEG (Process 4)"),
+                ));
+            }
+            return Ok(JpegHeader { precision, lossless, adobe });
+        }
+        if marker == 0xDA || marker == 0xD9 {
+            return Err(bad("no frame header before the scan".into()));
+        }
+        i += len;
+    }
+}
+
+/// Decode one frame to native little-endian samples laid out as `decoded_layout` says, and
+/// that layout: interleaved, and RGB when the codec converted colour.
+pub(crate) fn decode(
+    stream: &[u8],
+    layout: &Layout,
+    max_bytes: u64,
+) -> Result<(Vec<u8>, Layout), ImageIoError> {
+    let header = check_header(stream, layout)?;
+    let mut decoder = Decoder::new(stream);
+    decoder.set_max_decoding_buffer_size(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+    let mut out_layout = Layout { planar: false, ..layout.clone() };
+    if layout.samples_per_pixel == 3 {
+        if header.lossless {
+            // Samples come out as coded; YBR_FULL is converted after, like native data.
+            if out_layout.photometric == "YBR_FULL_422" {
+                out_layout.photometric = "YBR_FULL".into();
+            }
+        } else {
+            let transform = match layout.photometric.as_str() {
+                "RGB" if !header.adobe => Some(ColorTransform::RGB),
+                p if p.starts_with("YBR") => Some(ColorTransform::YCbCr),
+                _ => None,
+            };
+            if let Some(t) = transform {
+                decoder.set_color_transform(t);
+            }
+            out_layout.photometric = "RGB".into();
+        }
+    }
+    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| decoder.decode()));
+    let mut data = match decoded {
+        Ok(Ok(data)) => data,
+        Ok(Err(e)) => return Err(map_error(e)),
+        Err(_) => return Err(ImageIoError::corrupt(DICOM, "JPEG pixel data: the decoder failed")),
+    };
+    let bytes = if header.precision > 8 { 2 } else { 1 };
+    let need = layout.rows * layout.cols * layout.samples_per_pixel * bytes;
+    if data.len() != need {
+        return Err(ImageIoError::corrupt(
+            DICOM,
+            format!("JPEG pixel data: {} bytes decoded, the frame has {need}", data.len()),
+        ));
+    }
+    if bytes == 2 && cfg!(target_endian = "big") {
+        // jpeg-decoder gives native-endian 16-bit samples.
+        for pair in data.chunks_exact_mut(2) {
+            pair.swap(0, 1);
+        }
+    }
+    Ok((data, out_layout))
+}
+
+fn map_error(e: JpegError) -> ImageIoError {
+    match e {
+        JpegError::Unsupported(UnsupportedFeature::SamplePrecision(p)) => {
+            ImageIoError::unsupported(DICOM, format!("{p}-bit lossy JPEG"))
+        }
+        JpegError::Unsupported(f) => ImageIoError::unsupported(DICOM, format!("JPEG {f:?}")),
+        JpegError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            ImageIoError::truncated(DICOM, "JPEG pixel data ends early")
+        }
+        other => ImageIoError::corrupt(DICOM, format!("JPEG pixel data: {other}")),
+    }
+}

@@ -1,0 +1,127 @@
+//! DICOM compressed pixel data beyond JPEG: JPEG 2000 from the small codestreams in
+//! `tests/data` (made once by `tests/data/make-j2k.py` with Pillow's OpenJPEG; lossless ones
+//! must give back the exact patterns computed here), wrapped in DICOM files by the tests.
+
+mod common;
+
+use bs_imageio::{ImageIoError, Limits, decode};
+use bs_imaging::{DynImage, Image};
+use common::*;
+
+const J2K_LOSSLESS: &str = "1.2.840.10008.1.2.4.90";
+const J2K_LOSSY: &str = "1.2.840.10008.1.2.4.91";
+const W: usize = 16;
+const H: usize = 12;
+
+fn data(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn gray_pattern() -> Vec<u8> {
+    (0..H).flat_map(|y| (0..W).map(move |x| ((x * 13 + y * 7) % 256) as u8)).collect()
+}
+
+fn gray12_pattern() -> Vec<u16> {
+    (0..H).flat_map(|y| (0..W).map(move |x| ((x * 331 + y * 97) % 4096) as u16)).collect()
+}
+
+fn rgb_pattern() -> Vec<u8> {
+    (0..H)
+        .flat_map(|y| (0..W).flat_map(move |x| [x * 16, y * 20, (x + y) * 8].map(|v| v as u8)))
+        .collect()
+}
+
+fn decode_ok(bytes: &[u8]) -> bs_imageio::Decoded {
+    decode(bytes, Some("j2k.dcm"), &Limits::default()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn jpeg_2000_lossless_gray_is_exact_in_codestream_and_jp2_form() {
+    for file in ["gray8-lossless.j2k", "gray8-lossless.jp2"] {
+        let bytes = image_file(
+            J2K_LOSSLESS,
+            &PixelSpec::gray(H as u16, W as u16, 8, 8, false),
+            vec![],
+            pixel_data_encapsulated(vec![data(file)]),
+        );
+        let d = decode_ok(&bytes);
+        assert_eq!(
+            d.image,
+            DynImage::U8(Image::from_vec(W, H, 1, gray_pattern()).unwrap()),
+            "{file}"
+        );
+        assert_eq!(d.meta.transfer_syntax_uid.as_deref(), Some(J2K_LOSSLESS));
+    }
+    let bytes = image_file(
+        J2K_LOSSLESS,
+        &PixelSpec::gray(H as u16, W as u16, 16, 12, false),
+        vec![],
+        pixel_data_encapsulated(vec![data("gray16-lossless.j2k")]),
+    );
+    let d = decode_ok(&bytes);
+    assert_eq!(d.image, DynImage::U16(Image::from_vec(W, H, 1, gray12_pattern()).unwrap()));
+}
+
+#[test]
+fn jpeg_2000_colour_transforms_come_out_as_rgb() {
+    let mut spec = PixelSpec::rgb8(H as u16, W as u16);
+    spec.photometric = "YBR_RCT";
+    let bytes = image_file(
+        J2K_LOSSLESS,
+        &spec,
+        vec![],
+        pixel_data_encapsulated(vec![data("rgb8-rct-lossless.j2k")]),
+    );
+    let want = DynImage::U8(Image::from_vec(W, H, 3, rgb_pattern()).unwrap());
+    assert_eq!(decode_ok(&bytes).image, want);
+    spec.photometric = "YBR_ICT";
+    let bytes = image_file(
+        J2K_LOSSY,
+        &spec,
+        vec![],
+        pixel_data_encapsulated(vec![data("rgb8-ict-lossy.j2k")]),
+    );
+    let got = decode_ok(&bytes).image;
+    assert!(max_abs_diff(&got, &want) <= 12, "lossy differs by {}", max_abs_diff(&got, &want));
+}
+
+#[test]
+fn jpeg_2000_multi_frame_and_bad_streams() {
+    let mut spec = PixelSpec::gray(H as u16, W as u16, 8, 8, false);
+    spec.frames = Some(2);
+    let j = data("gray8-lossless.j2k");
+    let d = decode_ok(&image_file(
+        J2K_LOSSLESS,
+        &spec,
+        vec![],
+        pixel_data_encapsulated(vec![j.clone(), j.clone()]),
+    ));
+    assert_eq!(d.frames, vec![d.image.clone()]);
+
+    let one = |spec: &PixelSpec, stream: Vec<u8>| {
+        decode(
+            &image_file(J2K_LOSSLESS, spec, vec![], pixel_data_encapsulated(vec![stream])),
+            None,
+            &Limits::default(),
+        )
+    };
+    let spec = PixelSpec::gray(H as u16, W as u16, 8, 8, false);
+    // The header disagreeing with the codestream is refused before decoding.
+    let err = one(&PixelSpec::gray(H as u16, 8, 8, 8, false), j.clone()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Corrupt { .. }), "{err}");
+    // A cut codestream, at every length: an error, never a partial image or a panic.
+    for cut in (0..j.len()).step_by(7) {
+        let res = one(&spec, j[..cut].to_vec());
+        assert!(
+            matches!(res, Err(ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. })),
+            "cut at {cut}: {res:?}"
+        );
+    }
+    // Flipped bytes after the header: an error or an image, never a panic or a hang.
+    for at in (60..j.len()).step_by(5) {
+        let mut bad = j.clone();
+        bad[at] ^= 0x5A;
+        let _ = one(&spec, bad);
+    }
+}
