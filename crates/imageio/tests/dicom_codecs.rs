@@ -1,4 +1,5 @@
-//! DICOM compressed pixel data beyond JPEG: JPEG 2000 from the small codestreams in
+//! DICOM compressed pixel data beyond JPEG. JPEG-LS streams are made here with CharLS;
+//! JPEG 2000 ones come from the small codestreams in
 //! `tests/data` (made once by `tests/data/make-j2k.py` with Pillow's OpenJPEG; lossless ones
 //! must give back the exact patterns computed here), wrapped in DICOM files by the tests.
 
@@ -33,7 +34,7 @@ fn rgb_pattern() -> Vec<u8> {
 }
 
 fn decode_ok(bytes: &[u8]) -> bs_imageio::Decoded {
-    decode(bytes, Some("j2k.dcm"), &Limits::default()).unwrap_or_else(|e| panic!("{e}"))
+    decode(bytes, Some("codec.dcm"), &Limits::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -122,6 +123,126 @@ fn jpeg_2000_multi_frame_and_bad_streams() {
     for at in (60..j.len()).step_by(5) {
         let mut bad = j.clone();
         bad[at] ^= 0x5A;
+        let _ = one(&spec, bad);
+    }
+}
+
+const JLS_LOSSLESS: &str = "1.2.840.10008.1.2.4.80";
+const JLS_NEAR: &str = "1.2.840.10008.1.2.4.81";
+
+/// A JPEG-LS stream of `samples` (planes for interleave mode none, else interleaved) made by
+/// CharLS.
+fn jpeg_ls(
+    samples: &[u8],
+    bits: i32,
+    components: i32,
+    near: i32,
+    interleave: charls::InterleaveMode,
+) -> Vec<u8> {
+    let mut codec = charls::CharLS::default();
+    codec.set_interleave_mode(interleave).unwrap();
+    let info = charls::FrameInfo {
+        width: W as u32,
+        height: H as u32,
+        bits_per_sample: bits,
+        component_count: components,
+    };
+    codec.encode(info, near, samples).unwrap()
+}
+
+#[test]
+fn jpeg_ls_lossless_gray_8_and_12_bit_is_exact() {
+    let stream = jpeg_ls(&gray_pattern(), 8, 1, 0, charls::InterleaveMode::None);
+    let d = decode_ok(&image_file(
+        JLS_LOSSLESS,
+        &PixelSpec::gray(H as u16, W as u16, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![stream]),
+    ));
+    assert_eq!(d.image, DynImage::U8(Image::from_vec(W, H, 1, gray_pattern()).unwrap()));
+
+    let g12 = gray12_pattern();
+    let bytes: Vec<u8> = g12.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let stream = jpeg_ls(&bytes, 12, 1, 0, charls::InterleaveMode::None);
+    let d = decode_ok(&image_file(
+        JLS_LOSSLESS,
+        &PixelSpec::gray(H as u16, W as u16, 16, 12, false),
+        vec![],
+        pixel_data_encapsulated(vec![stream]),
+    ));
+    assert_eq!(d.image, DynImage::U16(Image::from_vec(W, H, 1, g12).unwrap()));
+}
+
+#[test]
+fn jpeg_ls_near_lossless_stays_within_near_and_colour_in_every_interleave() {
+    let stream = jpeg_ls(&gray_pattern(), 8, 1, 3, charls::InterleaveMode::None);
+    let d = decode_ok(&image_file(
+        JLS_NEAR,
+        &PixelSpec::gray(H as u16, W as u16, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![stream]),
+    ));
+    let want = DynImage::U8(Image::from_vec(W, H, 1, gray_pattern()).unwrap());
+    assert!(max_abs_diff(&d.image, &want) <= 3);
+
+    let rgb = rgb_pattern();
+    let want = DynImage::U8(Image::from_vec(W, H, 3, rgb.clone()).unwrap());
+    for mode in
+        [charls::InterleaveMode::None, charls::InterleaveMode::Line, charls::InterleaveMode::Sample]
+    {
+        let input: Vec<u8> = if mode == charls::InterleaveMode::None {
+            (0..3).flat_map(|c| rgb.iter().skip(c).step_by(3).copied()).collect()
+        } else {
+            rgb.clone()
+        };
+        let stream = jpeg_ls(&input, 8, 3, 0, mode);
+        let d = decode_ok(&image_file(
+            JLS_LOSSLESS,
+            &PixelSpec::rgb8(H as u16, W as u16),
+            vec![],
+            pixel_data_encapsulated(vec![stream]),
+        ));
+        assert_eq!(d.image, want, "{mode:?}");
+    }
+}
+
+#[test]
+fn jpeg_ls_multi_frame_and_bad_streams() {
+    let a = jpeg_ls(&gray_pattern(), 8, 1, 0, charls::InterleaveMode::None);
+    let inverse: Vec<u8> = gray_pattern().iter().map(|v| 255 - v).collect();
+    let b = jpeg_ls(&inverse, 8, 1, 0, charls::InterleaveMode::None);
+    let mut spec = PixelSpec::gray(H as u16, W as u16, 8, 8, false);
+    spec.frames = Some(2);
+    let d = decode_ok(&image_file(
+        JLS_LOSSLESS,
+        &spec,
+        vec![],
+        pixel_data_encapsulated(vec![a.clone(), b]),
+    ));
+    assert_eq!(d.frames, vec![DynImage::U8(Image::from_vec(W, H, 1, inverse).unwrap())]);
+
+    let one = |spec: &PixelSpec, stream: Vec<u8>| {
+        decode(
+            &image_file(JLS_LOSSLESS, spec, vec![], pixel_data_encapsulated(vec![stream])),
+            None,
+            &Limits::default(),
+        )
+    };
+    let spec = PixelSpec::gray(H as u16, W as u16, 8, 8, false);
+    let err = one(&PixelSpec::gray(H as u16 + 1, W as u16, 8, 8, false), a.clone()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Corrupt { .. }), "{err}");
+    // A cut stream, at every fifth length: an error, never a partial image or a panic.
+    for cut in (0..a.len()).step_by(5) {
+        let res = one(&spec, a[..cut].to_vec());
+        assert!(
+            matches!(res, Err(ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. })),
+            "cut at {cut}: {res:?}"
+        );
+    }
+    // Flipped bytes: an error or an image, never a panic or a hang.
+    for at in (20..a.len()).step_by(3) {
+        let mut bad = a.clone();
+        bad[at] ^= 0xA5;
         let _ = one(&spec, bad);
     }
 }

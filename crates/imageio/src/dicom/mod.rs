@@ -25,6 +25,8 @@
 //! - JPEG 2000 (lossless only, and lossy): the `j2k` module (`jpeg2k` over the pure-Rust
 //!   OpenJPEG port `openjp2`), after checking the codestream's SIZ against the header.
 //!
+//! - JPEG-LS lossless and near-lossless: the `jpegls` module (CharLS, the reference codec).
+//!
 //! Everything else (HTJ2K, JPEG XL, MPEG/H.264/HEVC video, JPIP, unknown UIDs) fails with
 //! [`ImageIoError::UnsupportedTransferSyntax`] ("unsupported: transfer syntax …") naming the
 //! UID and its name, right after the file meta group is read. `docs/imaging.md` has the table.
@@ -66,6 +68,7 @@
 pub(crate) mod frames;
 pub(crate) mod j2k;
 pub(crate) mod jpeg;
+pub(crate) mod jpegls;
 pub(crate) mod pixels;
 pub(crate) mod rle;
 pub(crate) mod scan;
@@ -95,6 +98,10 @@ const JPEG_2000: [&str; 2] = [
     "1.2.840.10008.1.2.4.90", // JPEG 2000 Image Compression (Lossless Only)
     "1.2.840.10008.1.2.4.91", // JPEG 2000 Image Compression
 ];
+const JPEG_LS: [&str; 2] = [
+    "1.2.840.10008.1.2.4.80", // JPEG-LS Lossless
+    "1.2.840.10008.1.2.4.81", // JPEG-LS Near-Lossless
+];
 const JPEG: [&str; 4] = [
     "1.2.840.10008.1.2.4.50", // Baseline (Process 1)
     "1.2.840.10008.1.2.4.51", // Extended (Process 2 & 4)
@@ -114,6 +121,7 @@ enum PixelCodec {
     Rle,
     Jpeg,
     Jpeg2000,
+    JpegLs,
 }
 
 /// Which transfer syntaxes this crate decodes, and how.
@@ -129,6 +137,7 @@ fn pixel_codec(ts: &TransferSyntax) -> Option<PixelCodec> {
             RLE_LOSSLESS => Some(PixelCodec::Rle),
             _ if JPEG.contains(&uid) => Some(PixelCodec::Jpeg),
             _ if JPEG_2000.contains(&uid) => Some(PixelCodec::Jpeg2000),
+            _ if JPEG_LS.contains(&uid) => Some(PixelCodec::JpegLs),
             _ => None,
         },
     }
@@ -226,7 +235,7 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
             None => bot.iter().map(|&o| u64::from(o)).collect(),
         };
         let marker = match codec {
-            PixelCodec::Jpeg => StartMarker::Jpeg,
+            PixelCodec::Jpeg | PixelCodec::JpegLs => StartMarker::Jpeg,
             PixelCodec::Jpeg2000 => StartMarker::J2k,
             _ => StartMarker::None,
         };
@@ -343,6 +352,10 @@ fn decode_frame<'a>(
         }
         PixelCodec::Jpeg2000 => {
             let (data, l) = j2k::decode(stream, layout)?;
+            Ok((Cow::Owned(data), l))
+        }
+        PixelCodec::JpegLs => {
+            let (data, l) = jpegls::decode(stream, layout)?;
             Ok((Cow::Owned(data), l))
         }
     }
