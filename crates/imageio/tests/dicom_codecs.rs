@@ -15,8 +15,7 @@ const W: usize = 16;
 const H: usize = 12;
 
 fn data(name: &str) -> Vec<u8> {
-    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    test_data(name)
 }
 
 fn gray_pattern() -> Vec<u8> {
@@ -244,5 +243,100 @@ fn jpeg_ls_multi_frame_and_bad_streams() {
         let mut bad = a.clone();
         bad[at] ^= 0xA5;
         let _ = one(&spec, bad);
+    }
+}
+
+/// A 12-bit grayscale JPEG made by libjpeg-turbo: lossy at `quality`, or lossless with
+/// predictor `psv` (1–7).
+fn jpeg12(samples: &[u16], lossless_psv: Option<i32>, quality: i32) -> Vec<u8> {
+    use std::os::raw::c_int;
+    use turbojpeg_sys as tj;
+    let data: Vec<i16> = samples.iter().map(|&v| v as i16).collect();
+    // SAFETY: one handle used and destroyed here; the source buffer holds W × H samples; the
+    // library allocates the output, which is copied and freed.
+    unsafe {
+        let h = tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as c_int);
+        assert!(!h.is_null());
+        let set = |p: tj::TJPARAM, v: c_int| assert_eq!(tj::tj3Set(h, p as c_int, v), 0);
+        set(tj::TJPARAM_TJPARAM_PRECISION, 12);
+        set(tj::TJPARAM_TJPARAM_SUBSAMP, tj::TJSAMP_TJSAMP_GRAY as c_int);
+        match lossless_psv {
+            Some(psv) => {
+                set(tj::TJPARAM_TJPARAM_LOSSLESS, 1);
+                set(tj::TJPARAM_TJPARAM_LOSSLESSPSV, psv);
+            }
+            None => set(tj::TJPARAM_TJPARAM_QUALITY, quality),
+        }
+        let mut buf: *mut u8 = std::ptr::null_mut();
+        let mut size: tj::size_t = 0;
+        let rc = tj::tj3Compress12(
+            h,
+            data.as_ptr(),
+            W as c_int,
+            0,
+            H as c_int,
+            tj::TJPF_TJPF_GRAY as c_int,
+            &mut buf,
+            &mut size,
+        );
+        assert_eq!(rc, 0, "tj3Compress12 failed");
+        let out = std::slice::from_raw_parts(buf, size as usize).to_vec();
+        tj::tj3Free(buf.cast());
+        tj::tj3Destroy(h);
+        out
+    }
+}
+
+const JPEG_EXTENDED: &str = "1.2.840.10008.1.2.4.51";
+const JPEG_LOSSLESS: &str = "1.2.840.10008.1.2.4.57";
+
+#[test]
+fn jpeg_12_bit_lossy_and_lossless_with_every_predictor() {
+    let want = gray12_pattern();
+    let spec = PixelSpec::gray(H as u16, W as u16, 16, 12, false);
+    let lossy = jpeg12(&want, None, 98);
+    let d = decode_ok(&image_file(
+        JPEG_EXTENDED,
+        &spec,
+        vec![],
+        pixel_data_encapsulated(vec![lossy.clone()]),
+    ));
+    let DynImage::U16(img) = &d.image else { panic!("16-bit expected") };
+    // A steep pattern (steps of 331 per pixel) through a lossy codec: close, not exact.
+    let worst = img.data.iter().zip(&want).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
+    assert!(worst < 400, "12-bit lossy differs by {worst}");
+    let mean: f64 = img.data.iter().zip(&want).map(|(a, b)| f64::from(a.abs_diff(*b))).sum::<f64>()
+        / want.len() as f64;
+    assert!(mean < 40.0, "mean error {mean}");
+    for psv in 1..=7 {
+        let stream = jpeg12(&want, Some(psv), 0);
+        let d = decode_ok(&image_file(
+            JPEG_LOSSLESS,
+            &spec,
+            vec![],
+            pixel_data_encapsulated(vec![stream]),
+        ));
+        assert_eq!(
+            d.image,
+            DynImage::U16(Image::from_vec(W, H, 1, want.clone()).unwrap()),
+            "predictor {psv}"
+        );
+    }
+    // A cut 12-bit stream is an error, never a padded image.
+    for cut in (0..lossy.len()).step_by(11) {
+        let res = decode(
+            &image_file(
+                JPEG_EXTENDED,
+                &spec,
+                vec![],
+                pixel_data_encapsulated(vec![lossy[..cut].to_vec()]),
+            ),
+            None,
+            &Limits::default(),
+        );
+        assert!(
+            matches!(res, Err(ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. })),
+            "cut at {cut}: {res:?}"
+        );
     }
 }

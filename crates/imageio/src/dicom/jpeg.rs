@@ -1,6 +1,7 @@
 //! JPEG pixel data (Baseline, Extended at 8 bits, Lossless Process 14 and SV1) through the
 //! pure-Rust `jpeg-decoder`, with DICOM's colour rule and a check of the stream's frame header
-//! against the DICOM header before any pixel is decoded.
+//! against the DICOM header before any pixel is decoded; 12-bit Extended goes to the `jpeg12`
+//! module (libjpeg-turbo).
 //!
 //! Colour: PS3.5 §8.2.1 says the Photometric Interpretation describes the compressed stream.
 //! So a lossy three-component stream labelled YBR_* is converted from YCbCr, and one labelled
@@ -85,11 +86,8 @@ pub(crate) fn check_header(stream: &[u8], layout: &Layout) -> Result<JpegHeader,
                 ));
             }
             let lossless = marker == 0xC3;
-            if precision > 8 && !lossless {
-                return Err(ImageIoError::unsupported(
-                    DICOM,
-                    format!("{precision}-bit lossy JPEG (Process 4)"),
-                ));
+            if precision > 12 && !lossless {
+                return Err(bad(format!("{precision}-bit lossy JPEG (at most 12 bits exist)")));
             }
             return Ok(JpegHeader { precision, lossless, adobe });
         }
@@ -108,6 +106,10 @@ pub(crate) fn decode(
     max_bytes: u64,
 ) -> Result<(Vec<u8>, Layout), ImageIoError> {
     let header = check_header(stream, layout)?;
+    if header.precision > 8 && !header.lossless {
+        let data = super::jpeg12::decode(stream, layout)?;
+        return Ok((data, Layout { planar: false, ..layout.clone() }));
+    }
     let mut decoder = Decoder::new(stream);
     decoder.set_max_decoding_buffer_size(usize::try_from(max_bytes).unwrap_or(usize::MAX));
     let mut out_layout = Layout { planar: false, ..layout.clone() };

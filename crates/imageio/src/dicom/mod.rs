@@ -17,10 +17,10 @@
 //!   read here from the Pixel Data element.
 //! - RLE Lossless: decoded by this crate's `rle` module (dicom-rs's RLE reader panics on
 //!   corrupt input).
-//! - JPEG Baseline (Process 1), JPEG Extended (Process 2 & 4, 8-bit only), JPEG Lossless
-//!   (Process 14, any predictor) and JPEG Lossless SV1: the `jpeg` module (pure-Rust
-//!   `jpeg-decoder`), after checking that the JPEG frame header agrees with Rows, Columns and
-//!   Samples per Pixel.
+//! - JPEG Baseline (Process 1), JPEG Extended (Process 2 & 4), JPEG Lossless (Process 14, any
+//!   predictor) and JPEG Lossless SV1: the `jpeg` module (pure-Rust `jpeg-decoder`; 12-bit
+//!   lossy grayscale through libjpeg-turbo in `jpeg12`), after checking that the JPEG frame
+//!   header agrees with Rows, Columns and Samples per Pixel.
 //!
 //! - JPEG 2000 (lossless only, and lossy): the `j2k` module (`jpeg2k` over the pure-Rust
 //!   OpenJPEG port `openjp2`), after checking the codestream's SIZ against the header.
@@ -68,6 +68,7 @@
 pub(crate) mod frames;
 pub(crate) mod j2k;
 pub(crate) mod jpeg;
+pub(crate) mod jpeg12;
 pub(crate) mod jpegls;
 pub(crate) mod pixels;
 pub(crate) mod rle;

@@ -388,5 +388,92 @@ pub fn dicom_samples() -> Vec<Vec<u8>> {
             pixel_data_encapsulated(vec![jpeg]),
         ),
         image_file(EXPLICIT_LE, &PixelSpec::rgb8(4, 4), vec![], pixel_data_8(gray8[..48].to_vec())),
+        image_file(
+            "1.2.840.10008.1.2.4.90",
+            &PixelSpec::gray(12, 16, 8, 8, false),
+            vec![],
+            pixel_data_encapsulated(vec![test_data("gray8-lossless.j2k")]),
+        ),
+        image_file(
+            "1.2.840.10008.1.2.4.91",
+            &PixelSpec { photometric: "YBR_ICT", ..PixelSpec::rgb8(12, 16) },
+            vec![],
+            pixel_data_encapsulated(vec![test_data("rgb8-ict-lossy.j2k")]),
+        ),
+        image_file(
+            "1.2.840.10008.1.2.4.80",
+            &PixelSpec::gray(8, 8, 8, 8, false),
+            vec![],
+            pixel_data_encapsulated(vec![jpeg_ls_gray8(&gray8, 8, 8)]),
+        ),
+        image_file(
+            EXPLICIT_LE,
+            &PixelSpec { frames: Some(2), ..PixelSpec::gray(4, 4, 8, 8, false) },
+            vec![],
+            pixel_data_8(gray8[..32].to_vec()),
+        ),
+        image_file(
+            EXPLICIT_LE,
+            &PixelSpec { frames: Some(3), ..PixelSpec::gray(3, 5, 1, 1, false) },
+            vec![],
+            pixel_data_8(vec![0xA5, 0x5A, 0xFF, 0x00, 0x81, 0x42]),
+        ),
+        image_file(
+            EXPLICIT_LE,
+            &PixelSpec::gray(2, 4, 32, 32, true),
+            vec![],
+            pixel_data_8((0..32).map(|i| (i * 37) as u8).collect()),
+        ),
+        image_file(
+            EXPLICIT_LE,
+            &PixelSpec { photometric: "PALETTE COLOR", ..PixelSpec::gray(4, 4, 8, 8, false) },
+            palette_elements(),
+            pixel_data_8(gray8[..16].to_vec()),
+        ),
+        image_file(
+            EXPLICIT_LE,
+            &PixelSpec { photometric: "YBR_FULL_422", ..PixelSpec::rgb8(2, 4) },
+            vec![],
+            pixel_data_8(gray8[..16].to_vec()),
+        ),
     ]
+}
+
+/// A file from `tests/data`.
+pub fn test_data(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A lossless JPEG-LS stream of 8-bit gray samples, made by CharLS.
+pub fn jpeg_ls_gray8(samples: &[u8], w: u32, h: u32) -> Vec<u8> {
+    let info = charls::FrameInfo { width: w, height: h, bits_per_sample: 8, component_count: 1 };
+    charls::CharLS::default().encode(info, 0, &samples[..(w * h) as usize]).unwrap()
+}
+
+/// PALETTE COLOR tables of 4 entries of 8 bits, from value 0.
+pub fn palette_elements() -> Vec<Elem> {
+    let table = |d, t, v: [u16; 4]| {
+        [
+            DataElement::new(d, VR::US, PrimitiveValue::U16([4u16, 0, 8].into_iter().collect())),
+            DataElement::new(t, VR::OW, PrimitiveValue::U16(v.into_iter().collect())),
+        ]
+    };
+    let mut v = Vec::new();
+    v.extend(table(
+        tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+        tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        [0, 80, 160, 255],
+    ));
+    v.extend(table(
+        tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+        tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        [255, 160, 80, 0],
+    ));
+    v.extend(table(
+        tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+        tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+        [9, 9, 9, 9],
+    ));
+    v
 }

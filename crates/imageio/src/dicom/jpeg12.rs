@@ -1,0 +1,104 @@
+//! 12-bit lossy JPEG (Extended, Process 4: 1.2.840.10008.1.2.4.51 with 12-bit samples, the
+//! usual encoding of lossy CT and MR) through libjpeg-turbo's TurboJPEG 3 API, built from the
+//! sources bundled in `turbojpeg-sys`. Written here by hand over the raw bindings because no
+//! pure-Rust decoder reads 12-bit lossy JPEG (jpeg-decoder and zune-jpeg stop at 8 bits) and
+//! the safe `turbojpeg` crate exposes only 8-bit samples.
+//!
+//! The stream's header is read first and checked against the DICOM header; the decoder then
+//! runs with a pixel limit and stops on the first warning, so a cut or damaged stream is an
+//! error rather than an image padded with grey.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+use turbojpeg_sys as tj;
+
+use super::pixels::Layout;
+use crate::error::ImageIoError;
+use crate::format::Format;
+
+const DICOM: Format = Format::Dicom;
+
+/// One TurboJPEG decompressor, destroyed on drop.
+struct Handle(tj::tjhandle);
+
+impl Handle {
+    fn new() -> Result<Self, ImageIoError> {
+        // SAFETY: tj3Init takes a plain integer and returns a handle or NULL.
+        let h = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as c_int) };
+        if h.is_null() {
+            return Err(ImageIoError::corrupt(DICOM, "12-bit JPEG: cannot start the decoder"));
+        }
+        Ok(Self(h))
+    }
+
+    fn set(&self, param: tj::TJPARAM, value: i32) -> Result<(), ImageIoError> {
+        // SAFETY: the handle is valid until drop; parameters are plain integers.
+        if unsafe { tj::tj3Set(self.0, param as c_int, value) } != 0 {
+            return Err(self.error());
+        }
+        Ok(())
+    }
+
+    fn get(&self, param: tj::TJPARAM) -> i32 {
+        // SAFETY: as for `set`.
+        unsafe { tj::tj3Get(self.0, param as c_int) }
+    }
+
+    fn error(&self) -> ImageIoError {
+        // SAFETY: tj3GetErrorStr returns a NUL-terminated string owned by the handle, valid
+        // until the next call on it; it is copied at once.
+        let text = unsafe { CStr::from_ptr(tj::tj3GetErrorStr(self.0)) };
+        ImageIoError::corrupt(DICOM, format!("12-bit JPEG pixel data: {}", text.to_string_lossy()))
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from tj3Init and is destroyed once.
+        unsafe { tj::tj3Destroy(self.0) }
+    }
+}
+
+/// Decode one 12-bit (9 to 12 bits) lossy grayscale JPEG frame to native little-endian 16-bit
+/// samples.
+pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoError> {
+    if layout.samples_per_pixel != 1 {
+        return Err(ImageIoError::unsupported(DICOM, "12-bit lossy JPEG in colour"));
+    }
+    let h = Handle::new()?;
+    // SAFETY: the pointer and length describe `stream`, which outlives the call.
+    if unsafe { tj::tj3DecompressHeader(h.0, stream.as_ptr(), stream.len() as tj::size_t) } != 0 {
+        return Err(h.error());
+    }
+    let (w, rows) = (h.get(tj::TJPARAM_TJPARAM_JPEGWIDTH), h.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT));
+    if (w as usize, rows as usize) != (layout.cols, layout.rows) {
+        return Err(ImageIoError::corrupt(
+            DICOM,
+            format!(
+                "12-bit JPEG is {w}×{rows}, the DICOM header says {}×{}",
+                layout.cols, layout.rows
+            ),
+        ));
+    }
+    let pixels = layout.rows * layout.cols;
+    h.set(tj::TJPARAM_TJPARAM_MAXPIXELS, i32::try_from(pixels).unwrap_or(i32::MAX))?;
+    h.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 1)?;
+    let mut out = vec![0i16; pixels];
+    // SAFETY: `out` holds width × height samples of one channel (pitch 0 = width), which is
+    // what a TJPF_GRAY decode of the header just checked writes.
+    let rc = unsafe {
+        tj::tj3Decompress12(
+            h.0,
+            stream.as_ptr(),
+            stream.len() as tj::size_t,
+            out.as_mut_ptr(),
+            0,
+            tj::TJPF_TJPF_GRAY as c_int,
+        )
+    };
+    if rc != 0 {
+        return Err(h.error());
+    }
+    Ok(out.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect())
+}
