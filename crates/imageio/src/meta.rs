@@ -144,6 +144,30 @@ pub struct ImageMeta {
     pub acquisition_time: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sop_instance_uid: Option<String>,
+    /// Worklist attributes (DICOM): Accession Number, Body Part Examined, Study Time, Patient's
+    /// Birth Date and Sex, Study ID.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accession_number: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_part_examined: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub study_time: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patient_birth_date: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patient_sex: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub study_id: Option<String>,
+    /// Where the instance sits in its series: Instance Number, Slice Location, Image
+    /// Position (Patient) x\y\z and Image Orientation (Patient) row and column cosines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_number: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slice_location: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_position_patient: Option<[f64; 3]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_orientation_patient: Option<[f64; 6]>,
     /// Rescale Slope as stored (the decoded pixels already have it applied).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rescale_slope: Option<f64>,
@@ -213,6 +237,12 @@ impl ImageMeta {
             ("acquisition_date", &self.acquisition_date),
             ("acquisition_time", &self.acquisition_time),
             ("sop_instance_uid", &self.sop_instance_uid),
+            ("accession_number", &self.accession_number),
+            ("body_part_examined", &self.body_part_examined),
+            ("study_time", &self.study_time),
+            ("patient_birth_date", &self.patient_birth_date),
+            ("patient_sex", &self.patient_sex),
+            ("study_id", &self.study_id),
             ("transfer_syntax_uid", &self.transfer_syntax_uid),
             ("transfer_syntax_name", &self.transfer_syntax_name),
         ];
@@ -233,6 +263,19 @@ impl ImageMeta {
             if let Some(v) = v {
                 put(k, v.to_string());
             }
+        }
+        if let Some(v) = self.instance_number {
+            put("instance_number", v.to_string());
+        }
+        if let Some(v) = self.slice_location {
+            put("slice_location", v.to_string());
+        }
+        let joined = |v: &[f64]| v.iter().map(f64::to_string).collect::<Vec<_>>().join("\\");
+        if let Some(v) = &self.image_position_patient {
+            put("image_position_patient", joined(v));
+        }
+        if let Some(v) = &self.image_orientation_patient {
+            put("image_orientation_patient", joined(v));
         }
         if let Some(v) = self.pixel_inverted {
             put("pixel_inverted", v.to_string());

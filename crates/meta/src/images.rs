@@ -6,6 +6,13 @@
 //! so a row for bytes that have since been replaced or deleted is recognisably stale: callers
 //! compare digests with the catalogue and drop stale rows ([`ImageIndex::forget`]). A row also
 //! records blobs that turned out *not* to be images, so they are not decoded again.
+//!
+//! DICOM instances are also grouped as radiologists look at them, Patient → Study → Series →
+//! Instance: [`ImageIndex::studies`] (one row per Study Instance UID, for a worklist),
+//! [`ImageIndex::series`] (the series of a study) and [`ImageIndex::instances`] (a series'
+//! images in slice order: position along the slice normal, else Slice Location, else Instance
+//! Number). The columns for that (`study_uid`, `series_uid`, `slice_pos`, `instance_no`) are
+//! added to an older table on open; rows indexed before have them empty until re-indexed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,6 +41,74 @@ CREATE TABLE IF NOT EXISTS images (
 CREATE INDEX IF NOT EXISTS images_modality ON images(modality);
 CREATE INDEX IF NOT EXISTS images_study_date ON images(study_date);
 ";
+
+/// Columns added after the first version, with their SQLite definitions.
+const ADDED_COLUMNS: [(&str, &str); 4] = [
+    ("study_uid", "TEXT NOT NULL DEFAULT ''"),
+    ("series_uid", "TEXT NOT NULL DEFAULT ''"),
+    ("slice_pos", "REAL"),
+    ("instance_no", "INTEGER"),
+];
+
+const SERIES_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS images_study_uid ON images(study_uid);
+CREATE INDEX IF NOT EXISTS images_series_uid ON images(series_uid);
+";
+
+/// Add the columns an older table lacks, then their indexes.
+fn migrate_sqlite(db: &Db) -> Result<()> {
+    let c = db.lock();
+    let have: Vec<String> = c
+        .prepare("SELECT name FROM pragma_table_info('images')")?
+        .query_map([], |r| r.get(0))?
+        .collect::<std::result::Result<_, _>>()?;
+    for (col, def) in ADDED_COLUMNS {
+        if !have.iter().any(|h| h == col) {
+            c.execute_batch(&format!("ALTER TABLE images ADD COLUMN {col} {def}"))?;
+        }
+    }
+    c.execute_batch(SERIES_INDEXES)?;
+    Ok(())
+}
+
+/// One study of the worklist: counts over its instances, and the metadata (JSON) of its
+/// first instance by name, which carries the patient and study attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudySummary {
+    pub study_uid: String,
+    pub images: u64,
+    pub series: u64,
+    /// Distinct modalities of its series, sorted.
+    pub modalities: Vec<String>,
+    pub meta: String,
+}
+
+/// One series of a study: how many images, and the metadata of its first instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesSummary {
+    pub series_uid: String,
+    pub images: u64,
+    pub meta: String,
+}
+
+/// Where an instance sits along its series: the position's distance along the slice normal
+/// (row cosines × column cosines), else Slice Location.
+fn slice_position(fields: &BTreeMap<String, String>) -> Option<f64> {
+    let nums = |k: &str| -> Option<Vec<f64>> {
+        fields.get(k)?.split('\\').map(|v| v.trim().parse::<f64>().ok()).collect()
+    };
+    if let (Some(p), Some(o)) = (nums("image_position_patient"), nums("image_orientation_patient"))
+        && p.len() == 3
+        && o.len() == 6
+    {
+        let n = [o[1] * o[5] - o[2] * o[4], o[2] * o[3] - o[0] * o[5], o[0] * o[4] - o[1] * o[3]];
+        let d = p[0] * n[0] + p[1] * n[1] + p[2] * n[2];
+        if d.is_finite() {
+            return Some(d);
+        }
+    }
+    fields.get("slice_location")?.parse::<f64>().ok().filter(|v| v.is_finite())
+}
 
 /// What the index knows about one blob.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +160,10 @@ pub(crate) struct IndexRow<'a> {
     pub study_date: &'a str,
     pub meta: &'a str,
     pub search_text: String,
+    pub study_uid: &'a str,
+    pub series_uid: &'a str,
+    pub slice_pos: Option<f64>,
+    pub instance_no: Option<i64>,
 }
 
 /// A search with its criteria in stored form (lower/upper case, LIKE patterns escaped).
@@ -102,12 +181,16 @@ impl ImageIndex {
     /// Open (creating the table if needed) in the SQLite database at `path`, which may be
     /// the catalogue's own file.
     pub fn open(path: &Path) -> Result<Self> {
-        Ok(Self { backend: Backend::Sqlite(Db::open(path, SCHEMA)?) })
+        let db = Db::open(path, SCHEMA)?;
+        migrate_sqlite(&db)?;
+        Ok(Self { backend: Backend::Sqlite(db) })
     }
 
     /// A throw-away in-memory index (for the memory store).
     pub fn open_in_memory() -> Result<Self> {
-        Ok(Self { backend: Backend::Sqlite(Db::in_memory(SCHEMA)?) })
+        let db = Db::in_memory(SCHEMA)?;
+        migrate_sqlite(&db)?;
+        Ok(Self { backend: Backend::Sqlite(db) })
     }
 
     /// The index in PostgreSQL at `url` (the catalogue's database), shared by every front
@@ -123,8 +206,8 @@ impl ImageIndex {
                 db.lock().execute(
                     "INSERT OR REPLACE INTO images
                      (name, digest, is_image, patient, modality, study_date, meta, search_text,
-                      indexed_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                      indexed_ms, study_uid, series_uid, slice_pos, instance_no)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                     params![
                         row.name,
                         row.digest,
@@ -134,7 +217,11 @@ impl ImageIndex {
                         row.study_date,
                         row.meta,
                         row.search_text,
-                        now_ms()
+                        now_ms(),
+                        row.study_uid,
+                        row.series_uid,
+                        row.slice_pos,
+                        row.instance_no
                     ],
                 )?;
                 Ok(())
@@ -168,6 +255,10 @@ impl ImageIndex {
             study_date: get("study_date"),
             meta: meta_json,
             search_text: text,
+            study_uid: get("study_instance_uid"),
+            series_uid: get("series_instance_uid"),
+            slice_pos: slice_position(fields),
+            instance_no: get("instance_number").parse().ok(),
         })
     }
 
@@ -183,6 +274,10 @@ impl ImageIndex {
             study_date: "",
             meta: &meta,
             search_text: String::new(),
+            study_uid: "",
+            series_uid: "",
+            slice_pos: None,
+            instance_no: None,
         })
     }
 
@@ -211,53 +306,148 @@ impl ImageIndex {
         }
     }
 
-    /// Images matching every criterion of `q`, by name. Only image rows are returned.
-    pub fn search(&self, q: &ImageQuery) -> Result<Vec<ImageEntry>> {
-        let like = |s: &Option<String>| {
-            s.as_deref()
-                .filter(|s| !s.is_empty())
-                .map(|s| format!("%{}%", escape_like(&s.to_lowercase())))
-        };
-        let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
-        let s = Search {
-            prefix: &q.prefix,
-            text: like(&q.text),
-            patient: like(&q.patient),
-            modality: nonempty(&q.modality).map(|m| m.to_uppercase()),
-            date_from: nonempty(&q.date_from),
-            date_to: nonempty(&q.date_to),
-            limit: q.limit.min(i64::MAX as usize) as i64,
-        };
+    /// The studies with at least one image matching every criterion of `q` (its `limit`
+    /// bounds the studies), by Study Instance UID; images without one are not in any study.
+    pub fn studies(&self, q: &ImageQuery) -> Result<Vec<StudySummary>> {
+        let s = search_of(q);
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                let c = db.lock();
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta FROM (
+                       SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
+                              group_concat(DISTINCT modality) AS mods, MIN(name) AS first
+                       FROM images WHERE study_uid != '' AND {WHERE_SQLITE}
+                       GROUP BY study_uid ORDER BY study_uid LIMIT ?7
+                     ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
+                ))?;
+                let rows = st.query_map(&s.sqlite_params()[..], |r| {
+                    Ok(StudySummary {
+                        study_uid: r.get(0)?,
+                        images: r.get::<_, i64>(1)? as u64,
+                        series: r.get::<_, i64>(2)? as u64,
+                        modalities: modalities(&r.get::<_, Option<String>>(3)?.unwrap_or_default()),
+                        meta: r.get(4)?,
+                    })
+                })?;
+                Ok(rows.collect::<std::result::Result<_, _>>()?)
+            }
+            Backend::Postgres(pg) => crate::pg::off_executor(|| pg.studies(&s)),
+        }
+    }
+
+    /// The series of study `study_uid`, by Series Instance UID.
+    pub fn series(&self, study_uid: &str) -> Result<Vec<SeriesSummary>> {
         match &self.backend {
             Backend::Sqlite(db) => {
                 let c = db.lock();
                 let mut st = c.prepare_cached(
+                    "SELECT g.series_uid, g.n, i.meta FROM (
+                       SELECT series_uid, COUNT(*) AS n, MIN(name) AS first FROM images
+                       WHERE is_image = 1 AND study_uid = ?1 GROUP BY series_uid
+                     ) g JOIN images i ON i.name = g.first ORDER BY g.series_uid",
+                )?;
+                let rows = st.query_map([study_uid], |r| {
+                    Ok(SeriesSummary {
+                        series_uid: r.get(0)?,
+                        images: r.get::<_, i64>(1)? as u64,
+                        meta: r.get(2)?,
+                    })
+                })?;
+                Ok(rows.collect::<std::result::Result<_, _>>()?)
+            }
+            Backend::Postgres(pg) => crate::pg::off_executor(|| pg.series(study_uid)),
+        }
+    }
+
+    /// The images of series `series_uid` in slice order (see the module documentation), then
+    /// by Instance Number and name.
+    pub fn instances(&self, series_uid: &str) -> Result<Vec<ImageEntry>> {
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                let c = db.lock();
+                let mut st = c.prepare_cached(&format!(
                     "SELECT name, digest, is_image, meta FROM images
-                     WHERE is_image = 1
-                       AND substr(name, 1, length(?1)) = ?1
-                       AND (?2 IS NULL OR search_text LIKE ?2 ESCAPE '\\')
-                       AND (?3 IS NULL OR patient LIKE ?3 ESCAPE '\\')
-                       AND (?4 IS NULL OR modality = ?4)
-                       AND (?5 IS NULL OR (study_date != '' AND study_date >= ?5))
-                       AND (?6 IS NULL OR (study_date != '' AND study_date <= ?6))
-                     ORDER BY name LIMIT ?7",
-                )?;
-                let rows = st.query_map(
-                    params![
-                        s.prefix,
-                        s.text,
-                        s.patient,
-                        s.modality,
-                        s.date_from,
-                        s.date_to,
-                        s.limit
-                    ],
-                    entry_from_row,
-                )?;
+                     WHERE is_image = 1 AND series_uid = ?1 {INSTANCE_ORDER}"
+                ))?;
+                let rows = st.query_map([series_uid], entry_from_row)?;
+                Ok(rows.collect::<std::result::Result<_, _>>()?)
+            }
+            Backend::Postgres(pg) => crate::pg::off_executor(|| pg.instances(series_uid)),
+        }
+    }
+
+    /// Images matching every criterion of `q`, by name. Only image rows are returned.
+    pub fn search(&self, q: &ImageQuery) -> Result<Vec<ImageEntry>> {
+        let s = search_of(q);
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                let c = db.lock();
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT name, digest, is_image, meta FROM images
+                     WHERE {WHERE_SQLITE} ORDER BY name LIMIT ?7"
+                ))?;
+                let rows = st.query_map(&s.sqlite_params()[..], entry_from_row)?;
                 Ok(rows.collect::<std::result::Result<_, _>>()?)
             }
             Backend::Postgres(pg) => crate::pg::off_executor(|| pg.search(&s)),
         }
+    }
+}
+
+/// The search criteria as SQLite parameters ?1–?6 (prefix, text, patient, modality, dates).
+const WHERE_SQLITE: &str = "is_image = 1
+    AND substr(name, 1, length(?1)) = ?1
+    AND (?2 IS NULL OR search_text LIKE ?2 ESCAPE '\\')
+    AND (?3 IS NULL OR patient LIKE ?3 ESCAPE '\\')
+    AND (?4 IS NULL OR modality = ?4)
+    AND (?5 IS NULL OR (study_date != '' AND study_date >= ?5))
+    AND (?6 IS NULL OR (study_date != '' AND study_date <= ?6))";
+
+impl Search<'_> {
+    /// The criteria as SQLite parameters ?1–?7 ([`WHERE_SQLITE`] and the limit).
+    fn sqlite_params(&self) -> [&dyn rusqlite::ToSql; 7] {
+        [
+            &self.prefix,
+            &self.text,
+            &self.patient,
+            &self.modality,
+            &self.date_from,
+            &self.date_to,
+            &self.limit,
+        ]
+    }
+}
+
+/// Slice order within a series, the same in both databases.
+pub(crate) const INSTANCE_ORDER: &str =
+    "ORDER BY (slice_pos IS NULL), slice_pos, (instance_no IS NULL), instance_no, name";
+
+/// A comma-separated aggregate of modalities as a sorted list without blanks.
+pub(crate) fn modalities(joined: &str) -> Vec<String> {
+    let mut v: Vec<String> =
+        joined.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// `q` in stored form (LIKE patterns escaped, case folded).
+fn search_of(q: &ImageQuery) -> Search<'_> {
+    let like = |s: &Option<String>| {
+        s.as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|s| format!("%{}%", escape_like(&s.to_lowercase())))
+    };
+    let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+    Search {
+        prefix: &q.prefix,
+        text: like(&q.text),
+        patient: like(&q.patient),
+        modality: nonempty(&q.modality).map(|m| m.to_uppercase()),
+        date_from: nonempty(&q.date_from),
+        date_to: nonempty(&q.date_to),
+        limit: q.limit.min(i64::MAX as usize) as i64,
     }
 }
 

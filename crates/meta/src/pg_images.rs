@@ -2,7 +2,9 @@
 //! front end, so a search through one finds images put through any other.
 
 use crate::error::MetaError;
-use crate::images::{ImageEntry, IndexRow, Search};
+use crate::images::{
+    INSTANCE_ORDER, ImageEntry, IndexRow, Search, SeriesSummary, StudySummary, modalities,
+};
 use crate::pg::PgPool;
 use crate::record::now_ms;
 
@@ -22,7 +24,22 @@ CREATE TABLE IF NOT EXISTS images (
 );
 CREATE INDEX IF NOT EXISTS images_modality ON images(modality);
 CREATE INDEX IF NOT EXISTS images_study_date ON images(study_date);
+ALTER TABLE images ADD COLUMN IF NOT EXISTS study_uid TEXT NOT NULL DEFAULT '';
+ALTER TABLE images ADD COLUMN IF NOT EXISTS series_uid TEXT NOT NULL DEFAULT '';
+ALTER TABLE images ADD COLUMN IF NOT EXISTS slice_pos DOUBLE PRECISION;
+ALTER TABLE images ADD COLUMN IF NOT EXISTS instance_no BIGINT;
+CREATE INDEX IF NOT EXISTS images_study_uid ON images(study_uid);
+CREATE INDEX IF NOT EXISTS images_series_uid ON images(series_uid);
 "#;
+
+/// The search criteria as PostgreSQL parameters $1–$6, as the SQLite index has them.
+const WHERE_PG: &str = r"is_image
+    AND left(name, length($1::text)) = $1::text
+    AND ($2::text IS NULL OR search_text LIKE $2::text ESCAPE '\')
+    AND ($3::text IS NULL OR patient LIKE $3::text ESCAPE '\')
+    AND ($4::text IS NULL OR modality = $4::text)
+    AND ($5::text IS NULL OR (study_date != '' AND study_date >= $5::text))
+    AND ($6::text IS NULL OR (study_date != '' AND study_date <= $6::text))";
 
 pub(crate) struct PgImages {
     pool: PgPool,
@@ -39,10 +56,11 @@ impl PgImages {
             c.execute(
                 "INSERT INTO images
                  (name, digest, is_image, patient, modality, study_date, meta, search_text,
-                  indexed_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                  indexed_ms, study_uid, series_uid, slice_pos, instance_no)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                  ON CONFLICT (name) DO UPDATE SET digest = $2, is_image = $3, patient = $4,
-                 modality = $5, study_date = $6, meta = $7, search_text = $8, indexed_ms = $9",
+                 modality = $5, study_date = $6, meta = $7, search_text = $8, indexed_ms = $9,
+                 study_uid = $10, series_uid = $11, slice_pos = $12, instance_no = $13",
                 &[
                     &r.name,
                     &r.digest,
@@ -53,6 +71,10 @@ impl PgImages {
                     &r.meta,
                     &r.search_text,
                     &now,
+                    &r.study_uid,
+                    &r.series_uid,
+                    &r.slice_pos,
+                    &r.instance_no,
                 ],
             )
         })?;
@@ -72,22 +94,69 @@ impl PgImages {
     }
 
     pub fn search(&self, s: &Search<'_>) -> Result<Vec<ImageEntry>> {
-        let rows = self.pool.retrying(|c| {
-            c.query(
-                r"SELECT name, digest, is_image, meta FROM images
-                  WHERE is_image
-                    AND left(name, length($1::text)) = $1::text
-                    AND ($2::text IS NULL OR search_text LIKE $2::text ESCAPE '\')
-                    AND ($3::text IS NULL OR patient LIKE $3::text ESCAPE '\')
-                    AND ($4::text IS NULL OR modality = $4::text)
-                    AND ($5::text IS NULL OR (study_date != '' AND study_date >= $5::text))
-                    AND ($6::text IS NULL OR (study_date != '' AND study_date <= $6::text))
-                  ORDER BY name LIMIT $7",
-                &[&s.prefix, &s.text, &s.patient, &s.modality, &s.date_from, &s.date_to, &s.limit],
-            )
-        })?;
+        let sql = format!(
+            "SELECT name, digest, is_image, meta FROM images WHERE {WHERE_PG}
+             ORDER BY name LIMIT $7"
+        );
+        let rows = self.pool.retrying(|c| c.query(&sql, &pg_params(s)))?;
         Ok(rows.iter().map(entry).collect())
     }
+
+    pub fn studies(&self, s: &Search<'_>) -> Result<Vec<StudySummary>> {
+        let sql = format!(
+            "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta FROM (
+               SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
+                      string_agg(DISTINCT modality, ',') AS mods, MIN(name) AS first
+               FROM images WHERE study_uid != '' AND {WHERE_PG}
+               GROUP BY study_uid ORDER BY study_uid LIMIT $7
+             ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
+        );
+        let rows = self.pool.retrying(|c| c.query(&sql, &pg_params(s)))?;
+        Ok(rows
+            .iter()
+            .map(|r| StudySummary {
+                study_uid: r.get(0),
+                images: r.get::<_, i64>(1) as u64,
+                series: r.get::<_, i64>(2) as u64,
+                modalities: modalities(&r.get::<_, Option<String>>(3).unwrap_or_default()),
+                meta: r.get(4),
+            })
+            .collect())
+    }
+
+    pub fn series(&self, study_uid: &str) -> Result<Vec<SeriesSummary>> {
+        let rows = self.pool.retrying(|c| {
+            c.query(
+                "SELECT g.series_uid, g.n, i.meta FROM (
+                   SELECT series_uid, COUNT(*) AS n, MIN(name) AS first FROM images
+                   WHERE is_image AND study_uid = $1 GROUP BY series_uid
+                 ) g JOIN images i ON i.name = g.first ORDER BY g.series_uid",
+                &[&study_uid],
+            )
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| SeriesSummary {
+                series_uid: r.get(0),
+                images: r.get::<_, i64>(1) as u64,
+                meta: r.get(2),
+            })
+            .collect())
+    }
+
+    pub fn instances(&self, series_uid: &str) -> Result<Vec<ImageEntry>> {
+        let sql = format!(
+            "SELECT name, digest, is_image, meta FROM images
+             WHERE is_image AND series_uid = $1 {INSTANCE_ORDER}"
+        );
+        let rows = self.pool.retrying(|c| c.query(&sql, &[&series_uid]))?;
+        Ok(rows.iter().map(entry).collect())
+    }
+}
+
+/// The criteria as parameters $1–$7 ([`WHERE_PG`] and the limit).
+fn pg_params<'a>(s: &'a Search<'_>) -> [&'a (dyn postgres::types::ToSql + Sync); 7] {
+    [&s.prefix, &s.text, &s.patient, &s.modality, &s.date_from, &s.date_to, &s.limit]
 }
 
 fn entry(r: &postgres::Row) -> ImageEntry {

@@ -219,6 +219,57 @@ fn image_entries_are_replaced_and_forgotten(p: &dyn Place) {
     assert_eq!(ix.get("docs/readme.txt").unwrap(), None);
 }
 
+/// A CT study of two series (an axial one of three slices put out of order, a scout) and an
+/// MR study, through one front end; read through another.
+fn studies_series_and_slice_order(p: &dyn Place) {
+    let ix = p.images();
+    let slice = |series: &str, n: &str, z: &str, modality: &str, study: &str| {
+        fields(&[
+            ("patient_name", "Doe^Jane"),
+            ("patient_id", "PID-1"),
+            ("modality", modality),
+            ("study_date", "20240131"),
+            ("study_instance_uid", study),
+            ("series_instance_uid", series),
+            ("instance_number", n),
+            ("image_position_patient", &format!("-125\\-125\\{z}")),
+            ("image_orientation_patient", "1\\0\\0\\0\\1\\0"),
+        ])
+    };
+    // Instance numbers disagree with position: position wins.
+    ix.put("ct/3.dcm", "x:3", &slice("1.2.3.1", "1", "10.0", "CT", "1.2.3"), "{\"n\":3}").unwrap();
+    ix.put("ct/1.dcm", "x:1", &slice("1.2.3.1", "3", "-10.0", "CT", "1.2.3"), "{\"n\":1}").unwrap();
+    ix.put("ct/2.dcm", "x:2", &slice("1.2.3.1", "2", "0", "CT", "1.2.3"), "{\"n\":2}").unwrap();
+    let mut scout = slice("1.2.3.2", "1", "0", "CT", "1.2.3");
+    scout.remove("image_position_patient");
+    ix.put("ct/scout.dcm", "x:4", &scout, "{}").unwrap();
+    ix.put("mr/1.dcm", "x:5", &slice("1.2.4.1", "1", "0", "MR", "1.2.4"), "{}").unwrap();
+    ix.put("photo.png", "x:6", &fields(&[("width", "4")]), "{}").unwrap();
+
+    let ix = p.images();
+    let studies = ix.studies(&ImageQuery { limit: 100, ..Default::default() }).unwrap();
+    let got: Vec<_> = studies.iter().map(|s| (s.study_uid.as_str(), s.series, s.images)).collect();
+    assert_eq!(got, [("1.2.3", 2, 4), ("1.2.4", 1, 1)], "images without a study are in none");
+    assert_eq!(studies[0].modalities, ["CT"]);
+    assert_eq!(studies[0].meta, "{\"n\":1}", "the first instance by name speaks for the study");
+    let mr =
+        ix.studies(&ImageQuery { limit: 100, modality: Some("mr".into()), ..Default::default() });
+    assert_eq!(mr.unwrap().len(), 1);
+    assert_eq!(ix.studies(&ImageQuery { limit: 1, ..Default::default() }).unwrap().len(), 1);
+
+    let series = ix.series("1.2.3").unwrap();
+    let got: Vec<_> = series.iter().map(|s| (s.series_uid.as_str(), s.images)).collect();
+    assert_eq!(got, [("1.2.3.1", 3), ("1.2.3.2", 1)]);
+    assert!(ix.series("no-such-study").unwrap().is_empty());
+
+    let order: Vec<_> = ix.instances("1.2.3.1").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(order, ["ct/1.dcm", "ct/2.dcm", "ct/3.dcm"]);
+    // Re-putting an instance into another series moves it.
+    ix.put("ct/3.dcm", "x:7", &slice("1.2.3.2", "2", "10.0", "CT", "1.2.3"), "{}").unwrap();
+    assert_eq!(ix.instances("1.2.3.1").unwrap().len(), 2);
+    assert_eq!(ix.instances("1.2.3.2").unwrap().len(), 2);
+}
+
 macro_rules! suite {
     ($($t:ident),*) => {
         mod sqlite { $( #[test] fn $t() {
@@ -236,8 +287,30 @@ suite!(
     chunks_and_corruption_marks,
     racing_handles_commit_each_name_once,
     image_search_each_criterion_narrows,
-    image_entries_are_replaced_and_forgotten
+    image_entries_are_replaced_and_forgotten,
+    studies_series_and_slice_order
 );
+
+#[test]
+fn older_image_indexes_gain_the_series_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE images (name TEXT PRIMARY KEY NOT NULL, digest TEXT NOT NULL,
+             is_image INTEGER NOT NULL, patient TEXT NOT NULL, modality TEXT NOT NULL,
+             study_date TEXT NOT NULL, meta TEXT NOT NULL, search_text TEXT NOT NULL,
+             indexed_ms INTEGER NOT NULL);
+             INSERT INTO images VALUES ('old.dcm', 'x:1', 1, '', 'CT', '', '{}', '', 1);",
+        )
+        .unwrap();
+    }
+    let ix = ImageIndex::open(&path).unwrap();
+    assert!(ix.get("old.dcm").unwrap().is_some());
+    assert!(ix.studies(&ImageQuery { limit: 10, ..Default::default() }).unwrap().is_empty());
+    studies_series_and_slice_order(&Sqlite(dir));
+}
 
 #[test]
 fn older_sqlite_databases_gain_chunks_and_corruption_marks() {

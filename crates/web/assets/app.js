@@ -9,6 +9,9 @@
 // #view[data-state] is empty|loading|ready|error; #filter-panel[data-state] is
 // idle|running|done|error.
 
+import { Stack } from './stack.js';
+import { setupWorklist } from './worklist.js';
+
 const bs = {
   ready: false, // the first folder listing has been rendered
   firstImageMs: null, // performance.now() when the first image was drawn
@@ -16,6 +19,7 @@ const bs = {
   lastProgress: null, // {label, loaded, total, done} of the last upload or download
   frames: 0, // canvas redraws so far
   view: () => viewInfo(),
+  stack: () => stackInfo(), // the open series or frame stack: position, length, cached slices
 };
 window.blobstream = bs;
 
@@ -42,6 +46,16 @@ const el = {
   resultsHeading: $('#results-heading'),
   clearSearch: $('#clear-search'),
   listing: $('#listing'),
+  worklist: $('#worklist'),
+  tabFiles: $('#tab-files'),
+  tabStudies: $('#tab-studies'),
+  stackBar: $('#stack-bar'),
+  stackPlay: $('#stack-play'),
+  stackSlider: $('#stack-slider'),
+  stackReadout: $('#stack-readout'),
+  overlay: $('#overlay'),
+  overlayTl: $('#overlay-tl'),
+  overlayBr: $('#overlay-br'),
   view: $('#view'),
   presets: $('#presets'),
   fitButton: $('#fit-button'),
@@ -106,6 +120,9 @@ const state = {
   lutDirty: false, // the window changed: re-render the rasters before drawing
   saveNameAuto: true,
   filterSeq: 0,
+  stack: null, // the Stack being shown (a series or a multi-frame image), see stack.js
+  cine: null, // interval timer while the stack plays
+  worklist: null,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -589,6 +606,10 @@ function searchParams() {
 
 async function runSearch({ keepError = false } = {}) {
   if (!keepError) clearError();
+  if (!el.worklist.hidden) {
+    state.worklist.reload();
+    return;
+  }
   const seq = ++state.listSeq;
   const p = searchParams();
   try {
@@ -609,7 +630,138 @@ async function runSearch({ keepError = false } = {}) {
 function clearSearch() {
   el.searchForm.reset();
   el.resultsBar.hidden = true;
-  navigate(state.prefix);
+  if (!el.worklist.hidden) state.worklist.reload();
+  else navigate(state.prefix);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Studies and series
+
+function showTab(studies) {
+  el.tabFiles.setAttribute('aria-selected', String(!studies));
+  el.tabStudies.setAttribute('aria-selected', String(studies));
+  el.listing.hidden = studies;
+  el.crumbs.hidden = studies;
+  el.resultsBar.hidden = true;
+  el.worklist.hidden = !studies;
+  if (studies) state.worklist.reload();
+  else navigate(state.prefix);
+}
+
+/** One slice (or frame) of a stack: its metadata and pixels, without a progress bar. */
+async function loadSlice(entry, signal) {
+  const meta = await getJSON(`/api/meta/${encodeKey(entry.key)}`, { signal });
+  const res = await doFetch(`/api/pixels/${encodeKey(entry.key)}?frame=${entry.frame}`, { signal });
+  if (!res.ok) throw await errorFromResponse(res);
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  return { meta, res, bytes };
+}
+
+function stackInfo() {
+  const st = state.stack;
+  if (!st) return null;
+  return { kind: st.info.kind, index: st.index, length: st.length, cached: st.cachedCount(), fetched: st.fetched, playing: !!state.cine, key: st.entries[st.index].key, frame: st.entries[st.index].frame };
+}
+
+function closeStack() {
+  stopCine();
+  state.stack?.close();
+  state.stack = null;
+  el.stackBar.hidden = true;
+}
+
+/** Show `stack` from its first slice. */
+function openStack(stack) {
+  closeStack();
+  state.stack = stack;
+  el.stackSlider.max = String(stack.length);
+  el.stackSlider.value = '1';
+  el.stackBar.hidden = stack.length < 2;
+  showSlice(0, { fresh: true });
+}
+
+/** Show slice `i` of the open stack (the window stays as the user set it, unless `fresh`). */
+function showSlice(i, { fresh = false } = {}) {
+  const st = state.stack;
+  if (!st) return;
+  const first = fresh || !state.img;
+  const at = st.go(i);
+  el.stackSlider.value = String(at + 1);
+  el.stackReadout.textContent = `${st.info.kind === 'frames' ? 'frame' : 'slice'} ${at + 1} / ${st.length}`;
+  const e = st.entries[at];
+  openImage(e.key, { frame: e.frame, keepWindow: !first, slice: st.get(at) });
+}
+
+function stepSlice(d) {
+  if (state.stack) showSlice(state.stack.index + d);
+}
+
+function stopCine() {
+  if (state.cine) clearInterval(state.cine);
+  state.cine = null;
+  el.stackPlay.setAttribute('aria-pressed', 'false');
+  el.stackPlay.innerHTML = '&#9654;';
+}
+
+function toggleCine() {
+  if (state.cine) return stopCine();
+  if (!state.stack) return;
+  el.stackPlay.setAttribute('aria-pressed', 'true');
+  el.stackPlay.innerHTML = '&#10073;&#10073;';
+  state.cine = setInterval(() => {
+    const st = state.stack;
+    if (!st) return stopCine();
+    showSlice((st.index + 1) % st.length);
+  }, 100);
+}
+
+async function openSeries(uid, label) {
+  clearError();
+  try {
+    const v = await getJSON(`/api/series/${encodeURIComponent(uid)}/instances`);
+    const entries = [];
+    for (const inst of v.instances) {
+      for (let f = 0; f < Math.max(1, inst.frames); f++) entries.push({ key: inst.key, frame: f });
+    }
+    openStack(new Stack(entries, { kind: 'series', uid, label }, loadSlice));
+  } catch (e) {
+    fail(`Could not open the series ${label}`, e);
+  }
+}
+
+function setupStacks() {
+  el.tabFiles.addEventListener('click', () => showTab(false));
+  el.tabStudies.addEventListener('click', () => showTab(true));
+  state.worklist = setupWorklist(el.worklist, {
+    h,
+    getJSON,
+    fmtDate,
+    fmtPersonName,
+    criteria: searchParams,
+    openSeries,
+    fail,
+  });
+  el.stackSlider.addEventListener('input', () => showSlice(Number(el.stackSlider.value) - 1));
+  el.stackPlay.addEventListener('click', toggleCine);
+}
+
+/** The on-image overlay: patient and study top left; slice, window top right. */
+function renderOverlay() {
+  const img = state.img;
+  if (!img) {
+    el.overlay.hidden = true;
+    return;
+  }
+  const m = img.meta.image || {};
+  const st = state.stack;
+  const tl = [fmtPersonName(m.patient_name || ''), m.patient_id, [fmtDate(m.study_date || ''), m.modality].filter(Boolean).join(' '), m.series_description].filter(Boolean);
+  const br = [];
+  if (st) br.push(`${st.info.kind === 'frames' ? 'Frame' : 'Im'} ${st.index + 1} / ${st.length}`);
+  if (m.slice_location !== undefined) br.push(`Loc ${fmtNumber(m.slice_location)} mm`);
+  if (img.orig.ch === 1) br.push(el.wlReadout.textContent);
+  el.overlayTl.textContent = tl.join('\n');
+  el.overlayBr.textContent = br.join('\n');
+  el.overlay.hidden = tl.length === 0 && br.length === 0;
 }
 
 function activateTile(info) {
@@ -969,6 +1121,7 @@ function updateWlReadout() {
   const w = Math.round(state.wl.w);
   const c = Math.round(state.wl.c) + 0; // + 0 turns -0 into 0
   el.wlReadout.textContent = `W ${w} / L ${c}${unit()}`;
+  renderOverlay();
 }
 
 function setWindow(c, w, presetId = null) {
@@ -1163,6 +1316,11 @@ function setupCanvas() {
     (e) => {
       if (!state.img) return;
       e.preventDefault();
+      if (state.stack && state.stack.length > 1 && !e.ctrlKey && !e.metaKey) {
+        // Within a series or frame stack the wheel scrolls slices, as radiologists expect.
+        if (e.deltaY !== 0) stepSlice(e.deltaY > 0 ? 1 : -1);
+        return;
+      }
       const p = canvasPoint(e);
       const perLine = e.deltaMode === 1 ? 40 : e.deltaMode === 2 ? 400 : 1;
       zoomAbout(p.x, p.y, Math.exp(-e.deltaY * perLine * 0.0015));
@@ -1232,6 +1390,8 @@ function buildPresets() {
 // Opening images
 
 function closeImage() {
+  closeStack();
+  el.overlay.hidden = true;
   state.loadAbort?.abort();
   state.loadSeq++;
   state.filterSeq++;
@@ -1260,7 +1420,13 @@ function showNonImage(info) {
   renderMeta(info, null, null);
 }
 
-async function openImage(key) {
+/**
+ * Show `key` (frame `opts.frame` of a multi-frame image). Within a stack (`opts.slice`, the
+ * slice's pending load) the window, zoom and pan stay as the user left them.
+ */
+async function openImage(key, opts = {}) {
+  const inStack = !!opts.slice;
+  if (!inStack) closeStack();
   state.loadAbort?.abort();
   const abort = new AbortController();
   state.loadAbort = abort;
@@ -1268,28 +1434,53 @@ async function openImage(key) {
   state.filterSeq++;
   clearError();
   el.downloadLink.hidden = true;
-  el.viewKey.textContent = key;
-  setViewState('loading', `Loading ${basename(key)}…`);
+  el.viewKey.textContent = opts.frame ? `${key} [frame ${opts.frame + 1}]` : key;
+  if (!inStack || !state.img) setViewState('loading', `Loading ${basename(key)}…`);
   try {
-    const meta = await getJSON(`/api/meta/${encodeKey(key)}`, { signal: abort.signal });
-    if (seq !== state.loadSeq) return;
-    const { res, bytes } = await fetchBytes(`/api/pixels/${encodeKey(key)}`, { signal: abort.signal }, `Downloading ${basename(key)}`);
+    let meta, res, bytes;
+    if (inStack) {
+      ({ meta, res, bytes } = await opts.slice);
+    } else {
+      meta = await getJSON(`/api/meta/${encodeKey(key)}`, { signal: abort.signal });
+      if (seq !== state.loadSeq) return;
+      ({ res, bytes } = await fetchBytes(`/api/pixels/${encodeKey(key)}`, { signal: abort.signal }, `Downloading ${basename(key)}`));
+    }
     if (seq !== state.loadSeq) return;
     const orig = parseRaster(res, bytes);
     const display = meta.display || {};
     orig.map = { offset: Number(display.offset) || 0, inverted: !!display.inverted, scale: Number(display.scale) || 1 };
-    state.img = { key, meta, display, orig, filt: null, chain: [] };
-    let wl;
-    if (Number.isFinite(display.center) && Number.isFinite(display.width)) wl = { c: display.center, w: display.width };
-    else wl = windowFromRange(toValue(orig.map, orig.rawMin), toValue(orig.map, orig.rawMax));
+    const keep = inStack && opts.keepWindow && state.img && state.img.orig.ch === orig.ch;
+    state.img = { key, frame: opts.frame || 0, meta, display, orig, filt: null, chain: [] };
     resetFilterUi();
     buildPresets();
-    state.wl = { c: wl.c, w: Math.max(1, wl.w) };
-    state.activePreset = null;
-    setWindow(state.wl.c, state.wl.w, state.presets.some((p) => p.id === 'default') ? 'default' : null);
+    if (keep) {
+      state.lutDirty = true;
+      setWindow(state.wl.c, state.wl.w, state.activePreset);
+    } else {
+      let wl;
+      if (Number.isFinite(display.center) && Number.isFinite(display.width)) wl = { c: display.center, w: display.width };
+      else wl = windowFromRange(toValue(orig.map, orig.rawMin), toValue(orig.map, orig.rawMax));
+      state.wl = { c: wl.c, w: Math.max(1, wl.w) };
+      state.activePreset = null;
+      setWindow(state.wl.c, state.wl.w, state.presets.some((p) => p.id === 'default') ? 'default' : null);
+    }
     ensureCanvasSize();
-    fit();
+    if (!keep || state.fitted) fit();
     draw();
+    // A multi-frame image opened on its own becomes a stack of its frames (cine).
+    const frames = Number(res.headers.get('X-Frames')) || 1;
+    if (!inStack && frames > 1) {
+      const entries = Array.from({ length: frames }, (_, f) => ({ key, frame: f }));
+      const stack = new Stack(entries, { kind: 'frames', key, label: basename(key) }, loadSlice);
+      state.stack = stack;
+      stack.cache.set(stack.id(0), { bytes: bytes.length, promise: Promise.resolve({ meta, res, bytes }) });
+      el.stackSlider.max = String(frames);
+      el.stackSlider.value = '1';
+      el.stackReadout.textContent = `frame 1 / ${frames}`;
+      el.stackBar.hidden = false;
+      stack.go(0);
+    }
+    renderOverlay();
     setViewState('ready');
     if (bs.firstImageMs === null) bs.firstImageMs = performance.now();
     renderMeta(meta.blob || state.items.get(key) || { key }, meta.image, display);
@@ -1613,7 +1804,17 @@ function setupKeys() {
     }
     if (isTyping(e) || e.ctrlKey || e.metaKey || e.altKey) return;
     if (!state.img) return;
-    if (e.key === 'f' || e.key === '0') {
+    const stackKeys = { ArrowDown: 1, ArrowRight: 1, PageDown: 10, ArrowUp: -1, ArrowLeft: -1, PageUp: -10 };
+    if (state.stack && e.key in stackKeys) {
+      e.preventDefault();
+      stepSlice(stackKeys[e.key]);
+    } else if (state.stack && (e.key === 'Home' || e.key === 'End')) {
+      e.preventDefault();
+      showSlice(e.key === 'Home' ? 0 : state.stack.length - 1);
+    } else if (state.stack && e.key === ' ') {
+      e.preventDefault();
+      toggleCine();
+    } else if (e.key === 'f' || e.key === '0') {
       fit();
     } else if (/^[1-9]$/.test(e.key)) {
       const p = state.presets[Number(e.key) - 1];
@@ -1636,6 +1837,7 @@ function start() {
   setupCanvas();
   setupFilterPanel();
   setupKeys();
+  setupStacks();
   updateWlReadout();
   updateZoomReadout();
   updateFilterButtons();

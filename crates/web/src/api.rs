@@ -94,6 +94,16 @@ pub async fn list(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
     .into_response())
 }
 
+/// A study date criterion: empty, or `YYYYMMDD`.
+fn check_date(name: &str, d: &Option<String>) -> Result<(), WebError> {
+    match d {
+        Some(d) if !(d.is_empty() || d.len() == 8 && d.bytes().all(|c| c.is_ascii_digit())) => {
+            Err(WebError::BadRequest(format!("{name} must be YYYYMMDD, not {d:?}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn page_limit(limit: Option<usize>) -> Result<usize, WebError> {
     match limit {
         None => Ok(DEFAULT_PAGE),
@@ -102,13 +112,37 @@ fn page_limit(limit: Option<usize>) -> Result<usize, WebError> {
     }
 }
 
+/// The image search criteria of `/api/search` and `/api/studies`.
 #[derive(Deserialize)]
-pub struct SearchQuery {
+pub struct Criteria {
     q: Option<String>,
     patient: Option<String>,
     modality: Option<String>,
     date_from: Option<String>,
     date_to: Option<String>,
+}
+
+impl Criteria {
+    /// The index query for these criteria (dates checked) under `prefix`, at most `limit`.
+    pub(crate) fn image_query(self, prefix: String, limit: usize) -> Result<ImageQuery, WebError> {
+        check_date("date_from", &self.date_from)?;
+        check_date("date_to", &self.date_to)?;
+        Ok(ImageQuery {
+            text: self.q,
+            patient: self.patient,
+            modality: self.modality,
+            date_from: self.date_from,
+            date_to: self.date_to,
+            prefix,
+            limit,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub struct SearchQuery {
+    #[serde(flatten)]
+    criteria: Criteria,
     #[serde(default)]
     prefix: String,
     limit: Option<usize>,
@@ -118,23 +152,7 @@ pub struct SearchQuery {
 pub async fn search(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let q: SearchQuery = query(req.uri())?;
     validate_prefix(&q.prefix)?;
-    for (name, d) in [("date_from", &q.date_from), ("date_to", &q.date_to)] {
-        if let Some(d) = d
-            && !d.is_empty()
-            && !(d.len() == 8 && d.bytes().all(|c| c.is_ascii_digit()))
-        {
-            return Err(WebError::BadRequest(format!("{name} must be YYYYMMDD, not {d:?}")));
-        }
-    }
-    let iq = ImageQuery {
-        text: q.q,
-        patient: q.patient,
-        modality: q.modality,
-        date_from: q.date_from,
-        date_to: q.date_to,
-        prefix: q.prefix,
-        limit: page_limit(q.limit)?,
-    };
+    let iq = q.criteria.image_query(q.prefix, page_limit(q.limit)?)?;
     let st2 = st.clone();
     let results = blocking(move || {
         // Rows made from bytes that have since been replaced (over gRPC, say) are indexed
@@ -368,12 +386,21 @@ pub async fn meta(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
 /// `GET /api/pixels/{key}`.
 pub async fn pixels(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let key = key_from_path(req.uri().path(), "/api/pixels/")?;
+    let q: PixelsQuery = query(req.uri())?;
+    let frame = q.frame.unwrap_or(0);
     let st2 = st.clone();
     let turn = st.image_turn().await;
-    let (img, bytes) = blocking(move || {
+    let (img, bytes, frames) = blocking(move || {
         let (_, d) = st2.images.decode(&key)?;
-        let bytes = raw_bytes(&d.image);
-        Ok((d, bytes))
+        let frames = d.frames.len() + 1;
+        let img = match frame {
+            0 => d.image.clone(),
+            n => d.frames.get(n - 1).cloned().ok_or_else(|| {
+                WebError::NotFound(format!("{key} has {frames} frame(s), not frame {n}"))
+            })?,
+        };
+        let bytes = raw_bytes(&img);
+        Ok((img, bytes, frames))
     })
     .await?;
     drop(turn);
@@ -381,8 +408,16 @@ pub async fn pixels(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    pixel_headers(h, &img.image);
+    h.insert("x-frames", HeaderValue::from(frames));
+    pixel_headers(h, &img);
     Ok(r)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PixelsQuery {
+    /// 0-based frame of a multi-frame image.
+    frame: Option<usize>,
 }
 
 #[derive(Deserialize)]

@@ -9,6 +9,8 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/", "text/html; charset=utf-8", include_bytes!("../assets/index.html")),
     ("/app.js", "text/javascript; charset=utf-8", include_bytes!("../assets/app.js")),
     ("/app.css", "text/css; charset=utf-8", include_bytes!("../assets/app.css")),
+    ("/stack.js", "text/javascript; charset=utf-8", include_bytes!("../assets/stack.js")),
+    ("/worklist.js", "text/javascript; charset=utf-8", include_bytes!("../assets/worklist.js")),
     ("/favicon.svg", "image/svg+xml", include_bytes!("../assets/favicon.svg")),
     ("/dpss.html", "text/html; charset=utf-8", include_bytes!("../assets/dpss.html")),
     ("/dpss.js", "text/javascript; charset=utf-8", include_bytes!("../assets/dpss.js")),

@@ -21,6 +21,7 @@ pub mod openapi;
 mod range;
 pub mod samples;
 mod sessions;
+mod studies;
 mod throttle;
 pub mod tiles;
 mod upload;
@@ -51,6 +52,9 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/blobs", &["post"]),
     ("/api/list", &["get"]),
     ("/api/search", &["get"]),
+    ("/api/studies", &["get"]),
+    ("/api/studies/{study}/series", &["get"]),
+    ("/api/series/{series}/instances", &["get"]),
     ("/api/filters", &["get"]),
     ("/api/filter", &["post"]),
     ("/api/meta/{key}", &["get"]),
@@ -175,6 +179,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/api/list", get(api::list))
         .route("/api/search", get(api::search))
+        .route("/api/studies", get(studies::studies))
+        .route("/api/studies/{study}/series", get(studies::series))
+        .route("/api/series/{series}/instances", get(studies::instances))
         .route("/api/filters", get(api::filters))
         .route("/api/filter", post(api::filter))
         .route("/api/meta/{*key}", get(api::meta))

@@ -74,6 +74,27 @@ fn q(name: &str, schema: Value, desc: &str) -> Value {
     json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": desc })
 }
 
+/// The image search criteria (as `/api/search` and `/api/studies` take them), then `more`.
+fn criteria_params<const N: usize>(more: [Value; N]) -> Value {
+    let mut v = vec![
+        q("q", json!({ "type": "string" }), "Free text over the key and every metadata value"),
+        q("patient", json!({ "type": "string" }), "Patient name or ID (substring)"),
+        q("modality", json!({ "type": "string" }), "Modality, e.g. CT"),
+        q(
+            "date_from",
+            json!({ "type": "string", "pattern": "^([0-9]{8})?$" }),
+            "Study date from, YYYYMMDD",
+        ),
+        q(
+            "date_to",
+            json!({ "type": "string", "pattern": "^([0-9]{8})?$" }),
+            "Study date to, YYYYMMDD",
+        ),
+    ];
+    v.extend(more);
+    Value::Array(v)
+}
+
 /// Errors any key-addressed request can get.
 fn key_errors(mut responses: Value) -> Value {
     let m = responses.as_object_mut().expect("object");
@@ -202,16 +223,37 @@ fn contract() -> Value {
             } },
             "/api/search": { "get": {
                 "summary": "Search image metadata",
-                "parameters": [
-                    q("q", json!({ "type": "string" }), "Free text over the key and every metadata value"),
-                    q("patient", json!({ "type": "string" }), "Patient name or ID (substring)"),
-                    q("modality", json!({ "type": "string" }), "Modality, e.g. CT"),
-                    q("date_from", json!({ "type": "string", "pattern": "^([0-9]{8})?$" }), "Study date from, YYYYMMDD"),
-                    q("date_to", json!({ "type": "string", "pattern": "^([0-9]{8})?$" }), "Study date to, YYYYMMDD"),
+                "parameters": criteria_params([
                     q("prefix", prefix_schema(), "Folder"),
-                    q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 2000 }), "Most results")],
+                    q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 2000 }), "Most results")]),
                 "responses": { "200": ok_json("Matches", "SearchResults"),
                     "400": err("Bad criteria"), "401": err("Authentication required") },
+            } },
+            "/api/studies": { "get": {
+                "summary": "The worklist: DICOM studies with at least one image matching the criteria",
+                "parameters": criteria_params([
+                    q("sort", json!({ "type": "string",
+                        "enum": ["date", "patient", "id", "accession", "modality", "description", "series", "images"] }),
+                        "Column to sort by (default date)"),
+                    q("order", json!({ "type": "string", "enum": ["asc", "desc"] }), "Default: desc for date, else asc"),
+                    q("offset", json!({ "type": "integer", "minimum": 0 }), "Studies to skip"),
+                    q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 1000 }), "Page size (default 50)")]),
+                "responses": { "200": ok_json("A page of studies", "StudyList"),
+                    "400": err("Bad criteria"), "401": err("Authentication required") },
+            } },
+            "/api/studies/{study}/series": { "get": {
+                "summary": "The series of a study",
+                "parameters": [{ "name": "study", "in": "path", "required": true,
+                    "schema": { "type": "string", "minLength": 1 }, "description": "Study Instance UID" }],
+                "responses": { "200": ok_json("Series", "SeriesList"),
+                    "401": err("Authentication required"), "404": err("No such study") },
+            } },
+            "/api/series/{series}/instances": { "get": {
+                "summary": "The images of a series in slice order",
+                "parameters": [{ "name": "series", "in": "path", "required": true,
+                    "schema": { "type": "string", "minLength": 1 }, "description": "Series Instance UID" }],
+                "responses": { "200": ok_json("Instances", "InstanceList"),
+                    "401": err("Authentication required"), "404": err("No such series") },
             } },
             "/api/filters": { "get": {
                 "summary": "Filters and their parameters",
@@ -255,10 +297,12 @@ fn contract() -> Value {
             } },
             "/api/pixels/{key}": { "get": {
                 "summary": "Decoded samples, little-endian, for client-side window/level",
-                "parameters": [key_param()],
+                "parameters": [key_param(),
+                    q("frame", json!({ "type": "integer", "minimum": 0 }), "0-based frame of a multi-frame image (default 0)")],
                 "responses": image_errors(json!({ "200": {
-                    "description": "Samples; X-Width, X-Height, X-Channels, X-Bits describe them",
+                    "description": "Samples; X-Width, X-Height, X-Channels, X-Bits describe them, X-Frames counts the image's frames",
                     "headers": {
+                        "X-Frames": { "schema": { "type": "integer" } },
                         "X-Width": { "schema": { "type": "integer" } },
                         "X-Height": { "schema": { "type": "integer" } },
                         "X-Channels": { "schema": { "type": "integer" } },
@@ -366,6 +410,36 @@ fn schemas() -> Value {
                     "properties": { "prefix": { "type": "string" }, "name": { "type": "string" } } } },
                 "items": { "type": "array", "items": { "$ref": "#/components/schemas/BlobInfo" } },
                 "next_after": { "type": "string", "nullable": true } } },
+        "StudyList": { "type": "object", "required": ["total", "offset", "sort", "order", "studies"], "properties": {
+            "total": { "type": "integer" }, "offset": { "type": "integer" },
+            "sort": { "type": "string" }, "order": { "type": "string" },
+            "studies": { "type": "array", "items": { "type": "object",
+                "required": ["study_uid", "patient_name", "patient_id", "study_date", "modalities", "series", "images"],
+                "properties": {
+                    "study_uid": { "type": "string" }, "patient_name": { "type": "string" },
+                    "patient_id": { "type": "string" }, "patient_birth_date": { "type": "string" },
+                    "patient_sex": { "type": "string" }, "study_date": { "type": "string" },
+                    "study_time": { "type": "string" }, "accession_number": { "type": "string" },
+                    "study_description": { "type": "string" },
+                    "modalities": { "type": "array", "items": { "type": "string" } },
+                    "series": { "type": "integer" }, "images": { "type": "integer" } } } } } },
+        "SeriesList": { "type": "object", "required": ["study_uid", "series"], "properties": {
+            "study_uid": { "type": "string" },
+            "series": { "type": "array", "items": { "type": "object",
+                "required": ["series_uid", "images"],
+                "properties": {
+                    "series_uid": { "type": "string" }, "series_number": { "type": "string" },
+                    "series_description": { "type": "string" }, "modality": { "type": "string" },
+                    "body_part_examined": { "type": "string" }, "images": { "type": "integer" } } } } } },
+        "InstanceList": { "type": "object", "required": ["series_uid", "instances"], "properties": {
+            "series_uid": { "type": "string" },
+            "instances": { "type": "array", "items": { "type": "object", "required": ["key", "frames"],
+                "properties": {
+                    "key": { "type": "string" },
+                    "instance_number": { "type": "integer", "nullable": true },
+                    "slice_location": { "type": "number", "nullable": true },
+                    "image_position_patient": { "type": "array", "nullable": true, "items": { "type": "number" } },
+                    "frames": { "type": "integer" } } } } } },
         "SearchResults": { "type": "object", "required": ["results"], "properties": {
             "results": { "type": "array", "items": { "$ref": "#/components/schemas/BlobInfo" } } } },
         "FilterList": { "type": "object", "required": ["filters"], "properties": { "filters": {

@@ -1,7 +1,8 @@
 //! Sample images put into an empty store on first start, so a new user sees something at
-//! once: a CT head phantom (DICOM, signed 16-bit, in Hounsfield units), a photo-like colour
-//! test card (PNG, RGB 8-bit) and a chest-radiograph-like 16-bit greyscale image (PNG). All
-//! are generated here, deterministically; nothing is downloaded.
+//! once: a CT head phantom (DICOM, signed 16-bit, in Hounsfield units), a series of 16 thinner
+//! slices through the same phantom (a study of two series for the worklist and the series
+//! viewer), a photo-like colour test card (PNG, RGB 8-bit) and a chest-radiograph-like 16-bit
+//! greyscale image (PNG). All are generated here, deterministically; nothing is downloaded.
 
 use bs_imaging::{DynImage, Image};
 use dicom_core::value::PrimitiveValue;
@@ -10,14 +11,24 @@ use dicom_dictionary_std::tags;
 use dicom_object::{FileMetaTableBuilder, InMemDicomObject};
 
 /// Name, media type and bytes of each sample.
-pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
+pub fn all() -> Vec<(String, &'static str, Vec<u8>)> {
     let png = |img: DynImage| bs_imageio::encode(&img, bs_imageio::Format::Png).unwrap_or_default();
-    vec![
-        ("samples/ct-phantom.dcm", "application/dicom", ct_phantom_dicom(512)),
-        ("samples/test-card.png", "image/png", png(DynImage::U8(test_card(1024, 768)))),
-        ("samples/xray-16bit.png", "image/png", png(DynImage::U16(xray(1024)))),
-    ]
+    let mut v = vec![
+        ("samples/ct-phantom.dcm".to_string(), "application/dicom", ct_phantom_dicom(512)),
+        ("samples/test-card.png".into(), "image/png", png(DynImage::U8(test_card(1024, 768)))),
+        ("samples/xray-16bit.png".into(), "image/png", png(DynImage::U16(xray(1024)))),
+    ];
+    for i in 0..SERIES_SLICES {
+        let name = format!("samples/ct-series/slice-{:02}.dcm", i + 1);
+        v.push((name, "application/dicom", ct_series_slice(i)));
+    }
+    v
 }
+
+/// Slices in the sample series, 5 mm apart.
+pub const SERIES_SLICES: u16 = 16;
+
+const STUDY_UID: &str = "2.25.302227208390563154781239004861377";
 
 /// Deterministic noise in -1..1 (a 32-bit LCG; statistical quality does not matter here).
 struct Noise(u32);
@@ -59,33 +70,64 @@ fn shepp_logan_hu(x: f64, y: f64) -> f64 {
 
 /// The CT phantom as a DICOM Part 10 file (explicit VR little endian).
 pub fn ct_phantom_dicom(n: u16) -> Vec<u8> {
-    let mut noise = Noise(7);
+    let slice = Slice { z: 0.0, series: 2, instance: 1, description: "AXIAL MODIFIED SHEPP-LOGAN" };
+    ct_dicom(n, &slice)
+}
+
+/// Slice `i` (from 0) of the sample series: 128 × 128, from z = −0.75 to 0.75 of the head.
+pub fn ct_series_slice(i: u16) -> Vec<u8> {
+    let z = -0.75 + 1.5 * f64::from(i) / f64::from(SERIES_SLICES - 1);
+    ct_dicom(128, &Slice { z, series: 4, instance: i + 1, description: "AXIAL 16 x 5 mm" })
+}
+
+/// Where a slice is: height through the head (−1..1), series (UID suffix) and instance.
+struct Slice {
+    z: f64,
+    series: u32,
+    instance: u16,
+    description: &'static str,
+}
+
+fn ct_dicom(n: u16, slice: &Slice) -> Vec<u8> {
+    let mut noise = Noise(7 + u32::from(slice.instance) * 31 + slice.series);
     let size = f64::from(n);
+    // The 2-D phantom is the section of an ellipsoidal head: smaller towards the top and base.
+    let shrink = (1.0 - slice.z * slice.z).sqrt().max(0.05);
     let mut px = Vec::with_capacity(usize::from(n) * usize::from(n));
     for j in 0..n {
         for i in 0..n {
             let x = (f64::from(i) + 0.5) / size * 2.0 - 1.0;
             let y = 1.0 - (f64::from(j) + 0.5) / size * 2.0;
-            let hu = shepp_logan_hu(x, y);
+            let hu = shepp_logan_hu(x / shrink, y / shrink);
             let hu = if hu > -1000.0 { hu + 6.0 * noise.next() } else { hu };
             px.push(hu.round() as i16);
         }
     }
-    let uid = "2.25.302227208390563154781239004861377";
+    let uid = STUDY_UID;
+    let series_uid = format!("{uid}.{}", slice.series);
+    let sop_uid = format!("{uid}.{}.{}", slice.series, slice.instance);
+    let z_mm = format!("{:.1}", slice.z * 40.0);
+    let position = format!("-125\\-125\\{z_mm}");
     let el = |tag, vr, v: &str| DataElement::new(tag, vr, PrimitiveValue::from(v));
     let us = |tag, v: u16| DataElement::new(tag, VR::US, PrimitiveValue::from(v));
     let obj = InMemDicomObject::from_element_iter([
         el(tags::SOP_CLASS_UID, VR::UI, "1.2.840.10008.5.1.4.1.1.2"),
-        el(tags::SOP_INSTANCE_UID, VR::UI, &format!("{uid}.3")),
+        el(tags::SOP_INSTANCE_UID, VR::UI, &sop_uid),
         el(tags::STUDY_DATE, VR::DA, "20260101"),
         el(tags::MODALITY, VR::CS, "CT"),
         el(tags::STUDY_DESCRIPTION, VR::LO, "SYNTHETIC HEAD PHANTOM"),
-        el(tags::SERIES_DESCRIPTION, VR::LO, "AXIAL MODIFIED SHEPP-LOGAN"),
+        el(tags::SERIES_DESCRIPTION, VR::LO, slice.description),
         el(tags::PATIENT_NAME, VR::PN, "PHANTOM^CT"),
         el(tags::PATIENT_ID, VR::LO, "BS-0001"),
         el(tags::STUDY_INSTANCE_UID, VR::UI, &format!("{uid}.1")),
-        el(tags::SERIES_INSTANCE_UID, VR::UI, &format!("{uid}.2")),
-        el(tags::SERIES_NUMBER, VR::IS, "1"),
+        el(tags::SERIES_INSTANCE_UID, VR::UI, &series_uid),
+        el(tags::SERIES_NUMBER, VR::IS, if slice.series == 2 { "1" } else { "2" }),
+        el(tags::ACCESSION_NUMBER, VR::SH, "ACC-0001"),
+        el(tags::BODY_PART_EXAMINED, VR::CS, "HEAD"),
+        el(tags::INSTANCE_NUMBER, VR::IS, &slice.instance.to_string()),
+        el(tags::SLICE_LOCATION, VR::DS, &z_mm),
+        el(tags::IMAGE_POSITION_PATIENT, VR::DS, &position),
+        el(tags::IMAGE_ORIENTATION_PATIENT, VR::DS, "1\\0\\0\\0\\1\\0"),
         us(tags::SAMPLES_PER_PIXEL, 1),
         el(tags::PHOTOMETRIC_INTERPRETATION, VR::CS, "MONOCHROME2"),
         us(tags::ROWS, n),
@@ -104,7 +146,7 @@ pub fn ct_phantom_dicom(n: u16) -> Vec<u8> {
         FileMetaTableBuilder::new()
             .transfer_syntax("1.2.840.10008.1.2.1")
             .media_storage_sop_class_uid("1.2.840.10008.5.1.4.1.1.2")
-            .media_storage_sop_instance_uid(format!("{uid}.3")),
+            .media_storage_sop_instance_uid(sop_uid.clone()),
     );
     let mut out = Vec::new();
     match file {
@@ -219,8 +261,8 @@ mod tests {
     fn samples_decode_with_the_promised_metadata() {
         let lim = bs_imageio::Limits::default();
         let s = all();
-        assert_eq!(s.len(), 3);
-        let ct = bs_imageio::decode(&s[0].2, Some(s[0].0), &lim).unwrap();
+        assert_eq!(s.len(), 3 + usize::from(SERIES_SLICES));
+        let ct = bs_imageio::decode(&s[0].2, Some(s[0].0.as_str()), &lim).unwrap();
         assert_eq!((ct.meta.width, ct.meta.height), (512, 512));
         assert_eq!(ct.meta.modality.as_deref(), Some("CT"));
         assert_eq!(ct.meta.patient_name.as_deref(), Some("PHANTOM^CT"));
@@ -232,12 +274,31 @@ mod tests {
         let corner = ct.meta.modality_value(u32::from(i.get(2, 2, 0))).unwrap();
         assert!((20.0..=50.0).contains(&centre), "{centre}");
         assert_eq!(corner, -1000.0);
-        let card = bs_imageio::decode(&s[1].2, Some(s[1].0), &lim).unwrap();
+        let card = bs_imageio::decode(&s[1].2, Some(s[1].0.as_str()), &lim).unwrap();
         assert_eq!(
             (card.meta.width, card.meta.height, card.meta.pixel_kind.as_str()),
             (1024, 768, "rgb8")
         );
-        let xr = bs_imageio::decode(&s[2].2, Some(s[2].0), &lim).unwrap();
+        let xr = bs_imageio::decode(&s[2].2, Some(s[2].0.as_str()), &lim).unwrap();
         assert_eq!(xr.meta.pixel_kind, "gray16");
+        // The series: one study with the phantom, slices 5 mm apart, smaller towards the ends.
+        let slices: Vec<_> = s[3..]
+            .iter()
+            .map(|(name, _, bytes)| bs_imageio::decode(bytes, Some(name.as_str()), &lim).unwrap())
+            .collect();
+        let (first, mid) = (&slices[0].meta, &slices[7].meta);
+        assert_eq!(first.study_instance_uid, ct.meta.study_instance_uid);
+        assert_ne!(first.series_instance_uid, ct.meta.series_instance_uid);
+        assert_eq!((first.instance_number, mid.instance_number), (Some(1), Some(8)));
+        let z = |m: &bs_imageio::ImageMeta| m.image_position_patient.unwrap()[2];
+        assert_eq!((z(first), z(mid)), (-30.0, -2.0));
+        let tissue = |d: &bs_imageio::Decoded| {
+            let DynImage::U16(i) = &d.image else { panic!("16-bit") };
+            i.data
+                .iter()
+                .filter(|&&p| d.meta.modality_value(u32::from(p)).unwrap() > -900.0)
+                .count()
+        };
+        assert!(tissue(&slices[0]) < tissue(&slices[7]));
     }
 }

@@ -757,7 +757,10 @@ async fn openapi_matches_the_routes_and_metrics_count_requests() {
     assert_eq!(documented, routed);
     // Every route table entry is really routed: no answer is the router's own 404 or 405.
     for (path, methods) in bs_web::ROUTES {
-        let path = path.replace("{key}", "samples/none");
+        let path = path
+            .replace("{key}", "samples/none")
+            .replace("{study}", "1.2")
+            .replace("{series}", "1.2");
         for m in *methods {
             let method = reqwest::Method::from_bytes(m.to_uppercase().as_bytes()).unwrap();
             let r = s.http.request(method, s.url(&path)).send().await.unwrap();
@@ -787,7 +790,13 @@ async fn openapi_matches_the_routes_and_metrics_count_requests() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_and_its_assets_are_served() {
     let s = Srv::start(false).await;
-    for (p, t) in [("/", "text/html"), ("/app.js", "text/javascript"), ("/app.css", "text/css")] {
+    for (p, t) in [
+        ("/", "text/html"),
+        ("/app.js", "text/javascript"),
+        ("/stack.js", "text/javascript"),
+        ("/worklist.js", "text/javascript"),
+        ("/app.css", "text/css"),
+    ] {
         let r = s.http.get(s.url(p)).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::OK);
         assert!(r.headers()["content-type"].to_str().unwrap().starts_with(t));
@@ -803,7 +812,7 @@ async fn samples_seed_an_empty_store_once() {
     let s = Srv::start(true).await;
     let st = s.web.state().clone();
     let n = tokio::task::spawn_blocking(move || bs_web::seed_samples(&st).unwrap()).await.unwrap();
-    assert_eq!(n, 3);
+    assert_eq!(n, 3 + usize::from(bs_web::samples::SERIES_SLICES));
     let st = s.web.state().clone();
     let n = tokio::task::spawn_blocking(move || bs_web::seed_samples(&st).unwrap()).await.unwrap();
     assert_eq!(n, 0);
@@ -1088,4 +1097,62 @@ async fn stalled_uploads_are_dropped_and_upload_slots_are_limited() {
     let r = s.http.get(s.url("/blobs/slow")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert_eq!(s.put("slow", b"y".to_vec()).await.status(), StatusCode::CREATED);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn worklist_studies_series_instances_and_frames() {
+    let s = Srv::start(true).await;
+    let st = s.web.state().clone();
+    tokio::task::spawn_blocking(move || bs_web::seed_samples(&st).unwrap()).await.unwrap();
+    let (code, v) = s.get_json("/api/studies").await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["total"], 1);
+    let study = &v["studies"][0];
+    assert_eq!(study["patient_name"], "PHANTOM^CT");
+    assert_eq!(study["accession_number"], "ACC-0001");
+    assert_eq!((study["series"].as_u64(), study["images"].as_u64()), (Some(2), Some(17)));
+    let uid = study["study_uid"].as_str().unwrap().to_string();
+    for bad in ["sort=size", "order=up", "limit=0", "limit=5000", "date_from=2024", "offset=-1"] {
+        let (code, v) = s.get_json(&format!("/api/studies?{bad}")).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}: {v}");
+    }
+    let (_, v) = s.get_json("/api/studies?modality=MR").await;
+    assert_eq!(v["total"], 0);
+    // Numbers in the query string next to the criteria (a flattened struct) still parse.
+    let (code, v) = s.get_json("/api/studies?limit=10&offset=0&sort=images&patient=phantom").await;
+    assert_eq!((code, v["total"].as_u64()), (StatusCode::OK, Some(1)), "{v}");
+    let (code, v) = s.get_json("/api/search?limit=3&modality=CT").await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["results"].as_array().unwrap().len(), 3);
+    let (_, v) = s.get_json("/api/studies?offset=1").await;
+    assert_eq!((v["total"].as_u64(), v["studies"].as_array().unwrap().len()), (Some(1), 0));
+
+    let (code, v) = s.get_json(&format!("/api/studies/{uid}/series")).await;
+    assert_eq!(code, StatusCode::OK);
+    let series = v["series"].as_array().unwrap();
+    let big = series.iter().find(|x| x["images"] == 16).expect("the 16-slice series");
+    assert_eq!(big["body_part_examined"], "HEAD");
+    let (code, v) =
+        s.get_json(&format!("/api/series/{}/instances", big["series_uid"].as_str().unwrap())).await;
+    assert_eq!(code, StatusCode::OK);
+    let keys: Vec<&str> =
+        v["instances"].as_array().unwrap().iter().map(|i| i["key"].as_str().unwrap()).collect();
+    assert_eq!(keys.len(), 16);
+    assert_eq!(keys[0], "samples/ct-series/slice-01.dcm");
+    assert_eq!(keys[15], "samples/ct-series/slice-16.dcm");
+    // A slice deleted since it was indexed is not offered.
+    s.http.delete(s.url("/blobs/samples/ct-series/slice-02.dcm")).send().await.unwrap();
+    let (_, v) =
+        s.get_json(&format!("/api/series/{}/instances", big["series_uid"].as_str().unwrap())).await;
+    assert_eq!(v["instances"].as_array().unwrap().len(), 15);
+    for missing in ["/api/studies/1.2.3/series", "/api/series/1.2.3/instances"] {
+        let (code, _) = s.get_json(missing).await;
+        assert_eq!(code, StatusCode::NOT_FOUND, "{missing}");
+    }
+    // Frames: frame 0 is the image; a single-frame image has no frame 1.
+    let r = s.http.get(s.url("/api/pixels/samples/ct-phantom.dcm?frame=0")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["x-frames"], "1");
+    let r = s.http.get(s.url("/api/pixels/samples/ct-phantom.dcm?frame=1")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }

@@ -1,6 +1,8 @@
 //! JPEG 2000 pixel data (1.2.840.10008.1.2.4.90 lossless, .91 lossy; PS3.5 A.4.4) through
-//! `jpeg2k` over `openjp2`, the pure-Rust port of OpenJPEG (no C library to build), in strict
-//! mode so that a cut codestream is an error rather than a partly decoded image.
+//! `jpeg2k` over OpenJPEG, the reference codec (C, bundled in `openjpeg-sys`), in strict mode
+//! so that a cut codestream is an error rather than a partly decoded image. (Its pure-Rust
+//! port, openjp2, frees a null pointer through Rust's allocator on valid input: found by
+//! `scripts/fuzz-dicom`.)
 //!
 //! Before the decoder sees a stream, its SIZ marker segment (ISO 15444-1 A.5.1: `FF4F` SOC,
 //! then `FF51` SIZ with Lsiz, Rsiz, Xsiz, Ysiz, XOsiz, YOsiz, XTsiz, YTsiz, XTOsiz, YTOsiz,

@@ -22,8 +22,8 @@
 //!   lossy grayscale through libjpeg-turbo in `jpeg12`), after checking that the JPEG frame
 //!   header agrees with Rows, Columns and Samples per Pixel.
 //!
-//! - JPEG 2000 (lossless only, and lossy): the `j2k` module (`jpeg2k` over the pure-Rust
-//!   OpenJPEG port `openjp2`), after checking the codestream's SIZ against the header.
+//! - JPEG 2000 (lossless only, and lossy): the `j2k` module (`jpeg2k` over OpenJPEG), after
+//!   checking the codestream's SIZ against the header.
 //!
 //! - JPEG-LS lossless and near-lossless: the `jpegls` module (CharLS, the reference codec).
 //!
@@ -274,6 +274,16 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         acquisition_date: text(&obj, tags::ACQUISITION_DATE),
         acquisition_time: text(&obj, tags::ACQUISITION_TIME),
         sop_instance_uid: text(&obj, tags::SOP_INSTANCE_UID),
+        accession_number: text(&obj, tags::ACCESSION_NUMBER),
+        body_part_examined: text(&obj, tags::BODY_PART_EXAMINED),
+        study_time: text(&obj, tags::STUDY_TIME),
+        patient_birth_date: text(&obj, tags::PATIENT_BIRTH_DATE),
+        patient_sex: text(&obj, tags::PATIENT_SEX),
+        study_id: text(&obj, tags::STUDY_ID),
+        instance_number: int(&obj, tags::INSTANCE_NUMBER),
+        slice_location: float(&obj, tags::SLICE_LOCATION),
+        image_position_patient: floats(&obj, tags::IMAGE_POSITION_PATIENT),
+        image_orientation_patient: floats(&obj, tags::IMAGE_ORIENTATION_PATIENT),
         rescale_slope: float(&obj, tags::RESCALE_SLOPE),
         rescale_intercept: float(&obj, tags::RESCALE_INTERCEPT),
         window_center: float(&obj, tags::WINDOW_CENTER),
@@ -386,6 +396,13 @@ fn text(obj: &DefaultDicomObject, tag: Tag) -> Option<String> {
 
 fn int(obj: &DefaultDicomObject, tag: Tag) -> Option<i64> {
     obj.get(tag)?.to_int::<i64>().ok()
+}
+
+/// Exactly `N` finite values of a numeric attribute.
+fn floats<const N: usize>(obj: &DefaultDicomObject, tag: Tag) -> Option<[f64; N]> {
+    let v = obj.get(tag)?.to_multi_float64().ok()?;
+    let a: [f64; N] = v.try_into().ok()?;
+    a.iter().all(|x| x.is_finite()).then_some(a)
 }
 
 /// The first value of a numeric attribute, if finite.

@@ -1,0 +1,14 @@
+//! Fuzz target: any bytes read as DICOM must give an image or an error, within the limits,
+//! never a panic, a crash or a hang.
+#![no_main]
+
+use bs_imageio::{Limits, decode};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let limits = Limits { max_pixels: 1 << 20, max_bytes: 64 << 20, max_frames: 1000 };
+    if let Ok(d) = decode(data, Some("fuzz.dcm"), &limits) {
+        assert_eq!(d.meta.width as usize, d.image.width());
+        assert_eq!(d.frames.len() + 1, d.meta.frames_decoded as usize);
+    }
+});

@@ -1,0 +1,22 @@
+//! Replays the cargo-fuzz corpus kept in `crates/imageio/fuzz/corpus/dicom` (seeded with the
+//! samples of every transfer syntax, grown by `scripts/fuzz-dicom --merge`): every input must
+//! decode to an image or an error, without a panic caught inside a decoder.
+
+use bs_imageio::{Limits, decode};
+
+#[test]
+fn every_kept_fuzz_input_gives_an_image_or_an_error() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/dicom");
+    let limits = Limits { max_pixels: 1 << 20, max_bytes: 64 << 20, max_frames: 1000 };
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        match decode(&bytes, Some("fuzz.dcm"), &limits) {
+            Ok(d) => assert_eq!(d.frames.len() + 1, d.meta.frames_decoded as usize),
+            Err(e) => assert!(!e.to_string().contains("decoder failed"), "{}: {e}", path.display()),
+        }
+        seen += 1;
+    }
+    assert!(seen >= 10, "the corpus holds {seen} inputs");
+}

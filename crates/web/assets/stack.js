@@ -1,0 +1,110 @@
+// A stack of slices shown one at a time: the images of a series in slice order, or the
+// frames of a multi-frame image (cine). Keeps the position, and fetches ahead in the same
+// priority order as the parallel block store: the visible slice first, then its neighbours
+// outwards, a few at a time, into a cache bounded in bytes.
+
+/** Slices `i ± 1, i ± 2, …` in the order to fetch them (nearest first, forward first). */
+export function prefetchOrder(i, n) {
+  const out = [];
+  for (let d = 1; d < n; d++) {
+    if (i + d < n) out.push(i + d);
+    if (i - d >= 0) out.push(i - d);
+  }
+  return out;
+}
+
+export class Stack {
+  /**
+   * @param {{key: string, frame: number}[]} entries slices in display order
+   * @param {object} info what the stack is: {kind: 'series'|'frames', uid?, key?, label}
+   * @param {(entry, signal) => Promise<object>} load fetches one slice (meta, pixels)
+   * @param {{budget?: number, parallel?: number}} opts cache size in bytes, fetches at once
+   */
+  constructor(entries, info, load, opts = {}) {
+    this.entries = entries;
+    this.info = info;
+    this.index = 0;
+    this.load = load;
+    this.budget = opts.budget ?? 512 * 1024 * 1024;
+    this.parallel = opts.parallel ?? 3;
+    this.cache = new Map(); // entry id -> {promise, bytes}
+    this.used = 0;
+    this.abort = new AbortController();
+    this.inflight = 0;
+    this.generation = 0;
+    this.fetched = 0; // slices fetched so far (also by prefetch)
+  }
+
+  get length() {
+    return this.entries.length;
+  }
+
+  id(i) {
+    const e = this.entries[i];
+    return `${e.key}#${e.frame}`;
+  }
+
+  /** The slice at `i`, from the cache or fetched now (and kept). */
+  get(i) {
+    const id = this.id(i);
+    let c = this.cache.get(id);
+    if (!c) {
+      c = { bytes: 0, promise: null };
+      c.promise = this.load(this.entries[i], this.abort.signal).then(
+        (v) => {
+          c.bytes = v.bytes?.length || 0;
+          this.used += c.bytes;
+          this.fetched++;
+          return v;
+        },
+        (e) => {
+          this.cache.delete(id);
+          throw e;
+        },
+      );
+      this.cache.set(id, c);
+    }
+    return c.promise;
+  }
+
+  /** Slices cached and complete. */
+  cachedCount() {
+    let n = 0;
+    for (const c of this.cache.values()) if (c.bytes > 0) n++;
+    return n;
+  }
+
+  /** Move to slice `i` (clamped); returns the new index. Restarts the fetch-ahead from it. */
+  go(i) {
+    this.index = Math.max(0, Math.min(this.entries.length - 1, i));
+    this.prefetch();
+    return this.index;
+  }
+
+  /** Fetch the neighbours of the current slice, nearest first, while the budget lasts. */
+  prefetch() {
+    const gen = ++this.generation;
+    const order = prefetchOrder(this.index, this.entries.length).filter((i) => !this.cache.has(this.id(i)));
+    const next = () => {
+      if (gen !== this.generation || this.abort.signal.aborted) return;
+      while (this.inflight < this.parallel && order.length && this.used < this.budget) {
+        const i = order.shift();
+        if (this.cache.has(this.id(i))) continue;
+        this.inflight++;
+        this.get(i)
+          .catch(() => {})
+          .finally(() => {
+            this.inflight--;
+            next();
+          });
+      }
+    };
+    next();
+  }
+
+  close() {
+    this.abort.abort();
+    this.cache.clear();
+    this.used = 0;
+  }
+}
