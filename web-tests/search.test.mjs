@@ -26,12 +26,15 @@ async function search(fields) {
   return { heading, keys };
 }
 
+// The seeded CT images: the phantom and the 16 slices of the sample series, in name order.
+const CT = ['samples/ct-phantom.dcm', ...Array.from({ length: 16 }, (_, i) => `samples/ct-series/slice-${String(i + 1).padStart(2, '0')}.dcm`)];
+
 test('search: modality, free text, patient, dates', { timeout: 120_000 }, async () => {
   await openApp(page, server.url);
 
   let r = await search({ '#search-modality': 'CT' });
-  assert.match(r.heading, /^1 results?$/);
-  assert.deepEqual(r.keys, ['samples/ct-phantom.dcm']);
+  assert.equal(r.heading, '17 results');
+  assert.deepEqual(r.keys, CT);
   await screenshot(page, 'search-ct');
 
   r = await search({ '#search-q': 'nothing-matches-this' });
@@ -40,10 +43,10 @@ test('search: modality, free text, patient, dates', { timeout: 120_000 }, async 
   await screenshot(page, 'search-none');
 
   r = await search({ '#search-patient': 'PHANTOM' });
-  assert.deepEqual(r.keys, ['samples/ct-phantom.dcm']);
+  assert.deepEqual(r.keys, CT);
 
   r = await search({ '#search-date-from': '2026-01-01', '#search-date-to': '2026-01-01' });
-  assert.deepEqual(r.keys, ['samples/ct-phantom.dcm']);
+  assert.deepEqual(r.keys, CT);
   r = await search({ '#search-date-from': '2026-01-02' });
   assert.deepEqual(r.keys, []);
 
@@ -51,8 +54,10 @@ test('search: modality, free text, patient, dates', { timeout: 120_000 }, async 
   assert.ok(r.keys.includes('samples/test-card.png'), `free text: ${r.keys}`);
 
   // A result opens in the viewer; clearing the search shows the folder again.
+  r = await search({ '#search-q': 'slice-07' });
+  assert.deepEqual(r.keys, ['samples/ct-series/slice-07.dcm']);
   r = await search({ '#search-patient': 'BS-0001' });
-  assert.deepEqual(r.keys, ['samples/ct-phantom.dcm']);
+  assert.deepEqual(r.keys, CT);
   await openImage(page, 'samples/ct-phantom.dcm');
   await page.click('#clear-search');
   await page.locator('#listing .folder[data-prefix="samples/"]').waitFor();
