@@ -144,6 +144,8 @@ pub struct ImageMeta {
     pub acquisition_time: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sop_instance_uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sop_class_uid: Option<String>,
     /// Worklist attributes (DICOM): Accession Number, Body Part Examined, Study Time, Patient's
     /// Birth Date and Sex, Study ID.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -237,6 +239,7 @@ impl ImageMeta {
             ("acquisition_date", &self.acquisition_date),
             ("acquisition_time", &self.acquisition_time),
             ("sop_instance_uid", &self.sop_instance_uid),
+            ("sop_class_uid", &self.sop_class_uid),
             ("accession_number", &self.accession_number),
             ("body_part_examined", &self.body_part_examined),
             ("study_time", &self.study_time),

@@ -152,6 +152,53 @@ fn unsupported_ts(uid: &str, name: &str) -> ImageIoError {
     }
 }
 
+/// The identifiers of a DICOM instance, read without touching its pixel data (so a file
+/// whose pixels cannot be decoded is still identified).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DicomIds {
+    pub sop_class_uid: String,
+    pub sop_instance_uid: String,
+    pub study_instance_uid: String,
+    pub series_instance_uid: String,
+    pub transfer_syntax_uid: String,
+}
+
+/// Read the identifiers of a DICOM Part 10 file (with the same structural checks as
+/// [`crate::decode`]); each UID must be present.
+pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError> {
+    limits.check_input(bytes.len())?;
+    let body = if bytes.get(128..132) == Some(b"DICM") { &bytes[128..] } else { bytes };
+    let meta_info = scan::scan_meta(body)?;
+    let Some(ts) = TransferSyntaxRegistry.get(&meta_info.ts_uid) else {
+        return Err(unsupported_ts(&meta_info.ts_uid, "unknown transfer syntax"));
+    };
+    let dataset = &body[meta_info.dataset_offset..];
+    if ts.uid() == DEFLATED_EXPLICIT_VR_LE {
+        let inflated = scan::inflate(dataset, limits.max_bytes, "data set")?;
+        let explicit = TransferSyntaxRegistry
+            .get("1.2.840.10008.1.2.1")
+            .ok_or_else(|| unsupported_ts("1.2.840.10008.1.2.1", "Explicit VR Little Endian"))?;
+        scan::scan_dataset(&inflated, explicit)?;
+    } else {
+        scan::scan_dataset(dataset, ts)?;
+    }
+    let obj = OpenFileOptions::new()
+        .read_preamble(ReadPreamble::Never)
+        .read_until(tags::PIXEL_DATA)
+        .from_reader(body)
+        .map_err(|e| parse_error(&e))?;
+    let uid = |tag: Tag, name: &str| {
+        text(&obj, tag).ok_or_else(|| ImageIoError::corrupt(DICOM, format!("no {name} {tag}")))
+    };
+    Ok(DicomIds {
+        sop_class_uid: uid(tags::SOP_CLASS_UID, "SOP Class UID")?,
+        sop_instance_uid: uid(tags::SOP_INSTANCE_UID, "SOP Instance UID")?,
+        study_instance_uid: uid(tags::STUDY_INSTANCE_UID, "Study Instance UID")?,
+        series_instance_uid: uid(tags::SERIES_INSTANCE_UID, "Series Instance UID")?,
+        transfer_syntax_uid: ts.uid().to_string(),
+    })
+}
+
 /// Decode a DICOM Part 10 file.
 pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoError> {
     let body = if bytes.get(128..132) == Some(b"DICM") { &bytes[128..] } else { bytes };
@@ -274,6 +321,7 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         acquisition_date: text(&obj, tags::ACQUISITION_DATE),
         acquisition_time: text(&obj, tags::ACQUISITION_TIME),
         sop_instance_uid: text(&obj, tags::SOP_INSTANCE_UID),
+        sop_class_uid: text(&obj, tags::SOP_CLASS_UID),
         accession_number: text(&obj, tags::ACCESSION_NUMBER),
         body_part_examined: text(&obj, tags::BODY_PART_EXAMINED),
         study_time: text(&obj, tags::STUDY_TIME),

@@ -1,0 +1,110 @@
+//! DICOMweb (PS3.18) under `/dicomweb`: STOW-RS to store instances, QIDO-RS to search
+//! studies, series and instances, WADO-RS to retrieve instances, series, studies, their
+//! metadata, frames and rendered images, and WADO-URI for single instances. What is and is not
+//! supported: `docs/dicomweb.md`.
+//!
+//! Instances are blobs named `dicomweb/{study}/{series}/{instance}.dcm` (UIDs as the file says
+//! them), indexed like any other image, so the worklist, the viewer and search see them too.
+//! Searches answer from the image index (Patient → Study → Series → Instance).
+
+pub(crate) mod json;
+pub(crate) mod qido;
+pub(crate) mod stow;
+pub(crate) mod wado;
+
+use bs_meta::ImageEntry;
+use serde_json::Value;
+
+use crate::AppState;
+use crate::error::WebError;
+
+/// A UID as PS3.5 9.1 allows it: digits and dots, at most 64 characters.
+pub(crate) fn valid_uid(uid: &str) -> bool {
+    !uid.is_empty()
+        && uid.len() <= 64
+        && uid.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && !uid.starts_with('.')
+        && !uid.ends_with('.')
+        && !uid.contains("..")
+}
+
+pub(crate) fn check_uid(what: &str, uid: &str) -> Result<(), WebError> {
+    if valid_uid(uid) {
+        Ok(())
+    } else {
+        Err(WebError::BadRequest(format!("{what} {uid:?} is not a DICOM UID")))
+    }
+}
+
+/// The blob an instance is stored as.
+pub(crate) fn instance_key(study: &str, series: &str, instance: &str) -> String {
+    format!("dicomweb/{study}/{series}/{instance}.dcm")
+}
+
+/// An indexed instance with its metadata parsed.
+pub(crate) struct Instance {
+    pub entry: ImageEntry,
+    pub meta: Value,
+}
+
+impl Instance {
+    pub fn uid(&self, key: &str) -> &str {
+        self.meta.get(key).and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+/// The instances of `study` (all series, or only `series`), optionally only `instance`, in
+/// slice order. Not found when none is.
+pub(crate) fn instances(
+    st: &AppState,
+    study: &str,
+    series: Option<&str>,
+    instance: Option<&str>,
+) -> Result<Vec<Instance>, WebError> {
+    let index = st.images.index();
+    let series_uids: Vec<String> = match series {
+        Some(s) => vec![s.to_string()],
+        None => index.series(study)?.into_iter().map(|s| s.series_uid).collect(),
+    };
+    let mut out = Vec::new();
+    for s in series_uids {
+        for entry in index.instances(&s)? {
+            let meta: Value = serde_json::from_str(&entry.meta).unwrap_or(Value::Null);
+            let i = Instance { entry, meta };
+            if i.uid("study_instance_uid") != study {
+                continue;
+            }
+            if instance.is_some_and(|u| i.uid("sop_instance_uid") != u) {
+                continue;
+            }
+            // Only bytes that are still the ones indexed.
+            match st.store.stat(&i.entry.name) {
+                Ok(rec) if rec.digest == i.entry.digest => out.push(i),
+                Ok(_) | Err(bs_store::StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if out.is_empty() {
+        let what = match (series, instance) {
+            (_, Some(i)) => format!("instance {i}"),
+            (Some(s), None) => format!("series {s}"),
+            (None, None) => format!("study {study}"),
+        };
+        return Err(WebError::NotFound(format!("no {what} in study {study}")));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uids_are_digits_and_dots() {
+        assert!(valid_uid("1.2.840.10008.1.2.1"));
+        for bad in ["", ".1", "1.", "1..2", "1.2a", "../x", &"1".repeat(65)] {
+            assert!(!valid_uid(bad), "{bad}");
+        }
+    }
+}

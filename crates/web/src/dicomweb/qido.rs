@@ -1,0 +1,281 @@
+//! QIDO-RS (PS3.18 10.6): `GET /dicomweb/studies`, `/dicomweb/studies/{study}/series` and
+//! `/dicomweb/studies/{study}/series/{series}/instances`, answered as application/dicom+json
+//! arrays from the image index. Query keys by keyword or tag: PatientName, PatientID,
+//! StudyDate (a date or a `from-to` range), StudyInstanceUID, AccessionNumber,
+//! ModalitiesInStudy / Modality, StudyDescription, SeriesInstanceUID, SOPInstanceUID, plus
+//! `limit`, `offset`, `includefield` and `fuzzymatching` (accepted; every attribute the index
+//! keeps is returned). Any other key, or a malformed date, is refused with 400.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use bs_meta::ImageQuery;
+use serde_json::Value;
+
+use super::json::{INSTANCE_FIELDS, Object, SERIES_FIELDS, STUDY_FIELDS};
+use super::{check_uid, instances};
+use crate::error::WebError;
+use crate::{AppState, blocking, query};
+
+/// Query keys understood, as (keyword, tag).
+const KEYS: &[(&str, &str)] = &[
+    ("PatientName", "00100010"),
+    ("PatientID", "00100020"),
+    ("StudyDate", "00080020"),
+    ("StudyInstanceUID", "0020000D"),
+    ("AccessionNumber", "00080050"),
+    ("ModalitiesInStudy", "00080061"),
+    ("Modality", "00080060"),
+    ("StudyDescription", "00081030"),
+    ("SeriesInstanceUID", "0020000E"),
+    ("SOPInstanceUID", "00080018"),
+];
+
+/// The matching keys of a query, by keyword, and paging.
+struct Matching {
+    keys: BTreeMap<&'static str, String>,
+    limit: usize,
+    offset: usize,
+}
+
+fn parse(params: Vec<(String, String)>) -> Result<Matching, WebError> {
+    let mut m = Matching { keys: BTreeMap::new(), limit: 1000, offset: 0 };
+    for (k, v) in params {
+        let number = |v: &str| {
+            v.parse::<usize>()
+                .map_err(|_| WebError::BadRequest(format!("{k}={v:?} is not a number")))
+        };
+        match k.as_str() {
+            "limit" => m.limit = number(&v)?.clamp(1, 10_000),
+            "offset" => m.offset = number(&v)?,
+            "includefield" | "fuzzymatching" => {}
+            _ => {
+                let Some((kw, _)) =
+                    KEYS.iter().find(|(kw, tag)| k == *kw || k.eq_ignore_ascii_case(tag))
+                else {
+                    return Err(WebError::BadRequest(format!(
+                        "QIDO-RS query key {k:?} is not supported (see docs/dicomweb.md)"
+                    )));
+                };
+                m.keys.insert(kw, v);
+            }
+        }
+    }
+    if let Some(d) = m.keys.get("StudyDate") {
+        dates(d)?;
+    }
+    Ok(m)
+}
+
+/// A StudyDate match as an inclusive range (either end open).
+fn dates(d: &str) -> Result<(Option<String>, Option<String>), WebError> {
+    let one = |s: &str| -> Result<Option<String>, WebError> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Ok(None);
+        }
+        if s.len() == 8 && s.bytes().all(|b| b.is_ascii_digit()) {
+            return Ok(Some(s.to_string()));
+        }
+        Err(WebError::BadRequest(format!("StudyDate {d:?}: use YYYYMMDD or YYYYMMDD-YYYYMMDD")))
+    };
+    match d.split_once('-') {
+        Some((a, b)) => Ok((one(a)?, one(b)?)),
+        None => {
+            let day = one(d)?;
+            Ok((day.clone(), day))
+        }
+    }
+}
+
+/// Does `value` match the DICOM pattern `pattern` (`*` any run, `?` one character; case
+/// insensitive as PN matching usually is)?
+fn wildcard(pattern: &str, value: &str) -> bool {
+    let p: Vec<char> = pattern.to_lowercase().chars().collect();
+    let v: Vec<char> = value.to_lowercase().chars().collect();
+    let (mut pi, mut vi, mut star, mut mark) = (0, 0, None, 0);
+    while vi < v.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == v[vi]) {
+            pi += 1;
+            vi += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = vi;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            vi = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+fn text<'a>(meta: &'a Value, field: &str) -> &'a str {
+    meta.get(field).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Does the metadata match every study-level key given?
+fn study_matches(m: &Matching, meta: &Value, uid: &str) -> bool {
+    let ok = |key: &str, field_value: &str| match m.keys.get(key) {
+        None => true,
+        Some(p) if p.is_empty() => true,
+        Some(p) => wildcard(p, field_value),
+    };
+    ok("PatientName", text(meta, "patient_name"))
+        && ok("PatientID", text(meta, "patient_id"))
+        && ok("AccessionNumber", text(meta, "accession_number"))
+        && ok("StudyDescription", text(meta, "study_description"))
+        && ok("StudyInstanceUID", uid)
+}
+
+fn answer(items: Vec<Value>, m: &Matching) -> Response {
+    let page: Vec<Value> = items.into_iter().skip(m.offset).take(m.limit).collect();
+    let mut r = Response::new(Body::from(Value::Array(page).to_string()));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/dicom+json"));
+    r
+}
+
+fn params(req: &Request) -> Result<Vec<(String, String)>, WebError> {
+    query::<Vec<(String, String)>>(req.uri())
+}
+
+/// `GET /dicomweb/studies`.
+pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let m = parse(params(&req)?)?;
+    let (from, to) = m.keys.get("StudyDate").map(|d| dates(d)).transpose()?.unwrap_or_default();
+    let modality = m.keys.get("ModalitiesInStudy").or(m.keys.get("Modality")).cloned();
+    let iq = ImageQuery {
+        modality: modality.filter(|s| !s.is_empty()),
+        date_from: from,
+        date_to: to,
+        limit: 100_000,
+        ..ImageQuery::default()
+    };
+    let rows = blocking(move || Ok(st.images.index().studies(&iq)?)).await?;
+    let items = rows
+        .into_iter()
+        .filter_map(|s| {
+            let meta: Value = serde_json::from_str(&s.meta).unwrap_or(Value::Null);
+            study_matches(&m, &meta, &s.study_uid).then(|| {
+                Object::default()
+                    .with_meta(&meta, STUDY_FIELDS)
+                    .text("0020000D", "UI", &s.study_uid)
+                    .texts("00080061", "CS", &s.modalities)
+                    .int("00201206", "IS", Some(s.series as i64))
+                    .int("00201208", "IS", Some(s.images as i64))
+                    .text("00081190", "UR", &format!("/dicomweb/studies/{}", s.study_uid))
+                    .build()
+            })
+        })
+        .collect();
+    Ok(answer(items, &m))
+}
+
+/// `GET /dicomweb/studies/{study}/series`.
+pub async fn series(
+    State(st): State<Arc<AppState>>,
+    Path(study): Path<String>,
+    req: Request,
+) -> Result<Response, WebError> {
+    check_uid("study", &study)?;
+    let m = parse(params(&req)?)?;
+    let uid = study.clone();
+    let rows = blocking(move || Ok(st.images.index().series(&uid)?)).await?;
+    let items = rows
+        .into_iter()
+        .filter_map(|s| {
+            let meta: Value = serde_json::from_str(&s.meta).unwrap_or(Value::Null);
+            let modality = m.keys.get("Modality").filter(|p| !p.is_empty());
+            let series_uid = m.keys.get("SeriesInstanceUID").filter(|p| !p.is_empty());
+            let keep = modality.is_none_or(|p| wildcard(p, text(&meta, "modality")))
+                && series_uid.is_none_or(|p| p == &s.series_uid);
+            keep.then(|| {
+                Object::default()
+                    .with_meta(&meta, STUDY_FIELDS)
+                    .with_meta(&meta, SERIES_FIELDS)
+                    .text("0020000E", "UI", &s.series_uid)
+                    .int("00201209", "IS", Some(s.images as i64))
+                    .text(
+                        "00081190",
+                        "UR",
+                        &format!("/dicomweb/studies/{study}/series/{}", s.series_uid),
+                    )
+                    .build()
+            })
+        })
+        .collect();
+    Ok(answer(items, &m))
+}
+
+/// `GET /dicomweb/studies/{study}/series/{series}/instances`.
+pub async fn instances_of(
+    State(st): State<Arc<AppState>>,
+    Path((study, series)): Path<(String, String)>,
+    req: Request,
+) -> Result<Response, WebError> {
+    check_uid("study", &study)?;
+    check_uid("series", &series)?;
+    let m = parse(params(&req)?)?;
+    let (s2, se2) = (study.clone(), series.clone());
+    let found = blocking(move || match instances(&st, &s2, Some(&se2), None) {
+        Ok(v) => Ok(v),
+        Err(WebError::NotFound(_)) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    })
+    .await?;
+    let want = m.keys.get("SOPInstanceUID").filter(|p| !p.is_empty());
+    let items = found
+        .into_iter()
+        .filter(|i| want.is_none_or(|w| w == i.uid("sop_instance_uid")))
+        .map(|i| {
+            Object::default()
+                .with_meta(&i.meta, STUDY_FIELDS)
+                .with_meta(&i.meta, SERIES_FIELDS)
+                .with_meta(&i.meta, INSTANCE_FIELDS)
+                .text(
+                    "00081190",
+                    "UR",
+                    &format!(
+                        "/dicomweb/studies/{study}/series/{series}/instances/{}",
+                        i.uid("sop_instance_uid")
+                    ),
+                )
+                .build()
+        })
+        .collect();
+    Ok(answer(items, &m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_and_dates() {
+        assert!(wildcard("doe*", "Doe^Jane"));
+        assert!(wildcard("*jane", "Doe^Jane"));
+        assert!(wildcard("d?e^*", "Doe^Jane"));
+        assert!(!wildcard("roe*", "Doe^Jane"));
+        assert!(wildcard("*", ""));
+        assert_eq!(
+            dates("20240101-20241231").unwrap(),
+            (Some("20240101".into()), Some("20241231".into()))
+        );
+        assert_eq!(dates("-20241231").unwrap(), (None, Some("20241231".into())));
+        assert_eq!(dates("20240101").unwrap(), (Some("20240101".into()), Some("20240101".into())));
+        assert!(dates("2024").is_err());
+        assert!(parse(vec![("Colour".into(), "red".into())]).is_err());
+        assert!(parse(vec![("limit".into(), "x".into())]).is_err());
+        let m =
+            parse(vec![("00100010".into(), "Doe*".into()), ("limit".into(), "5".into())]).unwrap();
+        assert_eq!((m.keys.get("PatientName").map(String::as_str), m.limit), (Some("Doe*"), 5));
+    }
+}

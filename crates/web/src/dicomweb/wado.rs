@@ -1,0 +1,254 @@
+//! WADO-RS (PS3.18 10.4) and WADO-URI (PS3.18 9): retrieve stored instances.
+//!
+//! - `GET /dicomweb/studies/{study}[/series/{series}[/instances/{instance}]]`: the instances as
+//!   `multipart/related; type="application/dicom"`, each part the file as stored (read back
+//!   with every chunk's digest checked);
+//! - `…/metadata`: application/dicom+json, one object per instance (the attributes the index
+//!   keeps; no bulk data);
+//! - `…/instances/{instance}/frames/{list}`: `multipart/related;
+//!   type="application/octet-stream"`, each part one decoded frame (native little-endian
+//!   samples, as `/api/pixels` gives them);
+//! - `…/instances/{instance}/rendered`: the image windowed for display, PNG (or JPEG when the
+//!   Accept header asks only for it);
+//! - `GET /dicomweb/wado?requestType=WADO&studyUID=…&seriesUID=…&objectUID=…[&contentType=…]`:
+//!   the file (application/dicom, the default) or a rendering (image/jpeg, image/png).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::json::{INSTANCE_FIELDS, Object, SERIES_FIELDS, STUDY_FIELDS};
+use super::{Instance, check_uid, instances};
+use crate::error::WebError;
+use crate::images::raw_bytes;
+use crate::{AppState, blocking, query};
+
+/// A multipart/related body of `parts` of media type `kind`.
+fn multipart(kind: &'static str, parts: Vec<Bytes>) -> Response {
+    let boundary = format!("blobstream-{:016x}", rand_u64());
+    let mut body = Vec::new();
+    for p in &parts {
+        body.extend_from_slice(format!("--{boundary}\r\nContent-Type: {kind}\r\n\r\n").as_bytes());
+        body.extend_from_slice(p);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    let mut r = Response::new(Body::from(body));
+    let ct = format!("multipart/related; type=\"{kind}\"; boundary={boundary}");
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(&ct).expect("ascii"));
+    r
+}
+
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    u64::from_le_bytes(b)
+}
+
+/// The stored bytes of each instance, verified.
+fn files(st: &AppState, found: &[Instance]) -> Result<Vec<Bytes>, WebError> {
+    found.iter().map(|i| Ok(st.store.open_read(&i.entry.name)?.all()?)).collect()
+}
+
+#[derive(Deserialize)]
+pub struct Ids {
+    study: String,
+    series: Option<String>,
+    instance: Option<String>,
+}
+
+impl Ids {
+    fn check(&self) -> Result<(), WebError> {
+        check_uid("study", &self.study)?;
+        if let Some(s) = &self.series {
+            check_uid("series", s)?;
+        }
+        if let Some(i) = &self.instance {
+            check_uid("instance", i)?;
+        }
+        Ok(())
+    }
+}
+
+/// `GET /dicomweb/studies/{study}[/series/{series}[/instances/{instance}]]`.
+pub async fn retrieve(
+    State(st): State<Arc<AppState>>,
+    Path(ids): Path<Ids>,
+) -> Result<Response, WebError> {
+    ids.check()?;
+    let parts = blocking(move || {
+        let found = instances(&st, &ids.study, ids.series.as_deref(), ids.instance.as_deref())?;
+        files(&st, &found)
+    })
+    .await?;
+    Ok(multipart("application/dicom", parts))
+}
+
+/// `GET …/metadata` at any level.
+pub async fn metadata(
+    State(st): State<Arc<AppState>>,
+    Path(ids): Path<Ids>,
+) -> Result<Response, WebError> {
+    ids.check()?;
+    let found = blocking(move || {
+        instances(&st, &ids.study, ids.series.as_deref(), ids.instance.as_deref())
+    })
+    .await?;
+    let items: Vec<Value> = found
+        .iter()
+        .map(|i| {
+            Object::default()
+                .with_meta(&i.meta, STUDY_FIELDS)
+                .with_meta(&i.meta, SERIES_FIELDS)
+                .with_meta(&i.meta, INSTANCE_FIELDS)
+                .with_meta(
+                    &i.meta,
+                    &[
+                        ("00080016", "UI", "sop_class_uid"),
+                        ("00020010", "UI", "transfer_syntax_uid"),
+                    ],
+                )
+                .decimals("00200032", &numbers(&i.meta, "image_position_patient"))
+                .decimals("00200037", &numbers(&i.meta, "image_orientation_patient"))
+                .build()
+        })
+        .collect();
+    let mut r = Response::new(Body::from(Value::Array(items).to_string()));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/dicom+json"));
+    Ok(r)
+}
+
+/// A numeric array of the index metadata (empty when absent).
+fn numbers(meta: &Value, field: &str) -> Vec<f64> {
+    meta.get(field)
+        .and_then(Value::as_array)
+        .map_or_else(Vec::new, |a| a.iter().filter_map(Value::as_f64).collect())
+}
+
+/// `GET …/instances/{instance}/frames/{list}` (1-based frame numbers, comma-separated).
+pub async fn frames(
+    State(st): State<Arc<AppState>>,
+    Path((study, series, instance, list)): Path<(String, String, String, String)>,
+) -> Result<Response, WebError> {
+    for (what, uid) in [("study", &study), ("series", &series), ("instance", &instance)] {
+        check_uid(what, uid)?;
+    }
+    let wanted: Vec<usize> = list
+        .split(',')
+        .map(|f| match f.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(WebError::BadRequest(format!("frame {f:?}: frames are numbered from 1"))),
+        })
+        .collect::<Result<_, _>>()?;
+    let parts = blocking(move || {
+        let found = instances(&st, &study, Some(&series), Some(&instance))?;
+        let (_, d) = st.images.decode(&found[0].entry.name)?;
+        let count = d.frames.len() + 1;
+        wanted
+            .iter()
+            .map(|&n| match n {
+                1 => Ok(raw_bytes(&d.image)),
+                n if n <= count => Ok(raw_bytes(&d.frames[n - 2])),
+                n => Err(WebError::NotFound(format!(
+                    "instance {instance} has {count} frame(s), not frame {n}"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await?;
+    Ok(multipart("application/octet-stream", parts))
+}
+
+/// Render an instance for display: windowed 8-bit, PNG or JPEG.
+fn render(st: &AppState, key: &str, jpeg: bool) -> Result<(Bytes, &'static str), WebError> {
+    let (_, d) = st.images.decode(key)?;
+    let shown = bs_imageio::apply_window(&d);
+    let (format, mime) = if jpeg {
+        (bs_imageio::Format::Jpeg, "image/jpeg")
+    } else {
+        (bs_imageio::Format::Png, "image/png")
+    };
+    Ok((Bytes::from(bs_imageio::encode(&shown, format)?), mime))
+}
+
+fn image_response(bytes: Bytes, mime: &'static str) -> Response {
+    let mut r = Response::new(Body::from(bytes));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+    r
+}
+
+/// `GET …/instances/{instance}/rendered`.
+pub async fn rendered(
+    State(st): State<Arc<AppState>>,
+    Path((study, series, instance)): Path<(String, String, String)>,
+    req: Request,
+) -> Result<Response, WebError> {
+    for (what, uid) in [("study", &study), ("series", &series), ("instance", &instance)] {
+        check_uid(what, uid)?;
+    }
+    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let jpeg = accept.contains("image/jpeg") && !accept.contains("image/png");
+    let turn = st.image_turn().await;
+    let st2 = st.clone();
+    let (bytes, mime) = blocking(move || {
+        let found = instances(&st2, &study, Some(&series), Some(&instance))?;
+        render(&st2, &found[0].entry.name, jpeg)
+    })
+    .await?;
+    drop(turn);
+    Ok(image_response(bytes, mime))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WadoUri {
+    request_type: String,
+    #[serde(rename = "studyUID")]
+    study_uid: String,
+    #[serde(rename = "seriesUID")]
+    series_uid: String,
+    #[serde(rename = "objectUID")]
+    object_uid: String,
+    content_type: Option<String>,
+}
+
+/// `GET /dicomweb/wado` (WADO-URI).
+pub async fn uri(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let q: WadoUri = query(req.uri())?;
+    if q.request_type != "WADO" {
+        return Err(WebError::BadRequest(format!("requestType {:?}: only WADO", q.request_type)));
+    }
+    for (what, uid) in
+        [("studyUID", &q.study_uid), ("seriesUID", &q.series_uid), ("objectUID", &q.object_uid)]
+    {
+        check_uid(what, uid)?;
+    }
+    let kind = q.content_type.clone().unwrap_or_else(|| "application/dicom".into());
+    let jpeg = match kind.as_str() {
+        "application/dicom" => None,
+        "image/jpeg" => Some(true),
+        "image/png" => Some(false),
+        other => {
+            return Err(WebError::UnsupportedMediaType(format!(
+                "contentType {other:?}: application/dicom, image/jpeg or image/png"
+            )));
+        }
+    };
+    let st2 = st.clone();
+    let (bytes, mime) = blocking(move || {
+        let found = instances(&st2, &q.study_uid, Some(&q.series_uid), Some(&q.object_uid))?;
+        match jpeg {
+            None => Ok((files(&st2, &found[..1])?.remove(0), "application/dicom")),
+            Some(j) => render(&st2, &found[0].entry.name, j),
+        }
+    })
+    .await?;
+    Ok(image_response(bytes, mime))
+}

@@ -1,0 +1,141 @@
+"""blobstream's DICOMweb through a real third-party client, dicomweb-client (run by
+scripts/dicomweb-tests with the server's /dicomweb URL as the argument).
+
+Checks: STOW-RS of a 3-slice CT series made with pydicom; QIDO-RS at study, series and
+instance level, with matching keys and refusal of unknown ones; WADO-RS of an instance (its
+bytes and pixels unchanged), a series, study metadata, frames and a rendered PNG; WADO-URI;
+STOW-RS of a body with a non-DICOM part (the good part kept, the bad one listed as failed), of
+a part for another study, and of a body without a boundary; 404 for unknown UIDs.
+"""
+
+import io
+import sys
+
+import numpy as np
+import pydicom
+import requests
+from dicomweb_client.api import DICOMwebClient
+from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
+
+BASE = sys.argv[1].rstrip("/")
+client = DICOMwebClient(url=BASE)
+STUDY = generate_uid()
+SERIES = generate_uid()
+
+
+def ct_slice(n: int) -> Dataset:
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds.file_meta.MediaStorageSOPClassUID = CTImageStorage
+    ds.SOPInstanceUID = generate_uid()
+    ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID
+    ds.SOPClassUID = CTImageStorage
+    ds.StudyInstanceUID = STUDY
+    ds.SeriesInstanceUID = SERIES
+    ds.PatientName = "Client^Test"
+    ds.PatientID = "DWC-0001"
+    ds.StudyDate = "20251124"
+    ds.AccessionNumber = "DWC-ACC"
+    ds.StudyDescription = "DICOMWEB CLIENT TEST"
+    ds.Modality = "CT"
+    ds.SeriesNumber = 3
+    ds.InstanceNumber = n
+    ds.ImagePositionPatient = [0, 0, 2.5 * n]
+    ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+    ds.Rows, ds.Columns = 8, 12
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = "MONOCHROME2"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit = 16, 12, 11
+    ds.PixelRepresentation = 0
+    ds.RescaleIntercept, ds.RescaleSlope = -1024, 1
+    pixels = (np.arange(96, dtype=np.uint16).reshape(8, 12) * 37 + n * 100) % 4096
+    ds.PixelData = pixels.tobytes()
+    return ds
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    print(f"ok  {what}")
+
+
+slices = [ct_slice(n) for n in (3, 1, 2)]
+answer = client.store_instances(slices)
+refs = answer.get("ReferencedSOPSequence", [])
+check(len(refs) == 3 and "FailedSOPSequence" not in answer, "STOW-RS stores the 3 instances")
+check(all(r.RetrieveURL.endswith(r.ReferencedSOPInstanceUID) for r in refs), "each with its RetrieveURL")
+
+studies = client.search_for_studies(search_filters={"PatientID": "DWC-0001"})
+check(len(studies) == 1, "QIDO-RS finds the study by PatientID")
+study = Dataset.from_json(studies[0])
+check(study.StudyInstanceUID == STUDY, "… with its Study Instance UID")
+check(study.NumberOfStudyRelatedInstances == 3, "… and 3 related instances")
+check(str(study.PatientName) == "Client^Test", "… and the patient's name")
+check(len(client.search_for_studies(search_filters={"PatientName": "client*"})) == 1, "PatientName with a wildcard")
+check(len(client.search_for_studies(search_filters={"StudyDate": "20251101-20251130"})) == 1, "StudyDate range")
+check(client.search_for_studies(search_filters={"StudyDate": "20240101-20240131", "PatientID": "DWC-0001"}) == [], "a range that excludes it")
+
+series = client.search_for_series(STUDY)
+check(len(series) == 1 and Dataset.from_json(series[0]).SeriesInstanceUID == SERIES, "QIDO-RS series of the study")
+instances = client.search_for_instances(STUDY, SERIES)
+order = [Dataset.from_json(i).InstanceNumber for i in instances]
+check(order == [1, 2, 3], f"QIDO-RS instances in slice order ({order})")
+
+first = slices[1]
+got = client.retrieve_instance(STUDY, SERIES, first.SOPInstanceUID)
+check(got.SOPInstanceUID == first.SOPInstanceUID, "WADO-RS retrieves the instance")
+check(got.PixelData == first.PixelData, "… with its pixel data unchanged")
+check(len(client.retrieve_series(STUDY, SERIES)) == 3, "WADO-RS retrieves the series")
+meta = client.retrieve_study_metadata(STUDY)
+check(len(meta) == 3 and all("00080018" in m for m in meta), "WADO-RS study metadata")
+frames = client.retrieve_instance_frames(STUDY, SERIES, first.SOPInstanceUID, frame_numbers=[1])
+want = (np.frombuffer(first.PixelData, dtype="<u2") & 0x0FFF).astype("<u2").tobytes()
+check(len(frames) == 1 and frames[0] == want, "WADO-RS frame 1: the 12-bit samples")
+png = client.retrieve_instance_rendered(STUDY, SERIES, first.SOPInstanceUID, media_types=("image/png",))
+check(png[:8] == b"\x89PNG\r\n\x1a\n", "WADO-RS rendered PNG")
+
+r = requests.get(f"{BASE}/wado", params={"requestType": "WADO", "studyUID": STUDY, "seriesUID": SERIES, "objectUID": first.SOPInstanceUID})
+check(r.status_code == 200 and r.headers["content-type"] == "application/dicom", "WADO-URI gives the file")
+check(pydicom.dcmread(io.BytesIO(r.content)).SOPInstanceUID == first.SOPInstanceUID, "… the right one")
+r = requests.get(f"{BASE}/wado", params={"requestType": "WADO", "studyUID": STUDY, "seriesUID": SERIES, "objectUID": first.SOPInstanceUID, "contentType": "image/jpeg"})
+check(r.status_code == 200 and r.content[:2] == b"\xff\xd8", "WADO-URI renders JPEG")
+
+# Bad input: refused with the standard's status codes, the good parts kept.
+r = requests.get(f"{BASE}/studies", params={"Colour": "red"})
+check(r.status_code == 400, "QIDO-RS refuses an unknown query key")
+r = requests.get(f"{BASE}/studies", params={"StudyDate": "2025"})
+check(r.status_code == 400, "QIDO-RS refuses a malformed date")
+for path in (f"/studies/{generate_uid()}", f"/studies/{STUDY}/series/{generate_uid()}/instances/{generate_uid()}"):
+    check(requests.get(BASE + path).status_code == 404, f"404 for an unknown UID ({path.count('/')} levels)")
+
+extra = ct_slice(4)
+buf = io.BytesIO()
+pydicom.dcmwrite(buf, extra)
+boundary = "b0undary"
+body = (
+    f"--{boundary}\r\nContent-Type: application/dicom\r\n\r\n".encode() + buf.getvalue() + b"\r\n"
+    + f"--{boundary}\r\nContent-Type: application/dicom\r\n\r\n".encode() + b"not a dicom file" + b"\r\n"
+    + f"--{boundary}--\r\n".encode()
+)
+ct = f'multipart/related; type="application/dicom"; boundary={boundary}'
+r = requests.post(f"{BASE}/studies", data=body, headers={"Content-Type": ct})
+check(r.status_code == 202, f"a body with one bad part: 202 ({r.status_code})")
+ans = Dataset.from_json(r.json())
+check(len(ans.ReferencedSOPSequence) == 1 and len(ans.FailedSOPSequence) == 1, "… the good part stored, the bad one failed")
+check(ans.FailedSOPSequence[0].FailureReason == 0xC000, "… with failure reason C000")
+check(len(client.search_for_instances(STUDY, SERIES)) == 4, "… and the good one is searchable")
+
+other = ct_slice(5)
+other.StudyInstanceUID = generate_uid()
+buf = io.BytesIO()
+pydicom.dcmwrite(buf, other)
+body = f"--{boundary}\r\nContent-Type: application/dicom\r\n\r\n".encode() + buf.getvalue() + f"\r\n--{boundary}--\r\n".encode()
+r = requests.post(f"{BASE}/studies/{STUDY}", data=body, headers={"Content-Type": ct})
+check(r.status_code == 409, f"an instance of another study sent to this one: 409 ({r.status_code})")
+r = requests.post(f"{BASE}/studies", data=b"x", headers={"Content-Type": "multipart/related; type=\"application/dicom\""})
+check(r.status_code == 400, "a body without a boundary: 400")
+r = requests.post(f"{BASE}/studies", data=b"x", headers={"Content-Type": "application/json"})
+check(r.status_code == 415, "not multipart/related: 415")
+print("dicomweb-client: all checks passed")
