@@ -97,5 +97,20 @@ test('filter: blur, timing, compare, save', { timeout: 180_000 }, async () => {
   await page.click('#apply-filter');
   await page.waitForFunction(() => document.querySelectorAll('#filter-chain li').length === 2 && document.querySelector('#filter-panel').dataset.state === 'done');
   assert.match(await page.textContent('#filter-time'), /sharpen \d+(\.\d+)? ms.*blur \d+(\.\d+)? ms/);
+  // The progress label says the work is done once it is.
+  await page.waitForFunction(() => window.blobstream.lastProgress?.done);
+  assert.match(await page.evaluate(() => window.blobstream.lastProgress.label), /^Filtered /);
+
+  // On CT, a filter that makes grey levels (edge) shows no Hounsfield units; the original does.
+  await openImage(page, 'samples/ct-phantom.dcm');
+  assert.match(await page.textContent('#wl-readout'), / HU$/);
+  await page.selectOption('#filter-select', 'edge');
+  await page.click('#apply-filter');
+  await page.waitForSelector('#filter-panel[data-state="done"]');
+  await page.waitForFunction(() => !/HU/.test(document.querySelector('#wl-readout').textContent));
+  // The metadata panel shows clinical tags, not how the decoder stored the pixels.
+  const metaText = await page.textContent('#meta-table');
+  assert.match(metaText, /Patient/);
+  assert.doesNotMatch(metaText, /Pixel offset|Frames decoded|pixel scale/i);
   await assertNoErrors(page);
 });

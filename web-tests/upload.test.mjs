@@ -52,6 +52,8 @@ test('upload: file picker and drag-and-drop', { timeout: 120_000 }, async () => 
   assert.ok(prog && prog.done && prog.loaded === bytes.length, `progress: ${JSON.stringify(prog)}`);
   assert.match(prog.label, /Uploaded 1 file/);
   assert.match(await page.textContent('#status'), /Uploaded picked card\.png/);
+  // The new tile is marked as new, not as selected: nothing is open in the viewer.
+  assert.ok(await tile.evaluate((t) => t.classList.contains('fresh') && !t.classList.contains('selected')));
   await screenshot(page, 'upload-picked');
   const stored = await fetch(new URL('blobs/picked%20card.png', server.url));
   assert.equal(stored.status, 200);

@@ -97,6 +97,16 @@ test('view: CT phantom with window/level, presets, zoom', { timeout: 120_000 }, 
   const back = await snapDiff(page, 'stored', 'default');
   assert.ok(back.mean < 0.5, `default preset should redraw the stored window: ${JSON.stringify(back)}`);
 
+  // A 120-pixel drag to the left narrows the window in proportion, never to nothing.
+  await page.mouse.move(box.cx, box.cy);
+  await page.mouse.down({ button: 'right' });
+  await page.mouse.move(box.cx - 120, box.cy, { steps: 4 });
+  await page.mouse.up({ button: 'right' });
+  await page.waitForFunction(() => !/^W 400 \/ L 40\b/.test(document.querySelector('#wl-readout').textContent));
+  const [, w2] = /^W (\d+)/.exec(await readout()).map(Number);
+  assert.ok(w2 > 150 && w2 < 300, `a 120 px drag took the width from 400 to ${w2}`);
+  await page.locator('.preset[data-preset="default"]').click();
+
   // Wheel zoom about the cursor, left-drag pan, double-click fits again.
   const fitZoom = await zoomPercent();
   await page.mouse.move(box.cx, box.cy);

@@ -324,6 +324,12 @@ function putBlob(key, body, label) {
   });
 }
 
+/** "Downloading x" → "Downloaded x" (and Filtering, Uploading, Saving). */
+function pastTense(label) {
+  const past = { Downloading: 'Downloaded', Filtering: 'Filtered', Uploading: 'Uploaded', Saving: 'Saved' };
+  return label.replace(/^(Downloading|Filtering|Uploading|Saving)\b/, (w) => past[w]);
+}
+
 const progress = {
   timer: null,
   log: [],
@@ -346,6 +352,9 @@ const progress = {
   },
   done(label, bytes) {
     clearTimeout(this.timer);
+    // Finished work is told in the past tense ("Downloaded", not "Downloading"), and the bar
+    // goes away soon after.
+    label = pastTense(label);
     el.progress.hidden = false;
     el.progressBar.max = 1;
     el.progressBar.value = 1;
@@ -353,7 +362,7 @@ const progress = {
     this.record({ label, loaded: bytes, total: bytes, done: true });
     this.timer = setTimeout(() => {
       el.progress.hidden = true;
-    }, 4000);
+    }, 1500);
   },
   fail() {
     clearTimeout(this.timer);
@@ -825,11 +834,16 @@ async function uploadFiles(fileList) {
     const what = stored === 1 ? lastKey : `${stored} files into ${prefix || 'the store root'}`;
     setStatus(`Uploaded ${what}`);
     progress.done(`Uploaded ${stored} file${stored === 1 ? '' : 's'}, ${fmtBytes(bytes)}`, bytes);
-    state.selectedKey = lastKey;
   }
-  // Show the folder the files went to (leaving search results, if any).
+  // Show the folder the files went to (leaving search results, if any). The selection stays
+  // with the image the viewer shows; the new tile is only marked as new.
+  state.selectedKey = state.img?.key ?? null;
   await navigate(prefix, { keepError: true });
-  if (lastKey) tileFor(lastKey)?.scrollIntoView({ block: 'nearest' });
+  const fresh = lastKey && tileFor(lastKey);
+  if (fresh) {
+    fresh.classList.add('fresh');
+    fresh.scrollIntoView({ block: 'nearest' });
+  }
 }
 
 function setupUpload() {
@@ -1109,6 +1123,8 @@ function updateZoomReadout() {
 }
 
 function unit() {
+  // A filter that makes grey levels (window, edge, emboss) leaves Hounsfield units behind.
+  if (state.img?.filt?.ownWindow) return '';
   const u = state.img?.display?.unit;
   return u ? ` ${u}` : '';
 }
@@ -1265,7 +1281,7 @@ function wlSensitivity() {
   let range = Number(d.max) - Number(d.min);
   if (!Number.isFinite(range) || range <= 0) range = img.orig.rawMax - img.orig.rawMin;
   if (!Number.isFinite(range) || range <= 0) range = (1 << img.orig.bits) - 1;
-  return Math.max(range / 512, 0.05);
+  return Math.max(range / 512, Math.abs(img.orig.map?.scale || 1) / 8);
 }
 
 function setupCanvas() {
@@ -1294,8 +1310,11 @@ function setupCanvas() {
         state.fitted = false;
         requestDraw();
       } else {
-        // Right: wider window; down: higher level (darker image).
-        setWindow(d.c + dy * d.k, d.w + dx * d.k);
+        // Right: wider window, by a factor (×2 per 140 px), so no drag collapses it; down:
+        // higher level, in steps proportional to the window (a quarter width per 64 px) and
+        // never finer than the image's value range allows.
+        const w = clamp(d.w * Math.exp(dx / 200), d.k, d.k * 4096);
+        setWindow(d.c + dy * Math.max(d.w / 256, d.k / 4), w);
       }
     }
     updatePixelReadout(p.x, p.y);
@@ -1507,11 +1526,14 @@ const META_FIELDS = [
   ['patient_id', 'Patient ID'],
   ['study_date', 'Study date', fmtDate],
   ['study_description', 'Study'],
+  ['accession_number', 'Accession'],
+  ['body_part_examined', 'Body part'],
   ['series_number', 'Series no.'],
   ['series_description', 'Series'],
   ['acquisition_date', 'Acquired', fmtDate],
   ['acquisition_time', 'Acq. time'],
-  ['pixel_kind', 'Pixels'],
+  ['instance_number', 'Instance'],
+  ['slice_location', 'Slice location'],
   ['bits_stored', 'Bits stored'],
   ['signed', 'Signed'],
   ['photometric_interpretation', 'Photometric'],
@@ -1520,12 +1542,12 @@ const META_FIELDS = [
   ['rescale_slope', 'Rescale slope'],
   ['rescale_intercept', 'Rescale intercept'],
   ['number_of_frames', 'Frames'],
-  ['frames_decoded', 'Frames decoded'],
-  ['pixel_offset', 'Pixel offset'],
-  ['pixel_inverted', 'Pixel inverted'],
   ['transfer_syntax_name', 'Transfer syntax'],
   ['format', 'Format'],
 ];
+
+/** How the decoder stored the pixels: not clinical, kept out of the metadata panel. */
+const INTERNAL_FIELDS = new Set(['frames_decoded', 'pixel_offset', 'pixel_inverted', 'pixel_scale', 'transfer_syntax_uid', 'pixel_kind']);
 
 function renderMeta(blob, image, display) {
   const rows = [];
@@ -1545,7 +1567,7 @@ function renderMeta(blob, image, display) {
       if (image[k] !== undefined && image[k] !== null) row(label, f ? f(image[k]) : image[k]);
     }
     for (const [k, v] of Object.entries(image)) {
-      if (shown.has(k) || v === null || typeof v === 'object') continue;
+      if (shown.has(k) || INTERNAL_FIELDS.has(k) || v === null || typeof v === 'object') continue;
       row(k.replaceAll('_', ' '), v);
     }
   }
@@ -1710,6 +1732,7 @@ async function applyFilter() {
       (Number.isFinite(total) ? `${times.length ? ' — ' : ''}total ${fmtMs(total)}` : '');
     renderChain(times);
     renderImages();
+    updateWlReadout(); // a grey-level result is no longer in the original's units
     setFilterState('done');
     draw();
     setSaveNameDefault();
@@ -1778,6 +1801,7 @@ function setupFilterPanel() {
   el.resetFilter.addEventListener('click', () => {
     resetFilterUi();
     setSaveNameDefault();
+    updateWlReadout(); // back in the original's units
     draw();
   });
   el.saveResult.addEventListener('click', saveResult);
