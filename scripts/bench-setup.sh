@@ -4,6 +4,8 @@
 #   - nginx and wrk (apt) for `bench http`;
 #   - OpenCV and Pillow (PyPI, in the virtualenv bench/.venv) for `bench filters`;
 #   - pyzmq (PyPI, same virtualenv): ZeroMQ PUB/SUB, the baseline of `bench fanout`.
+#   - pydicom with its pylibjpeg, openjpeg, RLE and JPEG-LS plugins (same virtualenv): the
+#     baseline of `bench dicom`.
 # Idempotent: does nothing for what is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,11 +38,12 @@ if [ "${#MISSING[@]}" -gt 0 ]; then
 fi
 
 VENV=bench/.venv
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import cv2, PIL, numpy, zmq' 2>/dev/null; then
-    echo "OpenCV, Pillow and pyzmq already installed in $VENV"
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import cv2, PIL, numpy, zmq, pydicom, pylibjpeg, openjpeg, rle, jpeg_ls' 2>/dev/null; then
+    echo "OpenCV, Pillow, pyzmq, pydicom and its codec plugins already installed in $VENV"
 else
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-        opencv-python-headless pillow numpy pyzmq
-    echo "OpenCV, Pillow and pyzmq installed in $VENV"
+        opencv-python-headless pillow numpy pyzmq pydicom==3.0.2 pylibjpeg==2.1.0 \
+        pylibjpeg-libjpeg==2.5.0 pylibjpeg-openjpeg==2.6.0 pylibjpeg-rle==2.2.0 pyjpegls==1.5.1
+    echo "OpenCV, Pillow, pyzmq, pydicom and its codec plugins installed in $VENV"
 fi

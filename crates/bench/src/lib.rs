@@ -25,6 +25,7 @@ mod payload;
 mod python;
 mod report;
 mod s3;
+mod dicom;
 mod transfer;
 
 pub use batch::run_batch;
@@ -46,4 +47,5 @@ pub use report::{
     size_text,
 };
 pub use s3::run_s3;
+pub use dicom::run_dicom;
 pub use transfer::{CHOSEN_SOCKET_BUFFER, TransferPlan, run_transfer};

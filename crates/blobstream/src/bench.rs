@@ -28,6 +28,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Batch(a) => (a, "batch"),
         BenchCommand::Dpss(a) => (a, "dpss"),
         BenchCommand::S3(a) => (a, "s3"),
+        BenchCommand::Dicom(a) => (a, "dicom"),
     };
     let opts = BenchOptions { quick: a.quick, progress: progress(a) };
     let outcome = match &cmd {
@@ -64,6 +65,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Fanout(_) => rows(bs_bench::run_fanout(&opts).context("fan-out benchmark")?),
         BenchCommand::Dpss(_) => rows(bs_bench::run_dpss(&opts).context("block store benchmark")?),
         BenchCommand::S3(_) => rows(bs_bench::run_s3(&opts).context("shared storage benchmark")?),
+        BenchCommand::Dicom(_) => rows(bs_bench::run_dicom(&opts).context("DICOM benchmark")?),
         BenchCommand::Batch(_) => {
             let me = std::env::current_exe().context("finding the blobstream binary")?;
             rows(bs_bench::run_batch(&opts, &me).context("batch benchmark")?)

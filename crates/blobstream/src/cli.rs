@@ -829,6 +829,9 @@ pub enum BenchCommand {
     /// object_store alone, the memory tier against the filesystem store, and 1–3 front ends
     /// sharing one bucket and one PostgreSQL catalogue.
     S3(BenchArgs),
+    /// DICOM decode throughput per transfer syntax against pydicom with its pylibjpeg,
+    /// openjpeg, RLE and JPEG-LS plugins, on the same files.
+    Dicom(BenchArgs),
 }
 
 #[derive(Args)]

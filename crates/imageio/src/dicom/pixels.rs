@@ -272,11 +272,20 @@ fn gray(data: &[u8], l: &Layout) -> Result<(DynImage, Mapping), ImageIoError> {
         (if inverted { p_lo + p_hi - p } else { p }) as u16
     };
     let samples = w * h;
-    // A table of every raw value pays off once the image has more pixels than the table.
-    let entries = 1usize << l.bits_allocated;
-    let out: Vec<u16> = if samples >= entries {
-        let lut: Vec<u16> = (0..entries as u64).map(map).collect();
-        (0..samples).map(|i| lut[l.raw(data, i) as usize]).collect()
+    // A table of every stored bit pattern (2^Bits Stored entries, indexed by the bits
+    // `stored` keeps) pays off once the image has more pixels than the table.
+    let shift = u32::from(l.high_bit + 1 - l.bits_stored);
+    let mask = (1u64 << l.bits_stored) - 1;
+    let entries = 1usize << l.bits_stored;
+    let out: Vec<u16> = if samples >= entries && l.bits_allocated == 16 {
+        let lut: Vec<u16> = (0..entries as u64).map(|v| map(v << shift)).collect();
+        data.chunks_exact(2)
+            .take(samples)
+            .map(|c| lut[((u64::from(u16::from_le_bytes([c[0], c[1]])) >> shift) & mask) as usize])
+            .collect()
+    } else if samples >= entries {
+        let lut: Vec<u16> = (0..entries as u64).map(|v| map(v << shift)).collect();
+        (0..samples).map(|i| lut[((l.raw(data, i) >> shift) & mask) as usize]).collect()
     } else {
         (0..samples).map(|i| map(l.raw(data, i))).collect()
     };

@@ -1,0 +1,115 @@
+"""Baseline of `blobstream bench dicom`: makes one DICOM file per transfer syntax (a 512 x 512
+CT-like 12-bit slice; an 8-bit one for JPEG Baseline) in the directory given, then times
+pydicom decoding each (`dcmread(...).pixel_array`, with its pylibjpeg, openjpeg, RLE and
+JPEG-LS plugins) and prints one JSON line per file:
+{"syntax", "uid", "file", "pixel_bytes", "seconds": [...]}.
+
+    python dicom_baseline.py DIR RUNS
+"""
+
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pydicom
+from PIL import Image
+from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.encaps import encapsulate
+from pydicom.uid import (
+    CTImageStorage,
+    ExplicitVRLittleEndian,
+    JPEG2000Lossless,
+    JPEGBaseline8Bit,
+    JPEGLSLossless,
+    RLELossless,
+    generate_uid,
+)
+
+SIZE = 512
+
+
+def phantom(bits: int) -> np.ndarray:
+    """A head-like phantom with noise, deterministic."""
+    y, x = np.mgrid[-1:1:SIZE * 1j, -1:1:SIZE * 1j]
+    img = np.where(x * x / 0.69**2 + y * y / 0.92**2 <= 1, 1100.0, 0.0)
+    img = np.where(x * x / 0.66**2 + (y + 0.02) ** 2 / 0.87**2 <= 1, 1060.0, img)
+    img = np.where((x - 0.22) ** 2 / 0.11**2 + y * y / 0.31**2 <= 1, 1040.0, img)
+    rng = np.random.default_rng(7)
+    img = img + np.where(img > 0, rng.normal(0, 6, img.shape), 0)
+    top = (1 << bits) - 1
+    return np.clip(img * top / 1200.0, 0, top).astype(np.uint16 if bits > 8 else np.uint8)
+
+
+def dataset(pixels: np.ndarray, bits_stored: int) -> Dataset:
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.MediaStorageSOPClassUID = CTImageStorage
+    ds.SOPInstanceUID = generate_uid()
+    ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID
+    ds.SOPClassUID = CTImageStorage
+    ds.StudyInstanceUID, ds.SeriesInstanceUID = generate_uid(), generate_uid()
+    ds.Modality, ds.PatientName, ds.PatientID = "CT", "Bench^Decode", "BENCH"
+    ds.Rows, ds.Columns = pixels.shape
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = "MONOCHROME2"
+    ds.BitsAllocated = 16 if pixels.dtype == np.uint16 else 8
+    ds.BitsStored, ds.HighBit, ds.PixelRepresentation = bits_stored, bits_stored - 1, 0
+    ds.PixelData = pixels.tobytes()
+    ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    return ds
+
+
+def write(ds: Dataset, path: Path) -> None:
+    ds.save_as(path, enforce_file_format=True)
+
+
+def make(out: Path):
+    out.mkdir(parents=True, exist_ok=True)
+    ct = phantom(12)
+    files = []
+    f = out / "native.dcm"
+    write(dataset(ct, 12), f)
+    files.append(("Explicit VR Little Endian", str(ExplicitVRLittleEndian), f))
+    for name, uid in (("RLE Lossless", RLELossless), ("JPEG-LS Lossless", JPEGLSLossless), ("JPEG 2000 Lossless", JPEG2000Lossless)):
+        ds = dataset(ct, 12)
+        ds.compress(uid)
+        f = out / f"{name.replace(' ', '-').lower()}.dcm"
+        write(ds, f)
+        files.append((name, str(uid), f))
+    # JPEG Baseline: an 8-bit slice encoded by Pillow (libjpeg), encapsulated.
+    ct8 = phantom(8)
+    buf = io.BytesIO()
+    Image.fromarray(ct8).save(buf, format="JPEG", quality=90)
+    ds = dataset(ct8, 8)
+    ds.PixelData = encapsulate([buf.getvalue()])
+    ds["PixelData"].VR = "OB"
+    ds["PixelData"].is_undefined_length = True
+    ds.file_meta.TransferSyntaxUID = JPEGBaseline8Bit
+    f = out / "jpeg-baseline.dcm"
+    write(ds, f)
+    files.append(("JPEG Baseline (8-bit)", str(JPEGBaseline8Bit), f))
+    return files
+
+
+def main():
+    out, runs = Path(sys.argv[1]), int(sys.argv[2])
+    for name, uid, f in make(out):
+        times = []
+        for _ in range(runs + 1):
+            t = time.perf_counter()
+            arr = pydicom.dcmread(f).pixel_array
+            times.append(time.perf_counter() - t)
+        print(json.dumps({
+            "syntax": name,
+            "uid": uid,
+            "file": str(f),
+            "pixel_bytes": int(arr.nbytes),
+            "seconds": times[1:],
+        }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

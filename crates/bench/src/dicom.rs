@@ -1,0 +1,102 @@
+//! `blobstream bench dicom`: DICOM decode throughput per transfer syntax, blobstream's
+//! `bs_imageio::decode` against pydicom with its pylibjpeg / openjpeg / RLE / JPEG-LS plugins
+//! (`bench/dicom_baseline.py`), on the same files in the same run: megabytes of decoded pixels
+//! per second, medians.
+
+use std::process::Command;
+use std::time::Instant;
+
+use serde::Deserialize;
+
+use crate::bindings::{Row, RowsReport};
+use crate::error::BenchError;
+use crate::machine::machine_description;
+use crate::options::BenchOptions;
+use crate::payload::median;
+
+#[derive(Deserialize)]
+struct Baseline {
+    syntax: String,
+    uid: String,
+    file: String,
+    pixel_bytes: u64,
+    seconds: Vec<f64>,
+}
+
+/// Run the benchmark (pydicom and its plugins must be in the bench virtualenv:
+/// `scripts/bench-setup.sh`).
+pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
+    let runs = if opts.quick { 5 } else { 21 };
+    let imports = "pydicom, pylibjpeg, openjpeg, rle, jpeg_ls, PIL, numpy";
+    let Some((python, script)) = crate::python::find("dicom_baseline.py", imports) else {
+        return Err(BenchError::Invalid(
+            "pydicom and its plugins are not installed: run scripts/bench-setup.sh".into(),
+        ));
+    };
+    let dir = tempfile::tempdir().map_err(BenchError::io("temp dir"))?;
+    opts.say(&format!("pydicom: making the files and decoding each {runs} times"));
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(dir.path())
+        .arg(runs.to_string())
+        .output()
+        .map_err(BenchError::io("running bench/dicom_baseline.py"))?;
+    if !out.status.success() {
+        return Err(BenchError::Invalid(format!(
+            "bench/dicom_baseline.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let limits = bs_imageio::Limits::default();
+    let mut rows = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let b: Baseline = serde_json::from_str(line)
+            .map_err(|e| BenchError::Invalid(format!("baseline output {line:?}: {e}")))?;
+        opts.say(&format!("blobstream: {} ({runs} runs)", b.syntax));
+        let bytes = std::fs::read(&b.file).map_err(BenchError::io("reading a test file"))?;
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs + 1 {
+            let t = Instant::now();
+            let d = bs_imageio::decode(&bytes, Some("bench.dcm"), &limits)
+                .map_err(|e| BenchError::Invalid(format!("{}: {e}", b.syntax)))?;
+            times.push(t.elapsed().as_secs_f64());
+            std::hint::black_box(&d);
+        }
+        let ours = median(&times[1..]);
+        let theirs = median(&b.seconds);
+        let mb = b.pixel_bytes as f64 / 1e6;
+        rows.push(Row {
+            group: "decode",
+            what: format!("{} ({}), 512 × 512", b.syntax, b.uid),
+            ours: mb / ours,
+            baseline: mb / theirs,
+            baseline_name: "pydicom + plugins".into(),
+            unit: "MB/s",
+            ratio: theirs / ours,
+            ratio_means: "ours / baseline",
+            target: Some((5.0, true)),
+        });
+    }
+    let notes = vec![
+        "each run decodes one file to pixels: blobstream from bytes in memory, checking the file's \
+         structure and the codec header against the DICOM header first and converting to its \
+         display mapping (rescale, sign); pydicom from the file (in the page cache), returning the \
+         stored samples as a numpy array (for native data a view of the bytes read)"
+            .into(),
+        "JPEG 2000 decodes on both cores (OpenJPEG's threads); the other codecs on one".into(),
+        "codecs: blobstream uses jpeg-decoder (JPEG), CharLS (JPEG-LS), OpenJPEG (JPEG 2000) and \
+         its own RLE decoder; pydicom uses pylibjpeg-libjpeg, pyjpegls (CharLS), \
+         pylibjpeg-openjpeg and pylibjpeg-rle"
+            .into(),
+        format!("medians of {runs} decodes each, after one warm-up; all of pydicom's runs first"),
+    ];
+    Ok(RowsReport {
+        title: "DICOM decoding",
+        command: "blobstream bench dicom",
+        runs,
+        machine: machine_description(),
+        quick: opts.quick,
+        rows,
+        notes,
+    })
+}
