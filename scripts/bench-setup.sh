@@ -2,6 +2,7 @@
 # Installs the peers `blobstream bench` measures against, besides the workspace itself:
 #   - iperf3 (apt) for `bench transfer`;
 #   - nginx and wrk (apt) for `bench http`;
+#   - orthanc and orthanc-dicomweb (apt) for `bench dicomweb`;
 #   - OpenCV and Pillow (PyPI, in the virtualenv bench/.venv) for `bench filters`;
 #   - pyzmq (PyPI, same virtualenv): ZeroMQ PUB/SUB, the baseline of `bench fanout`.
 #   - pydicom with its pylibjpeg, openjpeg, RLE and JPEG-LS plugins (same virtualenv): the
@@ -22,6 +23,13 @@ for pkg in iperf3 nginx wrk; do
         MISSING+=("$pkg")
     fi
 done
+# Orthanc with its DICOMweb plugin, the baseline of `bench dicomweb` (started by the benchmark on
+# a free loopback port with its own configuration; the system service is not used).
+if [ -x /usr/sbin/Orthanc ] && [ -f /usr/share/orthanc/plugins/libOrthancDicomWeb.so ]; then
+    echo "orthanc and orthanc-dicomweb already installed"
+else
+    MISSING+=(orthanc orthanc-dicomweb)
+fi
 if [ "${#MISSING[@]}" -gt 0 ]; then
     if command -v apt-get >/dev/null 2>&1; then
         SUDO=""

@@ -9,7 +9,7 @@
 //! Content-Length and every byte, so both do the same work. The servers then take turns run by
 //! run, and the ratio is the median of the per-run ratios.
 
-mod get;
+pub(crate) mod get;
 mod nginx;
 mod report;
 mod ttfi;

@@ -9,6 +9,8 @@
 mod batch;
 mod benchmarks_md;
 pub mod bindings;
+mod dicom;
+mod dicomweb;
 mod dpss;
 mod dpss_tiles;
 mod error;
@@ -25,12 +27,13 @@ mod payload;
 mod python;
 mod report;
 mod s3;
-mod dicom;
 mod transfer;
 
 pub use batch::run_batch;
 pub use benchmarks_md::{BENCHMARKS_MD_HEADER, write_benchmarks_md};
 pub use bindings::{BindingsReport, Row, RowsReport, run_bindings};
+pub use dicom::run_dicom;
+pub use dicomweb::run_dicomweb;
 pub use dpss::run_dpss;
 pub use error::BenchError;
 pub use fanout::run_fanout;
@@ -47,5 +50,4 @@ pub use report::{
     size_text,
 };
 pub use s3::run_s3;
-pub use dicom::run_dicom;
 pub use transfer::{CHOSEN_SOCKET_BUFFER, TransferPlan, run_transfer};

@@ -29,6 +29,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Dpss(a) => (a, "dpss"),
         BenchCommand::S3(a) => (a, "s3"),
         BenchCommand::Dicom(a) => (a, "dicom"),
+        BenchCommand::Dicomweb(a) => (a, "dicomweb"),
     };
     let opts = BenchOptions { quick: a.quick, progress: progress(a) };
     let outcome = match &cmd {
@@ -66,6 +67,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Dpss(_) => rows(bs_bench::run_dpss(&opts).context("block store benchmark")?),
         BenchCommand::S3(_) => rows(bs_bench::run_s3(&opts).context("shared storage benchmark")?),
         BenchCommand::Dicom(_) => rows(bs_bench::run_dicom(&opts).context("DICOM benchmark")?),
+        BenchCommand::Dicomweb(_) => {
+            rows(bs_bench::run_dicomweb(&opts).context("DICOMweb benchmark")?)
+        }
         BenchCommand::Batch(_) => {
             let me = std::env::current_exe().context("finding the blobstream binary")?;
             rows(bs_bench::run_batch(&opts, &me).context("batch benchmark")?)

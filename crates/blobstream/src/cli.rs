@@ -832,6 +832,9 @@ pub enum BenchCommand {
     /// DICOM decode throughput per transfer syntax against pydicom with its pylibjpeg,
     /// openjpeg, RLE and JPEG-LS plugins, on the same files.
     Dicom(BenchArgs),
+    /// DICOMweb: STOW-RS and WADO-RS of a 200-slice CT series against Orthanc with its
+    /// DICOMweb plugin on the same machine.
+    Dicomweb(BenchArgs),
 }
 
 #[derive(Args)]

@@ -28,7 +28,7 @@ pub fn all() -> Vec<(String, &'static str, Vec<u8>)> {
 /// Slices in the sample series, 5 mm apart.
 pub const SERIES_SLICES: u16 = 16;
 
-const STUDY_UID: &str = "2.25.302227208390563154781239004861377";
+const STUDY_UID: &str = "2.25.302227208390563154781239004861377"; // "2.25." + UID_DIGITS
 
 /// Deterministic noise in -1..1 (a 32-bit LCG; statistical quality does not matter here).
 struct Noise(u32);
@@ -76,9 +76,19 @@ pub fn ct_phantom_dicom(n: u16) -> Vec<u8> {
 
 /// Slice `i` (from 0) of the sample series: 128 × 128, from z = −0.75 to 0.75 of the head.
 pub fn ct_series_slice(i: u16) -> Vec<u8> {
-    let z = -0.75 + 1.5 * f64::from(i) / f64::from(SERIES_SLICES - 1);
-    ct_dicom(128, &Slice { z, series: 4, instance: i + 1, description: "AXIAL 16 x 5 mm" })
+    ct_slice_of(128, i, SERIES_SLICES)
 }
+
+/// Slice `i` of `count` through the phantom, `size` × `size` pixels (all slices of one series;
+/// benchmarks make series of realistic size with it).
+pub fn ct_slice_of(size: u16, i: u16, count: u16) -> Vec<u8> {
+    let z = -0.75 + 1.5 * f64::from(i) / f64::from(count.max(2) - 1);
+    ct_dicom(size, &Slice { z, series: 4, instance: i + 1, description: "AXIAL 16 x 5 mm" })
+}
+
+/// The digits of every UID in the samples after "2.25." (33 of them): a benchmark that needs
+/// new UIDs replaces them with others of the same length.
+pub const UID_DIGITS: &str = "302227208390563154781239004861377";
 
 /// Where a slice is: height through the head (−1..1), series (UID suffix) and instance.
 struct Slice {

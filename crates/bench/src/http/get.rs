@@ -38,16 +38,34 @@ impl Response {
 
 /// `GET path` from the server at `addr` on a new connection (`Connection: close`).
 pub fn get(addr: SocketAddr, path: &str) -> Result<Response, BenchError> {
-    let fail = |detail: String| BenchError::Http(format!("GET http://{addr}{path}: {detail}"));
+    request(addr, "GET", path, &[("Accept", "*/*")], &[])
+}
+
+/// `method path` with `headers` and `body` (sent with its Content-Length when not empty) on a
+/// new connection (`Connection: close`).
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Response, BenchError> {
+    let fail = |detail: String| BenchError::Http(format!("{method} http://{addr}{path}: {detail}"));
     let start = Instant::now();
     let mut tcp = TcpStream::connect(addr).map_err(|e| fail(format!("connecting: {e}")))?;
     tcp.set_read_timeout(Some(READ_TIMEOUT)).map_err(|e| fail(e.to_string()))?;
     let _ = tcp.set_nodelay(true);
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: blobstream-bench\r\nAccept: */*\r\n\
-         Connection: close\r\n\r\n"
-    );
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: blobstream-bench\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() {
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    request.push_str("Connection: close\r\n\r\n");
     tcp.write_all(request.as_bytes()).map_err(|e| fail(format!("sending the request: {e}")))?;
+    tcp.write_all(body).map_err(|e| fail(format!("sending the body: {e}")))?;
     let mut r = BufReader::with_capacity(256 << 10, tcp);
     let (status, headers) = read_head(&mut r).map_err(fail)?;
     let mut resp = Response { status, headers, body: Vec::new(), elapsed: Duration::ZERO };

@@ -29,17 +29,23 @@ use crate::error::WebError;
 use crate::images::raw_bytes;
 use crate::{AppState, blocking, query};
 
-/// A multipart/related body of `parts` of media type `kind`.
+/// A multipart/related body of `parts` of media type `kind`, sent part by part as they are
+/// (no copy into one buffer).
 fn multipart(kind: &'static str, parts: Vec<Bytes>) -> Response {
     let boundary = format!("blobstream-{:016x}", rand_u64());
-    let mut body = Vec::new();
-    for p in &parts {
-        body.extend_from_slice(format!("--{boundary}\r\nContent-Type: {kind}\r\n\r\n").as_bytes());
-        body.extend_from_slice(p);
-        body.extend_from_slice(b"\r\n");
+    let head = Bytes::from(format!("--{boundary}\r\nContent-Type: {kind}\r\n\r\n"));
+    let mut chunks: Vec<Bytes> = Vec::with_capacity(parts.len() * 3 + 1);
+    let mut len = 0usize;
+    for p in parts {
+        len += head.len() + p.len() + 2;
+        chunks.extend([head.clone(), p, Bytes::from_static(b"\r\n")]);
     }
-    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    let mut r = Response::new(Body::from(body));
+    let tail = Bytes::from(format!("--{boundary}--\r\n"));
+    len += tail.len();
+    chunks.push(tail);
+    let stream = tokio_stream::iter(chunks.into_iter().map(Ok::<_, std::convert::Infallible>));
+    let mut r = Response::new(Body::from_stream(stream));
+    r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     let ct = format!("multipart/related; type=\"{kind}\"; boundary={boundary}");
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(&ct).expect("ascii"));
     r
