@@ -172,6 +172,7 @@ pub fn run_dicomweb(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     let boundary = "bench-boundary-7d1e";
     let (mut os, mut ow, mut bs, mut bw) = (vec![], vec![], vec![], vec![]);
     let mut mb = 0.0;
+    let mut last_series = String::new();
     for run in 0..runs {
         opts.say(&format!("{count} slices: run {} of {runs}", run + 1));
         let ours = format!("{:033}", 100_000 + run);
@@ -189,11 +190,14 @@ pub fn run_dicomweb(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             let b = their_round()?;
             (ours_round()?, b)
         };
+        last_series = oseries.clone();
         os.push(s1);
         ow.push(w1);
         bs.push(s2);
         bw.push(w2);
     }
+    opts.say("series viewer in headless Chromium");
+    let viewer = viewer_timing(ours_addr, &last_series, if opts.quick { 1 } else { 3 });
     rt.block_on(server.shutdown());
     drop(orthanc);
     let row = |what: &str, ours: &[f64], theirs: &[f64]| {
@@ -220,6 +224,15 @@ pub fn run_dicomweb(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          blobstream checks every chunk's digest on the way out"
             .into(),
         format!("{runs} paired runs in alternating order, each with a new study; medians"),
+        match viewer {
+            Ok(v) => format!(
+                "series viewer (headless Chromium, a fresh browser context per load, median of the \
+                 loads after a warm-up): the {}-slice series opened by link, first slice drawn after \
+                 {:.0} ms, every slice fetched ahead into its cache after {:.0} ms",
+                v.slices, v.first_slice_ms, v.all_cached_ms
+            ),
+            Err(why) => format!("series viewer not measured: {why}"),
+        },
     ];
     Ok(RowsReport {
         title: "DICOMweb",
@@ -230,6 +243,40 @@ pub fn run_dicomweb(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         rows,
         notes,
     })
+}
+
+#[derive(serde::Deserialize)]
+struct ViewerTiming {
+    first_slice_ms: f64,
+    all_cached_ms: f64,
+    slices: u64,
+}
+
+/// Open the series in headless Chromium through `web-tests/series-timing.mjs`.
+fn viewer_timing(addr: SocketAddr, series: &str, runs: u32) -> Result<ViewerTiming, String> {
+    let node = crate::paths::find_on_path("node").ok_or("node is not installed")?;
+    let roots = [
+        std::path::PathBuf::from("."),
+        std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")),
+    ];
+    let script = roots
+        .iter()
+        .map(|r| r.join("web-tests/series-timing.mjs"))
+        .find(|p| p.is_file() && p.with_file_name("node_modules/playwright-core").is_dir())
+        .ok_or("web-tests/series-timing.mjs with playwright-core beside it not found (scripts/browser-setup.sh)")?;
+    let out = Command::new(node)
+        .arg(&script)
+        .arg(format!("http://{addr}/"))
+        .arg(series)
+        .arg(runs.to_string())
+        .output()
+        .map_err(|e| format!("running node: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("series-timing.mjs: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().ok_or("series-timing.mjs printed nothing")?;
+    serde_json::from_str(last).map_err(|e| format!("series-timing.mjs output {last:?}: {e}"))
 }
 
 trait MkDir {

@@ -1874,9 +1874,15 @@ function start() {
   } catch {
     path = '';
   }
+  loadFilters();
+  // #series/UID opens a series in the series viewer (a link to share, or a benchmark's).
+  if (path.startsWith('series/')) {
+    openSeries(path.slice('series/'.length), path.slice('series/'.length));
+    navigate('');
+    return;
+  }
   const prefix = path.endsWith('/') || !path ? path : dirname(path);
   const image = path && !path.endsWith('/') ? path : '';
-  loadFilters();
   // A linked image loads at once, in parallel with its folder's listing.
   if (image) {
     state.selectedKey = image;
