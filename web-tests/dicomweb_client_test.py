@@ -4,6 +4,7 @@ scripts/dicomweb-tests with the server's /dicomweb URL as the argument).
 Checks: STOW-RS of a 3-slice CT series made with pydicom; QIDO-RS at study, series and
 instance level, with matching keys and refusal of unknown ones; WADO-RS of an instance (its
 bytes and pixels unchanged), a series, study metadata, frames and a rendered PNG; WADO-URI;
+an instance whose pixels cannot be decoded stored, found and retrieved all the same;
 STOW-RS of a body with a non-DICOM part (the good part kept, the bad one listed as failed), of
 a part for another study, and of a body without a boundary; 404 for unknown UIDs.
 """
@@ -138,4 +139,12 @@ r = requests.post(f"{BASE}/studies", data=b"x", headers={"Content-Type": "multip
 check(r.status_code == 400, "a body without a boundary: 400")
 r = requests.post(f"{BASE}/studies", data=b"x", headers={"Content-Type": "application/json"})
 check(r.status_code == 415, "not multipart/related: 415")
+# An instance whose pixels blobstream cannot decode is still stored, found and retrieved.
+odd = ct_slice(6)
+odd.PhotometricInterpretation = "HSV"  # retired, one sample per pixel: not decoded
+answer = client.store_instances([odd])
+check(len(answer.get("ReferencedSOPSequence", [])) == 1, "STOW-RS stores an instance it cannot decode")
+found = client.search_for_instances(STUDY, SERIES, search_filters={"SOPInstanceUID": odd.SOPInstanceUID})
+check(len(found) == 1, "… QIDO-RS finds it")
+check(client.retrieve_instance(STUDY, SERIES, odd.SOPInstanceUID).PixelData == odd.PixelData, "… WADO-RS returns it")
 print("dicomweb-client: all checks passed")

@@ -68,8 +68,22 @@ fn migrate_sqlite(db: &Db) -> Result<()> {
         }
     }
     c.execute_batch(SERIES_INDEXES)?;
+    c.execute_batch(FILL_SERIES_SQLITE)?;
     Ok(())
 }
+
+/// Rows indexed before the series columns existed get them from their metadata; verdicts of
+/// "not an image" that only meant "not decoded yet" are dropped, so those blobs are looked at
+/// again. Cheap and idempotent: it touches only such rows.
+const FILL_SERIES_SQLITE: &str = "
+UPDATE images SET
+    study_uid = coalesce(json_extract(meta, '$.study_instance_uid'), ''),
+    series_uid = coalesce(json_extract(meta, '$.series_instance_uid'), ''),
+    instance_no = json_extract(meta, '$.instance_number')
+WHERE is_image = 1 AND study_uid = '' AND json_valid(meta)
+  AND json_extract(meta, '$.study_instance_uid') IS NOT NULL;
+DELETE FROM images WHERE is_image = 0 AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
+";
 
 /// One study of the worklist: counts over its instances, and the metadata (JSON) of its
 /// first instance by name, which carries the patient and study attributes.
@@ -262,6 +276,37 @@ impl ImageIndex {
         })
     }
 
+    /// Record a DICOM instance whose pixels cannot be decoded (`reason`), under its study and
+    /// series (`fields`: the UIDs, as strings), so it is still found and retrieved by UID.
+    pub fn put_undecodable_dicom(
+        &self,
+        name: &str,
+        digest: &str,
+        fields: &BTreeMap<String, String>,
+        reason: &str,
+    ) -> Result<()> {
+        let mut meta = serde_json::Map::new();
+        meta.insert("error".into(), reason.into());
+        for (k, v) in fields {
+            meta.insert(k.clone(), v.clone().into());
+        }
+        let get = |k: &str| fields.get(k).map(String::as_str).unwrap_or("");
+        self.upsert(IndexRow {
+            name,
+            digest,
+            is_image: false,
+            patient: String::new(),
+            modality: String::new(),
+            study_date: "",
+            meta: &serde_json::Value::Object(meta).to_string(),
+            search_text: String::new(),
+            study_uid: get("study_instance_uid"),
+            series_uid: get("series_instance_uid"),
+            slice_pos: None,
+            instance_no: None,
+        })
+    }
+
     /// Record that `name` at `digest` is not a readable image, and why.
     pub fn put_not_image(&self, name: &str, digest: &str, reason: &str) -> Result<()> {
         let meta = serde_json::json!({ "error": reason }).to_string();
@@ -307,7 +352,8 @@ impl ImageIndex {
     }
 
     /// The studies with at least one image matching every criterion of `q` (its `limit`
-    /// bounds the studies), by Study Instance UID; images without one are not in any study.
+    /// bounds the studies), by Study Instance UID, with counts over all their images; images
+    /// without one are not in any study.
     pub fn studies(&self, q: &ImageQuery) -> Result<Vec<StudySummary>> {
         let s = search_of(q);
         match &self.backend {
@@ -317,7 +363,8 @@ impl ImageIndex {
                     "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta FROM (
                        SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
                               group_concat(DISTINCT modality) AS mods, MIN(name) AS first
-                       FROM images WHERE study_uid != '' AND {WHERE_SQLITE}
+                       FROM images WHERE is_image = 1 AND study_uid IN (
+                         SELECT study_uid FROM images WHERE study_uid != '' AND {WHERE_SQLITE})
                        GROUP BY study_uid ORDER BY study_uid LIMIT ?7
                      ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
                 ))?;
@@ -336,7 +383,8 @@ impl ImageIndex {
         }
     }
 
-    /// The series of study `study_uid`, by Series Instance UID.
+    /// The series of study `study_uid`, by Series Instance UID (counting instances whose pixels
+    /// cannot be decoded too).
     pub fn series(&self, study_uid: &str) -> Result<Vec<SeriesSummary>> {
         match &self.backend {
             Backend::Sqlite(db) => {
@@ -344,7 +392,7 @@ impl ImageIndex {
                 let mut st = c.prepare_cached(
                     "SELECT g.series_uid, g.n, i.meta FROM (
                        SELECT series_uid, COUNT(*) AS n, MIN(name) AS first FROM images
-                       WHERE is_image = 1 AND study_uid = ?1 GROUP BY series_uid
+                       WHERE study_uid = ?1 GROUP BY series_uid
                      ) g JOIN images i ON i.name = g.first ORDER BY g.series_uid",
                 )?;
                 let rows = st.query_map([study_uid], |r| {
@@ -360,15 +408,15 @@ impl ImageIndex {
         }
     }
 
-    /// The images of series `series_uid` in slice order (see the module documentation), then
-    /// by Instance Number and name.
+    /// The instances of series `series_uid` in slice order (see the module documentation), then
+    /// by Instance Number and name; those whose pixels cannot be decoded have `is_image` false.
     pub fn instances(&self, series_uid: &str) -> Result<Vec<ImageEntry>> {
         match &self.backend {
             Backend::Sqlite(db) => {
                 let c = db.lock();
                 let mut st = c.prepare_cached(&format!(
                     "SELECT name, digest, is_image, meta FROM images
-                     WHERE is_image = 1 AND series_uid = ?1 {INSTANCE_ORDER}"
+                     WHERE series_uid = ?1 {INSTANCE_ORDER}"
                 ))?;
                 let rows = st.query_map([series_uid], entry_from_row)?;
                 Ok(rows.collect::<std::result::Result<_, _>>()?)

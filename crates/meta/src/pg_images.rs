@@ -30,6 +30,12 @@ ALTER TABLE images ADD COLUMN IF NOT EXISTS slice_pos DOUBLE PRECISION;
 ALTER TABLE images ADD COLUMN IF NOT EXISTS instance_no BIGINT;
 CREATE INDEX IF NOT EXISTS images_study_uid ON images(study_uid);
 CREATE INDEX IF NOT EXISTS images_series_uid ON images(series_uid);
+UPDATE images SET
+    study_uid = coalesce(meta::jsonb->>'study_instance_uid', ''),
+    series_uid = coalesce(meta::jsonb->>'series_instance_uid', ''),
+    instance_no = (meta::jsonb->>'instance_number')::bigint
+WHERE is_image AND study_uid = '' AND meta::jsonb ? 'study_instance_uid';
+DELETE FROM images WHERE NOT is_image AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
 "#;
 
 /// The search criteria as PostgreSQL parameters $1–$6, as the SQLite index has them.
@@ -107,7 +113,8 @@ impl PgImages {
             "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta FROM (
                SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
                       string_agg(DISTINCT modality, ',') AS mods, MIN(name) AS first
-               FROM images WHERE study_uid != '' AND {WHERE_PG}
+               FROM images WHERE is_image AND study_uid IN (
+                 SELECT study_uid FROM images WHERE study_uid != '' AND {WHERE_PG})
                GROUP BY study_uid ORDER BY study_uid LIMIT $7
              ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
         );
@@ -129,7 +136,7 @@ impl PgImages {
             c.query(
                 "SELECT g.series_uid, g.n, i.meta FROM (
                    SELECT series_uid, COUNT(*) AS n, MIN(name) AS first FROM images
-                   WHERE is_image AND study_uid = $1 GROUP BY series_uid
+                   WHERE study_uid = $1 GROUP BY series_uid
                  ) g JOIN images i ON i.name = g.first ORDER BY g.series_uid",
                 &[&study_uid],
             )
@@ -147,7 +154,7 @@ impl PgImages {
     pub fn instances(&self, series_uid: &str) -> Result<Vec<ImageEntry>> {
         let sql = format!(
             "SELECT name, digest, is_image, meta FROM images
-             WHERE is_image AND series_uid = $1 {INSTANCE_ORDER}"
+             WHERE series_uid = $1 {INSTANCE_ORDER}"
         );
         let rows = self.pool.retrying(|c| c.query(&sql, &[&series_uid]))?;
         Ok(rows.iter().map(entry).collect())

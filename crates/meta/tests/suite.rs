@@ -255,6 +255,11 @@ fn studies_series_and_slice_order(p: &dyn Place) {
     let mr =
         ix.studies(&ImageQuery { limit: 100, modality: Some("mr".into()), ..Default::default() });
     assert_eq!(mr.unwrap().len(), 1);
+    // A criterion picks studies; their counts still cover all of their images.
+    let ct =
+        ix.studies(&ImageQuery { limit: 100, text: Some("ct/3".into()), ..Default::default() });
+    let ct = ct.unwrap();
+    assert_eq!((ct.len(), ct[0].series, ct[0].images), (1, 2, 4));
     assert_eq!(ix.studies(&ImageQuery { limit: 1, ..Default::default() }).unwrap().len(), 1);
 
     let series = ix.series("1.2.3").unwrap();
@@ -302,13 +307,26 @@ fn older_image_indexes_gain_the_series_columns() {
              is_image INTEGER NOT NULL, patient TEXT NOT NULL, modality TEXT NOT NULL,
              study_date TEXT NOT NULL, meta TEXT NOT NULL, search_text TEXT NOT NULL,
              indexed_ms INTEGER NOT NULL);
-             INSERT INTO images VALUES ('old.dcm', 'x:1', 1, '', 'CT', '', '{}', '', 1);",
+             INSERT INTO images VALUES ('old.dcm', 'x:1', 1, '', 'CT', '', '{}', '', 1);
+             INSERT INTO images VALUES ('old-ct.dcm', 'x:2', 1, '', 'CT', '',
+               '{\"study_instance_uid\":\"9.8\",\"series_instance_uid\":\"9.8.1\",\"instance_number\":4}', '', 1);
+             INSERT INTO images VALUES ('old-j2k.dcm', 'x:3', 0, '', '', '',
+               '{\"error\":\"DICOM transfer syntax JPEG 2000 is not supported\"}', '', 1);",
         )
         .unwrap();
     }
     let ix = ImageIndex::open(&path).unwrap();
     assert!(ix.get("old.dcm").unwrap().is_some());
-    assert!(ix.studies(&ImageQuery { limit: 10, ..Default::default() }).unwrap().is_empty());
+    // An indexed DICOM image joins its study and series; a verdict of "unsupported" is dropped
+    // so the blob is decoded again.
+    let studies = ix.studies(&ImageQuery { limit: 10, ..Default::default() }).unwrap();
+    assert_eq!(studies.iter().map(|s| s.study_uid.as_str()).collect::<Vec<_>>(), ["9.8"]);
+    assert_eq!(ix.instances("9.8.1").unwrap().len(), 1);
+    assert_eq!(ix.get("old-j2k.dcm").unwrap(), None);
+    drop(ix);
+    let ix = ImageIndex::open(&path).unwrap(); // again: nothing left to change
+    assert_eq!(ix.instances("9.8.1").unwrap().len(), 1);
+    ix.forget("old-ct.dcm").unwrap();
     studies_series_and_slice_order(&Sqlite(dir));
 }
 

@@ -121,6 +121,7 @@ const state = {
   saveNameAuto: true,
   filterSeq: 0,
   stack: null, // the Stack being shown (a series or a multi-frame image), see stack.js
+  seriesSeq: 0,
   cine: null, // interval timer while the stack plays
   worklist: null,
 };
@@ -720,14 +721,20 @@ function toggleCine() {
   state.cine = setInterval(() => {
     const st = state.stack;
     if (!st) return stopCine();
+    // The next slice only once this one is on screen: an uncached series plays as fast as it
+    // arrives instead of never drawing.
+    const e = st.entries[st.index];
+    if (state.img?.key !== e.key || state.img?.frame !== e.frame || el.view.dataset.state !== 'ready') return;
     showSlice((st.index + 1) % st.length);
   }, 100);
 }
 
 async function openSeries(uid, label) {
   clearError();
+  const seq = ++state.seriesSeq;
   try {
     const v = await getJSON(`/api/series/${encodeURIComponent(uid)}/instances`);
+    if (seq !== state.seriesSeq) return; // another series was asked for meanwhile
     const entries = [];
     for (const inst of v.instances) {
       for (let f = 0; f < Math.max(1, inst.frames); f++) entries.push({ key: inst.key, frame: f });
@@ -1505,7 +1512,8 @@ async function openImage(key, opts = {}) {
     renderMeta(meta.blob || state.items.get(key) || { key }, meta.image, display);
     setSaveNameDefault();
     updateFilterButtons();
-    setHash(key);
+    // Within a series the link names the series, not the slice.
+    setHash(state.stack?.info.kind === 'series' ? `series/${state.stack.info.uid}` : key);
   } catch (e) {
     if (e?.name === 'AbortError' || seq !== state.loadSeq) return;
     state.img = null;
@@ -1828,6 +1836,11 @@ function setupKeys() {
     }
     if (isTyping(e) || e.ctrlKey || e.metaKey || e.altKey) return;
     if (!state.img) return;
+    // Keys on a focused form control (the slider steps itself) keep their own meaning, and so
+    // does Space on a focused button or link (it presses it).
+    const target = e.target instanceof Element ? e.target : null;
+    if (target?.closest('input, select, textarea')) return;
+    if (e.key === ' ' && target?.closest('button, a, [role="tab"]')) return;
     const stackKeys = { ArrowDown: 1, ArrowRight: 1, PageDown: 10, ArrowUp: -1, ArrowLeft: -1, PageUp: -10 };
     if (state.stack && e.key in stackKeys) {
       e.preventDefault();
@@ -1926,7 +1939,10 @@ window.addEventListener('hashchange', () => {
   } catch {
     return;
   }
-  if (path.endsWith('/') || !path) {
+  if (path.startsWith('series/')) {
+    const uid = path.slice('series/'.length);
+    if (state.stack?.info.uid !== uid) openSeries(uid, uid);
+  } else if (path.endsWith('/') || !path) {
     if (path !== state.prefix) navigate(path);
   } else if (path !== state.img?.key) {
     state.selectedKey = path;

@@ -77,8 +77,23 @@ export class Stack {
   /** Move to slice `i` (clamped); returns the new index. Restarts the fetch-ahead from it. */
   go(i) {
     this.index = Math.max(0, Math.min(this.entries.length - 1, i));
+    this.evict();
     this.prefetch();
     return this.index;
+  }
+
+  /** Over the budget, drop the cached slices furthest from the current one. */
+  evict() {
+    if (this.used <= this.budget) return;
+    const far = [...this.cache.entries()]
+      .filter(([, c]) => c.bytes > 0)
+      .map(([id, c]) => ({ id, c, d: Math.abs(this.entries.findIndex((e) => `${e.key}#${e.frame}` === id) - this.index) }))
+      .sort((a, b) => b.d - a.d);
+    for (const { id, c, d } of far) {
+      if (this.used <= this.budget * 0.9 || d <= 2) break;
+      this.cache.delete(id);
+      this.used -= c.bytes;
+    }
   }
 
   /** Fetch the neighbours of the current slice, nearest first, while the budget lasts. */
@@ -87,6 +102,8 @@ export class Stack {
     const order = prefetchOrder(this.index, this.entries.length).filter((i) => !this.cache.has(this.id(i)));
     const next = () => {
       if (gen !== this.generation || this.abort.signal.aborted) return;
+      // Fetch ahead while the budget lasts, nearest first (eviction makes room as the user
+      // moves on).
       while (this.inflight < this.parallel && order.length && this.used < this.budget) {
         const i = order.shift();
         if (this.cache.has(this.id(i))) continue;

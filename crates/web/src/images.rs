@@ -92,13 +92,37 @@ impl Images {
                         | bs_imageio::ImageIoError::TooManyBytes { .. }
                 );
                 if !over_limit {
-                    let _ = self.index.put_not_image(key, &rec.digest, &e.to_string());
+                    // A DICOM instance whose pixels cannot be decoded keeps its study and series,
+                    // so DICOMweb still finds and serves it.
+                    let _ = match bs_imageio::dicom_ids(&bytes, &self.limits) {
+                        Ok(ids) => {
+                            let fields = [
+                                ("study_instance_uid", ids.study_instance_uid),
+                                ("series_instance_uid", ids.series_instance_uid),
+                                ("sop_instance_uid", ids.sop_instance_uid),
+                                ("sop_class_uid", ids.sop_class_uid),
+                                ("transfer_syntax_uid", ids.transfer_syntax_uid),
+                            ]
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), v))
+                            .collect();
+                            self.index.put_undecodable_dicom(
+                                key,
+                                &rec.digest,
+                                &fields,
+                                &e.to_string(),
+                            )
+                        }
+                        Err(_) => self.index.put_not_image(key, &rec.digest, &e.to_string()),
+                    };
                 }
                 return Err(e.into());
             }
         };
         self.put_index(&rec, &decoded);
-        let weight = decoded.image.width() * decoded.image.height() * decoded.image.channels() * 2;
+        // Every decoded frame counts against the cache's budget.
+        let frame = decoded.image.width() * decoded.image.height() * decoded.image.channels() * 2;
+        let weight = frame * (decoded.frames.len() + 1);
         self.decoded.put(rec.digest.clone(), decoded.clone(), weight);
         Ok((rec, decoded))
     }

@@ -173,7 +173,8 @@ pub async fn instances(
     let uid = series.clone();
     let rows = blocking(move || {
         let mut out = Vec::new();
-        for e in st.images.index().instances(&uid)? {
+        // The viewer shows what decodes; DICOMweb serves the rest too.
+        for e in st.images.index().instances(&uid)?.into_iter().filter(|e| e.is_image) {
             // Only bytes that are still the ones indexed; others are re-indexed when read.
             match st.store.stat(&e.name) {
                 Ok(rec) if rec.digest == e.digest => out.push(e),

@@ -58,7 +58,13 @@ fn codestream(stream: &[u8]) -> Result<&[u8], ImageIoError> {
             n => (at + 8, n),
         };
         if &head[4..8] == b"jp2c" {
-            return stream.get(body..).ok_or_else(|| truncated("the codestream box"));
+            let code = stream.get(body..).ok_or_else(|| truncated("the codestream box"))?;
+            // The box must hold the codestream itself (SOC then SIZ), so the SIZ checked here
+            // is the one the decoder reads.
+            if !code.starts_with(&[0xFF, 0x4F, 0xFF, 0x51]) {
+                return Err(bad("the JP2 codestream box does not start with SOC and SIZ"));
+            }
+            return Ok(code);
         }
         if len < 8 {
             return Err(bad("a JP2 box shorter than its header"));
@@ -194,6 +200,12 @@ mod tests {
         jp2.extend([0, 0, 0, 0, b'j', b'p', b'2', b'c', 0xFF, 0x4F, 0xFF, 0x51]);
         assert_eq!(codestream(&jp2).unwrap(), &[0xFF, 0x4F, 0xFF, 0x51]);
         assert!(codestream(&jp2[..20]).is_err());
+        // A codestream box that does not start with SOC + SIZ is refused (its SIZ could hide
+        // behind a decoy the size check would read).
+        let mut decoy = jp2.clone();
+        let at = decoy.len() - 4;
+        decoy[at..].copy_from_slice(&[0xFF, 0x64, 0, 2]);
+        assert!(matches!(codestream(&decoy), Err(ImageIoError::Corrupt { .. })));
         assert!(codestream(b"not jpeg 2000").is_err());
     }
 }

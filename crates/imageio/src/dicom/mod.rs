@@ -573,8 +573,8 @@ fn palette(obj: &DefaultDicomObject, signed: bool) -> Result<Palette, ImageIoErr
         tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DATA,
         "blue",
     )?;
-    // Read as SS, a first value of 32768 or more comes out negative.
-    let first = if signed { first } else { first & 0xFFFF };
+    // The descriptor's VR is US or SS: take its 16 bits as the pixel data's signedness says.
+    let first = if signed { i64::from(first as u16 as i16) } else { first & 0xFFFF };
     let mut p = Palette { first, red, green, blue, bits: 16 };
     if bits == 8 {
         // 8-bit entries stored in 16-bit words: some writers use the high byte.

@@ -2,9 +2,10 @@
 //! `/dicomweb/studies/{study}/series/{series}/instances`, answered as application/dicom+json
 //! arrays from the image index. Query keys by keyword or tag: PatientName, PatientID,
 //! StudyDate (a date or a `from-to` range), StudyInstanceUID, AccessionNumber,
-//! ModalitiesInStudy / Modality, StudyDescription, SeriesInstanceUID, SOPInstanceUID, plus
-//! `limit`, `offset`, `includefield` and `fuzzymatching` (accepted; every attribute the index
-//! keeps is returned). Any other key, or a malformed date, is refused with 400.
+//! ModalitiesInStudy / Modality, StudyDescription at study level; Modality, SeriesInstanceUID
+//! at series level; SOPInstanceUID at instance level; plus `limit`, `offset`, `includefield`
+//! and `fuzzymatching` (accepted; every attribute the index keeps is returned). Any other key,
+//! a key of another level, or a malformed date, is refused with 400.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,7 +43,21 @@ struct Matching {
     offset: usize,
 }
 
-fn parse(params: Vec<(String, String)>) -> Result<Matching, WebError> {
+/// Matching keys applied at each level (others are refused, not silently ignored).
+const STUDY_KEYS: &[&str] = &[
+    "PatientName",
+    "PatientID",
+    "StudyDate",
+    "StudyInstanceUID",
+    "AccessionNumber",
+    "ModalitiesInStudy",
+    "Modality",
+    "StudyDescription",
+];
+const SERIES_KEYS: &[&str] = &["Modality", "SeriesInstanceUID"];
+const INSTANCE_KEYS: &[&str] = &["SOPInstanceUID"];
+
+fn parse(params: Vec<(String, String)>, allowed: &[&str]) -> Result<Matching, WebError> {
     let mut m = Matching { keys: BTreeMap::new(), limit: 1000, offset: 0 };
     for (k, v) in params {
         let number = |v: &str| {
@@ -61,6 +76,11 @@ fn parse(params: Vec<(String, String)>) -> Result<Matching, WebError> {
                         "QIDO-RS query key {k:?} is not supported (see docs/dicomweb.md)"
                     )));
                 };
+                if !allowed.contains(kw) {
+                    return Err(WebError::BadRequest(format!(
+                        "QIDO-RS query key {k:?} does not apply at this level (see docs/dicomweb.md)"
+                    )));
+                }
                 m.keys.insert(kw, v);
             }
         }
@@ -149,7 +169,7 @@ fn params(req: &Request) -> Result<Vec<(String, String)>, WebError> {
 
 /// `GET /dicomweb/studies`.
 pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    let m = parse(params(&req)?)?;
+    let m = parse(params(&req)?, STUDY_KEYS)?;
     let (from, to) = m.keys.get("StudyDate").map(|d| dates(d)).transpose()?.unwrap_or_default();
     let modality = m.keys.get("ModalitiesInStudy").or(m.keys.get("Modality")).cloned();
     let iq = ImageQuery {
@@ -186,7 +206,7 @@ pub async fn series(
     req: Request,
 ) -> Result<Response, WebError> {
     check_uid("study", &study)?;
-    let m = parse(params(&req)?)?;
+    let m = parse(params(&req)?, SERIES_KEYS)?;
     let uid = study.clone();
     let rows = blocking(move || Ok(st.images.index().series(&uid)?)).await?;
     let items = rows
@@ -223,7 +243,7 @@ pub async fn instances_of(
 ) -> Result<Response, WebError> {
     check_uid("study", &study)?;
     check_uid("series", &series)?;
-    let m = parse(params(&req)?)?;
+    let m = parse(params(&req)?, INSTANCE_KEYS)?;
     let (s2, se2) = (study.clone(), series.clone());
     let found = blocking(move || match instances(&st, &s2, Some(&se2), None) {
         Ok(v) => Ok(v),
@@ -272,10 +292,11 @@ mod tests {
         assert_eq!(dates("-20241231").unwrap(), (None, Some("20241231".into())));
         assert_eq!(dates("20240101").unwrap(), (Some("20240101".into()), Some("20240101".into())));
         assert!(dates("2024").is_err());
-        assert!(parse(vec![("Colour".into(), "red".into())]).is_err());
-        assert!(parse(vec![("limit".into(), "x".into())]).is_err());
-        let m =
-            parse(vec![("00100010".into(), "Doe*".into()), ("limit".into(), "5".into())]).unwrap();
+        assert!(parse(vec![("Colour".into(), "red".into())], STUDY_KEYS).is_err());
+        assert!(parse(vec![("limit".into(), "x".into())], STUDY_KEYS).is_err());
+        assert!(parse(vec![("PatientName".into(), "x".into())], SERIES_KEYS).is_err());
+        let q = vec![("00100010".into(), "Doe*".into()), ("limit".into(), "5".into())];
+        let m = parse(q, STUDY_KEYS).unwrap();
         assert_eq!((m.keys.get("PatientName").map(String::as_str), m.limit), (Some("Doe*"), 5));
     }
 }

@@ -57,30 +57,9 @@ fn rand_u64() -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// The stored bytes of each instance, verified; read by one thread per core (reading and
-/// checking digests is what a series retrieval spends its time on).
-fn files(st: &AppState, found: &[Instance]) -> Result<Vec<Bytes>, WebError> {
-    let read =
-        |i: &Instance| -> Result<Bytes, WebError> { Ok(st.store.open_read(&i.entry.name)?.all()?) };
-    let threads =
-        std::thread::available_parallelism().map_or(1, |n| n.get()).min(found.len().max(1));
-    if threads <= 1 {
-        return found.iter().map(read).collect();
-    }
-    let per = found.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = found
-            .chunks(per)
-            .map(|part| s.spawn(move || part.iter().map(read).collect::<Result<Vec<_>, _>>()))
-            .collect();
-        let mut out = Vec::with_capacity(found.len());
-        for h in handles {
-            out.extend(
-                h.join().map_err(|_| WebError::Internal("a reader thread panicked".into()))??,
-            );
-        }
-        Ok(out)
-    })
+/// The stored bytes of an instance, every chunk's digest checked.
+fn file(st: &AppState, i: &Instance) -> Result<Bytes, WebError> {
+    Ok(st.store.open_read(&i.entry.name)?.all()?)
 }
 
 #[derive(Deserialize)]
@@ -103,18 +82,57 @@ impl Ids {
     }
 }
 
-/// `GET /dicomweb/studies/{study}[/series/{series}[/instances/{instance}]]`.
+/// `GET /dicomweb/studies/{study}[/series/{series}[/instances/{instance}]]`: the instances
+/// are read one after another while the answer is sent (at most two ahead of the network), so a
+/// large study never sits in memory whole. An instance that fails its digest check ends the
+/// answer early, so the client sees a cut body, never a wrong byte with success.
 pub async fn retrieve(
     State(st): State<Arc<AppState>>,
     Path(ids): Path<Ids>,
 ) -> Result<Response, WebError> {
     ids.check()?;
-    let parts = blocking(move || {
-        let found = instances(&st, &ids.study, ids.series.as_deref(), ids.instance.as_deref())?;
-        files(&st, &found)
+    let st2 = st.clone();
+    let found = blocking(move || {
+        let found = instances(&st2, &ids.study, ids.series.as_deref(), ids.instance.as_deref())?;
+        let mut sized = Vec::with_capacity(found.len());
+        for i in found {
+            let size = st2.store.stat(&i.entry.name)?.size;
+            sized.push((i.entry.name, size));
+        }
+        Ok(sized)
     })
     .await?;
-    Ok(multipart("application/dicom", parts))
+    let boundary = format!("blobstream-{:016x}", rand_u64());
+    let kind = "application/dicom";
+    let head = Bytes::from(format!("--{boundary}\r\nContent-Type: {kind}\r\n\r\n"));
+    let tail = Bytes::from(format!("--{boundary}--\r\n"));
+    let len: u64 =
+        found.iter().map(|(_, size)| head.len() as u64 + size + 2).sum::<u64>() + tail.len() as u64;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+    tokio::task::spawn_blocking(move || {
+        for (name, _) in found {
+            let part = st.store.open_read(&name).and_then(|r| r.all());
+            let chunk = match part {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!("WADO-RS: {name}: {e}; the answer is cut short");
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            };
+            for c in [head.clone(), chunk, Bytes::from_static(b"\r\n")] {
+                if tx.blocking_send(Ok(c)).is_err() {
+                    return; // the client went away
+                }
+            }
+        }
+        let _ = tx.blocking_send(Ok(tail));
+    });
+    let mut r = Response::new(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)));
+    let ct = format!("multipart/related; type=\"{kind}\"; boundary={boundary}");
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(&ct).expect("ascii"));
+    r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    Ok(r)
 }
 
 /// `GET …/metadata` at any level.
@@ -167,16 +185,22 @@ pub async fn frames(
     for (what, uid) in [("study", &study), ("series", &series), ("instance", &instance)] {
         check_uid(what, uid)?;
     }
-    let wanted: Vec<usize> = list
+    let mut wanted: Vec<usize> = list
         .split(',')
         .map(|f| match f.trim().parse::<usize>() {
             Ok(n) if n >= 1 => Ok(n),
             _ => Err(WebError::BadRequest(format!("frame {f:?}: frames are numbered from 1"))),
         })
         .collect::<Result<_, _>>()?;
+    // Each frame at most once, in the order first asked: a repeated list cannot multiply the
+    // answer.
+    let mut seen = std::collections::HashSet::new();
+    wanted.retain(|n| seen.insert(*n));
+    let turn = st.image_turn().await;
+    let st2 = st.clone();
     let parts = blocking(move || {
-        let found = instances(&st, &study, Some(&series), Some(&instance))?;
-        let (_, d) = st.images.decode(&found[0].entry.name)?;
+        let found = instances(&st2, &study, Some(&series), Some(&instance))?;
+        let (_, d) = st2.images.decode(&found[0].entry.name)?;
         let count = d.frames.len() + 1;
         wanted
             .iter()
@@ -190,6 +214,7 @@ pub async fn frames(
             .collect::<Result<Vec<_>, _>>()
     })
     .await?;
+    drop(turn);
     Ok(multipart("application/octet-stream", parts))
 }
 
@@ -268,14 +293,16 @@ pub async fn uri(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
             )));
         }
     };
+    let turn = st.image_turn().await;
     let st2 = st.clone();
     let (bytes, mime) = blocking(move || {
         let found = instances(&st2, &q.study_uid, Some(&q.series_uid), Some(&q.object_uid))?;
         match jpeg {
-            None => Ok((files(&st2, &found[..1])?.remove(0), "application/dicom")),
+            None => Ok((file(&st2, &found[0])?, "application/dicom")),
             Some(j) => render(&st2, &found[0].entry.name, j),
         }
     })
     .await?;
+    drop(turn);
     Ok(image_response(bytes, mime))
 }
