@@ -159,7 +159,9 @@ pub fn run_dicomweb(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     }
     let (runs, count) = if opts.quick { (2, 50u16) } else { (5, 200u16) };
     let dir = tempfile::tempdir().map_err(BenchError::io("temp dir"))?;
-    let orthanc = Orthanc::start(&dir.path().join("orthanc").tap_mkdir()?)?;
+    let orthanc_dir = dir.path().join("orthanc");
+    std::fs::create_dir_all(&orthanc_dir).map_err(BenchError::io("bench directory"))?;
+    let orthanc = Orthanc::start(&orthanc_dir)?;
     let store = Arc::new(FsStore::open(dir.path().join("blobstream"))?);
     let index = Arc::new(ImageIndex::open(&store.root().join("meta.db"))?);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -277,15 +279,4 @@ fn viewer_timing(addr: SocketAddr, series: &str, runs: u32) -> Result<ViewerTimi
     let text = String::from_utf8_lossy(&out.stdout);
     let last = text.lines().last().ok_or("series-timing.mjs printed nothing")?;
     serde_json::from_str(last).map_err(|e| format!("series-timing.mjs output {last:?}: {e}"))
-}
-
-trait MkDir {
-    fn tap_mkdir(self) -> Result<std::path::PathBuf, BenchError>;
-}
-
-impl MkDir for std::path::PathBuf {
-    fn tap_mkdir(self) -> Result<std::path::PathBuf, BenchError> {
-        std::fs::create_dir_all(&self).map_err(BenchError::io("bench directory"))?;
-        Ok(self)
-    }
 }

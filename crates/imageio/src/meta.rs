@@ -99,6 +99,21 @@ pub struct Decoded {
     pub meta: ImageMeta,
 }
 
+impl Decoded {
+    /// Frame `n` (0-based: [`Decoded::image`] is frame 0), if the image has it.
+    pub fn frame(&self, n: usize) -> Option<&DynImage> {
+        match n {
+            0 => Some(&self.image),
+            n => self.frames.get(n - 1),
+        }
+    }
+
+    /// How many frames were decoded.
+    pub fn frame_count(&self) -> usize {
+        self.frames.len() + 1
+    }
+}
+
 /// Metadata of a decoded image. The first block is filled for every format; the DICOM fields
 /// are `None` for other formats (and when the file lacks the attribute). Serialises flat, with
 /// absent fields left out; [`ImageMeta::to_map`] gives the same as strings.

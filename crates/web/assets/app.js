@@ -670,7 +670,7 @@ async function loadSlice(entry, signal) {
 function stackInfo() {
   const st = state.stack;
   if (!st) return null;
-  return { kind: st.info.kind, index: st.index, length: st.length, cached: st.cachedCount(), fetched: st.fetched, playing: !!state.cine, key: st.entries[st.index].key, frame: st.entries[st.index].frame };
+  return { kind: st.info.kind, index: st.index, length: st.length, cached: st.cachedCount(), playing: !!state.cine, key: st.entries[st.index].key, frame: st.entries[st.index].frame };
 }
 
 function closeStack() {
@@ -683,11 +683,17 @@ function closeStack() {
 /** Show `stack` from its first slice. */
 function openStack(stack) {
   closeStack();
+  setStack(stack);
+  showSlice(0, { fresh: true });
+}
+
+/** Make `stack` the open one, its bar at the first slice. */
+function setStack(stack) {
   state.stack = stack;
   el.stackSlider.max = String(stack.length);
   el.stackSlider.value = '1';
+  el.stackReadout.textContent = `${stack.info.kind === 'frames' ? 'frame' : 'slice'} 1 / ${stack.length}`;
   el.stackBar.hidden = stack.length < 2;
-  showSlice(0, { fresh: true });
 }
 
 /** Show slice `i` of the open stack (the window stays as the user set it, unless `fresh`). */
@@ -1498,12 +1504,8 @@ async function openImage(key, opts = {}) {
     if (!inStack && frames > 1) {
       const entries = Array.from({ length: frames }, (_, f) => ({ key, frame: f }));
       const stack = new Stack(entries, { kind: 'frames', key, label: basename(key) }, loadSlice);
-      state.stack = stack;
       stack.cache.set(stack.id(0), { bytes: bytes.length, promise: Promise.resolve({ meta, res, bytes }) });
-      el.stackSlider.max = String(frames);
-      el.stackSlider.value = '1';
-      el.stackReadout.textContent = `frame 1 / ${frames}`;
-      el.stackBar.hidden = false;
+      setStack(stack);
       stack.go(0);
     }
     renderOverlay();

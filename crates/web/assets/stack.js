@@ -32,7 +32,6 @@ export class Stack {
     this.abort = new AbortController();
     this.inflight = 0;
     this.generation = 0;
-    this.fetched = 0; // slices fetched so far (also by prefetch)
   }
 
   get length() {
@@ -54,7 +53,6 @@ export class Stack {
         (v) => {
           c.bytes = v.bytes?.length || 0;
           this.used += c.bytes;
-          this.fetched++;
           return v;
         },
         (e) => {

@@ -390,17 +390,13 @@ pub async fn pixels(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     let frame = q.frame.unwrap_or(0);
     let st2 = st.clone();
     let turn = st.image_turn().await;
-    let (img, bytes, frames) = blocking(move || {
+    let (d, bytes) = blocking(move || {
         let (_, d) = st2.images.decode(&key)?;
-        let frames = d.frames.len() + 1;
-        let img = match frame {
-            0 => d.image.clone(),
-            n => d.frames.get(n - 1).cloned().ok_or_else(|| {
-                WebError::NotFound(format!("{key} has {frames} frame(s), not frame {n}"))
-            })?,
-        };
-        let bytes = raw_bytes(&img);
-        Ok((img, bytes, frames))
+        let img = d.frame(frame).ok_or_else(|| {
+            WebError::NotFound(format!("{key} has {} frame(s), not frame {frame}", d.frame_count()))
+        })?;
+        let bytes = raw_bytes(img);
+        Ok((d, bytes))
     })
     .await?;
     drop(turn);
@@ -408,8 +404,8 @@ pub async fn pixels(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-frames", HeaderValue::from(frames));
-    pixel_headers(h, &img);
+    h.insert("x-frames", HeaderValue::from(d.frame_count()));
+    pixel_headers(h, d.frame(frame).expect("checked above"));
     Ok(r)
 }
 

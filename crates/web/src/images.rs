@@ -122,7 +122,7 @@ impl Images {
         self.put_index(&rec, &decoded);
         // Every decoded frame counts against the cache's budget.
         let frame = decoded.image.width() * decoded.image.height() * decoded.image.channels() * 2;
-        let weight = frame * (decoded.frames.len() + 1);
+        let weight = frame * decoded.frame_count();
         self.decoded.put(rec.digest.clone(), decoded.clone(), weight);
         Ok((rec, decoded))
     }

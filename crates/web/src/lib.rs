@@ -181,44 +181,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/list", get(api::list))
         .route("/api/search", get(api::search))
         .route("/api/studies", get(studies::studies))
-        // DICOMweb (PS3.18; its conformance is docs/dicomweb.md, not the OpenAPI document).
-        .route(
-            "/dicomweb/studies",
-            get(dicomweb::qido::studies)
-                .post(dicomweb::stow::store_any)
-                .layer(DefaultBodyLimit::disable()),
-        )
-        .route(
-            "/dicomweb/studies/{study}",
-            get(dicomweb::wado::retrieve)
-                .post(dicomweb::stow::store_in)
-                .layer(DefaultBodyLimit::disable()),
-        )
-        .route("/dicomweb/studies/{study}/metadata", get(dicomweb::wado::metadata))
-        .route("/dicomweb/studies/{study}/series", get(dicomweb::qido::series))
-        .route("/dicomweb/studies/{study}/series/{series}", get(dicomweb::wado::retrieve))
-        .route("/dicomweb/studies/{study}/series/{series}/metadata", get(dicomweb::wado::metadata))
-        .route(
-            "/dicomweb/studies/{study}/series/{series}/instances",
-            get(dicomweb::qido::instances_of),
-        )
-        .route(
-            "/dicomweb/studies/{study}/series/{series}/instances/{instance}",
-            get(dicomweb::wado::retrieve),
-        )
-        .route(
-            "/dicomweb/studies/{study}/series/{series}/instances/{instance}/metadata",
-            get(dicomweb::wado::metadata),
-        )
-        .route(
-            "/dicomweb/studies/{study}/series/{series}/instances/{instance}/frames/{frames}",
-            get(dicomweb::wado::frames),
-        )
-        .route(
-            "/dicomweb/studies/{study}/series/{series}/instances/{instance}/rendered",
-            get(dicomweb::wado::rendered),
-        )
-        .route("/dicomweb/wado", get(dicomweb::wado::uri))
         .route("/api/studies/{study}/series", get(studies::series))
         .route("/api/series/{series}/instances", get(studies::instances))
         .route("/api/filters", get(api::filters))
@@ -234,7 +196,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/dpss/view/{dataset}", post(tiles::view))
         .route("/iiif/{dataset}/info.json", get(tiles::info))
         .route("/iiif/{dataset}/{region}/{size}/{rotation}/{file}", get(tiles::tile));
-    static_files(api)
+    static_files(dicomweb::routes(api))
         .route_layer(middleware::from_fn_with_state(state.clone(), metrics::record))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

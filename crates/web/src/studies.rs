@@ -54,7 +54,7 @@ const SORTS: [&str; 8] =
     ["date", "patient", "id", "accession", "modality", "description", "series", "images"];
 
 fn text(meta: &Value, key: &str) -> String {
-    meta.get(key).and_then(Value::as_str).unwrap_or("").to_string()
+    crate::dicomweb::meta_text(meta, key).to_string()
 }
 
 fn study(s: StudySummary) -> Study {

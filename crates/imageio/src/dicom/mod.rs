@@ -163,15 +163,21 @@ pub struct DicomIds {
     pub transfer_syntax_uid: String,
 }
 
-/// Read the identifiers of a DICOM Part 10 file (with the same structural checks as
-/// [`crate::decode`]); each UID must be present.
-pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError> {
-    limits.check_input(bytes.len())?;
+/// The Part 10 body of `bytes` (from "DICM") and its transfer syntax, once the file meta group,
+/// the transfer syntax (which `accept` may refuse, right after the meta group is read) and the
+/// data set's element structure (inflated first when deflated, with a cap) have been checked.
+fn structure<'a>(
+    bytes: &'a [u8],
+    limits: &Limits,
+    accept: impl FnOnce(&'static TransferSyntax) -> Result<(), ImageIoError>,
+) -> Result<(&'a [u8], &'static TransferSyntax), ImageIoError> {
     let body = if bytes.get(128..132) == Some(b"DICM") { &bytes[128..] } else { bytes };
     let meta_info = scan::scan_meta(body)?;
-    let Some(ts) = TransferSyntaxRegistry.get(&meta_info.ts_uid) else {
-        return Err(unsupported_ts(&meta_info.ts_uid, "unknown transfer syntax"));
+    let uid = meta_info.ts_uid.as_str();
+    let Some(ts) = TransferSyntaxRegistry.get(uid) else {
+        return Err(unsupported_ts(uid, "unknown transfer syntax"));
     };
+    accept(ts)?;
     let dataset = &body[meta_info.dataset_offset..];
     if ts.uid() == DEFLATED_EXPLICIT_VR_LE {
         let inflated = scan::inflate(dataset, limits.max_bytes, "data set")?;
@@ -182,6 +188,14 @@ pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError
     } else {
         scan::scan_dataset(dataset, ts)?;
     }
+    Ok((body, ts))
+}
+
+/// Read the identifiers of a DICOM Part 10 file (with the same structural checks as
+/// [`crate::decode`]); each UID must be present.
+pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError> {
+    limits.check_input(bytes.len())?;
+    let (body, ts) = structure(bytes, limits, |_| Ok(()))?;
     let obj = OpenFileOptions::new()
         .read_preamble(ReadPreamble::Never)
         .read_until(tags::PIXEL_DATA)
@@ -201,25 +215,12 @@ pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError
 
 /// Decode a DICOM Part 10 file.
 pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoError> {
-    let body = if bytes.get(128..132) == Some(b"DICM") { &bytes[128..] } else { bytes };
-    let meta_info = scan::scan_meta(body)?;
-    let uid = meta_info.ts_uid.as_str();
-    let Some(ts) = TransferSyntaxRegistry.get(uid) else {
-        return Err(unsupported_ts(uid, "unknown transfer syntax"));
-    };
-    let Some(codec) = pixel_codec(ts) else {
-        return Err(unsupported_ts(ts.uid(), ts.name()));
-    };
-    let dataset = &body[meta_info.dataset_offset..];
-    if ts.uid() == DEFLATED_EXPLICIT_VR_LE {
-        let inflated = scan::inflate(dataset, limits.max_bytes, "data set")?;
-        let explicit = TransferSyntaxRegistry
-            .get("1.2.840.10008.1.2.1")
-            .ok_or_else(|| unsupported_ts("1.2.840.10008.1.2.1", "Explicit VR Little Endian"))?;
-        scan::scan_dataset(&inflated, explicit)?;
-    } else {
-        scan::scan_dataset(dataset, ts)?;
-    }
+    let mut codec = None;
+    let (body, ts) = structure(bytes, limits, |ts| {
+        codec = Some(pixel_codec(ts).ok_or_else(|| unsupported_ts(ts.uid(), ts.name()))?);
+        Ok(())
+    })?;
+    let codec = codec.expect("set when the transfer syntax was accepted");
 
     let obj = OpenFileOptions::new()
         .read_preamble(ReadPreamble::Never)

@@ -12,11 +12,38 @@ pub(crate) mod qido;
 pub(crate) mod stow;
 pub(crate) mod wado;
 
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
 use bs_meta::ImageEntry;
 use serde_json::Value;
 
 use crate::AppState;
 use crate::error::WebError;
+
+/// `r` with the DICOMweb routes under `/dicomweb` (PS3.18; its conformance is
+/// docs/dicomweb.md, not the OpenAPI document). Uploads are bounded by `--max-upload` in STOW-RS
+/// itself, not by the default body limit.
+pub(crate) fn routes(r: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
+    const STUDY: &str = "/dicomweb/studies/{study}";
+    const SERIES: &str = "/dicomweb/studies/{study}/series/{series}";
+    const INSTANCE: &str = "/dicomweb/studies/{study}/series/{series}/instances/{instance}";
+    let no_limit = DefaultBodyLimit::disable;
+    r.route("/dicomweb/studies", get(qido::studies).post(stow::store_any).layer(no_limit()))
+        .route(STUDY, get(wado::retrieve).post(stow::store_in).layer(no_limit()))
+        .route(&format!("{STUDY}/metadata"), get(wado::metadata))
+        .route(&format!("{STUDY}/series"), get(qido::series))
+        .route(SERIES, get(wado::retrieve))
+        .route(&format!("{SERIES}/metadata"), get(wado::metadata))
+        .route(&format!("{SERIES}/instances"), get(qido::instances_of))
+        .route(INSTANCE, get(wado::retrieve))
+        .route(&format!("{INSTANCE}/metadata"), get(wado::metadata))
+        .route(&format!("{INSTANCE}/frames/{{frames}}"), get(wado::frames))
+        .route(&format!("{INSTANCE}/rendered"), get(wado::rendered))
+        .route("/dicomweb/wado", get(wado::uri))
+}
 
 /// A UID as PS3.5 9.1 allows it: digits and dots, at most 64 characters.
 pub(crate) fn valid_uid(uid: &str) -> bool {
@@ -41,16 +68,22 @@ pub(crate) fn instance_key(study: &str, series: &str, instance: &str) -> String 
     format!("dicomweb/{study}/{series}/{instance}.dcm")
 }
 
-/// An indexed instance with its metadata parsed.
+/// An indexed instance with its metadata parsed, and the size of its stored bytes.
 pub(crate) struct Instance {
     pub entry: ImageEntry,
     pub meta: Value,
+    pub size: u64,
 }
 
 impl Instance {
     pub fn uid(&self, key: &str) -> &str {
-        self.meta.get(key).and_then(Value::as_str).unwrap_or("")
+        meta_text(&self.meta, key)
     }
+}
+
+/// A string field of index metadata ("" when absent).
+pub(crate) fn meta_text<'a>(meta: &'a Value, key: &str) -> &'a str {
+    meta.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
 /// The instances of `study` (all series, or only `series`), optionally only `instance`, in
@@ -70,16 +103,16 @@ pub(crate) fn instances(
     for s in series_uids {
         for entry in index.instances(&s)? {
             let meta: Value = serde_json::from_str(&entry.meta).unwrap_or(Value::Null);
-            let i = Instance { entry, meta };
-            if i.uid("study_instance_uid") != study {
-                continue;
-            }
-            if instance.is_some_and(|u| i.uid("sop_instance_uid") != u) {
+            if meta_text(&meta, "study_instance_uid") != study
+                || instance.is_some_and(|u| meta_text(&meta, "sop_instance_uid") != u)
+            {
                 continue;
             }
             // Only bytes that are still the ones indexed.
-            match st.store.stat(&i.entry.name) {
-                Ok(rec) if rec.digest == i.entry.digest => out.push(i),
+            match st.store.stat(&entry.name) {
+                Ok(rec) if rec.digest == entry.digest => {
+                    out.push(Instance { entry, meta, size: rec.size })
+                }
                 Ok(_) | Err(bs_store::StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }

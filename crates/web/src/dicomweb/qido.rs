@@ -18,7 +18,7 @@ use bs_meta::ImageQuery;
 use serde_json::Value;
 
 use super::json::{INSTANCE_FIELDS, Object, SERIES_FIELDS, STUDY_FIELDS};
-use super::{check_uid, instances};
+use super::{check_uid, instances, meta_text as text};
 use crate::error::WebError;
 use crate::{AppState, blocking, query};
 
@@ -135,10 +135,6 @@ fn wildcard(pattern: &str, value: &str) -> bool {
         }
     }
     p[pi..].iter().all(|&c| c == '*')
-}
-
-fn text<'a>(meta: &'a Value, field: &str) -> &'a str {
-    meta.get(field).and_then(Value::as_str).unwrap_or("")
 }
 
 /// Does the metadata match every study-level key given?

@@ -94,12 +94,7 @@ pub async fn retrieve(
     let st2 = st.clone();
     let found = blocking(move || {
         let found = instances(&st2, &ids.study, ids.series.as_deref(), ids.instance.as_deref())?;
-        let mut sized = Vec::with_capacity(found.len());
-        for i in found {
-            let size = st2.store.stat(&i.entry.name)?.size;
-            sized.push((i.entry.name, size));
-        }
-        Ok(sized)
+        Ok(found.into_iter().map(|i| (i.entry.name, i.size)).collect::<Vec<_>>())
     })
     .await?;
     let boundary = format!("blobstream-{:016x}", rand_u64());
@@ -201,15 +196,16 @@ pub async fn frames(
     let parts = blocking(move || {
         let found = instances(&st2, &study, Some(&series), Some(&instance))?;
         let (_, d) = st2.images.decode(&found[0].entry.name)?;
-        let count = d.frames.len() + 1;
         wanted
             .iter()
-            .map(|&n| match n {
-                1 => Ok(raw_bytes(&d.image)),
-                n if n <= count => Ok(raw_bytes(&d.frames[n - 2])),
-                n => Err(WebError::NotFound(format!(
-                    "instance {instance} has {count} frame(s), not frame {n}"
-                ))),
+            .map(|&n| {
+                // DICOMweb numbers frames from 1.
+                d.frame(n - 1).map(raw_bytes).ok_or_else(|| {
+                    WebError::NotFound(format!(
+                        "instance {instance} has {} frame(s), not frame {n}",
+                        d.frame_count()
+                    ))
+                })
             })
             .collect::<Result<Vec<_>, _>>()
     })
