@@ -133,7 +133,7 @@ impl Run {
 
     /// Threads this run uses.
     pub fn thread_count(&self) -> usize {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = cores();
         match self.threads {
             0 => cores,
             // More threads than cores only adds overhead; never build absurd pools.
@@ -173,6 +173,13 @@ impl Run {
 }
 
 /// One rayon pool per thread count, built once.
+/// The cores this process may use, asked once: `available_parallelism` reads cgroup files on
+/// every call (tens of microseconds, as long as a whole filter on a small image).
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 fn pool(n: usize) -> Arc<rayon::ThreadPool> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
     let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());

@@ -181,12 +181,18 @@ fn median3_body<T: Sample + Ord>(img: &Image<T>, y0: usize, band: &mut [T]) {
         (vec![T::default(); scratch], vec![T::default(); scratch], vec![T::default(); scratch]);
     for (i, orow) in band.chunks_exact_mut(rl).enumerate() {
         let y = y0 + i;
-        if y == 0 || y + 1 >= h || w < 3 {
+        if h < 3 || w < 3 {
             for x in 0..w {
                 for ch in 0..c {
                     orow[x * c + ch] = window_median3(img, x, y, ch);
                 }
             }
+            continue;
+        }
+        if y == 0 || y + 1 == h {
+            // Two rows in the window: the top or bottom row of the image.
+            let other = if y == 0 { img.row(1) } else { img.row(h - 2) };
+            median3_edge_row(img.row(y), other, c, orow);
             continue;
         }
         // Interior samples j in [c, rl − c), in chunks whose scratch stays in L1: sort each
@@ -213,10 +219,60 @@ fn median3_body<T: Sample + Ord>(img: &Image<T>, y0: usize, band: &mut [T]) {
             }
             js += len;
         }
-        for x in [0, w - 1] {
+        // The first and last pixels: windows of two columns of three rows.
+        for (x, nx) in [(0, 1), (w - 1, w - 2)] {
             for ch in 0..c {
-                orow[x * c + ch] = window_median3(img, x, y, ch);
+                let at = |row: &[T], x: usize| row[x * c + ch];
+                let t = sort3(at(a, x), at(b, x), at(d, x));
+                let u = sort3(at(a, nx), at(b, nx), at(d, nx));
+                orow[x * c + ch] = median_of_two_triples(t, u);
             }
+        }
+    }
+}
+
+/// The mean of the two middle values of six given as two sorted triples `t` and `u`: the
+/// third smallest is `min(u₂, max(t₀, u₁), max(t₁, u₀), t₂)` (the k-th smallest of two sorted
+/// lists is the least, over every split i + j = k, of the larger of `t_{i−1}` and `u_{j−1}`),
+/// and the fourth smallest, by symmetry, `max(u₀, min(t₂, u₁), min(t₁, u₂), t₀)`.
+#[inline(always)]
+fn median_of_two_triples<T: Sample + Ord>(t: (T, T, T), u: (T, T, T)) -> T {
+    let v2 = u.2.min(t.0.max(u.1)).min(t.1.max(u.0)).min(t.2);
+    let v3 = u.0.max(t.2.min(u.1)).max(t.1.min(u.2)).max(t.0);
+    T::from_u32((v2.to_u32() + v3.to_u32()) / 2)
+}
+
+/// The mean of the two middle values of four given as two sorted pairs: `max(p₀, q₀)` and
+/// `min(p₁, q₁)` (the smallest and largest of the four are `min(p₀, q₀)` and `max(p₁, q₁)`).
+#[inline(always)]
+fn median_of_two_pairs<T: Sample + Ord>(p: (T, T), q: (T, T)) -> T {
+    T::from_u32((p.0.max(q.0).to_u32() + p.1.min(q.1).to_u32()) / 2)
+}
+
+/// Size 3 on the first or last row of an image at least 3×3: the window has the row `a` and
+/// its one neighbour `b`, six values (four at the corners). Away from the corners, with each
+/// column's pair sorted (`lₖ <= hₖ`) and the lows and highs sorted among themselves, the
+/// smallest value is the least low and the largest the greatest high, so the two middle
+/// values are the middle two of {2nd and 3rd low, 1st and 2nd high}: two sorted pairs.
+#[inline(always)]
+fn median3_edge_row<T: Sample + Ord>(a: &[T], b: &[T], c: usize, out: &mut [T]) {
+    let rl = a.len();
+    let len = rl - 2 * c;
+    let (a0, a1, a2) = (&a[..len], &a[c..c + len], &a[2 * c..]);
+    let (b0, b1, b2) = (&b[..len], &b[c..c + len], &b[2 * c..]);
+    for (j, o) in out[c..rl - c].iter_mut().enumerate() {
+        let (l0, h0) = (a0[j].min(b0[j]), a0[j].max(b0[j]));
+        let (l1, h1) = (a1[j].min(b1[j]), a1[j].max(b1[j]));
+        let (l2, h2) = (a2[j].min(b2[j]), a2[j].max(b2[j]));
+        let (_, lm, lx) = sort3(l0, l1, l2);
+        let (hn, hm, _) = sort3(h0, h1, h2);
+        *o = median_of_two_pairs((lm, lx), (hn, hm));
+    }
+    for (x, nx) in [(0, 1), (rl / c - 1, rl / c - 2)] {
+        for ch in 0..c {
+            let (p, q) = ((a[x * c + ch], b[x * c + ch]), (a[nx * c + ch], b[nx * c + ch]));
+            out[x * c + ch] =
+                median_of_two_pairs((p.0.min(p.1), p.0.max(p.1)), (q.0.min(q.1), q.0.max(q.1)));
         }
     }
 }
