@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 
-use super::common::{bands, builtin_info, copy_alpha, each_depth, whole};
+use super::common::{Div, bands, builtin_info, copy_alpha, each_depth, multiversion, whole};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -98,62 +98,126 @@ pub fn pixelize<T: Sample>(img: &Image<T>, bw: usize, bh: usize, run: &Run) -> I
     if (bw == 1 && bh == 1) || w == 0 || h == 0 {
         return img.clone();
     }
-    let cc = img.color_channels();
+    match c {
+        1 => mosaic::<T, 1>(img, bw, bh, run),
+        3 => mosaic::<T, 3>(img, bw, bh, run),
+        _ => mosaic::<T, 4>(img, bw, bh, run),
+    }
+}
+
+/// [`pixelize`] for images of `C` channels (known at compile time, so that per-pixel loops
+/// index without divisions).
+fn mosaic<T: Sample, const C: usize>(img: &Image<T>, bw: usize, bh: usize, run: &Run) -> Image<T> {
+    let (w, h) = (img.width, img.height);
+    let cc = C.min(3);
     let ((sx, nbx), (sy, nby)) = (grid(w, bw), grid(h, bh));
     // Pass 1: the mean colour of every block, block row by block row: the rows are summed
     // into column sums (vectorised), then each block's columns.
     let mut means = vec![T::from_u32(0); nbx * nby * cc];
+    // Whole blocks (all but the edges) divide by multiplying, when their sums fit in 32 bits.
+    let whole = (bw * bh) as u64;
+    let fast = (whole * T::MAX as u64 + whole / 2 <= u32::MAX as u64 / 2)
+        .then(|| Div::new(whole as u32, whole as u32 * T::MAX));
     run.rows(&mut means, nbx * cc, |by, mrow| {
         let rows = block(by, sy, bh, h);
         // At most 256 rows of 65535: fits in u32.
-        let mut colsum = vec![0u32; w * c];
+        let mut colsum = vec![0u32; w * C];
         for y in rows.clone() {
-            for (s, v) in colsum.iter_mut().zip(img.row(y)) {
-                *s += v.to_u32();
-            }
+            add_row(&mut colsum, img.row(y));
         }
-        for (bx, m) in mrow.chunks_exact_mut(cc).enumerate() {
+        // The first and last block columns may be partial; those between are bw wide.
+        let edges = if nbx > 1 { vec![0, nbx - 1] } else { vec![0] };
+        for bx in edges {
             let cols = block(bx, sx, bw, w);
             let n = (rows.len() * cols.len()) as u64;
-            for (ch, m) in m.iter_mut().enumerate() {
-                let s: u64 = colsum[cols.start * c + ch..cols.end * c]
-                    .iter()
-                    .step_by(c)
-                    .map(|&v| v as u64)
-                    .sum();
+            let s = block_sums::<C>(&colsum[cols.start * C..cols.end * C], cc);
+            for (m, s) in mrow[bx * cc..(bx + 1) * cc].iter_mut().zip(s) {
                 // ⌊(s + ⌊n/2⌋) / n⌋ by a correctly rounded double division, which is exact
                 // for integers below 2^53 (a non-integer quotient is >= 1/n from the next
                 // integer) and several times faster than a 64-bit integer division.
                 *m = T::from_u32(((s + n / 2) as f64 / n as f64) as u32);
             }
         }
+        if nbx > 2 {
+            let (x0, x1) = (bw - sx, (nbx - 1) * bw - sx);
+            let inner = mrow[cc..(nbx - 1) * cc].chunks_exact_mut(cc);
+            let n = (rows.len() * bw) as u64;
+            let d = fast.filter(|_| n == whole);
+            for (m, px) in inner.zip(colsum[x0 * C..x1 * C].chunks_exact(bw * C)) {
+                let s = block_sums::<C>(px, cc);
+                for (m, s) in m.iter_mut().zip(s) {
+                    *m = T::from_u32(match d {
+                        Some(d) => d.apply(s as u32),
+                        None => ((s + n / 2) as f64 / n as f64) as u32,
+                    });
+                }
+            }
+        }
     });
     // Pass 2: each band builds the output row of a block row once, then copies it to every
-    // row of that block row.
-    let mut out = Image::new(w, h, c);
-    bands(run, &mut out.data, w * c, |y0, band| {
-        let mut template = vec![T::from_u32(0); w * c];
+    // row of that block row. The copies are the first writes to the output's memory: zeroing
+    // it first would add a third to the memory traffic of this pass.
+    let mut data = Vec::with_capacity(w * h * C);
+    bands(run, &mut data.spare_capacity_mut()[..w * h * C], w * C, |y0, band| {
+        let mut template = vec![T::from_u32(0); w * C];
         let mut current = usize::MAX;
-        for (i, orow) in band.chunks_exact_mut(w * c).enumerate() {
+        for (i, orow) in band.chunks_exact_mut(w * C).enumerate() {
             let y = y0 + i;
             let by = (y + sy) / bh;
             if by != current {
                 current = by;
                 let mrow = &means[by * nbx * cc..][..nbx * cc];
-                for (bx, m) in mrow.chunks_exact(cc).enumerate() {
+                for (bx, m) in mrow.chunks_exact(cc).enumerate().filter(|(bx, _)| {
+                    // The inner block columns, all bw wide, are filled below.
+                    *bx == 0 || *bx + 1 == nbx
+                }) {
                     let cols = block(bx, sx, bw, w);
-                    for px in template[cols.start * c..cols.end * c].chunks_exact_mut(c) {
-                        for (p, &m) in px.iter_mut().zip(m) {
-                            *p = m;
+                    for px in template[cols.start * C..cols.end * C].chunks_exact_mut(C) {
+                        px[..cc].copy_from_slice(m);
+                    }
+                }
+                if nbx > 2 {
+                    let (x0, x1) = (bw - sx, (nbx - 1) * bw - sx);
+                    let inner = template[x0 * C..x1 * C].chunks_exact_mut(bw * C);
+                    for (t, m) in inner.zip(mrow[cc..].chunks_exact(cc)) {
+                        for px in t.chunks_exact_mut(C) {
+                            px[..cc].copy_from_slice(m);
                         }
                     }
                 }
             }
-            orow.copy_from_slice(&template);
-            copy_alpha(orow, img.row(y), c);
+            let orow = orow.write_copy_of_slice(&template);
+            copy_alpha(orow, img.row(y), C);
         }
     });
-    out
+    // SAFETY: `bands` hands out every row of the w·h·C samples exactly once, and each row was
+    // written in full above (`write_copy_of_slice` of a row-long template).
+    unsafe { data.set_len(w * h * C) };
+    Image::from_vec(w, h, C, data).expect("pixelize output has the input's shape")
+}
+
+/// The per-channel sums of the first `cc` channels of the pixels `px` (`C` samples each).
+#[inline(always)]
+fn block_sums<const C: usize>(px: &[u32], cc: usize) -> [u64; 3] {
+    let mut s = [0u64; 3];
+    for px in px.chunks_exact(C) {
+        for ch in 0..cc {
+            s[ch] += px[ch] as u64;
+        }
+    }
+    s
+}
+
+multiversion! {
+    /// `colsum[k] += row[k]`: widening adds, vectorised.
+    fn add_row<T: Sample>(colsum: &mut [u32], row: &[T]) => add_row_body
+}
+
+#[inline(always)]
+fn add_row_body<T: Sample>(colsum: &mut [u32], row: &[T]) {
+    for (s, v) in colsum.iter_mut().zip(row) {
+        *s += v.to_u32();
+    }
 }
 
 #[cfg(test)]
