@@ -186,12 +186,14 @@ fn mosaic<T: Sample, const C: usize>(img: &Image<T>, bw: usize, bh: usize, run: 
                     }
                 }
             }
-            let orow = orow.write_copy_of_slice(&template);
-            copy_alpha(orow, img.row(y), C);
+            copy_alpha(&mut template, img.row(y), C);
+            for (o, &t) in orow.iter_mut().zip(&template) {
+                o.write(t);
+            }
         }
     });
     // SAFETY: `bands` hands out every row of the w·h·C samples exactly once, and each row was
-    // written in full above (`write_copy_of_slice` of a row-long template).
+    // written in full above (from a template as long as a row).
     unsafe { data.set_len(w * h * C) };
     Image::from_vec(w, h, C, data).expect("pixelize output has the input's shape")
 }
