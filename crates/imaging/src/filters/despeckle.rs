@@ -31,7 +31,9 @@
 //!   `med3(max of the three column minima, med3 of the column medians, min of the column
 //!   maxima)`, 12 more min/max per sample, all element-wise on slices (in chunks that stay in
 //!   L1), which the compiler turns into vector min/max, 32 8-bit samples at a time with AVX2.
-//!   The border pixels sort their clipped windows (at most 9 values, on the stack).
+//!   The first and last rows and columns are min/max networks too: with the pairs or
+//!   triples of each column sorted, the two middle values of a clipped window of 6 (or 4)
+//!   are a few more min/max away (see `median3_edge_row` and `median_of_two_triples`).
 //! - Larger sizes, 8-bit: Huang's sliding histogram (256 bins per channel; per pixel, the
 //!   column entering the window is added and the one leaving removed, and the median found by
 //!   walking from the previous median, counting values below it), O(size) per pixel plus the
@@ -42,8 +44,8 @@
 //! Rows run in parallel bands; inner loops are built for the baseline CPU and for AVX2; the
 //! result does not depend on the number of threads or on the CPU.
 //!
-//! Measured (release, 2048², one thread of a shared 2-core machine, uniform noise): size 3
-//! rgb8 about 1.3–1.5 Gpixel/s, gray8 about 6, gray16 about 2.3–3.7; size 5 rgb8 (Huang)
+//! Measured (release, one thread of a shared 2-core machine): size 3 rgb8 about 2.4 Gpixel/s
+//! at 512² and 1.6 at 2048², gray16 about 4; size 5 rgb8 (Huang)
 //! about 12 Mpixel/s on noise; size 5 gray16 (selection) about 6 Mpixel/s.
 
 use std::sync::Arc;
