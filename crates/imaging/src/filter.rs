@@ -142,7 +142,8 @@ impl Run {
     }
 
     /// Call `f(y, row)` for every output row of `out` (rows of `row_len` samples), in
-    /// parallel bands when this run has more than one thread.
+    /// parallel bands when this run has more than one thread and the output is large enough
+    /// to gain from them (see `PARALLEL_MIN`).
     pub fn rows<T: Send>(
         &self,
         out: &mut [T],
@@ -153,7 +154,7 @@ impl Run {
             return;
         }
         let n = self.thread_count();
-        if n <= 1 {
+        if n <= 1 || out.len() < PARALLEL_MIN {
             for (y, row) in out.chunks_mut(row_len).enumerate() {
                 f(y, row);
             }
@@ -173,6 +174,12 @@ impl Run {
 }
 
 /// One rayon pool per thread count, built once.
+/// Outputs of fewer samples than this are computed on the calling thread whatever the run
+/// asks: waking a pool and handing out bands costs tens of microseconds, as long as a fast
+/// filter takes on a whole 512² image. Unit tests split even tiny images, so that the tests
+/// comparing thread counts exercise the parallel path.
+const PARALLEL_MIN: usize = if cfg!(test) { 0 } else { 1 << 20 };
+
 /// The cores this process may use, asked once: `available_parallelism` reads cgroup files on
 /// every call (tens of microseconds, as long as a whole filter on a small image).
 fn cores() -> usize {
