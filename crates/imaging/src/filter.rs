@@ -178,7 +178,7 @@ impl Run {
 /// asks: waking a pool and handing out bands costs tens of microseconds, as long as a fast
 /// filter takes on a whole 512² image. Unit tests split even tiny images, so that the tests
 /// comparing thread counts exercise the parallel path.
-const PARALLEL_MIN: usize = if cfg!(test) { 0 } else { 1 << 20 };
+const PARALLEL_MIN: usize = if cfg!(test) { 1 } else { 1 << 20 };
 
 /// The cores this process may use, asked once: `available_parallelism` reads cgroup files on
 /// every call (tens of microseconds, as long as a whole filter on a small image).
