@@ -31,7 +31,7 @@ test('worklist: studies, series, slice scrolling, prefetch, cine', { timeout: 18
   assert.match(row, /CT/);
   assert.match(row, /SYNTHETIC HEAD PHANTOM/);
   const cells = await rows.first().locator('td').allTextContents();
-  assert.deepEqual(cells.slice(-2), ['2', '17'], 'two series, 17 images');
+  assert.deepEqual(cells.slice(-3), ['2', '17', ''], 'two series, 17 images, no upload metadata');
   assert.match(await page.textContent('#worklist-range'), /1–1 of 1 studies/);
 
   // Sorting: a click on a header sorts by it and says so.
@@ -110,5 +110,27 @@ test('worklist: studies, series, slice scrolling, prefetch, cine', { timeout: 18
   });
   assert.equal(v.length, 16);
   assert.deepEqual(v, [...v].sort());
+
+  // Metadata given at upload (as `blobstream put --meta` gives it) is shown in the worklist
+  // and found by the free-text search. The copy sorts first, so it speaks for its study.
+  const put = await page.evaluate(async () => {
+    const bytes = await (await fetch('/blobs/samples/ct-series/slice-01.dcm')).arrayBuffer();
+    const r = await fetch('/blobs/a-ward/copy.dcm', {
+      method: 'PUT',
+      headers: { 'X-Blobstream-Meta-Referral': 'Ward 7 follow-up' },
+      body: bytes,
+    });
+    return r.status;
+  });
+  assert.equal(put, 201);
+  await page.click('#tab-studies');
+  await page.fill('#search-patient', '');
+  await page.fill('#search-q', 'ward 7');
+  await page.click('#search-submit');
+  await page.waitForFunction(() => /referral: Ward 7 follow-up/.test(document.querySelector('#worklist-table td.notes')?.textContent || ''));
+  assert.equal(await page.locator('#worklist-table tr.study').count(), 1);
+  await page.fill('#search-q', 'ward 8');
+  await page.click('#search-submit');
+  await page.waitForFunction(() => /No studies match/.test(document.querySelector('#worklist').textContent));
   await assertNoErrors(page);
 });

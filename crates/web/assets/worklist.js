@@ -11,6 +11,9 @@ const COLUMNS = [
   ['accession', 'Accession'],
   ['series', 'Series'],
   ['images', 'Images'],
+  // The metadata given at upload (`blobstream put --meta K=V`): shown, searched by the search
+  // box's free text, not sortable.
+  ['notes', 'Upload metadata', false],
 ];
 
 const PAGE = 25;
@@ -31,7 +34,11 @@ export function setupWorklist(root, deps) {
 
   function header() {
     const row = h('tr');
-    for (const [col, label] of COLUMNS) {
+    for (const [col, label, sortable = true] of COLUMNS) {
+      if (!sortable) {
+        row.append(h('th', { scope: 'col', 'data-col': col }, label));
+        continue;
+      }
       const sorted = st.sort === col;
       const th = h('th', { scope: 'col', 'data-col': col, 'aria-sort': sorted ? (st.order === 'asc' ? 'ascending' : 'descending') : 'none' });
       const b = h('button', { type: 'button', title: `Sort by ${label.toLowerCase()}` }, label, sorted ? (st.order === 'asc' ? ' ▲' : ' ▼') : '');
@@ -63,6 +70,8 @@ export function setupWorklist(root, deps) {
       String(s.images),
     ];
     for (const c of cells) tr.append(h('td', {}, c || ''));
+    const notes = Object.entries(s.user_metadata || {}).map(([k, v]) => `${k}: ${v}`).join('; ');
+    tr.append(h('td', { class: 'notes', title: notes }, notes));
     const toggle = () => toggleSeries(tr, s);
     tr.addEventListener('click', toggle);
     tr.addEventListener('keydown', (e) => {

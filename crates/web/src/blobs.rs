@@ -1,6 +1,7 @@
 //! `/blobs/{key}`: GET (Range, ETag, If-None-Match), HEAD, PUT (streamed), DELETE, and
 //! `POST /blobs` multipart uploads.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -159,12 +160,14 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
     }
     let content_type =
         if ct.is_empty() { bs_store::guess_content_type(&key).to_string() } else { ct };
+    let metadata = user_metadata(h)?;
     let _slot = st.upload_slot()?;
     let spec = UploadSpec {
         route: RouteSpec {
             name: key,
             size,
             content_type,
+            metadata,
             overwrite,
             refuse_digests,
             ..RouteSpec::default()
@@ -366,4 +369,35 @@ pub fn content_type_of(rec: &BlobRecord) -> String {
     } else {
         t.to_string()
     }
+}
+
+/// Header prefix of user metadata on `PUT /blobs/{key}` (as S3's `x-amz-meta-`): each
+/// `X-Blobstream-Meta-<key>: <value>` becomes the metadata entry `<key>` (lower case, as HTTP
+/// header names are case-insensitive), the same metadata `blobstream put --meta` sets.
+pub const META_HEADER: &str = "x-blobstream-meta-";
+
+/// Most bytes of user metadata (keys and values) one upload may carry.
+const MAX_META_BYTES: usize = 8 * 1024;
+
+/// The user metadata of a `PUT`'s headers; 400 for values that are not UTF-8 text or too much.
+fn user_metadata(h: &HeaderMap) -> Result<BTreeMap<String, String>, WebError> {
+    let mut out = BTreeMap::new();
+    let mut bytes = 0;
+    for (name, value) in h {
+        let Some(key) = name.as_str().strip_prefix(META_HEADER) else { continue };
+        let value = std::str::from_utf8(value.as_bytes()).map_err(|_| {
+            WebError::BadRequest(format!("metadata {key:?}: the value is not UTF-8 text"))
+        })?;
+        if key.is_empty() {
+            return Err(WebError::BadRequest(format!("{META_HEADER} needs a key after it")));
+        }
+        bytes += key.len() + value.len();
+        if bytes > MAX_META_BYTES {
+            return Err(WebError::BadRequest(format!(
+                "user metadata is over {MAX_META_BYTES} bytes"
+            )));
+        }
+        out.insert(key.to_string(), value.trim().to_string());
+    }
+    Ok(out)
 }

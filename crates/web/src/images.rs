@@ -18,6 +18,9 @@ const DECODED_CACHE_BYTES: usize = 768 << 20;
 /// Thumbnails kept: up to this many bytes of PNG.
 const THUMB_CACHE_BYTES: usize = 64 << 20;
 
+/// The key under which an image's index entry keeps the user metadata of its blob.
+pub const USER_METADATA: &str = "user_metadata";
+
 /// Access to the store's images.
 pub struct Images {
     store: Arc<dyn Store>,
@@ -128,9 +131,18 @@ impl Images {
     }
 
     fn put_index(&self, rec: &BlobRecord, d: &Decoded) {
-        let json = serde_json::to_string(&d.meta).unwrap_or_else(|_| "{}".into());
+        let mut meta = serde_json::to_value(&d.meta).unwrap_or_else(|_| serde_json::json!({}));
         let mut fields = d.meta.to_map();
         fields.insert("format".into(), d.format.name().to_string());
+        // The metadata given at upload (`put --meta`, `X-Blobstream-Meta-*`) is shown with the
+        // image's own and searched as free text.
+        if !rec.metadata.is_empty() {
+            meta[USER_METADATA] = serde_json::json!(rec.metadata);
+            for (k, v) in &rec.metadata {
+                fields.insert(format!("{USER_METADATA}.{k}"), v.clone());
+            }
+        }
+        let json = meta.to_string();
         if let Err(e) = self.index.put(&rec.name, &rec.digest, &fields, &json) {
             tracing::warn!("indexing {}: {e}", rec.name);
         }
@@ -165,7 +177,13 @@ impl Images {
         if e.digest != rec.digest {
             return None;
         }
-        Some(if e.is_image { serde_json::from_str(&e.meta).ok() } else { None })
+        if !e.is_image {
+            return Some(None);
+        }
+        let meta: serde_json::Value = serde_json::from_str(&e.meta).ok()?;
+        // The same bytes stored again with other user metadata: index them again.
+        let indexed = meta.get(USER_METADATA).cloned().unwrap_or_else(|| serde_json::json!({}));
+        (indexed == serde_json::json!(rec.metadata)).then_some(Some(meta))
     }
 
     /// A PNG thumbnail whose longer side is `size`, with the default window applied.

@@ -164,6 +164,7 @@ fn contract() -> Value {
                 "head": blob_get(true),
                 "put": {
                     "summary": "Upload a blob (streamed; replaces unless If-None-Match: *)",
+                    "description": "Headers X-Blobstream-Meta-<key>: <value> (UTF-8, 8 KiB in all) set the blob's user metadata, as `blobstream put --meta key=value` does; images are then found by it and show it.",
                     "parameters": [key_param(),
                         { "name": "If-None-Match", "in": "header", "required": false,
                           "description": "* (create only) or a list of quoted ETags not to replace",

@@ -3,6 +3,7 @@
 //! /api/studies/{study}/series` and `GET /api/series/{series}/instances` (in slice order, only
 //! instances whose stored bytes are still the ones indexed).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -47,6 +48,8 @@ pub struct Study {
     pub modalities: Vec<String>,
     pub series: u64,
     pub images: u64,
+    /// The user metadata given at upload with the study's first instance (`put --meta`).
+    pub user_metadata: BTreeMap<String, String>,
 }
 
 /// The columns a worklist sorts by.
@@ -72,6 +75,10 @@ fn study(s: StudySummary) -> Study {
         modalities: s.modalities,
         series: s.series,
         images: s.images,
+        user_metadata: meta
+            .get(crate::images::USER_METADATA)
+            .and_then(|m| serde_json::from_value(m.clone()).ok())
+            .unwrap_or_default(),
     }
 }
 
@@ -222,6 +229,7 @@ mod tests {
             modalities: vec![],
             series: 1,
             images,
+            user_metadata: BTreeMap::new(),
         }
     }
 

@@ -1102,6 +1102,66 @@ async fn stalled_uploads_are_dropped_and_upload_slots_are_limited() {
     assert_eq!(s.put("slow", b"y".to_vec()).await.status(), StatusCode::CREATED);
 }
 
+/// `bytes` with every occurrence of `from` replaced by `to` (of the same length).
+fn replace_all(mut bytes: Vec<u8>, from: &str, to: &str) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut i = 0;
+    while let Some(at) = bytes[i..].windows(from.len()).position(|w| w == from.as_bytes()) {
+        bytes[i + at..i + at + to.len()].copy_from_slice(to.as_bytes());
+        i += at + to.len();
+    }
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn user_metadata_of_an_upload_is_shown_and_searchable() {
+    let s = Srv::start(true).await;
+    // A study of its own: the sample's UIDs with other digits.
+    let other = "302227208390563154781239004869999";
+    let dcm =
+        replace_all(bs_web::samples::ct_phantom_dicom(64), bs_web::samples::UID_DIGITS, other);
+    let put = |referral: &'static str, body: Vec<u8>| {
+        s.http
+            .put(s.url("/blobs/ward/ct.dcm"))
+            .header("X-Blobstream-Meta-Referral", referral)
+            .header("x-blobstream-meta-priority", "urgent")
+            .body(body)
+            .send()
+    };
+    assert_eq!(put("Ward 7 follow-up", dcm.clone()).await.unwrap().status(), StatusCode::CREATED);
+    let (code, v) = s.get_json("/api/studies?q=ward%207").await;
+    assert_eq!((code, v["total"].as_u64()), (StatusCode::OK, Some(1)), "{v}");
+    let study = &v["studies"][0];
+    assert!(study["study_uid"].as_str().unwrap().contains(other), "{study}");
+    assert_eq!(study["user_metadata"]["referral"], "Ward 7 follow-up");
+    assert_eq!(study["user_metadata"]["priority"], "urgent");
+    // The image search and the image's metadata have it too.
+    let (_, v) = s.get_json("/api/search?q=follow-up").await;
+    assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
+    let (_, v) = s.get_json("/api/studies?q=ward%208").await;
+    assert_eq!(v["total"], 0);
+    // The same bytes stored again with other metadata: the index follows.
+    assert_eq!(put("Ward 9", dcm.clone()).await.unwrap().status(), StatusCode::CREATED);
+    let (_, v) = s.get_json("/api/studies?q=ward%209").await;
+    assert_eq!(v["total"], 1, "{v}");
+    assert_eq!(v["studies"][0]["user_metadata"]["referral"], "Ward 9");
+    let (_, v) = s.get_json("/api/studies?q=ward%207").await;
+    assert_eq!(v["total"], 0, "{v}");
+    // Metadata that is not text is refused, and nothing is stored.
+    let bad = reqwest::header::HeaderValue::from_bytes(&[b'a', 0xff]).unwrap();
+    let r = s
+        .http
+        .put(s.url("/blobs/ward/bad.dcm"))
+        .header("x-blobstream-meta-note", bad)
+        .body(dcm)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_code(r).await.0, StatusCode::BAD_REQUEST);
+    let r = s.http.get(s.url("/blobs/ward/bad.dcm")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn worklist_studies_series_instances_and_frames() {
     let s = Srv::start(true).await;
