@@ -1,8 +1,9 @@
 // Browser test: the Studies tab lists the seeded CT study (two series, 17 images) in a
 // sortable worklist; a series opens in the series viewer, which scrolls slice by slice with the
 // wheel, the keys and the slider, keeps the window the user set, fetches the neighbours ahead
-// until every slice is cached, shows patient and slice n of m over the image, and plays the
-// slices as a loop (cine).
+// until every slice is cached, shows patient and slice n of m over the image, plays the
+// slices as a loop (cine) and keeps a filter chain from slice to slice; metadata given at
+// upload is shown and searched.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -99,6 +100,23 @@ test('worklist: studies, series, slice scrolling, prefetch, cine', { timeout: 18
   await page.click('#stack-play');
   s = await stack();
   assert.equal(s.playing, false);
+
+  // Filters apply to the whole series: a slice scrolled to comes through the same chain.
+  await page.waitForFunction(() => document.querySelectorAll('#filter-select option').length > 0);
+  await page.selectOption('#filter-select', 'invert');
+  await page.click('#apply-filter');
+  const filteredDone = () => page.waitForFunction(() =>
+    window.blobstream.view().filtered && document.querySelector('#filter-panel').dataset.state === 'done');
+  await filteredDone();
+  await page.locator('#stack-slider').fill('4');
+  await shown(3);
+  await filteredDone();
+  assert.equal((await page.evaluate(() => window.blobstream.view())).key, 'samples/ct-series/slice-04.dcm');
+  assert.deepEqual(await page.locator('#filter-chain li').allTextContents().then((t) => t.map((x) => x.split(' — ')[0])), ['invert']);
+  await page.click('#reset-filter');
+  await page.locator('#stack-slider').fill('5');
+  await shown(4);
+  assert.equal((await page.evaluate(() => window.blobstream.view())).filtered, false, 'a reset chain stays reset');
 
   // The instances endpoint gives slice order from the image position, not the name.
   const v = await page.evaluate(async () => {

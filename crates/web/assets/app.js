@@ -1482,6 +1482,8 @@ async function openImage(key, opts = {}) {
     const display = meta.display || {};
     orig.map = { offset: Number(display.offset) || 0, inverted: !!display.inverted, scale: Number(display.scale) || 1 };
     const keep = inStack && opts.keepWindow && state.img && state.img.orig.ch === orig.ch;
+    // Filters apply to the whole series: the next slice goes through the same chain.
+    const carry = inStack && state.img?.chain.length ? state.img.chain : null;
     state.img = { key, frame: opts.frame || 0, meta, display, orig, filt: null, chain: [] };
     resetFilterUi();
     buildPresets();
@@ -1498,7 +1500,10 @@ async function openImage(key, opts = {}) {
     }
     ensureCanvasSize();
     if (!keep || state.fitted) fit();
-    draw();
+    // A carried chain draws its own result; the unfiltered slice is not flashed first.
+    if (carry) await runChain(state.img, carry);
+    if (seq !== state.loadSeq) return;
+    if (!state.img.filt) draw(); // no chain, or it failed (the filter panel says why)
     // A multi-frame image opened on its own becomes a stack of its frames (cine).
     const frames = Number(res.headers.get('X-Frames')) || 1;
     if (!inStack && frames > 1) {
@@ -1714,14 +1719,21 @@ async function applyFilter() {
     fail(f.name, e);
     return;
   }
-  const steps = [...img.chain, step];
+  await runChain(img, [...img.chain, step]);
+}
+
+/**
+ * Show `img` through the filter `steps` (the whole chain, from its original pixels). Within a
+ * series the chain follows the viewer from slice to slice (see `openImage`).
+ */
+async function runChain(img, steps) {
   const seq = ++state.filterSeq;
   setFilterState('running');
   el.filterTime.textContent = `Running ${steps.map((s) => s.filter).join(' → ')}…`;
   try {
     const { res, bytes } = await fetchBytes(
       '/api/filter',
-      { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: img.key, steps, format: 'raw' }) },
+      { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: img.key, frame: img.frame, steps, format: 'raw' }) },
       `Filtering ${basename(img.key)}`,
     );
     if (seq !== state.filterSeq || state.img !== img) return;
@@ -1787,7 +1799,7 @@ async function saveResult() {
   try {
     const { bytes } = await fetchBytes(
       '/api/filter',
-      { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: img.key, steps: img.chain, format }) },
+      { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: img.key, frame: img.frame, steps: img.chain, format }) },
       `Encoding ${format.toUpperCase()}`,
     );
     await putBlob(name, new Blob([bytes], { type }), `Uploading ${basename(name)}`);

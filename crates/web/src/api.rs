@@ -218,6 +218,9 @@ pub async fn filters(State(st): State<Arc<AppState>>) -> Response {
 #[serde(deny_unknown_fields)]
 pub struct FilterRequest {
     key: String,
+    /// 0-based frame of a multi-frame image (default the first).
+    #[serde(default)]
+    frame: Option<usize>,
     steps: Vec<Step>,
     #[serde(default)]
     format: Option<String>,
@@ -274,16 +277,20 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     }
     let st2 = st.clone();
     let key = fr.key.clone();
+    let frame = fr.frame.unwrap_or(0);
     let turn = st.image_turn().await;
     let (result, times, encoded) = blocking(move || {
         let (_, d) = st2.images.decode(&key)?;
+        let source = d.frame(frame).ok_or_else(|| {
+            WebError::NotFound(format!("{key} has {} frame(s), not frame {frame}", d.frame_count()))
+        })?;
         let run = Run::all();
         let max_pixels = st2.images.limits().max_pixels;
         let mut img: Option<bs_imaging::DynImage> = None;
         let mut times = Vec::new();
         for (name, params) in &steps {
             let t = Instant::now();
-            let out = st2.registry.apply(name, img.as_ref().unwrap_or(&d.image), params, &run)?;
+            let out = st2.registry.apply(name, img.as_ref().unwrap_or(source), params, &run)?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
             st2.metrics.filtered(name, ms / 1e3);
             times.push((name.clone(), ms));

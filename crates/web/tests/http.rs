@@ -1218,4 +1218,16 @@ async fn worklist_studies_series_instances_and_frames() {
     assert_eq!(r.headers()["x-frames"], "1");
     let r = s.http.get(s.url("/api/pixels/samples/ct-phantom.dcm?frame=1")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // Filters take a frame too (the series viewer filters the frame it shows).
+    let filter = |frame: u32| {
+        let body = serde_json::json!({
+            "key": "samples/ct-phantom.dcm", "frame": frame, "format": "raw",
+            "steps": [{ "filter": "invert" }],
+        });
+        s.http.post(s.url("/api/filter")).json(&body).send()
+    };
+    let r = filter(0).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let (code, e) = error_code(filter(1).await.unwrap()).await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "{e}");
 }
