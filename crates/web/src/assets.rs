@@ -11,6 +11,17 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     ("/app.css", "text/css; charset=utf-8", include_bytes!("../assets/app.css")),
     ("/stack.js", "text/javascript; charset=utf-8", include_bytes!("../assets/stack.js")),
     ("/worklist.js", "text/javascript; charset=utf-8", include_bytes!("../assets/worklist.js")),
+    ("/util.js", "text/javascript; charset=utf-8", include_bytes!("../assets/util.js")),
+    ("/state.js", "text/javascript; charset=utf-8", include_bytes!("../assets/state.js")),
+    ("/status.js", "text/javascript; charset=utf-8", include_bytes!("../assets/status.js")),
+    ("/raster.js", "text/javascript; charset=utf-8", include_bytes!("../assets/raster.js")),
+    ("/browse.js", "text/javascript; charset=utf-8", include_bytes!("../assets/browse.js")),
+    ("/search.js", "text/javascript; charset=utf-8", include_bytes!("../assets/search.js")),
+    ("/series.js", "text/javascript; charset=utf-8", include_bytes!("../assets/series.js")),
+    ("/upload.js", "text/javascript; charset=utf-8", include_bytes!("../assets/upload.js")),
+    ("/viewer.js", "text/javascript; charset=utf-8", include_bytes!("../assets/viewer.js")),
+    ("/image.js", "text/javascript; charset=utf-8", include_bytes!("../assets/image.js")),
+    ("/filters.js", "text/javascript; charset=utf-8", include_bytes!("../assets/filters.js")),
     ("/favicon.svg", "image/svg+xml", include_bytes!("../assets/favicon.svg")),
     ("/dpss.html", "text/html; charset=utf-8", include_bytes!("../assets/dpss.html")),
     ("/dpss.js", "text/javascript; charset=utf-8", include_bytes!("../assets/dpss.js")),
@@ -33,4 +44,53 @@ pub fn serve(path: &str) -> Response {
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(PAGE_CSP));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ASSETS;
+
+    /// Every module a served script imports (`from './x.js'`) is served too: the browser loads
+    /// the whole module graph before it runs any of it, so one missing entry breaks the page.
+    #[test]
+    fn every_imported_module_is_served() {
+        for (path, _, body) in ASSETS.iter().filter(|(p, _, _)| p.ends_with(".js")) {
+            let text = std::str::from_utf8(body).unwrap();
+            for part in text.split("from './").skip(1) {
+                let name = &part[..part.find('\'').unwrap()];
+                let want = format!("/{name}");
+                assert!(
+                    ASSETS.iter().any(|(p, _, _)| *p == want),
+                    "{path} imports {want}, which is not served"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_page_preloads_exactly_the_modules_app_js_imports() {
+        let served = |p: &str| ASSETS.iter().find(|(q, _, _)| *q == p).map(|(_, _, b)| *b);
+        let page = std::str::from_utf8(served("/").unwrap()).unwrap();
+        let mut preloaded: Vec<&str> = page
+            .split("<link rel=\"modulepreload\" href=\"")
+            .skip(1)
+            .map(|part| &part[..part.find('"').unwrap()])
+            .collect();
+        // Every module reachable from app.js, by following the imports.
+        let mut reachable = vec![];
+        let mut todo = vec!["/app.js".to_string()];
+        while let Some(path) = todo.pop() {
+            let text = std::str::from_utf8(served(&path).unwrap()).unwrap();
+            for part in text.split("from './").skip(1) {
+                let want = format!("/{}", &part[..part.find('\'').unwrap()]);
+                if !reachable.contains(&want) {
+                    reachable.push(want.clone());
+                    todo.push(want);
+                }
+            }
+        }
+        preloaded.sort();
+        reachable.sort();
+        assert_eq!(preloaded, reachable);
+    }
 }

@@ -795,6 +795,17 @@ async fn the_page_and_its_assets_are_served() {
         ("/app.js", "text/javascript"),
         ("/stack.js", "text/javascript"),
         ("/worklist.js", "text/javascript"),
+        ("/util.js", "text/javascript"),
+        ("/state.js", "text/javascript"),
+        ("/status.js", "text/javascript"),
+        ("/raster.js", "text/javascript"),
+        ("/browse.js", "text/javascript"),
+        ("/search.js", "text/javascript"),
+        ("/series.js", "text/javascript"),
+        ("/upload.js", "text/javascript"),
+        ("/viewer.js", "text/javascript"),
+        ("/image.js", "text/javascript"),
+        ("/filters.js", "text/javascript"),
         ("/app.css", "text/css"),
     ] {
         let r = s.http.get(s.url(p)).send().await.unwrap();
