@@ -91,6 +91,12 @@ check(got.PixelData == first.PixelData, "… with its pixel data unchanged")
 check(len(client.retrieve_series(STUDY, SERIES)) == 3, "WADO-RS retrieves the series")
 meta = client.retrieve_study_metadata(STUDY)
 check(len(meta) == 3 and all("00080018" in m for m in meta), "WADO-RS study metadata")
+m = Dataset.from_json(meta[0])
+check(
+    (m.SamplesPerPixel, m.BitsStored, m.PixelRepresentation, m.Rows, m.Columns) == (1, 12, 0, 8, 12),
+    "… with the image pixel attributes",
+)
+check((float(m.RescaleIntercept), float(m.RescaleSlope)) == (-1024.0, 1.0), "… and the rescale")
 frames = client.retrieve_instance_frames(STUDY, SERIES, first.SOPInstanceUID, frame_numbers=[1])
 want = (np.frombuffer(first.PixelData, dtype="<u2") & 0x0FFF).astype("<u2").tobytes()
 check(len(frames) == 1 and frames[0] == want, "WADO-RS frame 1: the 12-bit samples")

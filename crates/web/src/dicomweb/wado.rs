@@ -156,6 +156,13 @@ pub async fn metadata(
                 )
                 .decimals("00200032", &numbers(&i.meta, "image_position_patient"))
                 .decimals("00200037", &numbers(&i.meta, "image_orientation_patient"))
+                .with_meta(&i.meta, PIXEL_FIELDS)
+                .int("00280002", "US", samples_per_pixel(&i.meta))
+                .int("00280103", "US", i.meta.get("signed").and_then(Value::as_bool).map(i64::from))
+                .decimals("00281050", &numbers(&i.meta, "window_center"))
+                .decimals("00281051", &numbers(&i.meta, "window_width"))
+                .decimals("00281052", &numbers(&i.meta, "rescale_intercept"))
+                .decimals("00281053", &numbers(&i.meta, "rescale_slope"))
                 .build()
         })
         .collect();
@@ -165,11 +172,22 @@ pub async fn metadata(
     Ok(r)
 }
 
-/// A numeric array of the index metadata (empty when absent).
+/// Image pixel attributes of the stored instance that the index keeps as text or integers.
+const PIXEL_FIELDS: &[(&str, &str, &str)] = &[("00280101", "US", "bits_stored")];
+
+/// A number or numeric array of the index metadata, as a list (empty when absent).
 fn numbers(meta: &Value, field: &str) -> Vec<f64> {
-    meta.get(field)
-        .and_then(Value::as_array)
-        .map_or_else(Vec::new, |a| a.iter().filter_map(Value::as_f64).collect())
+    match meta.get(field) {
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_f64).collect(),
+        Some(v) => v.as_f64().into_iter().collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Samples per Pixel: 3 for colour images, 1 for grey ones (from the decoded pixel kind).
+fn samples_per_pixel(meta: &Value) -> Option<i64> {
+    let kind = meta.get("pixel_kind")?.as_str()?;
+    Some(if kind.starts_with("rgb") { 3 } else { 1 })
 }
 
 /// `GET …/instances/{instance}/frames/{list}` (1-based frame numbers, comma-separated).
