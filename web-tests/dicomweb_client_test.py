@@ -153,4 +153,17 @@ check(len(answer.get("ReferencedSOPSequence", [])) == 1, "STOW-RS stores an inst
 found = client.search_for_instances(STUDY, SERIES, search_filters={"SOPInstanceUID": odd.SOPInstanceUID})
 check(len(found) == 1, "… QIDO-RS finds it")
 check(client.retrieve_instance(STUDY, SERIES, odd.SOPInstanceUID).PixelData == odd.PixelData, "… WADO-RS returns it")
+# Frames carry the stored values, whatever the representation: signed CT (two's complement,
+# with a rescale) and MONOCHROME1 (bright is low) read back exactly as stored.
+for name, signed, photometric in (("signed", 1, "MONOCHROME2"), ("MONOCHROME1", 0, "MONOCHROME1")):
+    ds = ct_slice(7)
+    ds.StudyInstanceUID, ds.SeriesInstanceUID = generate_uid(), generate_uid()
+    ds.PixelRepresentation, ds.PhotometricInterpretation = signed, photometric
+    ds.RescaleIntercept, ds.RescaleSlope = (0, 1) if signed else (-1024, 1)
+    values = np.arange(96).reshape(8, 12) * 41
+    values = values - 2048 if signed else values % 4096
+    ds.PixelData = values.astype("<i2" if signed else "<u2").tobytes()
+    check(len(client.store_instances([ds]).get("ReferencedSOPSequence", [])) == 1, f"STOW-RS of a {name} instance")
+    got = client.retrieve_instance_frames(ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.SOPInstanceUID, frame_numbers=[1])
+    check(got[0] == ds.PixelData, f"… WADO-RS frame 1 holds its stored values")
 print("dicomweb-client: all checks passed")

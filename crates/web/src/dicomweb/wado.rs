@@ -19,6 +19,8 @@ use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
+use bs_imageio::ImageMeta;
+use bs_imaging::DynImage;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
@@ -218,7 +220,7 @@ pub async fn frames(
             .iter()
             .map(|&n| {
                 // DICOMweb numbers frames from 1.
-                d.frame(n - 1).map(raw_bytes).ok_or_else(|| {
+                d.frame(n - 1).map(|f| stored_bytes(f, &d.meta)).ok_or_else(|| {
                     WebError::NotFound(format!(
                         "instance {instance} has {} frame(s), not frame {n}",
                         d.frame_count()
@@ -230,6 +232,38 @@ pub async fn frames(
     .await?;
     drop(turn);
     Ok(multipart("application/octet-stream", parts))
+}
+
+/// A frame as the instance stores its pixel values, as an uncompressed frame is sent (PS3.18
+/// 8.7.3.5: the Pixel Data of Explicit VR Little Endian), so that a client reading it with the
+/// instance's metadata (Pixel Representation, Rescale Slope/Intercept) gets the right values.
+/// The decoder's grey samples hold modality values shifted by `pixel_offset` (and mirrored for
+/// MONOCHROME1); they are mapped back to stored values, signed ones as two's complement.
+/// Colour images and samples the decoder spread over its range (`pixel_scale`: floating-point,
+/// 32-bit and 1-bit data) are sent as decoded, as `/api/pixels` gives them.
+fn stored_bytes(img: &DynImage, m: &ImageMeta) -> Bytes {
+    let slope = m.rescale_slope.unwrap_or(1.0);
+    let intercept = m.rescale_intercept.unwrap_or(0.0);
+    if img.channels() != 1 || m.pixel_offset.is_none() || m.pixel_scale.is_some() || slope == 0.0 {
+        return raw_bytes(img);
+    }
+    let stored = |p: u32| -> i64 {
+        let modality = m.modality_value(p).unwrap_or(f64::from(p));
+        ((modality - intercept) / slope).round() as i64
+    };
+    match img {
+        DynImage::U8(i) => {
+            Bytes::from(i.data.iter().map(|&p| stored(u32::from(p)) as u8).collect::<Vec<_>>())
+        }
+        DynImage::U16(i) => {
+            let mut out = Vec::with_capacity(i.data.len() * 2);
+            for &p in &i.data {
+                // Two's complement keeps signed values right whatever the sign.
+                out.extend_from_slice(&(stored(u32::from(p)) as u16).to_le_bytes());
+            }
+            Bytes::from(out)
+        }
+    }
 }
 
 /// Render an instance for display: windowed 8-bit, PNG or JPEG.
