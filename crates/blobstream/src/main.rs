@@ -23,6 +23,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    tune_allocator();
     let cli = cli::Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -70,5 +71,21 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Send(a) => distrib::send(g, a),
         Receive(a) => distrib::receive(g, a),
         Dpss(c) => dpss::run(g, c),
+    }
+}
+
+/// Keep freed memory for reuse instead of handing it back to the kernel at once. glibc trims
+/// the heap as soon as more than 128 KiB is free at its top (its dynamic threshold only rises
+/// to twice the largest mmapped block), so every image decode, filter output or transfer
+/// buffer of a few hundred KiB comes back as fresh pages: about 230 page faults for one 512²
+/// CT decode, three quarters of its time. With these settings up to 256 MiB of freed heap is
+/// kept and blocks below 32 MiB come from it; larger ones are still mapped and unmapped.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes glibc's allocation policy; it is called before any other
+    // thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
 }
