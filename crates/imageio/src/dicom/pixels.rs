@@ -275,22 +275,17 @@ fn gray(data: &[u8], l: &Layout) -> Result<(DynImage, Mapping), ImageIoError> {
     // A whole-number rescale with slope 1 (how CT stores Hounsfield units) is an addition:
     // done in registers on whole rows, where a table lookup per sample is a gather that does
     // not vectorise. The same values as `map` (checked for every bit pattern in the tests).
-    if l.bits_allocated == 16 && l.slope == 1.0 && l.intercept.fract() == 0.0 {
-        if let Some(add) = whole_i32(l.intercept + offset) {
-            let flip = inverted.then_some((p_lo + p_hi) as i32);
-            let out = add_rescale16(
-                &data[..2 * samples],
-                shift_of(l),
-                l.bits_stored,
-                l.signed,
-                add,
-                flip,
-            );
-            let image = Image::from_vec(w, h, 1, out)
-                .map_err(|e| ImageIoError::corrupt(DICOM, e.to_string()))?;
-            let offset = if inverted { p_lo + p_hi - offset } else { offset };
-            return Ok((DynImage::U16(image), Mapping { offset, inverted, scale: 1.0 }));
-        }
+    if l.bits_allocated == 16
+        && l.slope == 1.0
+        && let Some(add) = whole_i32(l.intercept + offset)
+    {
+        let flip = inverted.then_some((p_lo + p_hi) as i32);
+        let out =
+            add_rescale16(&data[..2 * samples], shift_of(l), l.bits_stored, l.signed, add, flip);
+        let image = Image::from_vec(w, h, 1, out)
+            .map_err(|e| ImageIoError::corrupt(DICOM, e.to_string()))?;
+        let offset = if inverted { p_lo + p_hi - offset } else { offset };
+        return Ok((DynImage::U16(image), Mapping { offset, inverted, scale: 1.0 }));
     }
     // A table of every stored bit pattern (2^Bits Stored entries, indexed by the bits
     // `stored` keeps) pays off once the image has more pixels than the table.
