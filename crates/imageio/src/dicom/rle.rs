@@ -67,14 +67,13 @@ pub(crate) fn decode_frame(
         }
     }
     let total = pixels.checked_mul(segments).ok_or_else(|| corrupt("image too large".into()))?;
-    let mut out = vec![0u8; total];
-    let stride = segments;
-    for seg in 0..segments {
-        let sample = seg / bytes_per_sample;
-        let byte_rank = seg % bytes_per_sample; // 0 = most significant
-        let dst_start = sample * bytes_per_sample + (bytes_per_sample - 1 - byte_rank);
+    // Each segment decodes into its own plane with slice copies and fills; the planes are then
+    // interleaved in one pass (a byte written at a stride per PackBits step is several times
+    // slower).
+    let mut planes = vec![0u8; total];
+    for (seg, plane) in planes.chunks_exact_mut(pixels.max(1)).enumerate().take(segments) {
         let src = &fragment[offsets[seg]..offsets[seg + 1]];
-        let written = unpack_bits(src, pixels, |i, v| out[dst_start + i * stride] = v);
+        let written = unpack_bits(src, plane);
         if written < pixels {
             return Err(ImageIoError::truncated(
                 DICOM,
@@ -82,12 +81,37 @@ pub(crate) fn decode_frame(
             ));
         }
     }
+    if segments == 1 {
+        return Ok(planes);
+    }
+    let mut out = vec![0u8; total];
+    // Segment `seg` holds byte `seg % bytes_per_sample` (0 = most significant) of sample
+    // `seg / bytes_per_sample`: position `sample · bytes + (bytes − 1 − rank)` of a pixel.
+    let position = |seg: usize| {
+        let (sample, rank) = (seg / bytes_per_sample, seg % bytes_per_sample);
+        sample * bytes_per_sample + (bytes_per_sample - 1 - rank)
+    };
+    if segments == 2 {
+        let (msb, lsb) = planes.split_at(pixels);
+        for ((o, &hi), &lo) in out.chunks_exact_mut(2).zip(msb).zip(lsb) {
+            o[position(0)] = hi;
+            o[position(1)] = lo;
+        }
+    } else {
+        for (seg, plane) in planes.chunks_exact(pixels.max(1)).enumerate().take(segments) {
+            let at = position(seg);
+            for (o, &v) in out.chunks_exact_mut(segments).zip(plane) {
+                o[at] = v;
+            }
+        }
+    }
     Ok(out)
 }
 
-/// PackBits-decode `src`, calling `put(index, byte)` for the first `want` output bytes; returns
-/// how many were produced (at most `want`; extra output is padding and ignored).
-fn unpack_bits(src: &[u8], want: usize, mut put: impl FnMut(usize, u8)) -> usize {
+/// PackBits-decode `src` into `dst`; returns how many bytes were produced (at most
+/// `dst.len()`; extra output is padding and ignored).
+fn unpack_bits(src: &[u8], dst: &mut [u8]) -> usize {
+    let want = dst.len();
     let mut n = 0;
     let mut i = 0;
     while i < src.len() && n < want {
@@ -95,18 +119,14 @@ fn unpack_bits(src: &[u8], want: usize, mut put: impl FnMut(usize, u8)) -> usize
         i += 1;
         if h >= 0 {
             let run = (h as usize + 1).min(src.len() - i).min(want - n);
-            for k in 0..run {
-                put(n + k, src[i + k]);
-            }
+            dst[n..n + run].copy_from_slice(&src[i..i + run]);
             n += run;
             i += h as usize + 1;
         } else if h != -128 {
             let Some(&v) = src.get(i) else { break };
             i += 1;
             let run = ((1 - h as isize) as usize).min(want - n);
-            for k in 0..run {
-                put(n + k, v);
-            }
+            dst[n..n + run].fill(v);
             n += run;
         }
     }
@@ -182,7 +202,7 @@ mod tests {
             0xAA,
         ];
         let mut out = vec![0u8; 24];
-        assert_eq!(unpack_bits(&encoded, 24, |i, v| out[i] = v), 24);
+        assert_eq!(unpack_bits(&encoded, &mut out[..24]), 24);
         assert_eq!(
             out,
             [
