@@ -110,6 +110,10 @@ pub(crate) fn decode(
         let data = super::jpeg12::decode(stream, layout)?;
         return Ok((data, Layout { planar: false, ..layout.clone() }));
     }
+    if header.precision == 8 && !header.lossless && layout.samples_per_pixel == 1 {
+        let data = super::jpeg12::decode8_gray(stream, layout)?;
+        return Ok((data, Layout { planar: false, ..layout.clone() }));
+    }
     let mut decoder = Decoder::new(stream);
     decoder.set_max_decoding_buffer_size(usize::try_from(max_bytes).unwrap_or(usize::MAX));
     let mut out_layout = Layout { planar: false, ..layout.clone() };

@@ -1,8 +1,11 @@
-//! 12-bit lossy JPEG (Extended, Process 4: 1.2.840.10008.1.2.4.51 with 12-bit samples, the
-//! usual encoding of lossy CT and MR) through libjpeg-turbo's TurboJPEG 3 API, built from the
-//! sources bundled in `turbojpeg-sys`. Written here by hand over the raw bindings because no
-//! pure-Rust decoder reads 12-bit lossy JPEG (jpeg-decoder and zune-jpeg stop at 8 bits) and
-//! the safe `turbojpeg` crate exposes only 8-bit samples.
+//! Lossy grayscale JPEG through libjpeg-turbo's TurboJPEG 3 API, built from the sources
+//! bundled in `turbojpeg-sys`: 12-bit (Extended, Process 4: 1.2.840.10008.1.2.4.51 with 12-bit
+//! samples, the usual encoding of lossy CT and MR) and 8-bit grey (Baseline and Extended).
+//! Written here by hand over the raw bindings because no pure-Rust decoder reads 12-bit lossy
+//! JPEG (jpeg-decoder and zune-jpeg stop at 8 bits) and the safe `turbojpeg` crate exposes
+//! only 8-bit samples. Colour stays with
+//! jpeg-decoder (`jpeg.rs`), which lets DICOM's photometric interpretation choose the colour
+//! transform; TurboJPEG decides it from the stream's markers alone.
 //!
 //! The stream's header is read first and checked against the DICOM header; the decoder then
 //! runs with a pixel limit and stops on the first warning, so a cut or damaged stream is an
@@ -27,7 +30,7 @@ impl Handle {
         // SAFETY: tj3Init takes a plain integer and returns a handle or NULL.
         let h = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as c_int) };
         if h.is_null() {
-            return Err(ImageIoError::corrupt(DICOM, "12-bit JPEG: cannot start the decoder"));
+            return Err(ImageIoError::corrupt(DICOM, "JPEG: cannot start the decoder"));
         }
         Ok(Self(h))
     }
@@ -49,7 +52,7 @@ impl Handle {
         // SAFETY: tj3GetErrorStr returns a NUL-terminated string owned by the handle, valid
         // until the next call on it; it is copied at once.
         let text = unsafe { CStr::from_ptr(tj::tj3GetErrorStr(self.0)) };
-        ImageIoError::corrupt(DICOM, format!("12-bit JPEG pixel data: {}", text.to_string_lossy()))
+        ImageIoError::corrupt(DICOM, format!("JPEG pixel data: {}", text.to_string_lossy()))
     }
 }
 
@@ -60,12 +63,9 @@ impl Drop for Handle {
     }
 }
 
-/// Decode one 12-bit (9 to 12 bits) lossy grayscale JPEG frame to native little-endian 16-bit
-/// samples.
-pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoError> {
-    if layout.samples_per_pixel != 1 {
-        return Err(ImageIoError::unsupported(DICOM, "12-bit lossy JPEG in colour"));
-    }
+/// A decompressor with the stream's header read and checked against the DICOM header, a
+/// pixel limit and stop-on-warning set: ready for one `tj3Decompress*` call.
+fn start(stream: &[u8], layout: &Layout) -> Result<Handle, ImageIoError> {
     let h = Handle::new()?;
     // SAFETY: the pointer and length describe `stream`, which outlives the call.
     if unsafe { tj::tj3DecompressHeader(h.0, stream.as_ptr(), stream.len() as tj::size_t) } != 0 {
@@ -75,15 +75,47 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoE
     if (w as usize, rows as usize) != (layout.cols, layout.rows) {
         return Err(ImageIoError::corrupt(
             DICOM,
-            format!(
-                "12-bit JPEG is {w}×{rows}, the DICOM header says {}×{}",
-                layout.cols, layout.rows
-            ),
+            format!("JPEG is {w}×{rows}, the DICOM header says {}×{}", layout.cols, layout.rows),
         ));
     }
     let pixels = layout.rows * layout.cols;
     h.set(tj::TJPARAM_TJPARAM_MAXPIXELS, i32::try_from(pixels).unwrap_or(i32::MAX))?;
     h.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 1)?;
+    Ok(h)
+}
+
+/// Decode one 8-bit lossy grayscale JPEG frame (Baseline or Extended) to 8-bit samples with
+/// libjpeg-turbo: its integer IDCT is the IJG one DCMTK builds on, so the grey levels match
+/// that toolkit's to the last bit; with NASM present at build time it also runs SIMD code.
+pub(crate) fn decode8_gray(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoError> {
+    let h = start(stream, layout)?;
+    let mut out = vec![0u8; layout.rows * layout.cols];
+    // SAFETY: `out` holds rows × cols one-byte samples, the size the header was checked to
+    // have (and the pixel limit enforces); pitch 0 means rows of `cols` samples.
+    let rc = unsafe {
+        tj::tj3Decompress8(
+            h.0,
+            stream.as_ptr(),
+            stream.len() as tj::size_t,
+            out.as_mut_ptr(),
+            0,
+            tj::TJPF_TJPF_GRAY as c_int,
+        )
+    };
+    if rc != 0 {
+        return Err(h.error());
+    }
+    Ok(out)
+}
+
+/// Decode one 12-bit (9 to 12 bits) lossy grayscale JPEG frame to native little-endian 16-bit
+/// samples.
+pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoError> {
+    if layout.samples_per_pixel != 1 {
+        return Err(ImageIoError::unsupported(DICOM, "12-bit lossy JPEG in colour"));
+    }
+    let h = start(stream, layout)?;
+    let pixels = layout.rows * layout.cols;
     let mut out = vec![0i16; pixels];
     // SAFETY: `out` holds width × height samples of one channel (pitch 0 = width), which is
     // what a TJPF_GRAY decode of the header just checked writes.

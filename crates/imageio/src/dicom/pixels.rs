@@ -252,7 +252,13 @@ fn gray(data: &[u8], l: &Layout) -> Result<(DynImage, Mapping), ImageIoError> {
                 (if inverted { max - v } else { v }) as u8
             })
             .collect();
-        let out = data.iter().map(|&b| lut[usize::from(b)]).collect();
+        // Most 8-bit images map every value to itself: a copy, not a lookup per sample.
+        let same = lut.iter().enumerate().all(|(i, &v)| usize::from(v) == i);
+        let out = if same {
+            data[..w * h].to_vec()
+        } else {
+            data[..w * h].iter().map(|&b| lut[usize::from(b)]).collect()
+        };
         let image = Image::from_vec(w, h, 1, out)
             .map_err(|e| ImageIoError::corrupt(DICOM, e.to_string()))?;
         let offset = if inverted { max as f64 } else { 0.0 };
