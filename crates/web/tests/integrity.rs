@@ -2,7 +2,8 @@
 //! never reaches a client as a complete, successful body — small blobs and ranges are refused
 //! with a 500 naming the corruption, large downloads stop at the bad chunk (the connection is
 //! aborted, so the body is shorter than its Content-Length), images are not decoded from
-//! rotten bytes, and `/metrics` counts what was found.
+//! rotten bytes, a WADO-RS answer stops before a rotted instance, and `/metrics` counts what
+//! was found.
 
 use std::sync::Arc;
 
@@ -179,5 +180,69 @@ async fn writes_through_any_door_keep_the_image_index_current() {
     .await;
     store.delete("studies/viaGrpc.png").unwrap();
     eventually("forgetting a deleted blob", async || search("viaGrpc").await.is_empty()).await;
+    web.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wado_rs_stops_at_a_rotted_instance() {
+    let store = MemStore::new();
+    let h = store.clone();
+    let web = WebServer::start(
+        Arc::new(store),
+        Arc::new(ImageIndex::open_in_memory().unwrap()),
+        Arc::new(Registry::builtin()),
+        WebConfig::ephemeral(),
+    )
+    .await
+    .unwrap();
+    let base = web.url().trim_end_matches('/').to_string();
+    let http = reqwest::Client::new();
+    let slices: Vec<Vec<u8>> = (1..=3).map(bs_web::samples::ct_series_slice).collect();
+    for (i, s) in slices.iter().enumerate() {
+        let r = http.put(format!("{base}/blobs/s/slice-{i}.dcm")).body(s.clone()).send().await;
+        assert!(r.unwrap().status().is_success());
+    }
+    let v: serde_json::Value =
+        http.get(format!("{base}/api/studies")).send().await.unwrap().json().await.unwrap();
+    let study = v["studies"][0]["study_uid"].as_str().unwrap().to_string();
+    let v: serde_json::Value = http
+        .get(format!("{base}/api/studies/{study}/series"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let series = v["series"][0]["series_uid"].as_str().unwrap().to_string();
+    let url = format!("{base}/dicomweb/studies/{study}/series/{series}");
+    let get = async || {
+        let mut r = http.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let promised = r.content_length().unwrap();
+        let mut got = Vec::new();
+        loop {
+            match r.chunk().await {
+                Ok(Some(c)) => got.extend_from_slice(&c),
+                Ok(None) => break (got, promised, false),
+                Err(_) => break (got, promised, true),
+            }
+        }
+    };
+    // Whole: every slice, in order, and the body as long as promised.
+    let (got, promised, failed) = get().await;
+    assert!(!failed && got.len() as u64 == promised);
+    let at = |needle: &[u8], hay: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    let places: Vec<_> = slices.iter().map(|s| at(s, &got).expect("every slice is sent")).collect();
+    assert!(places.windows(2).all(|p| p[0] < p[1]), "slice order: {places:?}");
+    // The middle slice rots: the answer stops before it, in error, and never carries its bytes.
+    h.damage("s/slice-1.dcm", slices[1].len() as u64 / 2, 0x08).unwrap();
+    let (got, promised, failed) = get().await;
+    assert!(failed || (got.len() as u64) < promised, "the body must end short or in error");
+    assert!(at(&slices[0], &got).is_some(), "the good first slice still arrives");
+    let mut rotted = slices[1].clone();
+    let mid = rotted.len() / 2;
+    rotted[mid] ^= 0x08;
+    assert!(at(&rotted[mid - 64..mid + 64], &got).is_none(), "rotted bytes were sent");
+    assert!(at(&slices[2], &got).is_none(), "nothing after the rotted slice");
     web.shutdown().await;
 }

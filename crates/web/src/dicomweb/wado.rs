@@ -85,9 +85,9 @@ impl Ids {
 }
 
 /// `GET /dicomweb/studies/{study}[/series/{series}[/instances/{instance}]]`: the instances
-/// are read one after another while the answer is sent (at most two ahead of the network), so a
-/// large study never sits in memory whole. An instance that fails its digest check ends the
-/// answer early, so the client sees a cut body, never a wrong byte with success.
+/// are read while the answer is sent (up to `READ_AHEAD_BYTES` ahead of the network, in
+/// parallel), so a large study never sits in memory whole. An instance that fails its digest
+/// check ends the answer early, so the client sees a cut body, never a wrong byte with success.
 pub async fn retrieve(
     State(st): State<Arc<AppState>>,
     Path(ids): Path<Ids>,
@@ -106,24 +106,50 @@ pub async fn retrieve(
     let len: u64 =
         found.iter().map(|(_, size)| head.len() as u64 + size + 2).sum::<u64>() + tail.len() as u64;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
-    tokio::task::spawn_blocking(move || {
-        for (name, _) in found {
-            let part = st.store.open_read(&name).and_then(|r| r.all());
-            let chunk = match part {
-                Ok(b) => b,
+    tokio::spawn(async move {
+        // Instances are read and checked on blocking threads ahead of the one being sent (up
+        // to READ_AHEAD_BYTES of them, at least one), so checking digests on one core overlaps
+        // with reading the next and sending on another; the answer keeps their order.
+        let read = |name: String| {
+            let st = st.clone();
+            tokio::task::spawn_blocking(move || {
+                let part = st.store.open_read(&name).and_then(|r| r.all());
+                part.map_err(|e| format!("{name}: {e}"))
+            })
+        };
+        let mut queue = found.into_iter().peekable();
+        let mut pending = std::collections::VecDeque::new();
+        let mut ahead = 0u64;
+        loop {
+            while let Some((_, size)) = queue.peek() {
+                if !pending.is_empty() && ahead + size > READ_AHEAD_BYTES {
+                    break;
+                }
+                let (name, size) = queue.next().expect("peeked");
+                ahead += size;
+                pending.push_back((size, read(name)));
+            }
+            let Some((size, job)) = pending.pop_front() else { break };
+            ahead -= size;
+            let chunk = match job.await {
+                Ok(Ok(b)) => b,
+                Ok(Err(e)) => {
+                    tracing::warn!("WADO-RS: {e}; the answer is cut short");
+                    let _ = tx.send(Err(std::io::Error::other(e))).await;
+                    return;
+                }
                 Err(e) => {
-                    tracing::warn!("WADO-RS: {name}: {e}; the answer is cut short");
-                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
                     return;
                 }
             };
             for c in [head.clone(), chunk, Bytes::from_static(b"\r\n")] {
-                if tx.blocking_send(Ok(c)).is_err() {
+                if tx.send(Ok(c)).await.is_err() {
                     return; // the client went away
                 }
             }
         }
-        let _ = tx.blocking_send(Ok(tail));
+        let _ = tx.send(Ok(tail)).await;
     });
     let mut r = Response::new(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)));
     let ct = format!("multipart/related; type=\"{kind}\"; boundary={boundary}");
@@ -131,6 +157,9 @@ pub async fn retrieve(
     r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(r)
 }
+
+/// How many bytes of instances WADO-RS reads ahead of the one it is sending.
+const READ_AHEAD_BYTES: u64 = 32 << 20;
 
 /// `GET …/metadata` at any level.
 pub async fn metadata(
