@@ -91,11 +91,12 @@ pub(crate) fn decode_frame(
         let (sample, rank) = (seg / bytes_per_sample, seg % bytes_per_sample);
         sample * bytes_per_sample + (bytes_per_sample - 1 - rank)
     };
-    if segments == 2 {
+    if segments == 2 && bytes_per_sample == 2 {
+        // One 16-bit sample: the high byte's plane first, written little-endian.
         let (msb, lsb) = planes.split_at(pixels);
         for ((o, &hi), &lo) in out.chunks_exact_mut(2).zip(msb).zip(lsb) {
-            o[position(0)] = hi;
-            o[position(1)] = lo;
+            o[0] = lo;
+            o[1] = hi;
         }
     } else {
         for (seg, plane) in planes.chunks_exact(pixels.max(1)).enumerate().take(segments) {
