@@ -26,7 +26,8 @@ struct Baseline {
 /// Run the benchmark (pydicom and its plugins must be in the bench virtualenv:
 /// `scripts/bench-setup.sh`).
 pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
-    let runs = if opts.quick { 5 } else { 21 };
+    // A native decode takes tens of microseconds: many runs, or the median is scheduling noise.
+    let runs = if opts.quick { 5 } else { 101 };
     let imports = "pydicom, pylibjpeg, openjpeg, rle, jpeg_ls, PIL, numpy";
     let Some((python, script)) = crate::python::find("dicom_baseline.py", imports) else {
         return Err(BenchError::Invalid(
