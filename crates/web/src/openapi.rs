@@ -457,7 +457,7 @@ fn schemas() -> Value {
             "example": { "key": "samples/test-card.png", "steps": [{ "filter": "blur", "params": { "size": 3 } }], "format": "png" },
             "properties": {
                 "key": key_schema(),
-                "frame": { "type": "integer", "minimum": 0, "description": "0-based frame of a multi-frame image (default 0)" },
+                "frame": { "type": "integer", "minimum": 0, "nullable": true, "description": "0-based frame of a multi-frame image (default 0; null is the default)" },
                 "steps": { "type": "array", "minItems": 1, "maxItems": 16, "items": {
                     "type": "object", "required": ["filter"], "additionalProperties": false,
                     "properties": { "filter": { "type": "string" },
