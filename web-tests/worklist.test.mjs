@@ -113,9 +113,13 @@ test('worklist: studies, series, slice scrolling, prefetch, cine', { timeout: 18
   await filteredDone();
   assert.equal((await page.evaluate(() => window.blobstream.view())).key, 'samples/ct-series/slice-04.dcm');
   assert.deepEqual(await page.locator('#filter-chain li').allTextContents().then((t) => t.map((x) => x.split(' — ')[0])), ['invert']);
+  assert.deepEqual((await stack()).chain, ['invert'], 'the chain belongs to the series');
   await page.click('#reset-filter');
+  assert.deepEqual((await stack()).chain, [], 'reset clears the series chain');
   await page.locator('#stack-slider').fill('5');
   await shown(4);
+  await page.waitForFunction(() => window.blobstream.view().key === 'samples/ct-series/slice-05.dcm' &&
+    document.querySelector('#filter-panel').dataset.state !== 'running');
   assert.equal((await page.evaluate(() => window.blobstream.view())).filtered, false, 'a reset chain stays reset');
 
   // The instances endpoint gives slice order from the image position, not the name.

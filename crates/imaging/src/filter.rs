@@ -142,8 +142,7 @@ impl Run {
     }
 
     /// Call `f(y, row)` for every output row of `out` (rows of `row_len` samples), in
-    /// parallel bands when this run has more than one thread and the output is large enough
-    /// to gain from them (see `PARALLEL_MIN`).
+    /// parallel bands when this run has more than one thread.
     pub fn rows<T: Send>(
         &self,
         out: &mut [T],
@@ -154,7 +153,7 @@ impl Run {
             return;
         }
         let n = self.thread_count();
-        if n <= 1 || out.len() < PARALLEL_MIN {
+        if n <= 1 {
             for (y, row) in out.chunks_mut(row_len).enumerate() {
                 f(y, row);
             }
@@ -173,13 +172,6 @@ impl Run {
     }
 }
 
-/// One rayon pool per thread count, built once.
-/// Outputs of fewer samples than this are computed on the calling thread whatever the run
-/// asks: waking a pool and handing out bands costs tens of microseconds, as long as a fast
-/// filter takes on a whole 512² image. Unit tests split even tiny images, so that the tests
-/// comparing thread counts exercise the parallel path.
-const PARALLEL_MIN: usize = if cfg!(test) { 1 } else { 1 << 20 };
-
 /// The cores this process may use, asked once: `available_parallelism` reads cgroup files on
 /// every call (tens of microseconds, as long as a whole filter on a small image).
 fn cores() -> usize {
@@ -187,6 +179,7 @@ fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// One rayon pool per thread count, built once.
 fn pool(n: usize) -> Arc<rayon::ThreadPool> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
     let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());

@@ -135,7 +135,11 @@ async function applyFilter() {
     fail(f.name, e);
     return;
   }
-  await runChain(img, [...img.chain, step]);
+  const steps = [...img.chain, step];
+  // Within a series the chain belongs to the series: every slice shown goes through it, even
+  // one whose own filtering is still running or failed (see `openImage`).
+  if (state.stack) state.stack.chain = steps;
+  await runChain(img, steps);
 }
 
 /**
@@ -237,6 +241,7 @@ export function setupFilterPanel() {
   });
   el.applyFilter.addEventListener('click', applyFilter);
   el.resetFilter.addEventListener('click', () => {
+    if (state.stack) state.stack.chain = [];
     resetFilterUi();
     setSaveNameDefault();
     updateWlReadout(); // back in the original's units

@@ -83,7 +83,7 @@ export async function openImage(key, opts = {}) {
     orig.map = { offset: Number(display.offset) || 0, inverted: !!display.inverted, scale: Number(display.scale) || 1 };
     const keep = inStack && opts.keepWindow && state.img && state.img.orig.ch === orig.ch;
     // Filters apply to the whole series: the next slice goes through the same chain.
-    const carry = inStack && state.img?.chain.length ? state.img.chain : null;
+    const carry = inStack && state.stack?.chain?.length ? state.stack.chain : null;
     state.img = { key, frame: opts.frame || 0, meta, display, orig, filt: null, chain: [] };
     resetFilterUi();
     buildPresets();
@@ -100,7 +100,7 @@ export async function openImage(key, opts = {}) {
     }
     ensureCanvasSize();
     if (!keep || state.fitted) fit();
-    // A carried chain draws its own result; the unfiltered slice is not flashed first.
+    // A carried chain draws its result when it arrives (the unfiltered slice shows meanwhile).
     if (carry) await runChain(state.img, carry);
     if (seq !== state.loadSeq) return;
     if (!state.img.filt) draw(); // no chain, or it failed (the filter panel says why)

@@ -33,7 +33,7 @@ export async function loadSlice(entry, signal) {
 export function stackInfo() {
   const st = state.stack;
   if (!st) return null;
-  return { kind: st.info.kind, index: st.index, length: st.length, cached: st.cachedCount(), playing: !!state.cine, key: st.entries[st.index].key, frame: st.entries[st.index].frame };
+  return { kind: st.info.kind, index: st.index, length: st.length, cached: st.cachedCount(), playing: !!state.cine, key: st.entries[st.index].key, frame: st.entries[st.index].frame, chain: (st.chain || []).map((c) => c.filter) };
 }
 
 export function closeStack() {

@@ -1,7 +1,7 @@
 //! JPEG pixel data (Baseline, Extended at 8 bits, Lossless Process 14 and SV1) through the
 //! pure-Rust `jpeg-decoder`, with DICOM's colour rule and a check of the stream's frame header
-//! against the DICOM header before any pixel is decoded; 12-bit Extended goes to the `jpeg12`
-//! module (libjpeg-turbo).
+//! against the DICOM header before any pixel is decoded; lossy grey (8 and 12 bits) goes to the
+//! `jpeg12` module (libjpeg-turbo).
 //!
 //! Colour: PS3.5 §8.2.1 says the Photometric Interpretation describes the compressed stream.
 //! So a lossy three-component stream labelled YBR_* is converted from YCbCr, and one labelled

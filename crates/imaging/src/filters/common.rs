@@ -87,10 +87,18 @@ pub(crate) fn bands<T: Send>(
     if row_len == 0 || out.is_empty() {
         return;
     }
+    // A small output stays on the calling thread whatever the run asks.
+    let run = if out.len() < PARALLEL_MIN { Run::single() } else { *run };
     let rows = out.len() / row_len;
     let per = rows.div_ceil(run.thread_count() * 4).max(1);
     run.rows(out, per * row_len, |b, band| f(b * per, band));
 }
+
+/// Image outputs of fewer samples than this are computed on the calling thread (see
+/// [`bands`]): waking a pool and handing out bands costs tens of microseconds, as long as a
+/// fast filter takes on a whole 512² image. Unit tests split even tiny images, so that the
+/// tests comparing thread counts exercise the parallel path.
+const PARALLEL_MIN: usize = if cfg!(test) { 1 } else { 1 << 20 };
 
 /// Whether to run the AVX2 builds of inner loops: true on x86-64 CPUs that have AVX2 (the
 /// check is a cached flag), false elsewhere and while a test forces the baseline build.

@@ -85,8 +85,8 @@ impl Ids {
 }
 
 /// `GET /dicomweb/studies/{study}[/series/{series}[/instances/{instance}]]`: the instances
-/// are read while the answer is sent (up to `READ_AHEAD_BYTES` ahead of the network, in
-/// parallel), so a large study never sits in memory whole. An instance that fails its digest
+/// are read while the answer is sent (up to `READ_AHEAD_BYTES` in `READ_AHEAD_READS` reads
+/// ahead of the network, in parallel), so a large study never sits in memory whole. An instance that fails its digest
 /// check ends the answer early, so the client sees a cut body, never a wrong byte with success.
 pub async fn retrieve(
     State(st): State<Arc<AppState>>,
@@ -122,7 +122,9 @@ pub async fn retrieve(
         let mut ahead = 0u64;
         loop {
             while let Some((_, size)) = queue.peek() {
-                if !pending.is_empty() && ahead + size > READ_AHEAD_BYTES {
+                if !pending.is_empty()
+                    && (ahead + size > READ_AHEAD_BYTES || pending.len() >= READ_AHEAD_READS)
+                {
                     break;
                 }
                 let (name, size) = queue.next().expect("peeked");
@@ -139,6 +141,9 @@ pub async fn retrieve(
                     return;
                 }
                 Err(e) => {
+                    tracing::error!(
+                        "WADO-RS: a read did not finish ({e}); the answer is cut short"
+                    );
                     let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
                     return;
                 }
@@ -158,8 +163,11 @@ pub async fn retrieve(
     Ok(r)
 }
 
-/// How many bytes of instances WADO-RS reads ahead of the one it is sending.
+/// How many bytes of instances WADO-RS reads ahead of the one it is sending, and in how many
+/// reads at most (so that one request of thousands of small instances does not fill the
+/// blocking pool every other request needs).
 const READ_AHEAD_BYTES: u64 = 32 << 20;
+const READ_AHEAD_READS: usize = 4;
 
 /// `GET …/metadata` at any level.
 pub async fn metadata(
@@ -267,13 +275,23 @@ pub async fn frames(
 /// 8.7.3.5: the Pixel Data of Explicit VR Little Endian), so that a client reading it with the
 /// instance's metadata (Pixel Representation, Rescale Slope/Intercept) gets the right values.
 /// The decoder's grey samples hold modality values shifted by `pixel_offset` (and mirrored for
-/// MONOCHROME1); they are mapped back to stored values, signed ones as two's complement.
-/// Colour images and samples the decoder spread over its range (`pixel_scale`: floating-point,
-/// 32-bit and 1-bit data) are sent as decoded, as `/api/pixels` gives them.
+/// MONOCHROME1); they are mapped back to stored values, signed ones as two's complement, when
+/// that is exact (see below). Colour images, samples the decoder spread over its range
+/// (`pixel_scale`: floating-point, 32-bit and 1-bit data) and grey images with a fractional
+/// rescale are sent as decoded, as `/api/pixels` gives them.
 fn stored_bytes(img: &DynImage, m: &ImageMeta) -> Bytes {
     let slope = m.rescale_slope.unwrap_or(1.0);
     let intercept = m.rescale_intercept.unwrap_or(0.0);
-    if img.channels() != 1 || m.pixel_offset.is_none() || m.pixel_scale.is_some() || slope == 0.0 {
+    // Exact only where the decoder's mapping is: slope 1 and a whole intercept (other rescales
+    // were rounded to whole modality values), and a sample as wide as the decoded one (an
+    // 8-bit image with a sign or a rescale decodes to 16 bits).
+    let exact = slope == 1.0
+        && intercept.fract() == 0.0
+        && match img {
+            DynImage::U8(_) => true,
+            DynImage::U16(_) => m.bits_stored > 8,
+        };
+    if img.channels() != 1 || m.pixel_offset.is_none() || m.pixel_scale.is_some() || !exact {
         return raw_bytes(img);
     }
     let stored = |p: u32| -> i64 {
