@@ -309,21 +309,7 @@ impl ImageIndex {
 
     /// Record that `name` at `digest` is not a readable image, and why.
     pub fn put_not_image(&self, name: &str, digest: &str, reason: &str) -> Result<()> {
-        let meta = serde_json::json!({ "error": reason }).to_string();
-        self.upsert(IndexRow {
-            name,
-            digest,
-            is_image: false,
-            patient: String::new(),
-            modality: String::new(),
-            study_date: "",
-            meta: &meta,
-            search_text: String::new(),
-            study_uid: "",
-            series_uid: "",
-            slice_pos: None,
-            instance_no: None,
-        })
+        self.put_undecodable_dicom(name, digest, &BTreeMap::new(), reason)
     }
 
     /// The entry for `name`, whatever digest it was made from.

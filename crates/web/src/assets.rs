@@ -50,15 +50,21 @@ pub fn serve(path: &str) -> Response {
 mod tests {
     use super::ASSETS;
 
+    /// The served paths a script imports (`from './x.js'` gives `/x.js`).
+    fn imports(script: &[u8]) -> Vec<String> {
+        let text = std::str::from_utf8(script).unwrap();
+        text.split("from './")
+            .skip(1)
+            .map(|p| format!("/{}", &p[..p.find('\'').unwrap()]))
+            .collect()
+    }
+
     /// Every module a served script imports (`from './x.js'`) is served too: the browser loads
     /// the whole module graph before it runs any of it, so one missing entry breaks the page.
     #[test]
     fn every_imported_module_is_served() {
         for (path, _, body) in ASSETS.iter().filter(|(p, _, _)| p.ends_with(".js")) {
-            let text = std::str::from_utf8(body).unwrap();
-            for part in text.split("from './").skip(1) {
-                let name = &part[..part.find('\'').unwrap()];
-                let want = format!("/{name}");
+            for want in imports(body) {
                 assert!(
                     ASSETS.iter().any(|(p, _, _)| *p == want),
                     "{path} imports {want}, which is not served"
@@ -80,9 +86,7 @@ mod tests {
         let mut reachable = vec![];
         let mut todo = vec!["/app.js".to_string()];
         while let Some(path) = todo.pop() {
-            let text = std::str::from_utf8(served(&path).unwrap()).unwrap();
-            for part in text.split("from './").skip(1) {
-                let want = format!("/{}", &part[..part.find('\'').unwrap()]);
+            for want in imports(served(&path).unwrap()) {
                 if !reachable.contains(&want) {
                     reachable.push(want.clone());
                     todo.push(want);

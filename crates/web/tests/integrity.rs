@@ -29,6 +29,16 @@ fn png() -> Vec<u8> {
     bs_imageio::encode(&bs_imaging::DynImage::U8(img), bs_imageio::Format::Png).unwrap()
 }
 
+/// A web server over `store` with a fresh in-memory index, and its base URL.
+async fn start(store: Arc<dyn Store>) -> (WebServer, String) {
+    let index = Arc::new(ImageIndex::open_in_memory().unwrap());
+    let web = WebServer::start(store, index, Arc::new(Registry::builtin()), WebConfig::ephemeral())
+        .await
+        .unwrap();
+    let base = web.url().trim_end_matches('/').to_string();
+    (web, base)
+}
+
 /// What damages a stored blob: (blob name, byte offset).
 type Damage = Box<dyn Fn(&str, u64) + Send + Sync>;
 
@@ -38,16 +48,7 @@ async fn rot_never_served_as_success(store: Arc<dyn Store>, damage: Damage) {
     let spec = bs_store::RouteSpec { name: "card.png".into(), ..Default::default() };
     bs_store::put_bytes(&*store, &spec, &image).unwrap();
     damage("card.png", image.len() as u64 / 2);
-    let registry = Arc::new(Registry::builtin());
-    let web = WebServer::start(
-        store.clone(),
-        Arc::new(ImageIndex::open_in_memory().unwrap()),
-        registry,
-        WebConfig::ephemeral(),
-    )
-    .await
-    .unwrap();
-    let base = web.url().trim_end_matches('/').to_string();
+    let (web, base) = start(store.clone()).await;
     let http = reqwest::Client::new();
     let big = data(80 << 20, 1);
     let small = data(43_000, 2);
@@ -150,15 +151,7 @@ async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
 #[tokio::test]
 async fn writes_through_any_door_keep_the_image_index_current() {
     let store = Arc::new(MemStore::new());
-    let web = WebServer::start(
-        store.clone(),
-        Arc::new(ImageIndex::open_in_memory().unwrap()),
-        Arc::new(Registry::builtin()),
-        WebConfig::ephemeral(),
-    )
-    .await
-    .unwrap();
-    let base = web.url().trim_end_matches('/').to_string();
+    let (web, base) = start(store.clone()).await;
     let http = reqwest::Client::new();
     let search = async |q: &str| -> Vec<String> {
         let v: serde_json::Value = http
@@ -187,15 +180,7 @@ async fn writes_through_any_door_keep_the_image_index_current() {
 async fn wado_rs_stops_at_a_rotted_instance() {
     let store = MemStore::new();
     let h = store.clone();
-    let web = WebServer::start(
-        Arc::new(store),
-        Arc::new(ImageIndex::open_in_memory().unwrap()),
-        Arc::new(Registry::builtin()),
-        WebConfig::ephemeral(),
-    )
-    .await
-    .unwrap();
-    let base = web.url().trim_end_matches('/').to_string();
+    let (web, base) = start(Arc::new(store)).await;
     let http = reqwest::Client::new();
     let slices: Vec<Vec<u8>> = (1..=3).map(bs_web::samples::ct_series_slice).collect();
     for (i, s) in slices.iter().enumerate() {

@@ -256,7 +256,9 @@ fn blur_band_body<T: Sample, A: Acc>(
     let n = 2 * r + 1;
     let rl = w * c;
     let mut col = vec![A::default(); rl];
-    let mut hs = vec![A::default(); rl];
+    // Row sums and prefix scratch only where the fused pass does not apply.
+    let fused = n <= DIRECT_MAX && w >= n;
+    let mut hs = vec![A::default(); if fused { 0 } else { rl }];
     let mut scratch = vec![A::default(); if n > DIRECT_MAX { rl } else { 0 }];
     for yy in y0.saturating_sub(r)..(y0 + r + 1).min(h) {
         for (s, &v) in col.iter_mut().zip(img.row(yy)) {
@@ -287,7 +289,7 @@ fn blur_band_body<T: Sample, A: Acc>(
             }
         }
         let cy = (y + r).min(h - 1) - y.saturating_sub(r) + 1;
-        if n <= DIRECT_MAX && w >= n {
+        if fused {
             // Full windows: the sum of n shifted column sums, divided, in one pass.
             let o = &mut orow[r * c..(w - r) * c];
             let f = fast[cy - 1];

@@ -120,16 +120,15 @@ fn sharpen_band_body<T: Sample>(img: &Image<T>, p: f64, g: f64, y0: usize, band:
         } else if c == 3 {
             // Eight pixels at a time with fixed offsets, which the compiler turns into vector
             // shuffles (a stride-3 loop of unknown length stays scalar).
-            let (d8, p8) = (dst.chunks_exact_mut(8), row.chunks_exact(24));
-            let (dt, pt) = (d8.into_remainder().len(), p8.remainder());
-            for (d, px) in dst.chunks_exact_mut(8).zip(row.chunks_exact(24)) {
+            let whole = dst.len() / 8 * 8;
+            let (head, tail) = dst.split_at_mut(whole);
+            for (d, px) in head.chunks_exact_mut(8).zip(row.chunks_exact(24)) {
                 for i in 0..8 {
                     let p = &px[3 * i..3 * i + 3];
                     d[i] = p[0].to_u32().max(p[1].to_u32()).max(p[2].to_u32());
                 }
             }
-            let n = dst.len();
-            for (d, px) in dst[n - dt..].iter_mut().zip(pt.chunks_exact(3)) {
+            for (d, px) in tail.iter_mut().zip(row[3 * whole..].chunks_exact(3)) {
                 *d = px[0].to_u32().max(px[1].to_u32()).max(px[2].to_u32());
             }
         } else {

@@ -67,6 +67,15 @@ impl Object {
         self
     }
 
+    /// The patient, study, series and instance attributes of an instance's index metadata:
+    /// what every instance-level answer (QIDO-RS, WADO-RS metadata) starts from.
+    pub fn instance(meta: &Value) -> Self {
+        Self::default()
+            .with_meta(meta, STUDY_FIELDS)
+            .with_meta(meta, SERIES_FIELDS)
+            .with_meta(meta, INSTANCE_FIELDS)
+    }
+
     pub fn build(self) -> Value {
         Value::Object(self.0)
     }

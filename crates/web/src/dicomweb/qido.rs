@@ -17,7 +17,7 @@ use axum::response::Response;
 use bs_meta::ImageQuery;
 use serde_json::Value;
 
-use super::json::{INSTANCE_FIELDS, Object, SERIES_FIELDS, STUDY_FIELDS};
+use super::json::{Object, SERIES_FIELDS, STUDY_FIELDS};
 use super::{check_uid, instances, meta_text as text};
 use crate::error::WebError;
 use crate::{AppState, blocking, query};
@@ -252,10 +252,7 @@ pub async fn instances_of(
         .into_iter()
         .filter(|i| want.is_none_or(|w| w == i.uid("sop_instance_uid")))
         .map(|i| {
-            Object::default()
-                .with_meta(&i.meta, STUDY_FIELDS)
-                .with_meta(&i.meta, SERIES_FIELDS)
-                .with_meta(&i.meta, INSTANCE_FIELDS)
+            Object::instance(&i.meta)
                 .text(
                     "00081190",
                     "UR",

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::json::{INSTANCE_FIELDS, Object, SERIES_FIELDS, STUDY_FIELDS};
+use super::json::Object;
 use super::{Instance, check_uid, instances};
 use crate::error::WebError;
 use crate::images::raw_bytes;
@@ -182,10 +182,7 @@ pub async fn metadata(
     let items: Vec<Value> = found
         .iter()
         .map(|i| {
-            Object::default()
-                .with_meta(&i.meta, STUDY_FIELDS)
-                .with_meta(&i.meta, SERIES_FIELDS)
-                .with_meta(&i.meta, INSTANCE_FIELDS)
+            Object::instance(&i.meta)
                 .with_meta(
                     &i.meta,
                     &[
