@@ -9,6 +9,7 @@
 mod batch;
 mod benchmarks_md;
 pub mod bindings;
+pub mod delayline;
 mod dicom;
 mod dicomweb;
 mod dpss;

@@ -174,8 +174,9 @@ impl Factory {
                 let _ = self.inner.mem.abort(key.name());
             }
             Location::File => {
-                let _ =
-                    std::fs::remove_file(crate::proxy::part_path(&key.path().expect("file key")));
+                let dest = key.path().expect("file key");
+                let _ = std::fs::remove_file(crate::proxy::part_path(&dest));
+                let _ = std::fs::remove_file(crate::ranges::ranges_path(&dest));
             }
             Location::Remote(server) => {
                 let _ = self.client(server)?.abort(key.name());

@@ -57,6 +57,7 @@ mod factory;
 mod key;
 mod options;
 mod proxy;
+pub mod ranges;
 mod transporter;
 
 pub use batch::{

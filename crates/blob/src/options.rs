@@ -42,6 +42,10 @@ pub struct Options {
     /// Sync: leave a destination that already holds the same bytes (same size and digest,
     /// read back now) as it is, and replace one that differs.
     pub if_different: bool,
+    /// Data connections for one remote blob pulled into a local file, each carrying a range
+    /// (see [`crate::ranges`]); 0 lets the copy choose (several only for a large blob on a
+    /// far server), 1 is one connection.
+    pub connections: usize,
 }
 
 impl Options {
@@ -55,6 +59,7 @@ impl Options {
             resume: false,
             overwrite: false,
             if_different: false,
+            connections: 0,
         }
     }
 
@@ -88,6 +93,12 @@ impl Options {
 
     pub fn overwrite(mut self, yes: bool) -> Self {
         self.overwrite = yes;
+        self
+    }
+
+    /// Data connections for one blob (see [`Options::connections`]).
+    pub fn connections(mut self, n: usize) -> Self {
+        self.connections = n;
         self
     }
 

@@ -342,6 +342,22 @@ impl BlobProxy {
         })
     }
 
+    /// The client and blob behind a remote reader.
+    pub(crate) fn remote(&self) -> Option<(&Client, &BlobInfo)> {
+        match &self.slot {
+            Slot::RemoteRead { client, info, .. } => Some((client, info)),
+            _ => None,
+        }
+    }
+
+    /// A local writer's part file and the path it becomes.
+    pub(crate) fn file_dest(&self) -> Option<(&File, &std::path::Path)> {
+        match &self.slot {
+            Slot::FileWrite { file, dest, .. } => Some((file, dest)),
+            _ => None,
+        }
+    }
+
     /// The file behind a local reader or writer.
     pub(crate) fn local_file(&self) -> Option<&File> {
         match &self.slot {

@@ -41,6 +41,10 @@ pub enum CopyPath {
     Relay,
     /// Nothing moved: the destination already held the same bytes (same size and digest).
     AlreadyThere,
+    /// Pulled from a remote store as ranges over several connections at once (see
+    /// [`crate::ranges`]); `reconnects`: ranges continued on a new connection after theirs
+    /// dropped.
+    Parallel { connections: usize, reconnects: usize },
 }
 
 /// What a finished copy did.
@@ -196,6 +200,22 @@ fn copy_keys(
             r => r?,
         };
         routed.set(true);
+        if let (Some((client, info)), Some((file, dest))) = (src.remote(), out.file_dest()) {
+            let n = crate::ranges::connections(client, info, o.connections);
+            if n > 1 {
+                let p = crate::ranges::pull(client, info, file, dest, n, &deadline, o)?;
+                out.seek_unchecked(size);
+                out.close()?;
+                return Ok(Copied {
+                    bytes: p.moved,
+                    resumed_from: p.resumed_from,
+                    path: CopyPath::Parallel {
+                        connections: p.connections,
+                        reconnects: p.reconnects,
+                    },
+                });
+            }
+        }
         let mut start = 0;
         if o.resume {
             let algo = DigestAlgo::default();

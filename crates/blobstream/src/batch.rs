@@ -23,12 +23,13 @@ pub fn put(g: &Global, a: PutArgs) -> Result<()> {
         ..NewBlob::default()
     };
     let opts = Options::blocking().resume(!a.no_resume).overwrite(a.overwrite);
+    let opts = opts.connections(a.transfer.connections);
     let b = Batch { g, opts, many: &a.batch.many, t: &a.transfer, delete: false, verb: "put -r" };
     b.upload(&a.file, &g.server, &a.key, &template)
 }
 
 pub fn get(g: &Global, a: GetArgs) -> Result<()> {
-    let opts = Options::blocking().resume(!a.no_resume);
+    let opts = Options::blocking().resume(!a.no_resume).connections(a.transfer.connections);
     let b = Batch { g, opts, many: &a.batch.many, t: &a.transfer, delete: false, verb: "get -r" };
     b.download(&g.server, &a.key, Path::new(&a.file))
 }
@@ -39,6 +40,7 @@ pub fn sync(g: &Global, a: SyncArgs) -> Result<()> {
     let dst = commands::operand(g, &a.dst)?;
     // Replace what differs; an interrupted copy of the same source still resumes.
     let opts = Options::blocking().resume(true).if_different(true);
+    let opts = opts.connections(a.transfer.connections);
     let b = Batch { g, opts, many: &a.many, t: &a.transfer, delete: a.delete, verb: "sync" };
     match (src.location(), dst.location()) {
         (Location::File, Location::Remote(server)) => {

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use anyhow::{Context, Result};
 use bs_bench::{BenchOptions, run_filters, run_http, run_transfer, write_benchmarks_md};
 
-use crate::cli::{BenchArgs, BenchCommand};
+use crate::cli::{BenchArgs, BenchCommand, DelayLineArgs};
 
 /// What every benchmark hands back for printing and for BENCHMARKS.md.
 struct Outcome {
@@ -19,7 +19,11 @@ struct Outcome {
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
+    if let BenchCommand::DelayLine(d) = &cmd {
+        return delay_line(d);
+    }
     let (a, section) = match &cmd {
+        BenchCommand::DelayLine(_) => unreachable!("handled above"),
         BenchCommand::Transfer(a) => (a, "transfer"),
         BenchCommand::Filters(a) => (a, "filters"),
         BenchCommand::Http(a) => (a, "http"),
@@ -70,6 +74,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Dicomweb(_) => {
             rows(bs_bench::run_dicomweb(&opts).context("DICOMweb benchmark")?)
         }
+        BenchCommand::DelayLine(_) => unreachable!("handled above"),
         BenchCommand::Batch(_) => {
             let me = std::env::current_exe().context("finding the blobstream binary")?;
             rows(bs_bench::run_batch(&opts, &me).context("batch benchmark")?)
@@ -112,4 +117,21 @@ fn rows(r: bs_bench::RowsReport) -> Outcome {
 fn progress(a: &BenchArgs) -> Option<bs_bench::Progress> {
     (std::io::stderr().is_terminal() || !a.json)
         .then(|| Box::new(|line: &str| eprintln!("  {line}")) as bs_bench::Progress)
+}
+
+fn delay_line(d: &DelayLineArgs) -> Result<()> {
+    let ms = |v: f64, what: &str| {
+        anyhow::ensure!(v.is_finite() && (0.0..=10_000.0).contains(&v), "--{what} {v}: 0 to 10000");
+        Ok(std::time::Duration::from_secs_f64(v / 1000.0))
+    };
+    let shape = bs_bench::delayline::LinkShape {
+        delay: ms(d.delay_ms, "delay-ms")?,
+        rate_bps: d.rate_mbit.saturating_mul(1_000_000),
+        queue: ms(d.queue_ms, "queue-ms")?,
+        loss_ppm: d.loss_ppm,
+        seed: d.seed,
+    };
+    let back = bs_bench::delayline::LinkShape { seed: d.seed.wrapping_add(1), ..shape };
+    bs_bench::delayline::run(&d.a, &d.b, shape, back, || println!("ready"))
+        .with_context(|| format!("delay line between TUN devices {} and {}", d.a, d.b))
 }

@@ -753,6 +753,11 @@ pub struct TransferFlags {
     /// fragment:SIZE, pace:BYTES/S, null. The end-to-end digest is checked either way.
     #[arg(long = "layer", value_name = "LAYER")]
     pub layers: Vec<String>,
+    /// Data connections for one blob downloaded into a file, each carrying a range of it
+    /// (GridFTP's MODE E): 0 chooses, using 4 for blobs of 64 MiB or more from a server
+    /// 5 ms or more away and 1 otherwise.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub connections: usize,
 }
 
 #[derive(Args)]
@@ -835,6 +840,35 @@ pub enum BenchCommand {
     /// DICOMweb: STOW-RS and WADO-RS of a 200-slice CT series against Orthanc with its
     /// DICOMweb plugin on the same machine.
     Dicomweb(BenchArgs),
+    /// Not a benchmark: the user-space delay line the namespace scripts put between two
+    /// network namespaces (this kernel has no netem). Creates TUN devices A and B, prints
+    /// "ready", and forwards packets both ways with the delay, rate, queue and loss given,
+    /// until stopped.
+    #[command(name = "delay-line")]
+    DelayLine(DelayLineArgs),
+}
+
+#[derive(Args)]
+pub struct DelayLineArgs {
+    /// The TUN device on one side (created by this command).
+    pub a: String,
+    /// The TUN device on the other side.
+    pub b: String,
+    /// One-way delay, each way, in milliseconds (the RTT is twice this).
+    #[arg(long, default_value_t = 25.0)]
+    pub delay_ms: f64,
+    /// Bottleneck rate each way, in Mbit/s; 0: unlimited.
+    #[arg(long, default_value_t = 1000)]
+    pub rate_mbit: u64,
+    /// Longest a packet queues at the bottleneck before it is dropped, in milliseconds.
+    #[arg(long, default_value_t = 50.0)]
+    pub queue_ms: f64,
+    /// Packets lost at random, in parts per million (100 = 0.01 %).
+    #[arg(long, default_value_t = 0)]
+    pub loss_ppm: u32,
+    /// Seed of the loss pattern (the same seed loses the same packets).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(Args)]

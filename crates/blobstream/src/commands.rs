@@ -75,11 +75,13 @@ fn copy(
     spec: &NewBlob,
     opts: Options,
 ) -> Result<bs_blob::Copied> {
-    let t = Transporter::new(factory(g, t)?);
+    let transporter = Transporter::new(factory(g, t)?);
     let pb = progress::bar(dst.name());
     let (pb2, quiet) = (pb.clone(), g.quiet);
-    let opts = opts.progress(move |done, total| progress::update(&pb2, done, total, quiet));
-    let res = t.copy_as(src, dst, spec, &opts).wait();
+    let opts = opts
+        .connections(t.connections)
+        .progress(move |done, total| progress::update(&pb2, done, total, quiet));
+    let res = transporter.copy_as(src, dst, spec, &opts).wait();
     pb.finish_and_clear();
     res.with_context(|| format!("copying {src} to {dst}"))
 }
@@ -107,7 +109,16 @@ fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
         } else {
             String::new()
         };
-        eprintln!("{what}: {} bytes{resumed}", c.bytes + c.resumed_from);
+        let over = match c.path {
+            bs_blob::CopyPath::Parallel { connections, reconnects: 0 } => {
+                format!(" over {connections} connections")
+            }
+            bs_blob::CopyPath::Parallel { connections, reconnects } => {
+                format!(" over {connections} connections ({reconnects} reconnected)")
+            }
+            _ => String::new(),
+        };
+        eprintln!("{what}: {} bytes{resumed}{over}", c.bytes + c.resumed_from);
     }
 }
 

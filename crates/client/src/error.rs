@@ -78,6 +78,25 @@ impl ClientError {
         }
     }
 
+    /// Whether the data connection was lost (an I/O error, the peer gone, a timeout, or
+    /// none could be made): worth another connection, unlike a refusal or bad bytes.
+    pub fn is_connection_lost(&self) -> bool {
+        let lost = |t: &TransportError| {
+            matches!(
+                t,
+                TransportError::Io(_)
+                    | TransportError::Timeout
+                    | TransportError::Truncated { .. }
+                    | TransportError::Closed
+            )
+        };
+        match self {
+            Self::Connect { .. } | Self::Timeout => true,
+            Self::Transfer(t) | Self::Binding(bs_binding::BindingError::Transport(t)) => lost(t),
+            _ => false,
+        }
+    }
+
     /// Timeouts on either plane.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout | Self::Transfer(TransportError::Timeout))

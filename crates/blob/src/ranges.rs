@@ -1,0 +1,417 @@
+//! One blob over several connections at once (GridFTP's MODE E): a remote blob pulled into a
+//! local file as N ranges, each on its own data connection, written in place at its offset.
+//!
+//! - **How many:** [`Options::connections`]; 0 lets the copy choose: one connection for blobs
+//!   under [`AUTO_MIN_SIZE`] or a server nearer than [`AUTO_MIN_RTT`] (a control-plane round
+//!   trip, timed), else [`AUTO_CONNECTIONS`] — on a near server one connection already runs at
+//!   the disk's or the CPU's speed, on a far one a single TCP window cannot fill the link.
+//! - **Ranges:** equal, aligned to the server's 1 MiB chunks (its DATA frames then stay whole).
+//!   Each range is a ranged pull; its SUM frame checks that range's bytes.
+//! - **A dropped connection** (I/O error, timeout, peer gone) costs that range a new
+//!   connection, not the copy: the bytes it already wrote are checked against the server's
+//!   digest of the same range (`RangeDigest`), and the range continues after them, or starts
+//!   over when they differ. At most [`ATTEMPTS`] tries per range.
+//! - **Resume:** the ranges' progress is kept next to the part file, in
+//!   `<dest>.blobstream-ranges` (text: a header line `blobstream-ranges 1 <digest> <size>`,
+//!   then `<start> <end> <done>` per range). A later copy with `resume` checks every range's
+//!   bytes the same way before trusting them. A part file left by a one-connection copy
+//!   counts as its contiguous prefix.
+//! - **End to end:** while the ranges arrive, a hasher follows the contiguous prefix written
+//!   so far and digests the whole file in order; at the end it must equal the digest the
+//!   server stored at commit, or the copy fails and its part file is discarded.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bs_client::{BlobInfo, Client, ClientError};
+use bs_store::digest_file_range;
+use bs_wire::{Digest, DigestAlgo};
+
+use crate::error::BlobError;
+use crate::options::{Deadline, Options};
+
+type Result<T> = std::result::Result<T, BlobError>;
+
+/// Blobs smaller than this go over one connection unless more are asked for.
+pub const AUTO_MIN_SIZE: u64 = 64 << 20;
+/// A server answering faster than this is near: one connection.
+pub const AUTO_MIN_RTT: Duration = Duration::from_millis(5);
+/// Connections an automatic choice uses for a far server.
+pub const AUTO_CONNECTIONS: usize = 4;
+/// Most connections one copy opens.
+pub const MAX_CONNECTIONS: usize = 32;
+/// Tries per range (the first and the retries after a dropped connection).
+pub const ATTEMPTS: usize = 4;
+/// Range boundaries fall on the server's chunk boundaries.
+const ALIGN: u64 = 1 << 20;
+/// Longest wait for a peer on one read when no deadline is nearer.
+const IO_WAIT: Duration = Duration::from_secs(30);
+/// How often progress is reported and the ranges file rewritten.
+const TICK: Duration = Duration::from_millis(200);
+
+/// The file that keeps a parallel pull's progress between runs.
+pub fn ranges_path(dest: &Path) -> PathBuf {
+    let mut p = dest.as_os_str().to_owned();
+    p.push(".blobstream-ranges");
+    PathBuf::from(p)
+}
+
+/// How many connections to pull `info` over: `asked` (capped by the blob's chunks and
+/// [`MAX_CONNECTIONS`]), or for 0 the automatic choice described at the top of this file.
+pub(crate) fn connections(client: &Client, info: &BlobInfo, asked: usize) -> usize {
+    let most = info.size.div_ceil(ALIGN).clamp(1, MAX_CONNECTIONS as u64) as usize;
+    match asked {
+        0 if info.size < AUTO_MIN_SIZE => 1,
+        0 => {
+            let t = Instant::now();
+            let far = client.stat(&info.name).is_ok() && t.elapsed() >= AUTO_MIN_RTT;
+            if far { AUTO_CONNECTIONS.min(most) } else { 1 }
+        }
+        n => n.min(most),
+    }
+}
+
+/// One range of the blob and how much of it is in the file.
+#[derive(Debug)]
+struct Range {
+    start: u64,
+    end: u64,
+    /// Bytes from `start` written to the file (checked or not yet).
+    done: AtomicU64,
+    /// Whether bytes held from an earlier run have been checked (the hasher waits for it).
+    checked: AtomicBool,
+}
+
+impl Range {
+    fn len(&self) -> u64 {
+        self.end - self.start
+    }
+}
+
+/// `size` bytes cut into `n` ranges of whole chunks (the last may be shorter or empty ranges
+/// dropped).
+fn split(size: u64, n: usize) -> Vec<(u64, u64)> {
+    let chunks = size.div_ceil(ALIGN).max(1);
+    let per = chunks.div_ceil(n as u64) * ALIGN;
+    (0..n as u64)
+        .map(|i| ((i * per).min(size), ((i + 1) * per).min(size)))
+        .filter(|(s, e)| s < e || (size == 0 && *s == 0))
+        .take(if size == 0 { 1 } else { n })
+        .collect()
+}
+
+/// What the ranges file says, if it is about this blob and these ranges.
+fn read_ranges(path: &Path, digest: &str, bounds: &[(u64, u64)]) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut lines = text.lines();
+    let size = bounds.last().map_or(0, |b| b.1);
+    if lines.next()? != format!("blobstream-ranges 1 {digest} {size}") {
+        return None;
+    }
+    let done: Vec<u64> = bounds
+        .iter()
+        .zip(&mut lines)
+        .map(|(&(s, e), line)| {
+            let v: Vec<u64> = line.split(' ').map(|f| f.parse().ok()).collect::<Option<_>>()?;
+            (v.len() == 3 && v[0] == s && v[1] == e && v[2] <= e - s).then_some(v[2])
+        })
+        .collect::<Option<_>>()?;
+    (done.len() == bounds.len()).then_some(done)
+}
+
+fn write_ranges(path: &Path, digest: &str, size: u64, ranges: &[Range]) -> Result<()> {
+    let mut text = format!("blobstream-ranges 1 {digest} {size}\n");
+    for r in ranges {
+        text.push_str(&format!("{} {} {}\n", r.start, r.end, r.done.load(Ordering::Acquire)));
+    }
+    std::fs::write(path, text).map_err(|e| BlobError::file(path, e))
+}
+
+/// What a parallel pull did.
+pub(crate) struct Pulled {
+    pub moved: u64,
+    pub resumed_from: u64,
+    pub connections: usize,
+    pub reconnects: usize,
+}
+
+/// Pull all of `info` into `file` (the part file of `dest`) over `n` connections.
+pub(crate) fn pull(
+    client: &Client,
+    info: &BlobInfo,
+    file: &File,
+    dest: &Path,
+    n: usize,
+    deadline: &Deadline,
+    o: &Options,
+) -> Result<Pulled> {
+    let whole: Digest = info.digest.parse().map_err(|e| {
+        BlobError::Remote(ClientError::Protocol(format!("blob {} has digest {e}", info.name)))
+    })?;
+    let part = crate::proxy::part_path(dest);
+    let size = info.size;
+    let bounds = split(size, n);
+    let sidecar = ranges_path(dest);
+    let len = file.metadata().map_err(|e| BlobError::file(&part, e))?.len();
+    let held = match (o.resume, read_ranges(&sidecar, &info.digest, &bounds)) {
+        (false, _) => vec![0; bounds.len()],
+        (true, Some(done)) => done,
+        // A one-connection copy's part file: its bytes are a prefix.
+        (true, None) => bounds.iter().map(|&(s, e)| len.clamp(s, e) - s).collect(),
+    };
+    let ranges: Vec<Range> = bounds
+        .iter()
+        .zip(&held)
+        .map(|(&(start, end), &h)| Range {
+            start,
+            end,
+            done: AtomicU64::new(h),
+            checked: AtomicBool::new(h == 0),
+        })
+        .collect();
+    file.set_len(size).map_err(|e| BlobError::file(&part, e))?;
+    write_ranges(&sidecar, &info.digest, size, &ranges)?;
+    let cancel = AtomicBool::new(false);
+    let finished = AtomicU64::new(0);
+    let report = |done: u64| {
+        if let Some(p) = &o.progress {
+            p(done, size);
+        }
+    };
+    let job = Job { client, info, file, part: &part, algo: whole.algo, cancel: &cancel, deadline };
+    let (results, digest) = std::thread::scope(|s| {
+        let hasher = s.spawn(|| follow(&job, &ranges));
+        let workers: Vec<_> = ranges
+            .iter()
+            .map(|r| {
+                let (job, finished) = (&job, &finished);
+                s.spawn(move || {
+                    let res = pull_range(job, r);
+                    if res.is_err() {
+                        job.cancel.store(true, Ordering::Release);
+                    }
+                    finished.fetch_add(1, Ordering::AcqRel);
+                    res
+                })
+            })
+            .collect();
+        let mut last_write = Instant::now();
+        while finished.load(Ordering::Acquire) < ranges.len() as u64 {
+            std::thread::sleep(TICK);
+            report(ranges.iter().map(|r| r.done.load(Ordering::Acquire)).sum());
+            if deadline.check().is_err() {
+                cancel.store(true, Ordering::Release);
+            }
+            if last_write.elapsed() >= Duration::from_secs(1) {
+                let _ = write_ranges(&sidecar, &info.digest, size, &ranges);
+                last_write = Instant::now();
+            }
+        }
+        let results: Vec<Result<Kept>> =
+            workers.into_iter().map(|w| w.join().unwrap_or(Err(BlobError::Lost))).collect();
+        cancel.store(true, Ordering::Release);
+        (results, hasher.join().unwrap_or(Err(BlobError::Lost)))
+    });
+    write_ranges(&sidecar, &info.digest, size, &ranges)?;
+    deadline.check()?;
+    // The first failure that is not another range giving up because of it.
+    let (mut failure, mut kept, mut reconnects) = (None, 0, 0);
+    for r in results {
+        match r {
+            Ok(k) => (kept, reconnects) = (kept + k.bytes, reconnects + k.reconnects),
+            Err(BlobError::Lost) if failure.is_some() => {}
+            Err(e) => failure = failure.or(Some(e)),
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let ours = digest?.ok_or(BlobError::Lost)?;
+    if ours != whole {
+        return Err(BlobError::Remote(ClientError::ChecksumMismatch {
+            expected: whole.to_string(),
+            actual: ours.to_string(),
+        }));
+    }
+    report(size);
+    let _ = std::fs::remove_file(&sidecar);
+    Ok(Pulled { moved: size - kept, resumed_from: kept, connections: ranges.len(), reconnects })
+}
+
+/// Whether a range's failure is the connection's (worth a new one) rather than the blob's.
+fn connection_failed(e: &BlobError) -> bool {
+    matches!(e, BlobError::Remote(c) if c.is_connection_lost())
+}
+
+/// What every range of one parallel pull shares.
+struct Job<'a> {
+    client: &'a Client,
+    info: &'a BlobInfo,
+    file: &'a File,
+    part: &'a Path,
+    algo: DigestAlgo,
+    cancel: &'a AtomicBool,
+    deadline: &'a Deadline,
+}
+
+impl Job<'_> {
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Acquire)
+    }
+
+    fn file_error(&self, e: std::io::Error) -> BlobError {
+        BlobError::file(self.part, e)
+    }
+}
+
+/// What a finished range kept from an earlier run, and how often it reconnected.
+struct Kept {
+    bytes: u64,
+    reconnects: usize,
+}
+
+/// Pull one range, after checking what the file already holds of it; a new connection after
+/// a dropped one. A cancelled range returns [`BlobError::Lost`].
+fn pull_range(j: &Job, r: &Range) -> Result<Kept> {
+    check_held(j, r)?;
+    let kept = Kept { bytes: r.done.load(Ordering::Acquire), reconnects: 0 };
+    let mut reconnects = 0;
+    loop {
+        if j.cancelled() {
+            return Err(BlobError::Lost);
+        }
+        match pull_rest(j, r) {
+            Ok(()) => return Ok(Kept { reconnects, ..kept }),
+            Err(e)
+                if connection_failed(&e)
+                    && reconnects + 1 < ATTEMPTS
+                    && j.deadline.check().is_ok() =>
+            {
+                tracing::warn!(
+                    blob = %j.info.name, start = r.start, done = r.done.load(Ordering::Acquire),
+                    "a range's connection failed, continuing on a new one: {e}"
+                );
+                reconnects += 1;
+                check_held(j, r)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Keep the bytes the file holds of `r` only if they are the server's: same digest.
+fn check_held(j: &Job, r: &Range) -> Result<()> {
+    let held = r.done.load(Ordering::Acquire);
+    if held == 0 {
+        return Ok(());
+    }
+    let ours = digest_file_range(j.file, r.start, held, j.algo).map_err(|e| j.file_error(e))?;
+    if j.client.range_digest(&j.info.name, r.start, held, j.algo)? != ours {
+        r.done.store(0, Ordering::Release);
+    }
+    r.checked.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Pull what is missing of `r` over one connection and write it in place.
+fn pull_rest(j: &Job, r: &Range) -> Result<()> {
+    let held = r.done.load(Ordering::Acquire);
+    if held == r.len() {
+        return Ok(());
+    }
+    let c = j.client.within(j.deadline.left(IO_WAIT));
+    let mut pull = c.open_pull(&j.info.name, r.start + held, Some(r.len() - held))?;
+    if pull.info().digest != j.info.digest {
+        return Err(BlobError::NotFound(format!(
+            "blob {} changed while it was being copied; copy it again",
+            j.info.name
+        )));
+    }
+    pull.set_io_timeout(j.deadline.left(IO_WAIT))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        if j.cancelled() {
+            return Err(BlobError::Lost);
+        }
+        let n = pull.read(&mut buf)?;
+        if n == 0 {
+            return Ok(()); // read verified the range's digest
+        }
+        let at = r.start + r.done.load(Ordering::Acquire);
+        j.file.write_all_at(&buf[..n], at).map_err(|e| j.file_error(e))?;
+        r.done.fetch_add(n as u64, Ordering::AcqRel);
+    }
+}
+
+/// Digest the file in order as the ranges fill it: at each step, hash what the range holding
+/// the next byte has written past it. `None` when cancelled.
+fn follow(j: &Job, ranges: &[Range]) -> Result<Option<Digest>> {
+    let mut h = j.algo.hasher();
+    let mut buf = vec![0u8; 1 << 20];
+    for r in ranges {
+        let mut at = r.start;
+        while at < r.end {
+            let checked = r.checked.load(Ordering::Acquire);
+            let avail = r.start + r.done.load(Ordering::Acquire);
+            if !checked || avail <= at {
+                if j.cancelled() {
+                    return Ok(None);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            let want = (avail - at).min(buf.len() as u64) as usize;
+            j.file.read_exact_at(&mut buf[..want], at).map_err(|e| j.file_error(e))?;
+            h.update(&buf[..want]);
+            at += want as u64;
+        }
+    }
+    Ok(Some(h.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_whole_chunks_that_cover_the_blob() {
+        for (size, n) in [(10 * ALIGN + 5, 4), (ALIGN, 4), (3 * ALIGN, 3), (100, 8), (0, 4)] {
+            let b = split(size, n);
+            assert!(!b.is_empty() && b.len() <= n, "{size} in {n}: {b:?}");
+            assert_eq!(b[0].0, 0);
+            assert_eq!(b.last().unwrap().1, size);
+            for w in b.windows(2) {
+                assert_eq!(w[0].1, w[1].0, "contiguous");
+                assert_eq!(w[0].1 % ALIGN, 0, "aligned");
+            }
+        }
+        assert_eq!(split(10 * ALIGN + 5, 4).len(), 4);
+        assert_eq!(split(ALIGN, 4), vec![(0, ALIGN)]);
+    }
+
+    #[test]
+    fn the_ranges_file_is_trusted_only_for_the_same_blob_and_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.blobstream-ranges");
+        let bounds = split(9 * ALIGN, 3);
+        let ranges: Vec<Range> = bounds
+            .iter()
+            .enumerate()
+            .map(|(i, &(start, end))| Range {
+                start,
+                end,
+                done: AtomicU64::new(i as u64 * 7),
+                checked: AtomicBool::new(true),
+            })
+            .collect();
+        write_ranges(&p, "xxh3:ab", 9 * ALIGN, &ranges).unwrap();
+        assert_eq!(read_ranges(&p, "xxh3:ab", &bounds), Some(vec![0, 7, 14]));
+        assert_eq!(read_ranges(&p, "xxh3:cd", &bounds), None, "another blob");
+        assert_eq!(read_ranges(&p, "xxh3:ab", &split(9 * ALIGN, 2)), None, "other ranges");
+        std::fs::write(&p, "blobstream-ranges 1 xxh3:ab 9437184\n0 3145728 9999999\n").unwrap();
+        assert_eq!(read_ranges(&p, "xxh3:ab", &bounds), None, "done past the range's end");
+    }
+}

@@ -1,0 +1,178 @@
+//! One blob pulled over several connections at once (`Options::connections`), against a real
+//! server on port 0: the bytes arrive whole, a connection cut mid-range is continued on a new
+//! one, and an interrupted copy resumes only the ranges whose bytes check out.
+
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bs_blob::ranges::ranges_path;
+use bs_blob::{BlobKey, CopyPath, Factory, NewBlob, Options, Transporter, part_path};
+use bs_client::TransferSettings;
+use bs_server::{BackgroundServer, ServerConfig};
+use bs_store::{FsStore, Store};
+
+const MIB: u64 = 1 << 20;
+
+fn data(n: u64) -> Vec<u8> {
+    (0..n).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[1]).collect()
+}
+
+struct World {
+    dir: tempfile::TempDir,
+    server: BackgroundServer,
+}
+
+fn world_with(name: &str, bytes: &[u8]) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("store")).unwrap());
+    let server = BackgroundServer::start(store, ServerConfig::ephemeral()).unwrap();
+    let t = Transporter::new(Factory::new());
+    let key = BlobKey::remote(server.control_addr().to_string(), name);
+    let spec = NewBlob { size: Some(bytes.len() as u64), ..Default::default() };
+    let mut p = t.factory().route(&key, &spec).unwrap();
+    p.write(bytes).unwrap();
+    p.close().unwrap();
+    World { dir, server }
+}
+
+impl World {
+    fn remote(&self, name: &str) -> BlobKey {
+        BlobKey::remote(self.server.control_addr().to_string(), name)
+    }
+}
+
+fn assert_nothing_left(dest: &Path) {
+    assert!(!part_path(dest).exists(), "part file left");
+    assert!(!ranges_path(dest).exists(), "ranges file left");
+}
+
+#[test]
+fn four_connections_deliver_the_whole_blob() {
+    let bytes = data(10 * MIB + 12_345);
+    let w = world_with("scan", &bytes);
+    let dest = w.dir.path().join("scan.bin");
+    let t = Transporter::new(Factory::new());
+    let c = t
+        .copy(&w.remote("scan"), &BlobKey::file(&dest), &Options::blocking().connections(4))
+        .wait()
+        .unwrap();
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0 });
+    assert_eq!((c.bytes, c.resumed_from), (bytes.len() as u64, 0));
+    assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
+    assert_nothing_left(&dest);
+}
+
+/// This process's TCP sockets whose peer is `port` on loopback.
+fn sockets_to(port: u16) -> Vec<RawFd> {
+    let mut fds = Vec::new();
+    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(fd) = e.file_name().to_string_lossy().parse::<RawFd>() else { continue };
+        // SAFETY: a zeroed sockaddr_storage and its length are valid arguments; a descriptor
+        // that is not a connected socket only makes the call fail.
+        let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let ok = unsafe { libc::getpeername(fd, (&raw mut addr).cast(), &mut len) } == 0;
+        if ok && addr.ss_family as i32 == libc::AF_INET {
+            // SAFETY: the family says this is a sockaddr_in.
+            let sin: libc::sockaddr_in = unsafe { std::ptr::read((&raw const addr).cast()) };
+            if u16::from_be(sin.sin_port) == port {
+                fds.push(fd);
+            }
+        }
+    }
+    fds
+}
+
+#[test]
+fn a_range_whose_connection_is_cut_continues_on_a_new_one() {
+    let bytes = data(12 * MIB);
+    let w = world_with("cine", &bytes);
+    let dest = w.dir.path().join("cine.bin");
+    // Paced (each range takes about 0.8 s), so the ranges are still in flight when progress
+    // is first reported with all four connected.
+    let settings = TransferSettings {
+        layers: vec!["pace:4000000".parse::<bs_binding::LayerSpec>().unwrap()],
+        ..TransferSettings::default()
+    };
+    let t = Transporter::new(Factory::with_settings(settings));
+    let port = w.server.data_addr().port();
+    let cut = Arc::new(AtomicUsize::new(0));
+    let cut2 = cut.clone();
+    let opts = Options::blocking().connections(4).progress(move |done, total| {
+        if done > 0 && done < total && cut2.load(Ordering::Acquire) == 0 {
+            let fds = sockets_to(port);
+            if let [fd, _, _, _] = fds[..] {
+                // SAFETY: shutting down a socket this process owns; the range's reader sees
+                // the connection end, as when a peer or a router drops it.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+                cut2.store(fds.len(), Ordering::Release);
+            }
+        }
+    });
+    let c = t.copy(&w.remote("cine"), &BlobKey::file(&dest), &opts).wait().unwrap();
+    assert_eq!(cut.load(Ordering::Acquire), 4, "one of the 4 range connections was cut");
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1 });
+    assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
+    assert_nothing_left(&dest);
+}
+
+#[test]
+fn a_resumed_copy_keeps_only_ranges_that_check_out() {
+    // 13 chunks in 4 ranges: 4, 4, 4 and 1 MiB (+100 bytes).
+    let bytes = data(12 * MIB + 100);
+    let w = world_with("study", &bytes);
+    let dest = w.dir.path().join("study.bin");
+    let size = bytes.len() as u64;
+    // What an interrupted copy left: range 1 whole, half of range 2, and in range 3 a
+    // megabyte said to be done that is not the blob's.
+    let mut part = vec![0u8; size as usize];
+    let (r1, r2, r3) = (0..4 * MIB, 4 * MIB..6 * MIB, 8 * MIB..9 * MIB);
+    for r in [&r1, &r2] {
+        part[r.start as usize..r.end as usize]
+            .copy_from_slice(&bytes[r.start as usize..r.end as usize]);
+    }
+    part[r3.start as usize..r3.end as usize].fill(0xAB);
+    std::fs::write(part_path(&dest), &part).unwrap();
+    let digest = Transporter::new(Factory::new())
+        .factory()
+        .bind(&w.remote("study"))
+        .unwrap()
+        .digest()
+        .unwrap()
+        .to_string();
+    let ranges = format!(
+        "blobstream-ranges 1 {digest} {size}\n0 {a} {a}\n{a} {b} {h}\n{b} {c} {m}\n{c} {size} 0\n",
+        a = 4 * MIB,
+        b = 8 * MIB,
+        c = 12 * MIB,
+        h = 2 * MIB,
+        m = MIB,
+    );
+    std::fs::write(ranges_path(&dest), ranges).unwrap();
+    let t = Transporter::new(Factory::new());
+    let opts = Options::blocking().connections(4).resume(true);
+    let c = t.copy(&w.remote("study"), &BlobKey::file(&dest), &opts).wait().unwrap();
+    assert_eq!(c.resumed_from, 6 * MIB, "range 1 and half of range 2 kept, range 3 redone");
+    assert_eq!(c.bytes, size - 6 * MIB);
+    assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
+    assert_nothing_left(&dest);
+}
+
+#[test]
+fn a_near_server_gets_one_connection_unless_more_are_asked() {
+    let bytes = data(3 * MIB);
+    let w = world_with("small", &bytes);
+    let dest = w.dir.path().join("small.bin");
+    let t = Transporter::new(Factory::new());
+    let c = t.copy(&w.remote("small"), &BlobKey::file(&dest), &Options::blocking()).wait();
+    assert_eq!(c.unwrap().path, CopyPath::Relay, "automatic choice: one connection");
+    let dest = w.dir.path().join("small-again.bin");
+    let c = t
+        .copy(&w.remote("small"), &BlobKey::file(&dest), &Options::blocking().connections(8))
+        .wait()
+        .unwrap();
+    assert_eq!(c.path, CopyPath::Parallel { connections: 3, reconnects: 0 }, "one per chunk");
+    assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
+}
