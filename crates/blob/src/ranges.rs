@@ -342,6 +342,7 @@ fn pull_rest(j: &Job, r: &Range) -> Result<()> {
         }
         let at = r.start + r.done.load(Ordering::Acquire);
         j.file.write_all_at(&buf[..n], at).map_err(|e| j.file_error(e))?;
+        crate::proxy::start_writeback(j.file, at, n as u64);
         r.done.fetch_add(n as u64, Ordering::AcqRel);
     }
 }

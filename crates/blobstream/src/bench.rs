@@ -34,6 +34,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::S3(a) => (a, "s3"),
         BenchCommand::Dicom(a) => (a, "dicom"),
         BenchCommand::Dicomweb(a) => (a, "dicomweb"),
+        BenchCommand::Lfn(a) => (a, "lfn"),
     };
     let opts = BenchOptions { quick: a.quick, progress: progress(a) };
     let outcome = match &cmd {
@@ -75,6 +76,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             rows(bs_bench::run_dicomweb(&opts).context("DICOMweb benchmark")?)
         }
         BenchCommand::DelayLine(_) => unreachable!("handled above"),
+        BenchCommand::Lfn(_) => {
+            rows(bs_bench::run_lfn(&opts).context("long fat network benchmark")?)
+        }
         BenchCommand::Batch(_) => {
             let me = std::env::current_exe().context("finding the blobstream binary")?;
             rows(bs_bench::run_batch(&opts, &me).context("batch benchmark")?)

@@ -840,6 +840,9 @@ pub enum BenchCommand {
     /// DICOMweb: STOW-RS and WADO-RS of a 200-slice CT series against Orthanc with its
     /// DICOMweb plugin on the same machine.
     Dicomweb(BenchArgs),
+    /// A 1 GiB blob pulled over a 1 Gbit/s, 50 ms round-trip link (network namespaces, as
+    /// root) with 1, 2, 4 and 8 connections, against the link and iperf3 -P N.
+    Lfn(BenchArgs),
     /// Not a benchmark: the user-space delay line the namespace scripts put between two
     /// network namespaces (this kernel has no netem). Creates TUN devices A and B, prints
     /// "ready", and forwards packets both ways with the delay, rate, queue and loss given,

@@ -1,0 +1,287 @@
+"""A long fat network between two real hosts: a client namespace and a server namespace joined
+by a user-space delay line (`blobstream bench delay-line`: this kernel has no netem), 25 ms
+each way (50 ms round trip), a rate-limited bottleneck and 0.01 % random loss (fixed seed).
+Driven by scripts/lfn-hosts, which the test suite runs (as root).
+
+    near (client) ──TUN── delay line (root namespace) ──TUN── far (server)
+
+Checks, each with the real `blobstream` processes:
+  1. a put over the far link keeps the exact bytes;
+  2. a get with --connections 4 keeps the exact bytes and says it used 4 connections; a get
+     with no flag chooses several by itself (large blob, far server);
+  3. one range's connection killed mid-transfer (`ss -K`): that range continues on a new
+     connection, the file is exact;
+  4. a get interrupted by Ctrl-C (SIGINT) mid-transfer resumes where its ranges stopped, and
+     a `get -r` interrupted the same way finishes when run again;
+Everything it creates (namespaces, TUN devices, processes, files) is removed on exit.
+
+With --bench RUNS (used by `blobstream bench lfn`), it checks nothing: on a 1 Gbit/s link it
+pulls a 1 GiB blob RUNS times with 1, 2, 4 and 8 connections, and runs iperf3 -R -P N over the
+same link, and prints JSON with every rate.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.environ["BLOBSTREAM_BIN"]
+TAG = f"bsl{os.getpid() % 100000}"
+NS = {n: f"{TAG}-{n}" for n in ["near", "far"]}
+DEV = {"near": f"{TAG}n", "far": f"{TAG}f"}
+ADDR = {"near": "10.78.0.2", "far": "10.78.0.1"}
+BENCH = "--bench" in sys.argv
+# The checks run a debug build on a busy machine: a slower link keeps every transfer long
+# enough to interrupt, and the delay line's CPU small.
+RATE_MBIT = 1000 if BENCH else 300
+DELAY_MS = 25
+LOSS_PPM = 100
+MTU = 9000
+SERVER = f"{ADDR['far']}:7070"
+PROCS = []
+FAILURES = []
+
+
+def sh(*cmd, check=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r
+
+
+def in_ns(ns, *cmd):
+    return ["ip", "netns", "exec", NS[ns], *cmd]
+
+
+def spawn(cmd, **kw):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    PROCS.append(p)
+    return p
+
+
+def setup(work):
+    for n in NS.values():
+        sh("ip", "netns", "add", n)
+    line = spawn([BIN, "bench", "delay-line", DEV["near"], DEV["far"], "--delay-ms",
+                  str(DELAY_MS), "--rate-mbit", str(RATE_MBIT), "--loss-ppm", str(LOSS_PPM),
+                  "--queue-ms", "50"])
+    if line.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"delay line did not start: {line.stderr.read()}")
+    for side in ["near", "far"]:
+        dev = DEV[side]
+        sh("ip", "link", "set", dev, "netns", NS[side])
+        sh(*in_ns(side, "ip", "addr", "add", f"{ADDR[side]}/24", "dev", dev))
+        sh(*in_ns(side, "ip", "link", "set", dev, "mtu", str(MTU), "up"))
+        sh(*in_ns(side, "ip", "link", "set", "lo", "up"))
+    data = os.path.join(work, "server")
+    srv = spawn(in_ns("far", BIN, "serve", "--data", data, "--addr", SERVER, "--data-addr",
+                      f"{ADDR['far']}:7071", "--no-http", "--no-samples", "--scrub-every", "0"))
+    end = time.time() + 60
+    while time.time() < end:
+        if client("ls").returncode == 0:
+            return srv
+        if srv.poll() is not None:
+            raise RuntimeError(f"server exited: {srv.stderr.read()}")
+        time.sleep(0.1)
+    raise RuntimeError("server did not answer within 60 s")
+
+
+def cleanup():
+    for p in PROCS:
+        if p.poll() is None:
+            try:
+                p.kill()
+                p.wait(timeout=10)
+            except Exception:
+                pass
+    for n in NS.values():
+        sh("ip", "netns", "del", n, check=False)
+
+
+def client(*args):
+    return subprocess.run(in_ns("near", BIN, "--server", SERVER, *args), capture_output=True,
+                          text=True, timeout=600)
+
+
+def client_bg(*args):
+    return spawn(in_ns("near", BIN, "--server", SERVER, *args))
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILURES.append(what)
+
+
+def sha(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def data_connections():
+    """The client's established connections to the data plane: {local port: bytes received}."""
+    r = sh(*in_ns("near", "ss", "-tniH", "state", "established", "dport", "=", ":7071"))
+    conns, port = {}, None
+    for line in r.stdout.splitlines():
+        if ":7071" in line:
+            port = line.split()[2].rsplit(":", 1)[1]
+            conns[port] = 0
+        elif port and (m := re.search(r"bytes_received:(\d+)", line)):
+            conns[port] = int(m.group(1))
+    return conns
+
+
+def wait_for(pred, what, limit=120):
+    end = time.time() + limit
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def ranges_done(path):
+    """Bytes the ranges file of a parallel get says are in place."""
+    try:
+        with open(path) as f:
+            return sum(int(line.split()[2]) for line in f.read().splitlines()[1:])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def checks(work):
+    size = 96 << 20
+    src = os.path.join(work, "scan.bin")
+    with open(src, "wb") as f:
+        f.write(os.urandom(size))
+    want = sha(src)
+
+    # 1. A put over the far link.
+    r = client("put", src, "far/scan.bin")
+    check(r.returncode == 0, f"put over a 50 ms, {RATE_MBIT} Mbit/s link: {r.stderr.strip()}")
+
+    # 2. Four connections asked, and chosen.
+    out = os.path.join(work, "four.bin")
+    r = client("get", "far/scan.bin", out, "--connections", "4")
+    check(r.returncode == 0 and "over 4 connections" in r.stderr and sha(out) == want,
+          f"get --connections 4 keeps the exact bytes: {r.stderr.strip()}")
+    out = os.path.join(work, "auto.bin")
+    r = client("get", "far/scan.bin", out)
+    check(r.returncode == 0 and "over 4 connections" in r.stderr and sha(out) == want,
+          f"get chooses 4 connections for a far server by itself: {r.stderr.strip()}")
+
+    # 3. One range's connection killed mid-transfer.
+    out = os.path.join(work, "cut.bin")
+    p = client_bg("get", "far/scan.bin", out, "--connections", "4")
+    # Four connections, each well into its range (not still being admitted, which a client
+    # retries by itself before the range starts).
+    wait_for(lambda: sum(n > (2 << 20) for n in data_connections().values()) == 4 or
+             p.poll() is not None, "4 data connections under way")
+    ports = list(data_connections())
+    killed = len(ports) == 4 and sh(*in_ns("near", "ss", "-K", "-tn", "sport", "=",
+                                         f":{ports[0]}", "dport", "=", ":7071")).returncode == 0
+    _, err = p.communicate(timeout=300)
+    check(killed, "one of the four range connections was killed mid-transfer")
+    check(p.returncode == 0 and "1 reconnected" in err and sha(out) == want,
+          f"the killed range continued on a new connection, the file is exact: {err.strip()}")
+
+    # 4. Ctrl-C mid-transfer, then the same command again.
+    out = os.path.join(work, "interrupted.bin")
+    p = client_bg("get", "far/scan.bin", out, "--connections", "4")
+    wait_for(lambda: ranges_done(out + ".blobstream-ranges") > 0 or p.poll() is not None,
+             "the ranges file to record progress")
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=60)
+    check(p.returncode != 0 and not os.path.exists(out), "Ctrl-C stopped the get, no file yet")
+    r = client("get", "far/scan.bin", out, "--connections", "4")
+    m = re.search(r"resumed at byte (\d+)", r.stderr)
+    check(r.returncode == 0 and m is not None and int(m.group(1)) > 0 and sha(out) == want,
+          f"the get run again resumed its ranges, the file is exact: {r.stderr.strip()}")
+
+    study = os.path.join(work, "study")
+    os.makedirs(study)
+    for i in range(40):
+        with open(os.path.join(study, f"{i:03}.dcm"), "wb") as f:
+            f.write(os.urandom(1 << 20))
+    r = client("put", "-r", study, "far/study/")
+    check(r.returncode == 0, f"put -r of 40 files: {r.stderr.strip()}")
+    here = os.path.join(work, "here")
+    p = client_bg("get", "-r", "far/study/", here, "--jobs", "2")
+    wait_for(lambda: (os.path.isdir(here) and len(os.listdir(here)) >= 4) or
+             p.poll() is not None, "get -r to be under way")
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=60)
+    partial = len([n for n in os.listdir(here) if n.endswith(".dcm")])
+    r = client("get", "-r", "far/study/", here, "--json")
+    same = all(sha(os.path.join(here, n)) == sha(os.path.join(study, n))
+               for n in os.listdir(study))
+    check(p.returncode != 0 and partial < 40, f"Ctrl-C stopped get -r after {partial} of 40 files")
+    check(r.returncode == 0 and same and len(os.listdir(here)) == 40,
+          f"get -r run again finished the folder, every file exact: {r.stdout.strip()[:300]}")
+
+
+def bench(work, runs):
+    size = 1 << 30
+    src = os.path.join(work, "big.bin")
+    with open(src, "wb") as f:
+        for _ in range(size >> 24):
+            f.write(os.urandom(1 << 24))
+    r = client("put", src, "far/big.bin")
+    if r.returncode != 0:
+        raise RuntimeError(f"put failed: {r.stderr}")
+    os.remove(src)
+    result = {"link_mbit": RATE_MBIT, "rtt_ms": 2 * DELAY_MS, "loss_ppm": LOSS_PPM,
+              "bytes": size, "blobstream_mbit": {}, "iperf3_mbit": {}}
+    out = os.path.join(work, "out.bin")
+    for n in [1, 2, 4, 8]:
+        ours, theirs = [], []
+        for _ in range(runs):
+            if os.path.exists(out):
+                os.remove(out)
+            t = time.monotonic()
+            r = client("-q", "get", "far/big.bin", out, "--connections", str(n), "--no-resume")
+            secs = time.monotonic() - t
+            if r.returncode != 0:
+                raise RuntimeError(f"get failed: {r.stderr}")
+            ours.append(size * 8 / secs / 1e6)
+            if shutil.which("iperf3"):
+                srv = spawn(in_ns("far", "iperf3", "-s", "-1", "-B", ADDR["far"]))
+                time.sleep(0.5)
+                r = subprocess.run(in_ns("near", "iperf3", "-c", ADDR["far"], "-R", "-P", str(n),
+                                         "-t", "8", "-J"), capture_output=True, text=True)
+                srv.wait(timeout=30)
+                if r.returncode == 0:
+                    end = json.loads(r.stdout)["end"]
+                    theirs.append(end["sum_received"]["bits_per_second"] / 1e6)
+        result["blobstream_mbit"][str(n)] = ours
+        result["iperf3_mbit"][str(n)] = theirs
+    print(json.dumps(result))
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="bs-lfn-hosts-")
+    try:
+        setup(work)
+        if BENCH:
+            return bench(work, int(sys.argv[sys.argv.index("--bench") + 1]))
+        checks(work)
+    finally:
+        cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+    if FAILURES:
+        print(f"lfn-hosts: {len(FAILURES)} check(s) failed", flush=True)
+        sys.exit(1)
+    print("lfn-hosts: all checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
