@@ -62,13 +62,17 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
             bail!("check -r: {} is not a folder", a.file.display());
         }
         let prefix = bs_blob::folder_prefix(&a.key);
+        let selection = bs_blob::Selection::new(&a.include, &a.exclude)?;
+        let taken = |name: &str| selection.takes(name.strip_prefix(&prefix).unwrap_or(name));
         let mut remote: BTreeMap<String, (u64, String)> = client
             .list(&prefix)
             .with_context(|| format!("listing {prefix:?}"))?
             .into_iter()
+            .filter(|b| taken(&b.name))
             .map(|b| (b.name, (b.size, b.digest)))
             .collect();
-        let (local, problems) = bs_blob::plan_upload(&a.file, &g.server, &prefix);
+        let (mut local, problems) = bs_blob::plan_upload(&a.file, &g.server, &prefix);
+        local.retain(|j| taken(&j.name));
         // What `put -r` skips on purpose (links to folders, special files) is not compared.
         for p in problems.into_iter().filter(|p| p.failed) {
             rows.push((p.what.clone(), PathBuf::from(&p.what), Verdict::Unreadable(p.reason)));
@@ -87,6 +91,9 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
             rows.push((name, path, Verdict::OnlyOnServer));
         }
     } else {
+        if !a.include.is_empty() || !a.exclude.is_empty() {
+            bail!("--include and --exclude go with -r (a folder against a prefix)");
+        }
         let b = client.stat(&a.key).with_context(|| format!("reading {}", a.key))?;
         let v = compare(&a.file, b.size, &b.digest);
         rows.push((a.key.clone(), a.file.clone(), v));

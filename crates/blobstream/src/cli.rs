@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -16,6 +16,38 @@ pub struct Cli {
     pub global: Global,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Commands that are not clients of a blobstream server, and the global options each still
+/// takes: their help leaves the others out (they are still accepted, and ignored).
+const NOT_CLIENTS: &[(&str, &[&str])] = &[
+    ("serve", &["auth_token_file"]),
+    ("filters", &[]),
+    ("filter", &[]),
+    ("image-info", &[]),
+    ("bench", &[]),
+    ("distributer", &[]),
+];
+
+impl Cli {
+    /// Parse the command line (exits with a usage message on errors).
+    pub fn parse_args() -> Self {
+        let mut cmd = Self::command();
+        let globals: Vec<clap::Arg> =
+            cmd.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
+        for &(name, keep) in NOT_CLIENTS {
+            cmd = cmd.mut_subcommand(name, |mut sub| {
+                // An argument a subcommand defines itself is not propagated to it: this
+                // hidden copy takes the global one's place in its help.
+                for a in globals.iter().filter(|a| !keep.contains(&a.get_id().as_str())) {
+                    sub = sub.arg(a.clone().global(false).hide(true));
+                }
+                sub
+            });
+        }
+        let matches = cmd.get_matches();
+        Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
 }
 
 #[derive(Args)]
@@ -687,6 +719,13 @@ pub struct CheckArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// With -r: compare only files and blobs matching GLOB (as put -r's --include),
+    /// repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// With -r: leave out files and blobs matching GLOB, repeatable; wins over --include.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
 }
 
 /// Many blobs at once.

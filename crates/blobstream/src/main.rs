@@ -20,11 +20,9 @@ mod storage;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
     tune_allocator();
-    let cli = cli::Cli::parse();
+    let cli = cli::Cli::parse_args();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that closed the pipe (`cat … | head`) is a normal end for a Unix filter.

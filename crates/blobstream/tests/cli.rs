@@ -721,6 +721,13 @@ fn folders_up_and_down_with_check_and_rm_r() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("DIFFERS") && out.contains("i0.dcm"), "{out}");
     assert!(out.contains("MISSING locally") && out.contains("i1.dcm"), "{out}");
+    // Globs choose what is compared: se2 alone is whole; se1 without i0 and i1 too.
+    let only_se2 = ok(&s.run(&["check", "-r", back_s, "studies/ct-1", "--include", "se2/**"]));
+    assert!(!only_se2.contains("se1/") && only_se2.contains("se2/sub/i2.dcm"), "{only_se2}");
+    let args = ["check", "-r", back_s, "studies/ct-1", "--exclude", "i0.dcm", "--exclude", "i1.*"];
+    ok(&s.run(&args));
+    let o = s.run(&["check", back_s, "studies/ct-1/se1/i0.dcm", "--include", "*.dcm"]);
+    assert_eq!(o.status.code(), Some(1), "globs without -r are refused");
     let o = s.run(&["get", "-r", "studies/ct-1", back_s]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success() && err.contains("2 copied, 28 already there"), "{err}");
@@ -843,4 +850,24 @@ fn first_steps_get_clear_answers() {
     assert!(ok(&s.run(&["stat", "b/f.bin"])).contains("meta modality: CT"));
     let ls = ok(&s.run(&["ls", "-h", "a/"]));
     assert!(ls.contains("2.9 MiB") && ls.contains("a/f.bin"), "{ls}");
+}
+
+#[test]
+fn help_of_commands_that_are_not_clients_leaves_out_client_options() {
+    let help = |args: &[&str]| {
+        let o = Command::new(BIN).args(args).arg("--help").output().unwrap();
+        String::from_utf8(ok(&o).into_bytes()).unwrap()
+    };
+    let serve = help(&["serve"]);
+    for client_only in ["--server", "--tls-ca", "--tls-domain", "--quiet"] {
+        assert!(!serve.contains(client_only), "serve --help lists {client_only}");
+    }
+    assert!(serve.contains("--auth-token-file"), "serve takes the token to require");
+    for local in [&["filter"][..], &["bench", "transfer"], &["image-info"]] {
+        assert!(!help(local).contains("--server"), "{local:?} --help lists --server");
+    }
+    let put = help(&["put"]);
+    assert!(put.contains("--server") && put.contains("--tls-ca"), "clients keep them");
+    // Still accepted where hidden (scripts that always pass --server keep working).
+    ok(&Command::new(BIN).args(["--server", "127.0.0.1:1", "filters"]).output().unwrap());
 }
