@@ -107,7 +107,9 @@ pub fn filter(a: FilterArgs) -> Result<()> {
 }
 
 pub fn image_info(file: &Path, json: bool) -> Result<()> {
-    let d = bs_imageio::read(file, &Limits::default())?;
+    // The header and the first frame tell everything shown; a cine's other frames are
+    // counted, not decoded.
+    let d = bs_imageio::read(file, &Limits { max_frames_decoded: 1, ..Limits::default() })?;
     if json {
         let mut v = serde_json::to_value(&d.meta)?;
         v["format"] = serde_json::Value::from(d.format.name());

@@ -88,8 +88,16 @@ pub fn read(path: impl AsRef<Path>, limits: &Limits) -> Result<Decoded, ImageIoE
         )
         .with_file(&name));
     }
-    let bytes = std::fs::read(path).map_err(io)?;
-    decode(&bytes, Some(&name), limits)
+    let file = std::fs::File::open(path).map_err(io)?;
+    if size == 0 {
+        return decode(&[], Some(&name), limits);
+    }
+    // Mapped, not read: a decoder touches only what it needs (the header and the frames it
+    // decodes), and those pages stay the page cache's, not this process's heap.
+    // SAFETY: the map is read-only and lives for this call; a file truncated meanwhile by
+    // another program would fault, as with any mmap reader.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    decode(&map, Some(&name), limits)
 }
 
 /// Encode an image in a format (any but DICOM).

@@ -20,18 +20,31 @@ pub struct Limits {
     pub max_bytes: u64,
     /// Most frames a multi-frame image may have. Default 100 000.
     pub max_frames: u64,
+    /// Most frames decoded (at least 1); the rest are counted in `number_of_frames` but not
+    /// decoded (`frames_decoded` says how many were). Default: all.
+    pub max_frames_decoded: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_pixels: 100_000_000, max_bytes: 1 << 30, max_frames: 100_000 }
+        Self {
+            max_pixels: 100_000_000,
+            max_bytes: 1 << 30,
+            max_frames: 100_000,
+            max_frames_decoded: u64::MAX,
+        }
     }
 }
 
 impl Limits {
     /// No practical limit (for trusted input).
     pub fn none() -> Self {
-        Self { max_pixels: u64::MAX, max_bytes: u64::MAX, max_frames: u64::MAX }
+        Self {
+            max_pixels: u64::MAX,
+            max_bytes: u64::MAX,
+            max_frames: u64::MAX,
+            max_frames_decoded: u64::MAX,
+        }
     }
 
     /// Refuse `width × height` over `max_pixels`, and a decoded buffer of `bytes_per_pixel`

@@ -60,7 +60,8 @@ fn largest_allocation(bytes: &[u8], limits: &Limits) -> usize {
 
 #[test]
 fn no_declared_size_drives_an_allocation() {
-    let limits = Limits { max_pixels: 1 << 16, max_bytes: 64 << 20, max_frames: 1000 };
+    let limits =
+        Limits { max_pixels: 1 << 16, max_bytes: 64 << 20, max_frames: 1000, ..Limits::none() };
     for (k, sample) in dicom_samples().iter().enumerate() {
         // A 64K-entry 16-bit lookup table is the largest fixed allocation; the rest scales
         // with the input.

@@ -341,7 +341,7 @@ fn multi_frame_decodes_every_frame() {
     let frames: Vec<u8> = (0..3 * 4).map(|i| i as u8).collect();
     let mut spec = PixelSpec::gray(2, 2, 8, 8, false);
     spec.frames = Some(3);
-    let d = decode_ok(&image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(frames)));
+    let d = decode_ok(&image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(frames.clone())));
     assert_eq!(d.image, gray8(2, 2, vec![0, 1, 2, 3]));
     assert_eq!(d.frames, vec![gray8(2, 2, vec![4, 5, 6, 7]), gray8(2, 2, vec![8, 9, 10, 11])]);
     assert_eq!((d.meta.number_of_frames, d.meta.frames_decoded), (3, 3));
@@ -353,6 +353,16 @@ fn multi_frame_decodes_every_frame() {
         &Limits::default(),
     )
     .unwrap_err();
+    assert!(matches!(err, ImageIoError::Truncated { .. }), "{err}");
+    // Decoding only the first frame still counts the others, and still finds one missing.
+    let first = Limits { max_frames_decoded: 1, ..Limits::default() };
+    let d = decode(&image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(frames)), None, &first);
+    let d = d.unwrap();
+    assert_eq!(d.image, gray8(2, 2, vec![0, 1, 2, 3]));
+    assert!(d.frames.is_empty());
+    assert_eq!((d.meta.number_of_frames, d.meta.frames_decoded), (3, 1));
+    let short = image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0; 10]));
+    let err = decode(&short, None, &first).unwrap_err();
     assert!(matches!(err, ImageIoError::Truncated { .. }), "{err}");
     // Too many frames for the limits is refused before decoding.
     let few = Limits { max_frames: 2, ..Limits::default() };

@@ -12,7 +12,7 @@ use proptest::sample::Index;
 
 /// Small limits keep every case cheap.
 fn limits() -> Limits {
-    Limits { max_pixels: 1 << 20, max_bytes: 64 << 20, max_frames: 1000 }
+    Limits { max_pixels: 1 << 20, max_bytes: 64 << 20, max_frames: 1000, ..Limits::none() }
 }
 
 fn check(bytes: &[u8], hint: Option<&str>) -> Result<(), TestCaseError> {

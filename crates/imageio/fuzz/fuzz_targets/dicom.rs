@@ -6,7 +6,7 @@ use bs_imageio::{Limits, decode};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { max_pixels: 1 << 20, max_bytes: 64 << 20, max_frames: 1000 };
+    let limits = Limits { max_pixels: 1 << 20, max_bytes: 64 << 20, max_frames: 1000, ..Limits::none() };
     if let Ok(d) = decode(data, Some("fuzz.dcm"), &limits) {
         assert_eq!(d.meta.width as usize, d.image.width());
         assert_eq!(d.frames.len() + 1, d.meta.frames_decoded as usize);

@@ -78,6 +78,7 @@ use std::borrow::Cow;
 
 use dicom_core::Tag;
 use dicom_dictionary_std::tags;
+use dicom_encoding::Endianness;
 use dicom_encoding::transfer_syntax::{Codec, TransferSyntax, TransferSyntaxIndex};
 use dicom_object::file::ReadPreamble;
 use dicom_object::{DefaultDicomObject, OpenFileOptions};
@@ -163,14 +164,15 @@ pub struct DicomIds {
     pub transfer_syntax_uid: String,
 }
 
-/// The Part 10 body of `bytes` (from "DICM") and its transfer syntax, once the file meta group,
+/// The Part 10 body of `bytes` (from "DICM"), its transfer syntax and where a native Pixel
+/// Data value lies in the body (not for deflated files), once the file meta group,
 /// the transfer syntax (which `accept` may refuse, right after the meta group is read) and the
 /// data set's element structure (inflated first when deflated, with a cap) have been checked.
 fn structure<'a>(
     bytes: &'a [u8],
     limits: &Limits,
     accept: impl FnOnce(&'static TransferSyntax) -> Result<(), ImageIoError>,
-) -> Result<(&'a [u8], &'static TransferSyntax), ImageIoError> {
+) -> Result<(&'a [u8], &'static TransferSyntax, Option<std::ops::Range<usize>>), ImageIoError> {
     let body = if bytes.get(128..132) == Some(b"DICM") { &bytes[128..] } else { bytes };
     let meta_info = scan::scan_meta(body)?;
     let uid = meta_info.ts_uid.as_str();
@@ -185,17 +187,19 @@ fn structure<'a>(
             .get("1.2.840.10008.1.2.1")
             .ok_or_else(|| unsupported_ts("1.2.840.10008.1.2.1", "Explicit VR Little Endian"))?;
         scan::scan_dataset(&inflated, explicit)?;
+        Ok((body, ts, None))
     } else {
-        scan::scan_dataset(dataset, ts)?;
+        let at = meta_info.dataset_offset;
+        let pixels = scan::scan_dataset(dataset, ts)?.map(|r| r.start + at..r.end + at);
+        Ok((body, ts, pixels))
     }
-    Ok((body, ts))
 }
 
 /// Read the identifiers of a DICOM Part 10 file (with the same structural checks as
 /// [`crate::decode`]); each UID must be present.
 pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError> {
     limits.check_input(bytes.len())?;
-    let (body, ts) = structure(bytes, limits, |_| Ok(()))?;
+    let (body, ts, _) = structure(bytes, limits, |_| Ok(()))?;
     let obj = OpenFileOptions::new()
         .read_preamble(ReadPreamble::Never)
         .read_until(tags::PIXEL_DATA)
@@ -216,18 +220,22 @@ pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError
 /// Decode a DICOM Part 10 file.
 pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoError> {
     let mut codec = None;
-    let (body, ts) = structure(bytes, limits, |ts| {
+    let (body, ts, native_pixels) = structure(bytes, limits, |ts| {
         codec = Some(pixel_codec(ts).ok_or_else(|| unsupported_ts(ts.uid(), ts.name()))?);
         Ok(())
     })?;
     let codec = codec.expect("set when the transfer syntax was accepted");
+    // Native pixels are taken straight from the input: the parser stops before them instead
+    // of copying them (a 300 MB cine would otherwise be held twice).
+    let native_pixels = native_pixels
+        .filter(|_| codec == PixelCodec::Native && ts.endianness() == Endianness::Little);
+    let mut options = OpenFileOptions::new().read_preamble(ReadPreamble::Never);
+    if native_pixels.is_some() {
+        options = options.read_until(tags::PIXEL_DATA);
+    }
+    let obj = options.from_reader(body).map_err(|e| parse_error(&e))?;
 
-    let obj = OpenFileOptions::new()
-        .read_preamble(ReadPreamble::Never)
-        .from_reader(body)
-        .map_err(|e| parse_error(&e))?;
-
-    let layout = layout(&obj)?;
+    let layout = layout(&obj, native_pixels.is_some())?;
     let frames = number_of_frames(&obj, limits)?;
     // Header values are untrusted: the checks multiply without overflow.
     limits.check(layout.cols as u64, layout.rows as u64, layout.output_bytes_per_pixel())?;
@@ -250,27 +258,40 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
     } else {
         layout.validate()?;
     }
-    let element = obj
-        .get(tags::PIXEL_DATA)
-        .or_else(|| obj.get(tags::FLOAT_PIXEL_DATA))
-        .or_else(|| obj.get(tags::DOUBLE_FLOAT_PIXEL_DATA))
-        .ok_or_else(|| ImageIoError::corrupt(DICOM, "no Pixel Data: not an image"))?;
+    // Frames past the limit are counted, not decoded.
+    let decoded =
+        frames.min(usize::try_from(limits.max_frames_decoded).unwrap_or(usize::MAX).max(1));
+    let element = || {
+        obj.get(tags::PIXEL_DATA)
+            .or_else(|| obj.get(tags::FLOAT_PIXEL_DATA))
+            .or_else(|| obj.get(tags::DOUBLE_FLOAT_PIXEL_DATA))
+            .ok_or_else(|| ImageIoError::corrupt(DICOM, "no Pixel Data: not an image"))
+    };
     let (mut images, mapping) = if codec == PixelCodec::Native {
-        if element.value().fragments().is_some() {
-            return Err(ImageIoError::corrupt(
-                DICOM,
-                "encapsulated pixel data in a native transfer syntax",
-            ));
-        }
-        let bytes = element.to_bytes().map_err(|e| ImageIoError::corrupt(DICOM, e.to_string()))?;
+        let bytes = match native_pixels {
+            Some(range) => Cow::Borrowed(&body[range]),
+            None => {
+                let element = element()?;
+                if element.value().fragments().is_some() {
+                    return Err(ImageIoError::corrupt(
+                        DICOM,
+                        "encapsulated pixel data in a native transfer syntax",
+                    ));
+                }
+                element.to_bytes().map_err(|e| ImageIoError::corrupt(DICOM, e.to_string()))?
+            }
+        };
         let bits =
             layout.frame_bits().ok_or_else(|| ImageIoError::corrupt(DICOM, "image too large"))?;
-        let data = (0..frames)
+        // Every frame counted must be there, decoded or not (the last one is the test).
+        frames::native_frame(&bytes, bits, frames - 1)?;
+        let data = (0..decoded)
             .map(|n| frames::native_frame(&bytes, bits, n))
             .collect::<Result<Vec<_>, _>>()?;
         let refs: Vec<&[u8]> = data.iter().map(|d| d.as_ref()).collect();
         pixels::convert(&refs, &layout)?
     } else {
+        let element = element()?;
         let (Some(fragments), Some(bot)) =
             (element.value().fragments(), element.value().offset_table())
         else {
@@ -291,7 +312,7 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         let streams = frames::encapsulated_frames(fragments, &offsets, frames, marker)?;
         let mut decoded_layout = layout.clone();
         let mut data = Vec::with_capacity(frames);
-        for s in &streams {
+        for s in &streams[..decoded] {
             let (d, l) = decode_frame(s, &layout, codec, limits)?;
             data.push(d);
             decoded_layout = l;
@@ -309,7 +330,7 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         photometric_interpretation: text(&obj, tags::PHOTOMETRIC_INTERPRETATION)
             .unwrap_or_else(|| "MONOCHROME2".into()),
         number_of_frames: u32::try_from(frames).unwrap_or(u32::MAX),
-        frames_decoded: u32::try_from(frames).unwrap_or(u32::MAX),
+        frames_decoded: u32::try_from(decoded).unwrap_or(u32::MAX),
         patient_name: text(&obj, tags::PATIENT_NAME),
         patient_id: text(&obj, tags::PATIENT_ID),
         study_instance_uid: text(&obj, tags::STUDY_INSTANCE_UID),
@@ -459,8 +480,9 @@ fn float(obj: &DefaultDicomObject, tag: Tag) -> Option<f64> {
     obj.get(tag)?.to_multi_float64().ok()?.first().copied().filter(|v| v.is_finite())
 }
 
-/// The image pixel module attributes.
-fn layout(obj: &DefaultDicomObject) -> Result<Layout, ImageIoError> {
+/// The image pixel module attributes (`pixel_data_after`: the parser stopped before a Pixel
+/// Data element it did not read).
+fn layout(obj: &DefaultDicomObject, pixel_data_after: bool) -> Result<Layout, ImageIoError> {
     let required = |tag: Tag, name: &str| -> Result<i64, ImageIoError> {
         int(obj, tag)
             .ok_or_else(|| ImageIoError::corrupt(DICOM, format!("missing or invalid {name} {tag}")))
@@ -469,7 +491,7 @@ fn layout(obj: &DefaultDicomObject) -> Result<Layout, ImageIoError> {
         u16::try_from(v)
             .map_err(|_| ImageIoError::corrupt(DICOM, format!("{name} {v} out of range")))
     };
-    let float_samples = if obj.get(tags::PIXEL_DATA).is_some() {
+    let float_samples = if pixel_data_after || obj.get(tags::PIXEL_DATA).is_some() {
         false
     } else if obj.get(tags::FLOAT_PIXEL_DATA).is_some()
         || obj.get(tags::DOUBLE_FLOAT_PIXEL_DATA).is_some()

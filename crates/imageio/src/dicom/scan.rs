@@ -120,7 +120,12 @@ struct Open {
 }
 
 /// Walk a data set (not deflated) encoded in `ts`, mirroring dicom-parser's `DataSetReader`.
-pub(crate) fn scan_dataset(data: &[u8], ts: &TransferSyntax) -> Result<(), ImageIoError> {
+/// Returns where the value of a top-level, defined-length Pixel Data element lies in `data`
+/// (native pixels a caller may then take straight from the input, without the parser's copy).
+pub(crate) fn scan_dataset(
+    data: &[u8],
+    ts: &TransferSyntax,
+) -> Result<Option<std::ops::Range<usize>>, ImageIoError> {
     let Some(decoder) = ts.decoder_for::<HeaderBytes>() else {
         return Err(ImageIoError::UnsupportedTransferSyntax {
             file: crate::error::NO_FILE.into(),
@@ -131,6 +136,7 @@ pub(crate) fn scan_dataset(data: &[u8], ts: &TransferSyntax) -> Result<(), Image
     let mut stack: Vec<Open> = Vec::new();
     let mut in_sequence = false;
     let mut signed_pixels = false;
+    let mut pixels = None;
     let mut pos = 0usize;
     loop {
         // Close defined-length sequences and items that end here.
@@ -156,12 +162,12 @@ pub(crate) fn scan_dataset(data: &[u8], ts: &TransferSyntax) -> Result<(), Image
         }
         if pos >= data.len() {
             // End of data; whatever is still open the parser reports itself.
-            return Ok(());
+            return Ok(pixels);
         }
         if in_sequence {
             let Some(item) = item_header_at(&*decoder, data, pos)? else {
                 // The parser treats a cut inside pixel fragments as the end of the object.
-                return Ok(());
+                return Ok(pixels);
             };
             pos += 8;
             match item {
@@ -212,7 +218,7 @@ pub(crate) fn scan_dataset(data: &[u8], ts: &TransferSyntax) -> Result<(), Image
             } else if tag == PIXEL_DATA && len.is_undefined() {
                 stack.push(Open { kind: Kind::Sequence, pixel: true, end: None });
                 let Some(item) = item_header_at(&*decoder, data, pos)? else {
-                    return Ok(());
+                    return Ok(pixels);
                 };
                 pos += 8;
                 match item {
@@ -265,6 +271,9 @@ pub(crate) fn scan_dataset(data: &[u8], ts: &TransferSyntax) -> Result<(), Image
                         Endianness::Big => u16::from_be_bytes(b),
                     };
                     signed_pixels = v != 0;
+                }
+                if tag == PIXEL_DATA && stack.is_empty() {
+                    pixels = Some(pos..pos + value.len());
                 }
                 pos += value.len();
             }
