@@ -164,15 +164,18 @@ pub struct DicomIds {
     pub transfer_syntax_uid: String,
 }
 
-/// The Part 10 body of `bytes` (from "DICM"), its transfer syntax and where a native Pixel
-/// Data value lies in the body (not for deflated files), once the file meta group,
+/// A checked Part 10 file: its body (from "DICM"), its transfer syntax, and where a
+/// defined-length Pixel Data value lies in the body (not known for deflated files).
+type Structure<'a> = (&'a [u8], &'static TransferSyntax, Option<std::ops::Range<usize>>);
+
+/// The [`Structure`] of `bytes`, once the file meta group,
 /// the transfer syntax (which `accept` may refuse, right after the meta group is read) and the
 /// data set's element structure (inflated first when deflated, with a cap) have been checked.
 fn structure<'a>(
     bytes: &'a [u8],
     limits: &Limits,
     accept: impl FnOnce(&'static TransferSyntax) -> Result<(), ImageIoError>,
-) -> Result<(&'a [u8], &'static TransferSyntax, Option<std::ops::Range<usize>>), ImageIoError> {
+) -> Result<Structure<'a>, ImageIoError> {
     let body = if bytes.get(128..132) == Some(b"DICM") { &bytes[128..] } else { bytes };
     let meta_info = scan::scan_meta(body)?;
     let uid = meta_info.ts_uid.as_str();
