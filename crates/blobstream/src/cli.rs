@@ -165,6 +165,12 @@ pub enum DpssCommand {
         /// The name server's catalogue.
         #[arg(long, default_value = "data/dpss/names.db")]
         catalog: PathBuf,
+        /// Require this token on every call (gRPC and /metrics): the block store's token,
+        /// the one its block servers require too.
+        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
+        token: Option<String>,
+        #[command(flatten)]
+        tls: ServerTls,
     },
     /// Run a block server over one or more disk directories (one reader each), reporting to
     /// the master.
@@ -188,6 +194,14 @@ pub enum DpssCommand {
         /// Cache per server, MiB.
         #[arg(long, default_value_t = 256)]
         cache_mb: usize,
+        /// Require this token on the master and every block server.
+        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
+        token: Option<String>,
+        /// The master and the block servers speak TLS with this certificate and key (the
+        /// servers trust the certificate itself when reporting to the master: self-signed,
+        /// naming localhost).
+        #[command(flatten)]
+        tls: ServerTls,
     },
     /// Load a data set: an image (any format `image-info` reads) into a pyramid of tiles, a
     /// generated test image of any size, or a flat file into fixed-size blocks; spread over
@@ -200,6 +214,8 @@ pub enum DpssCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        auth: DpssAuth,
     },
     /// Fly the ISS paper's TerraVision path over an image data set: several request lists a
     /// second of about fifty tiles, with prediction; per list requested / read / cache hits /
@@ -259,11 +275,12 @@ pub enum DpssCommand {
 
 #[derive(Args, Clone)]
 pub struct DpssAuth {
-    /// The token block servers require (their --token).
+    /// The token the master and the block servers require (their --token).
     #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
     pub token: Option<String>,
-    /// CA certificate (PEM) to trust: speak TLS to block servers started with --tls-cert.
-    #[arg(long)]
+    /// CA certificate (PEM) to trust: speak TLS to a master and block servers started with
+    /// --tls-cert.
+    #[arg(long, env = "BLOBSTREAM_DPSS_CA")]
     pub ca: Option<PathBuf>,
 }
 
@@ -284,11 +301,18 @@ pub struct DpssServerArgs {
     /// Block cache, MiB.
     #[arg(long, default_value_t = 256)]
     pub cache_mb: usize,
-    /// Require this token from clients and loaders.
+    /// Require this token from clients and loaders (and present it to the master).
     #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
     pub token: Option<String>,
     #[command(flatten)]
     pub tls: ServerTls,
+    /// CA certificate (PEM) to trust when reporting to a master started with --tls-cert.
+    #[arg(long, env = "BLOBSTREAM_DPSS_CA")]
+    pub master_ca: Option<PathBuf>,
+    /// The host name clients reach this server by (default: the --addr host); with TLS, the
+    /// name its certificate gives.
+    #[arg(long, value_name = "HOST")]
+    pub advertise_host: Option<String>,
 }
 
 #[derive(Args)]
@@ -340,6 +364,10 @@ pub struct DistributerArgs {
     pub status_addr: String,
     #[command(flatten)]
     pub tls: ServerTls,
+    /// Require this token on the status service (gRPC and /metrics); with --tls-cert it
+    /// speaks TLS too.
+    #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN")]
+    pub status_token: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -353,6 +381,12 @@ pub enum DistributerCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// The status service's token (the distributer's --status-token).
+        #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN")]
+        token: Option<String>,
+        /// CA certificate (PEM) to trust: the distributer was started with --tls-cert.
+        #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_CA", value_name = "FILE")]
+        distributer_ca: Option<PathBuf>,
     },
 }
 
@@ -511,7 +545,8 @@ pub struct FilterArgs {
 #[derive(Args)]
 pub struct ServerTls {
     /// Certificate chain (PEM): serve TLS (with --tls-key). `serve`: on both planes and HTTP;
-    /// `distributer`: to senders and receivers.
+    /// `distributer`: to senders and receivers (and its status plane); `dpss`: the master,
+    /// the block servers.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// Private key (PEM) for --tls-cert.
@@ -626,9 +661,12 @@ pub struct ServeArgs {
     /// tiled viewer at /dpss.html.
     #[arg(long, value_name = "ADDR")]
     pub dpss_master: Option<String>,
-    /// The token the block servers require.
+    /// The token the block store (its master and servers) requires.
     #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", requires = "dpss_master")]
     pub dpss_token: Option<String>,
+    /// CA certificate (PEM) to trust: the block store speaks TLS (started with --tls-cert).
+    #[arg(long, env = "BLOBSTREAM_DPSS_CA", requires = "dpss_master", value_name = "FILE")]
+    pub dpss_ca: Option<PathBuf>,
     /// Unix domain socket for bindings and transfers from processes on this host.
     #[arg(long, value_name = "PATH")]
     pub unix_socket: Option<PathBuf>,

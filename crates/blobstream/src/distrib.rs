@@ -12,14 +12,17 @@ use crate::cli::{DistributerArgs, DistributerCommand, FlowArgs, Global, ReceiveA
 use crate::progress;
 
 pub fn distributer(a: DistributerArgs) -> Result<()> {
-    if let Some(DistributerCommand::Status { addr, json }) = a.command {
-        return status(&addr, json);
+    if let Some(DistributerCommand::Status { addr, json, token, distributer_ca }) = a.command {
+        let tls = crate::security::trust(distributer_ca.as_deref(), None)?;
+        return status(&addr, json, &bs_plane::Credentials { tls, token });
     }
     let path = a.config.context("--config FILE is required (see docs/distributer.md)")?;
     let cfg = Config::load(&path)?;
     let addr = a.addr.parse().with_context(|| format!("--addr {:?}", a.addr))?;
     let tls = crate::security::server_tls(&a.tls)?;
     let over = if tls.is_some() { "TLS" } else { "plain TCP" };
+    let secure = bs_plane::Secure { tls: tls.clone(), token: a.status_token.clone() };
+    let status_offers = secure.describe();
     let d = Distributer::start_with_tls(cfg, addr, tls)
         .with_context(|| format!("listening on {addr}"))?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -28,7 +31,7 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
         .with_context(|| format!("--status-addr {}", a.status_addr))?;
     let status_addr = status.local_addr()?;
     println!("blobstream distributer listening on {} ({over})", d.addr());
-    println!("  status (gRPC) and /metrics on {status_addr}");
+    println!("  status (gRPC) and /metrics on {status_addr} ({status_offers})");
     for s in &d.config().streams {
         for f in &s.flows {
             println!("  {}/{}: policy {}, chunk {} bytes", s.name, f.name, f.policy, f.chunk);
@@ -40,7 +43,7 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
         let mut s = crate::signals::Signals::install()?;
         tokio::select! {
             sig = s.next() => Ok::<_, std::io::Error>(sig),
-            res = bs_distrib::service::serve(status, source) => {
+            res = bs_distrib::service::serve(status, source, secure) => {
                 res?;
                 Ok("the status service ended")
             }
@@ -51,9 +54,9 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
     Ok(())
 }
 
-fn status(addr: &str, json: bool) -> Result<()> {
+fn status(addr: &str, json: bool, creds: &bs_plane::Credentials) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let flows = rt.block_on(bs_distrib::service::fetch(addr))?;
+    let flows = rt.block_on(bs_distrib::service::fetch(addr, creds))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&flows)?);
         return Ok(());

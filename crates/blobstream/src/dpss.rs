@@ -20,13 +20,17 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 
 pub fn run(g: &Global, c: DpssCommand) -> Result<()> {
     match c {
-        DpssCommand::Master { addr, catalog } => run_master(&addr, &catalog),
+        DpssCommand::Master { addr, catalog, token, tls } => {
+            let secure = bs_plane::Secure { tls: crate::security::server_tls(&tls)?, token };
+            run_master(&addr, &catalog, secure)
+        }
         DpssCommand::Server(a) => server(a),
-        DpssCommand::Local { servers, disks, dir, master, first_port, cache_mb } => {
-            local(servers, disks, &dir, &master, first_port, cache_mb)
+        DpssCommand::Local { servers, disks, dir, master, first_port, cache_mb, token, tls } => {
+            let shape = Shape { servers, disks, first_port, cache_mb };
+            local(shape, &dir, &master, token, tls)
         }
         DpssCommand::Load(a) => load(g, a),
-        DpssCommand::Status { master, json } => status(&master, json),
+        DpssCommand::Status { master, json, auth } => status(&master, json, &auth),
         DpssCommand::Simulate { dataset, master, rate, lists, tiles, level, json, auth } => {
             let mut c = Client::open(&master, &dataset, client_options(&auth)?)?;
             let w = bs_dpss::simulate::Workload {
@@ -71,12 +75,17 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// Start the master on `addr` in `rt`; returns the address it listens on.
-fn start_master(rt: &tokio::runtime::Runtime, addr: &str, catalog: &Path) -> Result<String> {
+fn start_master(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    catalog: &Path,
+    secure: bs_plane::Secure,
+) -> Result<String> {
     if let Some(parent) = catalog.parent() {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
     }
-    master::start(rt, addr, catalog)
+    master::start_secure(rt, addr, catalog, secure)
         .with_context(|| format!("master on {addr}, catalogue {}", catalog.display()))
 }
 
@@ -89,10 +98,13 @@ fn wait_for_signal(rt: &tokio::runtime::Runtime, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn run_master(addr: &str, catalog: &Path) -> Result<()> {
+fn run_master(addr: &str, catalog: &Path, secure: bs_plane::Secure) -> Result<()> {
     let rt = runtime()?;
-    let bound = start_master(&rt, addr, catalog)?;
-    println!("blobstream dpss master (and name server) on {bound}: gRPC and GET /metrics");
+    let offered = secure.describe();
+    let bound = start_master(&rt, addr, catalog, secure)?;
+    println!(
+        "blobstream dpss master (and name server) on {bound}: gRPC and GET /metrics ({offered})"
+    );
     println!("  catalogue {}", catalog.display());
     wait_for_signal(&rt, "master")
 }
@@ -103,9 +115,14 @@ fn start_server(a: &DpssServerArgs) -> Result<BlockServer> {
     cfg.cache_bytes = a.cache_mb << 20;
     cfg.token = a.token.clone();
     cfg.tls = crate::security::server_tls(&a.tls)?;
+    cfg.advertise_host = a.advertise_host.clone();
     let srv =
         BlockServer::start(&a.addr, cfg).with_context(|| format!("block server on {}", a.addr))?;
-    master::heartbeat(a.master.clone(), HEARTBEAT, srv.stats_source())?;
+    let to_master = ClientOptions {
+        token: a.token.clone(),
+        tls: crate::security::trust(a.master_ca.as_deref(), None)?,
+    };
+    master::heartbeat(a.master.clone(), to_master, HEARTBEAT, srv.stats_source())?;
     Ok(srv)
 }
 
@@ -122,20 +139,35 @@ fn server(a: DpssServerArgs) -> Result<()> {
     wait_for_signal(&rt, "block server")
 }
 
-fn local(
+/// How many block servers `dpss local` starts, and how.
+struct Shape {
     servers: usize,
     disks: usize,
-    dir: &Path,
-    master: &str,
     first_port: u16,
     cache_mb: usize,
+}
+
+fn local(
+    shape: Shape,
+    dir: &Path,
+    master: &str,
+    token: Option<String>,
+    tls: crate::cli::ServerTls,
 ) -> Result<()> {
+    let Shape { servers, disks, first_port, cache_mb } = shape;
     if servers == 0 || disks == 0 {
         bail!("--servers and --disks must be at least 1");
     }
     let rt = runtime()?;
-    let bound = start_master(&rt, master, &dir.join("names.db"))?;
-    println!("blobstream dpss master (and name server) on {bound}");
+    let secure = bs_plane::Secure { tls: crate::security::server_tls(&tls)?, token: token.clone() };
+    let offered = secure.describe();
+    let with_tls = secure.tls.is_some();
+    let mut bound = start_master(&rt, master, &dir.join("names.db"), secure)?;
+    if with_tls && let Some(port) = bound.strip_prefix("127.0.0.1:") {
+        // Reached by name, as the certificate must say (loopback: localhost).
+        bound = format!("localhost:{port}");
+    }
+    println!("blobstream dpss master (and name server) on {bound} ({offered})");
     let mut running = Vec::new();
     for s in 0..servers {
         let a = DpssServerArgs {
@@ -148,8 +180,14 @@ fn local(
             master: bound.clone(),
             name: Some(format!("server{s}")),
             cache_mb,
-            token: None,
-            tls: crate::cli::ServerTls { tls_cert: None, tls_key: None },
+            token: token.clone(),
+            tls: crate::cli::ServerTls {
+                tls_cert: tls.tls_cert.clone(),
+                tls_key: tls.tls_key.clone(),
+            },
+            // Self-signed: the certificate is its own CA, and names localhost.
+            master_ca: tls.tls_cert.clone(),
+            advertise_host: with_tls.then(|| "localhost".to_string()),
         };
         let srv = start_server(&a)?;
         println!(
@@ -182,7 +220,7 @@ fn parse_size(s: &str) -> Result<(u64, u64)> {
 
 fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
     let opts = client_options(&a.auth)?;
-    let servers = loader::live_servers(&a.master)?;
+    let servers = loader::live_servers(&a.master, &opts)?;
     let copies = a.copies.unwrap_or(if servers.len() >= 2 { 2 } else { 1 });
     if copies as usize > servers.len() {
         bail!(
@@ -265,8 +303,8 @@ fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
     Ok(())
 }
 
-fn status(master: &str, json: bool) -> Result<()> {
-    let st = master::fetch_status(master)?;
+fn status(master: &str, json: bool, auth: &DpssAuth) -> Result<()> {
+    let st = master::fetch_status(master, &client_options(auth)?)?;
     if json {
         let servers: Vec<_> = st
             .servers

@@ -42,6 +42,7 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         tls: security::server_tls(&a.tls)?,
         dpss_master: a.dpss_master.clone(),
         dpss_token: a.dpss_token.clone(),
+        dpss_tls: security::trust(a.dpss_ca.as_deref(), None)?,
         ..WebConfig::default()
     };
     let cfg = ServerConfig {

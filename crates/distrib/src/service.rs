@@ -127,8 +127,13 @@ pub fn render_metrics(flows: &[FlowStatus]) -> String {
     out
 }
 
-/// Serve the status call and `/metrics` on `listener` until the future is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, source: StatusSource) -> std::io::Result<()> {
+/// Serve the status call and `/metrics` on `listener` (TLS and a token as `secure` says)
+/// until the future is dropped.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    source: StatusSource,
+    secure: bs_plane::Secure,
+) -> std::io::Result<()> {
     let metrics_source = source.clone();
     let router = tonic::service::Routes::new(pb::distributer_server::DistributerServer::new(
         Service(source),
@@ -149,18 +154,22 @@ pub async fn serve(listener: tokio::net::TcpListener, source: StatusSource) -> s
             }
         }),
     );
-    axum::serve(listener, router).await
+    bs_plane::serve(listener, router, secure, std::future::pending()).await
 }
 
-/// Ask the distributer's status service at `addr` (host:port).
-pub async fn fetch(addr: &str) -> Result<Vec<FlowStatus>, crate::DistribError> {
-    let url = format!("http://{addr}");
-    let mut c = pb::distributer_client::DistributerClient::connect(url.clone())
+/// Ask the distributer's status service at `addr` (host:port), over TLS and with a token when
+/// `creds` has them.
+pub async fn fetch(
+    addr: &str,
+    creds: &bs_plane::Credentials,
+) -> Result<Vec<FlowStatus>, crate::DistribError> {
+    let (channel, bearer) = bs_plane::connect(addr, creds)
         .await
-        .map_err(|e| crate::DistribError::Remote(format!("cannot reach {url}: {e}")))?;
+        .map_err(|e| crate::DistribError::Remote(format!("the status service: {e}")))?;
+    let mut c = pb::distributer_client::DistributerClient::with_interceptor(channel, bearer);
     let r = c
         .status(pb::DistributerStatusRequest {})
         .await
-        .map_err(|e| crate::DistribError::Remote(e.message().to_string()))?;
+        .map_err(|e| crate::DistribError::Remote(bs_plane::explain(addr, creds, &e)))?;
     Ok(from_pb(r.into_inner()))
 }

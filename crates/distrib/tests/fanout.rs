@@ -356,8 +356,9 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let status_addr = listener.local_addr().unwrap().to_string();
-    rt.spawn(bs_distrib::service::serve(listener, d.status_source()));
-    let remote = rt.block_on(bs_distrib::service::fetch(&status_addr)).unwrap();
+    rt.spawn(bs_distrib::service::serve(listener, d.status_source(), Default::default()));
+    let remote = rt.block_on(bs_distrib::service::fetch(&status_addr, &Default::default()));
+    let remote = remote.unwrap();
     let hold = remote.iter().find(|f| f.flow == "hold").unwrap();
     assert!(hold.sender && !hold.running);
     assert_eq!(hold.receivers.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["same"]);
@@ -503,4 +504,32 @@ fn over_tls_every_byte_arrives_and_untrusting_peers_are_refused() {
         assert_eq!(end, RunEnd::Stopped(bytes.len() as u64));
         assert_eq!(DigestAlgo::Xxh3_128.digest(&k.bytes), want, "byte-exact over TLS");
     }
+}
+
+/// The status service with TLS and a token: answered only to a client that trusts the
+/// certificate and presents the token; the others are told why.
+#[test]
+fn the_status_service_answers_only_trusted_tls_with_the_token() {
+    let id = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (id.cert.pem(), id.signing_key.serialize_pem());
+    let cfg = Config::parse(CONFIG, "test.toml").unwrap();
+    let d = Distributer::start(cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = format!("localhost:{}", listener.local_addr().unwrap().port());
+    let secure = bs_plane::Secure {
+        tls: Some(TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap()),
+        token: Some("status-t0k".into()),
+    };
+    rt.spawn(bs_distrib::service::serve(listener, d.status_source(), secure));
+    let trust = TlsClient::from_pem(cert.as_bytes(), None).unwrap();
+    let good = bs_plane::Credentials { tls: Some(trust), token: Some("status-t0k".into()) };
+    let fetch = |c: &bs_plane::Credentials| rt.block_on(bs_distrib::service::fetch(&addr, c));
+    assert_eq!(fetch(&good).unwrap().len(), d.status().len());
+    let e = fetch(&bs_plane::Credentials { token: None, ..good.clone() }).unwrap_err();
+    assert!(e.to_string().contains("requires a token"), "{e}");
+    let e = fetch(&bs_plane::Credentials { token: Some("guess".into()), ..good.clone() });
+    assert!(e.unwrap_err().to_string().contains("wrong token"));
+    let e = fetch(&bs_plane::Credentials { tls: None, ..good.clone() }).unwrap_err();
+    assert!(e.to_string().contains("if it speaks TLS"), "a plain client is told why: {e}");
 }

@@ -13,7 +13,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bs_binding::Binding;
-use bs_transport::TlsClient;
 
 use crate::block::{BlockId, Priority, digest};
 use crate::conn::Peer;
@@ -21,12 +20,9 @@ use crate::error::DpssError;
 use crate::layout::Layout;
 use crate::msg::{self, ListStats, Message};
 
-/// How to reach the servers.
-#[derive(Debug, Clone, Default)]
-pub struct ClientOptions {
-    pub token: Option<String>,
-    pub tls: Option<TlsClient>,
-}
+/// How to reach the block servers and the master: the CA to trust for TLS and the token the
+/// block store requires (one token for the master and its servers).
+pub type ClientOptions = bs_plane::Credentials;
 
 /// A block's bytes where they arrived: in the pooled buffer the message was read into (no
 /// copy); the buffer goes back to its pool when this is dropped.
@@ -144,7 +140,7 @@ fn session_id() -> String {
 impl Client {
     /// Look `dataset` up on the master at `master` and connect to its servers.
     pub fn open(master: &str, dataset: &str, opts: ClientOptions) -> Result<Self, DpssError> {
-        let layout = lookup(master, dataset)?;
+        let layout = lookup(master, dataset, &opts)?;
         Self::with_layout(layout, opts)
     }
 
@@ -448,9 +444,9 @@ impl Drop for Client {
 }
 
 /// A data set's layout from the master at `master` (host:port).
-pub fn lookup(master: &str, dataset: &str) -> Result<Layout, DpssError> {
+pub fn lookup(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Layout, DpssError> {
     block_on(async {
-        let mut c = crate::master::connect(master).await?;
+        let mut c = crate::master::connect(master, opts).await?;
         let l = c.lookup(bs_proto::DpssLookupRequest { dataset: dataset.into() }).await?;
         Layout::try_from(l.into_inner())
     })

@@ -34,9 +34,9 @@ pub struct LoadReport {
 }
 
 /// The block servers the master reports up, in a stable order.
-pub fn live_servers(master: &str) -> Result<Vec<ServerRef>, DpssError> {
+pub fn live_servers(master: &str, opts: &ClientOptions) -> Result<Vec<ServerRef>, DpssError> {
     block_on(async {
-        let mut c = crate::master::connect(master).await?;
+        let mut c = crate::master::connect(master, opts).await?;
         let st = c.status(pb::DpssStatusRequest {}).await?.into_inner();
         let mut out: Vec<ServerRef> = st
             .servers
@@ -188,7 +188,7 @@ pub fn load_from(
             blocks: std::mem::take(&mut blocks),
         };
         block_on(async {
-            let mut c = crate::master::connect(master).await?;
+            let mut c = crate::master::connect(master, opts).await?;
             c.publish(req).await?;
             Ok::<(), DpssError>(())
         })
@@ -235,12 +235,12 @@ pub struct Removed {
 pub fn remove(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Removed, DpssError> {
     crate::block::check_name(dataset)?;
     let was_published = block_on(async {
-        let mut c = crate::master::connect(master).await?;
+        let mut c = crate::master::connect(master, opts).await?;
         let r = c.unpublish(pb::DpssLookupRequest { dataset: dataset.into() }).await?;
         Ok::<_, DpssError>(r.into_inner().existed)
     })?;
     let mut out = Removed { was_published, servers: Vec::new(), failed: Vec::new() };
-    for s in live_servers(master)? {
+    for s in live_servers(master, opts)? {
         let hello = msg::Hello {
             role: "loader".into(),
             session: String::new(),

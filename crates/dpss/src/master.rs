@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bs_proto as pb;
 use tonic::{Request, Response, Status};
 
+use crate::ClientOptions;
 use crate::block::{BlockId, Priority};
 use crate::catalog::Catalog;
 use crate::error::DpssError;
@@ -277,8 +278,13 @@ pub fn render_metrics(servers: &[pb::DpssServerStatus]) -> String {
     out
 }
 
-/// Serve the master on `listener` until the future is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, master: Arc<Master>) -> std::io::Result<()> {
+/// Serve the master on `listener` (TLS and a token as `secure` says) until the future is
+/// dropped.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    master: Arc<Master>,
+    secure: bs_plane::Secure,
+) -> std::io::Result<()> {
     let m = master.clone();
     let svc = pb::dpss_server::DpssServer::new(Service(master))
         .max_decoding_message_size(256 << 20)
@@ -298,24 +304,30 @@ pub async fn serve(listener: tokio::net::TcpListener, master: Arc<Master>) -> st
             }
         }),
     );
-    axum::serve(listener, router).await
+    bs_plane::serve(listener, router, secure, std::future::pending()).await
 }
 
-/// A gRPC client of the master at `addr` (host:port).
-pub async fn connect(
-    addr: &str,
-) -> Result<pb::dpss_client::DpssClient<tonic::transport::Channel>, DpssError> {
-    let url = format!("http://{addr}");
-    let c = pb::dpss_client::DpssClient::connect(url.clone())
+/// A gRPC client of the master.
+pub type MasterClient = pb::dpss_client::DpssClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, bs_plane::Bearer>,
+>;
+
+/// A gRPC client of the master at `addr` (host:port), over TLS and with the token in `opts`
+/// when given.
+pub async fn connect(addr: &str, opts: &ClientOptions) -> Result<MasterClient, DpssError> {
+    let (channel, bearer) = bs_plane::connect(addr, opts)
         .await
-        .map_err(|e| DpssError::Master(format!("cannot reach the master at {addr}: {e}")))?;
-    Ok(c.max_decoding_message_size(256 << 20).max_encoding_message_size(256 << 20))
+        .map_err(|e| DpssError::Master(format!("the master: {e}")))?;
+    Ok(pb::dpss_client::DpssClient::with_interceptor(channel, bearer)
+        .max_decoding_message_size(256 << 20)
+        .max_encoding_message_size(256 << 20))
 }
 
 /// Report `stats()` to the master at `master` every `every`, on a thread of its own, until
 /// `stats()` returns `None` (the server is gone). Failures are logged and retried.
 pub fn heartbeat(
     master: String,
+    opts: ClientOptions,
     every: Duration,
     stats: impl Fn() -> Option<ServerStats> + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -329,7 +341,16 @@ pub fn heartbeat(
             let mut warned = false;
             while let Some(s) = stats() {
                 if client.is_none() {
-                    client = connect(&master).await.ok();
+                    client = match connect(&master, &opts).await {
+                        Ok(c) => Some(c),
+                        Err(e) => {
+                            if !warned {
+                                tracing::warn!(%master, error = %e, "heartbeat failed");
+                            }
+                            warned = true;
+                            None
+                        }
+                    };
                 }
                 if let Some(c) = client.as_mut() {
                     match c.heartbeat(stats_pb(&s)).await {
@@ -350,23 +371,34 @@ pub fn heartbeat(
 }
 
 /// The master's status (every server and data set), from blocking code.
-pub fn fetch_status(addr: &str) -> Result<pb::DpssStatusResponse, DpssError> {
+pub fn fetch_status(addr: &str, opts: &ClientOptions) -> Result<pb::DpssStatusResponse, DpssError> {
     crate::client::block_on(async {
-        let mut c = connect(addr).await?;
-        Ok(c.status(pb::DpssStatusRequest {}).await?.into_inner())
+        let mut c = connect(addr, opts).await?;
+        let r = c.status(pb::DpssStatusRequest {}).await;
+        r.map(|r| r.into_inner()).map_err(|e| DpssError::Master(bs_plane::explain(addr, opts, &e)))
     })
 }
 
-/// Open the catalogue at `catalog`, bind `addr` and serve the master on `rt`; returns the
-/// address it listens on (for `addr` with port 0).
+/// Open the catalogue at `catalog`, bind `addr` and serve the master on `rt`, in the clear and
+/// without a token; returns the address it listens on (for `addr` with port 0).
 pub fn start(
     rt: &tokio::runtime::Runtime,
     addr: &str,
     catalog: &std::path::Path,
 ) -> Result<String, DpssError> {
+    start_secure(rt, addr, catalog, bs_plane::Secure::default())
+}
+
+/// [`start`] with TLS and a token as `secure` says.
+pub fn start_secure(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    catalog: &std::path::Path,
+    secure: bs_plane::Secure,
+) -> Result<String, DpssError> {
     let cat = Catalog::open(catalog)?;
     let listener = rt.block_on(tokio::net::TcpListener::bind(addr))?;
     let bound = listener.local_addr()?.to_string();
-    rt.spawn(serve(listener, Master::new(cat)));
+    rt.spawn(serve(listener, Master::new(cat), secure));
     Ok(bound)
 }

@@ -42,11 +42,22 @@ pub struct ServerConfig {
     /// Peers must say this in their `HELLO` (none: anyone may connect).
     pub token: Option<String>,
     pub tls: Option<TlsServer>,
+    /// The host name the master is told clients reach this server by, with the bound port
+    /// (default: the bound address). Needed when it listens on 0.0.0.0, and with TLS, whose
+    /// certificate names a host rather than an address.
+    pub advertise_host: Option<String>,
 }
 
 impl ServerConfig {
     pub fn new(disks: Vec<PathBuf>) -> Self {
-        Self { name: String::new(), disks, cache_bytes: 256 << 20, token: None, tls: None }
+        Self {
+            name: String::new(),
+            disks,
+            cache_bytes: 256 << 20,
+            token: None,
+            tls: None,
+            advertise_host: None,
+        }
     }
 }
 
@@ -251,7 +262,10 @@ fn stats(i: &Inner) -> ServerStats {
     let cache_bytes = i.cache.lock().unwrap().bytes() as u64;
     ServerStats {
         name: i.cfg.name.clone(),
-        addr: i.addr.to_string(),
+        addr: match &i.cfg.advertise_host {
+            Some(host) => format!("{host}:{}", i.addr.port()),
+            None => i.addr.to_string(),
+        },
         disks: i.queues.len() as u32,
         datasets: i.datasets.read().unwrap().len() as u32,
         disk_bytes: i.queues.iter().map(|q| q.bytes.load(Ordering::Relaxed)).collect(),

@@ -37,14 +37,14 @@ fn a_loaded_image_reads_back_block_for_block_from_every_server() {
     let st = cl.servers.iter().flatten().map(|s| s.stats()).collect::<Vec<_>>();
     assert!(st.iter().all(|s| s.sent_blocks > 0), "{st:?}");
     // The name server knows it; a second load under the same name is refused.
-    assert_eq!(lookup(&cl.master, "card").unwrap().blocks, rep.blocks);
+    assert_eq!(lookup(&cl.master, "card", &ClientOptions::default()).unwrap().blocks, rep.blocks);
     let (_, again) = cl.load("card", 512, 2, &ClientOptions::default());
     assert!(matches!(again, Err(DpssError::Remote(m)) if m.contains("already exists")));
     // Removed: gone from the name server and from every server's disks; the name is free.
     drop(c);
     let r = bs_dpss::loader::remove(&cl.master, "card", &ClientOptions::default()).unwrap();
     assert!(r.was_published && r.failed.is_empty() && r.servers.len() == 4, "{r:?}");
-    assert!(lookup(&cl.master, "card").is_err());
+    assert!(lookup(&cl.master, "card", &ClientOptions::default()).is_err());
     assert!(cl.servers.iter().flatten().all(|s| s.stats().datasets == 0));
     for s in cl.servers.iter().flatten() {
         assert!(!s.disk_dir(0).join("card.blk").exists());
@@ -117,7 +117,7 @@ fn losing_a_server_or_a_rotted_block_loses_nothing_with_two_copies() {
     rep.unwrap();
     // Rot a whole disk's copy of "rot": its server refuses to send those blocks, the client
     // takes the other copies.
-    let layout = lookup(&cl.master, "rot").unwrap();
+    let layout = lookup(&cl.master, "rot", &ClientOptions::default()).unwrap();
     let victim = BlockId::new(0, 1, 1);
     let (s, disk) = layout.locations(victim)[0];
     let dir = cl.servers[s].as_ref().unwrap().disk_dir(disk as usize);
@@ -242,7 +242,7 @@ fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
     b.send(&put).unwrap();
     drop(b);
     assert!(
-        matches!(lookup(&cl.master, "half"), Err(DpssError::Master(m)) if m.contains("unknown"))
+        matches!(lookup(&cl.master, "half", &ClientOptions::default()), Err(DpssError::Master(m)) if m.contains("unknown"))
     );
     // And through all this the server still serves.
     let all: Vec<_> = c.layout().all_blocks().collect();
@@ -292,11 +292,11 @@ fn the_path_simulator_accounts_for_every_list_and_drops_nothing_when_a_server_di
 fn the_name_server_plans_around_a_dead_server_and_metrics_show_every_server() {
     let mut cl = Cluster::start(3, 1, None);
     cl.load("img", 1024, 2, &ClientOptions::default()).1.unwrap();
-    let layout = lookup(&cl.master, "img").unwrap();
+    let layout = lookup(&cl.master, "img", &ClientOptions::default()).unwrap();
     let ids: Vec<BlockId> = layout.all_blocks().collect();
     let plan = |m: &str| {
         bs_dpss::client::block_on(async {
-            let mut c = bs_dpss::master::connect(m).await.unwrap();
+            let mut c = bs_dpss::master::connect(m, &ClientOptions::default()).await.unwrap();
             let blocks = ids
                 .iter()
                 .map(|b| bs_proto::DpssBlockRef {
@@ -343,7 +343,7 @@ fn the_name_server_plans_around_a_dead_server_and_metrics_show_every_server() {
 #[test]
 fn a_load_that_fails_half_way_publishes_nothing_and_frees_the_name() {
     let cl = Cluster::start(2, 1, None);
-    let servers = bs_dpss::loader::live_servers(&cl.master).unwrap();
+    let servers = bs_dpss::loader::live_servers(&cl.master, &ClientOptions::default()).unwrap();
     let layout = bs_dpss::Layout::plan("half", "image", (2048, 2048), 256, servers, 2).unwrap();
     let src = bs_dpss::pyramid::Synthetic { width: 2048, height: 2048, tile: 256 };
     let ids: Vec<BlockId> = layout.all_blocks().collect();
@@ -361,7 +361,7 @@ fn a_load_that_fails_half_way_publishes_nothing_and_frees_the_name() {
     let e =
         bs_dpss::loader::load_from(&cl.master, layout.clone(), &opts, &mut |_, _| {}, &mut produce);
     assert!(matches!(e, Err(DpssError::Image(_))), "{e:?}");
-    assert!(lookup(&cl.master, "half").is_err());
+    assert!(lookup(&cl.master, "half", &ClientOptions::default()).is_err());
     // A source that makes too few blocks is refused too.
     let mut short = |emit: &mut dyn FnMut(BlockId, Vec<u8>) -> Result<(), DpssError>| {
         emit(ids[0], src.block(ids[0])?)
@@ -369,7 +369,7 @@ fn a_load_that_fails_half_way_publishes_nothing_and_frees_the_name() {
     let e =
         bs_dpss::loader::load_from(&cl.master, layout.clone(), &opts, &mut |_, _| {}, &mut short);
     assert!(e.unwrap_err().to_string().contains("made 1 of"));
-    assert!(lookup(&cl.master, "half").is_err());
+    assert!(lookup(&cl.master, "half", &ClientOptions::default()).is_err());
     // Nothing was left staged or committed: the same name loads in full.
     let (src, rep) = cl.load("half", 2048, 2, &opts);
     rep.unwrap();

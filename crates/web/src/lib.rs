@@ -99,8 +99,10 @@ pub struct WebConfig {
     pub session_ttl: std::time::Duration,
     /// The block store's master: serve its data sets' tiles (IIIF) and the tiled viewer.
     pub dpss_master: Option<String>,
-    /// The token the block servers require.
+    /// The token the block store (its master and servers) requires.
     pub dpss_token: Option<String>,
+    /// Speak TLS to the block store's master and servers, trusting this CA.
+    pub dpss_tls: Option<bs_transport::TlsClient>,
 }
 
 impl Default for WebConfig {
@@ -118,6 +120,7 @@ impl Default for WebConfig {
             session_ttl: std::time::Duration::from_secs(12 * 3600),
             dpss_master: None,
             dpss_token: None,
+            dpss_tls: None,
         }
     }
 }
@@ -263,7 +266,10 @@ impl WebServer {
                 THROTTLED_ADDRS,
             ),
             tiles: cfg.dpss_master.clone().map(|m| {
-                let opts = bs_dpss::ClientOptions { token: cfg.dpss_token.clone(), tls: None };
+                let opts = bs_dpss::ClientOptions {
+                    token: cfg.dpss_token.clone(),
+                    tls: cfg.dpss_tls.clone(),
+                };
                 Arc::new(tiles::Tiles::new(m, opts))
             }),
             cfg,
@@ -289,7 +295,11 @@ impl WebServer {
                     tracing::error!("HTTP server stopped: {e}");
                 }
             }),
-            Some(tls) => tokio::spawn(serve_tls(listener, app, tls, rx)),
+            Some(tls) => {
+                tokio::spawn(bs_plane::serve_tls(listener, app, tls.config(), async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                }))
+            }
         };
         Ok(Self { addr, https: state.cfg.tls.is_some(), shutdown, task, state })
     }
@@ -313,50 +323,6 @@ impl WebServer {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
-    }
-}
-
-/// HTTPS: accept TCP, complete the TLS handshake, serve HTTP/1.1 or HTTP/2 on it.
-async fn serve_tls(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    tls: TlsServer,
-    mut rx: watch::Receiver<bool>,
-) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
-    loop {
-        let (tcp, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!("HTTPS accept: {e}");
-                    continue;
-                }
-            },
-            _ = rx.wait_for(|s| *s) => return,
-        };
-        let _ = tcp.set_nodelay(true);
-        let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move {
-            let handshake =
-                tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
-            let Ok(Ok(stream)) = handshake.await else { return };
-            // As `axum::serve` does for plain HTTP: the peer address goes with each request.
-            let app = tower::ServiceExt::map_request(
-                app,
-                move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-                    req
-                },
-            );
-            let svc = hyper_util::service::TowerToHyperService::new(app);
-            let builder =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            let io = hyper_util::rt::TokioIo::new(stream);
-            if let Err(e) = builder.serve_connection_with_upgrades(io, svc).await {
-                tracing::debug!("HTTPS connection: {e}");
-            }
-        });
     }
 }
 

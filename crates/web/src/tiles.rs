@@ -382,9 +382,9 @@ pub async fn view(
 
 /// `GET /api/dpss/datasets`.
 pub async fn datasets(State(s): State<Arc<AppState>>) -> Result<Response, WebError> {
-    let master = tiles(&s)?.master.clone();
+    let (master, opts) = (tiles(&s)?.master.clone(), tiles(&s)?.opts.clone());
     let st = off_thread(move || {
-        bs_dpss::master::fetch_status(&master)
+        bs_dpss::master::fetch_status(&master, &opts)
             .map_err(|e| WebError::Busy(format!("the block store: {e}")))
     })
     .await?;

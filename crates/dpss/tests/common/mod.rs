@@ -47,7 +47,13 @@ impl Cluster {
 
     pub fn server(master: &str, cfg: ServerConfig) -> BlockServer {
         let srv = BlockServer::start("127.0.0.1:0", cfg).unwrap();
-        master::heartbeat(master.to_string(), HEARTBEAT, srv.stats_source()).unwrap();
+        master::heartbeat(
+            master.to_string(),
+            ClientOptions::default(),
+            HEARTBEAT,
+            srv.stats_source(),
+        )
+        .unwrap();
         srv
     }
 
@@ -55,7 +61,11 @@ impl Cluster {
     pub fn wait_up(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if loader::live_servers(&self.master).map(|s| s.len()).unwrap_or(0) == n {
+            if loader::live_servers(&self.master, &ClientOptions::default())
+                .map(|s| s.len())
+                .unwrap_or(0)
+                == n
+            {
                 return;
             }
             assert!(Instant::now() < deadline, "{n} servers never came up");
@@ -72,7 +82,7 @@ impl Cluster {
         opts: &ClientOptions,
     ) -> (Synthetic, Result<LoadReport, bs_dpss::DpssError>) {
         let src = Synthetic { width: side, height: side, tile: 256 };
-        let servers = loader::live_servers(&self.master).unwrap();
+        let servers = loader::live_servers(&self.master, &ClientOptions::default()).unwrap();
         let layout = Layout::plan(name, "image", (side, side), 256, servers, r).unwrap();
         let rep = loader::load(&self.master, layout, &src, opts, &mut |_, _| {});
         (src, rep)

@@ -1,0 +1,226 @@
+//! One way to serve, and to reach, a plane that is an axum router — gRPC services (tonic's
+//! `Routes`), plain HTTP routes such as `/metrics`, or both on one port — in the clear or over
+//! TLS, optionally behind a bearer token. The block store's master and the distributer's
+//! status service use it, so every plane offers the same TLS and authentication as the
+//! control plane.
+//!
+//! With a token, every request must carry `authorization: Bearer <token>` (compared in
+//! constant time). A gRPC request without it is answered with status UNAUTHENTICATED, an
+//! HTTP request with 401 and `WWW-Authenticate: Bearer`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use bs_transport::{TlsClient, TlsServer};
+use subtle::ConstantTimeEq;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// How a plane is served.
+#[derive(Clone, Default)]
+pub struct Secure {
+    /// Serve TLS with this certificate and key (clients then need the CA).
+    pub tls: Option<TlsServer>,
+    /// Require `authorization: Bearer <token>` on every request.
+    pub token: Option<String>,
+}
+
+impl Secure {
+    /// What the plane offers, for the line a server prints when it starts.
+    pub fn describe(&self) -> &'static str {
+        match (&self.tls, &self.token) {
+            (Some(_), Some(_)) => "TLS, token required",
+            (Some(_), None) => "TLS, no token",
+            (None, Some(_)) => "plain TCP, token required",
+            (None, None) => "plain TCP, no token",
+        }
+    }
+}
+
+/// How a client reaches a plane: TLS trusting a CA, and the token to present.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    pub tls: Option<TlsClient>,
+    pub token: Option<String>,
+}
+
+/// Serve `router` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    secure: Secure,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = match secure.token {
+        None => router,
+        Some(t) => {
+            let expected: Arc<[u8]> = format!("Bearer {t}").into_bytes().into();
+            router.layer(axum::middleware::from_fn(move |req: Request, next: Next| {
+                let expected = expected.clone();
+                async move { authorized(&expected, req, next).await }
+            }))
+        }
+    };
+    match secure.tls {
+        None => {
+            let app = router.into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+        }
+        Some(tls) => {
+            // gRPC clients insist on HTTP/2 being agreed in the handshake (ALPN).
+            let mut config = (*tls.config()).clone();
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            serve_tls(listener, router, Arc::new(config), shutdown).await;
+            Ok(())
+        }
+    }
+}
+
+async fn authorized(expected: &[u8], req: Request, next: Next) -> Response {
+    let given = req.headers().get(axum::http::header::AUTHORIZATION);
+    if given.is_some_and(|v| bool::from(v.as_bytes().ct_eq(expected))) {
+        return next.run(req).await;
+    }
+    let why = if given.is_some() { "wrong token" } else { "this plane requires a token" };
+    let grpc = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|c| c.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        tonic::Status::unauthenticated(why).into_http::<axum::body::Body>()
+    } else {
+        (
+            axum::http::StatusCode::UNAUTHORIZED,
+            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+            format!("{why}\n"),
+        )
+            .into_response()
+    }
+}
+
+/// Accept TCP, complete the TLS handshake (10 s at most), serve HTTP/1.1 or HTTP/2 on it (as
+/// `config`'s ALPN allows).
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    config: Arc<rustls::ServerConfig>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("TLS accept: {e}");
+                    continue;
+                }
+            },
+            _ = &mut shutdown => return,
+        };
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
+            let Ok(Ok(stream)) = handshake.await else { return };
+            // As `axum::serve` does for plain HTTP: the peer address goes with each request.
+            let app = tower::ServiceExt::map_request(
+                app,
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                    req
+                },
+            );
+            let svc = hyper_util::service::TowerToHyperService::new(app);
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = builder.serve_connection_with_upgrades(io, svc).await {
+                tracing::debug!("TLS connection: {e}");
+            }
+        });
+    }
+}
+
+/// Adds the bearer token to every call of a gRPC client.
+#[derive(Clone)]
+pub struct Bearer(Option<MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A failed call's message for a user: a plain client meeting a TLS plane sees only an HTTP/2
+/// protocol or transport error, so it is told what that likely means.
+pub fn explain(addr: &str, creds: &Credentials, status: &tonic::Status) -> String {
+    let msg = status.message();
+    let broken = matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
+    );
+    if creds.tls.is_none() && broken {
+        return format!(
+            "{addr} did not answer as a plain gRPC service ({msg}); if it speaks TLS, trust its \
+             certificate's CA"
+        );
+    }
+    msg.to_string()
+}
+
+/// Why a plane could not be reached.
+#[derive(Debug)]
+pub struct ConnectError(pub String);
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// A gRPC channel to the plane at `addr` (host:port) with `creds`, and the interceptor that
+/// presents its token. A refused TLS handshake or connection is one line saying which.
+pub async fn connect(addr: &str, creds: &Credentials) -> Result<(Channel, Bearer), ConnectError> {
+    let scheme = if creds.tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+        .map_err(|e| ConnectError(format!("{addr}: {e}")))?
+        .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true);
+    if let Some(tls) = &creds.tls {
+        let mut cfg = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(tls.ca_pem()));
+        if let Some(d) = tls.domain() {
+            cfg = cfg.domain_name(d);
+        }
+        endpoint = endpoint.tls_config(cfg).map_err(|e| ConnectError(format!("TLS: {e}")))?;
+    }
+    let bearer = match &creds.token {
+        None => Bearer(None),
+        Some(t) => Bearer(Some(
+            format!("Bearer {t}")
+                .parse()
+                .map_err(|_| ConnectError("the token is not valid header text".into()))?,
+        )),
+    };
+    let channel = endpoint.connect().await.map_err(|e| {
+        let mut cause: &dyn std::error::Error = &e;
+        while let Some(s) = cause.source() {
+            cause = s;
+        }
+        let tls = if creds.tls.is_some() { " over TLS" } else { "" };
+        ConnectError(format!("cannot reach {addr}{tls}: {cause}"))
+    })?;
+    Ok((channel, bearer))
+}
