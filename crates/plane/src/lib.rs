@@ -224,3 +224,47 @@ pub async fn connect(addr: &str, creds: &Credentials) -> Result<(Channel, Bearer
     })?;
     Ok((channel, bearer))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    fn get(addr: SocketAddr, auth: Option<&str>) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let auth = auth.map(|a| format!("authorization: {a}\r\n")).unwrap_or_default();
+        let req = format!("GET /metrics HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn http_routes_need_the_token_when_one_is_set() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/metrics", axum::routing::get(|| async { "# EOF\n" }));
+        let secure = Secure { tls: None, token: Some("t0k".into()) };
+        assert_eq!(secure.describe(), "plain TCP, token required");
+        rt.spawn(serve(listener, router, secure, std::future::pending()));
+        let page = get(addr, None);
+        assert!(page.starts_with("HTTP/1.1 401"), "{page}");
+        assert!(page.to_ascii_lowercase().contains("www-authenticate: bearer"), "{page}");
+        assert!(page.contains("requires a token"), "{page}");
+        assert!(get(addr, Some("Bearer nope")).starts_with("HTTP/1.1 401"));
+        let page = get(addr, Some("Bearer t0k"));
+        assert!(page.starts_with("HTTP/1.1 200") && page.ends_with("# EOF\n"), "{page}");
+    }
+
+    #[test]
+    fn a_plain_client_failing_on_a_tls_plane_is_told_why() {
+        let plain = Credentials::default();
+        let e = explain("h:1", &plain, &tonic::Status::unavailable("transport error"));
+        assert!(e.contains("if it speaks TLS"), "{e}");
+        let e = explain("h:1", &plain, &tonic::Status::unauthenticated("wrong token"));
+        assert_eq!(e, "wrong token");
+    }
+}
