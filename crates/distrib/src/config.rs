@@ -11,6 +11,7 @@
 //! policy = "hold"             # hold | buffer | timeout
 //! chunk = "1m"                # largest DATA message [1m]
 //! pace = "100m"               # the sender sends at most this many bytes/s [unpaced]
+//! socket_buffer = "8m"        # SO_SNDBUF/SO_RCVBUF of the flow's connections [kernel's]
 //!
 //! [[stream.flow]]
 //! name = "quicklook"
@@ -73,6 +74,11 @@ pub struct FlowSpec {
     /// The rate senders of this flow keep to (bytes/s), as an instrument sends; `None`: as
     /// fast as the receivers (or the policy) allow.
     pub pace: Option<u64>,
+    /// Socket buffer of the flow's TCP connections, both ends (the distributer's send
+    /// buffers towards receivers and receive buffer from the sender, the receivers' receive
+    /// and the sender's send buffer); `None`: the kernel's autotuning. The kernel caps it at
+    /// `net.core.wmem_max`/`rmem_max`.
+    pub socket_buffer: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +123,7 @@ struct RawFlow {
     timeout_ms: Option<Spanned<u64>>,
     chunk: Option<Spanned<toml::Value>>,
     pace: Option<Spanned<toml::Value>>,
+    socket_buffer: Option<Spanned<toml::Value>>,
 }
 
 impl Config {
@@ -273,7 +280,17 @@ fn flow(
         Some(p) => Some(size(p, err)?),
         None => None,
     };
-    Ok(FlowSpec { name, policy, chunk, pace })
+    let socket_buffer = match &f.socket_buffer {
+        Some(b) => {
+            let n = size(b, err)?;
+            if !(4096..=1 << 30).contains(&n) {
+                return Err(err(b.span().start, "socket_buffer must be 4k to 1g".into()));
+            }
+            Some(n)
+        }
+        None => None,
+    };
+    Ok(FlowSpec { name, policy, chunk, pace, socket_buffer })
 }
 
 #[cfg(test)]
@@ -294,6 +311,7 @@ policy = "buffer"
 buffer = "8m"
 chunk = 65536
 pace = "100m"
+socket_buffer = "8m"
 
 [[stream.flow]]
 name = "archive"
@@ -308,11 +326,18 @@ timeout_ms = 250
         assert_eq!((s.name.as_str(), s.token.as_deref()), ("correlator", Some("s3cret")));
         assert_eq!(
             s.flows[0],
-            FlowSpec { name: "spectra".into(), policy: Policy::Hold, chunk: 1 << 20, pace: None }
+            FlowSpec {
+                name: "spectra".into(),
+                policy: Policy::Hold,
+                chunk: 1 << 20,
+                pace: None,
+                socket_buffer: None
+            }
         );
         assert_eq!(s.flows[1].policy, Policy::Buffer(8 << 20));
         assert_eq!(s.flows[1].chunk, 65536);
         assert_eq!(s.flows[1].pace, Some(100 << 20));
+        assert_eq!(s.flows[1].socket_buffer, Some(8 << 20));
         assert_eq!(s.flows[2].policy, Policy::Timeout(Duration::from_millis(250)));
         assert!(matches!(c.flow("correlator", "nope"), Err(DistribError::UnknownFlow { .. })));
         assert!(matches!(c.flow("nope", "spectra"), Err(DistribError::UnknownStream(_))));
@@ -333,13 +358,15 @@ timeout_ms = 250
         let bad_size = GOOD.replace("buffer = \"8m\"", "buffer = \"eight\"");
         fails(&bad_size, 12, "is not a size");
         let twice = GOOD.replace("name = \"archive\"", "name = \"spectra\"");
-        fails(&twice, 17, "defined twice");
+        fails(&twice, 18, "defined twice");
         let unknown = GOOD.replace("timeout_ms = 250", "timeout_ms = 250\ncolour = 3");
-        fails(&unknown, 20, "unknown field `colour`");
+        fails(&unknown, 21, "unknown field `colour`");
         let misplaced = GOOD.replace("timeout_ms = 250", "buffer = 5");
-        fails(&misplaced, 19, "no meaning under policy \"timeout\"");
+        fails(&misplaced, 20, "no meaning under policy \"timeout\"");
         fails("[[stream]]\nname = \"x y\"\n[[stream.flow]]\nname = \"f\"\n", 2, "stream name");
         fails("[[stream]]\nname = \"lonely\"\n", 1, "has no [[stream.flow]]");
         fails("[[stream]\n", 1, "");
+        let tiny = GOOD.replace("socket_buffer = \"8m\"", "socket_buffer = 100");
+        fails(&tiny, 15, "socket_buffer must be 4k to 1g");
     }
 }

@@ -348,7 +348,18 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
         policy: flow.spec.policy.name().into(),
         chunk: flow.spec.chunk,
         pace: flow.spec.pace.unwrap_or(0),
+        socket_buffer: flow.spec.socket_buffer.unwrap_or(0),
     };
+    // The flow's socket buffer on this end: sending towards a receiver, receiving from the
+    // sender (best effort: the kernel caps it).
+    if let (Some(n), Some(tcp)) = (flow.spec.socket_buffer, &kill) {
+        let s = socket2::SockRef::from(tcp);
+        let _ = if role == msg::ROLE_SENDER {
+            s.set_recv_buffer_size(n as usize)
+        } else {
+            s.set_send_buffer_size(n as usize)
+        };
+    }
     if role == msg::ROLE_SENDER {
         {
             let mut st = flow.state.lock().unwrap();

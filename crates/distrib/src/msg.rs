@@ -5,7 +5,7 @@
 //!  kind  name      direction                      body
 //!  1     JOIN      sender/receiver → distributer  role u8 (1 sender, 2 receiver), JSON
 //!                                                 {"stream","flow","name","token"}
-//!  2     WELCOME   distributer → both             JSON {"policy", "chunk"}
+//!  2     WELCOME   distributer → both             JSON {"policy", "chunk", "pace", "socket_buffer"}
 //!  3     START     sender → distributer → recv.   JSON object: the flow's parameters
 //!  4     DATA      sender → distributer → recv.   offset u64, then the bytes
 //!  5     STOP      sender → distributer → recv.   total u64, xxh3-128 digest of the flow (16)
@@ -64,6 +64,10 @@ pub struct Welcome {
     /// The flow's pace for senders (bytes/s); 0: none.
     #[serde(default)]
     pub pace: u64,
+    /// The flow's socket buffer (bytes) for the client's end of the connection; 0: the
+    /// kernel's.
+    #[serde(default)]
+    pub socket_buffer: u64,
 }
 
 /// What became of one receiver in a run.

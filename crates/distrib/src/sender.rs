@@ -62,7 +62,18 @@ pub(crate) fn join(
     })?;
     match answer {
         Some(m) => match Message::parse(m.payload())? {
-            Message::Welcome(w) => Ok((b, w)),
+            Message::Welcome(w) => {
+                // The flow's socket buffer on this end (best effort: the kernel caps it).
+                if let (n @ 1.., Some(tcp)) = (w.socket_buffer, b.conn().tcp()) {
+                    let s = socket2::SockRef::from(tcp);
+                    let _ = if role == msg::ROLE_SENDER {
+                        s.set_send_buffer_size(n as usize)
+                    } else {
+                        s.set_recv_buffer_size(n as usize)
+                    };
+                }
+                Ok((b, w))
+            }
             other => Err(DistribError::Malformed(format!("expected WELCOME, got {other:?}"))),
         },
         None => Err(DistribError::Remote(format!(
@@ -130,6 +141,14 @@ impl Sender {
     /// Bytes sent in the current run.
     pub fn position(&self) -> u64 {
         self.offset
+    }
+
+    /// The send buffer this sender's connection runs with, as the kernel reports it (Linux
+    /// reports twice what was set; the flow's `socket_buffer` sets it); `None` over TLS or
+    /// when the kernel does not say.
+    pub fn socket_buffer(&self) -> Option<usize> {
+        let tcp = self.b.conn().tcp()?;
+        socket2::SockRef::from(tcp).send_buffer_size().ok()
     }
 
     /// The rate `send` keeps to (bytes/s), if any: the flow's `pace` unless set here.

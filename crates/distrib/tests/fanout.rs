@@ -36,6 +36,7 @@ timeout_ms = 1000
 [[stream.flow]]
 name = "paced"
 pace = "64m"
+socket_buffer = "3m"
 "#;
 
 fn distributer() -> (Distributer, String) {
@@ -459,6 +460,12 @@ fn a_paced_flow_tells_its_sender_the_pace() {
     assert_eq!(s.pace(), None);
     let hold = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
     assert_eq!(hold.pace(), None, "an unpaced flow");
+    // The flow's socket buffer reaches the sender's socket: Linux keeps twice the value set,
+    // capped at net.core.wmem_max.
+    let wmem_max: usize =
+        std::fs::read_to_string("/proc/sys/net/core/wmem_max").unwrap().trim().parse().unwrap();
+    assert_eq!(s.socket_buffer(), Some(2 * (3usize << 20).min(wmem_max)));
+    assert_ne!(hold.socket_buffer(), s.socket_buffer(), "a flow without one keeps the kernel's");
 }
 
 /// A distributer started with a certificate speaks only TLS: a sender and receivers that trust
