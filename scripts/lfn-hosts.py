@@ -8,7 +8,8 @@ Driven by scripts/lfn-hosts, which the test suite runs (as root).
 Checks, each with the real `blobstream` processes:
   1. a put over the far link keeps the exact bytes;
   2. a get with --connections 4 keeps the exact bytes and says it used 4 connections; a get
-     with no flag chooses several by itself (large blob, far server);
+     with no flag chooses several by itself (large blob, far server); a put over 4
+     connections makes the exact blob;
   3. one range's connection killed mid-transfer (`ss -K`): that range continues on a new
      connection, the file is exact;
   4. a get interrupted by Ctrl-C (SIGINT) mid-transfer resumes where its ranges stopped, and
@@ -16,8 +17,8 @@ Checks, each with the real `blobstream` processes:
 Everything it creates (namespaces, TUN devices, processes, files) is removed on exit.
 
 With --bench RUNS (used by `blobstream bench lfn`), it checks nothing: on a 1 Gbit/s link it
-pulls a 1 GiB blob RUNS times with 1, 2, 4 and 8 connections, and runs iperf3 -R -P N over the
-same link, and prints JSON with every rate.
+pulls and puts a 1 GiB blob RUNS times with 1, 2, 4 and 8 connections, runs iperf3 -P N both
+ways over the same link, and prints JSON with every rate.
 """
 
 import hashlib
@@ -179,6 +180,14 @@ def checks(work):
     check(r.returncode == 0 and "over 4 connections" in r.stderr and sha(out) == want,
           f"get chooses 4 connections for a far server by itself: {r.stderr.strip()}")
 
+    # 2b. A put over four connections: one upload, committed once its digest checks out.
+    r = client("put", src, "far/four.bin", "--connections", "4")
+    check(r.returncode == 0 and "over 4 connections" in r.stderr,
+          f"put --connections 4: {r.stderr.strip()}")
+    out = os.path.join(work, "four-back.bin")
+    r = client("get", "far/four.bin", out)
+    check(r.returncode == 0 and sha(out) == want, "the blob put over 4 connections is exact")
+
     # 3. One range's connection killed mid-transfer.
     out = os.path.join(work, "cut.bin")
     p = client_bg("get", "far/scan.bin", out, "--connections", "4")
@@ -238,32 +247,44 @@ def bench(work, runs):
     r = client("put", src, "far/big.bin")
     if r.returncode != 0:
         raise RuntimeError(f"put failed: {r.stderr}")
-    os.remove(src)
     result = {"link_mbit": RATE_MBIT, "rtt_ms": 2 * DELAY_MS, "loss_ppm": LOSS_PPM,
-              "bytes": size, "blobstream_mbit": {}, "iperf3_mbit": {}}
+              "bytes": size, "blobstream_mbit": {}, "iperf3_mbit": {},
+              "put_mbit": {}, "iperf3_up_mbit": {}}
     out = os.path.join(work, "out.bin")
+
+    def iperf(n, reverse):
+        if not shutil.which("iperf3"):
+            return None
+        srv = spawn(in_ns("far", "iperf3", "-s", "-1", "-B", ADDR["far"]))
+        time.sleep(0.5)
+        args = ["-c", ADDR["far"], "-P", str(n), "-t", "8", "-J"] + (["-R"] if reverse else [])
+        r = subprocess.run(in_ns("near", "iperf3", *args), capture_output=True, text=True)
+        srv.wait(timeout=30)
+        if r.returncode != 0:
+            return None
+        return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+
+    def timed(*args):
+        t = time.monotonic()
+        r = client("-q", *args)
+        secs = time.monotonic() - t
+        if r.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed: {r.stderr}")
+        return size * 8 / secs / 1e6
+
     for n in [1, 2, 4, 8]:
-        ours, theirs = [], []
-        for _ in range(runs):
+        down, up, iperf_down, iperf_up = [], [], [], []
+        for i in range(runs):
             if os.path.exists(out):
                 os.remove(out)
-            t = time.monotonic()
-            r = client("-q", "get", "far/big.bin", out, "--connections", str(n), "--no-resume")
-            secs = time.monotonic() - t
-            if r.returncode != 0:
-                raise RuntimeError(f"get failed: {r.stderr}")
-            ours.append(size * 8 / secs / 1e6)
-            if shutil.which("iperf3"):
-                srv = spawn(in_ns("far", "iperf3", "-s", "-1", "-B", ADDR["far"]))
-                time.sleep(0.5)
-                r = subprocess.run(in_ns("near", "iperf3", "-c", ADDR["far"], "-R", "-P", str(n),
-                                         "-t", "8", "-J"), capture_output=True, text=True)
-                srv.wait(timeout=30)
-                if r.returncode == 0:
-                    end = json.loads(r.stdout)["end"]
-                    theirs.append(end["sum_received"]["bits_per_second"] / 1e6)
-        result["blobstream_mbit"][str(n)] = ours
-        result["iperf3_mbit"][str(n)] = theirs
+            down.append(timed("get", "far/big.bin", out, "--connections", str(n), "--no-resume"))
+            iperf_down.append(iperf(n, True))
+            up.append(timed("put", src, f"far/up-{n}-{i}.bin", "--connections", str(n)))
+            iperf_up.append(iperf(n, False))
+        result["blobstream_mbit"][str(n)] = down
+        result["iperf3_mbit"][str(n)] = [x for x in iperf_down if x is not None]
+        result["put_mbit"][str(n)] = up
+        result["iperf3_up_mbit"][str(n)] = [x for x in iperf_up if x is not None]
     print(json.dumps(result))
 
 

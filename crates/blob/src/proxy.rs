@@ -352,6 +352,21 @@ impl BlobProxy {
         }
     }
 
+    /// The client behind a remote writer.
+    pub(crate) fn remote_writer(&self) -> Option<&Client> {
+        match &self.slot {
+            Slot::RemoteWrite { client, push: None, .. } => Some(client),
+            _ => None,
+        }
+    }
+
+    /// A writer whose blob was committed behind its back (by a parallel push): closed, with
+    /// nothing left to do.
+    pub(crate) fn committed_elsewhere(&mut self, size: u64) {
+        self.pos = size;
+        self.open = false;
+    }
+
     /// A local writer's part file and the path it becomes.
     pub(crate) fn file_dest(&self) -> Option<(&File, &std::path::Path)> {
         match &self.slot {

@@ -1,5 +1,6 @@
 //! One blob over several connections at once (GridFTP's MODE E): a remote blob pulled into a
-//! local file as N ranges, each on its own data connection, written in place at its offset.
+//! local file as N ranges, each on its own data connection, written in place at its offset —
+//! or a local file pushed to a server as N ranges of one upload (see [`push`]).
 //!
 //! - **How many:** [`Options::connections`]; 0 lets the copy choose: one connection for blobs
 //!   under [`AUTO_MIN_SIZE`] or a server nearer than [`AUTO_MIN_RTT`] (a control-plane round
@@ -59,16 +60,20 @@ pub fn ranges_path(dest: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// How many connections to pull `info` over: `asked` (capped by the blob's chunks and
-/// [`MAX_CONNECTIONS`]), or for 0 the automatic choice described at the top of this file.
-pub(crate) fn connections(client: &Client, info: &BlobInfo, asked: usize) -> usize {
-    let most = info.size.div_ceil(ALIGN).clamp(1, MAX_CONNECTIONS as u64) as usize;
+/// How many connections to move `size` bytes of blob `name` over: `asked` (capped by the
+/// blob's chunks and [`MAX_CONNECTIONS`]), or for 0 the automatic choice described at the top
+/// of this file (the round trip timed is a `Stat` of `name`, answered or not).
+pub(crate) fn connections(client: &Client, name: &str, size: u64, asked: usize) -> usize {
+    let most = size.div_ceil(ALIGN).clamp(1, MAX_CONNECTIONS as u64) as usize;
     match asked {
-        0 if info.size < AUTO_MIN_SIZE => 1,
+        0 if size < AUTO_MIN_SIZE => 1,
         0 => {
             let t = Instant::now();
-            let far = client.stat(&info.name).is_ok() && t.elapsed() >= AUTO_MIN_RTT;
-            if far { AUTO_CONNECTIONS.min(most) } else { 1 }
+            let answered = match client.stat(name) {
+                Ok(_) | Err(ClientError::NotFound(_)) => true,
+                Err(_) => false,
+            };
+            if answered && t.elapsed() >= AUTO_MIN_RTT { AUTO_CONNECTIONS.min(most) } else { 1 }
         }
         n => n.min(most),
     }
@@ -371,6 +376,163 @@ fn follow(j: &Job, ranges: &[Range]) -> Result<Option<Digest>> {
         }
     }
     Ok(Some(h.finish()))
+}
+
+/// What a parallel push did.
+pub(crate) struct Pushed {
+    pub connections: usize,
+    pub reconnects: usize,
+}
+
+/// Push `data` (all of a local file) into the upload `name`, routed with its size, as `n`
+/// ranges over as many connections, then commit it with the digest of the whole: the server
+/// reads the upload back and makes it the blob only if that digest matches. A range whose
+/// connection drops is pushed again from its start on a new one (up to [`ATTEMPTS`] tries).
+/// `Ok(None)`, before any byte moved, when the server's store takes one writer per upload.
+/// Unlike a pull, an interrupted parallel push is not resumed range by range: it starts over.
+pub(crate) fn push(
+    client: &Client,
+    name: &str,
+    data: &[u8],
+    n: usize,
+    deadline: &Deadline,
+    o: &Options,
+) -> Result<Option<Pushed>> {
+    let size = data.len() as u64;
+    let bounds = split(size, n);
+    let first = match client.within(deadline.left(IO_WAIT)).open_push_range(name, 0, bounds[0].1) {
+        Err(ClientError::Rpc { code: tonic::Code::Unimplemented, .. }) => return Ok(None),
+        r => r?,
+    };
+    let algo = DigestAlgo::default();
+    let cancel = AtomicBool::new(false);
+    let finished = AtomicU64::new(0);
+    let sent: Vec<AtomicU64> = bounds.iter().map(|_| AtomicU64::new(0)).collect();
+    let report = |done: u64| {
+        if let Some(p) = &o.progress {
+            p(done, size);
+        }
+    };
+    let mut first = Some(first);
+    let (results, whole) = std::thread::scope(|s| {
+        let hasher = s.spawn(|| algo.digest(data));
+        let workers: Vec<_> = bounds
+            .iter()
+            .zip(&sent)
+            .enumerate()
+            .map(|(i, (&(start, end), sent))| {
+                let opened = if i == 0 { first.take() } else { None };
+                let (cancel, finished) = (&cancel, &finished);
+                s.spawn(move || {
+                    let part = &data[start as usize..end as usize];
+                    let res = push_range(client, name, start, part, opened, sent, cancel, deadline);
+                    if res.is_err() {
+                        cancel.store(true, Ordering::Release);
+                    }
+                    finished.fetch_add(1, Ordering::AcqRel);
+                    res
+                })
+            })
+            .collect();
+        while finished.load(Ordering::Acquire) < bounds.len() as u64 {
+            std::thread::sleep(TICK);
+            report(sent.iter().map(|x| x.load(Ordering::Acquire)).sum());
+            if deadline.check().is_err() {
+                cancel.store(true, Ordering::Release);
+            }
+        }
+        let results: Vec<Result<usize>> =
+            workers.into_iter().map(|w| w.join().unwrap_or(Err(BlobError::Lost))).collect();
+        (results, hasher.join().map_err(|_| BlobError::Lost))
+    });
+    deadline.check()?;
+    let (mut failure, mut reconnects) = (None, 0);
+    for r in results {
+        match r {
+            Ok(k) => reconnects += k,
+            Err(BlobError::Lost) if failure.is_some() => {}
+            Err(e) => failure = failure.or(Some(e)),
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let whole = whole?;
+    let info = client.within(deadline.left(IO_WAIT)).commit(name, &whole)?;
+    // The server checked the bytes it read back against `whole`; in our algorithm its
+    // stored digest must be the same.
+    if let Ok(stored) = info.digest.parse::<Digest>()
+        && stored.algo == whole.algo
+        && stored != whole
+    {
+        return Err(BlobError::Remote(ClientError::ChecksumMismatch {
+            expected: whole.to_string(),
+            actual: stored.to_string(),
+        }));
+    }
+    report(size);
+    Ok(Some(Pushed { connections: bounds.len(), reconnects }))
+}
+
+/// Push one range (`part`, the blob's bytes from `start`), on `opened` or a new connection;
+/// again from its start on a new connection after a dropped one. Returns the reconnects.
+#[allow(clippy::too_many_arguments, reason = "one range's share of a parallel push")]
+fn push_range(
+    client: &Client,
+    name: &str,
+    start: u64,
+    part: &[u8],
+    mut opened: Option<bs_client::PushStream>,
+    sent: &AtomicU64,
+    cancel: &AtomicBool,
+    deadline: &Deadline,
+) -> Result<usize> {
+    let mut reconnects = 0;
+    loop {
+        sent.store(0, Ordering::Release);
+        let mut attempt = || -> Result<()> {
+            let mut push = match opened.take() {
+                Some(p) => p,
+                None => client.within(deadline.left(IO_WAIT)).open_push_range(
+                    name,
+                    start,
+                    part.len() as u64,
+                )?,
+            };
+            push.set_io_timeout(deadline.left(IO_WAIT))?;
+            for piece in part.chunks(1 << 20) {
+                if cancel.load(Ordering::Acquire) {
+                    return Err(BlobError::Lost);
+                }
+                push.write(piece)?;
+                sent.fetch_add(piece.len() as u64, Ordering::AcqRel);
+            }
+            let ack = push.finish(false)?;
+            let end = start + part.len() as u64;
+            if ack.received != end {
+                return Err(BlobError::Remote(ClientError::Protocol(format!(
+                    "the server holds the range up to byte {}, not {end}",
+                    ack.received
+                ))));
+            }
+            Ok(())
+        };
+        match attempt() {
+            Ok(()) => return Ok(reconnects),
+            Err(e)
+                if connection_failed(&e)
+                    && reconnects + 1 < ATTEMPTS
+                    && deadline.check().is_ok()
+                    && !cancel.load(Ordering::Acquire) =>
+            {
+                tracing::warn!(
+                    blob = %name, start, "a range's connection failed, pushing it again: {e}"
+                );
+                reconnects += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -200,8 +200,21 @@ fn copy_keys(
             r => r?,
         };
         routed.set(true);
+        if let (Some(client), Slot::FileRead { .. }) = (out.remote_writer(), src.slot())
+            && let n = crate::ranges::connections(client, dst.name(), size, o.connections)
+            && n > 1
+            && let Some(data) = src.slice()?
+            && let Some(p) = crate::ranges::push(client, dst.name(), &data, n, &deadline, o)?
+        {
+            out.committed_elsewhere(size);
+            return Ok(Copied {
+                bytes: size,
+                resumed_from: 0,
+                path: CopyPath::Parallel { connections: p.connections, reconnects: p.reconnects },
+            });
+        }
         if let (Some((client, info)), Some((file, dest))) = (src.remote(), out.file_dest()) {
-            let n = crate::ranges::connections(client, info, o.connections);
+            let n = crate::ranges::connections(client, &info.name, info.size, o.connections);
             if n > 1 {
                 let p = crate::ranges::pull(client, info, file, dest, n, &deadline, o)?;
                 out.seek_unchecked(size);

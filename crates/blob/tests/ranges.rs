@@ -176,3 +176,107 @@ fn a_near_server_gets_one_connection_unless_more_are_asked() {
     assert_eq!(c.path, CopyPath::Parallel { connections: 3, reconnects: 0 }, "one per chunk");
     assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
 }
+
+fn pushed(w: &World, name: &str, bytes: &[u8]) {
+    let got = Transporter::new(Factory::new()).factory().bind(&w.remote(name)).unwrap();
+    assert_eq!(got.size(), bytes.len() as u64);
+    let back = w.dir.path().join(format!("{}.back", name.replace('/', "_")));
+    let t = Transporter::new(Factory::new());
+    t.copy(&w.remote(name), &BlobKey::file(&back), &Options::blocking()).wait().unwrap();
+    assert!(std::fs::read(&back).unwrap() == bytes, "the blob's bytes differ from the file's");
+}
+
+#[test]
+fn four_connections_push_the_whole_file_as_one_blob() {
+    let w = world_with("unrelated", b"x");
+    let bytes = data(9 * MIB + 777);
+    let src = w.dir.path().join("up.bin");
+    std::fs::write(&src, &bytes).unwrap();
+    let t = Transporter::new(Factory::new());
+    let opts = Options::blocking().connections(4);
+    let c = t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0 });
+    assert_eq!(c.bytes, bytes.len() as u64);
+    pushed(&w, "up/scan", &bytes);
+}
+
+#[test]
+fn a_push_range_whose_connection_is_cut_is_pushed_again() {
+    let w = world_with("unrelated", b"x");
+    let bytes = data(12 * MIB);
+    let src = w.dir.path().join("cine.bin");
+    std::fs::write(&src, &bytes).unwrap();
+    let settings = TransferSettings {
+        layers: vec!["pace:4000000".parse::<bs_binding::LayerSpec>().unwrap()],
+        ..TransferSettings::default()
+    };
+    let t = Transporter::new(Factory::with_settings(settings));
+    let port = w.server.data_addr().port();
+    let cut = Arc::new(AtomicUsize::new(0));
+    let cut2 = cut.clone();
+    let opts = Options::blocking().connections(4).progress(move |done, total| {
+        if done > 0 && done < total && cut2.load(Ordering::Acquire) == 0 {
+            let fds = sockets_to(port);
+            if let [fd, _, _, _] = fds[..] {
+                // SAFETY: shutting down a socket this process owns, as a dropped link would.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+                cut2.store(fds.len(), Ordering::Release);
+            }
+        }
+    });
+    let c = t.copy(&BlobKey::file(&src), &w.remote("up/cine"), &opts).wait().unwrap();
+    assert_eq!(cut.load(Ordering::Acquire), 4, "one of the 4 range connections was cut");
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1 });
+    pushed(&w, "up/cine", &bytes);
+}
+
+#[test]
+fn ranges_committed_with_a_wrong_digest_leave_no_blob() {
+    let w = world_with("unrelated", b"x");
+    let bytes = data(2 * MIB);
+    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
+    let route = bs_client::RouteRequest {
+        name: "up/bad".into(),
+        size: Some(bytes.len() as u64),
+        ..Default::default()
+    };
+    c.route(route).unwrap();
+    for (start, end) in [(MIB, 2 * MIB), (0, MIB)] {
+        let mut p = c.open_push_range("up/bad", start, end - start).unwrap();
+        p.write(&bytes[start as usize..end as usize]).unwrap();
+        assert_eq!(p.finish(false).unwrap().received, end);
+    }
+    let wrong = bs_wire::DigestAlgo::default().digest(b"other bytes");
+    let e = c.commit("up/bad", &wrong).unwrap_err();
+    assert!(matches!(e, bs_client::ClientError::Corrupt(_)), "{e}");
+    assert!(matches!(c.stat("up/bad"), Err(bs_client::ClientError::NotFound(_))));
+    // The right digest commits the same upload.
+    let right = bs_wire::DigestAlgo::default().digest(&bytes);
+    assert_eq!(c.commit("up/bad", &right).unwrap().size, bytes.len() as u64);
+    // A range push cannot commit by itself.
+    c.route(bs_client::RouteRequest {
+        name: "up/final".into(),
+        size: Some(10),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut p = c.open_push_range("up/final", 0, 10).unwrap();
+    p.write(&[1; 10]).unwrap();
+    assert!(p.finish(true).is_err(), "FINAL on a range push is refused");
+}
+
+#[test]
+fn a_store_with_one_writer_per_upload_takes_the_push_over_one_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let server =
+        BackgroundServer::start(Arc::new(bs_store::MemStore::new()), ServerConfig::ephemeral())
+            .unwrap();
+    let bytes = data(5 * MIB);
+    let src = dir.path().join("f.bin");
+    std::fs::write(&src, &bytes).unwrap();
+    let t = Transporter::new(Factory::new());
+    let dst = BlobKey::remote(server.control_addr().to_string(), "mem/f");
+    let c = t.copy(&BlobKey::file(&src), &dst, &Options::blocking().connections(4)).wait();
+    assert_eq!(c.unwrap().path, CopyPath::Slice, "one connection");
+    assert_eq!(t.factory().bind(&dst).unwrap().size(), bytes.len() as u64);
+}

@@ -830,9 +830,9 @@ pub struct TransferFlags {
     /// fragment:SIZE, pace:BYTES/S, null. The end-to-end digest is checked either way.
     #[arg(long = "layer", value_name = "LAYER")]
     pub layers: Vec<String>,
-    /// Data connections for one blob downloaded into a file, each carrying a range of it
-    /// (GridFTP's MODE E): 0 chooses, using 4 for blobs of 64 MiB or more from a server
-    /// 5 ms or more away and 1 otherwise.
+    /// Data connections for one blob moved between a file and a server, each carrying a
+    /// range of it (GridFTP's MODE E): 0 chooses, using 4 for blobs of 64 MiB or more with a
+    /// server 5 ms or more away and 1 otherwise.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub connections: usize,
 }
@@ -917,8 +917,8 @@ pub enum BenchCommand {
     /// DICOMweb: STOW-RS and WADO-RS of a 200-slice CT series against Orthanc with its
     /// DICOMweb plugin on the same machine.
     Dicomweb(BenchArgs),
-    /// A 1 GiB blob pulled over a 1 Gbit/s, 50 ms round-trip link (network namespaces, as
-    /// root) with 1, 2, 4 and 8 connections, against the link and iperf3 -P N.
+    /// A 1 GiB blob pulled and put over a 1 Gbit/s, 50 ms round-trip link (network
+    /// namespaces, as root) with 1, 2, 4 and 8 connections, against the link and iperf3 -P N.
     Lfn(BenchArgs),
     /// Not a benchmark: the user-space delay line the namespace scripts put between two
     /// network namespaces (this kernel has no netem). Creates TUN devices A and B, prints

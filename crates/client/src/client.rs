@@ -364,6 +364,7 @@ impl Client {
             digests: s.digests.iter().map(|d| d.name().to_string()).collect(),
             route: None,
             qos: Some(self.transfer_profile().to_pb()),
+            range: false,
         }
     }
 
@@ -449,6 +450,28 @@ impl Client {
     ) -> Result<PushStream> {
         let mut req = self.base_request(name, pb::Direction::Push, offset, length);
         req.route = route;
+        self.push_admitted(req)
+    }
+
+    /// Start pushing `length` bytes from `offset` into the routed upload `name` (of known
+    /// size) next to pushes of its other ranges on other connections. Finish it with
+    /// `finish(false)`; once every range is in, [`Client::commit`] makes the blob.
+    /// [`ClientError::Rpc`] with code `Unimplemented` where the server's store takes one
+    /// writer per upload.
+    pub fn open_push_range(&self, name: &str, offset: u64, length: u64) -> Result<PushStream> {
+        let mut req = self.base_request(name, pb::Direction::Push, offset, Some(length));
+        req.range = true;
+        self.push_admitted(req)
+    }
+
+    /// Commit the upload `name` written in ranges: the server reads it back and makes it the
+    /// blob only if its digest is `digest` (else [`ClientError::Corrupt`]).
+    pub fn commit(&self, name: &str, digest: &Digest) -> Result<pb::BlobInfo> {
+        let req = pb::CommitRequest { name: name.into(), digest: digest.to_string() };
+        self.call(|mut c| async move { c.commit(req).await })
+    }
+
+    fn push_admitted(&self, req: pb::NegotiateRequest) -> Result<PushStream> {
         self.admitted(req, |mut conn, resp| match conn.read_frame_or_remote_error()? {
             // The server's admission: it holds the upload for us; send.
             Frame::Ack { committed: None, .. } => PushStream::start(conn, resp),

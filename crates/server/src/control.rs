@@ -276,6 +276,25 @@ impl pb::blob_store_server::BlobStore for ControlService {
         Ok(Response::new(pb::AbortResponse {}))
     }
 
+    async fn commit(
+        &self,
+        req: Request<pb::CommitRequest>,
+    ) -> Result<Response<pb::BlobInfo>, Status> {
+        if !self.store.takes_range_writes() {
+            return Err(Status::unimplemented(
+                "this server's store takes one writer per upload: nothing to commit",
+            ));
+        }
+        let r = req.into_inner();
+        let expected: bs_wire::Digest = r
+            .digest
+            .parse()
+            .map_err(|e| Status::invalid_argument(format!("digest {:?}: {e}", r.digest)))?;
+        let rec =
+            self.blocking(move |s| s.open_upload(&r.name)?.commit_expecting(&expected)).await?;
+        Ok(Response::new(info(rec)))
+    }
+
     async fn range_digest(
         &self,
         req: Request<pb::RangeDigestRequest>,
@@ -315,8 +334,10 @@ impl pb::blob_store_server::BlobStore for ControlService {
         let name = r.name.clone();
         let (offset, length, blob, route) = match direction {
             Direction::Pull => {
-                if r.route.is_some() {
-                    return Err(Status::invalid_argument("route is only meaningful for PUSH"));
+                if r.route.is_some() || r.range {
+                    return Err(Status::invalid_argument(
+                        "route and range are only meaningful for PUSH",
+                    ));
                 }
                 let rec = self.blocking(move |s| s.stat(&name)).await?;
                 if r.offset > rec.size {
@@ -336,6 +357,24 @@ impl pb::blob_store_server::BlobStore for ControlService {
                 (r.offset, length, Some(rec), None)
             }
             Direction::Bind => unreachable!("negotiate grants only pushes and pulls"),
+            Direction::Push if r.range => {
+                if r.route.is_some() {
+                    return Err(Status::invalid_argument(
+                        "a range push writes into an upload routed before",
+                    ));
+                }
+                if !self.store.takes_range_writes() {
+                    return Err(Status::unimplemented(
+                        "this server's store takes one writer per upload: push it over one \
+                         connection",
+                    ));
+                }
+                bs_store::validate_name(&name).map_err(|e| store_status(&e))?;
+                let Some(length) = r.length else {
+                    return Err(Status::invalid_argument("a range push needs a length"));
+                };
+                (r.offset, length, None, None)
+            }
             Direction::Push => {
                 let route = match r.route {
                     Some(mut rt) => {
@@ -361,6 +400,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             chunk,
             socket,
             blob_digest: blob.as_ref().map(|b| b.digest.clone()),
+            range: r.range,
             bind: BindGrant {
                 id: self.bindings.next_id(),
                 endpoint: if direction == Direction::Push {
@@ -462,6 +502,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             chunk: 0,
             socket: SocketOptions::default(),
             blob_digest: None,
+            range: false,
             bind: BindGrant { id, endpoint, profile: offer.profile.clone(), label, udp },
         };
         let token = self.tokens.issue(grant);

@@ -297,7 +297,14 @@ impl Drop for Waiting<'_> {
 }
 
 fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Result<(), Failure> {
-    let mut sink = shared.store.open_upload(&g.name)?;
+    let mut sink = if g.range {
+        shared
+            .store
+            .open_upload_range(&g.name, g.offset)?
+            .ok_or_else(|| fail(ErrorCode::BadFrame, "this store takes one writer per upload"))?
+    } else {
+        shared.store.open_upload(&g.name)?
+    };
     let mut rules = PushReceiver::new(
         g.offset,
         g.length,
@@ -318,6 +325,15 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Resul
                 Ok(()) => len,
                 Err(v) => return Err(rolled_back(&mut *sink, v)),
             },
+            Frame::Sum { final_: true, .. } if g.range => {
+                let v = Violation {
+                    code: ErrorCode::BadFrame,
+                    message: "a range push cannot commit: call Commit once every range is in"
+                        .into(),
+                    rollback_to: Some(g.offset),
+                };
+                return Err(rolled_back(&mut *sink, v));
+            }
             Frame::Sum { total, final_, digest } => {
                 let ours = hasher.finish();
                 let v = match rules.on_sum(total, final_, &digest, &ours) {

@@ -28,6 +28,8 @@ pub struct Grant {
     pub socket: SocketOptions,
     /// Pull: digest of the blob when negotiated; a different blob under the name is refused.
     pub blob_digest: Option<String>,
+    /// Push: one range of an upload written next to others (never commits).
+    pub range: bool,
     /// The binding this token opens: its id, endpoint and agreed profile.
     pub bind: crate::bindings::BindGrant,
 }
@@ -104,6 +106,7 @@ mod tests {
             chunk: 1024,
             socket: SocketOptions::default(),
             blob_digest: None,
+            range: false,
             bind: crate::bindings::BindGrant {
                 id: 1,
                 endpoint: crate::bindings::Endpoint::Pull,

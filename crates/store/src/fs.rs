@@ -266,6 +266,29 @@ impl Store for FsStore {
         Ok(Box::new(sink))
     }
 
+    fn open_upload_range(&self, name: &str, start: u64) -> Result<Option<Box<dyn UploadSink>>> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
+        let Some(size) = rec.size else {
+            return Err(StoreError::Config(format!(
+                "the upload of {name:?} has no declared size: it takes one writer"
+            )));
+        };
+        if start > size {
+            return Err(StoreError::BeyondSize { offset: start, len: 0, size });
+        }
+        let path = i.staging_path(&rec.upload_id);
+        let file = OpenOptions::new().write(true).open(path).map_err(|e| not_found_as(e, name))?;
+        let sink =
+            FsRangeUpload { store: i.clone(), name: name.to_string(), file, size, received: start };
+        Ok(Some(Box::new(sink)))
+    }
+
+    fn takes_range_writes(&self) -> bool {
+        true
+    }
+
     fn abort(&self, name: &str) -> Result<()> {
         validate_name(name)?;
         let i = &self.inner;
@@ -386,6 +409,59 @@ impl FsStore {
     }
 }
 
+/// One range of a pending upload, written next to other ranges (see
+/// [`Store::open_upload_range`]). It holds no claim on the upload: ranges are disjoint by the
+/// client's choice, and whatever they leave is checked as a whole when the upload commits.
+struct FsRangeUpload {
+    store: Arc<Inner>,
+    name: String,
+    file: File,
+    size: u64,
+    /// The next byte this writer expects (its range's start, then as written).
+    received: u64,
+}
+
+impl UploadSink for FsRangeUpload {
+    fn size(&self) -> Option<u64> {
+        Some(self.size)
+    }
+
+    fn received(&self) -> u64 {
+        self.received
+    }
+
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        check_write(Some(self.size), self.received, offset, data.len())?;
+        if let Some(free) = self.store.free_bytes()
+            && data.len() as u64 > free
+        {
+            return Err(StoreError::StorageFull(format!(
+                "{} more bytes for {:?}, {free} bytes left for blobs in {}",
+                data.len(),
+                self.name,
+                self.store.root.display()
+            )));
+        }
+        self.file.write_all_at(data, offset)?;
+        self.received = self.received.max(offset + data.len() as u64);
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        // Bytes past `len` stay in the file until rewritten; the commit's read-back check
+        // keeps any that are not from being committed.
+        self.received = self.received.min(len);
+        Ok(())
+    }
+
+    fn commit(self: Box<Self>, _whole: Option<Digest>) -> Result<BlobRecord> {
+        Err(StoreError::Config(format!(
+            "a range writer of {:?} cannot commit: commit the upload once every range is written",
+            self.name
+        )))
+    }
+}
+
 /// A pending upload open for writing.
 struct FsUpload {
     store: Arc<Inner>,
@@ -442,6 +518,22 @@ impl UploadSink for FsUpload {
             self.chunks = None;
         }
         Ok(())
+    }
+
+    fn commit_expecting(mut self: Box<Self>, expected: &Digest) -> Result<BlobRecord> {
+        // Written by others: read back, never trust the tracked chunks or the given digest.
+        self.chunks = None;
+        if expected.algo != self.store.algo {
+            let file = self.file.as_ref().expect("open until commit");
+            let d = digest_file_range(file, 0, self.received, expected.algo)?;
+            if d != *expected {
+                return Err(StoreError::Corrupt {
+                    name: self.rec.name.clone(),
+                    reason: format!("staged bytes read back as {d}, {expected} was written"),
+                });
+            }
+        }
+        self.commit(Some(expected.clone()))
     }
 
     fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {

@@ -132,6 +132,12 @@ pub trait UploadSink: Send {
     /// of every byte, if the caller computed it in the store's algorithm; otherwise the store
     /// computes it. Fails with `Incomplete` if a declared size was not reached.
     fn commit(self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord>;
+    /// Commit only if the upload's bytes, read back, have the digest `expected` (in any
+    /// algorithm): for bytes written by others (range writers) whose digest only the sender
+    /// knows. A mismatch is [`StoreError::Corrupt`] and commits nothing.
+    fn commit_expecting(self: Box<Self>, expected: &Digest) -> Result<BlobRecord> {
+        self.commit(Some(expected.clone()))
+    }
 }
 
 /// A place blobs live. All methods block; call them off the async executor.
@@ -148,6 +154,19 @@ pub trait Store: Send + Sync + 'static {
     fn route(&self, spec: &RouteSpec) -> Result<Routed>;
     /// Open the pending upload of `name` for one writer.
     fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>>;
+    /// Open the pending upload of `name` (of declared size) for a writer of bytes from
+    /// `start` on, next to writers of other ranges (one blob over several connections). Its
+    /// `received` starts at `start`; writes stay inside the declared size; it cannot commit:
+    /// once every range is written, [`Store::open_upload`] and
+    /// [`UploadSink::commit_expecting`] do. `Ok(None)` where the store cannot (see
+    /// [`Store::takes_range_writes`]).
+    fn open_upload_range(&self, _name: &str, _start: u64) -> Result<Option<Box<dyn UploadSink>>> {
+        Ok(None)
+    }
+    /// Whether [`Store::open_upload_range`] works here.
+    fn takes_range_writes(&self) -> bool {
+        false
+    }
     /// Discard the pending upload of `name`.
     fn abort(&self, name: &str) -> Result<()>;
     /// Open a committed blob for reading. Every byte read through the source is verified

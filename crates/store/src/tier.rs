@@ -127,6 +127,14 @@ impl Store for Tier {
         self.back.open_upload(name)
     }
 
+    fn open_upload_range(&self, name: &str, start: u64) -> Result<Option<Box<dyn UploadSink>>> {
+        self.back.open_upload_range(name, start)
+    }
+
+    fn takes_range_writes(&self) -> bool {
+        self.back.takes_range_writes()
+    }
+
     fn abort(&self, name: &str) -> Result<()> {
         self.back.abort(name)
     }
