@@ -274,12 +274,13 @@ def bench(work, runs):
 
     for n in [1, 2, 4, 8]:
         down, up, iperf_down, iperf_up = [], [], [], []
-        for i in range(runs):
+        for _ in range(runs):
             if os.path.exists(out):
                 os.remove(out)
             down.append(timed("get", "far/big.bin", out, "--connections", str(n), "--no-resume"))
             iperf_down.append(iperf(n, True))
-            up.append(timed("put", src, f"far/up-{n}-{i}.bin", "--connections", str(n)))
+            # One key, replaced each time: the server keeps one copy, not one per run.
+            up.append(timed("put", src, "far/up.bin", "--connections", str(n), "--overwrite"))
             iperf_up.append(iperf(n, False))
         result["blobstream_mbit"][str(n)] = down
         result["iperf3_mbit"][str(n)] = [x for x in iperf_down if x is not None]

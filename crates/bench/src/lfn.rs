@@ -22,7 +22,9 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     let mut notes = Vec::new();
     let Some(v) = crate::hosts::run_script(opts, "lfn-hosts.py", runs, what)? else {
         notes.push(
-            "not root, or no ip/tc: no long-fat-network rows (they need network namespaces)".into(),
+            "not root, or no ip/tc: no long-fat-network rows (they need network namespaces, ss \
+             and /dev/net/tun)"
+                .into(),
         );
         return Ok(report(opts, runs, rows, notes));
     };

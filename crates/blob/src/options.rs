@@ -42,9 +42,9 @@ pub struct Options {
     /// Sync: leave a destination that already holds the same bytes (same size and digest,
     /// read back now) as it is, and replace one that differs.
     pub if_different: bool,
-    /// Data connections for one remote blob pulled into a local file, each carrying a range
-    /// (see [`crate::ranges`]); 0 lets the copy choose (several only for a large blob on a
-    /// far server), 1 is one connection.
+    /// Data connections for one blob moved between a local file and a server (pulled into
+    /// the file, or pushed from it), each carrying a range (see [`crate::ranges`]); 0 lets the
+    /// copy choose (several only for a large blob and a far server), 1 is one connection.
     pub connections: usize,
 }
 

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -250,7 +249,7 @@ impl BlobProxy {
             Slot::MemWrite { sink, .. } => sink.as_mut().expect("open").write_at(pos, data)?,
             Slot::FileWrite { file, part, .. } => {
                 file.write_all_at(data, pos).map_err(|e| BlobError::file(part.clone(), e))?;
-                start_writeback(file, pos, data.len() as u64);
+                bs_store::start_writeback(file, pos, data.len() as u64);
             }
             Slot::RemoteWrite { client, push, size, .. } => {
                 if push.is_none() {
@@ -284,6 +283,8 @@ impl BlobProxy {
             Slot::FileWrite { part, dest, file, .. } => {
                 file.sync_all().map_err(|e| BlobError::file(part.clone(), e))?;
                 std::fs::rename(&*part, &*dest).map_err(|e| BlobError::file(dest.clone(), e))?;
+                // Progress of an earlier parallel copy into the same file is moot now.
+                let _ = std::fs::remove_file(crate::ranges::ranges_path(dest));
             }
             Slot::RemoteWrite { client, push, .. } => match push.take() {
                 Some(p) => {
@@ -430,31 +431,6 @@ impl std::fmt::Debug for BlobProxy {
             .field("key", &self.key.to_string())
             .field("pos", &self.pos)
             .finish()
-    }
-}
-
-/// Dirty bytes a local file may gather before their writeback is started.
-const WRITEBACK_STEP: u64 = 32 << 20;
-
-/// After `len` bytes were written at `offset` of `file`: when they completed a
-/// [`WRITEBACK_STEP`] of the file, start writing that step to disk now
-/// (`sync_file_range(SYNC_FILE_RANGE_WRITE)` does not wait). The kernel would otherwise hold a
-/// large download's pages until the final fsync — a gigabyte takes seconds to write then,
-/// while the network idles — instead of writing them behind the transfer.
-pub(crate) fn start_writeback(file: &File, offset: u64, len: u64) {
-    let end = offset + len;
-    if end / WRITEBACK_STEP > offset / WRITEBACK_STEP {
-        let from = (end / WRITEBACK_STEP - 1) * WRITEBACK_STEP;
-        // SAFETY: the descriptor is open; the call only starts writeback of a file range and
-        // has no memory arguments. Failing is harmless: the final fsync writes everything.
-        unsafe {
-            libc::sync_file_range(
-                file.as_raw_fd(),
-                from as libc::off64_t,
-                WRITEBACK_STEP as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WRITE,
-            )
-        };
     }
 }
 

@@ -14,12 +14,15 @@
 //!   over when they differ. At most [`ATTEMPTS`] tries per range.
 //! - **Resume:** the ranges' progress is kept next to the part file, in
 //!   `<dest>.blobstream-ranges` (text: a header line `blobstream-ranges 1 <digest> <size>`,
-//!   then `<start> <end> <done>` per range). A later copy with `resume` checks every range's
-//!   bytes the same way before trusting them. A part file left by a one-connection copy
-//!   counts as its contiguous prefix.
+//!   then `<start> <end> <done>` per range; written to a temporary file and renamed). A later
+//!   copy with `resume` takes the ranges it records (whatever `connections` says now) and
+//!   checks every range's bytes the same way before trusting them. A part file left by a
+//!   one-connection copy, with no ranges file, counts as its contiguous prefix.
 //! - **End to end:** while the ranges arrive, a hasher follows the contiguous prefix written
 //!   so far and digests the whole file in order; at the end it must equal the digest the
-//!   server stored at commit, or the copy fails and its part file is discarded.
+//!   server stored at commit, or the copy fails and its part file is discarded. When a
+//!   range's bytes failed their check and were pulled again, the file is digested once more
+//!   from the start instead (the hasher may have read the bytes that were replaced).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -108,31 +111,60 @@ fn split(size: u64, n: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// What the ranges file says, if it is about this blob and these ranges.
-fn read_ranges(path: &Path, digest: &str, bounds: &[(u64, u64)]) -> Option<Vec<u64>> {
+/// The ranges the ranges file records — (start, end, done) each — if it is about this blob
+/// (`digest`, `size`) and they cover it exactly, one after the other.
+fn read_ranges(path: &Path, digest: &str, size: u64) -> Option<Vec<(u64, u64, u64)>> {
     let text = std::fs::read_to_string(path).ok()?;
     let mut lines = text.lines();
-    let size = bounds.last().map_or(0, |b| b.1);
     if lines.next()? != format!("blobstream-ranges 1 {digest} {size}") {
         return None;
     }
-    let done: Vec<u64> = bounds
-        .iter()
-        .zip(&mut lines)
-        .map(|(&(s, e), line)| {
-            let v: Vec<u64> = line.split(' ').map(|f| f.parse().ok()).collect::<Option<_>>()?;
-            (v.len() == 3 && v[0] == s && v[1] == e && v[2] <= e - s).then_some(v[2])
-        })
-        .collect::<Option<_>>()?;
-    (done.len() == bounds.len()).then_some(done)
+    let mut at = 0;
+    let mut out = Vec::new();
+    for line in lines {
+        let v: Vec<u64> = line.split(' ').map(|f| f.parse().ok()).collect::<Option<_>>()?;
+        let [s, e, done] = v[..] else { return None };
+        if s != at || e < s || e > size || done > e - s || out.len() >= MAX_CONNECTIONS {
+            return None;
+        }
+        out.push((s, e, done));
+        at = e;
+    }
+    (at == size && !out.is_empty()).then_some(out)
 }
 
+/// Record the ranges' progress: a temporary file renamed over the old one, so a crash leaves
+/// one or the other whole.
 fn write_ranges(path: &Path, digest: &str, size: u64, ranges: &[Range]) -> Result<()> {
     let mut text = format!("blobstream-ranges 1 {digest} {size}\n");
     for r in ranges {
         text.push_str(&format!("{} {} {}\n", r.start, r.end, r.done.load(Ordering::Acquire)));
     }
-    std::fs::write(path, text).map_err(|e| BlobError::file(path, e))
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| BlobError::file(path, e))
+}
+
+/// What to report from the ranges' results: their values, or the first failure that is not a
+/// range giving up because another one failed ([`BlobError::Lost`]).
+fn all_or_first_failure<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
+    let (mut values, mut failure, mut lost) = (Vec::new(), None, false);
+    for r in results {
+        match r {
+            Ok(v) => values.push(v),
+            Err(BlobError::Lost) => lost = true,
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    match (failure, lost) {
+        (Some(e), _) => Err(e),
+        (None, true) => Err(BlobError::Lost),
+        (None, false) => Ok(values),
+    }
 }
 
 /// What a parallel pull did.
@@ -158,14 +190,22 @@ pub(crate) fn pull(
     })?;
     let part = crate::proxy::part_path(dest);
     let size = info.size;
-    let bounds = split(size, n);
     let sidecar = ranges_path(dest);
     let len = file.metadata().map_err(|e| BlobError::file(&part, e))?.len();
-    let held = match (o.resume, read_ranges(&sidecar, &info.digest, &bounds)) {
-        (false, _) => vec![0; bounds.len()],
-        (true, Some(done)) => done,
-        // A one-connection copy's part file: its bytes are a prefix.
-        (true, None) => bounds.iter().map(|&(s, e)| len.clamp(s, e) - s).collect(),
+    let recorded = if o.resume { read_ranges(&sidecar, &info.digest, size) } else { None };
+    let (bounds, held): (Vec<(u64, u64)>, Vec<u64>) = match recorded {
+        Some(r) => r.into_iter().map(|(s, e, done)| ((s, e), done)).unzip(),
+        None => {
+            let bounds = split(size, n);
+            // A one-connection copy's part file (no ranges file): its bytes are a prefix.
+            // A ranges file about something else: nothing is known, start over.
+            let held = if o.resume && !sidecar.exists() {
+                bounds.iter().map(|&(s, e)| len.clamp(s, e) - s).collect()
+            } else {
+                vec![0; bounds.len()]
+            };
+            (bounds, held)
+        }
     };
     let ranges: Vec<Range> = bounds
         .iter()
@@ -180,13 +220,23 @@ pub(crate) fn pull(
     file.set_len(size).map_err(|e| BlobError::file(&part, e))?;
     write_ranges(&sidecar, &info.digest, size, &ranges)?;
     let cancel = AtomicBool::new(false);
+    let rehash = AtomicBool::new(false);
     let finished = AtomicU64::new(0);
     let report = |done: u64| {
         if let Some(p) = &o.progress {
             p(done, size);
         }
     };
-    let job = Job { client, info, file, part: &part, algo: whole.algo, cancel: &cancel, deadline };
+    let job = Job {
+        client,
+        info,
+        file,
+        part: &part,
+        algo: whole.algo,
+        cancel: &cancel,
+        rehash: &rehash,
+        deadline,
+    };
     let (results, digest) = std::thread::scope(|s| {
         let hasher = s.spawn(|| follow(&job, &ranges));
         let workers: Vec<_> = ranges
@@ -223,18 +273,16 @@ pub(crate) fn pull(
     write_ranges(&sidecar, &info.digest, size, &ranges)?;
     deadline.check()?;
     // The first failure that is not another range giving up because of it.
-    let (mut failure, mut kept, mut reconnects) = (None, 0, 0);
-    for r in results {
-        match r {
-            Ok(k) => (kept, reconnects) = (kept + k.bytes, reconnects + k.reconnects),
-            Err(BlobError::Lost) if failure.is_some() => {}
-            Err(e) => failure = failure.or(Some(e)),
+    let kept = all_or_first_failure(results)?;
+    let reconnects = kept.iter().map(|k| k.reconnects).sum();
+    let kept: u64 = kept.iter().map(|k| k.bytes).sum();
+    let ours = match digest?.ok_or(BlobError::Lost)? {
+        // Bytes the hasher read were replaced: digest what the file holds now.
+        _ if rehash.load(Ordering::Acquire) => {
+            digest_file_range(file, 0, size, whole.algo).map_err(|e| BlobError::file(&part, e))?
         }
-    }
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    let ours = digest?.ok_or(BlobError::Lost)?;
+        d => d,
+    };
     if ours != whole {
         return Err(BlobError::Remote(ClientError::ChecksumMismatch {
             expected: whole.to_string(),
@@ -259,6 +307,8 @@ struct Job<'a> {
     part: &'a Path,
     algo: DigestAlgo,
     cancel: &'a AtomicBool,
+    /// Set when bytes held in the file failed their check and were pulled again.
+    rehash: &'a AtomicBool,
     deadline: &'a Deadline,
 }
 
@@ -316,6 +366,7 @@ fn check_held(j: &Job, r: &Range) -> Result<()> {
     let ours = digest_file_range(j.file, r.start, held, j.algo).map_err(|e| j.file_error(e))?;
     if j.client.range_digest(&j.info.name, r.start, held, j.algo)? != ours {
         r.done.store(0, Ordering::Release);
+        j.rehash.store(true, Ordering::Release);
     }
     r.checked.store(true, Ordering::Release);
     Ok(())
@@ -347,7 +398,7 @@ fn pull_rest(j: &Job, r: &Range) -> Result<()> {
         }
         let at = r.start + r.done.load(Ordering::Acquire);
         j.file.write_all_at(&buf[..n], at).map_err(|e| j.file_error(e))?;
-        crate::proxy::start_writeback(j.file, at, n as u64);
+        bs_store::start_writeback(j.file, at, n as u64);
         r.done.fetch_add(n as u64, Ordering::AcqRel);
     }
 }
@@ -446,19 +497,9 @@ pub(crate) fn push(
         (results, hasher.join().map_err(|_| BlobError::Lost))
     });
     deadline.check()?;
-    let (mut failure, mut reconnects) = (None, 0);
-    for r in results {
-        match r {
-            Ok(k) => reconnects += k,
-            Err(BlobError::Lost) if failure.is_some() => {}
-            Err(e) => failure = failure.or(Some(e)),
-        }
-    }
-    if let Some(e) = failure {
-        return Err(e);
-    }
+    let reconnects = all_or_first_failure(results)?.into_iter().sum();
     let whole = whole?;
-    let info = client.within(deadline.left(IO_WAIT)).commit(name, &whole)?;
+    let info = commit(client, name, &whole, size, deadline)?;
     // The server checked the bytes it read back against `whole`; in our algorithm its
     // stored digest must be the same.
     if let Ok(stored) = info.digest.parse::<Digest>()
@@ -472,6 +513,40 @@ pub(crate) fn push(
     }
     report(size);
     Ok(Some(Pushed { connections: bounds.len(), reconnects }))
+}
+
+/// Commit the ranges pushed into `name`. The server reads the upload back first, so the wait
+/// grows with the size; a commit that outlived the wait is recognised by the blob's digest.
+/// A server thread of a cut connection may still hold a range for a moment (the store then
+/// answers busy): asked again for a few seconds.
+fn commit(
+    client: &Client,
+    name: &str,
+    whole: &Digest,
+    size: u64,
+    deadline: &Deadline,
+) -> Result<BlobInfo> {
+    let wait = IO_WAIT + Duration::from_secs(size / (50 << 20));
+    let busy_until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.within(deadline.left(wait)).commit(name, whole) {
+            Ok(info) => return Ok(info),
+            Err(ClientError::Rpc { code: tonic::Code::Aborted, .. })
+                if Instant::now() < busy_until =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) if e.is_timeout() => {
+                return match client.stat(name) {
+                    Ok(info) if info.digest.parse::<Digest>().ok().as_ref() == Some(whole) => {
+                        Ok(info)
+                    }
+                    _ => Err(e.into()),
+                };
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Push one range (`part`, the blob's bytes from `start`), on `opened` or a new connection;
@@ -556,11 +631,10 @@ mod tests {
     }
 
     #[test]
-    fn the_ranges_file_is_trusted_only_for_the_same_blob_and_ranges() {
+    fn the_ranges_file_is_trusted_only_for_the_same_blob_covered_exactly() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("x.blobstream-ranges");
-        let bounds = split(9 * ALIGN, 3);
-        let ranges: Vec<Range> = bounds
+        let ranges: Vec<Range> = split(9 * ALIGN, 3)
             .iter()
             .enumerate()
             .map(|(i, &(start, end))| Range {
@@ -571,10 +645,28 @@ mod tests {
             })
             .collect();
         write_ranges(&p, "xxh3:ab", 9 * ALIGN, &ranges).unwrap();
-        assert_eq!(read_ranges(&p, "xxh3:ab", &bounds), Some(vec![0, 7, 14]));
-        assert_eq!(read_ranges(&p, "xxh3:cd", &bounds), None, "another blob");
-        assert_eq!(read_ranges(&p, "xxh3:ab", &split(9 * ALIGN, 2)), None, "other ranges");
-        std::fs::write(&p, "blobstream-ranges 1 xxh3:ab 9437184\n0 3145728 9999999\n").unwrap();
-        assert_eq!(read_ranges(&p, "xxh3:ab", &bounds), None, "done past the range's end");
+        let m = ALIGN * 3;
+        let want = vec![(0, m, 0), (m, 2 * m, 7), (2 * m, 3 * m, 14)];
+        assert_eq!(read_ranges(&p, "xxh3:ab", 9 * ALIGN), Some(want));
+        assert_eq!(read_ranges(&p, "xxh3:cd", 9 * ALIGN), None, "another blob");
+        assert_eq!(read_ranges(&p, "xxh3:ab", 10 * ALIGN), None, "another size");
+        let bad = |body: &str| {
+            std::fs::write(&p, format!("blobstream-ranges 1 xxh3:ab 9437184\n{body}")).unwrap();
+            read_ranges(&p, "xxh3:ab", 9 * ALIGN)
+        };
+        assert_eq!(bad("0 3145728 9999999\n3145728 9437184 0\n"), None, "done past the end");
+        assert_eq!(bad("0 3145728 0\n4145728 9437184 0\n"), None, "a gap");
+        assert_eq!(bad("0 3145728 0\n"), None, "short of the end");
+        assert_eq!(bad("0 9437184 5\n"), Some(vec![(0, 9 * ALIGN, 5)]), "one range is fine");
+    }
+
+    #[test]
+    fn a_failure_is_reported_over_the_ranges_it_stopped() {
+        let lost = || Err::<u8, _>(BlobError::Lost);
+        let real = || Err::<u8, _>(BlobError::NotFound("gone".into()));
+        let r = all_or_first_failure(vec![lost(), Ok(1), real(), lost()]);
+        assert!(matches!(r, Err(BlobError::NotFound(_))), "{r:?}");
+        assert!(matches!(all_or_first_failure(vec![Ok(1), lost()]), Err(BlobError::Lost)));
+        assert_eq!(all_or_first_failure(vec![Ok(1), Ok(2)]).unwrap(), vec![1, 2]);
     }
 }

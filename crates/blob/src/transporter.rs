@@ -41,9 +41,9 @@ pub enum CopyPath {
     Relay,
     /// Nothing moved: the destination already held the same bytes (same size and digest).
     AlreadyThere,
-    /// Pulled from a remote store as ranges over several connections at once (see
-    /// [`crate::ranges`]); `reconnects`: ranges continued on a new connection after theirs
-    /// dropped.
+    /// Between a local file and a server as ranges over several connections at once (see
+    /// [`crate::ranges`]); `reconnects`: ranges continued (pulls) or pushed again (pushes) on
+    /// a new connection after theirs dropped.
     Parallel { connections: usize, reconnects: usize },
 }
 

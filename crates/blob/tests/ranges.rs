@@ -161,7 +161,7 @@ fn a_resumed_copy_keeps_only_ranges_that_check_out() {
 }
 
 #[test]
-fn a_near_server_gets_one_connection_unless_more_are_asked() {
+fn a_small_blob_gets_one_connection_unless_more_are_asked() {
     let bytes = data(3 * MIB);
     let w = world_with("small", &bytes);
     let dest = w.dir.path().join("small.bin");

@@ -36,18 +36,30 @@ impl Cli {
         let globals: Vec<clap::Arg> =
             cmd.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
         for &(name, keep) in NOT_CLIENTS {
-            cmd = cmd.mut_subcommand(name, |mut sub| {
-                // An argument a subcommand defines itself is not propagated to it: this
-                // hidden copy takes the global one's place in its help.
-                for a in globals.iter().filter(|a| !keep.contains(&a.get_id().as_str())) {
-                    sub = sub.arg(a.clone().global(false).hide(true));
-                }
-                sub
-            });
+            let hidden: Vec<clap::Arg> = globals
+                .iter()
+                .filter(|a| !keep.contains(&a.get_id().as_str()))
+                .map(|a| a.clone().global(false).hide(true))
+                .collect();
+            cmd = cmd.mut_subcommand(name, |sub| with_hidden(sub, &hidden));
         }
         let matches = cmd.get_matches();
         Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
+}
+
+/// `cmd` and every subcommand under it with `hidden` as arguments of their own: an argument a
+/// command defines itself is not propagated to it from above, so these hidden copies take
+/// the global ones' place in its help (and are still accepted).
+fn with_hidden(mut cmd: clap::Command, hidden: &[clap::Arg]) -> clap::Command {
+    for a in hidden {
+        cmd = cmd.arg(a.clone());
+    }
+    let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    for n in names {
+        cmd = cmd.mut_subcommand(n, |sub| with_hidden(sub, hidden));
+    }
+    cmd
 }
 
 #[derive(Args)]

@@ -128,11 +128,14 @@ fn start_server(a: &DpssServerArgs) -> Result<BlockServer> {
 
 fn server(a: DpssServerArgs) -> Result<()> {
     let srv = start_server(&a)?;
+    let offers =
+        bs_plane::Secure { tls: crate::security::server_tls(&a.tls)?, token: a.token.clone() };
     println!(
-        "blobstream dpss block server {} on {} ({} disks), reporting to {}",
+        "blobstream dpss block server {} on {} ({} disks; {}), reporting to {}",
         srv.name(),
         srv.addr(),
         a.disks.len(),
+        offers.describe(),
         a.master
     );
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

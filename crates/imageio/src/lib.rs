@@ -80,13 +80,23 @@ pub fn read(path: impl AsRef<Path>, limits: &Limits) -> Result<Decoded, ImageIoE
     let path = path.as_ref();
     let name = path.display().to_string();
     let io = |source| ImageIoError::Io { file: name.clone(), source };
-    let size = std::fs::metadata(path).map_err(io)?.len();
+    let meta = std::fs::metadata(path).map_err(io)?;
+    let size = meta.len();
     if size > limits.max_bytes {
         return Err(ImageIoError::too_many_bytes(
             format!("file of {size} bytes"),
             limits.max_bytes,
         )
         .with_file(&name));
+    }
+    if !meta.is_file() {
+        // A pipe or a device (`/dev/stdin`, `<(…)`): read it, one byte past the limit at most
+        // (which `decode` then refuses).
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        let file = std::fs::File::open(path).map_err(io)?;
+        file.take(limits.max_bytes.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
+        return decode(&bytes, Some(&name), limits);
     }
     let file = std::fs::File::open(path).map_err(io)?;
     if size == 0 {

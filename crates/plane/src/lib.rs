@@ -1,8 +1,9 @@
 //! One way to serve, and to reach, a plane that is an axum router — gRPC services (tonic's
 //! `Routes`), plain HTTP routes such as `/metrics`, or both on one port — in the clear or over
 //! TLS, optionally behind a bearer token. The block store's master and the distributer's
-//! status service use it, so every plane offers the same TLS and authentication as the
-//! control plane.
+//! status service use it, so every plane offers TLS and a token as the control plane does
+//! (without the control plane's per-address limit on wrong tokens: a long random token is
+//! what keeps guessers out here).
 //!
 //! With a token, every request must carry `authorization: Bearer <token>` (compared in
 //! constant time). A gRPC request without it is answered with status UNAUTHENTICATED, an

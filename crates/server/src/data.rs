@@ -352,6 +352,9 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Resul
                             .map_err(|e| fail(ErrorCode::Internal, e.to_string()))?,
                     )
                 } else {
+                    // Let go of the upload before saying so: the client may open it again
+                    // (or commit the ranges) the moment the ACK arrives.
+                    drop(sink);
                     None
                 };
                 conn.write_frame(&Frame::Ack { received, committed })?;

@@ -7,11 +7,11 @@
 //! A crash before the row leaves an unreferenced file, removed at the next start; a blob is
 //! visible only when all its bytes are durable.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bs_meta::{BlobRecord, Catalogue, Commit, StoredBlob, UploadRecord, now_ms};
 use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
@@ -48,7 +48,20 @@ struct Inner {
     algo: DigestAlgo,
     /// Names whose pending upload is open by a writer.
     busy: Claims,
+    /// Range writers open per pending upload: while any is, the upload cannot be opened whole
+    /// (to commit) or aborted.
+    range_writers: Mutex<HashMap<String, usize>>,
     listeners: Listeners,
+}
+
+impl Inner {
+    /// `Busy` while range writers hold `name`'s upload.
+    fn no_range_writers(&self, name: &str) -> Result<()> {
+        match self.range_writers.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+            Some(n) if *n > 0 => Err(StoreError::Busy(name.to_string())),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl FsStore {
@@ -64,6 +77,7 @@ impl FsStore {
                 cat: Arc::new(cat),
                 algo: DigestAlgo::default(),
                 busy: Claims::default(),
+                range_writers: Mutex::default(),
                 listeners: Listeners::default(),
             }),
         };
@@ -253,6 +267,7 @@ impl Store for FsStore {
         validate_name(name)?;
         let i = &self.inner;
         let claim = i.busy.take(name)?;
+        i.no_range_writers(name)?;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         claim.keep(); // from here on the sink releases it when dropped
         let mut sink =
@@ -280,6 +295,9 @@ impl Store for FsStore {
         }
         let path = i.staging_path(&rec.upload_id);
         let file = OpenOptions::new().write(true).open(path).map_err(|e| not_found_as(e, name))?;
+        let mut open = i.range_writers.lock().unwrap_or_else(|p| p.into_inner());
+        *open.entry(name.to_string()).or_default() += 1;
+        drop(open);
         let sink =
             FsRangeUpload { store: i.clone(), name: name.to_string(), file, size, received: start };
         Ok(Some(Box::new(sink)))
@@ -293,6 +311,7 @@ impl Store for FsStore {
         validate_name(name)?;
         let i = &self.inner;
         let _claim = i.busy.take(name)?;
+        i.no_range_writers(name)?;
         let id = i.discard_upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         match fs::remove_file(i.staging_path(&id)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
@@ -410,8 +429,9 @@ impl FsStore {
 }
 
 /// One range of a pending upload, written next to other ranges (see
-/// [`Store::open_upload_range`]). It holds no claim on the upload: ranges are disjoint by the
-/// client's choice, and whatever they leave is checked as a whole when the upload commits.
+/// [`Store::open_upload_range`]). Ranges are disjoint by the client's choice, and whatever
+/// they leave is checked as a whole when the upload commits; while any is open the upload
+/// cannot be opened whole or aborted (`Busy`).
 struct FsRangeUpload {
     store: Arc<Inner>,
     name: String,
@@ -419,6 +439,18 @@ struct FsRangeUpload {
     size: u64,
     /// The next byte this writer expects (its range's start, then as written).
     received: u64,
+}
+
+impl Drop for FsRangeUpload {
+    fn drop(&mut self) {
+        let mut open = self.store.range_writers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.name);
+            }
+        }
+    }
 }
 
 impl UploadSink for FsRangeUpload {
@@ -443,6 +475,7 @@ impl UploadSink for FsRangeUpload {
             )));
         }
         self.file.write_all_at(data, offset)?;
+        crate::start_writeback(&self.file, offset, data.len() as u64);
         self.received = self.received.max(offset + data.len() as u64);
         Ok(())
     }
@@ -503,6 +536,7 @@ impl UploadSink for FsUpload {
         }
         let file = self.file.as_ref().expect("open until commit");
         file.write_all_at(data, offset)?;
+        crate::start_writeback(file, offset, data.len() as u64);
         self.received = self.received.max(offset + data.len() as u64);
         match &mut self.chunks {
             Some(c) if c.len() == offset => c.update(data),

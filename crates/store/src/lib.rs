@@ -22,6 +22,7 @@ mod source;
 mod store;
 mod tier;
 mod whole;
+mod writeback;
 
 pub use bs_meta::{BlobRecord, now_ms};
 pub use error::StoreError;
@@ -38,3 +39,4 @@ pub use source::{BlobSource, CorruptionMarker, Pieces, RangeRead, corruption_fou
 pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range};
 pub use tier::Tier;
 pub use whole::put_bytes;
+pub use writeback::{WRITEBACK_STEP, start_writeback};
