@@ -31,7 +31,7 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
         .with_context(|| format!("--status-addr {}", a.status_addr))?;
     let status_addr = status.local_addr()?;
     println!("blobstream distributer listening on {} ({over})", d.addr());
-    println!("  status (gRPC) and /metrics on {status_addr} ({status_offers})");
+    println!("  status (gRPC) and /metrics ({status_offers}) on {status_addr}");
     for s in &d.config().streams {
         for f in &s.flows {
             println!("  {}/{}: policy {}, chunk {} bytes", s.name, f.name, f.policy, f.chunk);

@@ -608,7 +608,15 @@ fn the_distributer_over_tls() {
             .spawn()
             .unwrap(),
     );
-    wait_status(&status_addr, |s| s.contains("archive"));
+    // The status service speaks TLS too, with the same certificate.
+    let status_port = status_addr.rsplit(':').next().unwrap();
+    let status_named = format!("localhost:{status_port}");
+    wait_status_with(&status_named, &["--distributer-ca", cert], |s| s.contains("archive"));
+    let plain_status = Command::new(BIN)
+        .args(["distributer", "status", "--addr", &status_named])
+        .output()
+        .unwrap();
+    fails_with(&plain_status, "if it speaks TLS");
     let sent = ok(&Command::new(BIN)
         .args(["-q", "send"])
         .arg(&file)
@@ -660,10 +668,16 @@ fn start_distributer_with(cfg: &Path, args: &[&str]) -> (Killed, String, String)
 
 /// `distributer status` at `addr`, asked again until `done` holds for it (bounded).
 fn wait_status(addr: &str, done: impl Fn(&str) -> bool) -> String {
+    wait_status_with(addr, &[], done)
+}
+
+/// [`wait_status`] with more arguments for `distributer status` (a CA, a token).
+fn wait_status_with(addr: &str, args: &[&str], done: impl Fn(&str) -> bool) -> String {
     let mut last = String::new();
     for _ in 0..1000 {
         last = ok(&Command::new(BIN)
             .args(["distributer", "status", "--addr", addr])
+            .args(args)
             .output()
             .unwrap());
         if done(&last) {
