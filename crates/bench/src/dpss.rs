@@ -246,9 +246,6 @@ pub fn run_dpss(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         t.push_str(&format!(" K={k} h={}: {};", r[0].h, cells.join(" ")));
     }
     notes.push(t);
-    notes.push(
-        "not yet measured: the browser viewer's time to first tile and to a full viewport".into(),
-    );
     notes.push("block server, client and raw TCP share this machine's two cores".into());
     Ok(RowsReport {
         title: "Parallel block store",
