@@ -29,32 +29,25 @@ import sys
 import tempfile
 import time
 
+from netns import Lab
+
 BIN = os.environ["BLOBSTREAM_BIN"]
 TAG = f"bsd{os.getpid() % 100000}"
 K = 4
-NS = {n: f"{TAG}-{n}" for n in ["cli"] + [f"s{i}" for i in range(K)]}
+LAB = Lab(TAG, ["cli"] + [f"s{i}" for i in range(K)])
+NS = LAB.ns
 RATE_MBIT = 200
-PROCS = []
-FAILURES = []
+PROCS = LAB.procs
 BENCH = "--bench" in sys.argv
 MTU = 9000
 MASTER_PORT = 7090
 
 
-def sh(*cmd, check=True):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    return r
-
-
-def in_ns(ns, *cmd):
-    return ["ip", "netns", "exec", NS[ns], *cmd]
+sh, in_ns, check, cleanup = LAB.sh, LAB.in_ns, LAB.check, LAB.cleanup
 
 
 def setup():
-    for n in NS.values():
-        sh("ip", "netns", "add", n)
+    LAB.add()
     sh(*in_ns("cli", "ip", "link", "set", "lo", "up"))
     for i in range(K):
         a, b = f"{TAG}c{i}", f"{TAG}s{i}"
@@ -73,18 +66,6 @@ def setup():
                   f"{RATE_MBIT}mbit", "burst", "256kb", "latency", "100ms"))
 
 
-def cleanup():
-    for p in PROCS:
-        if p.poll() is None:
-            try:
-                p.kill()
-                p.wait(timeout=10)
-            except Exception:
-                pass
-    for n in NS.values():
-        sh("ip", "netns", "del", n, check=False)
-
-
 def spawn(ns, *args):
     p = subprocess.Popen(in_ns(ns, BIN, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
@@ -94,14 +75,6 @@ def spawn(ns, *args):
 
 def run(ns, *args, limit=300):
     return subprocess.run(in_ns(ns, BIN, *args), capture_output=True, text=True, timeout=limit)
-
-
-def check(cond, what, detail=""):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILURES.append(what)
-        if detail:
-            print("     " + detail.strip().replace("\n", "\n     "), flush=True)
 
 
 def master_addr(i=None):
@@ -236,15 +209,13 @@ def main():
     try:
         setup()
         if BENCH:
-            bench(work, int(sys.argv[sys.argv.index("--bench") + 1]))
-        else:
-            checks(work)
+            # Its JSON is the whole of stdout.
+            return bench(work, int(sys.argv[sys.argv.index("--bench") + 1]))
+        checks(work)
     finally:
         cleanup()
         subprocess.run(["rm", "-rf", work])
-    if FAILURES:
-        print(f"{len(FAILURES)} check(s) failed", file=sys.stderr)
-        sys.exit(1)
+    LAB.finish("dpss-hosts")
 
 
 if __name__ == "__main__":

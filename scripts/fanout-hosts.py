@@ -33,32 +33,25 @@ import sys
 import tempfile
 import time
 
+from netns import Lab
+
 BIN = os.environ["BLOBSTREAM_BIN"]
 TAG = f"bsf{os.getpid() % 100000}"
-NS = {n: f"{TAG}-{n}" for n in ["snd", "dist", "fast1", "fast2", "far"]}
+LAB = Lab(TAG, ["snd", "dist", "fast1", "fast2", "far"])
+NS = LAB.ns
 RATE = "200mbit"
 FAR_RATE = "100mbit"
-PROCS = []
-FAILURES = []
+PROCS = LAB.procs
 BENCH = "--bench" in sys.argv
 RUN_BYTES = 96 << 20
 MTU = 9000
 
 
-def sh(*cmd, check=True):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    return r
-
-
-def in_ns(ns, *cmd):
-    return ["ip", "netns", "exec", NS[ns], *cmd]
+sh, in_ns, check, cleanup = LAB.sh, LAB.in_ns, LAB.check, LAB.cleanup
 
 
 def setup():
-    for n in NS.values():
-        sh("ip", "netns", "add", n)
+    LAB.add()
     far = RATE if BENCH else FAR_RATE
     links = [("snd", 0, None), ("fast1", 1, RATE), ("fast2", 2, RATE), ("far", 3, far)]
     for peer, i, rate in links:
@@ -82,30 +75,11 @@ def setup():
     sh(*in_ns("dist", "ip", "link", "set", "lo", "up"))
 
 
-def cleanup():
-    for p in PROCS:
-        if p.poll() is None:
-            try:
-                os.kill(p.pid, signal.SIGCONT)
-                p.kill()
-                p.wait(timeout=10)
-            except Exception:
-                pass
-    for n in NS.values():
-        sh("ip", "netns", "del", n, check=False)
-
-
 def spawn(ns, *args, **kw):
     p = subprocess.Popen(in_ns(ns, BIN, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, **kw)
     PROCS.append(p)
     return p
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILURES.append(what)
 
 
 def status():
@@ -268,10 +242,7 @@ def main():
     finally:
         cleanup()
         shutil.rmtree(work, ignore_errors=True)
-    if FAILURES:
-        print(f"fanout-hosts: {len(FAILURES)} check(s) failed", flush=True)
-        sys.exit(1)
-    print("fanout-hosts: all checks passed", flush=True)
+    LAB.finish("fanout-hosts")
 
 
 if __name__ == "__main__":

@@ -32,9 +32,11 @@ import sys
 import tempfile
 import time
 
+from netns import Lab
+
 BIN = os.environ["BLOBSTREAM_BIN"]
 TAG = f"bsl{os.getpid() % 100000}"
-NS = {n: f"{TAG}-{n}" for n in ["near", "far"]}
+LAB = Lab(TAG, ["near", "far"])
 DEV = {"near": f"{TAG}n", "far": f"{TAG}f"}
 ADDR = {"near": "10.78.0.2", "far": "10.78.0.1"}
 BENCH = "--bench" in sys.argv
@@ -45,30 +47,18 @@ DELAY_MS = 25
 LOSS_PPM = 100
 MTU = 9000
 SERVER = f"{ADDR['far']}:7070"
-PROCS = []
-FAILURES = []
 
 
-def sh(*cmd, check=True):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    return r
-
-
-def in_ns(ns, *cmd):
-    return ["ip", "netns", "exec", NS[ns], *cmd]
+sh, in_ns, check = LAB.sh, LAB.in_ns, LAB.check
 
 
 def spawn(cmd, **kw):
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-    PROCS.append(p)
-    return p
+    return LAB.track(
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw))
 
 
 def setup(work):
-    for n in NS.values():
-        sh("ip", "netns", "add", n)
+    LAB.add()
     line = spawn([BIN, "bench", "delay-line", DEV["near"], DEV["far"], "--delay-ms",
                   str(DELAY_MS), "--rate-mbit", str(RATE_MBIT), "--loss-ppm", str(LOSS_PPM),
                   "--queue-ms", "50"])
@@ -76,7 +66,7 @@ def setup(work):
         raise RuntimeError(f"delay line did not start: {line.stderr.read()}")
     for side in ["near", "far"]:
         dev = DEV[side]
-        sh("ip", "link", "set", dev, "netns", NS[side])
+        sh("ip", "link", "set", dev, "netns", LAB.ns[side])
         sh(*in_ns(side, "ip", "addr", "add", f"{ADDR[side]}/24", "dev", dev))
         sh(*in_ns(side, "ip", "link", "set", dev, "mtu", str(MTU), "up"))
         sh(*in_ns(side, "ip", "link", "set", "lo", "up"))
@@ -93,18 +83,6 @@ def setup(work):
     raise RuntimeError("server did not answer within 60 s")
 
 
-def cleanup():
-    for p in PROCS:
-        if p.poll() is None:
-            try:
-                p.kill()
-                p.wait(timeout=10)
-            except Exception:
-                pass
-    for n in NS.values():
-        sh("ip", "netns", "del", n, check=False)
-
-
 def client(*args):
     return subprocess.run(in_ns("near", BIN, "--server", SERVER, *args), capture_output=True,
                           text=True, timeout=600)
@@ -112,12 +90,6 @@ def client(*args):
 
 def client_bg(*args):
     return spawn(in_ns("near", BIN, "--server", SERVER, *args))
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILURES.append(what)
 
 
 def sha(path):
@@ -297,12 +269,9 @@ def main():
             return bench(work, int(sys.argv[sys.argv.index("--bench") + 1]))
         checks(work)
     finally:
-        cleanup()
+        LAB.cleanup()
         shutil.rmtree(work, ignore_errors=True)
-    if FAILURES:
-        print(f"lfn-hosts: {len(FAILURES)} check(s) failed", flush=True)
-        sys.exit(1)
-    print("lfn-hosts: all checks passed", flush=True)
+    LAB.finish("lfn-hosts")
 
 
 if __name__ == "__main__":

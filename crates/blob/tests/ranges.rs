@@ -85,32 +85,37 @@ fn sockets_to(port: u16) -> Vec<RawFd> {
     fds
 }
 
-#[test]
-fn a_range_whose_connection_is_cut_continues_on_a_new_one() {
-    let bytes = data(12 * MIB);
-    let w = world_with("cine", &bytes);
-    let dest = w.dir.path().join("cine.bin");
-    // Paced (each range takes about 0.8 s), so the ranges are still in flight when progress
-    // is first reported with all four connected.
+/// A transporter paced so each of 4 ranges of 12 MiB takes about 0.8 s (still in flight when
+/// progress is first reported with all four connected), and options that cut one of the 4
+/// data connections to `port` at that moment, with `shutdown(2)`: its reader or writer sees
+/// the connection end, as when a peer or a router drops it. The counter says how many data
+/// connections there were when one was cut (0: none was).
+fn paced_with_one_cut(port: u16) -> (Transporter, Options, Arc<AtomicUsize>) {
     let settings = TransferSettings {
         layers: vec!["pace:4000000".parse::<bs_binding::LayerSpec>().unwrap()],
         ..TransferSettings::default()
     };
-    let t = Transporter::new(Factory::with_settings(settings));
-    let port = w.server.data_addr().port();
     let cut = Arc::new(AtomicUsize::new(0));
     let cut2 = cut.clone();
     let opts = Options::blocking().connections(4).progress(move |done, total| {
         if done > 0 && done < total && cut2.load(Ordering::Acquire) == 0 {
             let fds = sockets_to(port);
             if let [fd, _, _, _] = fds[..] {
-                // SAFETY: shutting down a socket this process owns; the range's reader sees
-                // the connection end, as when a peer or a router drops it.
+                // SAFETY: shutting down a socket this process owns.
                 unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
                 cut2.store(fds.len(), Ordering::Release);
             }
         }
     });
+    (Transporter::new(Factory::with_settings(settings)), opts, cut)
+}
+
+#[test]
+fn a_range_whose_connection_is_cut_continues_on_a_new_one() {
+    let bytes = data(12 * MIB);
+    let w = world_with("cine", &bytes);
+    let dest = w.dir.path().join("cine.bin");
+    let (t, opts, cut) = paced_with_one_cut(w.server.data_addr().port());
     let c = t.copy(&w.remote("cine"), &BlobKey::file(&dest), &opts).wait().unwrap();
     assert_eq!(cut.load(Ordering::Acquire), 4, "one of the 4 range connections was cut");
     assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1 });
@@ -206,24 +211,7 @@ fn a_push_range_whose_connection_is_cut_is_pushed_again() {
     let bytes = data(12 * MIB);
     let src = w.dir.path().join("cine.bin");
     std::fs::write(&src, &bytes).unwrap();
-    let settings = TransferSettings {
-        layers: vec!["pace:4000000".parse::<bs_binding::LayerSpec>().unwrap()],
-        ..TransferSettings::default()
-    };
-    let t = Transporter::new(Factory::with_settings(settings));
-    let port = w.server.data_addr().port();
-    let cut = Arc::new(AtomicUsize::new(0));
-    let cut2 = cut.clone();
-    let opts = Options::blocking().connections(4).progress(move |done, total| {
-        if done > 0 && done < total && cut2.load(Ordering::Acquire) == 0 {
-            let fds = sockets_to(port);
-            if let [fd, _, _, _] = fds[..] {
-                // SAFETY: shutting down a socket this process owns, as a dropped link would.
-                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
-                cut2.store(fds.len(), Ordering::Release);
-            }
-        }
-    });
+    let (t, opts, cut) = paced_with_one_cut(w.server.data_addr().port());
     let c = t.copy(&BlobKey::file(&src), &w.remote("up/cine"), &opts).wait().unwrap();
     assert_eq!(cut.load(Ordering::Acquire), 4, "one of the 4 range connections was cut");
     assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1 });

@@ -9,10 +9,8 @@ use bs_proto as pb;
 use bs_proto::blob_store_client::BlobStoreClient;
 use bs_transport::{Conn, SocketOptions, TransportError};
 use bs_wire::{Digest, DigestAlgo, ErrorCode, Frame, TOKEN_LEN};
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::Channel;
 
 use crate::error::ClientError;
 use crate::pool::{DataPool, Key, Pooled};
@@ -24,23 +22,7 @@ type Result<T> = std::result::Result<T, ClientError>;
 /// How long `route` waits for another writer of the same upload to let go.
 pub const BUSY_WAIT: Duration = Duration::from_secs(3);
 
-pub(crate) type Grpc = BlobStoreClient<InterceptedService<Channel, Bearer>>;
-
-/// Adds `authorization: Bearer <token>` to every call when a token is configured.
-#[derive(Clone)]
-pub(crate) struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut req: tonic::Request<()>,
-    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
+pub(crate) type Grpc = BlobStoreClient<InterceptedService<Channel, bs_plane::Bearer>>;
 
 /// A connection to one blobstream server. Cheap to clone.
 #[derive(Clone)]
@@ -83,33 +65,14 @@ impl Client {
         } else {
             format!("{scheme}://{}", with_default_port(addr))
         };
-        let mut endpoint = Endpoint::from_shared(uri)
-            .map_err(|e| bad(e.to_string()))?
-            .connect_timeout(Duration::from_secs(10))
-            .tcp_nodelay(true);
-        if let Some(tls) = &security.tls {
-            let mut cfg =
-                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(tls.ca_pem()));
-            if let Some(d) = tls.domain() {
-                cfg = cfg.domain_name(d);
-            }
-            endpoint = endpoint.tls_config(cfg).map_err(|e| bad(format!("TLS: {e}")))?;
-        }
-        let bearer = match &security.auth_token {
-            None => Bearer(None),
-            Some(t) => Bearer(Some(
-                format!("Bearer {t}")
-                    .parse()
-                    .map_err(|_| bad("the auth token is not valid header text".into()))?,
-            )),
-        };
+        let endpoint =
+            bs_plane::endpoint(uri, security.tls.as_ref()).map_err(|e| bad(e.to_string()))?;
+        let bearer = bs_plane::Bearer::new(security.auth_token.as_deref())
+            .map_err(|_| bad("the auth token is not valid header text".into()))?;
         let channel = rt.block_on(endpoint.connect()).map_err(|e| {
             // The innermost cause says what happened ("Connection refused").
-            let mut cause: &dyn std::error::Error = &e;
-            while let Some(s) = cause.source() {
-                cause = s;
-            }
-            ClientError::Connect { addr: addr.into(), reason: cause.to_string() }
+            let reason = bs_plane::root_cause(&e).to_string();
+            ClientError::Connect { addr: addr.into(), reason }
         })?;
         let grpc =
             BlobStoreClient::with_interceptor(channel, bearer).max_decoding_message_size(64 << 20);

@@ -154,6 +154,17 @@ pub async fn serve_tls(
 #[derive(Clone)]
 pub struct Bearer(Option<MetadataValue<tonic::metadata::Ascii>>);
 
+impl Bearer {
+    /// `authorization: Bearer <token>` on every call, or nothing without a token.
+    pub fn new(token: Option<&str>) -> Result<Self, ConnectError> {
+        let value = token
+            .map(|t| format!("Bearer {t}").parse())
+            .transpose()
+            .map_err(|_| ConnectError("the token is not valid header text".into()))?;
+        Ok(Self(value))
+    }
+}
+
 impl tonic::service::Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(v) = &self.0 {
@@ -192,36 +203,45 @@ impl std::fmt::Display for ConnectError {
 
 impl std::error::Error for ConnectError {}
 
-/// A gRPC channel to the plane at `addr` (host:port) with `creds`, and the interceptor that
-/// presents its token. A refused TLS handshake or connection is one line saying which.
-pub async fn connect(addr: &str, creds: &Credentials) -> Result<(Channel, Bearer), ConnectError> {
-    let scheme = if creds.tls.is_some() { "https" } else { "http" };
-    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
-        .map_err(|e| ConnectError(format!("{addr}: {e}")))?
+/// A gRPC endpoint at `uri` (10 s to connect, no Nagle delay), speaking TLS that trusts `tls`
+/// (and checks its domain, if it names one) when given.
+pub fn endpoint(uri: String, tls: Option<&TlsClient>) -> Result<Endpoint, ConnectError> {
+    let mut endpoint = Endpoint::from_shared(uri)
+        .map_err(|e| ConnectError(e.to_string()))?
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true);
-    if let Some(tls) = &creds.tls {
+    if let Some(tls) = tls {
         let mut cfg = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(tls.ca_pem()));
         if let Some(d) = tls.domain() {
             cfg = cfg.domain_name(d);
         }
         endpoint = endpoint.tls_config(cfg).map_err(|e| ConnectError(format!("TLS: {e}")))?;
     }
-    let bearer = match &creds.token {
-        None => Bearer(None),
-        Some(t) => Bearer(Some(
-            format!("Bearer {t}")
-                .parse()
-                .map_err(|_| ConnectError("the token is not valid header text".into()))?,
-        )),
-    };
+    Ok(endpoint)
+}
+
+/// The innermost cause of an error ("Connection refused", "invalid peer certificate: …"):
+/// the part that says what happened.
+pub fn root_cause<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> &'a (dyn std::error::Error + 'static) {
+    let mut cause = e;
+    while let Some(s) = cause.source() {
+        cause = s;
+    }
+    cause
+}
+
+/// A gRPC channel to the plane at `addr` (host:port) with `creds`, and the interceptor that
+/// presents its token. A refused TLS handshake or connection is one line saying which.
+pub async fn connect(addr: &str, creds: &Credentials) -> Result<(Channel, Bearer), ConnectError> {
+    let scheme = if creds.tls.is_some() { "https" } else { "http" };
+    let endpoint = endpoint(format!("{scheme}://{addr}"), creds.tls.as_ref())
+        .map_err(|e| ConnectError(format!("{addr}: {e}")))?;
+    let bearer = Bearer::new(creds.token.as_deref())?;
     let channel = endpoint.connect().await.map_err(|e| {
-        let mut cause: &dyn std::error::Error = &e;
-        while let Some(s) = cause.source() {
-            cause = s;
-        }
         let tls = if creds.tls.is_some() { " over TLS" } else { "" };
-        ConnectError(format!("cannot reach {addr}{tls}: {cause}"))
+        ConnectError(format!("cannot reach {addr}{tls}: {}", root_cause(&e)))
     })?;
     Ok((channel, bearer))
 }

@@ -138,6 +138,11 @@ async fn fs_store() {
 }
 
 /// Poll `f` until it holds (bounded): for work the server does in the background.
+/// GET `url` and its JSON body.
+async fn get_json(http: &reqwest::Client, url: &str) -> serde_json::Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
     for _ in 0..400 {
         if f().await {
@@ -154,14 +159,7 @@ async fn writes_through_any_door_keep_the_image_index_current() {
     let (web, base) = start(store.clone()).await;
     let http = reqwest::Client::new();
     let search = async |q: &str| -> Vec<String> {
-        let v: serde_json::Value = http
-            .get(format!("{base}/api/search?q={q}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = get_json(&http, &format!("{base}/api/search?q={q}")).await;
         v["results"].as_array().unwrap().iter().map(|r| r["key"].as_str().unwrap().into()).collect()
     };
     // Stored as a data-plane push or the Blob API would store it: not through HTTP.
@@ -187,17 +185,9 @@ async fn wado_rs_stops_at_a_rotted_instance() {
         let r = http.put(format!("{base}/blobs/s/slice-{i}.dcm")).body(s.clone()).send().await;
         assert!(r.unwrap().status().is_success());
     }
-    let v: serde_json::Value =
-        http.get(format!("{base}/api/studies")).send().await.unwrap().json().await.unwrap();
+    let v = get_json(&http, &format!("{base}/api/studies")).await;
     let study = v["studies"][0]["study_uid"].as_str().unwrap().to_string();
-    let v: serde_json::Value = http
-        .get(format!("{base}/api/studies/{study}/series"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = get_json(&http, &format!("{base}/api/studies/{study}/series")).await;
     let series = v["series"][0]["series_uid"].as_str().unwrap().to_string();
     let url = format!("{base}/dicomweb/studies/{study}/series/{series}");
     let get = async || {
