@@ -175,12 +175,16 @@ impl tonic::service::Interceptor for Bearer {
 }
 
 /// A failed call's message for a user: a plain client meeting a TLS plane sees only an HTTP/2
-/// protocol or transport error, so it is told what that likely means.
+/// protocol error, a transport error or a cancelled call (which of them depends on when the
+/// server's TLS layer hangs up), so it is told what that likely means.
 pub fn explain(addr: &str, creds: &Credentials, status: &tonic::Status) -> String {
     let msg = status.message();
     let broken = matches!(
         status.code(),
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Internal
+            | tonic::Code::Cancelled
     );
     if creds.tls.is_none() && broken {
         return format!(
@@ -284,6 +288,8 @@ mod tests {
     fn a_plain_client_failing_on_a_tls_plane_is_told_why() {
         let plain = Credentials::default();
         let e = explain("h:1", &plain, &tonic::Status::unavailable("transport error"));
+        assert!(e.contains("if it speaks TLS"), "{e}");
+        let e = explain("h:1", &plain, &tonic::Status::cancelled("operation was canceled"));
         assert!(e.contains("if it speaks TLS"), "{e}");
         let e = explain("h:1", &plain, &tonic::Status::unauthenticated("wrong token"));
         assert_eq!(e, "wrong token");
