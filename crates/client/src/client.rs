@@ -34,6 +34,9 @@ pub struct Client {
     pub(crate) security: Security,
     /// Data connections kept between transfers (shared by clones).
     pub(crate) pool: Arc<DataPool>,
+    /// Whether the server takes in-band requests on kept-alive data connections (until one
+    /// says it does not).
+    pub(crate) in_band: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Client {
@@ -83,6 +86,7 @@ impl Client {
             settings: TransferSettings::default(),
             security,
             pool: Arc::default(),
+            in_band: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         })
     }
 
@@ -377,6 +381,11 @@ impl Client {
         req: pb::NegotiateRequest,
         mut start: impl FnMut(Pooled, pb::NegotiateResponse) -> Result<T>,
     ) -> Result<T> {
+        match self.in_band(&req, &mut start) {
+            Some(Err(e)) if turned_away(&e) => {} // the control plane's way waits and retries
+            Some(done) => return done,
+            None => {}
+        }
         let give_up = Instant::now() + self.settings.busy_timeout;
         let mut pause = Duration::from_millis(10);
         loop {
@@ -400,6 +409,65 @@ impl Client {
                 other => return other,
             }
         }
+    }
+
+    /// Negotiate `req` in band, on a kept-alive data connection (see `bs_wire::frame`), and
+    /// `start` the stream on it: one round trip less than the control plane's call. `None`
+    /// when there is no such connection, the server does not take in-band requests, or it is
+    /// busy (the control plane's way waits and asks again).
+    fn in_band<T>(
+        &self,
+        req: &pb::NegotiateRequest,
+        start: &mut impl FnMut(Pooled, pb::NegotiateResponse) -> Result<T>,
+    ) -> Option<Result<T>> {
+        use prost::Message;
+        use std::sync::atomic::Ordering;
+        if !self.in_band.load(Ordering::Relaxed) {
+            return None;
+        }
+        let body = req.encode_to_vec();
+        if body.len() > bs_wire::MAX_BODY_LEN as usize {
+            return None;
+        }
+        let (key, mut conn, keepalive) = self.pool.take_any()?;
+        conn.write_frame(&Frame::Negotiate { body: body.into() }).ok()?;
+        let resp = match conn.read_frame() {
+            Ok(Frame::Grant { code: 0, body }) => match pb::NegotiateResponse::decode(&body[..]) {
+                Ok(r) => r,
+                Err(e) => return Some(Err(ClientError::Protocol(format!("bad GRANT: {e}")))),
+            },
+            Ok(Frame::Grant { code, body }) => {
+                let code = tonic::Code::from(i32::try_from(code).unwrap_or(i32::MAX));
+                let status = tonic::Status::new(code, String::from_utf8_lossy(&body));
+                // Refused: the connection waits for the next request.
+                self.pool.give(key, conn, keepalive);
+                return match code {
+                    tonic::Code::Unavailable | tonic::Code::Aborted => None,
+                    _ => Some(Err(status.into())),
+                };
+            }
+            // A server that predates in-band requests says so and closes.
+            Ok(Frame::Error { code: ErrorCode::BadFrame, .. }) => {
+                self.in_band.store(false, Ordering::Relaxed);
+                return None;
+            }
+            // Closed meanwhile, or out of step: the control plane's way, on a new connection.
+            _ => return None,
+        };
+        let buf = |n: u32| (n > 0).then_some(n);
+        let opts = SocketOptions {
+            send_buffer: buf(resp.send_buffer),
+            recv_buffer: buf(resp.recv_buffer),
+            nodelay: true,
+            io_timeout: Some(self.settings.io_timeout),
+        };
+        if let Some(t) = conn.tcp()
+            && let Err(e) = opts.apply(t)
+        {
+            return Some(Err(TransportError::from(e).into()));
+        }
+        let keepalive = Duration::from_millis(u64::from(resp.keepalive_ms));
+        Some(start(Pooled::new(conn, self.pool.clone(), key, keepalive, true), resp))
     }
 
     /// Start pushing into `name` from `offset`. With `route`, the blob is routed in the same

@@ -28,6 +28,7 @@ struct Idle {
     key: Key,
     conn: Conn,
     until: Instant,
+    keepalive: Duration,
 }
 
 /// A client's idle data connections (shared by its clones).
@@ -52,12 +53,26 @@ impl DataPool {
         None
     }
 
-    fn give(&self, key: Key, conn: Conn, keepalive: Duration) {
+    /// The most recently returned live connection to any endpoint, with its key and the
+    /// server's keep-alive (a client talks to one server: for an in-band request).
+    pub(crate) fn take_any(&self) -> Option<(Key, Conn, Duration)> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        idle.retain(|i| i.until > now);
+        while let Some(mut i) = idle.pop() {
+            if let Ok(false) = i.conn.readable(Duration::ZERO) {
+                return Some((i.key, i.conn, i.keepalive));
+            }
+        }
+        None
+    }
+
+    pub(crate) fn give(&self, key: Key, conn: Conn, keepalive: Duration) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() >= MAX_IDLE {
             idle.remove(0);
         }
-        idle.push(Idle { key, conn, until: Instant::now() + keepalive / 2 });
+        idle.push(Idle { key, conn, until: Instant::now() + keepalive / 2, keepalive });
     }
 
     /// How many connections wait (for tests).

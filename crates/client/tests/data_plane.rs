@@ -500,6 +500,146 @@ fn a_kept_alive_connection_still_needs_a_fresh_token_for_each_transfer() {
     }
 }
 
+/// An in-band request for `name` in `direction`, as a NEGOTIATE frame.
+fn negotiate_frame(name: &str, direction: bs_proto::Direction) -> Frame {
+    use prost::Message;
+    let req = bs_proto::NegotiateRequest {
+        name: name.into(),
+        direction: direction as i32,
+        ..Default::default()
+    };
+    Frame::Negotiate { body: req.encode_to_vec().into() }
+}
+
+#[test]
+fn a_kept_alive_connection_takes_requests_in_band_and_stays_after_a_refusal() {
+    use prost::Message;
+    let (s, c) = server();
+    push(&c, "t", b"abc");
+    // A new connection must first present a token: no request before it.
+    let e = raw(&s, &negotiate_frame("t", bs_proto::Direction::Pull).encode());
+    match e {
+        Frame::Error { code: ErrorCode::BadFrame, message } => {
+            assert!(message.contains("kept alive"), "{message}")
+        }
+        other => panic!("expected ERROR(BadFrame), got {other:?}"),
+    }
+    let t = TcpStream::connect(s.data_addr()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut conn = bs_transport::Conn::new(t);
+    let read_abc = |conn: &mut bs_transport::Conn| {
+        assert!(matches!(conn.read_frame().unwrap(), Frame::Data { offset: 0, len: 3 }));
+        let mut body = [0u8; 3];
+        conn.recv_data_into(&mut body, None).unwrap();
+        assert_eq!(&body, b"abc");
+        assert!(matches!(conn.read_frame().unwrap(), Frame::Sum { total: 3, .. }));
+    };
+    conn.write_frame(&Frame::Hello { token: raw_token(&s, "t", bs_proto::Direction::Pull) })
+        .unwrap();
+    read_abc(&mut conn);
+    // Then a request on the same connection is granted, with the answer the control plane
+    // gives (but no token), and the stream follows.
+    conn.write_frame(&negotiate_frame("t", bs_proto::Direction::Pull)).unwrap();
+    match conn.read_frame().unwrap() {
+        Frame::Grant { code: 0, body } => {
+            let r = bs_proto::NegotiateResponse::decode(&body[..]).unwrap();
+            assert_eq!((r.length, r.blob.unwrap().size), (3, 3));
+            assert!(r.token.is_empty());
+        }
+        other => panic!("expected GRANT, got {other:?}"),
+    }
+    read_abc(&mut conn);
+    // A refusal carries the status the control plane would give, and the connection waits
+    // for the next request.
+    conn.write_frame(&negotiate_frame("missing", bs_proto::Direction::Pull)).unwrap();
+    match conn.read_frame().unwrap() {
+        Frame::Grant { code, body } => {
+            assert_eq!(tonic::Code::from(code as i32), tonic::Code::NotFound);
+            assert!(String::from_utf8_lossy(&body).contains("missing"));
+        }
+        other => panic!("expected a refusing GRANT, got {other:?}"),
+    }
+    conn.write_frame(&negotiate_frame("t", bs_proto::Direction::Pull)).unwrap();
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Grant { code: 0, .. }));
+    read_abc(&mut conn);
+    // A body that is no request ends the connection with a reason.
+    conn.write_frame(&Frame::Negotiate { body: bytes::Bytes::from_static(b"\xff\xff\xff") })
+        .unwrap();
+    assert_eq!(error_code(conn.read_frame().unwrap()), ErrorCode::BadFrame);
+}
+
+#[test]
+fn the_client_negotiates_in_band_with_the_same_outcomes_as_the_control_plane() {
+    let cfg =
+        ServerConfig { data_keepalive: Duration::from_secs(120), ..ServerConfig::ephemeral() };
+    let (s, _, connections) = through_counting_proxy(cfg);
+    // The control plane through a proxy that counts what the client sends it.
+    let control = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = Client::connect(&control.local_addr().unwrap().to_string()).unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let (target, counter) = (s.control_addr(), asked.clone());
+    thread::spawn(move || {
+        for client in control.incoming() {
+            let client = client.unwrap();
+            let server = TcpStream::connect(target).unwrap();
+            let (mut up, mut down) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            thread::spawn(move || {
+                let _ = std::io::copy(&mut down, &mut up);
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+            let (mut from, mut to, counter) = (client, server, counter.clone());
+            thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                while let Ok(n @ 1..) = from.read(&mut buf) {
+                    counter.fetch_add(n, Ordering::SeqCst);
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = to.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    // The first transfer negotiates through the control plane; the rest in band, on the same
+    // connection — and every refusal is the same error either way.
+    push(&c, "first", b"x");
+    let control_bytes = asked.load(Ordering::SeqCst);
+    for i in 0..20 {
+        push(&c, &format!("k/{i}"), &data(1000 + i * 10_000));
+        let again = c.open_push(&format!("k/{i}"), 0, None, route(10)).unwrap_err();
+        assert!(matches!(again, ClientError::AlreadyExists(_)), "{again:?}");
+        let missing = c.open_pull(&format!("none/{i}"), 0, None).unwrap_err();
+        assert!(matches!(missing, ClientError::NotFound(_)), "{missing:?}");
+        let past = c.open_pull(&format!("k/{i}"), 1 << 30, None).unwrap_err();
+        assert!(matches!(past, ClientError::InvalidArgument(_)), "{past:?}");
+    }
+    for i in 0..20 {
+        assert_eq!(pull(&c, &format!("k/{i}"), 0, None), data(1000 + i * 10_000));
+    }
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        control_bytes,
+        "no control-plane call after the first"
+    );
+    // A push resumed in band continues where it stopped.
+    let tagged = |size| RouteRequest {
+        name: "resumed".into(),
+        size: Some(size),
+        resume_tag: "r1".into(),
+        ..Default::default()
+    };
+    let mut p = c.open_push("resumed", 0, None, Some(tagged(6))).unwrap();
+    p.write(b"abc").unwrap();
+    p.finish(false).unwrap();
+    let routed = c.route(tagged(6)).unwrap();
+    assert_eq!(routed.received, 3);
+    let mut p = c.open_push("resumed", 3, None, None).unwrap();
+    p.write(b"def").unwrap();
+    p.finish(true).unwrap();
+    assert_eq!(pull(&c, "resumed", 0, None), b"abcdef");
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "every transfer on one connection");
+}
+
 /// A binding to the echo endpoint, negotiated with the generated gRPC client: its token.
 fn bind_token(s: &BackgroundServer) -> [u8; TOKEN_LEN] {
     let rt = tokio::runtime::Runtime::new().unwrap();

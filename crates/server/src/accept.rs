@@ -317,6 +317,13 @@ impl HelloBuf {
         let head = self.buf.first_chunk::<HEADER_LEN>().expect("HELLO_LEN > HEADER_LEN");
         let h =
             Header::parse(head).map_err(|e| Refusal::told(ErrorCode::BadFrame, e.to_string()))?;
+        if h.kind == FrameKind::Negotiate {
+            return Err(Refusal::told(
+                ErrorCode::BadFrame,
+                "a new data connection starts with HELLO and a one-time token; NEGOTIATE is \
+                 taken only on a connection kept alive after a transfer",
+            ));
+        }
         if h.kind != FrameKind::Hello {
             let got = h.kind.name();
             return Err(Refusal::told(ErrorCode::BadFrame, format!("expected HELLO, got {got}")));

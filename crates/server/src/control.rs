@@ -11,10 +11,11 @@ use bs_transport::SocketOptions;
 use bs_wire::DigestAlgo;
 use tonic::{Request, Response, Status};
 
-use bs_binding::{Flow, Profile, Refusal, TransportKind};
+use bs_binding::{Flow, Profile, TransportKind};
 
 use crate::bindings::{BindGrant, BindingTable, Endpoint};
 use crate::config::ServerConfig;
+use crate::negotiate::{Negotiator, no_common_digest};
 use crate::status::store_status;
 use crate::tokens::{Direction, Grant, TokenTable};
 
@@ -26,24 +27,25 @@ pub(crate) struct ControlService {
     data_addr: SocketAddr,
     cfg: ServerConfig,
     bindings: Arc<BindingTable>,
+    negotiator: Arc<Negotiator>,
     host_id: String,
 }
 
 impl ControlService {
     pub(crate) fn new(
         store: Arc<dyn Store>,
-        tokens: Arc<TokenTable>,
         data_addr: SocketAddr,
         cfg: ServerConfig,
-        bindings: Arc<BindingTable>,
+        negotiator: Arc<Negotiator>,
     ) -> Self {
         Self {
             store,
             scrubs: Arc::new(tokio::sync::Semaphore::new(1)),
-            tokens,
+            tokens: negotiator.tokens.clone(),
             data_addr,
             cfg,
-            bindings,
+            bindings: negotiator.bindings.clone(),
+            negotiator,
             host_id: bs_binding::host_id(),
         }
     }
@@ -77,27 +79,6 @@ impl ControlService {
         Ok((sock, format!("{host}:{}", addr.port())))
     }
 
-    /// The transfer's QoS: the `qos` profile if sent, else the legacy fields as one; then
-    /// countered against this server's limits, as every binding is.
-    fn transfer_offer(&self, r: &pb::NegotiateRequest) -> Result<bs_binding::Offer, Status> {
-        let proposal = match &r.qos {
-            Some(q) => Profile::from_pb(q).map_err(|e| Status::invalid_argument(e.to_string()))?,
-            None => Profile {
-                chunk_size: r.chunk_size,
-                send_buffer: r.send_buffer,
-                recv_buffer: r.recv_buffer,
-                digests: r.digests.clone(),
-                ..Profile::default()
-            },
-        };
-        bs_binding::negotiate::counter(&proposal, &self.cfg.binding_limits(false)).map_err(|e| {
-            match e {
-                Refusal::NoCommonDigest(wanted) => no_common_digest(&wanted),
-                other => Status::failed_precondition(other.to_string()),
-            }
-        })
-    }
-
     /// Run a blocking store call off the executor, mapping its error to a gRPC status.
     async fn blocking<T: Send + 'static>(
         &self,
@@ -110,19 +91,8 @@ impl ControlService {
             .map_err(|e| store_status(&e))
     }
 
-    /// The endpoint clients should dial: our data address, with the IP they reached us on
-    /// when the data plane listens on a wildcard address.
     fn endpoint(&self, local: Option<SocketAddr>) -> String {
-        if let Some(a) = &self.cfg.advertise_data {
-            return a.clone();
-        }
-        let mut ep = self.data_addr;
-        if ep.ip().is_unspecified()
-            && let Some(l) = local
-        {
-            ep.set_ip(l.ip());
-        }
-        ep.to_string()
+        self.negotiator.endpoint(local)
     }
 }
 
@@ -137,7 +107,7 @@ pub(crate) fn info(r: BlobRecord) -> pb::BlobInfo {
     }
 }
 
-fn route_spec(r: pb::RouteRequest) -> RouteSpec {
+pub(crate) fn route_spec(r: pb::RouteRequest) -> RouteSpec {
     RouteSpec {
         name: r.name,
         size: r.size,
@@ -149,7 +119,7 @@ fn route_spec(r: pb::RouteRequest) -> RouteSpec {
     }
 }
 
-fn routed(r: bs_store::Routed) -> pb::RouteResponse {
+pub(crate) fn routed(r: bs_store::Routed) -> pb::RouteResponse {
     pb::RouteResponse {
         received: r.received,
         received_digest: r.received_digest.map(|d| d.to_string()).unwrap_or_default(),
@@ -163,12 +133,6 @@ fn pick_digest(wanted: &[String]) -> Result<DigestAlgo, Status> {
         return Ok(DigestAlgo::default());
     }
     wanted.iter().find_map(|w| w.parse().ok()).ok_or_else(|| no_common_digest(wanted))
-}
-
-fn no_common_digest(wanted: &[String]) -> Status {
-    Status::invalid_argument(format!(
-        "none of the digest algorithms {wanted:?} is supported (have: xxh3-128, blake3)"
-    ))
 }
 
 /// The scrub RPC's reply stream.
@@ -315,122 +279,13 @@ impl pb::blob_store_server::BlobStore for ControlService {
     ) -> Result<Response<pb::NegotiateResponse>, Status> {
         let local = req.local_addr();
         let r = req.into_inner();
-        let direction = match pb::Direction::try_from(r.direction) {
-            Ok(pb::Direction::Push) => Direction::Push,
-            Ok(pb::Direction::Pull) => Direction::Pull,
-            _ => return Err(Status::invalid_argument("direction must be PUSH or PULL")),
-        };
-        let offer = self.transfer_offer(&r)?;
-        let q = &offer.profile;
-        let algo: DigestAlgo = q.digests[0].parse().map_err(|_| Status::internal("digest"))?;
-        let chunk = q.chunk_size;
-        let buf = |n: u32| (n > 0).then_some(n);
-        let socket = SocketOptions {
-            send_buffer: buf(q.send_buffer),
-            recv_buffer: buf(q.recv_buffer),
-            nodelay: true,
-            io_timeout: None,
-        };
-        let name = r.name.clone();
-        let (offset, length, blob, route) = match direction {
-            Direction::Pull => {
-                if r.route.is_some() || r.range {
-                    return Err(Status::invalid_argument(
-                        "route and range are only meaningful for PUSH",
-                    ));
-                }
-                let rec = self.blocking(move |s| s.stat(&name)).await?;
-                if r.offset > rec.size {
-                    return Err(Status::out_of_range(format!(
-                        "offset {} is past the end of {:?} ({} bytes)",
-                        r.offset, rec.name, rec.size
-                    )));
-                }
-                let avail = rec.size - r.offset;
-                let length = r.length.unwrap_or(avail);
-                if length > avail {
-                    return Err(Status::out_of_range(format!(
-                        "range {}+{length} is past the end of {:?} ({} bytes)",
-                        r.offset, rec.name, rec.size
-                    )));
-                }
-                (r.offset, length, Some(rec), None)
-            }
-            Direction::Bind => unreachable!("negotiate grants only pushes and pulls"),
-            Direction::Push if r.range => {
-                if r.route.is_some() {
-                    return Err(Status::invalid_argument(
-                        "a range push writes into an upload routed before",
-                    ));
-                }
-                if !self.store.takes_range_writes() {
-                    return Err(Status::unimplemented(
-                        "this server's store takes one writer per upload: push it over one \
-                         connection",
-                    ));
-                }
-                bs_store::validate_name(&name).map_err(|e| store_status(&e))?;
-                let Some(length) = r.length else {
-                    return Err(Status::invalid_argument("a range push needs a length"));
-                };
-                (r.offset, length, None, None)
-            }
-            Direction::Push => {
-                let route = match r.route {
-                    Some(mut rt) => {
-                        rt.name = name.clone();
-                        let spec = route_spec(rt);
-                        Some(self.blocking(move |s| s.route(&spec)).await?)
-                    }
-                    None => {
-                        bs_store::validate_name(&name).map_err(|e| store_status(&e))?;
-                        None
-                    }
-                };
-                let length = r.length.unwrap_or(u64::MAX - r.offset);
-                (r.offset, length, None, route)
-            }
-        };
-        let grant = Grant {
-            name: r.name.clone(),
-            direction,
-            offset,
-            length,
-            algo,
-            chunk,
-            socket,
-            blob_digest: blob.as_ref().map(|b| b.digest.clone()),
-            range: r.range,
-            bind: BindGrant {
-                id: self.bindings.next_id(),
-                endpoint: if direction == Direction::Push {
-                    Endpoint::Push
-                } else {
-                    Endpoint::Pull
-                },
-                profile: offer.profile.clone(),
-                label: r.name.clone(),
-                udp: None,
-            },
-        };
-        let token = self.tokens.issue(grant);
-        Ok(Response::new(pb::NegotiateResponse {
-            endpoint: self.endpoint(local),
-            token: token.to_vec(),
-            offset,
-            length,
-            chunk_size: chunk,
-            send_buffer: socket.send_buffer.unwrap_or(0),
-            recv_buffer: socket.recv_buffer.unwrap_or(0),
-            digest: algo.name().to_string(),
-            expires_in_ms: self.tokens.ttl().as_millis() as u64,
-            blob: blob.map(info),
-            route: route.map(routed),
-            tls: self.cfg.tls.is_some(),
-            qos: Some(offer.profile.to_pb()),
-            lowered: offer.lowered,
-            keepalive_ms: self.cfg.data_keepalive.as_millis().try_into().unwrap_or(u32::MAX),
-        }))
+        let n = self.negotiator.clone();
+        let (grant, mut answer) =
+            tokio::task::spawn_blocking(move || n.grant(r, local))
+                .await
+                .map_err(|e| Status::internal(format!("store task failed: {e}")))??;
+        answer.token = self.tokens.issue(grant).to_vec();
+        Ok(Response::new(answer))
     }
 
     async fn bind(

@@ -10,7 +10,9 @@
 //! `HELLO` with a fresh one-time token — the same frame a new connection starts with — holding
 //! no transfer slot meanwhile; anything else, silence, or shutdown closes it. So a client
 //! moving many small blobs pays the TCP (and TLS) handshake once, and every transfer still
-//! needs its own token.
+//! needs its own token — or, in its place, an in-band `NEGOTIATE` request (see `bs_wire::frame`),
+//! granted here as the control plane grants its `Negotiate` call, which saves the control
+//! plane's round trip for each of many small transfers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,6 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::bindings::{self, BindingTable, Endpoint};
 use crate::config::ServerConfig;
+use crate::negotiate::Negotiator;
 use crate::status::store_code;
 use crate::tokens::{Direction, Grant, TokenTable};
 
@@ -54,20 +57,27 @@ pub(crate) struct Shared {
     max_idle: usize,
     /// Set when the server drains: waiting connections close.
     closing: AtomicBool,
+    /// Grants in-band requests (`NEGOTIATE` frames) as the control plane grants its calls.
+    negotiator: Arc<Negotiator>,
 }
 
 impl Shared {
-    pub(crate) fn new(store: Arc<dyn Store>, tokens: Arc<TokenTable>, cfg: &ServerConfig) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        negotiator: Arc<Negotiator>,
+        cfg: &ServerConfig,
+    ) -> Self {
         let slot_count = u32::try_from(cfg.max_connections).unwrap_or(u32::MAX);
         Self {
             store,
-            tokens,
+            tokens: negotiator.tokens.clone(),
             slots: Arc::new(Semaphore::new(slot_count as usize)),
             slot_count,
             io_timeout: cfg.io_timeout,
             max_unsized_upload: cfg.max_unsized_upload,
             pool: BufferPool::new(1 << 20, 64),
-            bindings: Arc::new(BindingTable::default()),
+            bindings: negotiator.bindings.clone(),
+            negotiator,
             sched: Arc::new(Scheduler::new(cfg.schedule, 1)),
             limits: cfg.binding_limits(false),
             keepalive: cfg.data_keepalive,
@@ -222,60 +232,111 @@ fn one_transfer(shared: &Shared, conn: &mut Conn, grant: &Grant) -> bool {
     }
 }
 
-/// Keep-alive: wait for the connection's next HELLO and admit its token. `None`: closed —
-/// keep-alive is off or at its limit, the peer went quiet or away, the server is draining,
-/// or the token was refused (the peer was told why).
+/// Keep-alive: wait for the connection's next HELLO and admit its token, or for an in-band
+/// `NEGOTIATE` and grant it. `None`: closed — keep-alive is off or at its limit, the peer went
+/// quiet or away, the server is draining, or the token was refused (the peer was told why).
+/// A refused in-band request leaves the connection waiting for the next.
 fn next_token(shared: &Shared, conn: &mut Conn) -> Option<(Grant, OwnedSemaphorePermit)> {
     if shared.keepalive.is_zero() {
         return None;
     }
     let _waiting = Waiting::take(&shared.idle, shared.max_idle)?;
-    // Wait in short slices so a draining server is noticed soon.
-    let until = Instant::now() + shared.keepalive;
-    loop {
-        if shared.closing.load(Ordering::Relaxed) {
-            return None;
-        }
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        match conn.readable(left.min(Duration::from_millis(100))) {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(_) => return None,
-        }
-    }
     let peer = conn.peer_addr().map_or_else(|| "unix".to_string(), |p| p.to_string());
-    let token = match conn.read_frame_within(shared.hello_timeout) {
-        Ok(Frame::Hello { token }) => token,
-        // The client closed its idle connection: the normal end.
-        Err(TransportError::Closed) => return None,
-        Ok(other) => {
-            let why =
-                format!("expected HELLO after a finished transfer, got {}", other.kind().name());
-            let _ = conn.write_frame(&Frame::Error { code: ErrorCode::BadFrame, message: why });
-            conn.shutdown_write();
-            return None;
+    loop {
+        // Wait in short slices so a draining server is noticed soon.
+        let until = Instant::now() + shared.keepalive;
+        loop {
+            if shared.closing.load(Ordering::Relaxed) {
+                return None;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            match conn.readable(left.min(Duration::from_millis(100))) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(_) => return None,
+            }
         }
+        let token = match conn.read_frame_within(shared.hello_timeout) {
+            Ok(Frame::Hello { token }) => token,
+            Ok(Frame::Negotiate { body }) => match in_band(shared, conn, &body) {
+                Ok(Some(granted)) => return Some(granted),
+                Ok(None) => continue,
+                Err(()) => return None,
+            },
+            // The client closed its idle connection: the normal end.
+            Err(TransportError::Closed) => return None,
+            Ok(other) => {
+                let why = format!(
+                    "expected HELLO or NEGOTIATE after a finished transfer, got {}",
+                    other.kind().name()
+                );
+                let _ = conn.write_frame(&Frame::Error { code: ErrorCode::BadFrame, message: why });
+                conn.shutdown_write();
+                return None;
+            }
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "kept-alive data connection ended");
+                return None;
+            }
+        };
+        let (code, message) = match shared.admit(&token, &peer) {
+            // A binding runs on a thread of its own, whose priority follows its QoS: it opens
+            // a connection of its own rather than inheriting this pooled thread.
+            Ok((grant, _)) if grant.direction == Direction::Bind => (
+                ErrorCode::BadFrame,
+                "a binding opens a data connection of its own, not a kept-alive one".to_string(),
+            ),
+            Ok(admitted) => return Some(admitted),
+            Err(refused) => refused,
+        };
+        let _ = conn.write_frame(&Frame::Error { code, message });
+        conn.shutdown_write();
+        return None;
+    }
+}
+
+/// An in-band request: take a transfer slot and grant it (the `GRANT` sent), or refuse it
+/// with the status the control plane would have given (`Ok(None)`: told, and the connection
+/// may carry the next request). `Err`: the connection is done.
+fn in_band(
+    shared: &Shared,
+    conn: &mut Conn,
+    body: &[u8],
+) -> Result<Option<(Grant, OwnedSemaphorePermit)>, ()> {
+    use prost::Message;
+    let req = match bs_proto::NegotiateRequest::decode(body) {
+        Ok(r) => r,
         Err(e) => {
-            tracing::debug!(%peer, error = %e, "kept-alive data connection ended");
-            return None;
+            let message = format!("NEGOTIATE does not hold a NegotiateRequest: {e}");
+            let _ = conn.write_frame(&Frame::Error { code: ErrorCode::BadFrame, message });
+            conn.shutdown_write();
+            return Err(());
         }
     };
-    let (code, message) = match shared.admit(&token, &peer) {
-        // A binding runs on a thread of its own, whose priority follows its QoS: it opens a
-        // connection of its own rather than inheriting this pooled thread.
-        Ok((grant, _)) if grant.direction == Direction::Bind => (
-            ErrorCode::BadFrame,
-            "a binding opens a data connection of its own, not a kept-alive one".to_string(),
-        ),
-        Ok(admitted) => return Some(admitted),
-        Err(refused) => refused,
+    let refuse = |conn: &mut Conn, status: tonic::Status| {
+        let body = bytes::Bytes::from(status.message().to_string());
+        conn.write_frame(&Frame::Grant { code: status.code() as u32, body }).map_err(drop)?;
+        Ok(None)
     };
-    let _ = conn.write_frame(&Frame::Error { code, message });
-    conn.shutdown_write();
-    None
+    // The slot first, so a busy server does no store work for a request it cannot run.
+    let Ok(slot) = shared.slots.clone().try_acquire_owned() else {
+        return refuse(
+            conn,
+            tonic::Status::unavailable("server is at its data transfer limit; retry later"),
+        );
+    };
+    let local = conn.tcp().and_then(|t| t.local_addr().ok());
+    match shared.negotiator.grant(req, local) {
+        Ok((grant, answer)) => {
+            let body = bytes::Bytes::from(answer.encode_to_vec());
+            conn.write_frame(&Frame::Grant { code: 0, body }).map_err(drop)?;
+            Ok(Some((grant, slot)))
+        }
+        Err(status) => refuse(conn, status),
+    }
 }
 
 /// A place among the connections waiting for their next token, given back when dropped.

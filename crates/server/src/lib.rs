@@ -14,6 +14,7 @@ mod data;
 mod error;
 mod greeting;
 mod maintenance;
+mod negotiate;
 mod scrubber;
 mod source;
 mod status;
@@ -60,20 +61,20 @@ impl Server {
         let data_addr = data.local_addr()?;
         let (shutdown, rx) = watch::channel(false);
         let tokens = Arc::new(TokenTable::new(cfg.token_ttl));
-        let shared = Arc::new(data::Shared::new(store.clone(), tokens.clone(), &cfg));
+        let negotiator = Arc::new(negotiate::Negotiator::new(
+            store.clone(),
+            tokens.clone(),
+            data_addr,
+            cfg.clone(),
+        ));
+        let shared = Arc::new(data::Shared::new(store.clone(), negotiator.clone(), &cfg));
 
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(maintenance::run(store.clone(), cfg.pending_ttl, rx.clone())));
         if let Some(schedule) = cfg.scrub {
             tasks.push(tokio::spawn(scrubber::run(store.clone(), schedule, rx.clone())));
         }
-        let svc = control::ControlService::new(
-            store,
-            tokens,
-            data_addr,
-            cfg.clone(),
-            shared.bindings.clone(),
-        );
+        let svc = control::ControlService::new(store, data_addr, cfg.clone(), negotiator);
         let svc = BlobStoreServer::with_interceptor(svc, auth::Auth::new(&cfg));
         let mut rx1 = rx.clone();
         // `serve_with_incoming` ignores the builder's nodelay setting: set it per connection,

@@ -932,9 +932,15 @@ impl UploadSink for ObjUpload {
         });
         match outcome {
             Ok(Commit::Done(Some(old))) => {
-                if let Err(e) = i.block_on(i.os.delete(&i.key(&old))) {
-                    tracing::warn!(blob = %name, error = %e, "replaced object stays until collected");
-                }
+                // Nothing references the replaced object any more: it goes while the writer
+                // is told, not before (one request to the bucket less on every replace). If
+                // the delete fails, or this process stops first, garbage collection takes it.
+                let (os, old, blob) = (i.os.clone(), i.key(&old), name.clone());
+                i.rt.spawn(async move {
+                    if let Err(e) = os.delete(&old).await {
+                        tracing::warn!(%blob, error = %e, "replaced object stays until collected");
+                    }
+                });
             }
             Ok(Commit::Done(None)) => {}
             Ok(Commit::Refused) => {

@@ -25,6 +25,8 @@
 //! | 6    | MSG   | epoch (16 bits) << 48 \| sequence number (48 bits) | wire length; then `b` layered bytes follow | none |
 //! | 7    | RENEG | renegotiation id          | step (see [`RenegStep`])   | encoded QoS profile, or reason |
 //! | 8    | REPORT| datagrams sent (sender) or received (receiver) | datagrams lost | reordered u64 + duplicates u64 |
+//! | 9    | NEGOTIATE | 0                     | 0                          | protobuf `NegotiateRequest`  |
+//! | 10   | GRANT | 0 (granted) or a gRPC status code (refused) | 0    | protobuf `NegotiateResponse`, or UTF-8 reason |
 //!
 //! A **push** is `HELLO, DATA+payload…, SUM` from the client; the server answers the `HELLO`
 //! with an `ACK` without the COMMITTED flag (admitted: send) and the `SUM` with an `ACK` (the
@@ -33,6 +35,17 @@
 //! payload byte of the transfer, in order, which the receiver verifies. A connection whose
 //! transfer ended cleanly may start another with a new `HELLO` (keep-alive; each transfer has
 //! its own one-time token).
+//!
+//! **In-band negotiation.** On such a kept-alive connection the client may send a
+//! `NEGOTIATE` in place of the next `HELLO`: the same request the control plane's
+//! `Negotiate` call takes, answered by a `GRANT` carrying the same answer (without a token:
+//! none is needed, the transfer runs on this connection at once) — then the transfer goes on
+//! exactly as after a `HELLO`. A refusal is a `GRANT` with the gRPC status code the call
+//! would have returned and its reason; the connection then waits for the next request. The
+//! connection was admitted by a one-time token that only an authenticated `Negotiate`
+//! hands out, so a request on it is as authenticated as that call; a connection that has not
+//! yet carried a token's transfer cannot negotiate in band. This saves the control plane's
+//! round trip, and the server's admission `ACK` of a push follows the `GRANT` at once.
 //!
 //! A **binding** (crate `blobstream-binding`) carries messages instead of blob ranges: after
 //! the `HELLO`, each message travels as a `MSG` header announcing its *wire* length (the
@@ -80,6 +93,8 @@ pub enum FrameKind {
     Msg = 6,
     Reneg = 7,
     Report = 8,
+    Negotiate = 9,
+    Grant = 10,
 }
 
 /// The step a `RENEG` frame takes (its `b` field).
@@ -122,6 +137,8 @@ impl FrameKind {
             6 => Self::Msg,
             7 => Self::Reneg,
             8 => Self::Report,
+            9 => Self::Negotiate,
+            10 => Self::Grant,
             other => return Err(WireError::UnknownKind(other)),
         })
     }
@@ -137,6 +154,8 @@ impl FrameKind {
             Self::Msg => "MSG",
             Self::Reneg => "RENEG",
             Self::Report => "REPORT",
+            Self::Negotiate => "NEGOTIATE",
+            Self::Grant => "GRANT",
         }
     }
 }
@@ -288,6 +307,16 @@ pub enum Frame {
         reordered: u64,
         duplicates: u64,
     },
+    /// An in-band transfer request (an encoded `NegotiateRequest`).
+    Negotiate {
+        body: Bytes,
+    },
+    /// The answer to a `NEGOTIATE`: `code` 0 and an encoded `NegotiateResponse`, or the gRPC
+    /// status code of the refusal and its reason.
+    Grant {
+        code: u32,
+        body: Bytes,
+    },
 }
 
 fn malformed(kind: FrameKind, reason: &str) -> WireError {
@@ -333,6 +362,11 @@ impl Frame {
                     duplicates: u64::from_be_bytes(v[8..].try_into().expect("8")),
                 }
             }
+            FrameKind::Negotiate => Frame::Negotiate { body: Bytes::copy_from_slice(body) },
+            FrameKind::Grant => Frame::Grant {
+                code: u32::try_from(h.a).map_err(|_| malformed(h.kind, "status code too large"))?,
+                body: Bytes::copy_from_slice(body),
+            },
             FrameKind::Reneg => Frame::Reneg {
                 id: h.a,
                 step: RenegStep::from_u64(h.b)
@@ -353,6 +387,8 @@ impl Frame {
             Frame::Msg { .. } => FrameKind::Msg,
             Frame::Reneg { .. } => FrameKind::Reneg,
             Frame::Report { .. } => FrameKind::Report,
+            Frame::Negotiate { .. } => FrameKind::Negotiate,
+            Frame::Grant { .. } => FrameKind::Grant,
         }
     }
 
@@ -399,6 +435,13 @@ impl Frame {
                 m.truncate(MAX_BODY_LEN as usize);
                 (FrameKind::Reneg, *id, *step as u64, m)
             }
+            // Callers check the size first ([`MAX_BODY_LEN`]): a cut request would not decode.
+            Frame::Negotiate { body } => (FrameKind::Negotiate, 0, 0, body.to_vec()),
+            Frame::Grant { code, body } => {
+                let mut m = body.to_vec();
+                m.truncate(MAX_BODY_LEN as usize);
+                (FrameKind::Grant, u64::from(*code), 0, m)
+            }
         };
         let h = Header { kind, body_len: body.len() as u32, a, b };
         let mut out = BytesMut::with_capacity(HEADER_LEN + body.len());
@@ -439,6 +482,9 @@ mod tests {
         roundtrip(Frame::Error { code: ErrorCode::TokenReused, message: "used".into() });
         roundtrip(Frame::Msg { seq: 9, len: 1 << 20 });
         roundtrip(Frame::Report { count: 10, lost: 2, reordered: 1, duplicates: 3 });
+        roundtrip(Frame::Negotiate { body: Bytes::from_static(b"request") });
+        roundtrip(Frame::Grant { code: 0, body: Bytes::from_static(b"response") });
+        roundtrip(Frame::Grant { code: 5, body: Bytes::from_static(b"not found") });
         for step in [
             RenegStep::Propose,
             RenegStep::Counter,
