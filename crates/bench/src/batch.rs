@@ -2,7 +2,8 @@
 //! sends them — through `put -r` and `get -r` (the `blobstream` process, as a user runs it),
 //! against the same bytes through one raw TCP connection (a tar-style stream of length-prefixed
 //! files, one fsync at the end on the receiver) and against 50 single `put` processes. Paired
-//! runs, alternating which goes first; medians.
+//! runs, alternating which goes first; medians. Then 10,000 blobs of 4 KiB through the Blob
+//! API against the HTTP API (see [`crate::small`]).
 
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -151,17 +152,20 @@ pub fn run_batch(opts: &BenchOptions, bin: &Path) -> Result<RowsReport, BenchErr
         ratio_means: "ours / baseline",
         target: Some((target, true)),
     };
-    let rows = vec![
+    let mut rows = vec![
         row("put -r", p, r, raw_name, 0.5),
         row("get -r", g, r, raw_name, 0.5),
         row("put -r", p, s, "50 single `blobstream put` processes", 5.0),
     ];
+    let (small, small_note) = crate::small::small_blob_rows(opts)?;
+    rows.extend(small);
     let notes = vec![
         "put -r and get -r are timed as a user runs them: the `blobstream` process from start to \
          exit, 8 files in flight (the default --jobs), every file checked end to end; the server \
          keeps blobs in its filesystem store (each blob fsync'd before it is acknowledged)"
             .into(),
         format!("get -r checked byte for byte after each run; {runs} paired runs"),
+        small_note,
     ];
     Ok(RowsReport {
         title: "Batch",

@@ -29,6 +29,7 @@ mod payload;
 mod python;
 mod report;
 mod s3;
+mod small;
 mod transfer;
 
 pub use batch::run_batch;

@@ -331,8 +331,8 @@ fn in_band(
     let local = conn.tcp().and_then(|t| t.local_addr().ok());
     match shared.negotiator.grant(req, local) {
         Ok((grant, answer)) => {
-            let body = bytes::Bytes::from(answer.encode_to_vec());
-            conn.write_frame(&Frame::Grant { code: 0, body }).map_err(drop)?;
+            // Held back to leave with the transfer's first frame: one wake-up for the peer.
+            conn.hold_frame(&Frame::Grant { code: 0, body: answer.encode_to_vec().into() });
             Ok(Some((grant, slot)))
         }
         Err(status) => refuse(conn, status),
@@ -528,10 +528,22 @@ fn pull(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Resul
                     at += part.len() as u64;
                 }
             }
-            None => {
-                conn.send_data_slice(pos, &piece, if hash { Some(&mut hasher) } else { None })?;
-                c.raw_out(piece.len() as u64);
-            }
+            None => match &plan.stored_digest {
+                // The last piece, its SUM known: both in one system call (a small blob's
+                // whole answer — with the GRANT held before it — in one).
+                Some(d) if pos + piece.len() as u64 == plan.offset + plan.length => {
+                    let head = bs_wire::Header::data(pos, piece.len() as u64).encode();
+                    let sum = Frame::Sum { total: plan.length, final_: true, digest: d.clone() };
+                    conn.write_slices(&[&head, &piece, &sum.encode()])?;
+                    c.raw_out(piece.len() as u64);
+                    return Ok(());
+                }
+                _ => {
+                    let h = if hash { Some(&mut hasher) } else { None };
+                    conn.send_data_slice(pos, &piece, h)?;
+                    c.raw_out(piece.len() as u64);
+                }
+            },
         }
         pos += piece.len() as u64;
     }

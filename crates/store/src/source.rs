@@ -100,6 +100,9 @@ pub trait RangeRead: Send + Sync {
 /// How much a remote read fetches at once, at least (a multiple of the chunk size).
 pub const REMOTE_WINDOW: u64 = 8 * CHUNK_SIZE;
 
+/// Blob files up to this size are read into memory whole rather than mapped.
+pub const READ_WHOLE_UP_TO: u64 = 64 * 1024;
+
 /// Whether `MADV_POPULATE_READ` works here (cleared on the first EINVAL: an old kernel).
 static POPULATE_WORKS: AtomicBool = AtomicBool::new(true);
 
@@ -192,6 +195,14 @@ impl BlobSource {
             }
             return Err(StoreError::Corrupt { name: record.name.clone(), reason });
         }
+        if record.size <= READ_WHOLE_UP_TO {
+            // Copying a small blob costs less than mapping it: unmapping interrupts every
+            // core to flush its TLB, which at thousands of small reads a second dominates.
+            // Its chunks are checked in memory as they are read, as any memory blob's.
+            let mut buf = vec![0u8; record.size as usize];
+            file.read_exact_at(&mut buf, 0)?;
+            return Self::new(record, Data::Memory(buf.into()), chunks, marker);
+        }
         let map = map(&file, record.size)?;
         Self::new(record, Data::File { file, map }, chunks, marker)
     }
@@ -253,7 +264,8 @@ impl BlobSource {
         self.inner.record.size
     }
 
-    /// Whether the bytes are read from a file (rather than shared memory).
+    /// Whether the bytes are read from a file (rather than memory: a small file is read
+    /// whole, see [`READ_WHOLE_UP_TO`]).
     pub fn is_file(&self) -> bool {
         matches!(self.inner.data, Data::File { .. })
     }

@@ -382,6 +382,7 @@ fn fs_blobs_survive_restart_and_crash_leftovers_are_removed() {
     {
         let s = FsStore::open(dir.path()).unwrap();
         put(&s, "keep", b"durable");
+        put(&s, "big", &vec![5u8; bs_store::READ_WHOLE_UP_TO as usize + 1]);
         let mut sp = spec("pending", Some(4));
         sp.resume_tag = "t".into();
         s.route(&sp).unwrap();
@@ -400,5 +401,8 @@ fn fs_blobs_survive_restart_and_crash_leftovers_are_removed() {
     let mut sp = spec("pending", Some(4));
     sp.resume_tag = "t".into();
     assert_eq!(s.route(&sp).unwrap().received, 2, "pending upload resumes after restart");
-    assert!(s.open_read("keep").unwrap().is_file());
+    // Read from its file (a small one is read whole into memory, checked all the same).
+    assert!(s.open_read("big").unwrap().is_file());
+    assert!(!s.open_read("keep").unwrap().is_file());
+    assert_eq!(read_all(&s, "big"), vec![5u8; bs_store::READ_WHOLE_UP_TO as usize + 1]);
 }

@@ -90,6 +90,8 @@ pub struct Conn {
     unread_end: usize,
     /// Frame-header reads take up to [`READ_AHEAD`] bytes (message streams of small frames).
     read_ahead: bool,
+    /// Control frames held back to go out with the next write ([`Conn::hold_frame`]).
+    held: Vec<u8>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -103,7 +105,14 @@ impl std::fmt::Debug for Conn {
 
 impl Conn {
     fn on(stream: Io) -> Self {
-        Self { stream, unread: Vec::new(), unread_at: 0, unread_end: 0, read_ahead: false }
+        Self {
+            stream,
+            unread: Vec::new(),
+            unread_at: 0,
+            unread_end: 0,
+            read_ahead: false,
+            held: Vec::new(),
+        }
     }
 
     /// A plain TCP connection.
@@ -210,6 +219,8 @@ impl Conn {
         if self.unread_at < self.unread_end {
             return Ok(true);
         }
+        // An answer held back must go before we wait for the peer's next word.
+        self.flush_held().map_err(TransportError::from_io)?;
         let buffered = match &mut self.stream {
             Io::TlsServer(s) => {
                 s.conn.process_new_packets().map_err(tls_err)?.plaintext_bytes_to_read()
@@ -237,8 +248,33 @@ impl Conn {
         poll_fd(self.fd(), libc::POLLOUT, wait)
     }
 
+    /// Hold a small control frame back: it goes out in the same system call as whatever is
+    /// written next (a `GRANT` with the first `DATA` or the admission `ACK`), or before the
+    /// next read, so the peer is woken once instead of twice.
+    pub fn hold_frame(&mut self, f: &Frame) {
+        self.held.extend_from_slice(&f.encode());
+    }
+
+    /// Send what [`Conn::hold_frame`] held back.
+    fn flush_held(&mut self) -> io::Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let held = std::mem::take(&mut self.held);
+        self.stream.write_all(&held)
+    }
+
     /// Write `parts` back to back in vectored writes (no copy into one buffer).
     pub fn write_slices(&mut self, parts: &[&[u8]]) -> Result<()> {
+        if !self.held.is_empty() {
+            let held = std::mem::take(&mut self.held);
+            let mut bufs: Vec<io::IoSlice<'_>> = std::iter::once(&held[..])
+                .chain(parts.iter().copied())
+                .map(io::IoSlice::new)
+                .collect();
+            return write_all_vectored(&mut self.stream, &mut bufs)
+                .map_err(TransportError::from_io);
+        }
         if let [a, b] = parts {
             let mut bufs = [io::IoSlice::new(a), io::IoSlice::new(b)];
             return write_all_vectored(&mut self.stream, &mut bufs)
@@ -316,6 +352,7 @@ impl Conn {
     fn read_raw(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let left = &self.unread[self.unread_at..self.unread_end];
         if left.is_empty() {
+            self.flush_held()?;
             return self.stream.read(buf);
         }
         let n = buf.len().min(left.len());
@@ -338,6 +375,7 @@ impl Conn {
         if self.unread.len() < READ_AHEAD {
             self.unread.resize(READ_AHEAD, 0);
         }
+        self.flush_held()?;
         let n = self.stream.read(&mut self.unread)?;
         (self.unread_at, self.unread_end) = (0, n);
         if n == 0 {
@@ -356,6 +394,10 @@ impl Conn {
 
     /// Write one control frame.
     pub fn write_frame(&mut self, f: &Frame) -> Result<()> {
+        if !self.held.is_empty() {
+            self.hold_frame(f);
+            return self.flush_held().map_err(TransportError::from_io);
+        }
         self.stream.write_all(&f.encode()).map_err(TransportError::from_io)
     }
 
@@ -372,7 +414,8 @@ impl Conn {
         let Some(h) = hasher else {
             return self.write_slices(&[&head, data]);
         };
-        self.stream.write_all(&head).map_err(TransportError::from_io)?;
+        self.held.extend_from_slice(&head);
+        self.flush_held().map_err(TransportError::from_io)?;
         for piece in data.chunks(SEND_PIECE) {
             h.update(piece);
             self.stream.write_all(piece).map_err(TransportError::from_io)?;
@@ -490,6 +533,7 @@ impl Conn {
 
     /// Half-close our sending side (tells the peer no more frames come).
     pub fn shutdown_write(&mut self) {
+        let _ = self.flush_held();
         match &mut self.stream {
             Io::TlsServer(s) => {
                 s.conn.send_close_notify();
