@@ -116,7 +116,7 @@ impl Direct {
 }
 
 pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
-    let runs = if opts.quick { 3 } else { 5 };
+    let runs = if opts.quick { 3 } else { 9 };
     opts.say("starting Garage (one node) and PostgreSQL on loopback");
     let garage = bs_peers::Garage::start("bench").map_err(err)?;
     let pg = bs_peers::Postgres::start().map_err(err)?;

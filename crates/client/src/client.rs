@@ -34,8 +34,8 @@ pub struct Client {
     pub(crate) security: Security,
     /// Data connections kept between transfers (shared by clones).
     pub(crate) pool: Arc<DataPool>,
-    /// Whether the server takes in-band requests on kept-alive data connections (until one
-    /// says it does not).
+    /// Whether the server takes in-band requests on kept-alive data connections (as its
+    /// last `Negotiate` answer said).
     pub(crate) in_band: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -86,7 +86,7 @@ impl Client {
             settings: TransferSettings::default(),
             security,
             pool: Arc::default(),
-            in_band: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            in_band: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         })
     }
 
@@ -390,6 +390,7 @@ impl Client {
         let mut pause = Duration::from_millis(10);
         loop {
             let attempt = self.negotiate(req.clone()).and_then(|resp| {
+                self.in_band.store(resp.in_band, std::sync::atomic::Ordering::Relaxed);
                 let conn = self.data_conn(&resp, true)?;
                 let reused = conn.reused;
                 match start(conn, resp.clone()) {
@@ -413,8 +414,9 @@ impl Client {
 
     /// Negotiate `req` in band, on a kept-alive data connection (see `bs_wire::frame`), and
     /// `start` the stream on it: one round trip less than the control plane's call. `None`
-    /// when there is no such connection, the server does not take in-band requests, or it is
-    /// busy (the control plane's way waits and asks again).
+    /// when there is no such connection, the server did not say it takes in-band requests
+    /// (`NegotiateResponse.in_band`: a server from before them does not), or it is busy (the
+    /// control plane's way waits and asks again).
     fn in_band<T>(
         &self,
         req: &pb::NegotiateRequest,
@@ -446,11 +448,8 @@ impl Client {
                     _ => Some(Err(status.into())),
                 };
             }
-            // A server that predates in-band requests says so and closes.
-            Ok(Frame::Error { code: ErrorCode::BadFrame, .. }) => {
-                self.in_band.store(false, Ordering::Relaxed);
-                return None;
-            }
+            // No answer in time: as a control-plane call that timed out.
+            Err(TransportError::Timeout) => return Some(Err(ClientError::Timeout)),
             // Closed meanwhile, or out of step: the control plane's way, on a new connection.
             _ => return None,
         };

@@ -1,7 +1,8 @@
 //! Data connections kept between transfers: a server that announces a keep-alive
 //! (`NegotiateResponse.keepalive_ms`) waits that long after a transfer for the connection's
 //! next HELLO, so the next transfer to the same data endpoint skips the TCP (and TLS)
-//! handshake. Each transfer still presents its own one-time token.
+//! handshake. Each transfer on it presents its own one-time token, or asks in band (a
+//! `NEGOTIATE` frame in place of the control plane's call, where the server offers it).
 //!
 //! A connection goes back only after its transfer ended cleanly (a pull verified, a push
 //! acknowledged) and is kept for half the server's keep-alive, so it is never reused just as

@@ -716,6 +716,24 @@ fn transfers_beyond_the_limit_are_told_busy_and_the_client_waits_for_room() {
 }
 
 #[test]
+fn a_busy_server_met_on_a_kept_alive_connection_is_waited_for() {
+    let cfg = ServerConfig { max_connections: 1, ..ServerConfig::ephemeral() };
+    let (s, c) = server_with(Arc::new(MemStore::new()), cfg);
+    push(&c, "x", b"payload"); // leaves a kept-alive connection in c's pool
+    // Another client holds the one transfer slot.
+    let other = Client::connect(&s.control_addr().to_string()).unwrap();
+    let mut held = other.open_push("held", 0, None, route(4)).unwrap();
+    // c asks in band, is told the server is busy, asks the control plane and presents its
+    // token on the kept-alive connection: still busy, and the token is not used up by that,
+    // so it is presented again, then negotiated afresh, until the slot is free.
+    let waiting = thread::spawn(move || pull(&c, "x", 0, None));
+    thread::sleep(Duration::from_millis(100));
+    held.write(b"done").unwrap();
+    held.finish(true).unwrap();
+    assert_eq!(waiting.join().unwrap(), b"payload");
+}
+
+#[test]
 fn a_draining_server_lets_an_admitted_push_finish() {
     let (s, c) = server();
     let mut p = c.open_push("late", 0, None, route(6)).unwrap();

@@ -95,6 +95,12 @@ impl Shared {
         token: &[u8; TOKEN_LEN],
         peer: &str,
     ) -> Result<(Grant, OwnedSemaphorePermit), (ErrorCode, String)> {
+        // The slot first: a busy server leaves the token unredeemed, so the client may
+        // present it again (on a new connection, say) rather than negotiate anew.
+        let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
+            tracing::info!(%peer, "data transfer refused: at the transfer limit");
+            (ErrorCode::Busy, "server is at its data transfer limit; retry later".to_string())
+        })?;
         let grant = self.tokens.redeem(token).map_err(|code| {
             let why = match code {
                 ErrorCode::TokenExpired => "token expired; negotiate again",
@@ -103,10 +109,6 @@ impl Shared {
             };
             tracing::info!(%peer, ?code, "data connection refused: {why}");
             (code, why.to_string())
-        })?;
-        let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
-            tracing::info!(%peer, "data transfer refused: at the transfer limit");
-            (ErrorCode::Busy, "server is at its data transfer limit; retry later".to_string())
         })?;
         Ok((grant, slot))
     }
@@ -242,9 +244,10 @@ fn next_token(shared: &Shared, conn: &mut Conn) -> Option<(Grant, OwnedSemaphore
     }
     let _waiting = Waiting::take(&shared.idle, shared.max_idle)?;
     let peer = conn.peer_addr().map_or_else(|| "unix".to_string(), |p| p.to_string());
+    // One keep-alive for the whole idle time: refused requests do not extend it.
+    let until = Instant::now() + shared.keepalive;
     loop {
         // Wait in short slices so a draining server is noticed soon.
-        let until = Instant::now() + shared.keepalive;
         loop {
             if shared.closing.load(Ordering::Relaxed) {
                 return None;

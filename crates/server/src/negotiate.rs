@@ -197,6 +197,7 @@ impl Negotiator {
             qos: Some(offer.profile.to_pb()),
             lowered: offer.lowered,
             keepalive_ms: self.cfg.data_keepalive.as_millis().try_into().unwrap_or(u32::MAX),
+            in_band: !self.cfg.data_keepalive.is_zero(),
         };
         Ok((grant, answer))
     }

@@ -35,7 +35,9 @@ pub use mem::MemStore;
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use object::{Backend as ObjectBackend, ORPHAN_AGE, ObjStore, PART_SIZE, S3Config};
 pub use scrub::{ScrubOptions, ScrubReport, scrub};
-pub use source::{BlobSource, CorruptionMarker, Pieces, READ_WHOLE_UP_TO, RangeRead, corruption_found};
+pub use source::{
+    BlobSource, CorruptionMarker, Pieces, READ_WHOLE_UP_TO, RangeRead, corruption_found,
+};
 pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range};
 pub use tier::Tier;
 pub use whole::put_bytes;

@@ -200,7 +200,17 @@ impl BlobSource {
             // core to flush its TLB, which at thousands of small reads a second dominates.
             // Its chunks are checked in memory as they are read, as any memory blob's.
             let mut buf = vec![0u8; record.size as usize];
-            file.read_exact_at(&mut buf, 0)?;
+            if let Err(e) = file.read_exact_at(&mut buf, 0) {
+                if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                    return Err(e.into());
+                }
+                let reason = "file is shorter than the catalogue says".to_string();
+                count_corruption(&record.name, &reason);
+                if let Some(m) = &marker {
+                    m(&reason);
+                }
+                return Err(StoreError::Corrupt { name: record.name.clone(), reason });
+            }
             return Self::new(record, Data::Memory(buf.into()), chunks, marker);
         }
         let map = map(&file, record.size)?;
