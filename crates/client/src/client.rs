@@ -238,6 +238,17 @@ impl Client {
         })
     }
 
+    /// The socket options a negotiated transfer runs with.
+    fn socket_options(&self, resp: &pb::NegotiateResponse) -> SocketOptions {
+        let buf = |n: u32| (n > 0).then_some(n);
+        SocketOptions {
+            send_buffer: buf(resp.send_buffer),
+            recv_buffer: buf(resp.recv_buffer),
+            nodelay: true,
+            io_timeout: Some(self.settings.io_timeout),
+        }
+    }
+
     /// The data connection for a negotiated transfer, its HELLO sent: a kept-alive one to the
     /// same endpoint when there is one (and `reuse`), else a new one.
     fn data_conn(&self, resp: &pb::NegotiateResponse, reuse: bool) -> Result<Pooled> {
@@ -245,13 +256,7 @@ impl Client {
             resp.token.as_slice().try_into().map_err(|_| {
                 ClientError::Protocol("server sent a token of the wrong size".into())
             })?;
-        let buf = |n: u32| (n > 0).then_some(n);
-        let opts = SocketOptions {
-            send_buffer: buf(resp.send_buffer),
-            recv_buffer: buf(resp.recv_buffer),
-            nodelay: true,
-            io_timeout: Some(self.settings.io_timeout),
-        };
+        let opts = self.socket_options(resp);
         let key = Key { endpoint: resp.endpoint.clone(), tls: resp.tls };
         let keepalive = Duration::from_millis(u64::from(resp.keepalive_ms));
         if reuse && let Some(mut conn) = self.pool.take(&key) {
@@ -453,15 +458,8 @@ impl Client {
             // Closed meanwhile, or out of step: the control plane's way, on a new connection.
             _ => return None,
         };
-        let buf = |n: u32| (n > 0).then_some(n);
-        let opts = SocketOptions {
-            send_buffer: buf(resp.send_buffer),
-            recv_buffer: buf(resp.recv_buffer),
-            nodelay: true,
-            io_timeout: Some(self.settings.io_timeout),
-        };
         if let Some(t) = conn.tcp()
-            && let Err(e) = opts.apply(t)
+            && let Err(e) = self.socket_options(&resp).apply(t)
         {
             return Some(Err(TransportError::from(e).into()));
         }
