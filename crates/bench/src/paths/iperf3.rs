@@ -123,13 +123,23 @@ impl PathRunner for Iperf3Runner {
         if buffer > 0 {
             cmd.args(["-w", &buffer.to_string()]);
         }
-        let out = cmd.stdin(Stdio::null()).output().map_err(BenchError::io("running iperf3"))?;
-        let bps =
-            received_bits_per_second(&out.stdout).map_err(|e| match out.status.success() {
-                true => e,
-                false => BenchError::Iperf3(format!("{e} (exit status {})", out.status)),
-            })?;
-        Ok(Transfer { gbit_per_s: bps / 1e9, received: None })
+        // The server runs one test at a time and takes a moment to forget the last one (or
+        // the readiness probe): "busy" is asked again, briefly.
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let out =
+                cmd.stdin(Stdio::null()).output().map_err(BenchError::io("running iperf3"))?;
+            match received_bits_per_second(&out.stdout) {
+                Ok(bps) => return Ok(Transfer { gbit_per_s: bps / 1e9, received: None }),
+                Err(BenchError::Iperf3(e)) if e.contains("busy") && Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) if out.status.success() => return Err(e),
+                Err(e) => {
+                    return Err(BenchError::Iperf3(format!("{e} (exit status {})", out.status)));
+                }
+            }
+        }
     }
 }
 
