@@ -128,23 +128,19 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                         continue;
                     }
                     waiters.entry(id).or_default().push(tx);
-                    match list.iter().position(|(b, _)| *b == id) {
-                        Some(i) if list[i].1 != Priority::Low => {}
-                        found => {
-                            // Asked for and not on its way: at the head of the list, high.
-                            if let Some(i) = found {
-                                list.remove(i);
-                            }
-                            list.insert(0, (id, Priority::High));
-                            changed = true;
-                        }
-                    }
+                    changed |= ask_high(&mut list, id);
                 }
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => return,
             }
         }
         if changed {
+            // A new view replaces the list, but a tile someone waits for stays asked for:
+            // dropped from the list (or only low in it), the block servers would flush its
+            // request and the waiter would wait out TILE_WAIT for nothing.
+            for id in waiters.keys() {
+                ask_high(&mut list, *id);
+            }
             // Blocks already here are not asked again.
             let have = cache.lock().unwrap();
             list.retain(|(b, _)| !have.contains(&dataset, *b));
@@ -330,6 +326,21 @@ pub async fn tile(
 }
 
 /// Ask the pump for a tile not in the cache and wait for it.
+/// Make sure `list` has `id` on its way: unless it is there at high or medium priority, put
+/// it at the head, high. Whether the list changed.
+fn ask_high(list: &mut Vec<(BlockId, Priority)>, id: BlockId) -> bool {
+    match list.iter().position(|(b, _)| *b == id) {
+        Some(i) if list[i].1 != Priority::Low => false,
+        found => {
+            if let Some(i) = found {
+                list.remove(i);
+            }
+            list.insert(0, (id, Priority::High));
+            true
+        }
+    }
+}
+
 async fn want(s: &Arc<AppState>, dataset: &str, p: &Pump, id: BlockId) -> Result<Bytes, WebError> {
     let (tx, rx) = oneshot::channel();
     tiles(s)?.send(dataset, p, Cmd::Want(id, tx))?;
@@ -394,6 +405,24 @@ pub async fn datasets(State(s): State<Arc<AppState>>) -> Result<Response, WebErr
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_waited_for_tile_is_put_back_high_whatever_the_view_says() {
+        let (a, b, c) = (BlockId::new(0, 0, 0), BlockId::new(0, 1, 0), BlockId::new(0, 2, 0));
+        // Dropped from the new view's list: asked for again, first.
+        let mut list = vec![(b, Priority::High)];
+        assert!(ask_high(&mut list, a));
+        assert_eq!(list, vec![(a, Priority::High), (b, Priority::High)]);
+        // Only low in it (read, never sent): raised.
+        let mut list = vec![(b, Priority::High), (c, Priority::Low)];
+        assert!(ask_high(&mut list, c));
+        assert_eq!(list, vec![(c, Priority::High), (b, Priority::High)]);
+        // On its way already: left alone.
+        let mut list = vec![(b, Priority::High), (c, Priority::Medium)];
+        assert!(!ask_high(&mut list, c));
+        assert!(!ask_high(&mut list, b));
+        assert_eq!(list.len(), 2);
+    }
+
     use super::*;
     use bs_dpss::ServerRef;
 
