@@ -166,12 +166,7 @@ fn shaped(opts: &BenchOptions, runs: usize) -> Result<Option<Vec<Row>>, BenchErr
     let link = v["link_mbit"].as_f64().unwrap_or(200.0);
     let mut rows = Vec::new();
     for k in 1..=4u32 {
-        let rates: Vec<f64> = v["runs"][k.to_string()]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_f64())
-            .collect();
+        let rates = crate::hosts::numbers(&v["runs"][k.to_string()]);
         if rates.is_empty() {
             return Err(BenchError::Baseline(format!("no rates for K = {k}")));
         }

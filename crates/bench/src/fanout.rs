@@ -268,11 +268,7 @@ fn shaped_links(opts: &BenchOptions, runs: usize) -> Result<Option<(Row, String)
         .as_object()
         .into_iter()
         .flatten()
-        .map(|(_, rates)| {
-            let r: Vec<f64> =
-                rates.as_array().into_iter().flatten().filter_map(|x| x.as_f64()).collect();
-            median(&r)
-        })
+        .map(|(_, rates)| median(&crate::hosts::numbers(rates)))
         .fold(f64::INFINITY, f64::min);
     if !slowest.is_finite() {
         return Err(BenchError::Baseline("no receiver rates".into()));

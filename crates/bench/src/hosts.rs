@@ -40,3 +40,8 @@ pub fn run_script(
         .map(Some)
         .map_err(|e| BenchError::Baseline(format!("scripts/{script}: unreadable output: {e}")))
 }
+
+/// The numbers of a JSON array in a script's output (none when it is missing or no array).
+pub fn numbers(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().into_iter().flatten().filter_map(|x| x.as_f64()).collect()
+}

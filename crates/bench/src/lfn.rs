@@ -29,9 +29,7 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         return Ok(report(opts, runs, rows, notes));
     };
     let link = v["link_mbit"].as_f64().unwrap_or(1000.0);
-    let rates = |key: &str, n: u32| -> Vec<f64> {
-        v[key][n.to_string()].as_array().into_iter().flatten().filter_map(|x| x.as_f64()).collect()
-    };
+    let rates = |key: &str, n: u32| -> Vec<f64> { crate::hosts::numbers(&v[key][n.to_string()]) };
     for (verb, ours_key, theirs_key, flags) in WAYS {
         for n in [1u32, 2, 4, 8] {
             let ours = rates(ours_key, n);

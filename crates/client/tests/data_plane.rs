@@ -723,14 +723,20 @@ fn a_busy_server_met_on_a_kept_alive_connection_is_waited_for() {
     // Another client holds the one transfer slot.
     let other = Client::connect(&s.control_addr().to_string()).unwrap();
     let mut held = other.open_push("held", 0, None, route(4)).unwrap();
-    // c asks in band, is told the server is busy, asks the control plane and presents its
-    // token on the kept-alive connection: still busy, and the token is not used up by that,
-    // so it is presented again, then negotiated afresh, until the slot is free.
-    let waiting = thread::spawn(move || pull(&c, "x", 0, None));
-    thread::sleep(Duration::from_millis(100));
+    // c asks in band and is told the server is busy; it asks the control plane and presents
+    // the token on the kept-alive connection, then (turned away) on a new one: busy both
+    // times, and the first refusal must not have used the token up (not TokenReused).
+    let impatient = c
+        .clone()
+        .with_settings(TransferSettings { busy_timeout: Duration::ZERO, ..Default::default() });
+    let e = impatient.open_pull("x", 0, None).unwrap_err();
+    assert!(
+        matches!(e, ClientError::Transfer(TransportError::Remote { code: ErrorCode::Busy, .. })),
+        "{e:?}"
+    );
     held.write(b"done").unwrap();
     held.finish(true).unwrap();
-    assert_eq!(waiting.join().unwrap(), b"payload");
+    assert_eq!(pull(&c, "x", 0, None), b"payload");
 }
 
 #[test]
