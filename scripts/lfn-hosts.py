@@ -228,12 +228,21 @@ def bench(work, runs):
         if not shutil.which("iperf3"):
             return None
         srv = spawn(in_ns("far", "iperf3", "-s", "-1", "-B", ADDR["far"]))
-        time.sleep(0.5)
+        # Ready when its port listens (not after a guessed pause).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            ss = subprocess.run(in_ns("far", "ss", "-ltnH", "sport = :5201"),
+                                capture_output=True, text=True)
+            if ss.stdout.strip():
+                break
+            time.sleep(0.02)
         args = ["-c", ADDR["far"], "-P", str(n), "-t", "8", "-J"] + (["-R"] if reverse else [])
         r = subprocess.run(in_ns("near", "iperf3", *args), capture_output=True, text=True)
-        srv.wait(timeout=30)
         if r.returncode != 0:
+            srv.kill()
+            srv.wait()
             return None
+        srv.wait(timeout=30)
         return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
 
     def timed(*args):

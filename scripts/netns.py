@@ -12,6 +12,7 @@ namespace), the processes and namespaces to remove at the end, and the checks' v
 
 import os
 import signal
+import signal
 import subprocess
 import sys
 
@@ -21,6 +22,9 @@ class Lab:
         self.ns = {n: f"{tag}-{n}" for n in names}
         self.procs = []
         self.failures = []
+        # `timeout` (and a user's kill) stops a script with SIGTERM, whose default action
+        # skips `finally`: exit as Python does, so the namespaces and processes are removed.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     def sh(self, *cmd, check=True):
         r = subprocess.run(cmd, capture_output=True, text=True)

@@ -109,12 +109,14 @@ fn run_master(addr: &str, catalog: &Path, secure: bs_plane::Secure) -> Result<()
     wait_for_signal(&rt, "master")
 }
 
-fn start_server(a: &DpssServerArgs) -> Result<BlockServer> {
+/// The block server, started, and what it offers (TLS, a token) for the start-up line.
+fn start_server(a: &DpssServerArgs) -> Result<(BlockServer, String)> {
     let mut cfg = ServerConfig::new(a.disks.clone());
     cfg.name = a.name.clone().unwrap_or_default();
     cfg.cache_bytes = a.cache_mb << 20;
     cfg.token = a.token.clone();
     cfg.tls = crate::security::server_tls(&a.tls)?;
+    let offers = bs_plane::Secure { tls: cfg.tls.clone(), token: a.token.clone() }.describe();
     cfg.advertise_host = a.advertise_host.clone();
     let srv =
         BlockServer::start(&a.addr, cfg).with_context(|| format!("block server on {}", a.addr))?;
@@ -123,19 +125,17 @@ fn start_server(a: &DpssServerArgs) -> Result<BlockServer> {
         tls: crate::security::trust(a.master_ca.as_deref(), None)?,
     };
     master::heartbeat(a.master.clone(), to_master, HEARTBEAT, srv.stats_source())?;
-    Ok(srv)
+    Ok((srv, offers.to_string()))
 }
 
 fn server(a: DpssServerArgs) -> Result<()> {
-    let srv = start_server(&a)?;
-    let offers =
-        bs_plane::Secure { tls: crate::security::server_tls(&a.tls)?, token: a.token.clone() };
+    let (srv, offers) = start_server(&a)?;
     println!(
         "blobstream dpss block server {} on {} ({} disks; {}), reporting to {}",
         srv.name(),
         srv.addr(),
         a.disks.len(),
-        offers.describe(),
+        offers,
         a.master
     );
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -192,7 +192,7 @@ fn local(
             master_ca: tls.tls_cert.clone(),
             advertise_host: with_tls.then(|| "localhost".to_string()),
         };
-        let srv = start_server(&a)?;
+        let (srv, _) = start_server(&a)?;
         println!(
             "  block server {} on {} ({disks} disks under {})",
             srv.name(),

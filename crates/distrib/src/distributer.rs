@@ -353,12 +353,7 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     // The flow's socket buffer on this end: sending towards a receiver, receiving from the
     // sender (best effort: the kernel caps it).
     if let (Some(n), Some(tcp)) = (flow.spec.socket_buffer, &kill) {
-        let s = socket2::SockRef::from(tcp);
-        let _ = if role == msg::ROLE_SENDER {
-            s.set_recv_buffer_size(n as usize)
-        } else {
-            s.set_send_buffer_size(n as usize)
-        };
+        let _ = crate::flow_buffers(role == msg::ROLE_SENDER, false, n).apply_buffers_to(tcp);
     }
     if role == msg::ROLE_SENDER {
         {

@@ -20,6 +20,24 @@ pub mod service;
 pub mod target;
 
 pub use config::{Config, FlowSpec, Policy, StreamSpec};
+
+/// The socket options giving a flow's connection its `socket_buffer` of `n` bytes on the side
+/// that moves the bytes: at the peer's own end (`at_peer`) a sender's sends and a receiver's
+/// receives; the distributer's end of the same connection does the opposite.
+pub(crate) fn flow_buffers(
+    peer_is_sender: bool,
+    at_peer: bool,
+    n: u64,
+) -> bs_transport::SocketOptions {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    let sends = peer_is_sender == at_peer;
+    bs_transport::SocketOptions {
+        send_buffer: sends.then_some(n),
+        recv_buffer: (!sends).then_some(n),
+        nodelay: true,
+        io_timeout: None,
+    }
+}
 pub use distributer::{Distributer, FlowStatus, ReceiverStatus};
 pub use error::DistribError;
 pub use msg::Params;

@@ -65,12 +65,8 @@ pub(crate) fn join(
             Message::Welcome(w) => {
                 // The flow's socket buffer on this end (best effort: the kernel caps it).
                 if let (n @ 1.., Some(tcp)) = (w.socket_buffer, b.conn().tcp()) {
-                    let s = socket2::SockRef::from(tcp);
-                    let _ = if role == msg::ROLE_SENDER {
-                        s.set_send_buffer_size(n as usize)
-                    } else {
-                        s.set_recv_buffer_size(n as usize)
-                    };
+                    let _ = crate::flow_buffers(role == msg::ROLE_SENDER, true, n)
+                        .apply_buffers_to(tcp);
                 }
                 Ok((b, w))
             }
@@ -144,8 +140,8 @@ impl Sender {
     }
 
     /// The send buffer this sender's connection runs with, as the kernel reports it (Linux
-    /// reports twice what was set; the flow's `socket_buffer` sets it); `None` over TLS or
-    /// when the kernel does not say.
+    /// reports twice what was set; the flow's `socket_buffer` sets it); `None` over a Unix
+    /// socket or when the kernel does not say.
     pub fn socket_buffer(&self) -> Option<usize> {
         let tcp = self.b.conn().tcp()?;
         socket2::SockRef::from(tcp).send_buffer_size().ok()

@@ -120,7 +120,9 @@ pub async fn serve_tls(
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
+                    // Out of descriptors, say: pause rather than spin (as `axum::serve` does).
                     tracing::warn!("TLS accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },

@@ -13,20 +13,19 @@ use tonic::{Request, Response, Status};
 
 use bs_binding::{Flow, Profile, TransportKind};
 
-use crate::bindings::{BindGrant, BindingTable, Endpoint};
+use crate::bindings::{BindGrant, Endpoint};
 use crate::config::ServerConfig;
 use crate::negotiate::{Negotiator, no_common_digest};
 use crate::status::store_status;
-use crate::tokens::{Direction, Grant, TokenTable};
+use crate::tokens::{Direction, Grant};
 
 pub(crate) struct ControlService {
     store: Arc<dyn Store>,
     /// On-demand scrubs running (at most one).
     scrubs: Arc<tokio::sync::Semaphore>,
-    tokens: Arc<TokenTable>,
     data_addr: SocketAddr,
     cfg: ServerConfig,
-    bindings: Arc<BindingTable>,
+    /// Grants transfers; also holds the token table and the live bindings.
     negotiator: Arc<Negotiator>,
     host_id: String,
 }
@@ -41,10 +40,8 @@ impl ControlService {
         Self {
             store,
             scrubs: Arc::new(tokio::sync::Semaphore::new(1)),
-            tokens: negotiator.tokens.clone(),
             data_addr,
             cfg,
-            bindings: negotiator.bindings.clone(),
             negotiator,
             host_id: bs_binding::host_id(),
         }
@@ -284,7 +281,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             tokio::task::spawn_blocking(move || n.grant(r, local))
                 .await
                 .map_err(|e| Status::internal(format!("store task failed: {e}")))??;
-        answer.token = self.tokens.issue(grant).to_vec();
+        answer.token = self.negotiator.tokens.issue(grant).to_vec();
         Ok(Response::new(answer))
     }
 
@@ -346,7 +343,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
         } else {
             (None, String::new())
         };
-        let id = self.bindings.next_id();
+        let id = self.negotiator.bindings.next_id();
         let label = if r.label.is_empty() { format!("binding-{id}") } else { r.label };
         let grant = Grant {
             name: label.clone(),
@@ -360,7 +357,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             range: false,
             bind: BindGrant { id, endpoint, profile: offer.profile.clone(), label, udp },
         };
-        let token = self.tokens.issue(grant);
+        let token = self.negotiator.tokens.issue(grant);
         Ok(Response::new(pb::BindResponse {
             refused: String::new(),
             offer: Some(offer.profile.to_pb()),
@@ -368,7 +365,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             transport: transport.name().into(),
             address,
             token: token.to_vec(),
-            expires_in_ms: self.tokens.ttl().as_millis() as u64,
+            expires_in_ms: self.negotiator.tokens.ttl().as_millis() as u64,
             tls: self.cfg.tls.is_some() && offer.profile.wants_encryption(),
             binding_id: id,
             datagram_address,
@@ -379,6 +376,6 @@ impl pb::blob_store_server::BlobStore for ControlService {
         &self,
         _req: Request<pb::BindingsRequest>,
     ) -> Result<Response<pb::BindingsResponse>, Status> {
-        Ok(Response::new(pb::BindingsResponse { bindings: self.bindings.status() }))
+        Ok(Response::new(pb::BindingsResponse { bindings: self.negotiator.bindings.status() }))
     }
 }

@@ -20,6 +20,11 @@ impl Claims {
         }
     }
 
+    /// Whether someone holds `name`.
+    pub(crate) fn is_held(&self, name: &str) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains(name)
+    }
+
     /// Release a claim handed over with [`Claim::keep`].
     pub(crate) fn release(&self, name: &str) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(name);

@@ -55,6 +55,17 @@ struct Inner {
 }
 
 impl Inner {
+    /// One range writer of `name`'s upload less.
+    fn range_writer_done(&self, name: &str) {
+        let mut open = self.range_writers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(name) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(name);
+            }
+        }
+    }
+
     /// `Busy` while range writers hold `name`'s upload.
     fn no_range_writers(&self, name: &str) -> Result<()> {
         match self.range_writers.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
@@ -293,11 +304,24 @@ impl Store for FsStore {
         if start > size {
             return Err(StoreError::BeyondSize { offset: start, len: 0, size });
         }
+        {
+            // Counted before the file is opened, and only while nobody holds the upload's
+            // claim, under the lock its committer checks the count under (after taking the
+            // claim): a range writer never holds a file that is being committed.
+            let mut open = i.range_writers.lock().unwrap_or_else(|p| p.into_inner());
+            if i.busy.is_held(name) {
+                return Err(StoreError::Busy(name.to_string()));
+            }
+            *open.entry(name.to_string()).or_default() += 1;
+        }
         let path = i.staging_path(&rec.upload_id);
-        let file = OpenOptions::new().write(true).open(path).map_err(|e| not_found_as(e, name))?;
-        let mut open = i.range_writers.lock().unwrap_or_else(|p| p.into_inner());
-        *open.entry(name.to_string()).or_default() += 1;
-        drop(open);
+        let file = match OpenOptions::new().write(true).open(path) {
+            Ok(f) => f,
+            Err(e) => {
+                i.range_writer_done(name);
+                return Err(not_found_as(e, name));
+            }
+        };
         let sink =
             FsRangeUpload { store: i.clone(), name: name.to_string(), file, size, received: start };
         Ok(Some(Box::new(sink)))
@@ -443,13 +467,7 @@ struct FsRangeUpload {
 
 impl Drop for FsRangeUpload {
     fn drop(&mut self) {
-        let mut open = self.store.range_writers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.name) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.name);
-            }
-        }
+        self.store.range_writer_done(&self.name);
     }
 }
 

@@ -134,9 +134,15 @@ pub trait UploadSink: Send {
     fn commit(self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord>;
     /// Commit only if the upload's bytes, read back, have the digest `expected` (in any
     /// algorithm): for bytes written by others (range writers) whose digest only the sender
-    /// knows. A mismatch is [`StoreError::Corrupt`] and commits nothing.
+    /// knows. A mismatch is [`StoreError::Corrupt`] and commits nothing. A store that takes
+    /// no range writers cannot read its upload back this way and refuses.
     fn commit_expecting(self: Box<Self>, expected: &Digest) -> Result<BlobRecord> {
-        self.commit(Some(expected.clone()))
+        let _ = expected;
+        Err(StoreError::Config(
+            "this store takes one writer per upload: its upload is committed by that writer's \
+             final transfer, not by Commit"
+                .into(),
+        ))
     }
 }
 

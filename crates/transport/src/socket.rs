@@ -37,6 +37,11 @@ impl SocketOptions {
         Ok(())
     }
 
+    /// Set only the socket buffers (best effort is the caller's choice: the kernel caps them).
+    pub fn apply_buffers_to(&self, s: &TcpStream) -> io::Result<()> {
+        self.apply_buffers(&socket2::SockRef::from(s))
+    }
+
     fn apply_buffers(&self, sock: &socket2::SockRef<'_>) -> io::Result<()> {
         if let Some(n) = self.send_buffer {
             sock.set_send_buffer_size(n as usize)?;
