@@ -179,7 +179,8 @@ pub enum DpssCommand {
         catalog: PathBuf,
         /// Require this token on every call (gRPC and /metrics): the block store's token,
         /// the one its block servers require too.
-        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
+        /// @FILE reads it from FILE (keeps it out of the process list).
+        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
         token: Option<String>,
         #[command(flatten)]
         tls: ServerTls,
@@ -207,7 +208,8 @@ pub enum DpssCommand {
         #[arg(long, default_value_t = 256)]
         cache_mb: usize,
         /// Require this token on the master and every block server.
-        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
+        /// @FILE reads it from FILE (keeps it out of the process list).
+        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
         token: Option<String>,
         /// The master and the block servers speak TLS with this certificate and key (the
         /// servers trust the certificate itself when reporting to the master: self-signed,
@@ -288,7 +290,8 @@ pub enum DpssCommand {
 #[derive(Args, Clone)]
 pub struct DpssAuth {
     /// The token the master and the block servers require (their --token).
-    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
+    /// @FILE reads it from FILE (keeps it out of the process list).
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
     pub token: Option<String>,
     /// CA certificate (PEM) to trust: speak TLS to a master and block servers started with
     /// --tls-cert.
@@ -314,7 +317,8 @@ pub struct DpssServerArgs {
     #[arg(long, default_value_t = 256)]
     pub cache_mb: usize,
     /// Require this token from clients and loaders (and present it to the master).
-    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN")]
+    /// @FILE reads it from FILE (keeps it out of the process list).
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
     pub token: Option<String>,
     #[command(flatten)]
     pub tls: ServerTls,
@@ -378,7 +382,8 @@ pub struct DistributerArgs {
     pub tls: ServerTls,
     /// Require this token on the status service (gRPC and /metrics); with --tls-cert it
     /// speaks TLS too.
-    #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN")]
+    /// @FILE reads it from FILE (keeps it out of the process list).
+    #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", value_parser = secret)]
     pub status_token: Option<String>,
 }
 
@@ -394,7 +399,8 @@ pub enum DistributerCommand {
         #[arg(long)]
         json: bool,
         /// The status service's token (the distributer's --status-token).
-        #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN")]
+        /// @FILE reads it from FILE (keeps it out of the process list).
+        #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", value_parser = secret)]
         token: Option<String>,
         /// CA certificate (PEM) to trust: the distributer was started with --tls-cert.
         #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_CA", value_name = "FILE")]
@@ -413,7 +419,8 @@ pub struct FlowArgs {
     #[arg(long)]
     pub flow: String,
     /// The stream's token, if its configuration sets one.
-    #[arg(long, env = "BLOBSTREAM_STREAM_TOKEN")]
+    /// @FILE reads it from FILE (keeps it out of the process list).
+    #[arg(long, env = "BLOBSTREAM_STREAM_TOKEN", value_parser = secret)]
     pub token: Option<String>,
     /// CA certificate (PEM) to trust: speak TLS to the distributer (started with
     /// --tls-cert). Its certificate must name the host of --distributer.
@@ -674,7 +681,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub dpss_master: Option<String>,
     /// The token the block store (its master and servers) requires.
-    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", requires = "dpss_master")]
+    /// @FILE reads it from FILE (keeps it out of the process list).
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", requires = "dpss_master", value_parser = secret)]
     pub dpss_token: Option<String>,
     /// CA certificate (PEM) to trust: the block store speaks TLS (started with --tls-cert).
     #[arg(long, env = "BLOBSTREAM_DPSS_CA", requires = "dpss_master", value_name = "FILE")]
@@ -977,9 +985,44 @@ pub struct BenchArgs {
     pub output: PathBuf,
 }
 
+/// A token given on the command line or in its environment variable: `@FILE` reads it from
+/// FILE (trimmed), which keeps it out of the process list (`ps` shows every argument).
+fn secret(s: &str) -> Result<String, String> {
+    let token = match s.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("reading the token file {path}: {e}"))?
+            .trim()
+            .to_string(),
+        None => s.to_string(),
+    };
+    if token.is_empty() {
+        return Err(format!("the token in {s:?} is empty"));
+    }
+    Ok(token)
+}
+
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::secret;
+
+    #[test]
+    fn a_token_is_taken_as_given_or_read_from_the_file_after_an_at_sign() {
+        assert_eq!(secret("s3cret").unwrap(), "s3cret");
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("token");
+        std::fs::write(&f, "from-file\n").unwrap();
+        assert_eq!(secret(&format!("@{}", f.display())).unwrap(), "from-file");
+        std::fs::write(&f, " \n").unwrap();
+        assert!(secret(&format!("@{}", f.display())).unwrap_err().contains("empty"));
+        let missing = secret(&format!("@{}", dir.path().join("nope").display())).unwrap_err();
+        assert!(missing.contains("reading the token file"), "{missing}");
+        assert!(secret("").is_err());
     }
 }

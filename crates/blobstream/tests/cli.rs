@@ -587,8 +587,14 @@ fn the_distributer_over_tls() {
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let cfg = dir.path().join("streams.toml");
     std::fs::write(&cfg, "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"raw\"\n").unwrap();
-    let (d, addr, status_addr) =
-        start_distributer_with(&cfg, &["--tls-cert", cert, "--tls-key", key]);
+    // The status token from a file (`@FILE`), so it never shows in the process list.
+    let token = dir.path().join("status.token");
+    std::fs::write(&token, "st4tus\n").unwrap();
+    let token = format!("@{}", token.display());
+    let (d, addr, status_addr) = start_distributer_with(
+        &cfg,
+        &["--tls-cert", cert, "--tls-key", key, "--status-token", &token],
+    );
     let port = addr.rsplit(':').next().unwrap();
     let named = format!("localhost:{port}");
     let flow = ["--distributer", &named, "--stream", "obs", "--flow", "raw"];
@@ -611,12 +617,24 @@ fn the_distributer_over_tls() {
     // The status service speaks TLS too, with the same certificate.
     let status_port = status_addr.rsplit(':').next().unwrap();
     let status_named = format!("localhost:{status_port}");
-    wait_status_with(&status_named, &["--distributer-ca", cert], |s| s.contains("archive"));
+    let trusted = ["--distributer-ca", cert, "--token", &token];
+    wait_status_with(&status_named, &trusted, |s| s.contains("archive"));
     let plain_status = Command::new(BIN)
         .args(["distributer", "status", "--addr", &status_named])
         .output()
         .unwrap();
     fails_with(&plain_status, "if it speaks TLS");
+    let no_token = Command::new(BIN)
+        .args(["distributer", "status", "--addr", &status_named, "--distributer-ca", cert])
+        .output()
+        .unwrap();
+    fails_with(&no_token, "token");
+    let wrong = Command::new(BIN)
+        .args(["distributer", "status", "--addr", &status_named, "--distributer-ca", cert])
+        .args(["--token", "st4tus-not"])
+        .output()
+        .unwrap();
+    fails_with(&wrong, "token");
     let sent = ok(&Command::new(BIN)
         .args(["-q", "send"])
         .arg(&file)
