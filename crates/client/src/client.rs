@@ -37,6 +37,8 @@ pub struct Client {
     /// Whether the server takes in-band requests on kept-alive data connections (as its
     /// last `Negotiate` answer said).
     pub(crate) in_band: Arc<std::sync::atomic::AtomicBool>,
+    /// The largest push the server takes pipelined in band (its last answer said; 0: none).
+    pub(crate) pipeline_up_to: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Client {
@@ -87,6 +89,7 @@ impl Client {
             security,
             pool: Arc::default(),
             in_band: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            pipeline_up_to: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         })
     }
 
@@ -317,7 +320,7 @@ impl Client {
         Ok(conn)
     }
 
-    fn base_request(
+    pub(crate) fn base_request(
         &self,
         name: &str,
         direction: pb::Direction,
@@ -337,12 +340,13 @@ impl Client {
             route: None,
             qos: Some(self.transfer_profile().to_pb()),
             range: false,
+            pipelined: false,
         }
     }
 
     /// The QoS a transfer proposes: the settings' chunk size, buffers and digests, and
     /// encryption when this client speaks TLS.
-    fn transfer_profile(&self) -> bs_binding::Profile {
+    pub(crate) fn transfer_profile(&self) -> bs_binding::Profile {
         let s = &self.settings;
         let mut p = bs_binding::Profile {
             chunk_size: s.chunk_size,
@@ -395,7 +399,7 @@ impl Client {
         let mut pause = Duration::from_millis(10);
         loop {
             let attempt = self.negotiate(req.clone()).and_then(|resp| {
-                self.in_band.store(resp.in_band, std::sync::atomic::Ordering::Relaxed);
+                self.learn(&resp);
                 let conn = self.data_conn(&resp, true)?;
                 let reused = conn.reused;
                 match start(conn, resp.clone()) {
@@ -415,6 +419,13 @@ impl Client {
                 other => return other,
             }
         }
+    }
+
+    /// Remember what the server's answer says it takes in band.
+    pub(crate) fn learn(&self, resp: &pb::NegotiateResponse) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.in_band.store(resp.in_band, Relaxed);
+        self.pipeline_up_to.store(if resp.in_band { resp.pipeline_up_to } else { 0 }, Relaxed);
     }
 
     /// Negotiate `req` in band, on a kept-alive data connection (see `bs_wire::frame`), and
@@ -440,7 +451,10 @@ impl Client {
         conn.write_frame(&Frame::Negotiate { body: body.into() }).ok()?;
         let resp = match conn.read_frame() {
             Ok(Frame::Grant { code: 0, body }) => match pb::NegotiateResponse::decode(&body[..]) {
-                Ok(r) => r,
+                Ok(r) => {
+                    self.learn(&r);
+                    r
+                }
                 Err(e) => return Some(Err(ClientError::Protocol(format!("bad GRANT: {e}")))),
             },
             Ok(Frame::Grant { code, body }) => {

@@ -9,6 +9,7 @@
 mod bind;
 mod client;
 mod error;
+mod pipelined;
 mod pool;
 mod settings;
 mod streams;

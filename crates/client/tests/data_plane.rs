@@ -640,6 +640,221 @@ fn the_client_negotiates_in_band_with_the_same_outcomes_as_the_control_plane() {
     assert_eq!(connections.load(Ordering::SeqCst), 1, "every transfer on one connection");
 }
 
+/// A pipelined in-band push of `bytes` into `name` announcing `length`: the request, DATA
+/// and the final SUM, in one write (the SUM's digest as given, else of `bytes` in the default
+/// algorithm).
+fn pipelined_push(
+    conn: &mut bs_transport::Conn,
+    name: &str,
+    length: u64,
+    bytes: &[u8],
+    digest: Option<bs_wire::Digest>,
+) {
+    use prost::Message;
+    let req = bs_proto::NegotiateRequest {
+        name: name.into(),
+        direction: bs_proto::Direction::Push as i32,
+        length: Some(length),
+        route: route(length),
+        pipelined: true,
+        ..Default::default()
+    };
+    let digest = digest.unwrap_or_else(|| DigestAlgo::default().digest(bytes));
+    let frames = [
+        Frame::Negotiate { body: req.encode_to_vec().into() }.encode(),
+        Frame::Data { offset: 0, len: bytes.len() as u64 }.encode(),
+        bytes::Bytes::copy_from_slice(bytes),
+        Frame::Sum { total: bytes.len() as u64, final_: true, digest }.encode(),
+    ];
+    conn.write_slices(&frames.iter().map(|f| &f[..]).collect::<Vec<_>>()).unwrap();
+}
+
+/// The status code of a refusing GRANT.
+fn refused(f: Frame) -> (tonic::Code, String) {
+    match f {
+        Frame::Grant { code, body } if code != 0 => {
+            (tonic::Code::from(code as i32), String::from_utf8_lossy(&body).into_owned())
+        }
+        other => panic!("expected a refusing GRANT, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_pipelined_push_is_one_write_and_a_refused_one_is_read_past() {
+    let (s, c) = server();
+    push(&c, "t", b"abc");
+    let t = TcpStream::connect(s.data_addr()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut conn = bs_transport::Conn::new(t);
+    conn.write_frame(&Frame::Hello { token: raw_token(&s, "t", bs_proto::Direction::Pull) })
+        .unwrap();
+    let pull_t = |conn: &mut bs_transport::Conn| {
+        conn.write_frame(&negotiate_frame("t", bs_proto::Direction::Pull)).unwrap();
+        assert!(matches!(conn.read_frame().unwrap(), Frame::Grant { code: 0, .. }));
+        assert!(matches!(conn.read_frame().unwrap(), Frame::Data { offset: 0, len: 3 }));
+        let mut body = [0u8; 3];
+        conn.recv_data_into(&mut body, None).unwrap();
+        assert_eq!(&body, b"abc");
+        assert!(matches!(conn.read_frame().unwrap(), Frame::Sum { total: 3, .. }));
+    };
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Data { .. }));
+    conn.recv_data_into(&mut [0u8; 3], None).unwrap();
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Sum { .. }));
+
+    // Request, bytes and commit in one write: granted, admitted and committed.
+    let bytes = data(70_000);
+    pipelined_push(&mut conn, "p/1", 70_000, &bytes, None);
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Grant { code: 0, .. }));
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Ack { committed: None, .. }));
+    match conn.read_frame().unwrap() {
+        Frame::Ack { received: 70_000, committed: Some(d) } => {
+            assert_eq!(d, DigestAlgo::default().digest(&bytes))
+        }
+        other => panic!("expected the commit ACK, got {other:?}"),
+    }
+    assert_eq!(pull(&c, "p/1", 0, None), bytes);
+
+    // Refused (it exists; too long to pipeline): the bytes that followed are read past, and
+    // the connection takes the next request.
+    pipelined_push(&mut conn, "p/1", 70_000, &bytes, None);
+    let (code, why) = refused(conn.read_frame().unwrap());
+    assert_eq!(code, tonic::Code::AlreadyExists, "{why}");
+    pull_t(&mut conn);
+    pipelined_push(&mut conn, "p/big", 2 << 20, &bytes, None);
+    let (code, why) = refused(conn.read_frame().unwrap());
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert!(why.contains("pipelined"), "{why}");
+    pull_t(&mut conn);
+
+    // A digest algorithm the server would not check the SUM in (it takes the first it
+    // knows): refused before a byte is stored.
+    let req = bs_proto::NegotiateRequest {
+        name: "p/md5".into(),
+        direction: bs_proto::Direction::Push as i32,
+        length: Some(3),
+        route: route(3),
+        digests: vec!["md5".into(), "blake3".into()],
+        pipelined: true,
+        ..Default::default()
+    };
+    let frames = [
+        Frame::Negotiate { body: prost::Message::encode_to_vec(&req).into() }.encode(),
+        Frame::Data { offset: 0, len: 3 }.encode(),
+        bytes::Bytes::from_static(b"abc"),
+        Frame::Sum { total: 3, final_: true, digest: DigestAlgo::Blake3.digest(b"abc") }.encode(),
+    ];
+    conn.write_slices(&frames.iter().map(|f| &f[..]).collect::<Vec<_>>()).unwrap();
+    assert_eq!(refused(conn.read_frame().unwrap()).0, tonic::Code::FailedPrecondition);
+    pull_t(&mut conn);
+    assert!(matches!(c.stat("p/md5"), Err(ClientError::NotFound(_))));
+
+    // A wrong digest: the push fails and nothing becomes visible.
+    let wrong = DigestAlgo::default().digest(b"something else");
+    pipelined_push(&mut conn, "p/2", 70_000, &bytes, Some(wrong));
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Grant { code: 0, .. }));
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Ack { committed: None, .. }));
+    assert_eq!(error_code(conn.read_frame().unwrap()), ErrorCode::ChecksumMismatch);
+    assert!(matches!(c.stat("p/2"), Err(ClientError::NotFound(_))));
+
+    // A refused push that sends more than a pipelined push may is cut off.
+    let mut conn = kept_alive(&s);
+    use prost::Message;
+    let req = bs_proto::NegotiateRequest {
+        name: "p/1".into(),
+        direction: bs_proto::Direction::Push as i32,
+        length: Some(10),
+        route: route(10),
+        pipelined: true,
+        ..Default::default()
+    };
+    conn.write_frame(&Frame::Negotiate { body: req.encode_to_vec().into() }).unwrap();
+    conn.write_frame(&Frame::Data { offset: 0, len: 3 << 20 }).unwrap();
+    match conn.read_frame().unwrap() {
+        Frame::Error { code: ErrorCode::BadFrame, message } => {
+            assert!(message.contains("more than it may"), "{message}")
+        }
+        other => panic!("expected ERROR(BadFrame), got {other:?}"),
+    }
+}
+
+/// A data connection that has carried one transfer (a pull of `t`, which must hold `abc`),
+/// so it takes in-band requests.
+fn kept_alive(s: &BackgroundServer) -> bs_transport::Conn {
+    let t = TcpStream::connect(s.data_addr()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut conn = bs_transport::Conn::new(t);
+    conn.write_frame(&Frame::Hello { token: raw_token(s, "t", bs_proto::Direction::Pull) })
+        .unwrap();
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Data { offset: 0, len: 3 }));
+    conn.recv_data_into(&mut [0u8; 3], None).unwrap();
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Sum { total: 3, .. }));
+    conn
+}
+
+#[test]
+fn the_client_pushes_small_blobs_in_one_round_trip_and_larger_ones_the_usual_way() {
+    let (s, c) = server();
+    // Nothing to pipeline on before a first transfer has left a connection to keep.
+    assert!(c.try_push_pipelined("p/0", b"x", route(1)).is_none());
+    push(&c, "first", b"x");
+    for i in 0..20 {
+        let bytes = data(1 + i * 40_000);
+        let ack = c.try_push_pipelined(&format!("p/{i}"), &bytes, route(bytes.len() as u64));
+        let ack = ack.expect("pipelined").unwrap();
+        assert_eq!(ack.committed, Some(DigestAlgo::default().digest(&bytes)));
+        assert_eq!(pull(&c, &format!("p/{i}"), 0, None), bytes);
+    }
+    // The same refusals as the usual way, and the connection goes on serving.
+    let again = c.try_push_pipelined("p/3", b"abc", route(3)).expect("pipelined").unwrap_err();
+    assert!(matches!(again, ClientError::AlreadyExists(_)), "{again:?}");
+    let bad = c.try_push_pipelined("../x", b"abc", route(3)).expect("pipelined").unwrap_err();
+    assert!(matches!(bad, ClientError::InvalidArgument(_)), "{bad:?}");
+    assert!(c.try_push_pipelined("p/empty", b"", route(0)).expect("pipelined").is_ok());
+    assert_eq!(c.stat("p/empty").unwrap().size, 0);
+    // Past the server's bound (1 MiB), or with message layers, the usual way.
+    let big = data((1 << 20) + 1);
+    assert!(c.try_push_pipelined("p/big", &big, route(big.len() as u64)).is_none());
+    c.push_all("p/big", &big, route(big.len() as u64)).unwrap();
+    assert_eq!(pull(&c, "p/big", 0, None), big);
+    let layered = c.clone().with_settings(TransferSettings {
+        layers: vec![bs_binding::LayerSpec::Checksum(bs_binding::SumAlgo::Xxh3)],
+        ..Default::default()
+    });
+    assert!(layered.try_push_pipelined("p/layered", b"abc", route(3)).is_none());
+    // Either digest the client may check with.
+    let b3 = c.clone().with_settings(TransferSettings {
+        digests: vec![DigestAlgo::Blake3],
+        ..Default::default()
+    });
+    let ack = b3.try_push_pipelined("p/b3", b"abc", route(3)).expect("pipelined").unwrap();
+    assert_eq!(ack.committed, Some(DigestAlgo::Blake3.digest(b"abc")));
+    // A server that keeps no connection alive offers none of it.
+    let cfg = ServerConfig { data_keepalive: Duration::ZERO, ..ServerConfig::ephemeral() };
+    let (_s2, c2) = server_with(Arc::new(MemStore::new()), cfg);
+    push(&c2, "first", b"x");
+    assert!(c2.try_push_pipelined("p/0", b"x", route(1)).is_none());
+    drop(s);
+}
+
+#[test]
+fn the_control_plane_refuses_a_pipelined_request() {
+    let (s, _c) = server();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = rt.block_on(async {
+        let url = format!("http://{}", s.control_addr());
+        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(url).await.unwrap();
+        let req = bs_proto::NegotiateRequest {
+            name: "p".into(),
+            direction: bs_proto::Direction::Push as i32,
+            length: Some(3),
+            pipelined: true,
+            ..Default::default()
+        };
+        g.negotiate(req).await.unwrap_err()
+    });
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+}
+
 /// A binding to the echo endpoint, negotiated with the generated gRPC client: its token.
 fn bind_token(s: &BackgroundServer) -> [u8; TOKEN_LEN] {
     let rt = tokio::runtime::Runtime::new().unwrap();

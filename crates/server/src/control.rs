@@ -276,6 +276,11 @@ impl pb::blob_store_server::BlobStore for ControlService {
     ) -> Result<Response<pb::NegotiateResponse>, Status> {
         let local = req.local_addr();
         let r = req.into_inner();
+        if r.pipelined {
+            return Err(Status::invalid_argument(
+                "only an in-band request on a kept-alive data connection can be pipelined",
+            ));
+        }
         let n = self.negotiator.clone();
         let (grant, mut answer) =
             tokio::task::spawn_blocking(move || n.grant(r, local))

@@ -319,7 +319,13 @@ fn in_band(
             return Err(());
         }
     };
+    let pipelined = req.pipelined;
     let refuse = |conn: &mut Conn, status: tonic::Status| {
+        if pipelined {
+            // Its frames follow the request: read past them, so the connection is ready
+            // for the next request once the refusal arrives.
+            drop_pipelined(shared, conn)?;
+        }
         let body = bytes::Bytes::from(status.message().to_string());
         conn.write_frame(&Frame::Grant { code: status.code() as u32, body }).map_err(drop)?;
         Ok(None)
@@ -339,6 +345,35 @@ fn in_band(
             Ok(Some((grant, slot)))
         }
         Err(status) => refuse(conn, status),
+    }
+}
+
+/// Read and drop a refused pipelined push's frames: DATA (at most
+/// [`crate::negotiate::PIPELINE_UP_TO`] bytes in all) through the final SUM. `Err`: the peer
+/// sent something else or too much (told, and the connection is done) or went away.
+fn drop_pipelined(shared: &Shared, conn: &mut Conn) -> Result<(), ()> {
+    let mut dropped = 0u64;
+    let bad = |conn: &mut Conn, message: String| {
+        let _ = conn.write_frame(&Frame::Error { code: ErrorCode::BadFrame, message });
+        conn.shutdown_write();
+        Err(())
+    };
+    loop {
+        match conn.read_frame_within(shared.hello_timeout) {
+            Ok(Frame::Data { len, .. }) => {
+                dropped = dropped.saturating_add(len);
+                if dropped > crate::negotiate::PIPELINE_UP_TO {
+                    return bad(conn, "a pipelined push sent more than it may".into());
+                }
+                conn.recv_data_with(len, None, &shared.pool, |_| Ok(())).map_err(drop)?;
+            }
+            Ok(Frame::Sum { final_: true, .. }) => return Ok(()),
+            Ok(other) => {
+                let got = other.kind().name();
+                return bad(conn, format!("expected a pipelined push's DATA or SUM, got {got}"));
+            }
+            Err(_) => return Err(()),
+        }
     }
 }
 

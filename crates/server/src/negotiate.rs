@@ -19,6 +19,10 @@ use crate::control::{info, route_spec, routed};
 use crate::status::store_status;
 use crate::tokens::{Direction, Grant, TokenTable};
 
+/// The largest push taken pipelined in band (its bytes sent before the answer): what a
+/// refused one wastes is read and dropped, so it is kept small.
+pub const PIPELINE_UP_TO: u64 = 1 << 20;
+
 pub(crate) struct Negotiator {
     store: Arc<dyn Store>,
     pub(crate) tokens: Arc<TokenTable>,
@@ -89,9 +93,22 @@ impl Negotiator {
             Ok(pb::Direction::Pull) => Direction::Pull,
             _ => return Err(Status::invalid_argument("direction must be PUSH or PULL")),
         };
+        if r.pipelined {
+            pipelinable(&r)?;
+        }
         let offer = self.transfer_offer(&r)?;
         let q = &offer.profile;
         let algo: DigestAlgo = q.digests[0].parse().map_err(|_| Status::internal("digest"))?;
+        if r.pipelined {
+            // Its bytes are already on the way, hashed and framed as proposed.
+            let asked = r.qos.as_ref().map_or(&r.digests, |q| &q.digests).first();
+            let asked = asked.map_or(Ok(DigestAlgo::default()), |d| d.parse());
+            if asked.ok() != Some(algo) || bs_binding::carry::has_message_layers(q) {
+                return Err(Status::failed_precondition(
+                    "a pipelined push runs only with the digest and plain framing it proposed",
+                ));
+            }
+        }
         let chunk = q.chunk_size;
         let buf = |n: u32| (n > 0).then_some(n);
         let socket = SocketOptions {
@@ -198,8 +215,20 @@ impl Negotiator {
             lowered: offer.lowered,
             keepalive_ms: self.cfg.data_keepalive.as_millis().try_into().unwrap_or(u32::MAX),
             in_band: !self.cfg.data_keepalive.is_zero(),
+            pipeline_up_to: if self.cfg.data_keepalive.is_zero() { 0 } else { PIPELINE_UP_TO },
         };
         Ok((grant, answer))
+    }
+}
+
+/// Whether `r` may be pipelined: a push of a whole known length, small enough.
+fn pipelinable(r: &pb::NegotiateRequest) -> Result<(), Status> {
+    let push = r.direction == pb::Direction::Push as i32 && !r.range;
+    match r.length {
+        Some(n) if push && n <= PIPELINE_UP_TO => Ok(()),
+        _ => Err(Status::invalid_argument(format!(
+            "only a push of a known length of at most {PIPELINE_UP_TO} bytes can be pipelined"
+        ))),
     }
 }
 
