@@ -1,9 +1,10 @@
 //! Many small blobs at once (part of `blobstream bench batch`): 10,000 blobs of 4 KiB put and
 //! then got back, 8 in flight, through the Blob API's client (kept-alive data connections,
-//! in-band negotiation) against the same blobs through blobstream's HTTP API with a keep-alive
-//! HTTP/1.1 client (8 connections). Both servers run in this process over one filesystem store,
-//! so every blob is durable before it is acknowledged either way; every get is checked byte
-//! for byte. Paired runs, alternating which goes first; blobs/s from the medians.
+//! in-band negotiation, each put pipelined in one round trip) against the same blobs through
+//! blobstream's HTTP API with a keep-alive HTTP/1.1 client (8 connections). Both servers run
+//! in this process over one filesystem store, so every blob is durable before it is
+//! acknowledged either way; every get is checked byte for byte. Paired runs, alternating
+//! which goes first; blobs/s from the medians.
 //!
 //! The HTTP client is a minimal one written here (a request line, two headers, the body; the
 //! status line and `Content-Length` read back): nothing a general-purpose client does on top
@@ -57,6 +58,17 @@ fn share(job: usize, n: usize) -> impl Iterator<Item = usize> {
 }
 
 fn api_put(c: &Client, prefix: &str, data: &[u8], n: usize) -> Result<f64, BenchError> {
+    in_flight(|job| {
+        for i in share(job, n) {
+            let route = RouteRequest { size: Some(SIZE as u64), ..Default::default() };
+            c.push_all(&format!("{prefix}{i}"), blob(data, i), Some(route))?;
+        }
+        Ok(())
+    })
+}
+
+/// [`api_put`] without pipelining: each put negotiated (in band), then its bytes sent.
+fn api_put_unpipelined(c: &Client, prefix: &str, data: &[u8], n: usize) -> Result<f64, BenchError> {
     in_flight(|job| {
         for i in share(job, n) {
             let route = RouteRequest { size: Some(SIZE as u64), ..Default::default() };
@@ -183,16 +195,19 @@ pub(crate) fn small_blob_rows(opts: &BenchOptions) -> Result<(Vec<Row>, String),
     ))?;
     let addr = web.addr();
     let data = payload(SIZE as u64 * 64);
-    let (mut op, mut hp, mut og, mut hg) = (vec![], vec![], vec![], vec![]);
+    let (mut op, mut hp, mut og, mut hg, mut up) = (vec![], vec![], vec![], vec![], vec![]);
     for r in 0..runs {
         opts.say(&format!("{n} × 4 KiB blobs: run {} of {runs}", r + 1));
         let (ours, http) = (format!("small/{r}/api/"), format!("small/{r}/http/"));
+        let unpipelined = format!("small/{r}/unpipelined/");
         if r % 2 == 0 {
             op.push(api_put(&client, &ours, &data, n)?);
             hp.push(http_put(addr, &http, &data, n)?);
+            up.push(api_put_unpipelined(&client, &unpipelined, &data, n)?);
             og.push(api_get(&client, &ours, &data, n)?);
             hg.push(http_get(addr, &http, &data, n)?);
         } else {
+            up.push(api_put_unpipelined(&client, &unpipelined, &data, n)?);
             hp.push(http_put(addr, &http, &data, n)?);
             op.push(api_put(&client, &ours, &data, n)?);
             hg.push(http_get(addr, &http, &data, n)?);
@@ -215,7 +230,19 @@ pub(crate) fn small_blob_rows(opts: &BenchOptions) -> Result<(Vec<Row>, String),
             target: Some((1.0, true)),
         }
     };
-    let rows = vec![row("put", &op, &hp), row("get", &og, &hg)];
+    let (o, u) = (median(&op), median(&up));
+    let pipelining = Row {
+        group: "small blobs",
+        what: format!("{n} × 4 KiB blobs, put pipelined (request, bytes, commit in one write)"),
+        ours: per_s(o),
+        baseline: per_s(u),
+        baseline_name: "the same puts negotiated in band, then sent (two round trips)".into(),
+        unit: "blobs/s",
+        ratio: u / o,
+        ratio_means: "ours / baseline",
+        target: None,
+    };
+    let rows = vec![row("put", &op, &hp), row("get", &og, &hg), pipelining];
     let note = format!(
         "small blobs: both servers in this process over one filesystem store (every blob \
          fsync'd before it is acknowledged, commits sharing fsyncs); every get checked byte \

@@ -26,6 +26,20 @@ pub struct NewBlob {
     pub resume_tag: String,
 }
 
+impl NewBlob {
+    /// The server's routing request for this blob as `name`.
+    pub(crate) fn route_request(&self, name: &str) -> RouteRequest {
+        RouteRequest {
+            name: name.to_string(),
+            size: self.size,
+            content_type: self.content_type.clone(),
+            metadata: self.metadata.clone().into_iter().collect(),
+            overwrite: self.overwrite,
+            resume_tag: self.resume_tag.clone(),
+        }
+    }
+}
+
 /// Makes proxies. Cheap to clone; clones share the memory store and clients.
 #[derive(Clone, Default)]
 pub struct Factory {
@@ -135,14 +149,7 @@ impl Factory {
             }
             Location::Remote(server) => {
                 let client = self.client(server)?;
-                let routed = client.route(RouteRequest {
-                    name: key.name().to_string(),
-                    size: spec.size,
-                    content_type: spec.content_type.clone(),
-                    metadata: spec.metadata.clone().into_iter().collect(),
-                    overwrite: spec.overwrite,
-                    resume_tag: spec.resume_tag.clone(),
-                })?;
+                let routed = client.route(spec.route_request(key.name()))?;
                 let digest = match routed.received_digest.as_str() {
                     "" => None,
                     d => d.parse().ok(),

@@ -6,6 +6,7 @@
 //! | file → file | `copy_file_range(2)`: the kernel copies (or reflinks) |
 //! | memory or file → anything | one slice (memory, or the file mmapped) written in pieces: memcpy into memory, `pwrite` into files, zero-copy `write` into a push |
 //! | remote → anything | pull into a buffer, write onward (relay) |
+//! | small, memory or file → server | one write: request, bytes and commit pipelined on a kept-alive data connection |
 
 use std::ops::Range;
 use std::os::fd::AsRawFd;
@@ -41,6 +42,9 @@ pub enum CopyPath {
     Relay,
     /// Nothing moved: the destination already held the same bytes (same size and digest).
     AlreadyThere,
+    /// A small blob pushed in one round trip: request, bytes and commit in one write on a
+    /// kept-alive data connection (see `bs_client::Client::try_push_pipelined`).
+    Pipelined,
     /// Between a local file and a server as ranges over several connections at once (see
     /// [`crate::ranges`]); `reconnects`: ranges continued (pulls) or pushed again (pushes) on
     /// a new connection after theirs dropped.
@@ -183,20 +187,24 @@ fn copy_keys(
             overwrite,
             resume_tag: if o.resume { resume_tag(&src) } else { String::new() },
         };
+        // A retry of a copy that landed (its confirmation lost to a crash) is a success.
+        let exists = |m: String| match same_bytes(factory, &src, dst) {
+            Ok(true) => Ok(Copied { bytes: 0, resumed_from: size, path: CopyPath::AlreadyThere }),
+            Ok(false) => Err(BlobError::AlreadyExists(m)),
+            Err(e) if e.is_integrity() => Err(BlobError::AlreadyExists(format!(
+                "{m}; the stored copy is corrupt ({e}): replace it with overwrite"
+            ))),
+            Err(e) => Err(e),
+        };
+        if let Some(done) = pipelined(factory, &src, dst, &spec, &deadline, o)? {
+            routed.set(true);
+            return match done {
+                Err(BlobError::AlreadyExists(m)) if !overwrite => exists(m),
+                other => other,
+            };
+        }
         let mut out = match factory.route(dst, &spec) {
-            // A retry of a copy that landed (its confirmation lost to a crash) is a success.
-            Err(BlobError::AlreadyExists(m)) if !overwrite => {
-                return match same_bytes(factory, &src, dst) {
-                    Ok(true) => {
-                        Ok(Copied { bytes: 0, resumed_from: size, path: CopyPath::AlreadyThere })
-                    }
-                    Ok(false) => Err(BlobError::AlreadyExists(m)),
-                    Err(e) if e.is_integrity() => Err(BlobError::AlreadyExists(format!(
-                        "{m}; the stored copy is corrupt ({e}): replace it with overwrite"
-                    ))),
-                    Err(e) => Err(e),
-                };
-            }
+            Err(BlobError::AlreadyExists(m)) if !overwrite => return exists(m),
             r => r?,
         };
         routed.set(true);
@@ -258,6 +266,40 @@ fn copy_keys(
         let _ = factory.discard(dst);
     }
     res.map_err(|e| deadline.classify(e))
+}
+
+/// A small blob from memory or a local file to a server, pushed in one round trip when the
+/// client can (`None`: it cannot now — copy it the usual way).
+fn pipelined(
+    factory: &Factory,
+    src: &BlobProxy,
+    dst: &BlobKey,
+    spec: &NewBlob,
+    deadline: &Deadline,
+    o: &Options,
+) -> Result<Option<Result<Copied>>> {
+    let crate::key::Location::Remote(server) = dst.location() else { return Ok(None) };
+    let size = src.size();
+    let client = factory.client(server)?;
+    if !client.pipelines(size)
+        || !matches!(src.slot(), Slot::MemRead { .. } | Slot::FileRead { .. })
+    {
+        return Ok(None);
+    }
+    let Some(data) = src.slice()? else { return Ok(None) };
+    deadline.check()?;
+    let client = client.within(deadline.left(IO_WAIT));
+    let Some(done) =
+        client.try_push_pipelined(dst.name(), &data, Some(spec.route_request(dst.name())))
+    else {
+        return Ok(None);
+    };
+    Ok(Some(done.map_err(BlobError::from).map(|_| {
+        if let Some(p) = &o.progress {
+            p(size, size);
+        }
+        Copied { bytes: size, resumed_from: 0, path: CopyPath::Pipelined }
+    })))
 }
 
 /// Whether the existing blob `dst` holds exactly the bytes of `src`: same size and same

@@ -389,3 +389,53 @@ fn copies_keep_the_source_metadata_unless_given_other() {
     w.t.copy(&dst, &file, &Options::blocking()).wait().unwrap();
     assert!(w.t.factory().bind(&file).unwrap().metadata().is_empty());
 }
+
+/// Small blobs from files to a server: after the first copy has left a data connection to
+/// keep, each goes in one round trip (pipelined), with the outcomes of the usual way —
+/// metadata set, a repeat "already there", different bytes refused unless overwriting,
+/// progress reported — and a blob past the pipelining bound goes the usual way.
+#[test]
+fn small_blobs_to_a_server_go_in_one_round_trip_with_the_outcomes_of_the_usual_way() {
+    let w = world();
+    for (r, remote) in w.remotes.iter().enumerate() {
+        let mut paths = Vec::new();
+        for i in 0..10 {
+            let bytes = data(1000 + i * 30_000);
+            let src = BlobKey::file(w.root.join(format!("small-{r}-{i}")));
+            std::fs::write(w.root.join(format!("small-{r}-{i}")), &bytes).unwrap();
+            let dst = BlobKey::remote(remote, format!("small/{i}"));
+            let done = Arc::new(AtomicU64::new(0));
+            let seen = done.clone();
+            let o = Options::blocking().progress(move |n, _| seen.store(n, Ordering::SeqCst));
+            let spec = NewBlob {
+                metadata: [("modality".to_string(), "CT".to_string())].into(),
+                ..Default::default()
+            };
+            let c = w.t.copy_as(&src, &dst, &spec, &o).wait().unwrap();
+            paths.push(c.path);
+            assert_eq!((c.bytes, done.load(Ordering::SeqCst)), (bytes.len() as u64, c.bytes));
+            assert_eq!(w.read(&dst), bytes);
+            let meta = w.t.factory().bind(&dst).unwrap().metadata();
+            assert_eq!(meta.get("modality").map(String::as_str), Some("CT"));
+            // Again: already there; different bytes: refused, or replaced with overwrite.
+            let again = w.t.copy(&src, &dst, &Options::blocking()).wait().unwrap();
+            assert_eq!(again.path, CopyPath::AlreadyThere);
+            let mut other = bytes.clone();
+            other[0] ^= 1;
+            std::fs::write(w.root.join(format!("small-{r}-{i}")), &other).unwrap();
+            let refused = w.t.copy(&src, &dst, &Options::blocking()).wait().unwrap_err();
+            assert!(matches!(refused, BlobError::AlreadyExists(_)), "{refused}");
+            let o = Options::blocking().overwrite(true);
+            assert_eq!(w.t.copy(&src, &dst, &o).wait().unwrap().path, CopyPath::Pipelined);
+            assert_eq!(w.read(&dst), other);
+        }
+        assert_ne!(paths[0], CopyPath::Pipelined, "the first copy has no connection to keep");
+        assert!(paths[1..].iter().all(|p| *p == CopyPath::Pipelined), "{paths:?}");
+        let big = data(1_100_000);
+        std::fs::write(w.root.join("big"), &big).unwrap();
+        let dst = BlobKey::remote(remote, "small/big");
+        let c = w.t.copy(&BlobKey::file(w.root.join("big")), &dst, &Options::blocking());
+        assert_eq!(c.wait().unwrap().path, CopyPath::Slice);
+        assert_eq!(w.read(&dst), big);
+    }
+}

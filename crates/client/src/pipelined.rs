@@ -34,6 +34,15 @@ impl Client {
         p.finish(true)
     }
 
+    /// Whether a push of `len` bytes may be pipelined now (as far as this client knows: the
+    /// server may still be busy, or have closed the kept-alive connection).
+    pub fn pipelines(&self, len: u64) -> bool {
+        self.in_band.load(Relaxed)
+            && len <= self.pipeline_up_to.load(Relaxed)
+            && self.pool.len() > 0
+            && !bs_binding::carry::has_message_layers(&self.transfer_profile())
+    }
+
     /// [`Client::push_all`] pipelined, or `None` when it cannot be now: no kept-alive data
     /// connection, a server that does not take it (or not this size), message layers in the
     /// profile, or a server busy or gone meanwhile — then push the usual way. A refusal the
@@ -45,10 +54,7 @@ impl Client {
         route: Option<pb::RouteRequest>,
     ) -> Option<Result<PushAck>> {
         let n = data.len() as u64;
-        if !self.in_band.load(Relaxed)
-            || n > self.pipeline_up_to.load(Relaxed)
-            || bs_binding::carry::has_message_layers(&self.transfer_profile())
-        {
+        if !self.pipelines(n) {
             return None;
         }
         let mut req = self.base_request(name, pb::Direction::Push, 0, Some(n));

@@ -76,8 +76,7 @@ impl DataPool {
         idle.push(Idle { key, conn, until: Instant::now() + keepalive / 2, keepalive });
     }
 
-    /// How many connections wait (for tests).
-    #[cfg(test)]
+    /// How many connections wait.
     pub(crate) fn len(&self) -> usize {
         self.idle.lock().unwrap().len()
     }
