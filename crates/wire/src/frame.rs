@@ -47,6 +47,13 @@
 //! yet carried a token's transfer cannot negotiate in band. This saves the control plane's
 //! round trip, and the server's admission `ACK` of a push follows the `GRANT` at once.
 //!
+//! **Pipelined pushes.** A request marked `pipelined` (a push of a known length of at most
+//! the server's `pipeline_up_to`) is followed at once by the transfer's `DATA` and its FINAL
+//! `SUM`, without waiting for the `GRANT`; the `GRANT`, the admission `ACK` and the commit
+//! `ACK` then come back together: one round trip for a small blob. A refused one's frames are
+//! read and dropped through the `SUM` before the refusing `GRANT` is sent, so the connection
+//! stays in step (more than `pipeline_up_to` bytes, or another frame, closes it).
+//!
 //! A **binding** (crate `blobstream-binding`) carries messages instead of blob ranges: after
 //! the `HELLO`, each message travels as a `MSG` header announcing its *wire* length (the
 //! message after every negotiated protocol layer pushed its header), then those bytes.
