@@ -100,15 +100,16 @@ def sha(path):
     return h.hexdigest()
 
 
-def data_connections():
-    """The client's established connections to the data plane: {local port: bytes received}."""
+def data_connections(counter="bytes_received"):
+    """The client's established connections to the data plane: {local port: bytes received}
+    (or another of ss's counters: bytes_acked, what the server has of a put)."""
     r = sh(*in_ns("near", "ss", "-tniH", "state", "established", "dport", "=", ":7071"))
     conns, port = {}, None
     for line in r.stdout.splitlines():
         if ":7071" in line:
             port = line.split()[2].rsplit(":", 1)[1]
             conns[port] = 0
-        elif port and (m := re.search(r"bytes_received:(\d+)", line)):
+        elif port and (m := re.search(counter + r":(\d+)", line)):
             conns[port] = int(m.group(1))
     return conns
 
@@ -184,9 +185,26 @@ def checks(work):
     p.communicate(timeout=60)
     check(p.returncode != 0 and not os.path.exists(out), "Ctrl-C stopped the get, no file yet")
     r = client("get", "far/scan.bin", out, "--connections", "4")
-    m = re.search(r"resumed at byte (\d+)", r.stderr)
+    m = re.search(r"(\d+) bytes kept from the interrupted copy", r.stderr)
     check(r.returncode == 0 and m is not None and int(m.group(1)) > 0 and sha(out) == want,
           f"the get run again resumed its ranges, the file is exact: {r.stderr.strip()}")
+
+    # 4b. Ctrl-C a put over four connections mid-way, then the same command again: each
+    # range keeps what the server holds of it (checked by digest) and continues from there.
+    p = client_bg("put", src, "far/interrupted.bin", "--connections", "4")
+    wait_for(lambda: sum(n > (4 << 20) for n in data_connections("bytes_acked").values()) == 4
+             or p.poll() is not None, "4 range pushes well under way")
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=60)
+    check(p.returncode != 0, "Ctrl-C stopped the put over four connections")
+    r = client("put", src, "far/interrupted.bin", "--connections", "4")
+    m = re.search(r"(\d+) bytes kept from the interrupted copy", r.stderr)
+    back = os.path.join(work, "interrupted-put.bin")
+    g = client("get", "far/interrupted.bin", back)
+    check(r.returncode == 0 and m is not None and int(m.group(1)) > 0 and
+          g.returncode == 0 and sha(back) == want,
+          f"the put run again kept the ranges' bytes the server held, the blob is exact: "
+          f"{r.stderr.strip()}")
 
     study = os.path.join(work, "study")
     os.makedirs(study)

@@ -18,6 +18,11 @@
 //!   copy with `resume` takes the ranges it records (whatever `connections` says now) and
 //!   checks every range's bytes the same way before trusting them. A part file left by a
 //!   one-connection copy, with no ranges file, counts as its contiguous prefix.
+//! - **A resumed push** needs no file of its own: the upload routed again with the same
+//!   resume tag keeps what the interrupted push stored; of each range, the leading 1 MiB
+//!   pieces whose digests on the server (`RangeDigest` with `upload`, one call per range)
+//!   equal ours are kept, and the range is pushed from the first that differs. The commit
+//!   still checks the whole blob's digest.
 //! - **End to end:** while the ranges arrive, a hasher follows the contiguous prefix written
 //!   so far and digests the whole file in order; at the end it must equal the digest the
 //!   server stored at commit, or the copy fails and its part file is discarded. When a
@@ -433,6 +438,8 @@ fn follow(j: &Job, ranges: &[Range]) -> Result<Option<Digest>> {
 pub(crate) struct Pushed {
     pub connections: usize,
     pub reconnects: usize,
+    /// Bytes of ranges an interrupted push had already stored, checked and kept.
+    pub kept: u64,
 }
 
 /// Push `data` (all of a local file) into the upload `name`, routed with its size, as `n`
@@ -440,31 +447,57 @@ pub(crate) struct Pushed {
 /// reads the upload back and makes it the blob only if that digest matches. A range whose
 /// connection drops is pushed again from its start on a new one (up to [`ATTEMPTS`] tries).
 /// `Ok(None)`, before any byte moved, when the server's store takes one writer per upload.
-/// Unlike a pull, an interrupted parallel push is not resumed range by range: it starts over.
+///
+/// `resume` (the upload was routed again and holds bytes of an interrupted push): of each
+/// range, the leading 1 MiB pieces the upload already holds — the server's digest of each
+/// equal to ours — are kept, and the range is pushed from the first that is not. Ranges are
+/// those `n` gives now.
 pub(crate) fn push(
     client: &Client,
     name: &str,
     data: &[u8],
     n: usize,
+    resume: bool,
     deadline: &Deadline,
     o: &Options,
 ) -> Result<Option<Pushed>> {
     let size = data.len() as u64;
     let bounds = split(size, n);
-    let first = match client.within(deadline.left(IO_WAIT)).open_push_range(name, 0, bounds[0].1) {
-        Err(ClientError::Rpc { code: tonic::Code::Unimplemented, .. }) => return Ok(None),
-        r => r?,
-    };
     let algo = DigestAlgo::default();
+    let unimplemented =
+        |e: &ClientError| matches!(e, ClientError::Rpc { code: tonic::Code::Unimplemented, .. });
+    // The first range is opened (or checked) before anything else: a store that takes one
+    // writer per upload says so here, before any byte moved.
+    let (first, first_held) = if resume {
+        let (start, end) = bounds[0];
+        let held = client.within(deadline.left(IO_WAIT)).upload_piece_digests(
+            name,
+            start,
+            end - start,
+            ALIGN,
+            algo,
+        );
+        match held {
+            Err(e) if unimplemented(&e) => return Ok(None),
+            held => (None, Some(held.ok())),
+        }
+    } else {
+        match client.within(deadline.left(IO_WAIT)).open_push_range(name, 0, bounds[0].1) {
+            Err(e) if unimplemented(&e) => return Ok(None),
+            r => (Some(r?), None),
+        }
+    };
     let cancel = AtomicBool::new(false);
     let finished = AtomicU64::new(0);
+    // Bytes of the ranges kept from an interrupted push.
+    let kept_total = AtomicU64::new(0);
     let sent: Vec<AtomicU64> = bounds.iter().map(|_| AtomicU64::new(0)).collect();
     let report = |done: u64| {
         if let Some(p) = &o.progress {
             p(done, size);
         }
     };
-    let mut first = Some(first);
+    let (mut first, mut first_held) = (first, first_held);
     let (results, whole) = std::thread::scope(|s| {
         let hasher = s.spawn(|| algo.digest(data));
         let workers: Vec<_> = bounds
@@ -473,10 +506,21 @@ pub(crate) fn push(
             .enumerate()
             .map(|(i, (&(start, end), sent))| {
                 let opened = if i == 0 { first.take() } else { None };
+                let checked = if i == 0 { first_held.take() } else { None };
                 let (cancel, finished) = (&cancel, &finished);
+                let kept_total = &kept_total;
                 s.spawn(move || {
                     let part = &data[start as usize..end as usize];
-                    let res = push_range(client, name, start, part, opened, sent, cancel, deadline);
+                    let kept =
+                        if resume { held(client, name, start, part, checked, deadline) } else { 0 };
+                    kept_total.fetch_add(kept, Ordering::AcqRel);
+                    let rest = &part[kept as usize..];
+                    let res = if rest.is_empty() {
+                        Ok((0, kept))
+                    } else {
+                        push_range(client, name, start + kept, rest, opened, sent, cancel, deadline)
+                            .map(|reconnects| (reconnects, kept))
+                    };
                     if res.is_err() {
                         cancel.store(true, Ordering::Release);
                     }
@@ -487,17 +531,20 @@ pub(crate) fn push(
             .collect();
         while finished.load(Ordering::Acquire) < bounds.len() as u64 {
             std::thread::sleep(TICK);
-            report(sent.iter().map(|x| x.load(Ordering::Acquire)).sum());
+            let pushed: u64 = sent.iter().map(|x| x.load(Ordering::Acquire)).sum();
+            report(pushed + kept_total.load(Ordering::Acquire));
             if deadline.check().is_err() {
                 cancel.store(true, Ordering::Release);
             }
         }
-        let results: Vec<Result<usize>> =
+        let results: Vec<Result<(usize, u64)>> =
             workers.into_iter().map(|w| w.join().unwrap_or(Err(BlobError::Lost))).collect();
         (results, hasher.join().map_err(|_| BlobError::Lost))
     });
     deadline.check()?;
-    let reconnects = all_or_first_failure(results)?.into_iter().sum();
+    let done = all_or_first_failure(results)?;
+    let reconnects = done.iter().map(|d| d.0).sum();
+    let kept = done.iter().map(|d| d.1).sum();
     let whole = whole?;
     let info = commit(client, name, &whole, size, deadline)?;
     // The server checked the bytes it read back against `whole`; in our algorithm its
@@ -512,7 +559,34 @@ pub(crate) fn push(
         }));
     }
     report(size);
-    Ok(Some(Pushed { connections: bounds.len(), reconnects }))
+    Ok(Some(Pushed { connections: bounds.len(), reconnects, kept }))
+}
+
+/// How many leading bytes of `part` (the blob's bytes from `start`) the upload `name` holds
+/// already: its pieces of [`ALIGN`] bytes, in order, as long as the server's digest of each
+/// equals ours (`checked`: the server's answer, asked already). Any failure to tell counts
+/// as none: the whole range is pushed.
+fn held(
+    client: &Client,
+    name: &str,
+    start: u64,
+    part: &[u8],
+    checked: Option<Option<Vec<Digest>>>,
+    deadline: &Deadline,
+) -> u64 {
+    let algo = DigestAlgo::default();
+    let theirs = checked.unwrap_or_else(|| {
+        let c = client.within(deadline.left(IO_WAIT));
+        c.upload_piece_digests(name, start, part.len() as u64, ALIGN, algo).ok()
+    });
+    let mut kept = 0;
+    for (ours, theirs) in part.chunks(ALIGN as usize).zip(theirs.unwrap_or_default()) {
+        if algo.digest(ours) != theirs {
+            break;
+        }
+        kept += ours.len() as u64;
+    }
+    kept
 }
 
 /// Commit the ranges pushed into `name`. The server reads the upload back first, so the wait

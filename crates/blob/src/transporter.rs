@@ -76,6 +76,13 @@ impl Transporter {
         &self.factory
     }
 
+    /// The resume tag a resumable copy from `src` routes its destination with: the source's
+    /// digest when it has one stored, else its key, size and modification time. A copy
+    /// routed with the same tag continues what an interrupted one left.
+    pub fn resume_tag_of(&self, src: &BlobKey) -> Result<String> {
+        Ok(resume_tag(&self.factory().bind(src)?))
+    }
+
     /// Copy the whole blob `src` to a new blob `dst` (routed with the source's size and content
     /// type), resuming an interrupted copy if `opts.resume` is set and the bytes already at the
     /// destination match the source.
@@ -212,12 +219,14 @@ fn copy_keys(
             && let n = crate::ranges::connections(client, dst.name(), size, o.connections)
             && n > 1
             && let Some(data) = src.slice()?
-            && let Some(p) = crate::ranges::push(client, dst.name(), &data, n, &deadline, o)?
+            && let resume = (o.resume && out.held(DigestAlgo::default())?.bytes > 0)
+            && let Some(p) =
+                crate::ranges::push(client, dst.name(), &data, n, resume, &deadline, o)?
         {
             out.committed_elsewhere(size);
             return Ok(Copied {
-                bytes: size,
-                resumed_from: 0,
+                bytes: size - p.kept,
+                resumed_from: p.kept,
                 path: CopyPath::Parallel { connections: p.connections, reconnects: p.reconnects },
             });
         }

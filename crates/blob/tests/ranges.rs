@@ -274,3 +274,56 @@ fn a_store_with_one_writer_per_upload_takes_the_push_over_one_connection() {
     assert_eq!(c.unwrap().path, CopyPath::Slice, "one connection");
     assert_eq!(t.factory().bind(&dst).unwrap().size(), bytes.len() as u64);
 }
+
+/// What an interrupted parallel push left — range 1 whole, the first half of range 2, range
+/// 3 with its first megabyte wrong, nothing of range 4 — is resumed range by range: range 1
+/// and half of range 2 are kept, the rest is pushed, and the blob is whole. Without
+/// `resume`, every range is pushed.
+#[test]
+fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
+    let w = world_with("unrelated", b"x");
+    // 13 chunks in 4 ranges: 4, 4, 4 and 1 MiB (+100 bytes).
+    let bytes = data(12 * MIB + 100);
+    let size = bytes.len() as u64;
+    let src = w.dir.path().join("resume.bin");
+    std::fs::write(&src, &bytes).unwrap();
+    let t = Transporter::new(Factory::new());
+    let key = BlobKey::file(&src);
+    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
+    c.route(bs_client::RouteRequest {
+        name: "up/resumed".into(),
+        size: Some(size),
+        resume_tag: t.resume_tag_of(&key).unwrap(),
+        ..Default::default()
+    })
+    .unwrap();
+    let push = |start: u64, part: &[u8]| {
+        let mut p = c.open_push_range("up/resumed", start, part.len() as u64).unwrap();
+        p.write(part).unwrap();
+        p.finish(false).unwrap();
+    };
+    let at = |a: u64, b: u64| &bytes[a as usize..b as usize];
+    push(0, at(0, 4 * MIB));
+    push(4 * MIB, at(4 * MIB, 6 * MIB));
+    push(8 * MIB, &vec![0xAB; MIB as usize]);
+    push(9 * MIB, at(9 * MIB, 12 * MIB));
+    let progress = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = progress.clone();
+    let opts = Options::blocking()
+        .connections(4)
+        .resume(true)
+        .progress(move |done, _| seen.lock().unwrap().push(done));
+    let done = t.copy(&key, &w.remote("up/resumed"), &opts).wait().unwrap();
+    assert_eq!(done.path, CopyPath::Parallel { connections: 4, reconnects: 0 });
+    assert_eq!(
+        (done.resumed_from, done.bytes),
+        (6 * MIB, size - 6 * MIB),
+        "range 1 and half of range 2 kept, range 3 pushed again from its wrong megabyte"
+    );
+    assert_eq!(progress.lock().unwrap().last(), Some(&size));
+    pushed(&w, "up/resumed", &bytes);
+    let opts = Options::blocking().connections(4).overwrite(true);
+    let again = t.copy(&key, &w.remote("up/resumed"), &opts).wait().unwrap();
+    assert_eq!((again.resumed_from, again.bytes), (0, size));
+    pushed(&w, "up/resumed", &bytes);
+}

@@ -104,10 +104,13 @@ fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
         return;
     }
     if !g.quiet {
-        let resumed = if c.resumed_from > 0 {
-            format!(" (resumed at byte {})", c.resumed_from)
-        } else {
-            String::new()
+        let resumed = match c.path {
+            _ if c.resumed_from == 0 => String::new(),
+            // Ranges kept from an interrupted copy need not be one prefix.
+            bs_blob::CopyPath::Parallel { .. } => {
+                format!(" ({} bytes kept from the interrupted copy)", c.resumed_from)
+            }
+            _ => format!(" (resumed at byte {})", c.resumed_from),
         };
         let over = match c.path {
             bs_blob::CopyPath::Parallel { connections, reconnects: 0 } => {

@@ -228,10 +228,39 @@ impl Client {
         length: u64,
         algo: DigestAlgo,
     ) -> Result<Digest> {
-        let req =
-            pb::RangeDigestRequest { name: name.into(), offset, length, algo: algo.name().into() };
+        let algo = algo.name().into();
+        let req = pb::RangeDigestRequest {
+            name: name.into(),
+            offset,
+            length,
+            algo,
+            ..Default::default()
+        };
         let r = self.call(|mut c| async move { c.range_digest(req).await })?;
-        r.digest.parse().map_err(|e| ClientError::Protocol(format!("bad digest from server: {e}")))
+        parse_digest(&r.digest)
+    }
+
+    /// Digests of consecutive `piece`-byte pieces of a range of what the pending upload
+    /// `name` holds (its ranges pushed so far), as far as it holds them: a last, shorter
+    /// piece only where the range ends; bytes never written read as zeros.
+    pub fn upload_piece_digests(
+        &self,
+        name: &str,
+        offset: u64,
+        length: u64,
+        piece: u64,
+        algo: DigestAlgo,
+    ) -> Result<Vec<Digest>> {
+        let req = pb::RangeDigestRequest {
+            name: name.into(),
+            offset,
+            length,
+            algo: algo.name().into(),
+            upload: true,
+            piece,
+        };
+        let r = self.call(|mut c| async move { c.range_digest(req).await })?;
+        r.pieces.iter().map(|d| parse_digest(d)).collect()
     }
 
     fn negotiate(&self, req: pb::NegotiateRequest) -> Result<pb::NegotiateResponse> {
@@ -522,6 +551,10 @@ impl Client {
             ))),
         })
     }
+}
+
+fn parse_digest(d: &str) -> Result<Digest> {
+    d.parse().map_err(|e| ClientError::Protocol(format!("bad digest from server: {e}")))
 }
 
 /// Whether a data connection was turned away before its transfer began, so that asking

@@ -264,10 +264,27 @@ impl pb::blob_store_server::BlobStore for ControlService {
         let wanted: Vec<String> =
             std::iter::once(r.algo.clone()).filter(|a| !a.is_empty()).collect();
         let algo = pick_digest(&wanted)?;
+        if r.upload {
+            if r.piece == 0 {
+                return Err(Status::invalid_argument("an upload's digests need a piece size"));
+            }
+            let pieces = self
+                .blocking(move |s| {
+                    s.upload_piece_digests(&r.name, r.offset, r.length, r.piece, algo)
+                })
+                .await?
+                .ok_or_else(|| {
+                    Status::unimplemented(
+                        "this server's store takes one writer per upload: it keeps no ranges",
+                    )
+                })?;
+            let pieces = pieces.iter().map(|d| d.to_string()).collect();
+            return Ok(Response::new(pb::RangeDigestResponse { digest: String::new(), pieces }));
+        }
         let d = self
             .blocking(move |s| s.open_read(&r.name)?.digest_range(r.offset, r.length, algo))
             .await?;
-        Ok(Response::new(pb::RangeDigestResponse { digest: d.to_string() }))
+        Ok(Response::new(pb::RangeDigestResponse { digest: d.to_string(), pieces: Vec::new() }))
     }
 
     async fn negotiate(

@@ -331,6 +331,21 @@ impl Store for FsStore {
         true
     }
 
+    fn upload_piece_digests(
+        &self,
+        name: &str,
+        offset: u64,
+        len: u64,
+        piece: u64,
+        algo: DigestAlgo,
+    ) -> Result<Option<Vec<Digest>>> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
+        let file = File::open(i.staging_path(&rec.upload_id)).map_err(|e| not_found_as(e, name))?;
+        Ok(Some(crate::store::piece_digests(&file, offset, len, piece, algo)?))
+    }
+
     fn abort(&self, name: &str) -> Result<()> {
         validate_name(name)?;
         let i = &self.inner;

@@ -85,6 +85,32 @@ pub(crate) fn digest_and_chunks(
 }
 
 /// Feed `len` bytes of `file` from `offset` to `f`, in order, in 1 MiB pieces.
+/// Digests of consecutive `piece`-byte pieces of `offset..offset + len` of `file`, as far as
+/// the file goes (a last, shorter piece only where the range ends).
+pub(crate) fn piece_digests(
+    file: &File,
+    offset: u64,
+    len: u64,
+    piece: u64,
+    algo: DigestAlgo,
+) -> std::io::Result<Vec<Digest>> {
+    let piece = piece.max(1);
+    let held = file.metadata()?.len();
+    let end = offset.saturating_add(len);
+    let upto = end.min(held);
+    let mut out = Vec::new();
+    let mut at = offset;
+    while at < upto {
+        let n = piece.min(upto - at);
+        if n < piece && at + n < end {
+            break; // a piece the file ends inside
+        }
+        out.push(digest_file_range(file, at, n, algo)?);
+        at += n;
+    }
+    Ok(out)
+}
+
 fn read_file_range(
     file: &File,
     offset: u64,
@@ -173,6 +199,20 @@ pub trait Store: Send + Sync + 'static {
     fn takes_range_writes(&self) -> bool {
         false
     }
+    /// Digests of consecutive `piece`-byte pieces of `offset..offset + len` of what the
+    /// pending upload of `name` holds, as far as it holds them (a last, shorter piece only
+    /// where the range ends; bytes no writer wrote read as zeros): how much of each range a
+    /// resumed parallel push keeps. `Ok(None)` where the store takes one writer per upload.
+    fn upload_piece_digests(
+        &self,
+        _name: &str,
+        _offset: u64,
+        _len: u64,
+        _piece: u64,
+        _algo: DigestAlgo,
+    ) -> Result<Option<Vec<Digest>>> {
+        Ok(None)
+    }
     /// Discard the pending upload of `name`.
     fn abort(&self, name: &str) -> Result<()>;
     /// Open a committed blob for reading. Every byte read through the source is verified
@@ -218,5 +258,30 @@ pub(crate) fn check_complete(name: &str, size: Option<u64>, received: u64) -> Re
             Err(StoreError::Incomplete { name: name.to_string(), received, size })
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn piece_digests_stop_where_the_file_ends_inside_a_piece() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..250u32).map(|i| (i * 7) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let f = File::open(&path).unwrap();
+        let algo = DigestAlgo::default();
+        let d = |a: usize, b: usize| algo.digest(&bytes[a..b]);
+        // The range ends with the file: its last, shorter piece counts.
+        assert_eq!(
+            piece_digests(&f, 0, 250, 100, algo).unwrap(),
+            [d(0, 100), d(100, 200), d(200, 250)]
+        );
+        // The range goes on past the file: the piece the file ends inside does not.
+        assert_eq!(piece_digests(&f, 0, 400, 100, algo).unwrap(), [d(0, 100), d(100, 200)]);
+        assert_eq!(piece_digests(&f, 50, 100, 100, algo).unwrap(), [d(50, 150)]);
+        assert!(piece_digests(&f, 300, 100, 100, algo).unwrap().is_empty());
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bs_meta::BlobRecord;
-use bs_wire::{ChunkDigests, DigestAlgo};
+use bs_wire::{ChunkDigests, Digest, DigestAlgo};
 use bytes::Bytes;
 
 use crate::error::StoreError;
@@ -133,6 +133,17 @@ impl Store for Tier {
 
     fn takes_range_writes(&self) -> bool {
         self.back.takes_range_writes()
+    }
+
+    fn upload_piece_digests(
+        &self,
+        name: &str,
+        offset: u64,
+        len: u64,
+        piece: u64,
+        algo: DigestAlgo,
+    ) -> Result<Option<Vec<Digest>>> {
+        self.back.upload_piece_digests(name, offset, len, piece, algo)
     }
 
     fn abort(&self, name: &str) -> Result<()> {
