@@ -34,7 +34,8 @@ pub trait PathRunner {
         Ok(())
     }
 
-    /// One timed transfer of all of `data`, connection set-up and final confirmation included.
+    /// One timed transfer of all of `data`, the request and the final confirmation included
+    /// (on a connection the path keeps from run to run).
     fn transfer(&mut self, mode: Mode, data: &Bytes, buffer: u32) -> Result<Transfer, BenchError>;
 
     /// Untimed clean-up after a series started by `prepare`.

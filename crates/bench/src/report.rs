@@ -214,8 +214,11 @@ impl TransferReport {
         let _ = writeln!(md, "Command: `{}`  \nMachine: {}\n", self.command, self.machine);
         md.push_str(
             "Gbit/s, median of the runs after one warm-up; each run moves the blob from memory on \
-             one side into a fresh buffer on the other, connection set-up and final \
-             confirmation included. The paths take turns run by run, and each ratio is the \
+             one side into a fresh buffer on the other, the request and the final \
+             confirmation included; every path keeps its connection from run to run (raw \
+             TCP its socket, gRPC its channel, blobstream its data connection, each transfer \
+             negotiated in band on it, a push of up to 1 MiB pipelined), opened by the \
+             warm-up run. The paths take turns run by run, and each ratio is the \
              median of the per-run ratios (blobstream's run i against the baseline's run i), \
              so drift on a shared machine cancels out. MB = 2²⁰ bytes; socket buffer \
              \"default\" = kernel autotuning. blobstream's figures include verification: a \

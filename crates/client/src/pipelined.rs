@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bs_proto as pb;
-use bs_transport::TransportError;
+use bs_transport::{SocketOptions, TransportError};
 use bs_wire::{Frame, Header};
 use prost::Message;
 
@@ -72,6 +72,18 @@ impl Client {
         let request = Frame::Negotiate { body: body.into() }.encode();
         let head = Header::data(0, n).encode();
         let (key, mut conn, keepalive) = self.pool.take_any()?;
+        // This client's buffers and waits (the connection may come from a clone with others):
+        // what it proposes, as the answer would have them but for a server's lowering.
+        let buf = (self.settings.socket_buffer > 0).then_some(self.settings.socket_buffer);
+        let socket = SocketOptions {
+            send_buffer: buf,
+            recv_buffer: buf,
+            nodelay: true,
+            io_timeout: Some(self.settings.io_timeout),
+        };
+        if let Some(t) = conn.tcp() {
+            socket.apply(t).ok()?;
+        }
         let sent = if n == 0 {
             conn.write_slices(&[&request, &sum])
         } else {

@@ -52,9 +52,8 @@ fn blob_name(mode: Mode, size: usize) -> String {
 fn push(client: &Client, name: &str, data: &[u8]) -> Result<PushAck, BenchError> {
     let n = data.len() as u64;
     let route = RouteRequest { size: Some(n), overwrite: true, ..Default::default() };
-    let mut p = client.open_push(name, 0, Some(n), Some(route))?;
-    p.write(data)?;
-    Ok(p.finish(true)?)
+    // A whole blob from memory: pipelined (one round trip) up to the server's bound.
+    Ok(client.push_all(name, data, Some(route))?)
 }
 
 impl PathRunner for BlobstreamRunner {

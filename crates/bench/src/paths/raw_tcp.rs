@@ -3,7 +3,9 @@
 //!
 //! The client writes an 8-byte big-endian word: the blob size, with the top bit set for a
 //! pull. A push follows it with the bytes and waits for one byte back; a pull reads the bytes
-//! the server sends.
+//! the server sends. The connection carries the next run's request too (as blobstream's
+//! client keeps its data connection alive between transfers): one connection per socket
+//! buffer setting, opened by the first run (a warm-up).
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -83,6 +85,8 @@ fn connect(addr: SocketAddr, buffer: u32) -> io::Result<TcpStream> {
 
 struct RawServer {
     addr: SocketAddr,
+    /// The client's connection, kept between runs.
+    conn: Option<TcpStream>,
     outcomes: Receiver<Outcome>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -102,12 +106,14 @@ impl RawServer {
         let thread = thread::Builder::new()
             .name("bench-raw-tcp".into())
             .spawn(move || serve(listener, source, stopping, tx))?;
-        Ok(Self { addr, outcomes, stop, thread: Some(thread) })
+        Ok(Self { addr, conn: None, outcomes, stop, thread: Some(thread) })
     }
 }
 
 impl Drop for RawServer {
     fn drop(&mut self) {
+        // Closing the kept connection ends the server's loop on it.
+        self.conn = None;
         self.stop.store(true, Ordering::SeqCst);
         // Wake the accept call.
         let _ = TcpStream::connect(self.addr);
@@ -127,18 +133,36 @@ fn serve(
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let outcome = conn.and_then(|s| handle(s, &source));
-        if tx.send(outcome).is_err() {
-            break;
+        let mut s = match conn.and_then(|s| tune(&s).map(|()| s)) {
+            Ok(s) => s,
+            Err(e) => {
+                if tx.send(Err(e)).is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        // Requests on this connection until the client closes it.
+        loop {
+            let mut word = [0u8; 8];
+            match s.read_exact(&mut word) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    break;
+                }
+            }
+            let outcome = handle(&mut s, u64::from_be_bytes(word), &source);
+            let failed = outcome.is_err();
+            if tx.send(outcome).is_err() || failed {
+                break;
+            }
         }
     }
 }
 
-fn handle(mut s: TcpStream, source: &Mutex<Bytes>) -> Outcome {
-    tune(&s)?;
-    let mut word = [0u8; 8];
-    s.read_exact(&mut word)?;
-    let word = u64::from_be_bytes(word);
+fn handle(s: &mut TcpStream, word: u64, source: &Mutex<Bytes>) -> Outcome {
     let n = (word & !PULL_FLAG) as usize;
     if word & PULL_FLAG != 0 {
         let data = source.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -162,33 +186,41 @@ impl PathRunner for RawTcpRunner {
 
     fn transfer(&mut self, mode: Mode, data: &Bytes, buffer: u32) -> Result<Transfer, BenchError> {
         *self.source.lock().unwrap_or_else(|e| e.into_inner()) = data.clone();
-        let server = self.server(buffer)?;
+        self.server(buffer)?;
+        let server = self.servers.get_mut(&buffer).expect("just started");
         while server.outcomes.try_recv().is_ok() {} // left over from a failed run
         let n = data.len();
+        let start = Instant::now();
+        let s = match &mut server.conn {
+            Some(s) => s,
+            None => server
+                .conn
+                .insert(connect(server.addr, buffer).map_err(BenchError::io("raw TCP connect"))?),
+        };
         let (elapsed, pulled) = match mode {
             Mode::Push => {
-                let start = Instant::now();
-                let mut s =
-                    connect(server.addr, buffer).map_err(BenchError::io("raw TCP connect"))?;
                 let sent = (|| {
                     s.write_all(&(n as u64).to_be_bytes())?;
                     s.write_all(data)?;
                     let mut ok = [0u8; 1];
                     s.read_exact(&mut ok)
                 })();
-                sent.map_err(BenchError::io("raw TCP push"))?;
+                if let Err(e) = sent {
+                    server.conn = None;
+                    return Err(BenchError::io("raw TCP push")(e));
+                }
                 (start.elapsed(), None)
             }
             Mode::Pull => {
-                let start = Instant::now();
-                let mut s =
-                    connect(server.addr, buffer).map_err(BenchError::io("raw TCP connect"))?;
                 let mut out = bs_wire::alloc::zeroed(n);
                 let got = (|| {
                     s.write_all(&(n as u64 | PULL_FLAG).to_be_bytes())?;
                     s.read_exact(&mut out)
                 })();
-                got.map_err(BenchError::io("raw TCP pull"))?;
+                if let Err(e) = got {
+                    server.conn = None;
+                    return Err(BenchError::io("raw TCP pull")(e));
+                }
                 (start.elapsed(), Some(out))
             }
         };
