@@ -46,9 +46,8 @@ fn s3_config(e: &bs_peers::S3Endpoint, prefix: &str) -> S3Config {
 fn push(client: &Client, name: &str, data: &[u8]) -> Result<(), BenchError> {
     let n = data.len() as u64;
     let route = RouteRequest { size: Some(n), overwrite: true, ..Default::default() };
-    let mut p = client.open_push(name, 0, Some(n), Some(route))?;
-    p.write(data)?;
-    let ack = p.finish(true)?;
+    // A whole blob from memory: pipelined (one round trip) up to the server's bound.
+    let ack = client.push_all(name, data, Some(route))?;
     if ack.received != n {
         return Err(err(format!("server acknowledged {} of {n} bytes", ack.received)));
     }
