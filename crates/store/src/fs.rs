@@ -24,7 +24,7 @@ use crate::name::validate_name;
 use crate::source::{BlobSource, CorruptionMarker};
 use crate::store::{
     RouteSpec, Routed, Store, UploadSink, check_complete, check_write, digest_and_chunks,
-    digest_file_range, may_replace,
+    digest_and_chunks_also, digest_file_range, may_replace,
 };
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -146,6 +146,31 @@ impl FsStore {
 impl Inner {
     fn blob_path(&self, id: &str) -> PathBuf {
         self.root.join("blobs").join(&id[..2]).join(id)
+    }
+
+    /// Write `data` at `offset` of the staging `file` of `name`, refused with
+    /// [`StoreError::StorageFull`] when the `needs` bytes of new space it takes are not free
+    /// (less the catalogue's reserve); writeback starts at once.
+    fn write_staged(
+        &self,
+        name: &str,
+        file: &File,
+        offset: u64,
+        data: &[u8],
+        needs: u64,
+    ) -> Result<()> {
+        if needs > 0
+            && let Some(free) = self.free_bytes()
+            && needs > free
+        {
+            return Err(StoreError::StorageFull(format!(
+                "{needs} more bytes for {name:?}, {free} bytes left for blobs in {}",
+                self.root.display()
+            )));
+        }
+        file.write_all_at(data, offset)?;
+        crate::start_writeback(file, offset, data.len() as u64);
+        Ok(())
     }
 
     fn staging_path(&self, id: &str) -> PathBuf {
@@ -497,18 +522,8 @@ impl UploadSink for FsRangeUpload {
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         check_write(Some(self.size), self.received, offset, data.len())?;
-        if let Some(free) = self.store.free_bytes()
-            && data.len() as u64 > free
-        {
-            return Err(StoreError::StorageFull(format!(
-                "{} more bytes for {:?}, {free} bytes left for blobs in {}",
-                data.len(),
-                self.name,
-                self.store.root.display()
-            )));
-        }
-        self.file.write_all_at(data, offset)?;
-        crate::start_writeback(&self.file, offset, data.len() as u64);
+        // Every byte may need new space: a range can land in a hole of the sparse file.
+        self.store.write_staged(&self.name, &self.file, offset, data, data.len() as u64)?;
         self.received = self.received.max(offset + data.len() as u64);
         Ok(())
     }
@@ -556,20 +571,10 @@ impl UploadSink for FsUpload {
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         check_write(self.rec.size, self.received, offset, data.len())?;
+        // Written in order from 0: only bytes past what it holds take new space.
         let grows = (offset + data.len() as u64).saturating_sub(self.received);
-        if grows > 0
-            && let Some(free) = self.store.free_bytes()
-            && grows > free
-        {
-            return Err(StoreError::StorageFull(format!(
-                "{grows} more bytes for {:?}, {free} bytes left for blobs in {}",
-                self.rec.name,
-                self.store.root.display()
-            )));
-        }
         let file = self.file.as_ref().expect("open until commit");
-        file.write_all_at(data, offset)?;
-        crate::start_writeback(file, offset, data.len() as u64);
+        self.store.write_staged(&self.rec.name, file, offset, data, grows)?;
         self.received = self.received.max(offset + data.len() as u64);
         match &mut self.chunks {
             Some(c) if c.len() == offset => c.update(data),
@@ -588,18 +593,9 @@ impl UploadSink for FsUpload {
     }
 
     fn commit_expecting(mut self: Box<Self>, expected: &Digest) -> Result<BlobRecord> {
-        // Written by others: read back, never trust the tracked chunks or the given digest.
+        // Written by others: read back (once, in either algorithm), never trust the tracked
+        // chunks or the given digest.
         self.chunks = None;
-        if expected.algo != self.store.algo {
-            let file = self.file.as_ref().expect("open until commit");
-            let d = digest_file_range(file, 0, self.received, expected.algo)?;
-            if d != *expected {
-                return Err(StoreError::Corrupt {
-                    name: self.rec.name.clone(),
-                    reason: format!("staged bytes read back as {d}, {expected} was written"),
-                });
-            }
-        }
         self.commit(Some(expected.clone()))
     }
 
@@ -614,11 +610,18 @@ impl UploadSink for FsUpload {
         let (digest, chunks) = match (whole, tracked) {
             (Some(d), Some(c)) if d.algo == i.algo => (d, c.finish()),
             (given, _) => {
-                let (d, c) = digest_and_chunks(&file, self.received, i.algo)?;
-                if let Some(g) = given.filter(|g| g.algo == i.algo && *g != d) {
+                // The given digest is checked in its own algorithm, in the same read.
+                let also = given.as_ref().map(|g| g.algo).filter(|a| *a != i.algo);
+                let (d, c, other) = digest_and_chunks_also(&file, self.received, i.algo, also)?;
+                let read_back =
+                    |g: &Digest| if g.algo == i.algo { Some(&d) } else { other.as_ref() };
+                if let Some(g) = given.as_ref()
+                    && let Some(r) = read_back(g)
+                    && r != g
+                {
                     return Err(StoreError::Corrupt {
                         name,
-                        reason: format!("staged bytes read back as {d}, {g} was written"),
+                        reason: format!("staged bytes read back as {r}, {g} was written"),
                     });
                 }
                 (d, c)

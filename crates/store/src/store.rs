@@ -75,13 +75,29 @@ pub(crate) fn digest_and_chunks(
     len: u64,
     algo: DigestAlgo,
 ) -> std::io::Result<(Digest, ChunkDigests)> {
+    let (d, c, _) = digest_and_chunks_also(file, len, algo, None)?;
+    Ok((d, c))
+}
+
+/// [`digest_and_chunks`], and in the same pass the digest in `also` (a writer's digest in
+/// another algorithm, to check the bytes against).
+pub(crate) fn digest_and_chunks_also(
+    file: &File,
+    len: u64,
+    algo: DigestAlgo,
+    also: Option<DigestAlgo>,
+) -> std::io::Result<(Digest, ChunkDigests, Option<Digest>)> {
     let mut h = algo.hasher();
     let mut c = ChunkHasher::new();
+    let mut other = also.map(|a| a.hasher());
     read_file_range(file, 0, len, |piece| {
         h.update(piece);
         c.update(piece);
+        if let Some(o) = &mut other {
+            o.update(piece);
+        }
     })?;
-    Ok((h.finish(), c.finish()))
+    Ok((h.finish(), c.finish(), other.map(|o| o.finish())))
 }
 
 /// Feed `len` bytes of `file` from `offset` to `f`, in order, in 1 MiB pieces.
