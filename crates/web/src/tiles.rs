@@ -11,7 +11,10 @@
 //!
 //! Per data set one thread (the pump) owns a `bs_dpss::Client`: it sends the lists, keeps the
 //! verified blocks that arrive in an LRU cache, and answers tile requests from it, asking for
-//! a tile high priority when no list has it yet.
+//! a tile high priority when no list has it yet — and, unless a viewer sent its viewport in
+//! the last seconds, its eight neighbours medium (sent when the block servers have time),
+//! since a viewer that asks for one tile asks for the tiles around it next: a IIIF client
+//! that sends no viewport gets the ISS paper's prefetching too.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -37,6 +40,12 @@ const CACHE_BYTES: usize = 128 << 20;
 const TILE_WAIT: Duration = Duration::from_secs(30);
 /// Most tiles a viewport list holds.
 const VIEW_TILES: usize = 256;
+/// How long a viewport sent by a viewer guides the lists (instead of the wanted tiles'
+/// neighbours).
+const VIEW_GUIDES: Duration = Duration::from_secs(10);
+/// Most neighbours of wanted tiles a list holds at medium priority (the oldest go first):
+/// every list sent carries them all.
+const AROUND_TILES: usize = 256;
 
 enum Cmd {
     View(Vec<(BlockId, Priority)>),
@@ -114,6 +123,8 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
     let dataset = client.layout().dataset.clone();
     let mut waiters: HashMap<BlockId, Vec<oneshot::Sender<Result<Bytes, String>>>> = HashMap::new();
     let mut list: Vec<(BlockId, Priority)> = Vec::new();
+    // When a viewer last said what it shows.
+    let mut last_view: Option<std::time::Instant> = None;
     loop {
         let mut changed = false;
         loop {
@@ -121,6 +132,7 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                 Ok(Cmd::View(v)) => {
                     list = v;
                     changed = true;
+                    last_view = Some(std::time::Instant::now());
                 }
                 Ok(Cmd::Want(id, tx)) => {
                     if let Some(c) = cache.lock().unwrap().get_verified(&dataset, id) {
@@ -129,6 +141,13 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                     }
                     waiters.entry(id).or_default().push(tx);
                     changed |= ask_high(&mut list, id);
+                    // A viewer that sends its viewport has its ring asked for already;
+                    // for a client that sends none, the tile's neighbours. They alone do not
+                    // make a new list worth sending (each flushes the block servers'
+                    // unserved requests): they go with the next one.
+                    if last_view.is_none_or(|t| t.elapsed() > VIEW_GUIDES) {
+                        ask_around(&mut list, client.layout(), id);
+                    }
                 }
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => return,
@@ -341,6 +360,35 @@ fn ask_high(list: &mut Vec<(BlockId, Priority)>, id: BlockId) -> bool {
     }
 }
 
+/// Put the tiles around `id` (its level, the eight neighbours in the grid) on `list` at
+/// medium priority, after what is there, unless they are on it already. Whether the list
+/// changed.
+fn ask_around(list: &mut Vec<(BlockId, Priority)>, layout: &Layout, id: BlockId) -> bool {
+    let (tx, ty) = layout.grid(id.level as u32);
+    let mut changed = false;
+    for dy in -1i64..=1 {
+        for dx in -1i64..=1 {
+            let (x, y) = (id.x as i64 + dx, id.y as i64 + dy);
+            if (dx, dy) == (0, 0) || x < 0 || y < 0 || x as u64 >= tx || y as u64 >= ty {
+                continue;
+            }
+            let n = BlockId::new(id.level, x as u32, y as u32);
+            if !list.iter().any(|(b, _)| *b == n) {
+                list.push((n, Priority::Medium));
+                changed = true;
+            }
+        }
+    }
+    let mut extra = list.iter().filter(|(_, p)| *p == Priority::Medium).count();
+    while extra > AROUND_TILES {
+        if let Some(i) = list.iter().position(|(_, p)| *p == Priority::Medium) {
+            list.remove(i);
+        }
+        extra -= 1;
+    }
+    changed
+}
+
 async fn want(s: &Arc<AppState>, dataset: &str, p: &Pump, id: BlockId) -> Result<Bytes, WebError> {
     let (tx, rx) = oneshot::channel();
     tiles(s)?.send(dataset, p, Cmd::Want(id, tx))?;
@@ -425,6 +473,24 @@ mod tests {
 
     use super::*;
     use bs_dpss::ServerRef;
+
+    #[test]
+    fn a_wanted_tiles_neighbours_are_asked_for_medium_once() {
+        let servers = vec![ServerRef { name: "s".into(), addr: "a".into(), disks: 1 }];
+        let l = Layout::plan("d", "image", (1000, 600), 256, servers, 1).unwrap();
+        // In a corner of the 4 × 3 grid: three neighbours.
+        let mut list = vec![(BlockId::new(0, 0, 0), Priority::High)];
+        assert!(ask_around(&mut list, &l, BlockId::new(0, 0, 0)));
+        let medium: Vec<_> =
+            list.iter().filter(|(_, p)| *p == Priority::Medium).map(|(b, _)| *b).collect();
+        assert_eq!(medium, [BlockId::new(0, 1, 0), BlockId::new(0, 0, 1), BlockId::new(0, 1, 1)]);
+        // Inside: eight, those already listed (at any priority) left as they are.
+        let mut list = vec![(BlockId::new(0, 1, 1), Priority::Low)];
+        assert!(ask_around(&mut list, &l, BlockId::new(0, 2, 1)));
+        assert_eq!(list.len(), 8);
+        assert_eq!(list[0], (BlockId::new(0, 1, 1), Priority::Low));
+        assert!(!ask_around(&mut list, &l, BlockId::new(0, 2, 1)), "nothing new");
+    }
 
     #[test]
     fn iiif_requests_map_to_exactly_the_pyramids_tiles() {
