@@ -821,13 +821,15 @@ fn the_client_pushes_small_blobs_in_one_round_trip_and_larger_ones_the_usual_way
         ..Default::default()
     });
     assert!(layered.try_push_pipelined("p/layered", b"abc", route(3)).is_none());
-    // Either digest the client may check with.
+    // Checked in either digest the client may propose (the blob's stored digest is the
+    // store's own).
     let b3 = c.clone().with_settings(TransferSettings {
         digests: vec![DigestAlgo::Blake3],
         ..Default::default()
     });
     let ack = b3.try_push_pipelined("p/b3", b"abc", route(3)).expect("pipelined").unwrap();
-    assert_eq!(ack.committed, Some(DigestAlgo::Blake3.digest(b"abc")));
+    assert_eq!(ack.committed, Some(DigestAlgo::default().digest(b"abc")));
+    assert_eq!(pull(&c, "p/b3", 0, None), b"abc");
     // A server that keeps no connection alive offers none of it.
     let cfg = ServerConfig { data_keepalive: Duration::ZERO, ..ServerConfig::ephemeral() };
     let (_s2, c2) = server_with(Arc::new(MemStore::new()), cfg);
