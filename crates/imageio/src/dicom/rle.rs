@@ -69,22 +69,57 @@ pub(crate) fn decode_frame(
     let total = pixels.checked_mul(segments).ok_or_else(|| corrupt("image too large".into()))?;
     // Each segment decodes into its own plane with slice copies and fills; the planes are then
     // interleaved in one pass (a byte written at a stride per PackBits step is several times
-    // slower).
-    let mut planes = vec![0u8; total];
-    for (seg, plane) in planes.chunks_exact_mut(pixels.max(1)).enumerate().take(segments) {
-        let src = &fragment[offsets[seg]..offsets[seg + 1]];
-        let written = unpack_bits(src, plane);
-        if written < pixels {
-            return Err(ImageIoError::truncated(
-                DICOM,
-                format!("RLE segment {seg} decodes to {written} bytes, {pixels} expected"),
-            ));
+    // slower). One segment is its own output.
+    let unpack = |planes: &mut [u8]| {
+        for (seg, plane) in planes.chunks_exact_mut(pixels.max(1)).enumerate().take(segments) {
+            let src = &fragment[offsets[seg]..offsets[seg + 1]];
+            let written = unpack_bits(src, plane);
+            if written < pixels {
+                return Err(ImageIoError::truncated(
+                    DICOM,
+                    format!("RLE segment {seg} decodes to {written} bytes, {pixels} expected"),
+                ));
+            }
         }
-    }
-    if segments == 1 {
-        return Ok(planes);
-    }
+        Ok(())
+    };
     let mut out = vec![0u8; total];
+    if segments == 1 {
+        unpack(&mut out)?;
+        return Ok(out);
+    }
+    // The planes live in a buffer this thread keeps from frame to frame (a frame's worth of
+    // fresh memory each time costs more in page faults and zeroing than the decoding).
+    PLANES.with_borrow_mut(|planes| {
+        if planes.len() < total {
+            planes.resize(total, 0);
+        }
+        unpack(&mut planes[..total])?;
+        interleave(&planes[..total], &mut out, pixels, segments, bytes_per_sample);
+        if planes.len() > KEEP_PLANES {
+            *planes = Vec::new(); // a huge frame's planes are not kept
+        }
+        Ok::<_, ImageIoError>(())
+    })?;
+    Ok(out)
+}
+
+thread_local! {
+    /// Scratch planes of the last frame decoded on this thread.
+    static PLANES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Most scratch bytes a thread keeps between frames.
+const KEEP_PLANES: usize = 64 << 20;
+
+/// Interleave the decoded `planes` (one per segment, `pixels` bytes each) into `out`.
+fn interleave(
+    planes: &[u8],
+    out: &mut [u8],
+    pixels: usize,
+    segments: usize,
+    bytes_per_sample: usize,
+) {
     // Segment `seg` holds byte `seg % bytes_per_sample` (0 = most significant) of sample
     // `seg / bytes_per_sample`: position `sample · bytes + (bytes − 1 − rank)` of a pixel.
     let position = |seg: usize| {
@@ -106,7 +141,6 @@ pub(crate) fn decode_frame(
             }
         }
     }
-    Ok(out)
 }
 
 /// PackBits-decode `src` into `dst`; returns how many bytes were produced (at most
