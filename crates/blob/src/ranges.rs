@@ -468,25 +468,22 @@ pub(crate) fn push(
         |e: &ClientError| matches!(e, ClientError::Rpc { code: tonic::Code::Unimplemented, .. });
     // The first range is opened (or checked) before anything else: a store that takes one
     // writer per upload says so here, before any byte moved.
-    let (first, first_held) = if resume {
-        let (start, end) = bounds[0];
-        let held = client.within(deadline.left(IO_WAIT)).upload_piece_digests(
-            name,
-            start,
-            end - start,
-            ALIGN,
-            algo,
-        );
-        match held {
-            Err(e) if unimplemented(&e) => return Ok(None),
-            held => (None, Some(held.ok())),
-        }
-    } else {
-        match client.within(deadline.left(IO_WAIT)).open_push_range(name, 0, bounds[0].1) {
-            Err(e) if unimplemented(&e) => return Ok(None),
-            r => (Some(r?), None),
-        }
-    };
+    let (first, first_held) =
+        if resume {
+            let (start, end) = bounds[0];
+            let held = client
+                .within(deadline.left(read_back_wait(end - start)))
+                .upload_piece_digests(name, start, end - start, ALIGN, algo);
+            match held {
+                Err(e) if unimplemented(&e) => return Ok(None),
+                held => (None, Some(held.ok())),
+            }
+        } else {
+            match client.within(deadline.left(IO_WAIT)).open_push_range(name, 0, bounds[0].1) {
+                Err(e) if unimplemented(&e) => return Ok(None),
+                r => (Some(r?), None),
+            }
+        };
     let cancel = AtomicBool::new(false);
     let finished = AtomicU64::new(0);
     // Bytes of the ranges kept from an interrupted push.
@@ -576,7 +573,7 @@ fn held(
 ) -> u64 {
     let algo = DigestAlgo::default();
     let theirs = checked.unwrap_or_else(|| {
-        let c = client.within(deadline.left(IO_WAIT));
+        let c = client.within(deadline.left(read_back_wait(part.len() as u64)));
         c.upload_piece_digests(name, start, part.len() as u64, ALIGN, algo).ok()
     });
     let mut kept = 0;
@@ -587,6 +584,12 @@ fn held(
         kept += ours.len() as u64;
     }
     kept
+}
+
+/// How long the server may take to read back and digest `len` bytes of an upload before it
+/// answers (at 50 MiB/s at least, on top of the usual wait).
+fn read_back_wait(len: u64) -> Duration {
+    IO_WAIT + Duration::from_secs(len / (50 << 20))
 }
 
 /// Commit the ranges pushed into `name`. The server reads the upload back first, so the wait
@@ -600,7 +603,7 @@ fn commit(
     size: u64,
     deadline: &Deadline,
 ) -> Result<BlobInfo> {
-    let wait = IO_WAIT + Duration::from_secs(size / (50 << 20));
+    let wait = read_back_wait(size);
     let busy_until = Instant::now() + Duration::from_secs(10);
     loop {
         match client.within(deadline.left(wait)).commit(name, whole) {

@@ -125,7 +125,7 @@ fn a_range_whose_connection_is_cut_continues_on_a_new_one() {
 
 #[test]
 fn a_resumed_copy_keeps_only_ranges_that_check_out() {
-    // 13 chunks in 4 ranges: 4, 4, 4 and 1 MiB (+100 bytes).
+    // 13 chunks in 4 ranges: 4, 4 and 4 MiB, and the last 100 bytes.
     let bytes = data(12 * MIB + 100);
     let w = world_with("study", &bytes);
     let dest = w.dir.path().join("study.bin");
@@ -282,7 +282,7 @@ fn a_store_with_one_writer_per_upload_takes_the_push_over_one_connection() {
 #[test]
 fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
     let w = world_with("unrelated", b"x");
-    // 13 chunks in 4 ranges: 4, 4, 4 and 1 MiB (+100 bytes).
+    // 13 chunks in 4 ranges: 4, 4 and 4 MiB, and the last 100 bytes.
     let bytes = data(12 * MIB + 100);
     let size = bytes.len() as u64;
     let src = w.dir.path().join("resume.bin");
@@ -307,6 +307,9 @@ fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
     push(4 * MIB, at(4 * MIB, 6 * MIB));
     push(8 * MIB, &vec![0xAB; MIB as usize]);
     push(9 * MIB, at(9 * MIB, 12 * MIB));
+    // Pieces are at least 64 KiB (the answer stays bounded).
+    let tiny = c.upload_piece_digests("up/resumed", 0, size, 1, bs_wire::DigestAlgo::default());
+    assert!(matches!(tiny, Err(bs_client::ClientError::InvalidArgument(_))), "{tiny:?}");
     let progress = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = progress.clone();
     let opts = Options::blocking()

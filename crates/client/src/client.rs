@@ -559,7 +559,7 @@ fn parse_digest(d: &str) -> Result<Digest> {
 
 /// Whether a data connection was turned away before its transfer began, so that asking
 /// again may succeed.
-fn turned_away(e: &ClientError) -> bool {
+pub(crate) fn turned_away(e: &ClientError) -> bool {
     use std::io::ErrorKind::*;
     match e {
         ClientError::Transfer(TransportError::Remote { code, .. }) => *code == ErrorCode::Busy,

@@ -116,24 +116,28 @@ impl Client {
         self.learn(&resp);
         let keepalive = Duration::from_millis(u64::from(resp.keepalive_ms));
         let mut conn = Pooled::new(conn, self.pool.clone(), key, keepalive, true);
-        Some((|| {
-            match conn.read_frame_or_remote_error()? {
-                Frame::Ack { committed: None, .. } => {}
-                other => {
-                    return Err(ClientError::Protocol(format!(
-                        "expected the server's admission ACK, got {other:?}"
-                    )));
-                }
+        match conn.read_frame_or_remote_error() {
+            Ok(Frame::Ack { committed: None, .. }) => {}
+            // Turned away before the upload was opened (another writer still holds it, the
+            // connection closed): nothing was stored; the usual way waits and asks again.
+            Err(e) => {
+                let e = ClientError::from(e);
+                return if crate::client::turned_away(&e) { None } else { Some(Err(e)) };
             }
-            match conn.read_frame_or_remote_error()? {
-                Frame::Ack { received, committed: Some(d) } => {
-                    conn.done();
-                    Ok(PushAck { received, committed: Some(d) })
-                }
-                other => Err(ClientError::Protocol(format!(
-                    "expected the server's commit ACK, got {other:?}"
-                ))),
+            Ok(other) => {
+                return Some(Err(ClientError::Protocol(format!(
+                    "expected the server's admission ACK, got {other:?}"
+                ))));
             }
+        }
+        Some((|| match conn.read_frame_or_remote_error()? {
+            Frame::Ack { received, committed: Some(d) } => {
+                conn.done();
+                Ok(PushAck { received, committed: Some(d) })
+            }
+            other => Err(ClientError::Protocol(format!(
+                "expected the server's commit ACK, got {other:?}"
+            ))),
         })())
     }
 }

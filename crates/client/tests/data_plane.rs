@@ -777,6 +777,40 @@ fn a_pipelined_push_is_one_write_and_a_refused_one_is_read_past() {
     }
 }
 
+#[test]
+fn a_refused_pipelined_push_that_stalls_is_cut_off_and_holds_no_slot() {
+    let cfg = ServerConfig {
+        hello_timeout: Duration::from_millis(300),
+        max_connections: 1,
+        ..ServerConfig::ephemeral()
+    };
+    let (s, c) = server_with(Arc::new(MemStore::new()), cfg);
+    push(&c, "t", b"abc");
+    let mut conn = kept_alive(&s);
+    // Refused (it exists), announcing a megabyte that never comes.
+    use prost::Message;
+    let req = bs_proto::NegotiateRequest {
+        name: "t".into(),
+        direction: bs_proto::Direction::Push as i32,
+        length: Some(1 << 20),
+        route: route(1 << 20),
+        pipelined: true,
+        ..Default::default()
+    };
+    conn.write_frame(&Frame::Negotiate { body: req.encode_to_vec().into() }).unwrap();
+    conn.write_frame(&Frame::Data { offset: 0, len: 1 << 20 }).unwrap();
+    conn.write_slices(&[&[7u8; 10]]).unwrap();
+    // Meanwhile the one transfer slot is free for others.
+    assert_eq!(pull(&c, "t", 0, None), b"abc");
+    push(&c, "u", b"def");
+    // And the stalled connection is closed well before the test's own 10 s wait.
+    match conn.read_frame() {
+        Err(TransportError::Closed) => {}
+        Err(TransportError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("expected the server to close the stalled connection, got {other:?}"),
+    }
+}
+
 /// A data connection that has carried one transfer (a pull of `t`, which must hold `abc`),
 /// so it takes in-band requests.
 fn kept_alive(s: &BackgroundServer) -> bs_transport::Conn {
@@ -839,22 +873,30 @@ fn the_client_pushes_small_blobs_in_one_round_trip_and_larger_ones_the_usual_way
 }
 
 #[test]
-fn the_control_plane_refuses_a_pipelined_request() {
-    let (s, _c) = server();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let status = rt.block_on(async {
-        let url = format!("http://{}", s.control_addr());
-        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(url).await.unwrap();
-        let req = bs_proto::NegotiateRequest {
-            name: "p".into(),
-            direction: bs_proto::Direction::Push as i32,
-            length: Some(3),
-            pipelined: true,
-            ..Default::default()
-        };
-        g.negotiate(req).await.unwrap_err()
-    });
-    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+fn the_control_plane_refuses_a_pipelined_request_and_announces_the_bound() {
+    let off = ServerConfig { data_keepalive: Duration::ZERO, ..ServerConfig::ephemeral() };
+    for (cfg, bound) in [(ServerConfig::ephemeral(), 1 << 20), (off, 0)] {
+        let (s, _c) = server_with(Arc::new(MemStore::new()), cfg);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (refused, answer) = rt.block_on(async {
+            let url = format!("http://{}", s.control_addr());
+            let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(url).await.unwrap();
+            let mut req = bs_proto::NegotiateRequest {
+                name: "p".into(),
+                direction: bs_proto::Direction::Push as i32,
+                length: Some(3),
+                route: route(3),
+                pipelined: true,
+                ..Default::default()
+            };
+            let refused = g.negotiate(req.clone()).await.unwrap_err();
+            req.pipelined = false;
+            (refused, g.negotiate(req).await.unwrap().into_inner())
+        });
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        // Pipelining is offered only with keep-alive (a kept connection is what it runs on).
+        assert_eq!(answer.pipeline_up_to, bound);
+    }
 }
 
 /// A binding to the echo endpoint, negotiated with the generated gRPC client: its token.

@@ -265,8 +265,11 @@ impl pb::blob_store_server::BlobStore for ControlService {
             std::iter::once(r.algo.clone()).filter(|a| !a.is_empty()).collect();
         let algo = pick_digest(&wanted)?;
         if r.upload {
-            if r.piece == 0 {
-                return Err(Status::invalid_argument("an upload's digests need a piece size"));
+            // At most a million pieces of at least 64 KiB: the answer stays a few tens of MB.
+            if r.piece < 64 << 10 || r.length / r.piece > 1 << 20 {
+                return Err(Status::invalid_argument(
+                    "an upload's digests come in pieces of at least 64 KiB, at most 2^20 of them",
+                ));
             }
             let pieces = self
                 .blocking(move |s| {

@@ -319,7 +319,12 @@ fn in_band(
             return Err(());
         }
     };
-    let pipelined = req.pipelined;
+    // Only a push of a known length sends its frames along (anything else marked pipelined
+    // is refused by the grant, and sent none the client would wait on).
+    let pipelined = req.pipelined
+        && req.direction == bs_proto::Direction::Push as i32
+        && !req.range
+        && req.length.is_some();
     let refuse = |conn: &mut Conn, status: tonic::Status| {
         if pipelined {
             // Its frames follow the request: read past them, so the connection is ready
@@ -344,14 +349,25 @@ fn in_band(
             conn.hold_frame(&Frame::Grant { code: 0, body: answer.encode_to_vec().into() });
             Ok(Some((grant, slot)))
         }
-        Err(status) => refuse(conn, status),
+        Err(status) => {
+            // Not held while the refused request's frames are read past.
+            drop(slot);
+            refuse(conn, status)
+        }
     }
 }
 
 /// Read and drop a refused pipelined push's frames: DATA (at most
-/// [`crate::negotiate::PIPELINE_UP_TO`] bytes in all) through the final SUM. `Err`: the peer
-/// sent something else or too much (told, and the connection is done) or went away.
+/// [`crate::negotiate::PIPELINE_UP_TO`] bytes in all) through the final SUM, all within one
+/// deadline (the time a token may take, and as long again for the bytes), however slowly they
+/// trickle in. `Err`: the peer sent something else or too much (told, and the connection is
+/// done), went away or ran out of time.
 fn drop_pipelined(shared: &Shared, conn: &mut Conn) -> Result<(), ()> {
+    let deadline = Instant::now() + shared.hello_timeout * 2;
+    let left = || {
+        let left = deadline.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left).ok_or(())
+    };
     let mut dropped = 0u64;
     let bad = |conn: &mut Conn, message: String| {
         let _ = conn.write_frame(&Frame::Error { code: ErrorCode::BadFrame, message });
@@ -359,13 +375,13 @@ fn drop_pipelined(shared: &Shared, conn: &mut Conn) -> Result<(), ()> {
         Err(())
     };
     loop {
-        match conn.read_frame_within(shared.hello_timeout) {
+        match conn.read_frame_within(left()?) {
             Ok(Frame::Data { len, .. }) => {
                 dropped = dropped.saturating_add(len);
                 if dropped > crate::negotiate::PIPELINE_UP_TO {
                     return bad(conn, "a pipelined push sent more than it may".into());
                 }
-                conn.recv_data_with(len, None, &shared.pool, |_| Ok(())).map_err(drop)?;
+                conn.discard_by(len, deadline).map_err(drop)?;
             }
             Ok(Frame::Sum { final_: true, .. }) => return Ok(()),
             Ok(other) => {

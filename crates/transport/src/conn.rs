@@ -327,6 +327,23 @@ impl Conn {
         Ok(Frame::from_parts(h, &body)?)
     }
 
+    /// Read and drop `len` announced payload bytes, all by `deadline` however slowly they
+    /// trickle in (each read waits at most what is left).
+    pub fn discard_by(&mut self, len: u64, deadline: std::time::Instant) -> Result<()> {
+        let mut scratch = [0u8; 16 << 10];
+        let mut got = 0u64;
+        let res = (|| {
+            while got < len {
+                self.arm(Some(deadline))?;
+                let want = (len - got).min(scratch.len() as u64) as usize;
+                got += self.read_some(&mut scratch[..want], len, got)? as u64;
+            }
+            Ok(())
+        })();
+        let _ = self.set_read_timeout(None);
+        res
+    }
+
     /// Before a read: shorten the socket's read timeout to what is left until `deadline`.
     fn arm(&self, deadline: Option<std::time::Instant>) -> Result<()> {
         let Some(d) = deadline else { return Ok(()) };

@@ -345,11 +345,12 @@ pub async fn tile(
 }
 
 /// Ask the pump for a tile not in the cache and wait for it.
-/// Make sure `list` has `id` on its way: unless it is there at high or medium priority, put
-/// it at the head, high. Whether the list changed.
+/// Make sure `list` has `id` on its way, high: someone waits for it. Unless it is there at
+/// high priority, put it at the head (a medium tile — a ring or neighbour asked for ahead —
+/// is sent only when no high one is ready, a low one never). Whether the list changed.
 fn ask_high(list: &mut Vec<(BlockId, Priority)>, id: BlockId) -> bool {
     match list.iter().position(|(b, _)| *b == id) {
-        Some(i) if list[i].1 != Priority::Low => false,
+        Some(i) if list[i].1 == Priority::High => false,
         found => {
             if let Some(i) = found {
                 list.remove(i);
@@ -464,8 +465,11 @@ mod tests {
         let mut list = vec![(b, Priority::High), (c, Priority::Low)];
         assert!(ask_high(&mut list, c));
         assert_eq!(list, vec![(c, Priority::High), (b, Priority::High)]);
-        // On its way already: left alone.
+        // Only medium (asked for ahead, sent when there is time): raised too.
         let mut list = vec![(b, Priority::High), (c, Priority::Medium)];
+        assert!(ask_high(&mut list, c));
+        assert_eq!(list, vec![(c, Priority::High), (b, Priority::High)]);
+        // High already: left alone.
         assert!(!ask_high(&mut list, c));
         assert!(!ask_high(&mut list, b));
         assert_eq!(list.len(), 2);

@@ -3,7 +3,8 @@
 //! Written here rather than taken from dicom-rs because dicom-rs's RLE reader indexes and
 //! unwraps on malformed input (a short fragment, a segment that decodes to too few bytes, a
 //! huge segment count) and so panics on corrupt files; this one returns errors, and allocates
-//! only the output frame, whose size the caller has already checked against the limits.
+//! only the output frame, whose size the caller has already checked against the limits, and
+//! scratch planes of the same size that the thread keeps for the next frame (up to 64 MiB).
 //!
 //! A frame is one fragment: a 64-byte header (segment count, then 15 little-endian segment
 //! offsets) followed by PackBits-coded segments, one per byte of each sample, the most
@@ -94,12 +95,14 @@ pub(crate) fn decode_frame(
         if planes.len() < total {
             planes.resize(total, 0);
         }
-        unpack(&mut planes[..total])?;
-        interleave(&planes[..total], &mut out, pixels, segments, bytes_per_sample);
-        if planes.len() > KEEP_PLANES {
-            *planes = Vec::new(); // a huge frame's planes are not kept
+        let res = unpack(&mut planes[..total]);
+        if res.is_ok() {
+            interleave(&planes[..total], &mut out, pixels, segments, bytes_per_sample);
         }
-        Ok::<_, ImageIoError>(())
+        if planes.len() > KEEP_PLANES {
+            *planes = Vec::new(); // a huge frame's planes are not kept, decoded or not
+        }
+        res
     })?;
     Ok(out)
 }
