@@ -94,6 +94,21 @@ fn api_get(c: &Client, prefix: &str, data: &[u8], n: usize) -> Result<f64, Bench
     })
 }
 
+/// [`api_get`] with each job's requests sent ahead of their answers ([`Client::pull_each`]).
+fn api_get_ahead(c: &Client, prefix: &str, data: &[u8], n: usize) -> Result<f64, BenchError> {
+    in_flight(|job| {
+        let names: Vec<String> = share(job, n).map(|i| format!("{prefix}{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut failed = None;
+        c.pull_each(&refs, |k, r| match r {
+            Ok(b) if b == blob(data, job + k * JOBS) => {}
+            Ok(_) => failed = Some(err(format!("{}: the pull returned other bytes", refs[k]))),
+            Err(e) => failed = Some(err(format!("{}: {e}", refs[k]))),
+        });
+        failed.map_or(Ok(()), Err)
+    })
+}
+
 /// One keep-alive HTTP/1.1 connection.
 struct Http {
     r: BufReader<TcpStream>,
@@ -196,6 +211,7 @@ pub(crate) fn small_blob_rows(opts: &BenchOptions) -> Result<(Vec<Row>, String),
     let addr = web.addr();
     let data = payload(SIZE as u64 * 64);
     let (mut op, mut hp, mut og, mut hg, mut up) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut ag = vec![];
     for r in 0..runs {
         opts.say(&format!("{n} × 4 KiB blobs: run {} of {runs}", r + 1));
         let (ours, http) = (format!("small/{r}/api/"), format!("small/{r}/http/"));
@@ -206,7 +222,9 @@ pub(crate) fn small_blob_rows(opts: &BenchOptions) -> Result<(Vec<Row>, String),
             up.push(api_put_unpipelined(&client, &unpipelined, &data, n)?);
             og.push(api_get(&client, &ours, &data, n)?);
             hg.push(http_get(addr, &http, &data, n)?);
+            ag.push(api_get_ahead(&client, &ours, &data, n)?);
         } else {
+            ag.push(api_get_ahead(&client, &ours, &data, n)?);
             up.push(api_put_unpipelined(&client, &unpipelined, &data, n)?);
             hp.push(http_put(addr, &http, &data, n)?);
             op.push(api_put(&client, &ours, &data, n)?);
@@ -242,7 +260,19 @@ pub(crate) fn small_blob_rows(opts: &BenchOptions) -> Result<(Vec<Row>, String),
         ratio_means: "ours / baseline",
         target: None,
     };
-    let rows = vec![row("put", &op, &hp), row("get", &og, &hg), pipelining];
+    let (a, g) = (median(&ag), median(&og));
+    let ahead = Row {
+        group: "small blobs",
+        what: format!("{n} × 4 KiB blobs, get with up to 16 requests sent ahead (pull_each)"),
+        ours: per_s(a),
+        baseline: per_s(g),
+        baseline_name: "the same gets one request at a time".into(),
+        unit: "blobs/s",
+        ratio: g / a,
+        ratio_means: "ours / baseline",
+        target: None,
+    };
+    let rows = vec![row("put", &op, &hp), row("get", &og, &hg), pipelining, ahead];
     let note = format!(
         "small blobs: both servers in this process over one filesystem store (every blob \
          fsync'd before it is acknowledged, commits sharing fsyncs); every get checked byte \

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bs_proto as pb;
 use bs_transport::{SocketOptions, TransportError};
 use bs_wire::{Frame, Header};
+
 use prost::Message;
 
 use crate::client::Client;
@@ -39,6 +40,14 @@ impl Client {
     pub fn pipelines(&self, len: u64) -> bool {
         self.in_band.load(Relaxed)
             && len <= self.pipeline_up_to.load(Relaxed)
+            && self.pool.len() > 0
+            && !bs_binding::carry::has_message_layers(&self.transfer_profile())
+    }
+
+    /// Whether pull requests may go ahead of their answers now: in band, on a kept-alive
+    /// connection, without message layers.
+    fn pulls_ahead(&self) -> bool {
+        self.in_band.load(Relaxed)
             && self.pool.len() > 0
             && !bs_binding::carry::has_message_layers(&self.transfer_profile())
     }
@@ -139,5 +148,173 @@ impl Client {
                 "expected the server's commit ACK, got {other:?}"
             ))),
         })())
+    }
+}
+
+/// Most pull requests sent ahead of their answers on one connection.
+const PULLS_AHEAD: usize = 16;
+
+/// How one pipelined pull ended.
+enum Answered {
+    /// Its bytes, verified.
+    Bytes(Vec<u8>),
+    /// Refused in step (the connection waits for the next request): the usual way's error.
+    Refused(ClientError),
+    /// Busy, or the connection is out of step or gone: this one and the rest the usual way.
+    Fallback,
+    /// Failed after its bytes began (the connection is out of step): this one's error; the
+    /// rest the usual way.
+    Failed(ClientError),
+}
+
+impl Client {
+    /// Pull the whole blobs `names`, calling `each(i, bytes)` in order, every one verified
+    /// against its digest. On a kept-alive data connection of a server that takes in-band
+    /// requests, up to 16 requests go ahead of their answers (the server answers them in
+    /// order), so many small blobs cost about one round trip in all instead of one each; the
+    /// rest — and every blob whenever that is not possible — the usual way.
+    pub fn pull_each(&self, names: &[&str], mut each: impl FnMut(usize, Result<Vec<u8>>)) {
+        let usual = |name: &str| -> Result<Vec<u8>> {
+            let mut p = self.open_pull(name, 0, None)?;
+            let mut out = vec![0u8; p.len() as usize];
+            p.read_exact_to_end(&mut out)?;
+            Ok(out)
+        };
+        let mut next = 0;
+        // The first the usual way when there is no connection to pipeline on yet.
+        if names.is_empty() {
+            return;
+        }
+        if !self.pulls_ahead() {
+            each(0, usual(names[0]));
+            next = 1;
+        }
+        let conn = if self.pulls_ahead() { self.pool.take_any() } else { None };
+        let Some((key, mut conn, keepalive)) = conn else {
+            for (i, name) in names.iter().enumerate().skip(next) {
+                each(i, usual(name));
+            }
+            return;
+        };
+        if let Some(t) = conn.tcp() {
+            let socket = SocketOptions {
+                send_buffer: None,
+                recv_buffer: None,
+                nodelay: true,
+                io_timeout: Some(self.settings.io_timeout),
+            };
+            if socket.apply(t).is_err() {
+                for (i, name) in names.iter().enumerate().skip(next) {
+                    each(i, usual(name));
+                }
+                return;
+            }
+        }
+        let mut sent = next;
+        let mut in_step = true;
+        while next < names.len() {
+            while in_step && sent < names.len() && sent - next < PULLS_AHEAD {
+                let req = self.base_request(names[sent], pb::Direction::Pull, 0, None);
+                let body = req.encode_to_vec();
+                if body.len() > bs_wire::MAX_BODY_LEN as usize
+                    || conn.write_frame(&Frame::Negotiate { body: body.into() }).is_err()
+                {
+                    in_step = false;
+                    break;
+                }
+                sent += 1;
+            }
+            if next == sent {
+                break; // nothing asked on this connection: the rest the usual way
+            }
+            match answer(&mut conn) {
+                Answered::Bytes(b) => each(next, Ok(b)),
+                Answered::Refused(e) => each(next, Err(e)),
+                Answered::Fallback => {
+                    in_step = false;
+                    each(next, usual(names[next]));
+                }
+                Answered::Failed(e) => {
+                    in_step = false;
+                    each(next, Err(e));
+                }
+            }
+            next += 1;
+            if !in_step {
+                break;
+            }
+        }
+        if in_step && next == names.len() {
+            self.pool.give(key, conn, keepalive);
+        }
+        for (i, name) in names.iter().enumerate().skip(next) {
+            each(i, usual(name));
+        }
+    }
+}
+
+/// Read the answer to one pipelined pull request: a GRANT, then the blob's DATA and SUM.
+fn answer(conn: &mut bs_transport::Conn) -> Answered {
+    use bs_binding::transfer::PullReceiver;
+    let resp = match conn.read_frame() {
+        Ok(Frame::Grant { code: 0, body }) => match pb::NegotiateResponse::decode(&body[..]) {
+            Ok(r) => r,
+            Err(e) => return Answered::Failed(ClientError::Protocol(format!("bad GRANT: {e}"))),
+        },
+        Ok(Frame::Grant { code, body }) => {
+            let code = tonic::Code::from(i32::try_from(code).unwrap_or(i32::MAX));
+            return match code {
+                tonic::Code::Unavailable | tonic::Code::Aborted => Answered::Fallback,
+                _ => Answered::Refused(
+                    tonic::Status::new(code, String::from_utf8_lossy(&body)).into(),
+                ),
+            };
+        }
+        Err(TransportError::Timeout) => return Answered::Failed(ClientError::Timeout),
+        _ => return Answered::Fallback,
+    };
+    let Ok(algo) = resp.digest.parse::<bs_wire::DigestAlgo>() else {
+        return Answered::Failed(ClientError::Protocol(format!(
+            "unknown digest {:?}",
+            resp.digest
+        )));
+    };
+    if resp.qos.as_ref().is_some_and(|q| {
+        bs_binding::Profile::from_pb(q).is_ok_and(|p| bs_binding::carry::has_message_layers(&p))
+    }) {
+        return Answered::Failed(ClientError::Protocol(
+            "a layered answer to a plain request".into(),
+        ));
+    }
+    let mut rules = PullReceiver::new(resp.offset, resp.length);
+    let mut out = vec![0u8; resp.length as usize];
+    let mut hasher = algo.hasher();
+    let res = (|| -> Result<()> {
+        while rules.left() > 0 {
+            match conn.read_frame_or_remote_error()? {
+                Frame::Data { offset, len } => {
+                    rules.on_data(offset, len).map_err(ClientError::Protocol)?;
+                    let at = rules.got() as usize;
+                    conn.recv_data_into(&mut out[at..at + len as usize], Some(&mut hasher))?;
+                    rules.advance(len);
+                }
+                other => {
+                    return Err(ClientError::Protocol(format!("expected DATA, got {other:?}")));
+                }
+            }
+        }
+        match conn.read_frame_or_remote_error()? {
+            Frame::Sum { total, digest, .. } => {
+                let ours = hasher.finish();
+                rules.on_sum(total, &digest, &ours).map_err(|(expected, actual)| {
+                    ClientError::ChecksumMismatch { expected, actual }
+                })
+            }
+            other => Err(ClientError::Protocol(format!("expected SUM, got {other:?}"))),
+        }
+    })();
+    match res {
+        Ok(()) => Answered::Bytes(out),
+        Err(e) => Answered::Failed(e),
     }
 }

@@ -811,6 +811,56 @@ fn a_refused_pipelined_push_that_stalls_is_cut_off_and_holds_no_slot() {
     }
 }
 
+#[test]
+fn pulls_sent_ahead_come_back_in_order_verified_with_the_usual_errors() {
+    let cfg =
+        ServerConfig { data_keepalive: Duration::from_secs(120), ..ServerConfig::ephemeral() };
+    let (_s, c, connections) = through_counting_proxy(cfg);
+    let size = |i: usize| match i {
+        7 => 0,
+        20 => 3_000_000, // several chunks
+        i => 1 + i * 997,
+    };
+    for i in 0..40 {
+        push(&c, &format!("m/{i}"), &data(size(i)));
+    }
+    let mut names: Vec<String> = (0..40).map(|i| format!("m/{i}")).collect();
+    names.insert(13, "m/missing".into());
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut got = Vec::new();
+    c.pull_each(&refs, |i, r| got.push((i, r)));
+    assert_eq!(got.len(), names.len());
+    for (k, (i, r)) in got.into_iter().enumerate() {
+        assert_eq!(i, k, "in order");
+        match names[i].strip_prefix("m/").and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) => assert_eq!(r.unwrap(), data(size(n)), "{}", names[i]),
+            None => assert!(matches!(r, Err(ClientError::NotFound(_))), "{r:?}"),
+        }
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "every transfer on the one connection");
+}
+
+#[test]
+fn a_corrupt_blob_among_pulls_sent_ahead_fails_alone() {
+    let store = MemStore::new();
+    let (_s, c) = server_with(Arc::new(store.clone()), ServerConfig::ephemeral());
+    for i in 0..6 {
+        push(&c, &format!("k/{i}"), &data(5000 + i));
+    }
+    store.damage("k/2", 100, 0x01).unwrap();
+    let names = ["k/0", "k/1", "k/2", "k/3", "k/4", "k/5"];
+    let mut got = Vec::new();
+    c.pull_each(&names, |i, r| got.push((i, r)));
+    assert_eq!(got.len(), 6);
+    for (i, r) in got {
+        if i == 2 {
+            assert!(r.as_ref().is_err_and(|e| e.is_integrity()), "{r:?}");
+        } else {
+            assert_eq!(r.unwrap(), data(5000 + i), "k/{i}");
+        }
+    }
+}
+
 /// A data connection that has carried one transfer (a pull of `t`, which must hold `abc`),
 /// so it takes in-band requests.
 fn kept_alive(s: &BackgroundServer) -> bs_transport::Conn {
