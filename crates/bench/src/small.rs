@@ -224,11 +224,11 @@ pub(crate) fn small_blob_rows(opts: &BenchOptions) -> Result<(Vec<Row>, String),
             hg.push(http_get(addr, &http, &data, n)?);
             ag.push(api_get_ahead(&client, &ours, &data, n)?);
         } else {
-            ag.push(api_get_ahead(&client, &ours, &data, n)?);
             up.push(api_put_unpipelined(&client, &unpipelined, &data, n)?);
             hp.push(http_put(addr, &http, &data, n)?);
             op.push(api_put(&client, &ours, &data, n)?);
             hg.push(http_get(addr, &http, &data, n)?);
+            ag.push(api_get_ahead(&client, &ours, &data, n)?);
             og.push(api_get(&client, &ours, &data, n)?);
         }
     }
