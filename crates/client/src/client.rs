@@ -478,28 +478,22 @@ impl Client {
         }
         let (key, mut conn, keepalive) = self.pool.take_any()?;
         conn.write_frame(&Frame::Negotiate { body: body.into() }).ok()?;
-        let resp = match conn.read_frame() {
-            Ok(Frame::Grant { code: 0, body }) => match pb::NegotiateResponse::decode(&body[..]) {
-                Ok(r) => {
-                    self.learn(&r);
-                    r
-                }
-                Err(e) => return Some(Err(ClientError::Protocol(format!("bad GRANT: {e}")))),
-            },
-            Ok(Frame::Grant { code, body }) => {
-                let code = tonic::Code::from(i32::try_from(code).unwrap_or(i32::MAX));
-                let status = tonic::Status::new(code, String::from_utf8_lossy(&body));
+        let resp = match read_grant(&mut conn) {
+            Granted::Yes(r) => {
+                self.learn(&r);
+                *r
+            }
+            Granted::No(status) => {
                 // Refused: the connection waits for the next request.
                 self.pool.give(key, conn, keepalive);
-                return match code {
+                return match status.code() {
                     tonic::Code::Unavailable | tonic::Code::Aborted => None,
                     _ => Some(Err(status.into())),
                 };
             }
-            // No answer in time: as a control-plane call that timed out.
-            Err(TransportError::Timeout) => return Some(Err(ClientError::Timeout)),
+            Granted::Failed(e) => return Some(Err(e)),
             // Closed meanwhile, or out of step: the control plane's way, on a new connection.
-            _ => return None,
+            Granted::Gone => return None,
         };
         if let Some(t) = conn.tcp()
             && let Err(e) = self.socket_options(&resp).apply(t)
@@ -550,6 +544,35 @@ impl Client {
                 "expected the server's admission ACK, got {other:?}"
             ))),
         })
+    }
+}
+
+/// The answer to an in-band request.
+pub(crate) enum Granted {
+    Yes(Box<pb::NegotiateResponse>),
+    /// Refused, with the status the control plane would give; the connection waits for the
+    /// next request.
+    No(tonic::Status),
+    /// A GRANT that says nothing sensible, or none in time (as a call that timed out).
+    Failed(ClientError),
+    /// Closed meanwhile, or out of step.
+    Gone,
+}
+
+/// Read the `GRANT` answering an in-band request on `conn`.
+pub(crate) fn read_grant(conn: &mut Conn) -> Granted {
+    use prost::Message;
+    match conn.read_frame() {
+        Ok(Frame::Grant { code: 0, body }) => match pb::NegotiateResponse::decode(&body[..]) {
+            Ok(r) => Granted::Yes(Box::new(r)),
+            Err(e) => Granted::Failed(ClientError::Protocol(format!("bad GRANT: {e}"))),
+        },
+        Ok(Frame::Grant { code, body }) => {
+            let code = tonic::Code::from(i32::try_from(code).unwrap_or(i32::MAX));
+            Granted::No(tonic::Status::new(code, String::from_utf8_lossy(&body)))
+        }
+        Err(TransportError::Timeout) => Granted::Failed(ClientError::Timeout),
+        _ => Granted::Gone,
     }
 }
 

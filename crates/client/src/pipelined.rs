@@ -6,12 +6,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bs_proto as pb;
-use bs_transport::{SocketOptions, TransportError};
+use bs_transport::SocketOptions;
 use bs_wire::{Frame, Header};
 
 use prost::Message;
 
-use crate::client::Client;
+use crate::client::{Client, Granted, read_grant};
 use crate::error::ClientError;
 use crate::pool::Pooled;
 use crate::streams::PushAck;
@@ -100,18 +100,13 @@ impl Client {
         };
         // Closed meanwhile: the usual way, on a new connection.
         sent.ok()?;
-        let resp = match conn.read_frame() {
-            Ok(Frame::Grant { code: 0, body }) => match pb::NegotiateResponse::decode(&body[..]) {
-                Ok(r) => r,
-                Err(e) => return Some(Err(ClientError::Protocol(format!("bad GRANT: {e}")))),
-            },
-            Ok(Frame::Grant { code, body }) => {
-                let code = tonic::Code::from(i32::try_from(code).unwrap_or(i32::MAX));
-                let status = tonic::Status::new(code, String::from_utf8_lossy(&body));
+        let resp = match read_grant(&mut conn) {
+            Granted::Yes(r) => *r,
+            Granted::No(status) => {
                 // Refused: the server read past our frames; the connection waits for the next
                 // request.
                 self.pool.give(key, conn, keepalive);
-                return match code {
+                return match status.code() {
                     // Busy, or not with this profile: the usual way.
                     tonic::Code::Unavailable
                     | tonic::Code::Aborted
@@ -119,8 +114,9 @@ impl Client {
                     _ => Some(Err(status.into())),
                 };
             }
-            Err(TransportError::Timeout) => return Some(Err(ClientError::Timeout)),
-            _ => return None,
+            Granted::Failed(e) => return Some(Err(e)),
+            // Closed meanwhile: the usual way, on a new connection.
+            Granted::Gone => return None,
         };
         self.learn(&resp);
         let keepalive = Duration::from_millis(u64::from(resp.keepalive_ms));
@@ -256,22 +252,16 @@ impl Client {
 /// Read the answer to one pipelined pull request: a GRANT, then the blob's DATA and SUM.
 fn answer(conn: &mut bs_transport::Conn) -> Answered {
     use bs_binding::transfer::PullReceiver;
-    let resp = match conn.read_frame() {
-        Ok(Frame::Grant { code: 0, body }) => match pb::NegotiateResponse::decode(&body[..]) {
-            Ok(r) => r,
-            Err(e) => return Answered::Failed(ClientError::Protocol(format!("bad GRANT: {e}"))),
-        },
-        Ok(Frame::Grant { code, body }) => {
-            let code = tonic::Code::from(i32::try_from(code).unwrap_or(i32::MAX));
-            return match code {
+    let resp = match read_grant(conn) {
+        Granted::Yes(r) => *r,
+        Granted::No(status) => {
+            return match status.code() {
                 tonic::Code::Unavailable | tonic::Code::Aborted => Answered::Fallback,
-                _ => Answered::Refused(
-                    tonic::Status::new(code, String::from_utf8_lossy(&body)).into(),
-                ),
+                _ => Answered::Refused(status.into()),
             };
         }
-        Err(TransportError::Timeout) => return Answered::Failed(ClientError::Timeout),
-        _ => return Answered::Fallback,
+        Granted::Failed(e) => return Answered::Failed(e),
+        Granted::Gone => return Answered::Fallback,
     };
     let Ok(algo) = resp.digest.parse::<bs_wire::DigestAlgo>() else {
         return Answered::Failed(ClientError::Protocol(format!(
