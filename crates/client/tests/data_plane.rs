@@ -999,6 +999,19 @@ fn an_absurd_data_length_after_a_valid_hello_is_refused_at_once() {
     assert!(matches!(c.stat("ten"), Err(ClientError::NotFound(_))));
 }
 
+/// A client that will not wait for a busy server is told it is busy (not that its token was
+/// used up, nor anything else).
+fn told_busy(c: &Client) {
+    let impatient = c
+        .clone()
+        .with_settings(TransferSettings { busy_timeout: Duration::ZERO, ..Default::default() });
+    let e = impatient.open_pull("x", 0, None).unwrap_err();
+    assert!(
+        matches!(e, ClientError::Transfer(TransportError::Remote { code: ErrorCode::Busy, .. })),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn transfers_beyond_the_limit_are_told_busy_and_the_client_waits_for_room() {
     let cfg = ServerConfig { max_connections: 1, ..ServerConfig::ephemeral() };
@@ -1009,14 +1022,7 @@ fn transfers_beyond_the_limit_are_told_busy_and_the_client_waits_for_room() {
     let token = raw_token(&s, "x", bs_proto::Direction::Pull);
     assert_eq!(error_code(raw(&s, &Frame::Hello { token }.encode())), ErrorCode::Busy);
     // A client that will not wait is told why...
-    let impatient = c
-        .clone()
-        .with_settings(TransferSettings { busy_timeout: Duration::ZERO, ..Default::default() });
-    let e = impatient.open_pull("x", 0, None).unwrap_err();
-    assert!(
-        matches!(e, ClientError::Transfer(TransportError::Remote { code: ErrorCode::Busy, .. })),
-        "{e:?}"
-    );
+    told_busy(&c);
     // ...one that will asks again, with fresh tokens, until the slot is free.
     let waiting = thread::spawn(move || pull(&c, "x", 0, None));
     held.write(b"done").unwrap();
@@ -1035,14 +1041,7 @@ fn a_busy_server_met_on_a_kept_alive_connection_is_waited_for() {
     // c asks in band and is told the server is busy; it asks the control plane and presents
     // the token on the kept-alive connection, then (turned away) on a new one: busy both
     // times, and the first refusal must not have used the token up (not TokenReused).
-    let impatient = c
-        .clone()
-        .with_settings(TransferSettings { busy_timeout: Duration::ZERO, ..Default::default() });
-    let e = impatient.open_pull("x", 0, None).unwrap_err();
-    assert!(
-        matches!(e, ClientError::Transfer(TransportError::Remote { code: ErrorCode::Busy, .. })),
-        "{e:?}"
-    );
+    told_busy(&c);
     held.write(b"done").unwrap();
     held.finish(true).unwrap();
     assert_eq!(pull(&c, "x", 0, None), b"payload");

@@ -114,15 +114,30 @@ pub(crate) fn piece_digests(
     let held = file.metadata()?.len();
     let end = offset.saturating_add(len);
     let upto = end.min(held);
+    // Whole pieces only, but for a last, shorter one where the range itself ends.
+    let covered = if upto == end {
+        upto - offset.min(upto)
+    } else {
+        (upto.saturating_sub(offset) / piece) * piece
+    };
+    // One read of the range through one buffer, a digest finished at each piece's end.
     let mut out = Vec::new();
-    let mut at = offset;
-    while at < upto {
-        let n = piece.min(upto - at);
-        if n < piece && at + n < end {
-            break; // a piece the file ends inside
+    let mut h = algo.hasher();
+    let mut in_piece = 0u64;
+    read_file_range(file, offset, covered, |mut bytes| {
+        while !bytes.is_empty() {
+            let take = ((piece - in_piece) as usize).min(bytes.len());
+            h.update(&bytes[..take]);
+            in_piece += take as u64;
+            bytes = &bytes[take..];
+            if in_piece == piece {
+                out.push(std::mem::replace(&mut h, algo.hasher()).finish());
+                in_piece = 0;
+            }
         }
-        out.push(digest_file_range(file, at, n, algo)?);
-        at += n;
+    })?;
+    if in_piece > 0 {
+        out.push(h.finish());
     }
     Ok(out)
 }
