@@ -67,11 +67,16 @@ fn status(addr: &str, json: bool, creds: &bs_plane::Credentials) -> Result<()> {
             (true, false) => "sender connected",
             _ => "no sender",
         };
-        println!("{}/{} ({}, {state})", f.stream, f.flow, f.policy);
+        println!("{}/{} ({}, {}, {state})", f.stream, f.flow, f.transport, f.policy);
         for r in f.receivers {
             let err = r.last_error.map(|e| format!(", last error: {e}")).unwrap_or_default();
+            let lost = if f.transport == "udp" {
+                format!(", {} datagrams lost", r.lost)
+            } else {
+                String::new()
+            };
             println!(
-                "  {:<20} {} bytes delivered ({:.1} MB/s), {} queued ({} bytes){err}",
+                "  {:<20} {} bytes delivered ({:.1} MB/s), {} queued ({} bytes){lost}{err}",
                 r.name,
                 r.delivered,
                 r.rate_bps / 1e6,
@@ -139,6 +144,9 @@ pub fn send(g: &Global, a: SendArgs) -> Result<()> {
         } else {
             failed += 1;
             println!("  {:<20} FAILED after {} bytes: {}", r.name, r.delivered, r.reason);
+            if r.lost > 0 {
+                println!("  {:<20} {} datagrams lost", "", r.lost);
+            }
         }
     }
     if failed > 0 {
@@ -181,10 +189,12 @@ impl FlowHandler for ToFiles {
         }
     }
 
-    fn on_data(&mut self, _offset: u64, data: &[u8]) {
+    fn on_data(&mut self, offset: u64, data: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        // At its offset: on a udp flow a loss leaves a hole (and the run then fails).
         if let Some((f, part, _)) = &mut self.current
             && self.error.is_none()
-            && let Err(e) = f.write_all(data)
+            && let Err(e) = f.write_all_at(data, offset)
         {
             self.error = Some(format!("writing {}: {e}", part.display()));
         }
@@ -242,6 +252,11 @@ impl FlowHandler for IntoStore {
             Ok(push) => self.current = Some((key, push)),
             Err(e) => self.error = Some(format!("cannot store {key}: {e}")),
         }
+    }
+
+    fn on_loss(&mut self, offset: u64, len: u64) {
+        // The blob can no longer be whole: write nothing more of it (on_error aborts it).
+        self.error.get_or_insert_with(|| format!("{len} bytes lost at offset {offset}"));
     }
 
     fn on_data(&mut self, _offset: u64, data: &[u8]) {

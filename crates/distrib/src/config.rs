@@ -22,7 +22,18 @@
 //! name = "archive"
 //! policy = "timeout"
 //! timeout_ms = 2000           # a receiver with no progress for this long is dropped [5000]
+//!
+//! [[stream.flow]]
+//! name = "display"
+//! transport = "udp"           # tcp | udp: datagrams to the receivers, losses counted [tcp]
+//! datagram = 1400             # udp: payload bytes per datagram, 512 to 64000 [1400]
+//! pace = "50m"                # udp has no flow control: pace below the slowest link
 //! ```
+//!
+//! On a `udp` flow the sender still sends to the distributer over TCP; the distributer sends
+//! each receiver its bytes as datagrams, and each receiver reports what it lost (see
+//! [`crate::udp`]). Datagrams larger than the path's MTU are fragmented by IP, and one lost
+//! fragment loses the whole datagram: the default fits a 1500-byte Ethernet frame.
 //!
 //! A file that breaks a rule is refused with the line at fault.
 
@@ -65,6 +76,26 @@ impl std::fmt::Display for Policy {
     }
 }
 
+/// How the distributer sends a flow to its receivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// A TCP connection per receiver: every byte arrives, in order, or the receiver is
+    /// reported.
+    Tcp,
+    /// Datagrams of up to this many payload bytes to each receiver (control messages stay
+    /// on its TCP connection): what is lost is counted and reported, never resent.
+    Udp { datagram: u64 },
+}
+
+impl Transport {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Udp { .. } => "udp",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlowSpec {
     pub name: String,
@@ -79,6 +110,7 @@ pub struct FlowSpec {
     /// and the sender's send buffer); `None`: the kernel's autotuning. The kernel caps it at
     /// `net.core.wmem_max`/`rmem_max`.
     pub socket_buffer: Option<u64>,
+    pub transport: Transport,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +129,12 @@ pub const DEFAULT_CHUNK: u64 = 1 << 20;
 pub const MAX_CHUNK: u64 = 16 << 20;
 pub const DEFAULT_BUFFER: u64 = 64 << 20;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A udp flow's datagram payload unless set: fits a 1500-byte Ethernet frame with the
+/// datagram's own header and IP and UDP's.
+pub const DEFAULT_DATAGRAM: u64 = 1400;
+/// Bounds of a udp flow's datagram payload (the largest fits one 64 KiB IP datagram).
+pub const MIN_DATAGRAM: u64 = 512;
+pub const MAX_DATAGRAM: u64 = 64_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,6 +162,8 @@ struct RawFlow {
     chunk: Option<Spanned<toml::Value>>,
     pace: Option<Spanned<toml::Value>>,
     socket_buffer: Option<Spanned<toml::Value>>,
+    transport: Option<Spanned<String>>,
+    datagram: Option<Spanned<toml::Value>>,
 }
 
 impl Config {
@@ -290,7 +330,34 @@ fn flow(
         }
         None => None,
     };
-    Ok(FlowSpec { name, policy, chunk, pace, socket_buffer })
+    let transport = match f.transport.as_ref().map(|t| (t.get_ref().as_str(), t.span().start)) {
+        None | Some(("tcp", _)) => {
+            if let Some(d) = &f.datagram {
+                return Err(err(d.span().start, "datagram has no meaning on a tcp flow".into()));
+            }
+            Transport::Tcp
+        }
+        Some(("udp", _)) => {
+            let datagram = match &f.datagram {
+                Some(d) => {
+                    let n = size(d, err)?;
+                    if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&n) {
+                        return Err(err(
+                            d.span().start,
+                            format!("datagram must be {MIN_DATAGRAM} to {MAX_DATAGRAM} bytes"),
+                        ));
+                    }
+                    n
+                }
+                None => DEFAULT_DATAGRAM,
+            };
+            Transport::Udp { datagram }
+        }
+        Some((other, at)) => {
+            return Err(err(at, format!("unknown transport {other:?} (tcp or udp)")));
+        }
+    };
+    Ok(FlowSpec { name, policy, chunk, pace, socket_buffer, transport })
 }
 
 #[cfg(test)]
@@ -317,6 +384,15 @@ socket_buffer = "8m"
 name = "archive"
 policy = "timeout"
 timeout_ms = 250
+
+[[stream.flow]]
+name = "display"
+transport = "udp"
+
+[[stream.flow]]
+name = "jumbo"
+transport = "udp"
+datagram = "8k"
 "#;
 
     #[test]
@@ -331,7 +407,8 @@ timeout_ms = 250
                 policy: Policy::Hold,
                 chunk: 1 << 20,
                 pace: None,
-                socket_buffer: None
+                socket_buffer: None,
+                transport: Transport::Tcp,
             }
         );
         assert_eq!(s.flows[1].policy, Policy::Buffer(8 << 20));
@@ -339,6 +416,8 @@ timeout_ms = 250
         assert_eq!(s.flows[1].pace, Some(100 << 20));
         assert_eq!(s.flows[1].socket_buffer, Some(8 << 20));
         assert_eq!(s.flows[2].policy, Policy::Timeout(Duration::from_millis(250)));
+        assert_eq!(s.flows[3].transport, Transport::Udp { datagram: DEFAULT_DATAGRAM });
+        assert_eq!(s.flows[4].transport, Transport::Udp { datagram: 8192 });
         assert!(matches!(c.flow("correlator", "nope"), Err(DistribError::UnknownFlow { .. })));
         assert!(matches!(c.flow("nope", "spectra"), Err(DistribError::UnknownStream(_))));
     }
@@ -368,5 +447,11 @@ timeout_ms = 250
         fails("[[stream]\n", 1, "");
         let tiny = GOOD.replace("socket_buffer = \"8m\"", "socket_buffer = 100");
         fails(&tiny, 15, "socket_buffer must be 4k to 1g");
+        let carrier = GOOD.replace("transport = \"udp\"", "transport = \"sctp\"");
+        fails(&carrier, 24, "unknown transport \"sctp\" (tcp or udp)");
+        let huge = GOOD.replace("datagram = \"8k\"", "datagram = \"1m\"");
+        fails(&huge, 29, "datagram must be 512 to 64000 bytes");
+        let on_tcp = GOOD.replace("timeout_ms = 250", "timeout_ms = 250\ndatagram = 2000");
+        fails(&on_tcp, 21, "datagram has no meaning on a tcp flow");
     }
 }

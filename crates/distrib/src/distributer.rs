@@ -12,9 +12,13 @@
 //! the next `START`. One that falls behind is handled by the flow's [`Policy`]; one whose
 //! connection fails is dropped. Every dropped receiver is reported to the sender (`DROPPED`)
 //! and in the `STOPPED` answer, with the bytes it was sent and why.
+//!
+//! On a `udp` flow each receiver's writer sends `DATA` as datagrams from a UDP socket of its
+//! own ([`crate::udp`]), then `SENT` (how many) before `STOP`; the receiver's `CONFIRM` says
+//! what it got and what it lost, and a receiver that lost anything is reported with that.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
@@ -26,7 +30,7 @@ use bs_wire::ErrorCode;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use crate::config::{Config, FlowSpec, MAX_CHUNK, Policy};
+use crate::config::{Config, FlowSpec, MAX_CHUNK, Policy, Transport};
 use crate::error::DistribError;
 use crate::msg::{self, Message};
 
@@ -101,25 +105,37 @@ struct RcvQ {
     last_progress: Instant,
     /// Why this receiver is out (connection failed, or dropped by the policy).
     gone: Option<String>,
-    /// Its answer to `STOP`: (ok, reason).
-    confirm: Option<(bool, String)>,
+    /// Its answer to `STOP`.
+    confirm: Option<Confirmed>,
+    /// Datagrams it lost, over every run (udp flows).
+    lost: u64,
     /// Told the sender it is gone.
     reported: bool,
+}
+
+/// A receiver's `CONFIRM`.
+struct Confirmed {
+    ok: bool,
+    reason: String,
+    /// udp flows: the bytes that reached it, and the datagrams that did not.
+    got: Option<u64>,
+    lost: u64,
 }
 
 impl RcvQ {
     /// How the run ended for this receiver, once it has: its confirmation (a receiver that
     /// confirmed and then left delivered its run), else why it is out; `None` while neither.
     fn outcome(&self, name: &str, total: u64) -> Option<msg::Outcome> {
-        let (ok, reason) = match (&self.confirm, &self.gone) {
-            (Some((ok, reason)), _) => {
-                let ok = *ok && self.sent == total;
-                (ok, if ok { String::new() } else { reason.clone() })
+        let (ok, reason, delivered, lost) = match (&self.confirm, &self.gone) {
+            (Some(c), _) => {
+                let delivered = c.got.unwrap_or(self.sent).min(self.sent);
+                let ok = c.ok && delivered == total;
+                (ok, if ok { String::new() } else { c.reason.clone() }, delivered, c.lost)
             }
-            (None, Some(reason)) => (false, reason.clone()),
+            (None, Some(reason)) => (false, reason.clone(), self.sent, 0),
             (None, None) => return None,
         };
-        Some(msg::Outcome { name: name.to_string(), delivered: self.sent, ok, reason })
+        Some(msg::Outcome { name: name.to_string(), delivered, ok, reason, lost })
     }
 }
 
@@ -139,6 +155,8 @@ pub struct FlowStatus {
     pub stream: String,
     pub flow: String,
     pub policy: String,
+    /// How receivers get the flow: "tcp" or "udp".
+    pub transport: String,
     pub sender: bool,
     pub running: bool,
     pub receivers: Vec<ReceiverStatus>,
@@ -153,6 +171,8 @@ pub struct ReceiverStatus {
     pub queued_messages: usize,
     pub queued_bytes: u64,
     pub last_error: Option<String>,
+    /// Datagrams it reported lost, over every run (udp flows; 0 on tcp).
+    pub lost: u64,
 }
 
 impl Distributer {
@@ -168,6 +188,17 @@ impl Distributer {
         addr: SocketAddr,
         tls: Option<TlsServer>,
     ) -> Result<Self, DistribError> {
+        if tls.is_some()
+            && let Some((s, f)) = cfg.streams.iter().find_map(|s| {
+                s.flows.iter().find(|f| f.transport != Transport::Tcp).map(|f| (s, f))
+            })
+        {
+            return Err(DistribError::Order(format!(
+                "flow {}/{} is udp, and its datagrams would travel unencrypted: serve it \
+                 without TLS or make it tcp",
+                s.name, f.name
+            )));
+        }
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let mut flows = HashMap::new();
@@ -247,6 +278,7 @@ fn status(inner: &Inner) -> Vec<FlowStatus> {
                 stream: f.stream.clone(),
                 flow: f.spec.name.clone(),
                 policy: f.spec.policy.to_string(),
+                transport: f.spec.transport.name().into(),
                 sender: st.sender,
                 running: st.running,
                 receivers: st
@@ -262,6 +294,7 @@ fn status(inner: &Inner) -> Vec<FlowStatus> {
                             queued_messages: q.items.len(),
                             queued_bytes: q.queued_bytes,
                             last_error: q.gone.clone(),
+                            lost: q.lost,
                         }
                     })
                     .collect(),
@@ -344,11 +377,28 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     {
         return refuse(b, ErrorCode::BadToken, DistribError::BadToken(join.stream).to_string());
     }
+    // A receiver of a udp flow gets its datagrams from a socket of its own, on the address
+    // its connection came to.
+    let udp = match flow.spec.transport {
+        Transport::Udp { datagram } if role == msg::ROLE_RECEIVER => {
+            match datagram_socket(&kill, flow.spec.socket_buffer) {
+                Ok(u) => Some((u, datagram as usize)),
+                Err(e) => {
+                    let why = format!("cannot open a udp socket: {e}");
+                    return refuse(b, ErrorCode::Internal, why);
+                }
+            }
+        }
+        _ => None,
+    };
     let w = msg::Welcome {
         policy: flow.spec.policy.name().into(),
         chunk: flow.spec.chunk,
         pace: flow.spec.pace.unwrap_or(0),
         socket_buffer: flow.spec.socket_buffer.unwrap_or(0),
+        transport: flow.spec.transport.name().into(),
+        datagram: udp.as_ref().map_or(0, |u| u.1 as u64),
+        udp_port: udp.as_ref().and_then(|u| u.0.local_addr().ok()).map_or(0, |a| a.port()),
     };
     // The flow's socket buffer on this end: sending towards a receiver, receiving from the
     // sender (best effort: the kernel caps it).
@@ -393,6 +443,7 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
                 last_progress: Instant::now(),
                 gone: None,
                 confirm: None,
+                lost: 0,
                 reported: false,
             }),
             cv: Condvar::new(),
@@ -401,10 +452,23 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
         st.receivers.push(r.clone());
         r
     };
-    if b.send(&msg::welcome(&w)).is_ok() {
-        write_loop(&flow, &rcv, b);
-    } else {
-        rcv.gone("its connection failed at once".into());
+    let joined = b.send(&msg::welcome(&w)).map_err(|e| e.to_string()).and_then(|()| match udp {
+        Some((sock, size)) => {
+            let peer = rcv.kill.as_ref().and_then(|t| t.peer_addr().ok());
+            receiver_port(&mut b, peer).and_then(|to| {
+                sock.connect(to).map_err(|e| format!("udp to {to}: {e}"))?;
+                Ok(Some((sock, size)))
+            })
+        }
+        None => Ok(None),
+    });
+    match joined {
+        Ok(udp) => write_loop(&flow, &rcv, b, udp),
+        Err(why) => {
+            let why = format!("it failed to join: {why}");
+            refuse(b, ErrorCode::BadFrame, why.clone());
+            rcv.gone(why);
+        }
     }
     flow.state.lock().unwrap().receivers.retain(|r| !Arc::ptr_eq(r, &rcv));
 }
@@ -430,8 +494,42 @@ impl Rcv {
     }
 }
 
-/// The receiver's writer: its queue onto its binding, until the connection ends.
-fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding) {
+/// A UDP socket on the local address of `tcp` (a receiver's connection) to send its
+/// datagrams from, with the flow's socket buffer.
+fn datagram_socket(tcp: &Option<TcpStream>, buffer: Option<u64>) -> std::io::Result<UdpSocket> {
+    let local = match tcp {
+        Some(t) => t.local_addr()?,
+        None => return Err(std::io::Error::other("no address to send from")),
+    };
+    let sock = UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
+    // A send that cannot go for this long (a link far slower than the flow) loses its
+    // datagram, as a full router queue would, rather than stall the writer.
+    sock.set_write_timeout(Some(Duration::from_secs(1)))?;
+    if let Some(n) = buffer {
+        let _ = socket2::SockRef::from(&sock).set_send_buffer_size(n as usize);
+    }
+    Ok(sock)
+}
+
+/// A udp receiver's `PORT` answer to its `WELCOME`: where its datagrams go.
+fn receiver_port(b: &mut Binding, peer: Option<SocketAddr>) -> Result<SocketAddr, String> {
+    let peer = peer.ok_or("no peer address")?;
+    match b.recv_within(JOIN_WAIT) {
+        Ok(Some(m)) => match Message::parse(m.payload()) {
+            Ok(Message::Port(p)) if p != 0 => Ok(SocketAddr::new(peer.ip(), p)),
+            Ok(other) => Err(format!("expected PORT, got {other:?}")),
+            Err(e) => Err(e.to_string()),
+        },
+        Ok(None) => Err("no PORT within 10 s".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The receiver's writer: its queue onto its binding (and its datagram socket, on a udp
+/// flow: the socket and the largest datagram payload), until the connection ends.
+fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usize)>) {
+    // Datagrams sent to this receiver so far.
+    let mut seq = 0u64;
     let patience = match flow.spec.policy {
         Policy::Timeout(t) => t,
         _ => STOP_PATIENCE,
@@ -463,7 +561,18 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding) {
             }
         };
         let res = match &item {
-            Item::Forward { m, len, stop } => b.send(m.payload()).map(|()| {
+            Item::Forward { m, len, stop } => match &udp {
+                Some((sock, size)) if m.payload().first() == Some(&msg::DATA) => {
+                    let at = u64::from_be_bytes(m.payload()[1..9].try_into().expect("DATA head"));
+                    crate::udp::send(sock, &mut seq, at, msg::data_payload(m.payload()), *size)
+                        .map_err(|e| {
+                            BindingError::Transport(bs_transport::TransportError::from_io(e))
+                        })
+                }
+                Some(_) if *stop => b.send(&msg::sent(seq)).and_then(|()| b.send(m.payload())),
+                _ => b.send(m.payload()),
+            }
+            .map(|()| {
                 let mut q = r.q.lock().unwrap();
                 q.queued_bytes -= len;
                 q.sent += len;
@@ -479,7 +588,9 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding) {
                 // After STOP: the receiver's CONFIRM (or its silence, within the patience).
                 let answer = match b.recv_within(patience) {
                     Ok(Some(m)) => match Message::parse(m.payload()) {
-                        Ok(Message::Confirm { ok, reason, .. }) => Ok((ok, reason)),
+                        Ok(Message::Confirm { total, ok, lost, reason }) => {
+                            Ok(Confirmed { ok, reason, got: udp.is_some().then_some(total), lost })
+                        }
                         Ok(other) => Err(format!("expected CONFIRM, got {other:?}")),
                         Err(e) => Err(e.to_string()),
                     },
@@ -491,6 +602,7 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding) {
                 match answer {
                     Ok(c) => {
                         let mut q = r.q.lock().unwrap();
+                        q.lost += c.lost;
                         q.confirm = Some(c);
                         r.cv.notify_all();
                     }

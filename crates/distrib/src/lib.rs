@@ -18,8 +18,9 @@ pub mod receiver;
 pub mod sender;
 pub mod service;
 pub mod target;
+pub mod udp;
 
-pub use config::{Config, FlowSpec, Policy, StreamSpec};
+pub use config::{Config, FlowSpec, Policy, StreamSpec, Transport};
 
 /// The socket options giving a flow's connection its `socket_buffer` of `n` bytes on the side
 /// that moves the bytes: at the peer's own end (`at_peer`) a sender's sends and a receiver's

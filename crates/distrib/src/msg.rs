@@ -5,16 +5,25 @@
 //!  kind  name      direction                      body
 //!  1     JOIN      sender/receiver → distributer  role u8 (1 sender, 2 receiver), JSON
 //!                                                 {"stream","flow","name","token"}
-//!  2     WELCOME   distributer → both             JSON {"policy", "chunk", "pace", "socket_buffer"}
+//!  2     WELCOME   distributer → both             JSON {"policy", "chunk", "pace", "socket_buffer",
+//!                                                 "transport", "datagram", "udp_port"}
 //!  3     START     sender → distributer → recv.   JSON object: the flow's parameters
 //!  4     DATA      sender → distributer → recv.   offset u64, then the bytes
 //!  5     STOP      sender → distributer → recv.   total u64, xxh3-128 digest of the flow (16)
-//!  6     CONFIRM   receiver → distributer         total u64, ok u8, reason (UTF-8)
+//!  6     CONFIRM   receiver → distributer         total u64 (bytes it got), ok u8, lost u64
+//!                                                 (datagrams, udp flows), reason (UTF-8)
 //!  7     DROPPED   distributer → sender           JSON {"receiver","delivered","reason"}
 //!  8     STOPPED   distributer → sender           JSON {"total","receivers":[{"name",
 //!                                                 "delivered","ok","reason"}]}
 //!  9     ABORT     distributer → receiver         reason (UTF-8): the run ends unfinished
+//! 10     PORT      receiver → distributer         port u16: where its datagrams go (udp flows)
+//! 11     SENT      distributer → receiver         datagrams u64 sent to it so far (udp flows,
+//!                                                 just before STOP)
 //! ```
+//!
+//! On a `udp` flow a receiver's `DATA` travels as datagrams instead (format in [`crate::udp`]);
+//! every other message stays on its TCP connection. After `WELCOME` (which names the
+//! distributer's datagram port) the receiver answers `PORT` with its own.
 //!
 //! A `DATA` message is forwarded to every receiver exactly as the sender sent it (the same
 //! buffer). A connection's first message is `JOIN`; the distributer answers `WELCOME` or ends
@@ -38,6 +47,8 @@ pub const CONFIRM: u8 = 6;
 pub const DROPPED: u8 = 7;
 pub const STOPPED: u8 = 8;
 pub const ABORT: u8 = 9;
+pub const PORT: u8 = 10;
+pub const SENT: u8 = 11;
 
 /// Bytes before a `DATA` message's payload: kind and offset.
 pub const DATA_HEAD: usize = 9;
@@ -68,6 +79,18 @@ pub struct Welcome {
     /// kernel's.
     #[serde(default)]
     pub socket_buffer: u64,
+    /// "tcp" or "udp" (how the distributer sends to receivers).
+    #[serde(default = "tcp")]
+    pub transport: String,
+    /// udp: payload bytes per datagram, and the port the distributer sends them from.
+    #[serde(default)]
+    pub datagram: u64,
+    #[serde(default)]
+    pub udp_port: u16,
+}
+
+fn tcp() -> String {
+    "tcp".into()
 }
 
 /// What became of one receiver in a run.
@@ -81,6 +104,9 @@ pub struct Outcome {
     /// Why not, when not.
     #[serde(default)]
     pub reason: String,
+    /// udp flows: datagrams of the run that never reached it.
+    #[serde(default)]
+    pub lost: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -97,10 +123,12 @@ pub enum Message {
     Start(Params),
     Data { offset: u64, len: usize },
     Stop { total: u64, digest: [u8; 16] },
-    Confirm { total: u64, ok: bool, reason: String },
+    Confirm { total: u64, ok: bool, lost: u64, reason: String },
     Dropped(Outcome),
     Stopped(Stopped),
     Abort(String),
+    Port(u16),
+    Sent(u64),
 }
 
 fn bad(what: &str) -> DistribError {
@@ -146,12 +174,18 @@ impl Message {
             CONFIRM => {
                 let total = u64_at(body, "CONFIRM shorter than its total")?;
                 let ok = *body.get(8).ok_or_else(|| bad("CONFIRM without its flag"))? == 1;
-                let reason = String::from_utf8_lossy(&body[9..]).into_owned();
-                Message::Confirm { total, ok, reason }
+                let lost = u64_at(body.get(9..).unwrap_or_default(), "CONFIRM without its loss")?;
+                let reason = String::from_utf8_lossy(&body[17..]).into_owned();
+                Message::Confirm { total, ok, lost, reason }
             }
             DROPPED => Message::Dropped(json(body, "DROPPED")?),
             STOPPED => Message::Stopped(json(body, "STOPPED")?),
             ABORT => Message::Abort(String::from_utf8_lossy(body).into_owned()),
+            PORT => {
+                let port: [u8; 2] = body.try_into().map_err(|_| bad("PORT is not a u16"))?;
+                Message::Port(u16::from_be_bytes(port))
+            }
+            SENT => Message::Sent(u64_at(body, "SENT shorter than its count")?),
             k => return Err(bad(&format!("unknown message kind {k}"))),
         })
     }
@@ -197,11 +231,24 @@ pub fn stop(total: u64, digest: &[u8; 16]) -> Vec<u8> {
     out
 }
 
-pub fn confirm(total: u64, ok: bool, reason: &str) -> Vec<u8> {
+pub fn confirm(total: u64, ok: bool, lost: u64, reason: &str) -> Vec<u8> {
     let mut out = vec![CONFIRM];
     out.extend_from_slice(&total.to_be_bytes());
     out.push(ok as u8);
+    out.extend_from_slice(&lost.to_be_bytes());
     out.extend_from_slice(reason.as_bytes());
+    out
+}
+
+pub fn port(p: u16) -> Vec<u8> {
+    let mut out = vec![PORT];
+    out.extend_from_slice(&p.to_be_bytes());
+    out
+}
+
+pub fn sent(datagrams: u64) -> Vec<u8> {
+    let mut out = vec![SENT];
+    out.extend_from_slice(&datagrams.to_be_bytes());
     out
 }
 
@@ -252,9 +299,11 @@ mod tests {
             Message::Stop { total: 9, digest: [7; 16] }
         );
         assert_eq!(
-            Message::parse(&confirm(9, false, "digest differs")).unwrap(),
-            Message::Confirm { total: 9, ok: false, reason: "digest differs".into() }
+            Message::parse(&confirm(9, false, 3, "digest differs")).unwrap(),
+            Message::Confirm { total: 9, ok: false, lost: 3, reason: "digest differs".into() }
         );
+        assert_eq!(Message::parse(&port(40_000)).unwrap(), Message::Port(40_000));
+        assert_eq!(Message::parse(&sent(1 << 40)).unwrap(), Message::Sent(1 << 40));
         assert_eq!(Message::parse(&abort("gone")).unwrap(), Message::Abort("gone".into()));
     }
 
@@ -267,6 +316,8 @@ mod tests {
             (&[DATA, 0, 0][..], "DATA shorter"),
             (&[STOP, 0, 0, 0, 0, 0, 0, 0, 1, 2][..], "16-byte digest"),
             (&[START, b'['][..], "START parameters"),
+            (&[CONFIRM, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0][..], "CONFIRM without its loss"),
+            (&[PORT, 1][..], "PORT is not a u16"),
         ] {
             let e = Message::parse(m).unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");

@@ -21,6 +21,7 @@ fn to_pb(flows: Vec<FlowStatus>) -> pb::DistributerStatusResponse {
             stream: f.stream,
             flow: f.flow,
             policy: f.policy,
+            transport: f.transport,
             sender: f.sender,
             running: f.running,
             receivers: f
@@ -33,6 +34,7 @@ fn to_pb(flows: Vec<FlowStatus>) -> pb::DistributerStatusResponse {
                     queued_messages: u32::try_from(r.queued_messages).unwrap_or(u32::MAX),
                     queued_bytes: r.queued_bytes,
                     last_error: r.last_error.unwrap_or_default(),
+                    lost: r.lost,
                 })
                 .collect(),
         })
@@ -48,6 +50,7 @@ pub fn from_pb(r: pb::DistributerStatusResponse) -> Vec<FlowStatus> {
             stream: f.stream,
             flow: f.flow,
             policy: f.policy,
+            transport: f.transport,
             sender: f.sender,
             running: f.running,
             receivers: f
@@ -60,6 +63,7 @@ pub fn from_pb(r: pb::DistributerStatusResponse) -> Vec<FlowStatus> {
                     queued_messages: r.queued_messages as usize,
                     queued_bytes: r.queued_bytes,
                     last_error: (!r.last_error.is_empty()).then_some(r.last_error),
+                    lost: r.lost,
                 })
                 .collect(),
         })
@@ -94,7 +98,7 @@ pub fn render_metrics(flows: &[FlowStatus]) -> String {
         ));
     }
     type Get = fn(&crate::distributer::ReceiverStatus) -> f64;
-    let families: [(&str, &str, Get); 5] = [
+    let families: [(&str, &str, Get); 6] = [
         ("delivered_bytes", "Bytes of the current or last run written to the receiver", |r| {
             r.delivered as f64
         }),
@@ -106,6 +110,11 @@ pub fn render_metrics(flows: &[FlowStatus]) -> String {
         ("receiver_up", "1 while the receiver is connected and in good standing", |r| {
             f64::from(u8::from(r.last_error.is_none()))
         }),
+        (
+            "lost_datagrams",
+            "Datagrams the receiver reported lost since it joined (udp flows)",
+            |r| r.lost as f64,
+        ),
     ];
     for (name, help, get) in families {
         out.push_str(&format!(

@@ -540,3 +540,213 @@ fn the_status_service_answers_only_trusted_tls_with_the_token() {
     let e = fetch(&bs_plane::Credentials { tls: None, ..good.clone() }).unwrap_err();
     assert!(e.to_string().contains("if it speaks TLS"), "a plain client is told why: {e}");
 }
+
+const UDP_CONFIG: &str = r#"
+[[stream]]
+name = "obs"
+token = "t0k"
+
+[[stream.flow]]
+name = "display"
+transport = "udp"
+datagram = "8k"
+chunk = "256k"
+socket_buffer = "8m"
+
+[[stream.flow]]
+name = "lossy"
+transport = "udp"
+"#;
+
+fn udp_distributer() -> (Distributer, String) {
+    let cfg = Config::parse(UDP_CONFIG, "udp.toml").unwrap();
+    let d = Distributer::start(cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = d.addr().to_string();
+    (d, addr)
+}
+
+/// A udp flow with room for every datagram: each receiver gets every byte in order, run
+/// after run, and the sender's report counts no loss.
+#[test]
+fn a_udp_flow_delivers_every_byte_in_order_when_nothing_is_lost() {
+    let (d, addr) = udp_distributer();
+    let rx: Vec<_> =
+        ["display", "pipeline"].iter().map(|n| receiver(&addr, "display", n, None)).collect();
+    wait_names(&d, "display", &["display", "pipeline"]);
+    let st = d.status();
+    assert_eq!(st.iter().find(|f| f.flow == "display").unwrap().transport, "udp");
+    let mut s = Sender::connect(&addr, "obs", "display", Some("t0k")).unwrap();
+    // The whole run fits in each receiver's 8 MiB socket buffer, however late it reads.
+    for (run, size) in [(1, 1_500_000usize), (2, 8193), (3, 1)] {
+        let bytes = data(size, run);
+        s.start(&params(&format!("uid://U{run}"))).unwrap();
+        s.send(&bytes).unwrap();
+        let report = s.stop().unwrap();
+        assert!(report.all_delivered(), "{report:?}");
+        assert!(report.receivers.iter().all(|r| r.lost == 0 && r.delivered == size as u64));
+        let want = DigestAlgo::Xxh3_128.digest(&bytes);
+        for r in &rx {
+            let (end, k) = r.recv_timeout(WAIT).unwrap();
+            assert_eq!(end, RunEnd::Stopped(size as u64));
+            assert_eq!(DigestAlgo::Xxh3_128.digest(&k.bytes), want, "byte-exact over udp");
+            assert_eq!((k.stopped, k.error), (Some(size as u64), None));
+        }
+    }
+}
+
+/// What a udp receiver was handed: bytes at their offsets and the losses between them.
+#[derive(Default)]
+struct Holes {
+    pieces: Vec<(u64, Vec<u8>)>,
+    lost: Vec<(u64, u64)>,
+    stopped: Option<u64>,
+    error: Option<String>,
+    /// Held in `on_start` until this says go.
+    gate: Option<mpsc::Receiver<()>>,
+}
+
+impl FlowHandler for Holes {
+    fn on_start(&mut self, _p: &Params) {
+        if let Some(g) = self.gate.take() {
+            g.recv_timeout(WAIT).unwrap();
+        }
+    }
+    fn on_data(&mut self, offset: u64, d: &[u8]) {
+        self.pieces.push((offset, d.to_vec()));
+    }
+    fn on_loss(&mut self, offset: u64, len: u64) {
+        self.lost.push((offset, len));
+    }
+    fn on_stop(&mut self, total: u64) -> Result<(), String> {
+        self.stopped = Some(total);
+        Ok(())
+    }
+    fn on_error(&mut self, reason: &str) {
+        self.error = Some(reason.to_string());
+    }
+}
+
+/// A receiver that cannot keep up with a udp flow (it reads nothing while a run four times
+/// its socket buffer is sent) loses datagrams: the losses are handed to it in place,
+/// its run ends in `on_error` naming them, the sender's report names it with what it lost,
+/// and its next run arrives whole.
+#[test]
+fn a_udp_receiver_that_loses_datagrams_is_reported_with_what_it_lost() {
+    let (d, addr) = udp_distributer();
+    let mut r = Receiver::connect(&addr, "obs", "lossy", "slow", Some("t0k")).unwrap();
+    assert_eq!(r.transport(), "udp");
+    let (go, gate) = mpsc::channel();
+    let run = thread::spawn(move || {
+        let mut h = Holes { gate: Some(gate), ..Holes::default() };
+        let end = r.run_once(&mut h, Some(WAIT)).unwrap();
+        (r, end, h)
+    });
+    wait_names(&d, "lossy", &["slow"]);
+    let mut s = Sender::connect(&addr, "obs", "lossy", Some("t0k")).unwrap();
+    // The receiver's socket holds 4 MiB (8 MiB of kernel accounting, about 3,600 datagrams).
+    let bytes = data(16 << 20, 5);
+    s.start(&params("uid://lossy")).unwrap();
+    s.send(&bytes).unwrap();
+    // Every datagram is out of the distributer before the receiver reads one.
+    for _ in 0..12_000 {
+        let st = d.status();
+        let f = st.iter().find(|f| f.flow == "lossy").unwrap();
+        if f.receivers.iter().any(|r| r.delivered == bytes.len() as u64) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    go.send(()).unwrap();
+    let report = s.stop().unwrap();
+    let o = &report.receivers[0];
+    assert!(!o.ok && o.lost > 0 && o.delivered < bytes.len() as u64, "{report:?}");
+    assert!(o.reason.contains("lost") && o.reason.contains("udp flow"), "{report:?}");
+    let (mut r, end, h) = run.join().unwrap();
+    let RunEnd::Failed(why) = end else { panic!("{end:?}") };
+    assert!(why.contains("datagrams never arrived"), "{why}");
+    assert_eq!((h.stopped, h.error.as_deref()), (None, Some(why.as_str())));
+    // The pieces and losses tile the run exactly, in order, and every byte handed on is right.
+    let mut spans: Vec<(u64, u64, bool)> =
+        h.pieces.iter().map(|(o, b)| (*o, b.len() as u64, true)).collect();
+    spans.extend(h.lost.iter().map(|&(o, n)| (o, n, false)));
+    spans.sort();
+    let mut at = 0;
+    for &(o, n, _) in &spans {
+        assert_eq!(o, at, "no overlap and no hole: {spans:?}");
+        at += n;
+    }
+    assert_eq!(at, bytes.len() as u64);
+    for (o, b) in &h.pieces {
+        assert_eq!(&bytes[*o as usize..*o as usize + b.len()], &b[..], "the byte at {o}");
+    }
+    let delivered: u64 = h.pieces.iter().map(|(_, b)| b.len() as u64).sum();
+    assert_eq!(delivered, o.delivered, "the report says what the receiver got");
+    assert!(r.lost_datagrams() == o.lost);
+    let st = d.status();
+    assert_eq!(st.iter().find(|f| f.flow == "lossy").unwrap().receivers[0].lost, o.lost);
+
+    // A run that fits its buffer is whole.
+    let small = data(1000, 6);
+    let next = thread::spawn(move || {
+        let mut h = Holes::default();
+        let end = r.run_once(&mut h, Some(WAIT)).unwrap();
+        (end, h)
+    });
+    s.start(&params("uid://small")).unwrap();
+    s.send(&small).unwrap();
+    let report = s.stop().unwrap();
+    assert!(report.all_delivered(), "{report:?}");
+    let (end, h) = next.join().unwrap();
+    assert_eq!(end, RunEnd::Stopped(1000));
+    assert_eq!(h.pieces, [(0, small)]);
+}
+
+/// udp flows refuse what they cannot do safely: TLS (the datagrams would go in clear), and a
+/// receiver that does not say where its datagrams go.
+#[test]
+fn udp_flows_refuse_tls_and_a_receiver_without_a_port() {
+    let id = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let server =
+        TlsServer::from_pem(id.cert.pem().as_bytes(), id.signing_key.serialize_pem().as_bytes())
+            .unwrap();
+    let cfg = Config::parse(UDP_CONFIG, "udp.toml").unwrap();
+    let e = Distributer::start_with_tls(cfg, "127.0.0.1:0".parse().unwrap(), Some(server))
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("obs/display is udp"), "{e}");
+
+    let (d, addr) = udp_distributer();
+    let tcp = std::net::TcpStream::connect(&addr).unwrap();
+    let mut b = bs_distrib::distributer::binding(
+        bs_transport::Conn::new(tcp),
+        bs_binding::Role::Initiator,
+        0,
+    );
+    let j = bs_distrib::msg::Join {
+        stream: "obs".into(),
+        flow: "display".into(),
+        name: "portless".into(),
+        token: "t0k".into(),
+    };
+    b.send(&bs_distrib::msg::join(bs_distrib::msg::ROLE_RECEIVER, &j)).unwrap();
+    let w = b.recv_within(WAIT).unwrap().unwrap();
+    let bs_distrib::msg::Message::Welcome(w) =
+        bs_distrib::msg::Message::parse(w.payload()).unwrap()
+    else {
+        panic!("no WELCOME")
+    };
+    assert_eq!((w.transport.as_str(), w.datagram), ("udp", 8192));
+    assert_ne!(w.udp_port, 0);
+    b.send(&bs_distrib::msg::confirm(0, true, 0, "")).unwrap();
+    let e = b.recv_within(WAIT).unwrap_err().to_string();
+    assert!(e.contains("expected PORT"), "{e}");
+    wait_names(&d, "display", &[]);
+    // The flow still serves a proper receiver.
+    let rx = receiver(&addr, "display", "proper", None);
+    wait_names(&d, "display", &["proper"]);
+    let mut s = Sender::connect(&addr, "obs", "display", Some("t0k")).unwrap();
+    s.start(&params("uid://after")).unwrap();
+    s.send(b"after the portless one").unwrap();
+    assert!(s.stop().unwrap().all_delivered());
+    assert_eq!(rx.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(22));
+}
