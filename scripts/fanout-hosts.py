@@ -14,7 +14,10 @@ Checks, each with the real `blobstream` processes:
   2. a receiver frozen with SIGSTOP under the timeout policy is dropped and reported by name,
      the others complete;
   3. a receiver killed mid-run under hold: reported, the others complete;
-  4. a sender killed mid-run: every receiver's run fails and nothing of it is kept.
+  4. a sender killed mid-run: every receiver's run fails and nothing of it is kept;
+  5. a udp flow paced at 150 Mbit/s: the two receivers behind 200 Mbit/s links keep the exact
+     file; the one behind 100 Mbit/s loses datagrams at its link's queue (real loss, not a
+     simulated one), and the sender reports it by name with the datagrams it lost.
 Prints each receiver's achieved rate against its link (information, not an assertion).
 Everything it creates (namespaces, processes, files) is removed on exit.
 
@@ -173,7 +176,11 @@ def main():
         with open(cfg, "w") as f:
             f.write('[[stream]]\nname = "obs"\n'
                     '[[stream.flow]]\nname = "hold"\npolicy = "hold"\n'
-                    '[[stream.flow]]\nname = "timeout"\npolicy = "timeout"\ntimeout_ms = 1500\n')
+                    '[[stream.flow]]\nname = "timeout"\npolicy = "timeout"\ntimeout_ms = 1500\n'
+                    # 18 MiB/s is 151 Mbit/s; a socket buffer above the link queue's, so the
+                    # far link's queue overflows (loss) before the distributer's socket blocks.
+                    '[[stream.flow]]\nname = "udp"\ntransport = "udp"\ndatagram = "8k"\n'
+                    'chunk = "256k"\npace = "18m"\nsocket_buffer = "8m"\n')
         dist = spawn("dist", "distributer", "--config", cfg, "--addr", "0.0.0.0:7080")
         wait_for(lambda: "obs/hold" in status(), "the distributer")
         data = os.urandom(24 << 20)
@@ -238,6 +245,26 @@ def main():
             check(not os.path.exists(os.path.join(work, f"hold-{n}", "lost.bin")) and
                   not os.path.exists(os.path.join(work, f"hold-{n}", "lost.bin.part")),
                   f"{n} kept nothing of it")
+        # 5. A udp flow faster than the far link: far loses datagrams and is reported; the
+        # others keep every byte.
+        ps = receivers(work, "udp", names, 1)
+        s = send(path, "udp", "scan.bin")
+        out, err = s.communicate(timeout=300)
+        far_line = next((l for l in out.splitlines() if l.strip().startswith("far")), "")
+        check(s.returncode != 0 and "FAILED" in far_line and "lost" in far_line
+              and "datagrams lost" in out, "far is reported with its loss", out + err)
+        check(out.count("digest verified") == 2, "the two fast receivers verified", out)
+        for n in ["fast1", "fast2"]:
+            ps[n].communicate(timeout=60)
+            got = os.path.join(work, f"udp-{n}", "scan.bin")
+            same = os.path.exists(got) and hashlib.sha256(open(got, "rb").read()).hexdigest() == want
+            check(ps[n].returncode == 0 and same, f"{n} holds the exact file over udp")
+        ps["far"].communicate(timeout=60)
+        check(ps["far"].returncode != 0, "far's udp run failed")
+        check(not os.path.exists(os.path.join(work, "udp-far", "scan.bin")) and
+              not os.path.exists(os.path.join(work, "udp-far", "scan.bin.part")),
+              "far kept nothing of its lossy run")
+        print(f"info: udp at 151 Mbit/s to a 100 Mbit/s link: {far_line.strip()}", flush=True)
         dist.terminate()
     finally:
         cleanup()
