@@ -69,7 +69,7 @@ pub fn check_name(name: &str) -> Result<(), DpssError> {
 
 /// The digest every block is stored and checked with (xxh3-128).
 pub fn digest(data: &[u8]) -> [u8; 16] {
-    xxhash_rust::xxh3::xxh3_128(data).to_be_bytes()
+    twox_hash::XxHash3_128::oneshot(data).to_be_bytes()
 }
 
 #[cfg(test)]

@@ -17,7 +17,13 @@
 //!
 //! A blob of `n` bytes has `ceil(n / chunk size)` digests (none for an empty blob).
 
-use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+use std::hash::Hasher as _;
+
+use twox_hash::XxHash3_64;
+
+fn xxh3_64(data: &[u8]) -> u64 {
+    XxHash3_64::oneshot(data)
+}
 
 use crate::error::WireError;
 
@@ -115,7 +121,7 @@ impl ChunkDigests {
 #[derive(Clone)]
 pub struct ChunkHasher {
     chunk: u64,
-    cur: Xxh3,
+    cur: XxHash3_64,
     in_chunk: u64,
     size: u64,
     sums: Vec<u64>,
@@ -135,7 +141,7 @@ impl Default for ChunkHasher {
 
 impl ChunkHasher {
     pub fn new() -> Self {
-        Self { chunk: CHUNK_SIZE, cur: Xxh3::new(), in_chunk: 0, size: 0, sums: Vec::new() }
+        Self { chunk: CHUNK_SIZE, cur: XxHash3_64::new(), in_chunk: 0, size: 0, sums: Vec::new() }
     }
 
     /// Bytes fed so far.
@@ -151,13 +157,13 @@ impl ChunkHasher {
     pub fn update(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             let take = ((self.chunk - self.in_chunk) as usize).min(data.len());
-            self.cur.update(&data[..take]);
+            self.cur.write(&data[..take]);
             self.in_chunk += take as u64;
             self.size += take as u64;
             data = &data[take..];
             if self.in_chunk == self.chunk {
-                self.sums.push(self.cur.digest());
-                self.cur.reset();
+                self.sums.push(self.cur.finish());
+                self.cur = XxHash3_64::new();
                 self.in_chunk = 0;
             }
         }
@@ -166,7 +172,7 @@ impl ChunkHasher {
     /// The digests of everything fed.
     pub fn finish(mut self) -> ChunkDigests {
         if self.in_chunk > 0 {
-            self.sums.push(self.cur.digest());
+            self.sums.push(self.cur.finish());
         }
         ChunkDigests { chunk: self.chunk, size: self.size, sums: self.sums }
     }
@@ -179,6 +185,20 @@ mod tests {
 
     fn data(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    /// Chunk digests are stored: XXH3-64 of the reference implementation, fed whole or in
+    /// pieces.
+    #[test]
+    fn chunk_digests_are_the_reference_values() {
+        let d = data(CHUNK_SIZE as usize + 5);
+        let want = [0x09fe1c343d88bef7u64, 0x33a2f6ebde078b75];
+        assert_eq!(ChunkDigests::of(&d).sums, want);
+        let mut h = ChunkHasher::new();
+        for piece in d.chunks(100_003) {
+            h.update(piece);
+        }
+        assert_eq!(h.finish().sums, want);
     }
 
     #[test]

@@ -84,7 +84,7 @@ impl fmt::Display for DigestAlgo {
 /// then two ways on).
 #[derive(Clone)]
 pub enum Hasher {
-    Xxh3(Box<xxhash_rust::xxh3::Xxh3>),
+    Xxh3(Box<twox_hash::XxHash3_128>),
     Blake3(Box<blake3::Hasher>),
 }
 
@@ -101,7 +101,7 @@ impl Hasher {
     /// Feed bytes, in order.
     pub fn update(&mut self, data: &[u8]) {
         match self {
-            Self::Xxh3(h) => h.update(data),
+            Self::Xxh3(h) => h.write(data),
             Self::Blake3(h) => {
                 h.update(data);
             }
@@ -112,7 +112,7 @@ impl Hasher {
     pub fn finish(&self) -> Digest {
         match self {
             Self::Xxh3(h) => {
-                Digest { algo: DigestAlgo::Xxh3_128, bytes: h.digest128().to_be_bytes().to_vec() }
+                Digest { algo: DigestAlgo::Xxh3_128, bytes: h.finish_128().to_be_bytes().to_vec() }
             }
             Self::Blake3(h) => {
                 Digest { algo: DigestAlgo::Blake3, bytes: h.finalize().as_bytes().to_vec() }
@@ -186,6 +186,20 @@ mod tests {
             assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
             assert_eq!(Digest::decode(&d.encode()).unwrap(), d);
         }
+    }
+
+    /// Digests are stored: the algorithm must never change under them (this value is
+    /// XXH3-128 of the reference implementation, as xxhash-rust computed it before the switch
+    /// to twox-hash).
+    #[test]
+    fn xxh3_128_is_the_reference_value() {
+        let d = DigestAlgo::Xxh3_128.digest(b"blobstream");
+        assert_eq!(d.to_string(), "xxh3-128:2fd78db4cd98508d62c41b2aed6d218b");
+        let mut h = DigestAlgo::Xxh3_128.hasher();
+        for piece in b"blobstream".chunks(3) {
+            h.update(piece);
+        }
+        assert_eq!(h.finish(), d);
     }
 
     #[test]

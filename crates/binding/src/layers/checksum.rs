@@ -32,13 +32,14 @@ impl Checksum {
     fn digest_parts(&self, a: &[u8], b: &[u8], out: &mut [u8]) {
         match self.algo {
             SumAlgo::Xxh3 if b.is_empty() => {
-                out.copy_from_slice(&xxhash_rust::xxh3::xxh3_64(a).to_be_bytes())
+                out.copy_from_slice(&twox_hash::XxHash3_64::oneshot(a).to_be_bytes())
             }
             SumAlgo::Xxh3 => {
-                let mut h = xxhash_rust::xxh3::Xxh3::new();
-                h.update(a);
-                h.update(b);
-                out.copy_from_slice(&h.digest().to_be_bytes())
+                use std::hash::Hasher as _;
+                let mut h = twox_hash::XxHash3_64::new();
+                h.write(a);
+                h.write(b);
+                out.copy_from_slice(&h.finish().to_be_bytes())
             }
             SumAlgo::Blake3 => {
                 let mut h = blake3::Hasher::new();
