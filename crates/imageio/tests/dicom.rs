@@ -336,6 +336,48 @@ fn jpeg_baseline_gray_and_ybr() {
     assert!(max_abs_diff(&d.image, &DynImage::U8(rgb)) <= 24);
 }
 
+/// Padding between the end of the entropy-coded data and the end marker (older modalities
+/// and converters leave it; libjpeg warns "extraneous bytes before marker 0xd9" and decodes
+/// the image whole, as DCMTK and GDCM accept it): the image decodes. A stream cut short
+/// still does not.
+#[test]
+fn jpeg_grey_with_padding_before_its_end_marker_decodes_and_a_cut_one_does_not() {
+    let img = smooth_image8(16, 16, 1);
+    let jpeg = bs_imageio::encode(&DynImage::U8(img.clone()), Format::Jpeg).unwrap();
+    let clean = decode_ok(&image_file(
+        JPEG_BASELINE,
+        &PixelSpec::gray(16, 16, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![jpeg.clone()]),
+    ));
+    assert_eq!(&jpeg[jpeg.len() - 2..], [0xff, 0xd9]);
+    let mut padded = jpeg[..jpeg.len() - 2].to_vec();
+    padded.extend_from_slice(&[0x00, 0x11, 0x22, 0xff, 0xd9]);
+    padded.push(0); // DICOM's even length
+    let d = decode_ok(&image_file(
+        JPEG_BASELINE,
+        &PixelSpec::gray(16, 16, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![padded]),
+    ));
+    assert_eq!(d.image, clean.image, "the same pixels as the clean stream");
+
+    let mut cut = jpeg[..jpeg.len() * 2 / 3].to_vec();
+    cut.truncate(cut.len() / 2 * 2);
+    let err = decode(
+        &image_file(
+            JPEG_BASELINE,
+            &PixelSpec::gray(16, 16, 8, 8, false),
+            vec![],
+            pixel_data_encapsulated(vec![cut]),
+        ),
+        None,
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. }), "{err}");
+}
+
 #[test]
 fn multi_frame_decodes_every_frame() {
     let frames: Vec<u8> = (0..3 * 4).map(|i| i as u8).collect();

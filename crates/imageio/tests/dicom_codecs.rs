@@ -322,6 +322,12 @@ fn jpeg_12_bit_lossy_and_lossless_with_every_predictor() {
             "predictor {psv}"
         );
     }
+    // Padding before the end marker is skipped: the same pixels.
+    let mut padded = lossy[..lossy.len() - 2].to_vec();
+    padded.extend_from_slice(&[0x00, 0x11, 0x22, 0xff, 0xd9, 0x00]);
+    let p =
+        decode_ok(&image_file(JPEG_EXTENDED, &spec, vec![], pixel_data_encapsulated(vec![padded])));
+    assert_eq!(p.image, d.image);
     // A cut 12-bit stream is an error, never a padded image.
     for cut in (0..lossy.len()).step_by(11) {
         let res = decode(

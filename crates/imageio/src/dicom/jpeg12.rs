@@ -9,7 +9,12 @@
 //!
 //! The stream's header is read first and checked against the DICOM header; the decoder then
 //! runs with a pixel limit and stops on the first warning, so a cut or damaged stream is an
-//! error rather than an image padded with grey.
+//! error rather than an image padded with grey. One warning is let through: bytes skipped
+//! before a marker ("extraneous bytes before marker"), the padding older modalities leave
+//! after the entropy-coded data, which libjpeg skips with the image whole (DCMTK and GDCM
+//! accept such files). When the first warning is that one, the frame is decoded again without
+//! stopping, and kept only if the last warning of that run is that one too: a stream that is
+//! also cut or damaged ends with a different warning and stays an error.
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -49,10 +54,23 @@ impl Handle {
     }
 
     fn error(&self) -> ImageIoError {
+        ImageIoError::corrupt(DICOM, format!("JPEG pixel data: {}", self.message()))
+    }
+
+    fn message(&self) -> String {
         // SAFETY: tj3GetErrorStr returns a NUL-terminated string owned by the handle, valid
         // until the next call on it; it is copied at once.
         let text = unsafe { CStr::from_ptr(tj::tj3GetErrorStr(self.0)) };
-        ImageIoError::corrupt(DICOM, format!("JPEG pixel data: {}", text.to_string_lossy()))
+        text.to_string_lossy().into_owned()
+    }
+
+    /// The last call failed on a warning that leaves the image whole (see the module
+    /// documentation).
+    fn only_skipped_bytes(&self) -> bool {
+        // SAFETY: the handle is valid until drop.
+        let code = unsafe { tj::tj3GetErrorCode(self.0) };
+        code == tj::TJERR_TJERR_WARNING as c_int
+            && self.message().contains("extraneous bytes before marker")
     }
 }
 
@@ -64,8 +82,8 @@ impl Drop for Handle {
 }
 
 /// A decompressor with the stream's header read and checked against the DICOM header, a
-/// pixel limit and stop-on-warning set: ready for one `tj3Decompress*` call.
-fn start(stream: &[u8], layout: &Layout) -> Result<Handle, ImageIoError> {
+/// pixel limit and stop-on-warning as `strict` says: ready for one `tj3Decompress*` call.
+fn start(stream: &[u8], layout: &Layout, strict: bool) -> Result<Handle, ImageIoError> {
     let h = Handle::new()?;
     // SAFETY: the pointer and length describe `stream`, which outlives the call.
     if unsafe { tj::tj3DecompressHeader(h.0, stream.as_ptr(), stream.len() as tj::size_t) } != 0 {
@@ -80,19 +98,36 @@ fn start(stream: &[u8], layout: &Layout) -> Result<Handle, ImageIoError> {
     }
     let pixels = layout.rows * layout.cols;
     h.set(tj::TJPARAM_TJPARAM_MAXPIXELS, i32::try_from(pixels).unwrap_or(i32::MAX))?;
-    h.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 1)?;
+    h.set(tj::TJPARAM_TJPARAM_STOPONWARNING, i32::from(strict))?;
     Ok(h)
+}
+
+/// Run `decompress` (one `tj3Decompress*` call into the caller's buffer) strictly, and once
+/// more without stopping when the first warning is only skipped bytes (module documentation).
+fn decompress(
+    stream: &[u8],
+    layout: &Layout,
+    mut decompress: impl FnMut(&Handle) -> c_int,
+) -> Result<(), ImageIoError> {
+    let h = start(stream, layout, true)?;
+    if decompress(&h) == 0 {
+        return Ok(());
+    }
+    if !h.only_skipped_bytes() {
+        return Err(h.error());
+    }
+    let h = start(stream, layout, false)?;
+    if decompress(&h) == 0 || h.only_skipped_bytes() { Ok(()) } else { Err(h.error()) }
 }
 
 /// Decode one 8-bit lossy grayscale JPEG frame (Baseline or Extended) to 8-bit samples with
 /// libjpeg-turbo: its integer IDCT is the IJG one DCMTK builds on, so the grey levels match
 /// that toolkit's to the last bit; with NASM present at build time it also runs SIMD code.
 pub(crate) fn decode8_gray(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoError> {
-    let h = start(stream, layout)?;
     let mut out = vec![0u8; layout.rows * layout.cols];
     // SAFETY: `out` holds rows × cols one-byte samples, the size the header was checked to
     // have (and the pixel limit enforces); pitch 0 means rows of `cols` samples.
-    let rc = unsafe {
+    decompress(stream, layout, |h| unsafe {
         tj::tj3Decompress8(
             h.0,
             stream.as_ptr(),
@@ -101,10 +136,7 @@ pub(crate) fn decode8_gray(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, Im
             0,
             tj::TJPF_TJPF_GRAY as c_int,
         )
-    };
-    if rc != 0 {
-        return Err(h.error());
-    }
+    })?;
     Ok(out)
 }
 
@@ -114,12 +146,11 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoE
     if layout.samples_per_pixel != 1 {
         return Err(ImageIoError::unsupported(DICOM, "12-bit lossy JPEG in colour"));
     }
-    let h = start(stream, layout)?;
     let pixels = layout.rows * layout.cols;
     let mut out = vec![0i16; pixels];
     // SAFETY: `out` holds width × height samples of one channel (pitch 0 = width), which is
     // what a TJPF_GRAY decode of the header just checked writes.
-    let rc = unsafe {
+    decompress(stream, layout, |h| unsafe {
         tj::tj3Decompress12(
             h.0,
             stream.as_ptr(),
@@ -128,9 +159,6 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoE
             0,
             tj::TJPF_TJPF_GRAY as c_int,
         )
-    };
-    if rc != 0 {
-        return Err(h.error());
-    }
+    })?;
     Ok(out.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect())
 }
