@@ -89,6 +89,20 @@ got = client.retrieve_instance(STUDY, SERIES, first.SOPInstanceUID)
 check(got.SOPInstanceUID == first.SOPInstanceUID, "WADO-RS retrieves the instance")
 check(got.PixelData == first.PixelData, "… with its pixel data unchanged")
 check(len(client.retrieve_series(STUDY, SERIES)) == 3, "WADO-RS retrieves the series")
+anyts = client.retrieve_instance(STUDY, SERIES, first.SOPInstanceUID, media_types=(("application/dicom", "*"),))
+check(anyts.PixelData == first.PixelData, "… with transfer-syntax=* (as stored)")
+same = client.retrieve_instance(
+    STUDY, SERIES, first.SOPInstanceUID, media_types=(("application/dicom", ExplicitVRLittleEndian),)
+)
+check(same.SOPInstanceUID == first.SOPInstanceUID, "… with its stored transfer syntax named")
+try:
+    client.retrieve_instance(
+        STUDY, SERIES, first.SOPInstanceUID, media_types=(("application/dicom", "1.2.840.10008.1.2.4.90"),)
+    )
+    check(False, "another transfer syntax is refused")
+except requests.exceptions.HTTPError as e:
+    check(e.response.status_code == 406 and "stored as" in e.response.text,
+          f"… and another transfer syntax is 406, not a file in the wrong one ({e.response.status_code})")
 meta = client.retrieve_study_metadata(STUDY)
 check(len(meta) == 3 and all("00080018" in m for m in meta), "WADO-RS study metadata")
 m = Dataset.from_json(meta[0])
@@ -106,6 +120,11 @@ check(png[:8] == b"\x89PNG\r\n\x1a\n", "WADO-RS rendered PNG")
 r = requests.get(f"{BASE}/wado", params={"requestType": "WADO", "studyUID": STUDY, "seriesUID": SERIES, "objectUID": first.SOPInstanceUID})
 check(r.status_code == 200 and r.headers["content-type"] == "application/dicom", "WADO-URI gives the file")
 check(pydicom.dcmread(io.BytesIO(r.content)).SOPInstanceUID == first.SOPInstanceUID, "… the right one")
+uri = {"requestType": "WADO", "studyUID": STUDY, "seriesUID": SERIES, "objectUID": first.SOPInstanceUID}
+r = requests.get(f"{BASE}/wado", params={**uri, "transferSyntax": ExplicitVRLittleEndian})
+check(r.status_code == 200, "… with its stored transferSyntax named")
+r = requests.get(f"{BASE}/wado", params={**uri, "transferSyntax": "1.2.840.10008.1.2.4.50"})
+check(r.status_code == 406, f"… and another transferSyntax is 406 ({r.status_code})")
 r = requests.get(f"{BASE}/wado", params={"requestType": "WADO", "studyUID": STUDY, "seriesUID": SERIES, "objectUID": first.SOPInstanceUID, "contentType": "image/jpeg"})
 check(r.status_code == 200 and r.content[:2] == b"\xff\xd8", "WADO-URI renders JPEG")
 

@@ -36,6 +36,9 @@ pub enum WebError {
     TooLarge(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// The `Accept` header takes nothing this resource can answer with.
+    #[error("{0}")]
+    NotAcceptable(String),
     #[error("range not satisfiable: {reason}")]
     RangeNotSatisfiable { size: u64, reason: String },
     #[error("{0}")]
@@ -68,6 +71,7 @@ impl WebError {
             Self::PreconditionFailed(_) => (S::PRECONDITION_FAILED, "precondition_failed"),
             Self::TooLarge(_) => (S::PAYLOAD_TOO_LARGE, "too_large"),
             Self::UnsupportedMediaType(_) => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            Self::NotAcceptable(_) => (S::NOT_ACCEPTABLE, "not_acceptable"),
             Self::RangeNotSatisfiable { .. } => (S::RANGE_NOT_SATISFIABLE, "range_not_satisfiable"),
             Self::Unprocessable(_) => (S::UNPROCESSABLE_ENTITY, "unprocessable"),
             Self::Forbidden(_) => (S::FORBIDDEN, "forbidden"),

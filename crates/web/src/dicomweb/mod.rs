@@ -7,6 +7,7 @@
 //! them), indexed like any other image, so the worklist, the viewer and search see them too.
 //! Searches answer from the image index (Patient → Study → Series → Instance).
 
+pub(crate) mod accept;
 pub(crate) mod json;
 pub(crate) mod qido;
 pub(crate) mod stow;

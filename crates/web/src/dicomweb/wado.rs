@@ -2,7 +2,8 @@
 //!
 //! - `GET /dicomweb/studies/{study}[/series/{series}[/instances/{instance}]]`: the instances as
 //!   `multipart/related; type="application/dicom"`, each part the file as stored (read back
-//!   with every chunk's digest checked);
+//!   with every chunk's digest checked), 406 when the `Accept` header takes another transfer
+//!   syntax only (see [`super::accept`]);
 //! - `…/metadata`: application/dicom+json, one object per instance (the attributes the index
 //!   keeps; no bulk data);
 //! - `…/instances/{instance}/frames/{list}`: `multipart/related;
@@ -88,23 +89,44 @@ impl Ids {
 /// are read while the answer is sent (up to `READ_AHEAD_BYTES` in `READ_AHEAD_READS` reads
 /// ahead of the network, in parallel), so a large study never sits in memory whole. An instance that fails its digest
 /// check ends the answer early, so the client sees a cut body, never a wrong byte with success.
+///
+/// The instances go as stored; an `Accept` header that lists transfer syntaxes without an
+/// instance's stored one is answered 406 naming it (see [`super::accept`]).
 pub async fn retrieve(
     State(st): State<Arc<AppState>>,
     Path(ids): Path<Ids>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Response, WebError> {
     ids.check()?;
+    let accept = headers.get(header::ACCEPT).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    let takes = super::accept::dicom_syntaxes(accept)?;
     let st2 = st.clone();
     let found = blocking(move || {
         let found = instances(&st2, &ids.study, ids.series.as_deref(), ids.instance.as_deref())?;
-        Ok(found.into_iter().map(|i| (i.entry.name, i.size)).collect::<Vec<_>>())
+        Ok(found
+            .into_iter()
+            .map(|i| {
+                let ts = i.uid("transfer_syntax_uid").to_string();
+                let sop = i.uid("sop_instance_uid").to_string();
+                (i.entry.name, i.size, ts, sop)
+            })
+            .collect::<Vec<_>>())
     })
     .await?;
+    if let Some((_, _, ts, sop)) = found.iter().find(|(_, _, ts, _)| !takes.takes(ts)) {
+        return Err(not_stored_as(sop, ts, "transfer-syntax"));
+    }
     let boundary = format!("blobstream-{:016x}", rand_u64());
     let kind = "application/dicom";
-    let head = Bytes::from(format!("--{boundary}\r\nContent-Type: {kind}\r\n\r\n"));
+    let head = |ts: &str| {
+        let ts = if ts.is_empty() { String::new() } else { format!("; transfer-syntax={ts}") };
+        Bytes::from(format!("--{boundary}\r\nContent-Type: {kind}{ts}\r\n\r\n"))
+    };
     let tail = Bytes::from(format!("--{boundary}--\r\n"));
-    let len: u64 =
-        found.iter().map(|(_, size)| head.len() as u64 + size + 2).sum::<u64>() + tail.len() as u64;
+    let found: Vec<(String, u64, Bytes)> =
+        found.into_iter().map(|(name, size, ts, _)| (name, size, head(&ts))).collect();
+    let len: u64 = found.iter().map(|(_, size, head)| head.len() as u64 + size + 2).sum::<u64>()
+        + tail.len() as u64;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
     tokio::spawn(async move {
         // Instances are read and checked on blocking threads ahead of the one being sent (up
@@ -121,17 +143,17 @@ pub async fn retrieve(
         let mut pending = std::collections::VecDeque::new();
         let mut ahead = 0u64;
         loop {
-            while let Some((_, size)) = queue.peek() {
+            while let Some((_, size, _)) = queue.peek() {
                 if !pending.is_empty()
                     && (ahead + size > READ_AHEAD_BYTES || pending.len() >= READ_AHEAD_READS)
                 {
                     break;
                 }
-                let (name, size) = queue.next().expect("peeked");
+                let (name, size, head) = queue.next().expect("peeked");
                 ahead += size;
-                pending.push_back((size, read(name)));
+                pending.push_back((size, head, read(name)));
             }
-            let Some((size, job)) = pending.pop_front() else { break };
+            let Some((size, head, job)) = pending.pop_front() else { break };
             ahead -= size;
             let chunk = match job.await {
                 Ok(Ok(b)) => b,
@@ -148,7 +170,7 @@ pub async fn retrieve(
                     return;
                 }
             };
-            for c in [head.clone(), chunk, Bytes::from_static(b"\r\n")] {
+            for c in [head, chunk, Bytes::from_static(b"\r\n")] {
                 if tx.send(Ok(c)).await.is_err() {
                     return; // the client went away
                 }
@@ -161,6 +183,19 @@ pub async fn retrieve(
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(&ct).expect("ascii"));
     r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(r)
+}
+
+/// 406 for an instance asked for in a transfer syntax other than its stored one (`param`:
+/// how the client asks).
+fn not_stored_as(sop: &str, stored: &str, param: &str) -> WebError {
+    let (stored, or) = match stored {
+        "" => ("an unrecorded transfer syntax", String::new()),
+        ts => (ts, format!(" or {param}={ts}")),
+    };
+    WebError::NotAcceptable(format!(
+        "instance {sop} is stored as {stored}, which the request does not take; instances are \
+         sent as stored, not transcoded (ask with {param}=*{or})"
+    ))
 }
 
 /// How many bytes of instances WADO-RS reads ahead of the one it is sending, and in how many
@@ -361,6 +396,9 @@ pub struct WadoUri {
     #[serde(rename = "objectUID")]
     object_uid: String,
     content_type: Option<String>,
+    /// With application/dicom: the transfer syntax the file must be in (it is sent as stored:
+    /// another one is 406).
+    transfer_syntax: Option<String>,
 }
 
 /// `GET /dicomweb/wado` (WADO-URI).
@@ -389,9 +427,13 @@ pub async fn uri(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
     let st2 = st.clone();
     let (bytes, mime) = blocking(move || {
         let found = instances(&st2, &q.study_uid, Some(&q.series_uid), Some(&q.object_uid))?;
-        match jpeg {
-            None => Ok((file(&st2, &found[0])?, "application/dicom")),
-            Some(j) => render(&st2, &found[0].entry.name, j),
+        let stored = found[0].uid("transfer_syntax_uid");
+        match (jpeg, q.transfer_syntax.as_deref()) {
+            (None, Some(ts)) if ts != "*" && ts != stored => {
+                Err(not_stored_as(found[0].uid("sop_instance_uid"), stored, "transferSyntax"))
+            }
+            (None, _) => Ok((file(&st2, &found[0])?, "application/dicom")),
+            (Some(j), _) => render(&st2, &found[0].entry.name, j),
         }
     })
     .await?;

@@ -1,0 +1,143 @@
+//! The `Accept` header of a WADO-RS instance retrieval (PS3.18 8.7.3.5): which transfer
+//! syntaxes the client takes for its `application/dicom` parts.
+//!
+//! blobstream sends instances as stored (it does not transcode), so the question is only
+//! whether the client takes each instance's stored transfer syntax. It does when its Accept
+//! header is absent, names `*/*`, `multipart/*` or `multipart/related` without a type, or an
+//! `application/dicom` range (in `multipart/related; type=…` or on its own) with
+//! `transfer-syntax=*` or without a transfer-syntax parameter (as Orthanc and dcm4chee answer
+//! that case); otherwise only the transfer syntaxes it lists. A range with `q=0` is refused by
+//! the client and ignored; other `q` values do not matter here, as every range taken is
+//! answered the same way.
+
+use crate::error::WebError;
+
+/// The transfer syntaxes a retrieval takes.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Syntaxes {
+    /// Any: the instances as stored.
+    Any,
+    /// Only these transfer syntax UIDs.
+    Only(Vec<String>),
+}
+
+impl Syntaxes {
+    pub(crate) fn takes(&self, ts: &str) -> bool {
+        match self {
+            Syntaxes::Any => true,
+            Syntaxes::Only(l) => l.iter().any(|t| t == ts),
+        }
+    }
+}
+
+/// Read an `Accept` header (`None`: absent) for an instance retrieval; 406 when it takes no
+/// `application/dicom` parts at all.
+pub(crate) fn dicom_syntaxes(accept: Option<&str>) -> Result<Syntaxes, WebError> {
+    let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
+        return Ok(Syntaxes::Any);
+    };
+    let mut only = Vec::new();
+    let mut takes_dicom = false;
+    for range in split(accept, ',') {
+        let mut parts = split(range, ';');
+        let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        let params: Vec<(String, String)> = parts
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string()))
+            .collect();
+        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        if get("q").and_then(|q| q.parse::<f32>().ok()) == Some(0.0) {
+            continue;
+        }
+        let kind = get("type").map(str::to_ascii_lowercase);
+        let dicom = match media.as_str() {
+            "*/*" | "multipart/*" => true,
+            "multipart/related" => matches!(kind.as_deref(), None | Some("application/dicom")),
+            "application/dicom" => true,
+            _ => false,
+        };
+        if !dicom {
+            continue;
+        }
+        takes_dicom = true;
+        match get("transfer-syntax") {
+            None | Some("*") => return Ok(Syntaxes::Any),
+            Some(ts) => only.push(ts.to_string()),
+        }
+    }
+    if !takes_dicom {
+        return Err(WebError::NotAcceptable(format!(
+            "instances are retrieved as multipart/related; type=\"application/dicom\", which \
+             Accept: {accept} does not take"
+        )));
+    }
+    Ok(Syntaxes::Only(only))
+}
+
+/// Split at `sep` outside double quotes.
+fn split(s: &str, sep: char) -> impl Iterator<Item = &str> {
+    let mut quoted = false;
+    let mut start = 0;
+    let mut cuts = Vec::new();
+    for (i, c) in s.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c == sep && !quoted => {
+                cuts.push(&s[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    cuts.push(&s[start..]);
+    cuts.into_iter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVRLE: &str = "1.2.840.10008.1.2.1";
+    const J2K: &str = "1.2.840.10008.1.2.4.90";
+
+    #[test]
+    fn as_stored_unless_the_client_lists_transfer_syntaxes() {
+        for a in [
+            None,
+            Some(""),
+            Some("*/*"),
+            Some("text/html, application/xhtml+xml, */*;q=0.8"),
+            Some("multipart/related"),
+            Some("multipart/related; type=\"application/dicom\""),
+            Some("multipart/related; type=\"application/dicom\"; transfer-syntax=*"),
+            Some("application/dicom"),
+            Some(&format!("multipart/related; type=application/dicom; transfer-syntax={J2K}, */*")),
+        ] {
+            assert_eq!(dicom_syntaxes(a).unwrap(), Syntaxes::Any, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn listed_transfer_syntaxes_are_the_only_ones_taken() {
+        let a = format!(
+            "multipart/related; type=\"application/dicom\"; transfer-syntax={EVRLE}, \
+             multipart/related; type=\"application/dicom\"; transfer-syntax={J2K}; q=0.5, \
+             multipart/related; type=\"application/dicom\"; transfer-syntax=*; q=0"
+        );
+        let s = dicom_syntaxes(Some(&a)).unwrap();
+        assert_eq!(s, Syntaxes::Only(vec![EVRLE.into(), J2K.into()]));
+        assert!(s.takes(J2K) && !s.takes("1.2.840.10008.1.2.4.50"));
+    }
+
+    #[test]
+    fn an_accept_without_dicom_is_not_acceptable() {
+        for a in [
+            "application/json",
+            "multipart/related; type=\"application/octet-stream\"",
+            "multipart/related; type=\"application/dicom\"; q=0",
+        ] {
+            let e = dicom_syntaxes(Some(a)).unwrap_err();
+            assert!(matches!(e, WebError::NotAcceptable(_)), "{a}: {e}");
+        }
+    }
+}
