@@ -85,8 +85,9 @@ WHERE is_image = 1 AND study_uid = '' AND json_valid(meta)
 DELETE FROM images WHERE is_image = 0 AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
 ";
 
-/// One study of the worklist: counts over its instances, and the metadata (JSON) of its
-/// first instance by name, which carries the patient and study attributes.
+/// One study of the worklist: counts over its instances, the metadata (JSON) of its first
+/// instance by name, which carries the patient and study attributes, and the user metadata
+/// given at upload with any of its instances.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StudySummary {
     pub study_uid: String,
@@ -95,6 +96,35 @@ pub struct StudySummary {
     /// Distinct modalities of its series, sorted.
     pub modalities: Vec<String>,
     pub meta: String,
+    /// Each user metadata key of any of its instances (the `user_metadata` object of their
+    /// metadata) with its distinct values, sorted.
+    pub user_metadata: BTreeMap<String, Vec<String>>,
+}
+
+/// The key of the user metadata object in an entry's metadata.
+pub const USER_METADATA: &str = "user_metadata";
+
+/// Merge the distinct user metadata objects of a study's instances (`json`: a JSON array of
+/// the objects, each as itself or as its JSON text, as the backends aggregate them).
+pub(crate) fn merge_user_metadata(json: Option<&str>) -> BTreeMap<String, Vec<String>> {
+    use serde_json::Value;
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let items: Vec<Value> = json.and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default();
+    for item in items {
+        let object = match item {
+            Value::String(t) => serde_json::from_str(&t).ok(),
+            v => Some(v),
+        };
+        let Some(Value::Object(m)) = object else { continue };
+        for (k, v) in m {
+            let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            let vals = out.entry(k).or_default();
+            if let Err(at) = vals.binary_search(&v) {
+                vals.insert(at, v);
+            }
+        }
+    }
+    out
 }
 
 /// One series of a study: how many images, and the metadata of its first instance.
@@ -346,9 +376,12 @@ impl ImageIndex {
             Backend::Sqlite(db) => {
                 let c = db.lock();
                 let mut st = c.prepare_cached(&format!(
-                    "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta FROM (
+                    "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta, g.um FROM (
                        SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
-                              group_concat(DISTINCT modality) AS mods, MIN(name) AS first
+                              group_concat(DISTINCT modality) AS mods, MIN(name) AS first,
+                              json_group_array(DISTINCT json_extract(meta, '$.{USER_METADATA}'))
+                                FILTER (WHERE json_valid(meta)
+                                  AND json_type(meta, '$.{USER_METADATA}') = 'object') AS um
                        FROM images WHERE is_image = 1 AND study_uid IN (
                          SELECT study_uid FROM images WHERE study_uid != '' AND {WHERE_SQLITE})
                        GROUP BY study_uid ORDER BY study_uid LIMIT ?7
@@ -361,6 +394,9 @@ impl ImageIndex {
                         series: r.get::<_, i64>(2)? as u64,
                         modalities: modalities(&r.get::<_, Option<String>>(3)?.unwrap_or_default()),
                         meta: r.get(4)?,
+                        user_metadata: merge_user_metadata(
+                            r.get::<_, Option<String>>(5)?.as_deref(),
+                        ),
                     })
                 })?;
                 Ok(rows.collect::<std::result::Result<_, _>>()?)

@@ -18,6 +18,6 @@ mod sqlite_catalogue;
 pub use catalogue::{Catalogue, StoredBlob};
 pub use error::MetaError;
 pub use group::{GroupStats, group_commits};
-pub use images::{ImageEntry, ImageIndex, ImageQuery, SeriesSummary, StudySummary};
+pub use images::{ImageEntry, ImageIndex, ImageQuery, SeriesSummary, StudySummary, USER_METADATA};
 pub use pg::off_executor;
 pub use record::{BlobRecord, Commit, UploadRecord, now_ms};

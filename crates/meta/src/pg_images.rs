@@ -3,7 +3,8 @@
 
 use crate::error::MetaError;
 use crate::images::{
-    INSTANCE_ORDER, ImageEntry, IndexRow, Search, SeriesSummary, StudySummary, modalities,
+    INSTANCE_ORDER, ImageEntry, IndexRow, Search, SeriesSummary, StudySummary, merge_user_metadata,
+    modalities,
 };
 use crate::pg::PgPool;
 use crate::record::now_ms;
@@ -110,9 +111,12 @@ impl PgImages {
 
     pub fn studies(&self, s: &Search<'_>) -> Result<Vec<StudySummary>> {
         let sql = format!(
-            "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta FROM (
+            "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta, g.um::text FROM (
                SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
-                      string_agg(DISTINCT modality, ',') AS mods, MIN(name) AS first
+                      string_agg(DISTINCT modality, ',') AS mods, MIN(name) AS first,
+                      json_agg(DISTINCT (meta::jsonb -> 'user_metadata')::text)
+                        FILTER (WHERE jsonb_typeof(meta::jsonb -> 'user_metadata') = 'object')
+                        AS um
                FROM images WHERE is_image AND study_uid IN (
                  SELECT study_uid FROM images WHERE study_uid != '' AND {WHERE_PG})
                GROUP BY study_uid ORDER BY study_uid LIMIT $7
@@ -127,6 +131,7 @@ impl PgImages {
                 series: r.get::<_, i64>(2) as u64,
                 modalities: modalities(&r.get::<_, Option<String>>(3).unwrap_or_default()),
                 meta: r.get(4),
+                user_metadata: merge_user_metadata(r.get::<_, Option<String>>(5).as_deref()),
             })
             .collect())
     }

@@ -237,9 +237,11 @@ fn studies_series_and_slice_order(p: &dyn Place) {
         ])
     };
     // Instance numbers disagree with position: position wins.
-    ix.put("ct/3.dcm", "x:3", &slice("1.2.3.1", "1", "10.0", "CT", "1.2.3"), "{\"n\":3}").unwrap();
+    let um3 = r#"{"n":3,"user_metadata":{"referral":"Ward 9","priority":"urgent"}}"#;
+    ix.put("ct/3.dcm", "x:3", &slice("1.2.3.1", "1", "10.0", "CT", "1.2.3"), um3).unwrap();
     ix.put("ct/1.dcm", "x:1", &slice("1.2.3.1", "3", "-10.0", "CT", "1.2.3"), "{\"n\":1}").unwrap();
-    ix.put("ct/2.dcm", "x:2", &slice("1.2.3.1", "2", "0", "CT", "1.2.3"), "{\"n\":2}").unwrap();
+    let um2 = r#"{"n":2,"user_metadata":{"referral":"Ward 7","reader":"Dr B"}}"#;
+    ix.put("ct/2.dcm", "x:2", &slice("1.2.3.1", "2", "0", "CT", "1.2.3"), um2).unwrap();
     let mut scout = slice("1.2.3.2", "1", "0", "CT", "1.2.3");
     scout.remove("image_position_patient");
     ix.put("ct/scout.dcm", "x:4", &scout, "{}").unwrap();
@@ -252,6 +254,18 @@ fn studies_series_and_slice_order(p: &dyn Place) {
     assert_eq!(got, [("1.2.3", 2, 4), ("1.2.4", 1, 1)], "images without a study are in none");
     assert_eq!(studies[0].modalities, ["CT"]);
     assert_eq!(studies[0].meta, "{\"n\":1}", "the first instance by name speaks for the study");
+    // … but the user metadata of every instance is the study's.
+    let um: Vec<_> =
+        studies[0].user_metadata.iter().map(|(k, v)| (k.as_str(), v.join("|"))).collect();
+    assert_eq!(
+        um,
+        [
+            ("priority", "urgent".into()),
+            ("reader", "Dr B".into()),
+            ("referral", "Ward 7|Ward 9".into())
+        ]
+    );
+    assert!(studies[1].user_metadata.is_empty());
     let mr =
         ix.studies(&ImageQuery { limit: 100, modality: Some("mr".into()), ..Default::default() });
     assert_eq!(mr.unwrap().len(), 1);

@@ -19,7 +19,7 @@ const DECODED_CACHE_BYTES: usize = 768 << 20;
 const THUMB_CACHE_BYTES: usize = 64 << 20;
 
 /// The key under which an image's index entry keeps the user metadata of its blob.
-pub const USER_METADATA: &str = "user_metadata";
+pub use bs_meta::USER_METADATA;
 
 /// Access to the store's images.
 pub struct Images {

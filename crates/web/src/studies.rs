@@ -48,7 +48,8 @@ pub struct Study {
     pub modalities: Vec<String>,
     pub series: u64,
     pub images: u64,
-    /// The user metadata given at upload with the study's first instance (`put --meta`).
+    /// The user metadata given at upload with any of the study's instances (`put --meta`): a
+    /// key whose instances disagree lists every value, sorted, separated by ", ".
     pub user_metadata: BTreeMap<String, String>,
 }
 
@@ -75,10 +76,7 @@ fn study(s: StudySummary) -> Study {
         modalities: s.modalities,
         series: s.series,
         images: s.images,
-        user_metadata: meta
-            .get(crate::images::USER_METADATA)
-            .and_then(|m| serde_json::from_value(m.clone()).ok())
-            .unwrap_or_default(),
+        user_metadata: s.user_metadata.into_iter().map(|(k, v)| (k, v.join(", "))).collect(),
     }
 }
 

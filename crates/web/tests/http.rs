@@ -1158,6 +1158,23 @@ async fn user_metadata_of_an_upload_is_shown_and_searchable() {
     assert_eq!(v["studies"][0]["user_metadata"]["referral"], "Ward 9");
     let (_, v) = s.get_json("/api/studies?q=ward%207").await;
     assert_eq!(v["total"], 0, "{v}");
+    // Another instance of the study uploaded with other metadata: the study shows what was
+    // given with every instance, not only with its first.
+    let r = s
+        .http
+        .put(s.url("/blobs/ward/ct-2.dcm"))
+        .header("X-Blobstream-Meta-Referral", "Ward 3")
+        .header("x-blobstream-meta-reader", "Dr B")
+        .body(dcm.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let (_, v) = s.get_json("/api/studies?q=ward%203").await;
+    assert_eq!(v["total"], 1, "{v}");
+    let um = &v["studies"][0]["user_metadata"];
+    assert_eq!(um["referral"], "Ward 3, Ward 9", "{v}");
+    assert_eq!((&um["priority"], &um["reader"]), (&"urgent".into(), &"Dr B".into()), "{v}");
     // Metadata that is not text is refused, and nothing is stored.
     let bad = reqwest::header::HeaderValue::from_bytes(&[b'a', 0xff]).unwrap();
     let r = s
