@@ -108,6 +108,22 @@ test('worklist: studies, series, slice scrolling, prefetch, cine', { timeout: 18
   const filteredDone = () => page.waitForFunction(() =>
     window.blobstream.view().filtered && document.querySelector('#filter-panel').dataset.state === 'done');
   await filteredDone();
+  // The nearest slices are filtered ahead: stepping to one shows its result without asking
+  // the server again.
+  const filterPosts = [];
+  page.on('request', (r) => {
+    if (r.method() === 'POST' && new URL(r.url()).pathname === '/api/filter') filterPosts.push(JSON.parse(r.postData()).key);
+  });
+  await page.waitForFunction(() => window.blobstream.stack().filtered >= 5, null, { timeout: 60_000 });
+  const before = filterPosts.length;
+  const at = (await stack()).index;
+  const next = at + 1 < 16 ? at + 1 : at - 1;
+  await page.locator('#stack-slider').fill(String(next + 1));
+  await shown(next);
+  await filteredDone();
+  const nextKey = `samples/ct-series/slice-${String(next + 1).padStart(2, '0')}.dcm`;
+  assert.equal((await page.evaluate(() => window.blobstream.view())).key, nextKey);
+  assert.ok(!filterPosts.slice(before).includes(nextKey), `the neighbour came filtered from the cache (${filterPosts.slice(before)})`);
   await page.locator('#stack-slider').fill('4');
   await shown(3);
   await filteredDone();

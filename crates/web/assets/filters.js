@@ -138,7 +138,7 @@ async function applyFilter() {
   const steps = [...img.chain, step];
   // Within a series the chain belongs to the series: every slice shown goes through it, even
   // one whose own filtering is still running or failed (see `openImage`).
-  if (state.stack) state.stack.chain = steps;
+  if (state.stack) state.stack.setChain(steps);
   await runChain(img, steps);
 }
 
@@ -148,14 +148,29 @@ async function applyFilter() {
  */
 export async function runChain(img, steps) {
   const seq = ++state.filterSeq;
+  // A request this one supersedes is not worth finishing (a slice in a stack keeps its own:
+  // the stack caches it for when the user comes back).
+  state.filterAbort?.abort();
+  state.filterAbort = null;
   setFilterState('running');
   el.filterTime.textContent = `Running ${steps.map((s) => s.filter).join(' → ')}…`;
+  const st = state.stack;
+  const at = st?.entries[st.index];
+  const fromStack = st?.filterLoad && st.chain === steps && at?.key === img.key && at?.frame === img.frame;
   try {
-    const { res, bytes } = await fetchBytes(
-      '/api/filter',
-      { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: img.key, frame: img.frame, steps, format: 'raw' }) },
-      `Filtering ${basename(img.key)}`,
-    );
+    let got;
+    if (fromStack) {
+      got = await st.getFiltered(st.index); // perhaps filtered ahead already
+    } else {
+      const abort = new AbortController();
+      state.filterAbort = abort;
+      got = await fetchBytes(
+        '/api/filter',
+        { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: img.key, frame: img.frame, steps, format: 'raw' }), signal: abort.signal },
+        `Filtering ${basename(img.key)}`,
+      );
+    }
+    const { res, bytes } = got;
     if (seq !== state.filterSeq || state.img !== img) return;
     const r = parseRaster(res, bytes);
     if (r.bits === img.orig.bits && !steps.some((s) => GREY_LEVEL_FILTERS.has(s.filter))) {
@@ -179,7 +194,7 @@ export async function runChain(img, steps) {
     draw();
     setSaveNameDefault();
   } catch (e) {
-    if (seq !== state.filterSeq) return;
+    if (seq !== state.filterSeq || e?.name === 'AbortError') return;
     el.filterTime.textContent = '';
     setFilterState('error');
     fail('Filter failed', e);
@@ -241,7 +256,7 @@ export function setupFilterPanel() {
   });
   el.applyFilter.addEventListener('click', applyFilter);
   el.resetFilter.addEventListener('click', () => {
-    if (state.stack) state.stack.chain = [];
+    if (state.stack) state.stack.setChain([]);
     resetFilterUi();
     setSaveNameDefault();
     updateWlReadout(); // back in the original's units

@@ -1,13 +1,12 @@
 // Opening an image: its metadata and pixels (or a stack slice's), its first window, a
 // multi-frame image turned into a frame stack; closing it; and the metadata panel.
 
-import { Stack } from './stack.js';
 import { basename, encodeKey, fmtBytes, fmtDate, fmtNumber, fmtPersonName, getJSON, h } from './util.js';
 import { bs, el, state } from './state.js';
 import { clearError, fetchBytes, showError } from './status.js';
 import { parseRaster, toValue, windowFromRange } from './raster.js';
 import { setHash } from './browse.js';
-import { closeStack, loadSlice, setStack } from './series.js';
+import { closeStack, newStack, setStack } from './series.js';
 import {
   buildPresets,
   draw,
@@ -27,6 +26,7 @@ export function closeImage() {
   state.loadAbort?.abort();
   state.loadSeq++;
   state.filterSeq++;
+  state.filterAbort?.abort(); // its filtering is of no use now
   state.img = null;
   buildPresets();
   resetFilterUi();
@@ -64,6 +64,7 @@ export async function openImage(key, opts = {}) {
   state.loadAbort = abort;
   const seq = ++state.loadSeq;
   state.filterSeq++;
+  state.filterAbort?.abort(); // its filtering is of no use now
   clearError();
   el.downloadLink.hidden = true;
   el.viewKey.textContent = opts.frame ? `${key} [frame ${opts.frame + 1}]` : key;
@@ -108,7 +109,7 @@ export async function openImage(key, opts = {}) {
     const frames = Number(res.headers.get('X-Frames')) || 1;
     if (!inStack && frames > 1) {
       const entries = Array.from({ length: frames }, (_, f) => ({ key, frame: f }));
-      const stack = new Stack(entries, { kind: 'frames', key, label: basename(key) }, loadSlice);
+      const stack = newStack(entries, { kind: 'frames', key, label: basename(key) });
       stack.cache.set(stack.id(0), { bytes: bytes.length, promise: Promise.resolve({ meta, res, bytes }) });
       setStack(stack);
       stack.go(0);

@@ -30,10 +30,27 @@ export async function loadSlice(entry, signal) {
   return { meta, res, bytes };
 }
 
+/** One slice (or frame) of a stack through the filter `steps`, run on the server. */
+export async function loadFiltered(entry, steps, signal) {
+  const res = await doFetch('/api/filter', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ key: entry.key, frame: entry.frame, steps, format: 'raw' }),
+    signal,
+  });
+  if (!res.ok) throw await errorFromResponse(res);
+  return { res, bytes: new Uint8Array(await res.arrayBuffer()) };
+}
+
+/** A stack of `entries` that fetches and filters ahead (see stack.js). */
+export function newStack(entries, info) {
+  return new Stack(entries, info, loadSlice, { filter: loadFiltered });
+}
+
 export function stackInfo() {
   const st = state.stack;
   if (!st) return null;
-  return { kind: st.info.kind, index: st.index, length: st.length, cached: st.cachedCount(), playing: !!state.cine, key: st.entries[st.index].key, frame: st.entries[st.index].frame, chain: (st.chain || []).map((c) => c.filter) };
+  return { kind: st.info.kind, index: st.index, length: st.length, cached: st.cachedCount(), filtered: st.filteredCount(), playing: !!state.cine, key: st.entries[st.index].key, frame: st.entries[st.index].frame, chain: (st.chain || []).map((c) => c.filter) };
 }
 
 export function closeStack() {
@@ -108,7 +125,7 @@ export async function openSeries(uid, label) {
     for (const inst of v.instances) {
       for (let f = 0; f < Math.max(1, inst.frames); f++) entries.push({ key: inst.key, frame: f });
     }
-    openStack(new Stack(entries, { kind: 'series', uid, label }, loadSlice));
+    openStack(newStack(entries, { kind: 'series', uid, label }));
   } catch (e) {
     fail(`Could not open the series ${label}`, e);
   }

@@ -1,7 +1,9 @@
 // A stack of slices shown one at a time: the images of a series in slice order, or the
 // frames of a multi-frame image (cine). Keeps the position, and fetches ahead in the same
 // priority order as the parallel block store: the visible slice first, then its neighbours
-// outwards, a few at a time, into a cache bounded in bytes.
+// outwards, a few at a time, into a cache bounded in bytes. With a filter chain on the stack
+// (filters apply to the whole series), the nearest slices are also filtered ahead on the
+// server, two at a time; a new chain drops the old results and aborts their requests.
 
 /** Slices `i ± 1, i ± 2, …` in the order to fetch them (nearest first, forward first). */
 export function prefetchOrder(i, n) {
@@ -18,7 +20,9 @@ export class Stack {
    * @param {{key: string, frame: number}[]} entries slices in display order
    * @param {object} info what the stack is: {kind: 'series'|'frames', uid?, key?, label}
    * @param {(entry, signal) => Promise<object>} load fetches one slice (meta, pixels)
-   * @param {{budget?: number, parallel?: number}} opts cache size in bytes, fetches at once
+   * @param {{budget?: number, parallel?: number, filter?: (entry, steps, signal) => Promise<object>, filterAhead?: number}} opts
+   *   cache size in bytes, fetches at once; how to run a chain on one slice, and on how many
+   *   neighbours ahead of the user
    */
   constructor(entries, info, load, opts = {}) {
     this.entries = entries;
@@ -32,6 +36,51 @@ export class Stack {
     this.abort = new AbortController();
     this.inflight = 0;
     this.generation = 0;
+    this.filterLoad = opts.filter ?? null;
+    this.filterAhead = opts.filterAhead ?? 4;
+    this.chain = [];
+    this.filtered = new Map(); // entry id -> {promise, done}: the slice through `chain`
+    this.filterInflight = 0;
+    this.chainAbort = new AbortController();
+  }
+
+  /** Filter every slice with `steps` from now on (`[]`: none): results and requests of the
+   * previous chain are dropped. */
+  setChain(steps) {
+    this.chainAbort.abort();
+    this.chainAbort = new AbortController();
+    this.filtered.clear();
+    this.chain = steps;
+    this.prefetch();
+  }
+
+  /** Slice `i` through the stack's chain ({res, bytes} of /api/filter), run once per chain. */
+  getFiltered(i) {
+    const id = this.id(i);
+    let f = this.filtered.get(id);
+    if (!f) {
+      f = { done: false, promise: null };
+      const entry = f;
+      f.promise = this.filterLoad(this.entries[i], this.chain, this.chainAbort.signal).then(
+        (v) => {
+          entry.done = true;
+          return v;
+        },
+        (e) => {
+          if (this.filtered.get(id) === entry) this.filtered.delete(id);
+          throw e;
+        },
+      );
+      this.filtered.set(id, f);
+    }
+    return f.promise;
+  }
+
+  /** Slices whose filtered result has arrived. */
+  filteredCount() {
+    let n = 0;
+    for (const f of this.filtered.values()) if (f.done) n++;
+    return n;
   }
 
   get length() {
@@ -76,6 +125,7 @@ export class Stack {
   go(i) {
     this.index = Math.max(0, Math.min(this.entries.length - 1, i));
     this.evict();
+    this.evictFiltered();
     this.prefetch();
     return this.index;
   }
@@ -91,6 +141,14 @@ export class Stack {
       if (this.used <= this.budget * 0.9 || d <= 2) break;
       this.cache.delete(id);
       this.used -= c.bytes;
+    }
+  }
+
+  /** Keep filtered results only near the current slice (they are recomputed if needed). */
+  evictFiltered() {
+    for (const id of [...this.filtered.keys()]) {
+      const i = this.entries.findIndex((e) => `${e.key}#${e.frame}` === id);
+      if (Math.abs(i - this.index) > this.filterAhead) this.filtered.delete(id);
     }
   }
 
@@ -115,9 +173,30 @@ export class Stack {
       }
     };
     next();
+    // The chain's results for the nearest slices, fewer at a time (filtering is the server's
+    // CPU): the visible slice's own request is made by the viewer.
+    if (!this.chain.length || !this.filterLoad) return;
+    const ahead = prefetchOrder(this.index, this.entries.length).slice(0, this.filterAhead);
+    const nextFiltered = () => {
+      if (gen !== this.generation || this.abort.signal.aborted) return;
+      while (this.filterInflight < 2 && ahead.length) {
+        const i = ahead.shift();
+        if (this.filtered.has(this.id(i))) continue;
+        this.filterInflight++;
+        this.getFiltered(i)
+          .catch(() => {})
+          .finally(() => {
+            this.filterInflight--;
+            nextFiltered();
+          });
+      }
+    };
+    nextFiltered();
   }
 
   close() {
+    this.chainAbort.abort();
+    this.filtered.clear();
     this.abort.abort();
     this.cache.clear();
     this.used = 0;

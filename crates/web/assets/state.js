@@ -101,6 +101,8 @@ export const state = {
   lutDirty: false, // the window changed: re-render the rasters before drawing
   saveNameAuto: true,
   filterSeq: 0,
+  // The running /api/filter request of a single image, aborted when another supersedes it.
+  filterAbort: null,
   stack: null, // the Stack being shown (a series or a multi-frame image), see stack.js
   seriesSeq: 0,
   cine: null, // interval timer while the stack plays
