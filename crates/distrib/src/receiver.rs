@@ -208,7 +208,6 @@ impl Receiver {
                     // An ICMP error about an earlier datagram of ours (the PORT's socket).
                     Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
                     Err(e) => {
-                        drop(out);
                         return Ok(fail(h, &format!("the udp socket failed mid-flow: {e}")));
                     }
                 }
@@ -217,7 +216,6 @@ impl Receiver {
                 let quiet = last_datagram.max(at).elapsed() >= LINGER;
                 if re.complete(total) || quiet || at.elapsed() >= LINGER_MAX {
                     re.finish(total, &mut out);
-                    drop(out);
                     window.finish(sent);
                     let lost = window.lost - lost_before;
                     let got = re.next - re.lost_bytes;
@@ -245,7 +243,6 @@ impl Receiver {
                                 stop = Some((total, digest, Instant::now()));
                             }
                             Message::Abort(reason) => {
-                                drop(out);
                                 return Ok(fail(h, &reason));
                             }
                             other => {
@@ -258,7 +255,6 @@ impl Receiver {
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        drop(out);
                         return Ok(fail(h, &mid_flow(e)));
                     }
                 }
