@@ -467,7 +467,7 @@ fn distributer_send_and_receive_as_processes() {
     std::fs::write(&file, &bytes).unwrap();
     // The receivers have joined once status lists both.
     let listed = wait_status(&status_addr, |s| s.contains("archive") && s.contains("pipeline"));
-    assert!(listed.contains("obs/raw (hold"), "{listed}");
+    assert!(listed.contains("obs/raw (tcp, hold"), "{listed}");
     let sent = ok(&Command::new(BIN)
         .args(["-q", "send"])
         .arg(&file)
