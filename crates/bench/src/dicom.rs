@@ -109,7 +109,8 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          stored samples as a numpy array (for native data a view of the bytes read)"
             .into(),
         "JPEG 2000 decodes on both cores (OpenJPEG's threads); the other codecs on one".into(),
-        "codecs: blobstream uses libjpeg-turbo (TurboJPEG, built without its SIMD parts) for \
+        "codecs: blobstream uses libjpeg-turbo (TurboJPEG; its SIMD code is built when NASM is on \
+         the build machine, which scripts/build-deps.sh, part of the test command, installs) for \
          grey lossy JPEG and jpeg-decoder for colour, CharLS (JPEG-LS), OpenJPEG (JPEG 2000) and \
          its own RLE decoder; pydicom uses pylibjpeg-libjpeg, pyjpegls (CharLS), \
          pylibjpeg-openjpeg and pylibjpeg-rle"
