@@ -256,7 +256,8 @@ fn bare_relay(data: &[u8], n: usize, total: u64) -> Result<f64, BenchError> {
 
 /// Receivers on hosts of their own: `scripts/fanout-hosts.py --bench` puts sender, distributer
 /// and three receivers in network namespaces, each receiver behind a 200 Mbit/s tbf link, and
-/// reports each receiver's rate per run (its own clock, start to verified stop).
+/// reports each receiver's rate per run (its own clock, start to verified stop; the receivers
+/// write into tmpfs, so the figure is the link's, not the disk's).
 fn shaped_links(opts: &BenchOptions, runs: usize) -> Result<Option<(Row, String)>, BenchError> {
     let what = "3 receivers in network namespaces behind 200 Mbit/s links";
     let Some(v) = crate::hosts::run_script(opts, "fanout-hosts.py", runs, what)? else {
@@ -279,7 +280,7 @@ fn shaped_links(opts: &BenchOptions, runs: usize) -> Result<Option<(Row, String)
     );
     let row = Row {
         group: "shaped links",
-        what: "slowest of 3 receivers, each behind its own 200 Mbit/s tbf link (network namespaces), 96 MB runs".into(),
+        what: "slowest of 3 receivers, each behind its own 200 Mbit/s tbf link (network namespaces), 96 MB runs into tmpfs".into(),
         ours: slowest,
         baseline: link,
         baseline_name: "the link's rate".into(),
