@@ -159,7 +159,7 @@ fn point_to_point(data: &[u8], total: u64) -> Result<f64, BenchError> {
                 }
                 msg::Message::Stop { digest, .. } => {
                     let ok = msg::digest_bytes(&h.finish()) == digest;
-                    b.send(&msg::confirm(got, ok, 0, "")).map_err(|e| e.to_string())?;
+                    b.send(&msg::confirm(got, ok, "")).map_err(|e| e.to_string())?;
                 }
                 _ => {}
             }

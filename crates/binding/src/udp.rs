@@ -77,6 +77,23 @@ impl SeqWindow {
         }
     }
 
+    /// The sequence number after the newest one seen.
+    pub fn next_expected(&self) -> u64 {
+        self.next
+    }
+
+    /// Datagram `seq` arrived past the window from a source known to be the sender (a
+    /// connected socket): everything before it that has not arrived is lost, and the window
+    /// moves on to it (counting, not allocating, the numbers skipped).
+    pub fn skip_to(&mut self, seq: u64) -> Arrival {
+        if seq >= self.next {
+            self.lost += self.missing.len() as u64 + (seq - self.next);
+            self.missing.clear();
+            self.next = seq;
+        }
+        self.on(seq).unwrap_or(Arrival::Duplicate)
+    }
+
     /// The sender says it sent `sent` datagrams: everything not received is lost.
     pub fn finish(&mut self, sent: u64) {
         if sent > self.next {
@@ -102,6 +119,17 @@ mod tests {
         assert_eq!((w.received, w.reordered, w.duplicates), (6, 1, 1));
         w.finish(10);
         assert_eq!(w.lost, 4, "5, 7, 8, 9");
+    }
+
+    #[test]
+    fn a_burst_longer_than_the_window_is_skipped_over() {
+        let mut w = SeqWindow::new(4);
+        w.on(0).unwrap();
+        w.on(2).unwrap();
+        assert!(w.on(100).is_err());
+        assert_eq!(w.skip_to(100), Arrival::InOrder);
+        assert_eq!((w.lost, w.received), (1 + 97, 3), "1, then 3..=99");
+        assert_eq!(w.on(101).unwrap(), Arrival::InOrder);
     }
 
     #[test]

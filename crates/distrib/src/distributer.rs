@@ -289,7 +289,9 @@ fn status(inner: &Inner) -> Vec<FlowStatus> {
                         let secs = (q.last_progress - q.run_started).as_secs_f64();
                         ReceiverStatus {
                             name: r.name.clone(),
-                            delivered: q.sent,
+                            // What it confirmed having (udp: what arrived), else what was
+                            // written to it so far.
+                            delivered: q.confirm.as_ref().and_then(|c| c.got).unwrap_or(q.sent),
                             rate_bps: if secs > 0.0 { q.sent as f64 / secs } else { 0.0 },
                             queued_messages: q.items.len(),
                             queued_bytes: q.queued_bytes,
@@ -421,37 +423,45 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
         }
         return;
     }
-    let rcv = {
+    // Into the flow under a name no other receiver has: a tcp receiver before its WELCOME (it
+    // is in every run that starts from then on), a udp one once its PORT says where its
+    // datagrams go (a run never waits for a receiver still joining).
+    let fk = key(&flow.stream, &flow.spec.name);
+    let register = |r: &Arc<Rcv>| -> Result<(), DistribError> {
         let mut st = flow.state.lock().unwrap();
-        if join.name.is_empty() || st.receivers.iter().any(|r| r.name == join.name) {
-            drop(st);
-            let fk = key(&flow.stream, &flow.spec.name);
-            let e = if join.name.is_empty() {
-                DistribError::Order("a receiver must have a name".into())
-            } else {
-                DistribError::NameTaken { flow: fk, name: join.name }
-            };
-            return refuse(b, ErrorCode::Busy, e.to_string());
+        if join.name.is_empty() {
+            return Err(DistribError::Order("a receiver must have a name".into()));
         }
-        let r = Arc::new(Rcv {
-            name: join.name.clone(),
-            q: Mutex::new(RcvQ {
-                items: VecDeque::new(),
-                queued_bytes: 0,
-                sent: 0,
-                run_started: Instant::now(),
-                last_progress: Instant::now(),
-                gone: None,
-                confirm: None,
-                lost: 0,
-                reported: false,
-            }),
-            cv: Condvar::new(),
-            kill,
-        });
+        if st.receivers.iter().any(|o| o.name == join.name) {
+            return Err(DistribError::NameTaken { flow: fk.clone(), name: join.name.clone() });
+        }
         st.receivers.push(r.clone());
-        r
+        Ok(())
     };
+    let rcv = Arc::new(Rcv {
+        name: join.name.clone(),
+        q: Mutex::new(RcvQ {
+            items: VecDeque::new(),
+            queued_bytes: 0,
+            sent: 0,
+            run_started: Instant::now(),
+            last_progress: Instant::now(),
+            gone: None,
+            confirm: None,
+            lost: 0,
+            reported: false,
+        }),
+        cv: Condvar::new(),
+        kill,
+    });
+    let name_free = {
+        let st = flow.state.lock().unwrap();
+        !join.name.is_empty() && !st.receivers.iter().any(|o| o.name == join.name)
+    };
+    let first = if udp.is_none() || !name_free { register(&rcv) } else { Ok(()) };
+    if let Err(e) = first {
+        return refuse(b, ErrorCode::Busy, e.to_string());
+    }
     let joined = b.send(&msg::welcome(&w)).map_err(|e| e.to_string()).and_then(|()| match udp {
         Some((sock, size)) => {
             let peer = rcv.kill.as_ref().and_then(|t| t.peer_addr().ok());
@@ -463,7 +473,11 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
         None => Ok(None),
     });
     match joined {
-        Ok(udp) => write_loop(&flow, &rcv, b, udp),
+        Ok(Some(udp)) => match register(&rcv) {
+            Ok(()) => write_loop(&flow, &rcv, b, Some(udp)),
+            Err(e) => return refuse(b, ErrorCode::Busy, e.to_string()),
+        },
+        Ok(None) => write_loop(&flow, &rcv, b, None),
         Err(why) => {
             let why = format!("it failed to join: {why}");
             refuse(b, ErrorCode::BadFrame, why.clone());
@@ -569,7 +583,11 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
                             BindingError::Transport(bs_transport::TransportError::from_io(e))
                         })
                 }
-                Some(_) if *stop => b.send(&msg::sent(seq)).and_then(|()| b.send(m.payload())),
+                // The count of datagrams sent goes before STOP (what the run should have had)
+                // and before START (what earlier runs had: their stragglers are dropped).
+                Some(_) if *stop || m.payload().first() == Some(&msg::START) => {
+                    b.send(&msg::sent(seq)).and_then(|()| b.send(m.payload()))
+                }
                 _ => b.send(m.payload()),
             }
             .map(|()| {
@@ -585,19 +603,31 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
         match res {
             Ok(false) => {}
             Ok(true) => {
-                // After STOP: the receiver's CONFIRM (or its silence, within the patience).
-                let answer = match b.recv_within(patience) {
-                    Ok(Some(m)) => match Message::parse(m.payload()) {
-                        Ok(Message::Confirm { total, ok, lost, reason }) => {
-                            Ok(Confirmed { ok, reason, got: udp.is_some().then_some(total), lost })
-                        }
-                        Ok(other) => Err(format!("expected CONFIRM, got {other:?}")),
-                        Err(e) => Err(e.to_string()),
-                    },
-                    Ok(None) => {
-                        Err(format!("did not confirm the stop within {} ms", patience.as_millis()))
-                    }
-                    Err(e) => Err(format!("its connection failed: {e}")),
+                // After STOP: the receiver's CONFIRM (or its silence, within the patience),
+                // after its LOST on a udp flow.
+                let mut lost = 0;
+                let answer = loop {
+                    break match b.recv_within(patience) {
+                        Ok(Some(m)) => match Message::parse(m.payload()) {
+                            Ok(Message::Lost(n)) if udp.is_some() => {
+                                lost = n;
+                                continue;
+                            }
+                            Ok(Message::Confirm { total, ok, reason }) => Ok(Confirmed {
+                                ok,
+                                reason,
+                                got: udp.is_some().then_some(total),
+                                lost,
+                            }),
+                            Ok(other) => Err(format!("expected CONFIRM, got {other:?}")),
+                            Err(e) => Err(e.to_string()),
+                        },
+                        Ok(None) => Err(format!(
+                            "did not confirm the stop within {} ms",
+                            patience.as_millis()
+                        )),
+                        Err(e) => Err(format!("its connection failed: {e}")),
+                    };
                 };
                 match answer {
                     Ok(c) => {

@@ -10,15 +10,16 @@
 //!  3     START     sender → distributer → recv.   JSON object: the flow's parameters
 //!  4     DATA      sender → distributer → recv.   offset u64, then the bytes
 //!  5     STOP      sender → distributer → recv.   total u64, xxh3-128 digest of the flow (16)
-//!  6     CONFIRM   receiver → distributer         total u64 (bytes it got), ok u8, lost u64
-//!                                                 (datagrams, udp flows), reason (UTF-8)
+//!  6     CONFIRM   receiver → distributer         total u64 (bytes it got), ok u8, reason (UTF-8)
 //!  7     DROPPED   distributer → sender           JSON {"receiver","delivered","reason"}
 //!  8     STOPPED   distributer → sender           JSON {"total","receivers":[{"name",
 //!                                                 "delivered","ok","reason"}]}
 //!  9     ABORT     distributer → receiver         reason (UTF-8): the run ends unfinished
 //! 10     PORT      receiver → distributer         port u16: where its datagrams go (udp flows)
 //! 11     SENT      distributer → receiver         datagrams u64 sent to it so far (udp flows,
-//!                                                 just before STOP)
+//!                                                 just before START and before STOP)
+//! 12     LOST      receiver → distributer         datagrams u64 of the run that never came
+//!                                                 (udp flows, just before CONFIRM)
 //! ```
 //!
 //! On a `udp` flow a receiver's `DATA` travels as datagrams instead (format in [`crate::udp`]);
@@ -49,6 +50,7 @@ pub const STOPPED: u8 = 8;
 pub const ABORT: u8 = 9;
 pub const PORT: u8 = 10;
 pub const SENT: u8 = 11;
+pub const LOST: u8 = 12;
 
 /// Bytes before a `DATA` message's payload: kind and offset.
 pub const DATA_HEAD: usize = 9;
@@ -123,12 +125,13 @@ pub enum Message {
     Start(Params),
     Data { offset: u64, len: usize },
     Stop { total: u64, digest: [u8; 16] },
-    Confirm { total: u64, ok: bool, lost: u64, reason: String },
+    Confirm { total: u64, ok: bool, reason: String },
     Dropped(Outcome),
     Stopped(Stopped),
     Abort(String),
     Port(u16),
     Sent(u64),
+    Lost(u64),
 }
 
 fn bad(what: &str) -> DistribError {
@@ -174,9 +177,8 @@ impl Message {
             CONFIRM => {
                 let total = u64_at(body, "CONFIRM shorter than its total")?;
                 let ok = *body.get(8).ok_or_else(|| bad("CONFIRM without its flag"))? == 1;
-                let lost = u64_at(body.get(9..).unwrap_or_default(), "CONFIRM without its loss")?;
-                let reason = String::from_utf8_lossy(&body[17..]).into_owned();
-                Message::Confirm { total, ok, lost, reason }
+                let reason = String::from_utf8_lossy(&body[9..]).into_owned();
+                Message::Confirm { total, ok, reason }
             }
             DROPPED => Message::Dropped(json(body, "DROPPED")?),
             STOPPED => Message::Stopped(json(body, "STOPPED")?),
@@ -186,6 +188,7 @@ impl Message {
                 Message::Port(u16::from_be_bytes(port))
             }
             SENT => Message::Sent(u64_at(body, "SENT shorter than its count")?),
+            LOST => Message::Lost(u64_at(body, "LOST shorter than its count")?),
             k => return Err(bad(&format!("unknown message kind {k}"))),
         })
     }
@@ -231,11 +234,10 @@ pub fn stop(total: u64, digest: &[u8; 16]) -> Vec<u8> {
     out
 }
 
-pub fn confirm(total: u64, ok: bool, lost: u64, reason: &str) -> Vec<u8> {
+pub fn confirm(total: u64, ok: bool, reason: &str) -> Vec<u8> {
     let mut out = vec![CONFIRM];
     out.extend_from_slice(&total.to_be_bytes());
     out.push(ok as u8);
-    out.extend_from_slice(&lost.to_be_bytes());
     out.extend_from_slice(reason.as_bytes());
     out
 }
@@ -248,6 +250,12 @@ pub fn port(p: u16) -> Vec<u8> {
 
 pub fn sent(datagrams: u64) -> Vec<u8> {
     let mut out = vec![SENT];
+    out.extend_from_slice(&datagrams.to_be_bytes());
+    out
+}
+
+pub fn lost(datagrams: u64) -> Vec<u8> {
+    let mut out = vec![LOST];
     out.extend_from_slice(&datagrams.to_be_bytes());
     out
 }
@@ -299,9 +307,10 @@ mod tests {
             Message::Stop { total: 9, digest: [7; 16] }
         );
         assert_eq!(
-            Message::parse(&confirm(9, false, 3, "digest differs")).unwrap(),
-            Message::Confirm { total: 9, ok: false, lost: 3, reason: "digest differs".into() }
+            Message::parse(&confirm(9, false, "digest differs")).unwrap(),
+            Message::Confirm { total: 9, ok: false, reason: "digest differs".into() }
         );
+        assert_eq!(Message::parse(&lost(3)).unwrap(), Message::Lost(3));
         assert_eq!(Message::parse(&port(40_000)).unwrap(), Message::Port(40_000));
         assert_eq!(Message::parse(&sent(1 << 40)).unwrap(), Message::Sent(1 << 40));
         assert_eq!(Message::parse(&abort("gone")).unwrap(), Message::Abort("gone".into()));
@@ -316,7 +325,7 @@ mod tests {
             (&[DATA, 0, 0][..], "DATA shorter"),
             (&[STOP, 0, 0, 0, 0, 0, 0, 0, 1, 2][..], "16-byte digest"),
             (&[START, b'['][..], "START parameters"),
-            (&[CONFIRM, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0][..], "CONFIRM without its loss"),
+            (&[LOST, 0, 0][..], "LOST shorter"),
             (&[PORT, 1][..], "PORT is not a u16"),
         ] {
             let e = Message::parse(m).unwrap_err().to_string();

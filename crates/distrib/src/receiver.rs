@@ -123,17 +123,27 @@ impl Receiver {
         h: &mut impl FlowHandler,
         wait: Option<Duration>,
     ) -> Result<RunEnd, DistribError> {
-        let first = match wait {
-            Some(w) => self.b.recv_within(w),
-            None => self.b.recv(),
-        };
-        let Some(first) = first.map_err(DistribError::from_binding)? else {
-            return Ok(RunEnd::Closed);
-        };
-        match Message::parse(first.payload())? {
-            Message::Start(p) => h.on_start(&p),
-            Message::Abort(_) => return Ok(RunEnd::Closed),
-            other => return Err(DistribError::Malformed(format!("expected START, got {other:?}"))),
+        loop {
+            let first = match wait {
+                Some(w) => self.b.recv_within(w),
+                None => self.b.recv(),
+            };
+            let Some(first) = first.map_err(DistribError::from_binding)? else {
+                return Ok(RunEnd::Closed);
+            };
+            match (Message::parse(first.payload())?, &mut self.udp) {
+                (Message::Start(p), _) => {
+                    h.on_start(&p);
+                    break;
+                }
+                (Message::Abort(_), _) => return Ok(RunEnd::Closed),
+                // Every datagram before the run's first is an earlier run's (an aborted run
+                // leaves some on the way): from here on they are recognised and dropped.
+                (Message::Sent(n), Some((_, window))) => window.finish(n),
+                (other, _) => {
+                    return Err(DistribError::Malformed(format!("expected START, got {other:?}")));
+                }
+            }
         }
         if self.udp.is_some() {
             return self.run_datagrams(h);
@@ -155,7 +165,7 @@ impl Receiver {
                 }
                 Message::Data { offset, .. } => {
                     let why = format!("DATA at offset {offset}, expected {got}");
-                    let _ = self.b.send(&msg::confirm(got, false, 0, &why));
+                    let _ = self.b.send(&msg::confirm(got, false, &why));
                     return Ok(fail(h, &why));
                 }
                 Message::Stop { total, digest } => {
@@ -167,7 +177,7 @@ impl Receiver {
                     } else {
                         Ok(())
                     };
-                    return finish_run(&mut self.b, h, verdict, total, got, 0);
+                    return finish_run(&mut self.b, h, verdict, total, got, None);
                 }
                 Message::Abort(reason) => return Ok(fail(h, &reason)),
                 other => {
@@ -232,7 +242,7 @@ impl Receiver {
                     } else {
                         Ok(())
                     };
-                    return finish_run(b, h, verdict, total, got, lost);
+                    return finish_run(b, h, verdict, total, got, Some(lost));
                 }
             } else {
                 match b.recv_within(Duration::ZERO) {
@@ -325,15 +335,15 @@ fn mid_flow(e: bs_binding::BindingError) -> String {
     }
 }
 
-/// Tell the handler and the distributer how a run ended (`got` bytes arrived, `lost`
-/// datagrams did not).
+/// Tell the handler and the distributer how a run ended (`got` bytes arrived; on a udp flow
+/// `lost` datagrams did not, said in `LOST` before the `CONFIRM`).
 fn finish_run(
     b: &mut Binding,
     h: &mut impl FlowHandler,
     verdict: Result<(), String>,
     total: u64,
     got: u64,
-    lost: u64,
+    lost: Option<u64>,
 ) -> Result<RunEnd, DistribError> {
     let verdict = match verdict {
         Ok(()) => h.on_stop(total),
@@ -346,7 +356,10 @@ fn finish_run(
         Ok(()) => (true, ""),
         Err(w) => (false, w.as_str()),
     };
-    b.send(&msg::confirm(got, ok, lost, why)).map_err(DistribError::from_binding)?;
+    if let Some(n) = lost {
+        b.send(&msg::lost(n)).map_err(DistribError::from_binding)?;
+    }
+    b.send(&msg::confirm(got, ok, why)).map_err(DistribError::from_binding)?;
     Ok(match verdict {
         Ok(()) => RunEnd::Stopped(total),
         Err(w) => RunEnd::Failed(w),

@@ -90,13 +90,18 @@ impl Reassembly {
             return;
         };
         let bytes = &d[HEAD..];
-        match window.on(seq) {
-            Ok(Arrival::InOrder | Arrival::Late) => {}
-            Ok(Arrival::Duplicate) => return,
+        let (arrival, skipped) = match window.on(seq) {
+            // Past the window: a burst longer than it was lost (the socket is connected to
+            // the distributer's, so this is its datagram): move the window on, not stall.
+            Err(_) if seq >= window_top(window) => (window.skip_to(seq), true),
+            Ok(a) => (a, false),
             Err(_) => {
                 self.junk += 1;
                 return;
             }
+        };
+        if arrival == Arrival::Duplicate {
+            return;
         }
         if offset < self.next || offset.checked_add(bytes.len() as u64).is_none() {
             return; // its place was given up, or it claims an impossible one
@@ -107,6 +112,10 @@ impl Reassembly {
         }
         self.ahead.entry(offset).or_insert_with(|| bytes.to_vec());
         self.drain(out);
+        // After a skip nothing before this datagram can still come: give up those gaps now.
+        while skipped && self.ahead.first_key_value().is_some_and(|(&k, _)| k <= offset) {
+            self.skip_gap(out);
+        }
         if self.ahead.len() > REORDER {
             self.skip_gap(out);
         }
@@ -153,6 +162,11 @@ impl Reassembly {
     pub fn complete(&self, total: u64) -> bool {
         self.ahead.is_empty() && self.next >= total
     }
+}
+
+/// The first sequence number past `w`'s window (what `on` refuses as too far ahead).
+fn window_top(w: &SeqWindow) -> u64 {
+    w.next_expected() + bs_binding::driver::DATAGRAM_WINDOW
 }
 
 fn be(d: &[u8], at: usize) -> Option<u64> {
@@ -224,15 +238,33 @@ mod tests {
     }
 
     #[test]
-    fn runts_strangers_and_impossible_offsets_are_dropped() {
-        let (mut r, mut w) = (Reassembly::default(), SeqWindow::new(8));
+    fn a_burst_lost_past_the_window_does_not_stop_what_follows() {
+        let window = bs_binding::driver::DATAGRAM_WINDOW;
+        let (mut r, mut w) = (Reassembly::default(), SeqWindow::new(window));
+        let far = window + 500;
         let got = run(
             &mut r,
             &mut w,
-            &[vec![1, 2, 3], dgram(1 << 40, 0, b"far"), dgram(0, u64::MAX, b"wrap")],
+            &[dgram(0, 0, b"ab"), dgram(far, 9, b"cd"), dgram(far + 1, 11, b"ef")],
+        );
+        assert_eq!(
+            got,
+            [(0, "ab".into()), (2, "lost 7".into()), (9, "cd".into()), (11, "ef".into())]
+        );
+        assert_eq!(w.lost, far - 1);
+    }
+
+    #[test]
+    fn runts_strangers_and_impossible_offsets_are_dropped() {
+        let (mut r, mut w) = (Reassembly::default(), SeqWindow::new(8));
+        w.finish(100); // earlier runs: 100 datagrams
+        let got = run(
+            &mut r,
+            &mut w,
+            &[vec![1, 2, 3], dgram(3, 0, b"old"), dgram(100, u64::MAX, b"wrap")],
         );
         assert!(got.is_empty());
-        assert_eq!(r.junk, 2);
+        assert_eq!(r.junk, 2, "the runt and the straggler far behind");
         assert_eq!(r.next, 0);
     }
 }

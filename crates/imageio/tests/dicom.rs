@@ -362,20 +362,27 @@ fn jpeg_grey_with_padding_before_its_end_marker_decodes_and_a_cut_one_does_not()
     ));
     assert_eq!(d.image, clean.image, "the same pixels as the clean stream");
 
-    let mut cut = jpeg[..jpeg.len() * 2 / 3].to_vec();
-    cut.truncate(cut.len() / 2 * 2);
-    let err = decode(
-        &image_file(
-            JPEG_BASELINE,
-            &PixelSpec::gray(16, 16, 8, 8, false),
-            vec![],
-            pixel_data_encapsulated(vec![cut]),
-        ),
-        None,
-        &Limits::default(),
-    )
-    .unwrap_err();
-    assert!(matches!(err, ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. }), "{err}");
+    // Cut, and cut then given the same padding and an end marker: errors, not grey images.
+    let cut = jpeg[..jpeg.len() * 2 / 3 / 2 * 2].to_vec();
+    let mut cut_padded = cut.clone();
+    cut_padded.extend_from_slice(&[0x00, 0x11, 0x22, 0xff, 0xd9, 0x00]);
+    for stream in [cut, cut_padded] {
+        let err = decode(
+            &image_file(
+                JPEG_BASELINE,
+                &PixelSpec::gray(16, 16, 8, 8, false),
+                vec![],
+                pixel_data_encapsulated(vec![stream]),
+            ),
+            None,
+            &Limits::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. }),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -37,6 +37,19 @@ UPDATE images SET
     instance_no = (meta::jsonb->>'instance_number')::bigint
 WHERE is_image AND study_uid = '' AND meta::jsonb ? 'study_instance_uid';
 DELETE FROM images WHERE NOT is_image AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
+-- The user metadata object of an entry's metadata as JSON text; NULL when there is none or
+-- the metadata is not JSON (one such row must not fail a whole worklist query).
+CREATE OR REPLACE FUNCTION blobstream_user_metadata(meta TEXT) RETURNS TEXT
+LANGUAGE plpgsql IMMUTABLE AS $f$
+BEGIN
+    IF jsonb_typeof(meta::jsonb -> 'user_metadata') = 'object' THEN
+        RETURN (meta::jsonb -> 'user_metadata')::text;
+    END IF;
+    RETURN NULL;
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END
+$f$;
 "#;
 
 /// The search criteria as PostgreSQL parameters $1–$6, as the SQLite index has them.
@@ -114,9 +127,8 @@ impl PgImages {
             "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta, g.um::text FROM (
                SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
                       string_agg(DISTINCT modality, ',') AS mods, MIN(name) AS first,
-                      json_agg(DISTINCT (meta::jsonb -> 'user_metadata')::text)
-                        FILTER (WHERE jsonb_typeof(meta::jsonb -> 'user_metadata') = 'object')
-                        AS um
+                      json_agg(DISTINCT blobstream_user_metadata(meta))
+                        FILTER (WHERE blobstream_user_metadata(meta) IS NOT NULL) AS um
                FROM images WHERE is_image AND study_uid IN (
                  SELECT study_uid FROM images WHERE study_uid != '' AND {WHERE_PG})
                GROUP BY study_uid ORDER BY study_uid LIMIT $7

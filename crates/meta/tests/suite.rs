@@ -266,6 +266,11 @@ fn studies_series_and_slice_order(p: &dyn Place) {
         ]
     );
     assert!(studies[1].user_metadata.is_empty());
+    // An entry whose metadata is not JSON in the study: the study is still listed.
+    ix.put("ct/odd.dcm", "x:7", &slice("1.2.3.1", "9", "20.0", "CT", "1.2.3"), "not json").unwrap();
+    let again = ix.studies(&ImageQuery { limit: 100, ..Default::default() }).unwrap();
+    assert_eq!((again[0].images, again[0].user_metadata.len()), (5, 3));
+    ix.forget("ct/odd.dcm").unwrap();
     let mr =
         ix.studies(&ImageQuery { limit: 100, modality: Some("mr".into()), ..Default::default() });
     assert_eq!(mr.unwrap().len(), 1);

@@ -156,6 +156,8 @@ export class Stack {
   prefetch() {
     const gen = ++this.generation;
     const order = prefetchOrder(this.index, this.entries.length).filter((i) => !this.cache.has(this.id(i)));
+    // The pumps of this generation: a fetch of an older one that finishes calls the current
+    // one (the in-flight counts are shared), so a move never leaves the fetch-ahead stalled.
     const next = () => {
       if (gen !== this.generation || this.abort.signal.aborted) return;
       // Fetch ahead while the budget lasts, nearest first (eviction makes room as the user
@@ -168,13 +170,15 @@ export class Stack {
           .catch(() => {})
           .finally(() => {
             this.inflight--;
-            next();
+            this.pump?.();
           });
       }
     };
+    this.pump = next;
     next();
     // The chain's results for the nearest slices, fewer at a time (filtering is the server's
     // CPU): the visible slice's own request is made by the viewer.
+    this.pumpFiltered = null;
     if (!this.chain.length || !this.filterLoad) return;
     const ahead = prefetchOrder(this.index, this.entries.length).slice(0, this.filterAhead);
     const nextFiltered = () => {
@@ -187,10 +191,11 @@ export class Stack {
           .catch(() => {})
           .finally(() => {
             this.filterInflight--;
-            nextFiltered();
+            this.pumpFiltered?.();
           });
       }
     };
+    this.pumpFiltered = nextFiltered;
     nextFiltered();
   }
 

@@ -9,12 +9,13 @@
 //!
 //! The stream's header is read first and checked against the DICOM header; the decoder then
 //! runs with a pixel limit and stops on the first warning, so a cut or damaged stream is an
-//! error rather than an image padded with grey. One warning is let through: bytes skipped
-//! before a marker ("extraneous bytes before marker"), the padding older modalities leave
-//! after the entropy-coded data, which libjpeg skips with the image whole (DCMTK and GDCM
-//! accept such files). When the first warning is that one, the frame is decoded again without
-//! stopping, and kept only if the last warning of that run is that one too: a stream that is
-//! also cut or damaged ends with a different warning and stays an error.
+//! error rather than an image padded with grey. One case is let through: a few bytes (at most
+//! [`MAX_PADDING`]) before the final end-of-image marker that libjpeg skips ("N extraneous
+//! bytes before marker 0xd9"), the padding older modalities leave after the entropy-coded
+//! data (DCMTK and GDCM accept such files). Those N bytes are taken out and the stream is
+//! decoded again, strictly: it is kept only if that decode has no warning at all, so a stream
+//! that is also cut or damaged elsewhere stays an error. (Like any JPEG decoder, this cannot
+//! tell padding from entropy data so damaged that it ends a few bytes early.)
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -64,13 +65,26 @@ impl Handle {
         text.to_string_lossy().into_owned()
     }
 
-    /// The last call failed on a warning that leaves the image whole (see the module
-    /// documentation).
-    fn only_skipped_bytes(&self) -> bool {
+    /// After a strict call failed: `stream` without the padding its warning names, when the
+    /// warning is padding before the final end-of-image marker (module documentation).
+    fn without_padding(&self, stream: &[u8]) -> Option<Vec<u8>> {
         // SAFETY: the handle is valid until drop.
-        let code = unsafe { tj::tj3GetErrorCode(self.0) };
-        code == tj::TJERR_TJERR_WARNING as c_int
-            && self.message().contains("extraneous bytes before marker")
+        if unsafe { tj::tj3GetErrorCode(self.0) } != tj::TJERR_TJERR_WARNING as c_int {
+            return None;
+        }
+        let msg = self.message();
+        let n: usize = msg
+            .strip_prefix("Corrupt JPEG data: ")?
+            .strip_suffix(" extraneous bytes before marker 0xd9")?
+            .parse()
+            .ok()?;
+        // The end-of-image marker, then at most DICOM's zero padding to an even length.
+        let end = stream.len() - stream.iter().rev().take_while(|&&b| b == 0).count();
+        let eoi = end.checked_sub(2).filter(|&e| stream[e..end] == [0xff, 0xd9])?;
+        if n == 0 || n > MAX_PADDING || n > eoi {
+            return None;
+        }
+        Some([&stream[..eoi - n], &stream[eoi..]].concat())
     }
 }
 
@@ -102,22 +116,24 @@ fn start(stream: &[u8], layout: &Layout, strict: bool) -> Result<Handle, ImageIo
     Ok(h)
 }
 
-/// Run `decompress` (one `tj3Decompress*` call into the caller's buffer) strictly, and once
-/// more without stopping when the first warning is only skipped bytes (module documentation).
+/// Bytes of padding before the end-of-image marker a stream may have and still decode.
+const MAX_PADDING: usize = 16;
+
+/// Run `decompress` (one `tj3Decompress*` call on the stream it is given, into the caller's
+/// buffer), strictly; when the only trouble is padding before the end marker, again on the
+/// stream without it, as strictly (module documentation).
 fn decompress(
     stream: &[u8],
     layout: &Layout,
-    mut decompress: impl FnMut(&Handle) -> c_int,
+    mut decompress: impl FnMut(&Handle, &[u8]) -> c_int,
 ) -> Result<(), ImageIoError> {
     let h = start(stream, layout, true)?;
-    if decompress(&h) == 0 {
+    if decompress(&h, stream) == 0 {
         return Ok(());
     }
-    if !h.only_skipped_bytes() {
-        return Err(h.error());
-    }
-    let h = start(stream, layout, false)?;
-    if decompress(&h) == 0 || h.only_skipped_bytes() { Ok(()) } else { Err(h.error()) }
+    let Some(trimmed) = h.without_padding(stream) else { return Err(h.error()) };
+    let again = start(&trimmed, layout, true)?;
+    if decompress(&again, &trimmed) == 0 { Ok(()) } else { Err(again.error()) }
 }
 
 /// Decode one 8-bit lossy grayscale JPEG frame (Baseline or Extended) to 8-bit samples with
@@ -127,7 +143,7 @@ pub(crate) fn decode8_gray(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, Im
     let mut out = vec![0u8; layout.rows * layout.cols];
     // SAFETY: `out` holds rows × cols one-byte samples, the size the header was checked to
     // have (and the pixel limit enforces); pitch 0 means rows of `cols` samples.
-    decompress(stream, layout, |h| unsafe {
+    decompress(stream, layout, |h, stream| unsafe {
         tj::tj3Decompress8(
             h.0,
             stream.as_ptr(),
@@ -150,7 +166,7 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoE
     let mut out = vec![0i16; pixels];
     // SAFETY: `out` holds width × height samples of one channel (pitch 0 = width), which is
     // what a TJPF_GRAY decode of the header just checked writes.
-    decompress(stream, layout, |h| unsafe {
+    decompress(stream, layout, |h, stream| unsafe {
         tj::tj3Decompress12(
             h.0,
             stream.as_ptr(),

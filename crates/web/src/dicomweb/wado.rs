@@ -98,8 +98,11 @@ pub async fn retrieve(
     headers: axum::http::HeaderMap,
 ) -> Result<Response, WebError> {
     ids.check()?;
-    let accept = headers.get(header::ACCEPT).map(|v| v.to_str().unwrap_or("\u{fffd}"));
-    let takes = super::accept::dicom_syntaxes(accept)?;
+    // Several Accept lines are one list (RFC 9110 5.3).
+    let lines: Vec<&str> =
+        headers.get_all(header::ACCEPT).iter().map(|v| v.to_str().unwrap_or("\u{fffd}")).collect();
+    let accept = (!lines.is_empty()).then(|| lines.join(", "));
+    let takes = super::accept::dicom_syntaxes(accept.as_deref())?;
     let st2 = st.clone();
     let found = blocking(move || {
         let found = instances(&st2, &ids.study, ids.series.as_deref(), ids.instance.as_deref())?;
