@@ -52,7 +52,7 @@ impl SeqWindow {
     /// Account for datagram `seq`.
     pub fn on(&mut self, seq: u64) -> Result<Arrival, BindingError> {
         let lo = self.next.saturating_sub(self.window);
-        let hi = self.next + self.window;
+        let hi = self.next.saturating_add(self.window);
         if seq >= hi || seq < lo {
             return Err(BindingError::OutOfWindow { seq, lo, hi });
         }

@@ -291,7 +291,11 @@ fn status(inner: &Inner) -> Vec<FlowStatus> {
                             name: r.name.clone(),
                             // What it confirmed having (udp: what arrived), else what was
                             // written to it so far.
-                            delivered: q.confirm.as_ref().and_then(|c| c.got).unwrap_or(q.sent),
+                            delivered: q
+                                .confirm
+                                .as_ref()
+                                .and_then(|c| c.got)
+                                .map_or(q.sent, |got| got.min(q.sent)),
                             rate_bps: if secs > 0.0 { q.sent as f64 / secs } else { 0.0 },
                             queued_messages: q.items.len(),
                             queued_bytes: q.queued_bytes,
@@ -427,14 +431,18 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     // is in every run that starts from then on), a udp one once its PORT says where its
     // datagrams go (a run never waits for a receiver still joining).
     let fk = key(&flow.stream, &flow.spec.name);
-    let register = |r: &Arc<Rcv>| -> Result<(), DistribError> {
-        let mut st = flow.state.lock().unwrap();
+    let free = |st: &FlowState| -> Result<(), DistribError> {
         if join.name.is_empty() {
             return Err(DistribError::Order("a receiver must have a name".into()));
         }
         if st.receivers.iter().any(|o| o.name == join.name) {
             return Err(DistribError::NameTaken { flow: fk.clone(), name: join.name.clone() });
         }
+        Ok(())
+    };
+    let register = |r: &Arc<Rcv>| -> Result<(), DistribError> {
+        let mut st = flow.state.lock().unwrap();
+        free(&st)?;
         st.receivers.push(r.clone());
         Ok(())
     };
@@ -454,11 +462,10 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
         cv: Condvar::new(),
         kill,
     });
-    let name_free = {
-        let st = flow.state.lock().unwrap();
-        !join.name.is_empty() && !st.receivers.iter().any(|o| o.name == join.name)
+    let first = match udp {
+        None => register(&rcv),
+        Some(_) => free(&flow.state.lock().unwrap()),
     };
-    let first = if udp.is_none() || !name_free { register(&rcv) } else { Ok(()) };
     if let Err(e) = first {
         return refuse(b, ErrorCode::Busy, e.to_string());
     }
@@ -475,7 +482,7 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     match joined {
         Ok(Some(udp)) => match register(&rcv) {
             Ok(()) => write_loop(&flow, &rcv, b, Some(udp)),
-            Err(e) => return refuse(b, ErrorCode::Busy, e.to_string()),
+            Err(e) => refuse(b, ErrorCode::Busy, e.to_string()),
         },
         Ok(None) => write_loop(&flow, &rcv, b, None),
         Err(why) => {

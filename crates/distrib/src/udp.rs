@@ -28,6 +28,10 @@ use bs_binding::udp::{Arrival, SeqWindow};
 pub const HEAD: usize = 16;
 /// Datagrams held ahead of a gap before the gap is given up as lost.
 pub const REORDER: usize = 256;
+/// The most sequence numbers one datagram may jump the window ahead by (a burst lost past the
+/// window); one further ahead is not a datagram of this connection's distributer and is
+/// dropped, so it cannot make every real one that follows look stale.
+pub const MAX_SKIP: u64 = 1 << 32;
 
 /// Send `payload` (at `offset` in the run) as datagrams of at most `size` bytes on the
 /// connected `sock`, numbering them from `*seq`. A datagram the kernel will not take (a full
@@ -93,7 +97,9 @@ impl Reassembly {
         let (arrival, skipped) = match window.on(seq) {
             // Past the window: a burst longer than it was lost (the socket is connected to
             // the distributer's, so this is its datagram): move the window on, not stall.
-            Err(_) if seq >= window_top(window) => (window.skip_to(seq), true),
+            Err(_) if seq >= window_top(window) && seq - window.next_expected() <= MAX_SKIP => {
+                (window.skip_to(seq), true)
+            }
             Ok(a) => (a, false),
             Err(_) => {
                 self.junk += 1;
@@ -166,7 +172,7 @@ impl Reassembly {
 
 /// The first sequence number past `w`'s window (what `on` refuses as too far ahead).
 fn window_top(w: &SeqWindow) -> u64 {
-    w.next_expected() + bs_binding::driver::DATAGRAM_WINDOW
+    w.next_expected().saturating_add(bs_binding::driver::DATAGRAM_WINDOW)
 }
 
 fn be(d: &[u8], at: usize) -> Option<u64> {
@@ -265,6 +271,12 @@ mod tests {
         );
         assert!(got.is_empty());
         assert_eq!(r.junk, 2, "the runt and the straggler far behind");
+        // A number absurdly far ahead is not the distributer's: dropped, the window stays.
+        assert!(
+            run(&mut r, &mut w, &[dgram(u64::MAX, 0, b"x"), dgram(1 << 40, 0, b"y")]).is_empty()
+        );
+        assert_eq!((r.junk, w.next_expected()), (4, 101));
         assert_eq!(r.next, 0);
+        assert_eq!(run(&mut r, &mut w, &[dgram(101, 0, b"z")]), [(0, "z".into())]);
     }
 }

@@ -351,16 +351,18 @@ fn jpeg_grey_with_padding_before_its_end_marker_decodes_and_a_cut_one_does_not()
         pixel_data_encapsulated(vec![jpeg.clone()]),
     ));
     assert_eq!(&jpeg[jpeg.len() - 2..], [0xff, 0xd9]);
-    let mut padded = jpeg[..jpeg.len() - 2].to_vec();
-    padded.extend_from_slice(&[0x00, 0x11, 0x22, 0xff, 0xd9]);
-    padded.push(0); // DICOM's even length
-    let d = decode_ok(&image_file(
-        JPEG_BASELINE,
-        &PixelSpec::gray(16, 16, 8, 8, false),
-        vec![],
-        pixel_data_encapsulated(vec![padded]),
-    ));
-    assert_eq!(d.image, clean.image, "the same pixels as the clean stream");
+    for tail in [&[0x00, 0x11, 0x22, 0xff, 0xd9, 0x00][..], &[0x00, 0x11, 0xff, 0xff, 0xff, 0xd9]] {
+        // Padding (then DICOM's even length, or fill bytes before the marker).
+        let mut padded = jpeg[..jpeg.len() - 2].to_vec();
+        padded.extend_from_slice(tail);
+        let d = decode_ok(&image_file(
+            JPEG_BASELINE,
+            &PixelSpec::gray(16, 16, 8, 8, false),
+            vec![],
+            pixel_data_encapsulated(vec![padded]),
+        ));
+        assert_eq!(d.image, clean.image, "the same pixels as the clean stream ({tail:x?})");
+    }
 
     // Cut, and cut then given the same padding and an end marker: errors, not grey images.
     let cut = jpeg[..jpeg.len() * 2 / 3 / 2 * 2].to_vec();

@@ -31,25 +31,22 @@ ALTER TABLE images ADD COLUMN IF NOT EXISTS slice_pos DOUBLE PRECISION;
 ALTER TABLE images ADD COLUMN IF NOT EXISTS instance_no BIGINT;
 CREATE INDEX IF NOT EXISTS images_study_uid ON images(study_uid);
 CREATE INDEX IF NOT EXISTS images_series_uid ON images(series_uid);
-UPDATE images SET
-    study_uid = coalesce(meta::jsonb->>'study_instance_uid', ''),
-    series_uid = coalesce(meta::jsonb->>'series_instance_uid', ''),
-    instance_no = (meta::jsonb->>'instance_number')::bigint
-WHERE is_image AND study_uid = '' AND meta::jsonb ? 'study_instance_uid';
-DELETE FROM images WHERE NOT is_image AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
--- The user metadata object of an entry's metadata as JSON text; NULL when there is none or
--- the metadata is not JSON (one such row must not fail a whole worklist query).
-CREATE OR REPLACE FUNCTION blobstream_user_metadata(meta TEXT) RETURNS TEXT
-LANGUAGE plpgsql IMMUTABLE AS $f$
+-- An entry's metadata as jsonb; NULL when it is not JSON (one such row must fail neither the
+-- set-up of a front end nor a whole worklist query).
+CREATE OR REPLACE FUNCTION blobstream_jsonb(meta TEXT) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $f$
 BEGIN
-    IF jsonb_typeof(meta::jsonb -> 'user_metadata') = 'object' THEN
-        RETURN (meta::jsonb -> 'user_metadata')::text;
-    END IF;
-    RETURN NULL;
+    RETURN meta::jsonb;
 EXCEPTION WHEN others THEN
     RETURN NULL;
 END
 $f$;
+UPDATE images SET
+    study_uid = coalesce(blobstream_jsonb(meta)->>'study_instance_uid', ''),
+    series_uid = coalesce(blobstream_jsonb(meta)->>'series_instance_uid', ''),
+    instance_no = (blobstream_jsonb(meta)->>'instance_number')::bigint
+WHERE is_image AND study_uid = '' AND blobstream_jsonb(meta) ? 'study_instance_uid';
+DELETE FROM images WHERE NOT is_image AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
 "#;
 
 /// The search criteria as PostgreSQL parameters $1–$6, as the SQLite index has them.
@@ -127,9 +124,12 @@ impl PgImages {
             "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta, g.um::text FROM (
                SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
                       string_agg(DISTINCT modality, ',') AS mods, MIN(name) AS first,
-                      json_agg(DISTINCT blobstream_user_metadata(meta))
-                        FILTER (WHERE blobstream_user_metadata(meta) IS NOT NULL) AS um
-               FROM images WHERE is_image AND study_uid IN (
+                      json_agg(DISTINCT um) FILTER (WHERE um IS NOT NULL) AS um
+               FROM (SELECT name, study_uid, series_uid, modality, is_image,
+                            CASE WHEN jsonb_typeof(j -> 'user_metadata') = 'object'
+                                 THEN (j -> 'user_metadata')::text END AS um
+                     FROM (SELECT *, blobstream_jsonb(meta) AS j FROM images) parsed) x
+               WHERE is_image AND study_uid IN (
                  SELECT study_uid FROM images WHERE study_uid != '' AND {WHERE_PG})
                GROUP BY study_uid ORDER BY study_uid LIMIT $7
              ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"

@@ -271,6 +271,11 @@ fn studies_series_and_slice_order(p: &dyn Place) {
     let again = ix.studies(&ImageQuery { limit: 100, ..Default::default() }).unwrap();
     assert_eq!((again[0].images, again[0].user_metadata.len()), (5, 3));
     ix.forget("ct/odd.dcm").unwrap();
+    // … nor does one outside any study fail the set-up of the next front end.
+    ix.put("loose.png", "x:8", &fields(&[]), "not json").unwrap();
+    let ix = p.images();
+    assert_eq!(ix.studies(&ImageQuery { limit: 100, ..Default::default() }).unwrap().len(), 2);
+    ix.forget("loose.png").unwrap();
     let mr =
         ix.studies(&ImageQuery { limit: 100, modality: Some("mr".into()), ..Default::default() });
     assert_eq!(mr.unwrap().len(), 1);

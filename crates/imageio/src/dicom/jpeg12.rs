@@ -81,10 +81,12 @@ impl Handle {
         // The end-of-image marker, then at most DICOM's zero padding to an even length.
         let end = stream.len() - stream.iter().rev().take_while(|&&b| b == 0).count();
         let eoi = end.checked_sub(2).filter(|&e| stream[e..end] == [0xff, 0xd9])?;
-        if n == 0 || n > MAX_PADDING || n > eoi {
+        // Fill bytes (0xFF) before a marker are allowed, and libjpeg does not count them.
+        let at = eoi - stream[..eoi].iter().rev().take_while(|&&b| b == 0xff).count();
+        if n == 0 || n > MAX_PADDING || n > at {
             return None;
         }
-        Some([&stream[..eoi - n], &stream[eoi..]].concat())
+        Some([&stream[..at - n], &stream[at..]].concat())
     }
 }
 

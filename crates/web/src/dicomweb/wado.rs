@@ -98,11 +98,7 @@ pub async fn retrieve(
     headers: axum::http::HeaderMap,
 ) -> Result<Response, WebError> {
     ids.check()?;
-    // Several Accept lines are one list (RFC 9110 5.3).
-    let lines: Vec<&str> =
-        headers.get_all(header::ACCEPT).iter().map(|v| v.to_str().unwrap_or("\u{fffd}")).collect();
-    let accept = (!lines.is_empty()).then(|| lines.join(", "));
-    let takes = super::accept::dicom_syntaxes(accept.as_deref())?;
+    let takes = super::accept::dicom_syntaxes(accept(&headers).as_deref())?;
     let st2 = st.clone();
     let found = blocking(move || {
         let found = instances(&st2, &ids.study, ids.series.as_deref(), ids.instance.as_deref())?;
@@ -186,6 +182,14 @@ pub async fn retrieve(
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(&ct).expect("ascii"));
     r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(r)
+}
+
+/// The request's Accept header, several lines joined into the one list they are (RFC 9110
+/// 5.3); `None` when there is none.
+fn accept(headers: &axum::http::HeaderMap) -> Option<String> {
+    let lines: Vec<&str> =
+        headers.get_all(header::ACCEPT).iter().map(|v| v.to_str().unwrap_or("\u{fffd}")).collect();
+    (!lines.is_empty()).then(|| lines.join(", "))
 }
 
 /// 406 for an instance asked for in a transfer syntax other than its stored one (`param`:
@@ -375,7 +379,7 @@ pub async fn rendered(
     for (what, uid) in [("study", &study), ("series", &series), ("instance", &instance)] {
         check_uid(what, uid)?;
     }
-    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = accept(req.headers()).unwrap_or_default();
     let jpeg = accept.contains("image/jpeg") && !accept.contains("image/png");
     let turn = st.image_turn().await;
     let st2 = st.clone();
