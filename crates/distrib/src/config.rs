@@ -265,6 +265,20 @@ fn size(
     })
 }
 
+/// A [`size`] in `range`, else `why` at its line.
+fn size_within(
+    v: &Spanned<toml::Value>,
+    range: std::ops::RangeInclusive<u64>,
+    why: &str,
+    err: &impl Fn(usize, String) -> DistribError,
+) -> Result<u64, DistribError> {
+    let n = size(v, err)?;
+    if !range.contains(&n) {
+        return Err(err(v.span().start, why.to_string()));
+    }
+    Ok(n)
+}
+
 fn flow(
     f: RawFlow,
     name: String,
@@ -321,13 +335,7 @@ fn flow(
         None => None,
     };
     let socket_buffer = match &f.socket_buffer {
-        Some(b) => {
-            let n = size(b, err)?;
-            if !(4096..=1 << 30).contains(&n) {
-                return Err(err(b.span().start, "socket_buffer must be 4k to 1g".into()));
-            }
-            Some(n)
-        }
+        Some(b) => Some(size_within(b, 4096..=1 << 30, "socket_buffer must be 4k to 1g", err)?),
         None => None,
     };
     let transport = match f.transport.as_ref().map(|t| (t.get_ref().as_str(), t.span().start)) {
@@ -340,14 +348,8 @@ fn flow(
         Some(("udp", _)) => {
             let datagram = match &f.datagram {
                 Some(d) => {
-                    let n = size(d, err)?;
-                    if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&n) {
-                        return Err(err(
-                            d.span().start,
-                            format!("datagram must be {MIN_DATAGRAM} to {MAX_DATAGRAM} bytes"),
-                        ));
-                    }
-                    n
+                    let why = format!("datagram must be {MIN_DATAGRAM} to {MAX_DATAGRAM} bytes");
+                    size_within(d, MIN_DATAGRAM..=MAX_DATAGRAM, &why, err)?
                 }
                 None => DEFAULT_DATAGRAM,
             };

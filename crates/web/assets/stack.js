@@ -34,13 +34,13 @@ export class Stack {
     this.cache = new Map(); // entry id -> {promise, bytes}
     this.used = 0;
     this.abort = new AbortController();
-    this.inflight = 0;
+    this.slices = { inflight: 0, pump: null }; // fetch-ahead of slices (see `ahead`)
     this.generation = 0;
     this.filterLoad = opts.filter ?? null;
     this.filterAhead = opts.filterAhead ?? 4;
     this.chain = [];
     this.filtered = new Map(); // entry id -> {promise, done}: the slice through `chain`
-    this.filterInflight = 0;
+    this.filters = { inflight: 0, pump: null }; // and of the chain's results
     this.chainAbort = new AbortController();
   }
 
@@ -154,49 +154,41 @@ export class Stack {
 
   /** Fetch the neighbours of the current slice, nearest first, while the budget lasts. */
   prefetch() {
-    const gen = ++this.generation;
-    const order = prefetchOrder(this.index, this.entries.length).filter((i) => !this.cache.has(this.id(i)));
-    // The pumps of this generation: a fetch of an older one that finishes calls the current
-    // one (the in-flight counts are shared), so a move never leaves the fetch-ahead stalled.
-    const next = () => {
-      if (gen !== this.generation || this.abort.signal.aborted) return;
-      // Fetch ahead while the budget lasts, nearest first (eviction makes room as the user
-      // moves on).
-      while (this.inflight < this.parallel && order.length && this.used < this.budget) {
-        const i = order.shift();
-        if (this.cache.has(this.id(i))) continue;
-        this.inflight++;
-        this.get(i)
-          .catch(() => {})
-          .finally(() => {
-            this.inflight--;
-            this.pump?.();
-          });
-      }
-    };
-    this.pump = next;
-    next();
+    this.generation++;
+    const order = prefetchOrder(this.index, this.entries.length);
+    // Eviction makes room as the user moves on.
+    // (Each lane takes its own copy of the order: it shifts what it has started off it.)
+    this.ahead(this.slices, [...order], this.parallel, this.cache, (i) => this.get(i), () => this.used < this.budget);
     // The chain's results for the nearest slices, fewer at a time (filtering is the server's
     // CPU): the visible slice's own request is made by the viewer.
-    this.pumpFiltered = null;
+    this.filters.pump = null;
     if (!this.chain.length || !this.filterLoad) return;
-    const ahead = prefetchOrder(this.index, this.entries.length).slice(0, this.filterAhead);
-    const nextFiltered = () => {
+    this.ahead(this.filters, order.slice(0, this.filterAhead), 2, this.filtered, (i) => this.getFiltered(i));
+  }
+
+  /**
+   * Run `fetch(i)` for the slices of `order` not in `have`, nearest first, at most `limit` at a
+   * time while `room()`. `lane` counts them and holds the pump of the current generation: a
+   * fetch of an older one that finishes calls it, so a move never leaves the lane stalled.
+   */
+  ahead(lane, order, limit, have, fetch, room = () => true) {
+    const gen = this.generation;
+    const next = () => {
       if (gen !== this.generation || this.abort.signal.aborted) return;
-      while (this.filterInflight < 2 && ahead.length) {
-        const i = ahead.shift();
-        if (this.filtered.has(this.id(i))) continue;
-        this.filterInflight++;
-        this.getFiltered(i)
+      while (lane.inflight < limit && order.length && room()) {
+        const i = order.shift();
+        if (have.has(this.id(i))) continue;
+        lane.inflight++;
+        fetch(i)
           .catch(() => {})
           .finally(() => {
-            this.filterInflight--;
-            this.pumpFiltered?.();
+            lane.inflight--;
+            lane.pump?.();
           });
       }
     };
-    this.pumpFiltered = nextFiltered;
-    nextFiltered();
+    lane.pump = next;
+    next();
   }
 
   close() {

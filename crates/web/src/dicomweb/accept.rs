@@ -1,5 +1,6 @@
-//! The `Accept` header of a WADO-RS instance retrieval (PS3.18 8.7.3.5): which transfer
-//! syntaxes the client takes for its `application/dicom` parts.
+//! Media types with their parameters (STOW-RS's Content-Type too), and the `Accept` header of
+//! a WADO-RS instance retrieval (PS3.18 8.7.3.5): which transfer syntaxes the client takes for
+//! its `application/dicom` parts.
 //!
 //! blobstream sends instances as stored (it does not transcode), so the question is only
 //! whether the client takes each instance's stored transfer syntax. It does when its Accept
@@ -39,12 +40,7 @@ pub(crate) fn dicom_syntaxes(accept: Option<&str>) -> Result<Syntaxes, WebError>
     let mut only = Vec::new();
     let mut takes_dicom = false;
     for range in split(accept, ',') {
-        let mut parts = split(range, ';');
-        let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
-        let params: Vec<(String, String)> = parts
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string()))
-            .collect();
+        let (media, params) = media_type(range);
         let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         if get("q").and_then(|q| q.parse::<f32>().ok()) == Some(0.0) {
             continue;
@@ -72,6 +68,18 @@ pub(crate) fn dicom_syntaxes(accept: Option<&str>) -> Result<Syntaxes, WebError>
         )));
     }
     Ok(Syntaxes::Only(only))
+}
+
+/// A media type (lower case) and its parameters (names lower case, values unquoted), as in
+/// `multipart/related; type="application/dicom"; boundary=x`.
+pub(crate) fn media_type(s: &str) -> (String, Vec<(String, String)>) {
+    let mut parts = split(s, ';');
+    let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+    let params = parts
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string()))
+        .collect();
+    (media, params)
 }
 
 /// Split at `sep` outside double quotes.

@@ -33,21 +33,12 @@ fn boundary(content_type: &str) -> Result<String, WebError> {
             "STOW-RS takes multipart/related; type=\"application/dicom\", not {content_type:?}"
         ))
     };
-    let mut parts = content_type.split(';').map(str::trim);
-    if !parts.next().is_some_and(|m| m.eq_ignore_ascii_case("multipart/related")) {
+    let (media, params) = super::accept::media_type(content_type);
+    if media != "multipart/related" {
         return Err(unsupported());
     }
-    let mut boundary = None;
-    let mut kind = None;
-    for p in parts {
-        let Some((k, v)) = p.split_once('=') else { continue };
-        let v = v.trim().trim_matches('"').to_string();
-        match k.trim().to_ascii_lowercase().as_str() {
-            "boundary" => boundary = Some(v),
-            "type" => kind = Some(v),
-            _ => {}
-        }
-    }
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let (boundary, kind) = (get("boundary"), get("type"));
     if kind.as_deref().is_some_and(|k| !k.eq_ignore_ascii_case("application/dicom")) {
         return Err(unsupported());
     }
