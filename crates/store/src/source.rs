@@ -2,15 +2,16 @@
 //! blob's per-chunk digests first ([`bs_wire::ChunkDigests`]), whatever the store and whoever
 //! reads — the data plane, the HTTP API, image decoding, the Blob API, the scrubber.
 //!
-//! What is checked is what is handed out. A file blob is memory-mapped; before a chunk is
-//! touched its pages are brought in with `MADV_POPULATE_READ`, which reports a disk read
-//! error as an error (where touching an unreadable mapped page would kill the process with
-//! `SIGBUS`); the chunk is then checked in the mapping and the caller gets those very pages —
-//! sent to a socket or decoded with no copy. (Left open: a page reclaimed in the moment
-//! between the check and the send and then unreadable on re-read; and a blob file truncated
-//! in place by hand — restore files by writing a new one and renaming it over.) Where the
-//! kernel lacks `MADV_POPULATE_READ` (before Linux 5.14), chunks are read with `pread` into
-//! pooled buffers and checked there instead. A memory blob is immutable shared bytes: checked
+//! What is checked is what is handed out. A large file blob (from [`MAP_FROM`]) is
+//! memory-mapped; before a chunk is touched its pages are brought in with
+//! `MADV_POPULATE_READ`, which reports a disk read error as an error (where touching an
+//! unreadable mapped page would kill the process with `SIGBUS`); the chunk is then checked in
+//! the mapping and the caller gets those very pages — sent to a socket or decoded with no
+//! copy. (Left open: a page reclaimed in the moment between the check and the send and then
+//! unreadable on re-read; and a blob file truncated in place by hand — restore files by
+//! writing a new one and renaming it over.) Smaller file blobs, and every file where the
+//! kernel lacks `MADV_POPULATE_READ` (before Linux 5.14), are read chunk by chunk with `pread`
+//! into pooled buffers and checked there. A memory blob is immutable shared bytes: checked
 //! once per reader, then sliced without copying.
 //!
 //! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
@@ -78,10 +79,11 @@ enum Data {
         reader: Arc<dyn RangeRead>,
         window: std::sync::Mutex<Option<(u64, Bytes)>>,
     },
-    /// The file, and all of it mapped (empty for an empty file).
+    /// The file, and all of it mapped when it is large enough to be worth mapping (see
+    /// [`MAP_FROM`]); otherwise its chunks are read into pooled buffers.
     File {
         file: File,
-        map: Bytes,
+        map: Option<Bytes>,
     },
 }
 
@@ -102,6 +104,12 @@ pub const REMOTE_WINDOW: u64 = 8 * CHUNK_SIZE;
 
 /// Blob files up to this size are read into memory whole rather than mapped.
 pub const READ_WHOLE_UP_TO: u64 = 64 * 1024;
+
+/// Blob files from this size on are mapped; smaller ones are read chunk by chunk with `pread`
+/// into pooled buffers. Mapping saves the copy from the page cache, but setting up and tearing
+/// down a mapping (faulting its pages in, then unmapping, which interrupts every core to flush
+/// its TLB) costs more than that copy until blobs are several chunks long.
+pub const MAP_FROM: u64 = 4 * CHUNK_SIZE;
 
 /// Whether `MADV_POPULATE_READ` works here (cleared on the first EINVAL: an old kernel).
 static POPULATE_WORKS: AtomicBool = AtomicBool::new(true);
@@ -213,7 +221,7 @@ impl BlobSource {
             }
             return Self::new(record, Data::Memory(buf.into()), chunks, marker);
         }
-        let map = map(&file, record.size)?;
+        let map = if record.size >= MAP_FROM { Some(map(&file, record.size)?) } else { None };
         Self::new(record, Data::File { file, map }, chunks, marker)
     }
 
@@ -280,6 +288,11 @@ impl BlobSource {
         matches!(self.inner.data, Data::File { .. })
     }
 
+    /// Whether the bytes are a mapping of the file (see [`MAP_FROM`]).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.inner.data, Data::File { map: Some(_), .. })
+    }
+
     fn check_range(&self, offset: u64, len: u64) -> Result<()> {
         let size = self.size();
         if offset.checked_add(len).is_none_or(|end| end > size) {
@@ -315,7 +328,9 @@ impl BlobSource {
             return self.bytes(r.start, r.end - r.start);
         };
         let (start, end) = (r.start as usize, r.end as usize);
-        if populate(&map[start..end]).map_err(|e| self.read_error(e))? {
+        if let Some(map) = map
+            && populate(&map[start..end]).map_err(|e| self.read_error(e))?
+        {
             if !i.chunks.check(c, &map[start..end]) {
                 return Err(self.bad_chunk(c));
             }
@@ -417,7 +432,7 @@ impl BlobSource {
                 *w = Some((from, got.slice(..good)));
                 Ok(out)
             }
-            Data::File { map, .. } if POPULATE_WORKS.load(Ordering::Relaxed) => {
+            Data::File { map: Some(map), .. } if POPULATE_WORKS.load(Ordering::Relaxed) => {
                 // Chunk by chunk, each checked in the mapping; then one slice of them all.
                 for c in chunks {
                     self.chunk(c)?;

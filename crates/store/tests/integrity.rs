@@ -17,7 +17,11 @@ fn data(n: usize, seed: u8) -> Vec<u8> {
 
 /// Behaviour every store shares once `damage(name, offset)` flipped a byte of the blob.
 fn rot_is_caught(s: &dyn Store, damage: &dyn Fn(&str, u64)) {
-    let size = 3 * CHUNK_SIZE as usize + 77;
+    rot_in_a_blob_of(3 * CHUNK_SIZE as usize + 77, s, damage);
+}
+
+/// The same for a blob of `size` bytes (at least three chunks).
+fn rot_in_a_blob_of(size: usize, s: &dyn Store, damage: &dyn Fn(&str, u64)) {
     let good = data(size, 1);
     bs_store::put_bytes(s, &spec("scan"), &good).unwrap();
     bs_store::put_bytes(s, &spec("other"), &data(1000, 2)).unwrap();
@@ -26,6 +30,7 @@ fn rot_is_caught(s: &dyn Store, damage: &dyn Fn(&str, u64)) {
 
     // A range that avoids the bad chunk still reads; the stream stops at the bad chunk.
     let src = s.open_read("scan").unwrap();
+    assert!(!src.is_mapped() || size as u64 >= bs_store::MAP_FROM);
     assert_eq!(&src.bytes(0, CHUNK_SIZE).unwrap()[..], &good[..CHUNK_SIZE as usize]);
     let pieces: Vec<_> = src.pieces(0, size as u64).unwrap().collect();
     let good_bytes: usize = pieces.iter().filter_map(|p| p.as_ref().ok()).map(|b| b.len()).sum();
@@ -68,10 +73,18 @@ fn rot_in_memory_is_caught() {
 
 #[test]
 fn rot_on_disk_is_caught() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = FsStore::open(dir.path()).unwrap();
-    let handle = s.clone();
-    rot_is_caught(&s, &move |name, off| handle.damage(name, off, 0x10).unwrap());
+    // Small blob files are read into buffers, large ones mapped: both are checked.
+    for size in [3 * CHUNK_SIZE + 77, bs_store::MAP_FROM + 77] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FsStore::open(dir.path()).unwrap();
+        let handle = s.clone();
+        let damage = move |name: &str, off| handle.damage(name, off, 0x10).unwrap();
+        bs_store::put_bytes(&s, &spec("probe"), &data(size as usize, 9)).unwrap();
+        let mapped = s.open_read("probe").unwrap().is_mapped();
+        assert_eq!(mapped, size >= bs_store::MAP_FROM, "{size} bytes: mapped {mapped}");
+        s.delete("probe").unwrap();
+        rot_in_a_blob_of(size as usize, &s, &damage);
+    }
 }
 
 #[test]
