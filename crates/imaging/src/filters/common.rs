@@ -102,41 +102,77 @@ pub(crate) fn bands<T: Send>(
 /// the tests comparing thread counts exercise the parallel path.
 const PARALLEL_MIN: usize = if cfg!(test) { 1 } else { 1 << 19 };
 
-/// Whether to run the AVX2 builds of inner loops: true on x86-64 CPUs that have AVX2 (the
-/// check is a cached flag), false elsewhere and while a test forces the baseline build.
+/// The builds of inner loops, from the target's baseline (SSE2 on x86-64) up.
 ///
-/// Filters compile their hot band function twice from one `#[inline(always)]` body: once for
-/// the target's baseline (SSE2 on x86-64) and once with `#[target_feature(enable = "avx2")]`,
-/// so the same loops vectorise with twice the lanes and with the 16-bit min/max and 32-bit
-/// multiplies SSE2 lacks. Both builds are integer code (or IEEE arithmetic without fused
-/// operations), so they give bit-identical results.
-#[inline]
-pub(crate) fn use_avx2() -> bool {
-    #[cfg(test)]
-    if FORCE_BASELINE.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-        return false;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+/// Filters compile their hot band function three times from one `#[inline(always)]` body:
+/// for the baseline, with `#[target_feature(enable = "avx2")]`, and with AVX-512 (F, BW, VL,
+/// DQ), so the same loops vectorise with two and four times the lanes, with the 16-bit
+/// min/max and 32-bit multiplies SSE2 lacks, and with AVX-512's masked tails and wider
+/// shuffles. Every build is integer code or IEEE arithmetic without fused operations (Rust
+/// never contracts `a * b + c` on its own), so they give bit-identical results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Isa {
+    Baseline = 0,
+    Avx2 = 1,
+    Avx512 = 2,
+}
+
+impl Isa {
+    /// The widest build a `multiversion!` definition allows: AVX2, or the one it names
+    /// (`avx512`).
+    pub(crate) fn widest(named: &[&str]) -> Self {
+        match named {
+            [] => Isa::Avx2,
+            ["avx512"] => Isa::Avx512,
+            _ => panic!("multiversion!: the widest build named must be avx512, not {named:?}"),
+        }
     }
 }
 
-/// While above 0 (tests raise it, see `testkit::on_baseline`), the baseline build of the
-/// inner loops runs even on an AVX2 machine. Other tests running meanwhile are unaffected:
-/// both builds give the same results.
-#[cfg(test)]
-pub(crate) static FORCE_BASELINE: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
+/// The widest build this CPU runs (a cached check), lowered while a test forces a narrower
+/// one (see `testkit::on_baseline`).
+#[inline]
+pub(crate) fn isa() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    let native = if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+    {
+        Isa::Avx512
+    } else if std::arch::is_x86_feature_detected!("avx2") {
+        Isa::Avx2
+    } else {
+        Isa::Baseline
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let native = Isa::Baseline;
+    #[cfg(test)]
+    {
+        let cap = FORCE_AT_MOST.load(std::sync::atomic::Ordering::Relaxed);
+        if cap != NOT_FORCED {
+            return native.min(if cap == 0 { Isa::Baseline } else { Isa::Avx2 });
+        }
+    }
+    native
+}
 
-/// Define `$name`, which runs the `#[inline(always)]` function `$body` compiled for AVX2 when
-/// [`use_avx2`] says so and for the baseline otherwise (see there).
+/// While set (tests set it, see `testkit::on_baseline`), no build wider than this one
+/// (`Isa as usize`) runs. Other tests running meanwhile are unaffected: every build gives the
+/// same results.
+#[cfg(test)]
+pub(crate) static FORCE_AT_MOST: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(NOT_FORCED);
+
+#[cfg(test)]
+pub(crate) const NOT_FORCED: usize = usize::MAX;
+
+/// Define `$name`, which runs the `#[inline(always)]` function `$body` compiled for the widest
+/// build [`isa`] allows (see [`Isa`]), up to AVX2 — or up to AVX-512 when the definition ends
+/// in `, avx512` (for the filters measured faster so: AVX-512 is not faster everywhere; the
+/// 3×3 median and small blurs measured slower with it, on an AMD EPYC).
 macro_rules! multiversion {
-    ($(#[$m:meta])* fn $name:ident<$($g:ident: $b:path $(| $bb:path)*),*>($($a:ident: $t:ty),* $(,)?) $(-> $ret:ty)? => $body:ident) => {
+    ($(#[$m:meta])* fn $name:ident<$($g:ident: $b:path $(| $bb:path)*),*>($($a:ident: $t:ty),* $(,)?) $(-> $ret:ty)? => $body:ident $(, $wide:ident)?) => {
         $(#[$m])*
         fn $name<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
@@ -145,9 +181,17 @@ macro_rules! multiversion {
                 fn avx2<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
                     $body::<$($g),*>($($a),*)
                 }
-                if $crate::filters::common::use_avx2() {
-                    // SAFETY: `use_avx2` has checked that this CPU supports AVX2.
-                    return unsafe { avx2::<$($g),*>($($a),*) };
+                #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512dq")]
+                fn avx512<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
+                    $body::<$($g),*>($($a),*)
+                }
+                let widest = $crate::filters::common::Isa::widest(&[$(stringify!($wide))?]);
+                match $crate::filters::common::isa().min(widest) {
+                    // SAFETY: `isa` has checked that this CPU supports AVX-512 F/BW/VL/DQ.
+                    $crate::filters::common::Isa::Avx512 => return unsafe { avx512::<$($g),*>($($a),*) },
+                    // SAFETY: `isa` has checked that this CPU supports AVX2.
+                    $crate::filters::common::Isa::Avx2 => return unsafe { avx2::<$($g),*>($($a),*) },
+                    $crate::filters::common::Isa::Baseline => {}
                 }
             }
             $body::<$($g),*>($($a),*)
@@ -329,23 +373,30 @@ pub(crate) mod testkit {
         }
     }
 
-    /// Run proptest cases of `strategy` through `check` with the baseline build of the inner
-    /// loops (on an AVX2 machine the other tests exercise the AVX2 build).
+    /// Run proptest cases of `strategy` through `check` with each build of the inner loops
+    /// narrower than this CPU's widest (the baseline, and AVX2 on an AVX-512 machine); the
+    /// other tests exercise the widest. Tests that force a build take turns.
     pub fn on_baseline<S: Strategy>(
         strategy: S,
         check: impl Fn(S::Value) -> Result<(), TestCaseError>,
     ) {
+        use super::{FORCE_AT_MOST, Isa, NOT_FORCED, isa};
         use std::sync::atomic::Ordering::Relaxed;
+        static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
         struct Restore;
         impl Drop for Restore {
             fn drop(&mut self) {
-                super::FORCE_BASELINE.fetch_sub(1, Relaxed);
+                FORCE_AT_MOST.store(NOT_FORCED, Relaxed);
             }
         }
-        super::FORCE_BASELINE.fetch_add(1, Relaxed);
         let _restore = Restore;
-        assert!(!super::use_avx2());
-        proptest::test_runner::TestRunner::default().run(&strategy, check).unwrap();
+        let widest = isa();
+        for level in [Isa::Baseline, Isa::Avx2].into_iter().filter(|l| *l < widest) {
+            FORCE_AT_MOST.store(level as usize, Relaxed);
+            assert_eq!(isa(), level);
+            proptest::test_runner::TestRunner::default().run(&strategy, &check).unwrap();
+        }
     }
 
     /// Images that must not make a filter panic: empty, 1×1, 1×N, N×1, of every kind.

@@ -40,7 +40,7 @@
 //! band's largest value. The second stretches: for 8-bit images with an exact multiply and
 //! shift (`common::Div`, vectorised), for 16-bit images through a table of `M + 1` entries
 //! built with one addition each; it is skipped when `M = MAX`. Rows run in parallel bands;
-//! inner loops are built for the baseline CPU and for AVX2; the result does not depend on
+//! inner loops are built for the baseline CPU, AVX2 and AVX-512; the result does not depend on
 //! the number of threads or on the CPU.
 //!
 //! Measured (release, 2048², one thread of a shared 2-core machine): rgb8 about
@@ -145,7 +145,7 @@ pub fn edges<T: Sample>(img: &Image<T>, run: &Run) -> Image<T> {
 
 multiversion! {
     /// 8-bit: every sample `e` of `band` becomes `e·255/m` rounded (alpha is restored after).
-    fn stretch_band<T: Sample>(band: &mut [T], div: Div) => stretch_band_body
+    fn stretch_band<T: Sample>(band: &mut [T], div: Div) => stretch_band_body, avx512
 }
 
 #[inline(always)]
@@ -158,7 +158,7 @@ fn stretch_band_body<T: Sample>(band: &mut [T], div: Div) {
 multiversion! {
     /// Unscaled edge values of output rows `y0..` into `band`; returns their largest
     /// colour sample.
-    fn edge_band<T: Sample, A: Acc>(img: &Image<T>, y0: usize, band: &mut [T]) -> u32 => edge_band_body
+    fn edge_band<T: Sample, A: Acc>(img: &Image<T>, y0: usize, band: &mut [T]) -> u32 => edge_band_body, avx512
 }
 
 /// The signed type sums and differences are kept in: `i16` for 8-bit samples (|H|, |V| <=

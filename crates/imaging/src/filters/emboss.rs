@@ -28,7 +28,7 @@
 //! One pass: the kernel is evaluated on whole rows as differences of shifted slices
 //! (vectorised; 16-bit arithmetic for 8-bit images), then merged into grey pixel by pixel
 //! (with the channel count a compile-time constant, so that loop vectorises too). Rows run in
-//! parallel bands; inner loops are built for the baseline CPU and for AVX2; the result does
+//! parallel bands; inner loops are built for the baseline CPU, AVX2 and AVX-512; the result does
 //! not depend on the number of threads or on the CPU.
 //!
 //! Measured (release, 2048², one thread of a shared 2-core machine): rgb8 about
@@ -117,7 +117,7 @@ impl Acc for i32 {
 
 multiversion! {
     /// Output rows `y0..` into `band`.
-    fn emboss_band<T: Sample, A: Acc>(img: &Image<T>, y0: usize, band: &mut [T]) => emboss_band_body
+    fn emboss_band<T: Sample, A: Acc>(img: &Image<T>, y0: usize, band: &mut [T]) => emboss_band_body, avx512
 }
 
 #[inline(always)]

@@ -159,7 +159,7 @@ multiversion! {
         divs: &[Div],
         y0: usize,
         band: &mut [T],
-    ) => oil_band_body
+    ) => oil_band_body, avx512
 }
 
 #[inline(always)]
