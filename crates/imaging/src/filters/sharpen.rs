@@ -179,14 +179,19 @@ fn value_row<T: Sample>(row: &[T], c: usize, dst: &mut [u32]) {
             *d = s.to_u32();
         }
     } else if c == 3 {
-        // Eight pixels at a time with fixed offsets, which the compiler turns into vector
-        // shuffles (a stride-3 loop of unknown length stays scalar).
-        let whole = dst.len() / 8 * 8;
+        // Sixteen pixels at a time: split into channels at fixed offsets (which the compiler
+        // turns into vector shuffles; a stride-3 loop of unknown length stays scalar), then
+        // the maximum of whole channel arrays.
+        const P: usize = 16;
+        let whole = dst.len() / P * P;
         let (head, tail) = dst.split_at_mut(whole);
-        for (d, px) in head.chunks_exact_mut(8).zip(row.chunks_exact(24)) {
-            for i in 0..8 {
-                let p = &px[3 * i..3 * i + 3];
-                d[i] = p[0].to_u32().max(p[1].to_u32()).max(p[2].to_u32());
+        for (d, px) in head.chunks_exact_mut(P).zip(row.chunks_exact(3 * P)) {
+            let (mut r, mut g, mut b) = ([T::default(); P], [T::default(); P], [T::default(); P]);
+            for i in 0..P {
+                (r[i], g[i], b[i]) = (px[3 * i], px[3 * i + 1], px[3 * i + 2]);
+            }
+            for i in 0..P {
+                d[i] = r[i].to_u32().max(g[i].to_u32()).max(b[i].to_u32());
             }
         }
         for (d, px) in tail.iter_mut().zip(row[3 * whole..].chunks_exact(3)) {
