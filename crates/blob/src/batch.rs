@@ -352,40 +352,61 @@ impl Transporter {
             bytes_done: 0,
             bytes: jobs.iter().map(|j| j.size).sum(),
         };
-        let next = AtomicUsize::new(0);
         let (done_jobs, done_bytes) = (AtomicUsize::new(0), Arc::new(AtomicU64::new(0)));
         let results: Mutex<Vec<Option<Result<Copied, BlobError>>>> =
             Mutex::new((0..jobs.len()).map(|_| None).collect());
         let report = |jobs_done, bytes_done| {
             progress(BatchProgress { jobs_done, bytes_done, ..total });
         };
+        // A job ends: its outcome, and the rest of its bytes counted as done (a blob already
+        // there moves none; `seen` is what its progress reported).
+        let finish = |i: usize, r: Result<Copied, BlobError>, seen: u64| {
+            let rest = jobs[i].size.saturating_sub(seen);
+            let bytes = done_bytes.fetch_add(rest, Ordering::Relaxed) + rest;
+            results.lock().unwrap()[i] = Some(r);
+            report(done_jobs.fetch_add(1, Ordering::Relaxed) + 1, bytes);
+        };
+        let single = |i: usize| {
+            let job = &jobs[i];
+            // This job's share of the batch's bytes, as its copy reports them.
+            let seen = Arc::new(AtomicU64::new(0));
+            let (all, mine) = (done_bytes.clone(), seen.clone());
+            // A local file holding other bytes is replaced, as `cp -r` does.
+            let local = *job.dst.location() == Location::File;
+            let job_opts = Options {
+                mode: crate::options::Mode::Blocking,
+                on_complete: None,
+                if_different: opts.if_different || local,
+                ..opts.clone()
+            }
+            .progress(move |done, _| {
+                let before = mine.swap(done, Ordering::Relaxed);
+                all.fetch_add(done.saturating_sub(before), Ordering::Relaxed);
+            });
+            let r = self.copy_as(&job.src, &job.dst, &job.spec, &job_opts).wait();
+            finish(i, r, seen.load(Ordering::Relaxed));
+        };
+        // Small downloads from one server go in runs, their requests sent ahead.
+        let units = crate::pulls::units(&jobs);
+        let next = AtomicUsize::new(0);
         std::thread::scope(|s| {
-            for _ in 0..in_flight.clamp(1, jobs.len().max(1)) {
+            for _ in 0..in_flight.clamp(1, units.len().max(1)) {
                 s.spawn(|| {
                     loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(job) = jobs.get(i) else { return };
-                        // This job's share of the batch's bytes, as its copy reports them.
-                        let seen = Arc::new(AtomicU64::new(0));
-                        let (all, mine) = (done_bytes.clone(), seen.clone());
-                        // A local file holding other bytes is replaced, as `cp -r` does.
-                        let local = *job.dst.location() == Location::File;
-                        let job_opts = Options {
-                            mode: crate::options::Mode::Blocking,
-                            on_complete: None,
-                            if_different: opts.if_different || local,
-                            ..opts.clone()
+                        let Some(unit) = units.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                            return;
+                        };
+                        if unit.len() == 1 {
+                            single(unit.start);
+                            continue;
                         }
-                        .progress(move |done, _| {
-                            let before = mine.swap(done, Ordering::Relaxed);
-                            all.fetch_add(done.saturating_sub(before), Ordering::Relaxed);
-                        });
-                        let r = self.copy_as(&job.src, &job.dst, &job.spec, &job_opts).wait();
-                        // Count the whole job as done (a blob already there moves no bytes).
-                        let rest = job.size.saturating_sub(seen.load(Ordering::Relaxed));
-                        let bytes = done_bytes.fetch_add(rest, Ordering::Relaxed) + rest;
-                        results.lock().unwrap()[i] = Some(r);
-                        report(done_jobs.fetch_add(1, Ordering::Relaxed) + 1, bytes);
+                        let run = &jobs[unit.clone()];
+                        self.pull_run(
+                            run,
+                            opts,
+                            |k| single(unit.start + k),
+                            |k, r| finish(unit.start + k, r, 0),
+                        );
                     }
                 });
             }

@@ -57,6 +57,7 @@ mod factory;
 mod key;
 mod options;
 mod proxy;
+mod pulls;
 pub mod ranges;
 mod transporter;
 

@@ -41,6 +41,7 @@ use bs_wire::{Digest, DigestAlgo};
 
 use crate::error::BlobError;
 use crate::options::{Deadline, Options};
+use crate::transporter::IO_WAIT;
 
 type Result<T> = std::result::Result<T, BlobError>;
 
@@ -56,8 +57,6 @@ pub const MAX_CONNECTIONS: usize = 32;
 pub const ATTEMPTS: usize = 4;
 /// Range boundaries fall on the server's chunk boundaries.
 const ALIGN: u64 = 1 << 20;
-/// Longest wait for a peer on one read when no deadline is nearer.
-const IO_WAIT: Duration = Duration::from_secs(30);
 /// How often progress is reported and the ranges file rewritten.
 const TICK: Duration = Duration::from_millis(200);
 

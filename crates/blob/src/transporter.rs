@@ -25,7 +25,7 @@ type Result<T> = std::result::Result<T, BlobError>;
 /// Bytes moved between progress reports and deadline checks.
 const PIECE: usize = 8 << 20;
 /// Longest wait for a peer on one read or write when no deadline is nearer.
-const IO_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const IO_WAIT: Duration = Duration::from_secs(30);
 
 /// Buffers relayed copies pass through, reused from copy to copy.
 static RELAY_BUFFERS: std::sync::LazyLock<bs_wire::BufferPool> =
@@ -49,6 +49,9 @@ pub enum CopyPath {
     /// [`crate::ranges`]); `reconnects`: ranges continued (pulls) or pushed again (pushes) on
     /// a new connection after theirs dropped.
     Parallel { connections: usize, reconnects: usize },
+    /// A small blob of a batch downloaded to a new local file, its request sent ahead of the
+    /// answers to the ones before it on one kept-alive connection (see [`crate::pulls`]).
+    PulledAhead,
 }
 
 /// What a finished copy did.

@@ -439,3 +439,80 @@ fn small_blobs_to_a_server_go_in_one_round_trip_with_the_outcomes_of_the_usual_w
         assert_eq!(w.read(&dst), big);
     }
 }
+
+/// A folder download: small blobs to new files go in runs with their requests sent ahead,
+/// with the outcomes of the usual way — a file already holding the bytes is left alone, one
+/// holding other bytes is replaced, an interrupted download resumes, a large blob streams, a
+/// rotten blob fails alone and leaves nothing, a blob deleted since the listing is named.
+#[test]
+fn a_folder_download_pulls_small_files_ahead_with_the_outcomes_of_the_usual_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path().join("store")).unwrap();
+    let s = BackgroundServer::start(Arc::new(store.clone()), ServerConfig::ephemeral()).unwrap();
+    let server = s.control_addr().to_string();
+    let t = Transporter::new(Factory::new());
+    let put = |name: &str, bytes: &[u8]| {
+        bs_store::put_bytes(
+            &store,
+            &bs_store::RouteSpec { name: name.into(), ..Default::default() },
+            bytes,
+        )
+        .unwrap();
+    };
+    let small = |i: usize| data(1000 + i * 19_000);
+    for i in 0..40 {
+        put(&format!("study/i{i:02}"), &small(i));
+    }
+    let big = data(1_500_000);
+    put("study/big", &big);
+    put("study/rotten", &data(5000));
+    store.damage("study/rotten", 100, 0x10).unwrap();
+    put("study/gone", &data(10));
+    let listing: Vec<(String, u64)> =
+        store.list("study/", "", 1000).unwrap().into_iter().map(|r| (r.name, r.size)).collect();
+    store.delete("study/gone").unwrap();
+
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("i03"), small(3)).unwrap();
+    std::fs::write(out.join("i04"), b"other bytes").unwrap();
+    // An interrupted download of i05: its first 2000 bytes, as a part file.
+    std::fs::write(bs_blob::part_path(&out.join("i05")), &small(5)[..2000]).unwrap();
+    let (jobs, problems) = bs_blob::plan_download(listing, &server, "study/", &out);
+    assert!(problems.is_empty(), "{problems:?}");
+    let report = t.copy_batch(jobs, 4, &Options::blocking().resume(true), |_| {});
+
+    let outcome = |name: &str| {
+        let o = report.outcomes.iter().find(|o| o.name == name).unwrap();
+        o.result.as_ref()
+    };
+    for i in 0..40 {
+        let (name, file) = (format!("study/i{i:02}"), out.join(format!("i{i:02}")));
+        assert_eq!(std::fs::read(&file).unwrap(), small(i), "{name}");
+        let c = outcome(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        match i {
+            3 => assert_eq!(c.path, CopyPath::AlreadyThere),
+            4 => assert_eq!(c.path, CopyPath::Relay, "other bytes: replaced the usual way"),
+            5 => assert_eq!((c.resumed_from, c.bytes), (2000, small(5).len() as u64 - 2000)),
+            _ => assert_eq!((c.path, c.bytes), (CopyPath::PulledAhead, small(i).len() as u64)),
+        }
+        assert!(!bs_blob::part_path(&file).exists(), "{name}");
+    }
+    assert_eq!(std::fs::read(out.join("big")).unwrap(), big);
+    assert_ne!(outcome("study/big").unwrap().path, CopyPath::PulledAhead);
+    let e = outcome("study/rotten").unwrap_err();
+    assert!(e.is_integrity(), "{e:?}");
+    assert!(!out.join("rotten").exists() && !bs_blob::part_path(&out.join("rotten")).exists());
+    let e = outcome("study/gone").unwrap_err();
+    assert!(matches!(e, BlobError::NotFound(_)) && e.to_string().contains("study/gone"), "{e}");
+    assert!(!out.join("gone").exists());
+    assert_eq!(report.failed().count(), 2);
+
+    // Again: every file is already there, nothing moves.
+    let listing: Vec<(String, u64)> =
+        store.list("study/", "", 1000).unwrap().into_iter().map(|r| (r.name, r.size)).collect();
+    let (jobs, _) = bs_blob::plan_download(listing, &server, "study/", &out);
+    let again = t.copy_batch(jobs, 4, &Options::blocking(), |_| {});
+    assert_eq!(again.already_there(), 41, "{:?}", again.failed().collect::<Vec<_>>());
+    assert_eq!(again.failed().count(), 1, "the rotten one still fails");
+}
