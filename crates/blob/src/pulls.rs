@@ -35,15 +35,18 @@ fn server_of(job: &Job) -> Option<&str> {
     }
 }
 
-/// `jobs` cut into the units a batch hands to its workers: runs of consecutive jobs that may
-/// be pulled ahead from the same server (at most [`RUN`] long), and every other job alone.
-pub(crate) fn units(jobs: &[Job]) -> Vec<Range<usize>> {
+/// `jobs` cut into the units a batch hands to its `workers`: runs of consecutive jobs that
+/// may be pulled ahead from the same server, and every other job alone. Runs are at most
+/// [`RUN`] long, and short enough that every worker gets one (a few runs of many files would
+/// leave workers idle).
+pub(crate) fn units(jobs: &[Job], workers: usize) -> Vec<Range<usize>> {
+    let run = jobs.len().div_ceil(workers.max(1)).clamp(1, RUN);
     let mut out: Vec<Range<usize>> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
         let joins = server_of(job).is_some_and(|s| {
             out.last().is_some_and(|last| {
                 last.end == i
-                    && last.len() < RUN
+                    && last.len() < run
                     && server_of(&jobs[last.start]).is_some_and(|first| first == s)
             })
         });
@@ -133,9 +136,13 @@ mod tests {
         let mut up = job("a:1", "up", 10);
         std::mem::swap(&mut up.src, &mut up.dst);
         jobs.push(up);
-        assert_eq!(units(&jobs), vec![0..5, 5..6, 6..21, 21..23, 23..24]);
+        assert_eq!(units(&jobs, 1), vec![0..5, 5..6, 6..21, 21..23, 23..24]);
         let more: Vec<Job> = (0..40).map(|i| job("a:1", &format!("m{i}"), 1)).collect();
-        assert_eq!(units(&more), vec![0..16, 16..32, 32..40]);
-        assert!(units(&[]).is_empty());
+        assert_eq!(units(&more, 1), vec![0..16, 16..32, 32..40]);
+        // Eight workers: runs of five, so that each gets one.
+        let runs = units(&more, 8);
+        assert_eq!((runs.len(), runs[0].clone()), (8, 0..5));
+        assert_eq!(units(&more[..3], 8), vec![0..1, 1..2, 2..3]);
+        assert!(units(&[], 8).is_empty());
     }
 }
