@@ -891,6 +891,10 @@ fn the_client_pushes_small_blobs_in_one_round_trip_and_larger_ones_the_usual_way
     // The same refusals as the usual way, and the connection goes on serving.
     let again = c.try_push_pipelined("p/3", b"abc", route(3)).expect("pipelined").unwrap_err();
     assert!(matches!(again, ClientError::AlreadyExists(_)), "{again:?}");
+    // Larger than one write (sent in pieces, its SUM after them): refused alike, read past.
+    let again = data(700_000);
+    let e = c.try_push_pipelined("p/3", &again, route(700_000)).expect("pipelined").unwrap_err();
+    assert!(matches!(e, ClientError::AlreadyExists(_)), "{e:?}");
     let bad = c.try_push_pipelined("../x", b"abc", route(3)).expect("pipelined").unwrap_err();
     assert!(matches!(bad, ClientError::InvalidArgument(_)), "{bad:?}");
     assert!(c.try_push_pipelined("p/empty", b"", route(0)).expect("pipelined").is_ok());
@@ -914,6 +918,10 @@ fn the_client_pushes_small_blobs_in_one_round_trip_and_larger_ones_the_usual_way
     let ack = b3.try_push_pipelined("p/b3", b"abc", route(3)).expect("pipelined").unwrap();
     assert_eq!(ack.committed, Some(DigestAlgo::default().digest(b"abc")));
     assert_eq!(pull(&c, "p/b3", 0, None), b"abc");
+    let more = data(900_000);
+    let ack = b3.try_push_pipelined("p/b3-big", &more, route(900_000)).expect("pipelined");
+    assert_eq!(ack.unwrap().committed, Some(DigestAlgo::default().digest(&more)));
+    assert_eq!(pull(&c, "p/b3-big", 0, None), more);
     // A server that keeps no connection alive offers none of it.
     let cfg = ServerConfig { data_keepalive: Duration::ZERO, ..ServerConfig::ephemeral() };
     let (_s2, c2) = server_with(Arc::new(MemStore::new()), cfg);
