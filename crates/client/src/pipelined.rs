@@ -76,6 +76,10 @@ impl Client {
         // The server checks the SUM in the first algorithm proposed (or refuses the request).
         let algo = self.settings.digests.first().copied().unwrap_or_default();
         let mut hasher = algo.hasher();
+        hasher.update(data);
+        let sum = Frame::Sum { total: n, final_: true, digest: hasher.finish() }.encode();
+        let request = Frame::Negotiate { body: body.into() }.encode();
+        let head = Header::data(0, n).encode();
         let (key, mut conn, keepalive) = self.pool.take_any()?;
         // This client's buffers and waits (the connection may come from a clone with others):
         // what it proposes, as the answer would have them but for a server's lowering.
@@ -89,21 +93,10 @@ impl Client {
         if let Some(t) = conn.tcp() {
             socket.apply(t).ok()?;
         }
-        let request = Frame::Negotiate { body: body.into() };
-        let sent = if data.len() <= ONE_WRITE_UP_TO {
-            // Everything in one write: the peer is woken once.
-            hasher.update(data);
-            let sum = Frame::Sum { total: n, final_: true, digest: hasher.finish() }.encode();
-            let head = Header::data(0, n).encode();
-            conn.write_slices(&[&request.encode(), &head, data, &sum])
+        let sent = if n == 0 {
+            conn.write_slices(&[&request, &sum])
         } else {
-            // The request goes with the DATA header, then the bytes in pieces, each hashed
-            // just before it is sent, so the server takes the first while the rest are hashed;
-            // then the SUM.
-            conn.hold_frame(&request);
-            conn.send_data_slice(0, data, Some(&mut hasher)).and_then(|()| {
-                conn.write_frame(&Frame::Sum { total: n, final_: true, digest: hasher.finish() })
-            })
+            conn.write_slices(&[&request, &head, data, &sum])
         };
         // Closed meanwhile: the usual way, on a new connection.
         sent.ok()?;
@@ -153,10 +146,6 @@ impl Client {
         })())
     }
 }
-
-/// Largest pipelined push sent in a single write (hashed first); larger ones are hashed piece
-/// by piece as they go out.
-const ONE_WRITE_UP_TO: usize = 256 * 1024;
 
 /// Most pull requests sent ahead of their answers on one connection.
 const PULLS_AHEAD: usize = 16;
