@@ -10,8 +10,9 @@
 //! copy. (Left open: a page reclaimed in the moment between the check and the send and then
 //! unreadable on re-read; and a blob file truncated in place by hand — restore files by
 //! writing a new one and renaming it over.) Smaller file blobs, and every file where the
-//! kernel lacks `MADV_POPULATE_READ` (before Linux 5.14), are read chunk by chunk with `pread`
-//! into pooled buffers and checked there. A memory blob is immutable shared bytes: checked
+//! kernel lacks `MADV_POPULATE_READ` (before Linux 5.14), are read with `pread` and checked
+//! in memory: chunk by chunk into pooled buffers, or a range of several chunks into one
+//! buffer of its own. A memory blob is immutable shared bytes: checked
 //! once per reader, then sliced without copying.
 //!
 //! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
@@ -319,8 +320,11 @@ impl BlobSource {
         StoreError::Corrupt { name: i.record.name.clone(), reason }
     }
 
-    /// Chunk `c` of a file, brought in and checked in the mapping (or, without
-    /// `MADV_POPULATE_READ`, read into a pooled buffer and checked there).
+    /// Chunk `c` of a file, brought in and checked in the mapping; or, for a file not mapped
+    /// (or without `MADV_POPULATE_READ`), read with `pread` and checked in memory: in a pooled
+    /// buffer when the chunk fills most of one, else in a buffer of its own size (a small
+    /// chunk kept by a cache tier must not pin a whole pooled buffer, and a catalogue's
+    /// chunks may be larger than the buffers).
     fn chunk(&self, c: usize) -> Result<Bytes> {
         let i = &self.inner;
         let r = i.chunks.range(c);
@@ -337,15 +341,22 @@ impl BlobSource {
             return Ok(map.slice(start..end));
         }
         let n = (r.end - r.start) as usize;
-        if n > CHUNK_BUFFERS.buf_size() {
-            return self.bytes(r.start, r.end - r.start);
+        let pool = CHUNK_BUFFERS.buf_size();
+        let read = |buf: &mut [u8]| -> Result<()> {
+            file.read_exact_at(buf, r.start).map_err(|e| self.read_error(e))?;
+            if !i.chunks.check(c, buf) {
+                return Err(self.bad_chunk(c));
+            }
+            Ok(())
+        };
+        if (pool / 2..=pool).contains(&n) {
+            let mut buf = CHUNK_BUFFERS.get();
+            read(&mut buf[..n])?;
+            return Ok(Bytes::from_owner(buf).slice(..n));
         }
-        let mut buf = CHUNK_BUFFERS.get();
-        file.read_exact_at(&mut buf[..n], r.start).map_err(|e| self.read_error(e))?;
-        if !i.chunks.check(c, &buf[..n]) {
-            return Err(self.bad_chunk(c));
-        }
-        Ok(Bytes::from_owner(buf).slice(..n))
+        let mut buf = vec![0u8; n];
+        read(&mut buf)?;
+        Ok(buf.into())
     }
 
     fn read_error(&self, e: std::io::Error) -> StoreError {
@@ -590,6 +601,36 @@ mod tests {
         assert!(src.bytes(0, 0).unwrap().is_empty());
         assert!(corruption_found() > before);
         assert!(marks.lock().unwrap()[0].contains("chunk 2"), "{:?}", marks.lock().unwrap());
+    }
+
+    #[test]
+    fn chunks_of_any_size_are_read_from_unmapped_files_and_checked() {
+        use std::io::Write;
+        // Chunks of 2 MiB (larger than the pooled buffers), as a catalogue may hold.
+        let big = (2 * CHUNK_SIZE) as usize;
+        let good: Vec<u8> = (0..big + 1000).map(|i| (i % 251) as u8).collect();
+        let mut stored = (big as u32).to_be_bytes().to_vec();
+        for c in good.chunks(big) {
+            stored.extend_from_slice(&twox_hash::XxHash3_64::oneshot(c).to_be_bytes());
+        }
+        let chunks = ChunkDigests::decode(&stored, good.len() as u64).unwrap();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&good).unwrap();
+        let src = BlobSource::file(record(good.len() as u64), f, chunks, None).unwrap();
+        assert!(src.is_file() && !src.is_mapped());
+        let pieces: Vec<Bytes> = src.pieces(0, src.size()).unwrap().map(Result::unwrap).collect();
+        assert_eq!(pieces.iter().map(|p| p.len()).collect::<Vec<_>>(), [big, 1000]);
+        assert_eq!(&src.all().unwrap()[..], &good[..]);
+        // A small blob's one chunk is its own buffer, not a slice of a pooled one.
+        let small: Vec<u8> = (0..100_000).map(|i| (i % 13) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&small).unwrap();
+        let chunks = ChunkDigests::of(&small);
+        let src = BlobSource::file(record(small.len() as u64), f, chunks, None).unwrap();
+        let all = src.all().unwrap();
+        assert_eq!(&all[..], &small[..]);
+        let owned: Vec<u8> = all.try_into_mut().expect("not shared with a pooled buffer").into();
+        assert_eq!(owned.capacity(), small.len());
     }
 
     #[test]
