@@ -104,9 +104,10 @@ const PARALLEL_MIN: usize = if cfg!(test) { 1 } else { 1 << 19 };
 
 /// The builds of inner loops, from the target's baseline (SSE2 on x86-64) up.
 ///
-/// Filters compile their hot band function three times from one `#[inline(always)]` body:
-/// for the baseline, with `#[target_feature(enable = "avx2")]`, and with AVX-512 (F, BW, VL,
-/// DQ), so the same loops vectorise with two and four times the lanes, with the 16-bit
+/// Filters compile their hot band function twice from one `#[inline(always)]` body — for the
+/// baseline and with `#[target_feature(enable = "avx2")]` — and those that gain from it a
+/// third time with AVX-512 (F, BW, VL, DQ), so the same loops vectorise with two and four
+/// times the lanes, with the 16-bit
 /// min/max and 32-bit multiplies SSE2 lacks, and with AVX-512's masked tails and wider
 /// shuffles. Every build is integer code or IEEE arithmetic without fused operations (Rust
 /// never contracts `a * b + c` on its own), so they give bit-identical results.
@@ -117,47 +118,46 @@ pub(crate) enum Isa {
     Avx512 = 2,
 }
 
-impl Isa {
-    /// The widest build a `multiversion!` definition allows: AVX2, or the one it names
-    /// (`avx512`).
-    pub(crate) fn widest(named: &[&str]) -> Self {
-        match named {
-            [] => Isa::Avx2,
-            ["avx512"] => Isa::Avx512,
-            _ => panic!("multiversion!: the widest build named must be avx512, not {named:?}"),
-        }
-    }
-}
-
 /// The widest build this CPU runs (a cached check), lowered while a test forces a narrower
-/// one (see `testkit::on_baseline`).
+/// one (see `testkit::on_every_build`).
 #[inline]
 pub(crate) fn isa() -> Isa {
     #[cfg(target_arch = "x86_64")]
-    let native = if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vl")
-        && std::arch::is_x86_feature_detected!("avx512dq")
-    {
-        Isa::Avx512
-    } else if std::arch::is_x86_feature_detected!("avx2") {
-        Isa::Avx2
-    } else {
-        Isa::Baseline
+    let native = {
+        use std::arch::is_x86_feature_detected as has;
+        // Everything the AVX-512 build enables, `avx512f`'s implied `fma` included.
+        if has!("avx2")
+            && has!("fma")
+            && has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512vl")
+            && has!("avx512dq")
+        {
+            Isa::Avx512
+        } else if has!("avx2") {
+            Isa::Avx2
+        } else {
+            Isa::Baseline
+        }
     };
     #[cfg(not(target_arch = "x86_64"))]
     let native = Isa::Baseline;
     #[cfg(test)]
     {
-        let cap = FORCE_AT_MOST.load(std::sync::atomic::Ordering::Relaxed);
-        if cap != NOT_FORCED {
-            return native.min(if cap == 0 { Isa::Baseline } else { Isa::Avx2 });
+        let forced = match FORCE_AT_MOST.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Some(Isa::Baseline),
+            1 => Some(Isa::Avx2),
+            2 => Some(Isa::Avx512),
+            _ => None,
+        };
+        if let Some(f) = forced {
+            return native.min(f);
         }
     }
     native
 }
 
-/// While set (tests set it, see `testkit::on_baseline`), no build wider than this one
+/// While set (tests set it, see `testkit::on_every_build`), no build wider than this one
 /// (`Isa as usize`) runs. Other tests running meanwhile are unaffected: every build gives the
 /// same results.
 #[cfg(test)]
@@ -170,33 +170,47 @@ pub(crate) const NOT_FORCED: usize = usize::MAX;
 /// Define `$name`, which runs the `#[inline(always)]` function `$body` compiled for the widest
 /// build [`isa`] allows (see [`Isa`]), up to AVX2 — or up to AVX-512 when the definition ends
 /// in `, avx512` (for the filters measured faster so: AVX-512 is not faster everywhere; the
-/// 3×3 median and small blurs measured slower with it, on an AMD EPYC).
+/// 3×3 median and small blurs measured slower with it, on an AMD EPYC). Only those get an
+/// AVX-512 build at all.
 macro_rules! multiversion {
-    ($(#[$m:meta])* fn $name:ident<$($g:ident: $b:path $(| $bb:path)*),*>($($a:ident: $t:ty),* $(,)?) $(-> $ret:ty)? => $body:ident $(, $wide:ident)?) => {
+    ($(#[$m:meta])* fn $name:ident<$($g:ident: $b:path $(| $bb:path)*),*>($($a:ident: $t:ty),* $(,)?) $(-> $ret:ty)? => $body:ident, avx512) => {
         $(#[$m])*
         fn $name<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx2")]
-                fn avx2<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
-                    $body::<$($g),*>($($a),*)
-                }
-                #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512dq")]
+                #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")]
                 fn avx512<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
                     $body::<$($g),*>($($a),*)
                 }
-                let widest = $crate::filters::common::Isa::widest(&[$(stringify!($wide))?]);
-                match $crate::filters::common::isa().min(widest) {
-                    // SAFETY: `isa` has checked that this CPU supports AVX-512 F/BW/VL/DQ.
-                    $crate::filters::common::Isa::Avx512 => return unsafe { avx512::<$($g),*>($($a),*) },
-                    // SAFETY: `isa` has checked that this CPU supports AVX2.
-                    $crate::filters::common::Isa::Avx2 => return unsafe { avx2::<$($g),*>($($a),*) },
-                    $crate::filters::common::Isa::Baseline => {}
+                if $crate::filters::common::isa() == $crate::filters::common::Isa::Avx512 {
+                    // SAFETY: `isa` has checked that this CPU has every feature enabled above.
+                    return unsafe { avx512::<$($g),*>($($a),*) };
                 }
             }
-            $body::<$($g),*>($($a),*)
+            $crate::filters::common::multiversion!(@narrow [$($g: $b $(| $bb)*),*] [$($a: $t),*] [$($ret)?] $body)
         }
     };
+    ($(#[$m:meta])* fn $name:ident<$($g:ident: $b:path $(| $bb:path)*),*>($($a:ident: $t:ty),* $(,)?) $(-> $ret:ty)? => $body:ident) => {
+        $(#[$m])*
+        fn $name<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
+            $crate::filters::common::multiversion!(@narrow [$($g: $b $(| $bb)*),*] [$($a: $t),*] [$($ret)?] $body)
+        }
+    };
+    // The AVX2 build when the CPU has AVX2 (and no wider build ran), else the baseline.
+    (@narrow [$($g:ident: $b:path $(| $bb:path)*),*] [$($a:ident: $t:ty),*] [$($ret:ty)?] $body:ident) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2")]
+            fn avx2<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
+                $body::<$($g),*>($($a),*)
+            }
+            if $crate::filters::common::isa() >= $crate::filters::common::Isa::Avx2 {
+                // SAFETY: `isa` has checked that this CPU supports AVX2.
+                return unsafe { avx2::<$($g),*>($($a),*) };
+            }
+        }
+        $body::<$($g),*>($($a),*)
+    }};
 }
 pub(crate) use multiversion;
 
@@ -373,10 +387,11 @@ pub(crate) mod testkit {
         }
     }
 
-    /// Run proptest cases of `strategy` through `check` with each build of the inner loops
-    /// narrower than this CPU's widest (the baseline, and AVX2 on an AVX-512 machine); the
-    /// other tests exercise the widest. Tests that force a build take turns.
-    pub fn on_baseline<S: Strategy>(
+    /// Run proptest cases of `strategy` through `check` with every build of the inner loops
+    /// this CPU runs, each forced in turn (the baseline, AVX2, AVX-512). Tests that force a
+    /// build take turns; other tests running meanwhile may get a narrower build, which gives
+    /// the same results.
+    pub fn on_every_build<S: Strategy>(
         strategy: S,
         check: impl Fn(S::Value) -> Result<(), TestCaseError>,
     ) {
@@ -392,7 +407,7 @@ pub(crate) mod testkit {
         }
         let _restore = Restore;
         let widest = isa();
-        for level in [Isa::Baseline, Isa::Avx2].into_iter().filter(|l| *l < widest) {
+        for level in [Isa::Baseline, Isa::Avx2, Isa::Avx512].into_iter().filter(|l| *l <= widest) {
             FORCE_AT_MOST.store(level as usize, Relaxed);
             assert_eq!(isa(), level);
             proptest::test_runner::TestRunner::default().run(&strategy, &check).unwrap();
