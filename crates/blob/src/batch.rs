@@ -387,7 +387,7 @@ impl Transporter {
             finish(i, r, seen.load(Ordering::Relaxed));
         };
         // Small downloads from one server go in runs, their requests sent ahead.
-        let units = crate::pulls::units(&jobs, in_flight);
+        let units = crate::pulls::units(&jobs, in_flight, opts);
         let next = AtomicUsize::new(0);
         std::thread::scope(|s| {
             for _ in 0..in_flight.clamp(1, units.len().max(1)) {

@@ -38,9 +38,11 @@ fn server_of(job: &Job) -> Option<&str> {
 /// `jobs` cut into the units a batch hands to its `workers`: runs of consecutive jobs that
 /// may be pulled ahead from the same server, and every other job alone. Runs are at most
 /// [`RUN`] long, and short enough that every worker gets one (a few runs of many files would
-/// leave workers idle).
-pub(crate) fn units(jobs: &[Job], workers: usize) -> Vec<Range<usize>> {
-    let run = jobs.len().div_ceil(workers.max(1)).clamp(1, RUN);
+/// leave workers idle). With a timeout per copy (`opts.timeout`) every job is alone: a run
+/// has no per-copy clock.
+pub(crate) fn units(jobs: &[Job], workers: usize, opts: &Options) -> Vec<Range<usize>> {
+    let run = if opts.timeout.is_some() { 1 } else { jobs.len().div_ceil(workers.max(1)) };
+    let run = run.clamp(1, RUN);
     let mut out: Vec<Range<usize>> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
         let joins = server_of(job).is_some_and(|s| {
@@ -82,20 +84,21 @@ impl Transporter {
             usual(k);
         }
         let Some(server) = ahead.first().and_then(|&k| server_of(&jobs[k])) else { return };
-        let deadline = opts.deadline();
         let client = match self.factory().client(server) {
-            Ok(c) => c.within(deadline.left(IO_WAIT)),
+            Ok(c) => c.within(IO_WAIT),
             // The usual way names the error for each of them.
             Err(_) => return ahead.into_iter().for_each(usual),
         };
         let names: Vec<&str> = ahead.iter().map(|&k| jobs[k].src.name()).collect();
-        client.pull_each(&names, |i, pulled| {
+        client.pull_each_up_to(&names, PULL_AHEAD_UP_TO, |i, pulled| {
             let job = &jobs[ahead[i]];
-            let r = pulled.map_err(BlobError::from).and_then(|bytes| {
-                deadline.check()?;
-                self.write_new_file(job, &bytes)
-            });
-            done(ahead[i], r.map_err(|e| deadline.classify(e)));
+            let r = match pulled {
+                // Grown since the listing: streamed to its file the usual way.
+                Err(bs_client::ClientError::TooLarge { .. }) => return usual(ahead[i]),
+                Err(e) => Err(BlobError::from(e)),
+                Ok(bytes) => self.write_new_file(job, &bytes),
+            };
+            done(ahead[i], r);
         });
     }
 
@@ -129,6 +132,7 @@ mod tests {
 
     #[test]
     fn runs_join_small_downloads_from_one_server_up_to_sixteen() {
+        let o = Options::blocking();
         let mut jobs: Vec<Job> = (0..20).map(|i| job("a:1", &format!("s{i}"), 1000)).collect();
         jobs.insert(5, job("a:1", "big", PULL_AHEAD_UP_TO + 1));
         jobs.push(job("b:1", "other", 10));
@@ -136,13 +140,16 @@ mod tests {
         let mut up = job("a:1", "up", 10);
         std::mem::swap(&mut up.src, &mut up.dst);
         jobs.push(up);
-        assert_eq!(units(&jobs, 1), vec![0..5, 5..6, 6..21, 21..23, 23..24]);
+        assert_eq!(units(&jobs, 1, &o), vec![0..5, 5..6, 6..21, 21..23, 23..24]);
         let more: Vec<Job> = (0..40).map(|i| job("a:1", &format!("m{i}"), 1)).collect();
-        assert_eq!(units(&more, 1), vec![0..16, 16..32, 32..40]);
+        assert_eq!(units(&more, 1, &o), vec![0..16, 16..32, 32..40]);
         // Eight workers: runs of five, so that each gets one.
-        let runs = units(&more, 8);
+        let runs = units(&more, 8, &o);
         assert_eq!((runs.len(), runs[0].clone()), (8, 0..5));
-        assert_eq!(units(&more[..3], 8), vec![0..1, 1..2, 2..3]);
-        assert!(units(&[], 8).is_empty());
+        assert_eq!(units(&more[..3], 8, &o), vec![0..1, 1..2, 2..3]);
+        assert!(units(&[], 8, &o).is_empty());
+        // A timeout per copy: every job alone.
+        let timed = Options::blocking().timeout(std::time::Duration::from_secs(5));
+        assert_eq!(units(&more[..3], 1, &timed), vec![0..1, 1..2, 2..3]);
     }
 }

@@ -443,7 +443,8 @@ fn small_blobs_to_a_server_go_in_one_round_trip_with_the_outcomes_of_the_usual_w
 /// A folder download: small blobs to new files go in runs with their requests sent ahead,
 /// with the outcomes of the usual way — a file already holding the bytes is left alone, one
 /// holding other bytes is replaced, an interrupted download resumes, a large blob streams, a
-/// rotten blob fails alone and leaves nothing, a blob deleted since the listing is named.
+/// rotten blob in the middle of a run fails alone and leaves nothing, a blob deleted since the
+/// listing is named, one grown past the bound since the listing streams to its file.
 #[test]
 fn a_folder_download_pulls_small_files_ahead_with_the_outcomes_of_the_usual_way() {
     let dir = tempfile::tempdir().unwrap();
@@ -465,12 +466,18 @@ fn a_folder_download_pulls_small_files_ahead_with_the_outcomes_of_the_usual_way(
     }
     let big = data(1_500_000);
     put("study/big", &big);
-    put("study/rotten", &data(5000));
-    store.damage("study/rotten", 100, 0x10).unwrap();
+    // Sorts in the middle of the second run (runs of 11: 44 jobs over 4 workers).
+    put("study/i15x", &data(5000));
+    store.damage("study/i15x", 100, 0x10).unwrap();
     put("study/gone", &data(10));
+    put("study/grown", &data(10));
     let listing: Vec<(String, u64)> =
         store.list("study/", "", 1000).unwrap().into_iter().map(|r| (r.name, r.size)).collect();
     store.delete("study/gone").unwrap();
+    let grown = data(1_300_000);
+    let spec =
+        bs_store::RouteSpec { name: "study/grown".into(), overwrite: true, ..Default::default() };
+    bs_store::put_bytes(&store, &spec, &grown).unwrap();
 
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
@@ -480,7 +487,13 @@ fn a_folder_download_pulls_small_files_ahead_with_the_outcomes_of_the_usual_way(
     std::fs::write(bs_blob::part_path(&out.join("i05")), &small(5)[..2000]).unwrap();
     let (jobs, problems) = bs_blob::plan_download(listing, &server, "study/", &out);
     assert!(problems.is_empty(), "{problems:?}");
-    let report = t.copy_batch(jobs, 4, &Options::blocking().resume(true), |_| {});
+    let last = Mutex::new(None);
+    let report = t.copy_batch(jobs, 4, &Options::blocking().resume(true), |p| {
+        *last.lock().unwrap() = Some(p);
+    });
+    let last = last.into_inner().unwrap().expect("progress was reported");
+    assert_eq!((last.jobs_done, last.jobs), (44, 44));
+    assert!(last.bytes_done >= last.bytes, "{last:?}");
 
     let outcome = |name: &str| {
         let o = report.outcomes.iter().find(|o| o.name == name).unwrap();
@@ -500,9 +513,11 @@ fn a_folder_download_pulls_small_files_ahead_with_the_outcomes_of_the_usual_way(
     }
     assert_eq!(std::fs::read(out.join("big")).unwrap(), big);
     assert_ne!(outcome("study/big").unwrap().path, CopyPath::PulledAhead);
-    let e = outcome("study/rotten").unwrap_err();
+    let e = outcome("study/i15x").unwrap_err();
     assert!(e.is_integrity(), "{e:?}");
-    assert!(!out.join("rotten").exists() && !bs_blob::part_path(&out.join("rotten")).exists());
+    assert!(!out.join("i15x").exists() && !bs_blob::part_path(&out.join("i15x")).exists());
+    assert_eq!(std::fs::read(out.join("grown")).unwrap(), grown);
+    assert_ne!(outcome("study/grown").unwrap().path, CopyPath::PulledAhead);
     let e = outcome("study/gone").unwrap_err();
     assert!(matches!(e, BlobError::NotFound(_)) && e.to_string().contains("study/gone"), "{e}");
     assert!(!out.join("gone").exists());
@@ -513,6 +528,6 @@ fn a_folder_download_pulls_small_files_ahead_with_the_outcomes_of_the_usual_way(
         store.list("study/", "", 1000).unwrap().into_iter().map(|r| (r.name, r.size)).collect();
     let (jobs, _) = bs_blob::plan_download(listing, &server, "study/", &out);
     let again = t.copy_batch(jobs, 4, &Options::blocking(), |_| {});
-    assert_eq!(again.already_there(), 41, "{:?}", again.failed().collect::<Vec<_>>());
+    assert_eq!(again.already_there(), 42, "{:?}", again.failed().collect::<Vec<_>>());
     assert_eq!(again.failed().count(), 1, "the rotten one still fails");
 }

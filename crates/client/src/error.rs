@@ -38,6 +38,9 @@ pub enum ClientError {
     NotBlobstream(String),
     #[error("binding refused: {0}")]
     Refused(String),
+    /// A blob larger than the caller would take whole (see `Client::pull_each_up_to`).
+    #[error("blob {name} is {size} bytes, more than the {max} taken whole")]
+    TooLarge { name: String, size: u64, max: u64 },
     #[error("binding failed: {0}")]
     Binding(#[from] bs_binding::BindingError),
 }

@@ -161,6 +161,9 @@ enum Answered {
     /// Failed after its bytes began (the connection is out of step): this one's error; the
     /// rest the usual way.
     Failed(ClientError),
+    /// Larger than the caller takes whole (this many bytes), left unread (the connection is
+    /// out of step): the rest the usual way.
+    TooLarge(u64),
 }
 
 impl Client {
@@ -169,9 +172,26 @@ impl Client {
     /// requests, up to 16 requests go ahead of their answers (the server answers them in
     /// order), so many small blobs cost about one round trip in all instead of one each; the
     /// rest — and every blob whenever that is not possible — the usual way.
-    pub fn pull_each(&self, names: &[&str], mut each: impl FnMut(usize, Result<Vec<u8>>)) {
+    pub fn pull_each(&self, names: &[&str], each: impl FnMut(usize, Result<Vec<u8>>)) {
+        self.pull_each_up_to(names, u64::MAX, each);
+    }
+
+    /// [`Client::pull_each`] of blobs expected to be at most `max` bytes: one that is larger
+    /// (replaced since it was listed, say) is not read — its result is
+    /// [`ClientError::TooLarge`], for the caller to stream it instead.
+    pub fn pull_each_up_to(
+        &self,
+        names: &[&str],
+        max: u64,
+        mut each: impl FnMut(usize, Result<Vec<u8>>),
+    ) {
+        let too_large =
+            |name: &str, size: u64| ClientError::TooLarge { name: name.into(), size, max };
         let usual = |name: &str| -> Result<Vec<u8>> {
             let mut p = self.open_pull(name, 0, None)?;
+            if p.len() > max {
+                return Err(too_large(name, p.len()));
+            }
             let mut out = vec![0u8; p.len() as usize];
             p.read_exact_to_end(&mut out)?;
             Ok(out)
@@ -223,7 +243,7 @@ impl Client {
             if next == sent {
                 break; // nothing asked on this connection: the rest the usual way
             }
-            match answer(&mut conn) {
+            match answer(&mut conn, max) {
                 Answered::Bytes(b) => each(next, Ok(b)),
                 Answered::Refused(e) => each(next, Err(e)),
                 Answered::Fallback => {
@@ -233,6 +253,11 @@ impl Client {
                 Answered::Failed(e) => {
                     in_step = false;
                     each(next, Err(e));
+                }
+                Answered::TooLarge(size) => {
+                    // Its bytes are on their way unread: this connection is out of step.
+                    in_step = false;
+                    each(next, Err(too_large(names[next], size)));
                 }
             }
             next += 1;
@@ -249,8 +274,9 @@ impl Client {
     }
 }
 
-/// Read the answer to one pipelined pull request: a GRANT, then the blob's DATA and SUM.
-fn answer(conn: &mut bs_transport::Conn) -> Answered {
+/// Read the answer to one pipelined pull request: a GRANT, then the blob's DATA and SUM (not
+/// read when the blob is larger than `max`).
+fn answer(conn: &mut bs_transport::Conn, max: u64) -> Answered {
     use bs_binding::transfer::PullReceiver;
     let resp = match read_grant(conn) {
         Granted::Yes(r) => *r,
@@ -275,6 +301,9 @@ fn answer(conn: &mut bs_transport::Conn) -> Answered {
         return Answered::Failed(ClientError::Protocol(
             "a layered answer to a plain request".into(),
         ));
+    }
+    if resp.length > max {
+        return Answered::TooLarge(resp.length);
     }
     let mut rules = PullReceiver::new(resp.offset, resp.length);
     let mut out = vec![0u8; resp.length as usize];

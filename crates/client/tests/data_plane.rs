@@ -861,6 +861,30 @@ fn a_corrupt_blob_among_pulls_sent_ahead_fails_alone() {
     }
 }
 
+#[test]
+fn a_blob_larger_than_asked_among_pulls_sent_ahead_is_left_unread() {
+    let (_s, c) = server();
+    for i in 0..6 {
+        push(&c, &format!("u/{i}"), &data(if i == 1 || i == 3 { 200_000 } else { 5000 }));
+    }
+    // u/1 is answered on the pipelined connection, u/3 the usual way after it.
+    let names = ["u/0", "u/1", "u/2", "u/3", "u/4", "u/5"];
+    let mut got = Vec::new();
+    c.pull_each_up_to(&names, 100_000, |i, r| got.push((i, r)));
+    assert_eq!(got.len(), 6);
+    for (i, r) in got {
+        if i == 1 || i == 3 {
+            let e = r.unwrap_err();
+            assert!(
+                matches!(&e, ClientError::TooLarge { size: 200_000, max: 100_000, name } if *name == names[i]),
+                "{e:?}"
+            );
+        } else {
+            assert_eq!(r.unwrap(), data(5000), "u/{i}");
+        }
+    }
+}
+
 /// A data connection that has carried one transfer (a pull of `t`, which must hold `abc`),
 /// so it takes in-band requests.
 fn kept_alive(s: &BackgroundServer) -> bs_transport::Conn {
