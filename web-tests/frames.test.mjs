@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { assertNoErrors, openApp, openFolder, openImage, screenshot, snap, snapDiff, useApp } from './lib/browser.mjs';
+import { assertNoErrors, nextFrame, openApp, openFolder, openImage, screenshot, snap, snapDiff, useApp } from './lib/browser.mjs';
 
 let server;
 let page;
@@ -47,6 +47,7 @@ function multiFrameDicom() {
     element(0x0002, 0x0002, 'UI', sop),
     element(0x0002, 0x0003, 'UI', `${uid}.3`),
     element(0x0002, 0x0010, 'UI', ts),
+    element(0x0002, 0x0012, 'UI', `${uid}.99`),
   ]);
   const metaLen = Buffer.alloc(4);
   metaLen.writeUInt32LE(metaBody.length);
@@ -60,11 +61,13 @@ function multiFrameDicom() {
     element(0x0008, 0x0060, 'CS', 'OT'),
     element(0x0010, 0x0010, 'PN', 'CINE^TEST'),
     element(0x0010, 0x0020, 'LO', 'BS-CINE'),
+    element(0x0018, 0x1063, 'DS', '40'), // Frame Time, ms
     element(0x0020, 0x000d, 'UI', `${uid}.1`),
     element(0x0020, 0x000e, 'UI', `${uid}.2`),
     element(0x0028, 0x0002, 'US', us(1)),
     element(0x0028, 0x0004, 'CS', 'MONOCHROME2'),
     element(0x0028, 0x0008, 'IS', String(FRAMES)),
+    element(0x0028, 0x0009, 'AT', Buffer.from([0x18, 0x00, 0x63, 0x10])), // Frame Increment Pointer: Frame Time
     element(0x0028, 0x0010, 'US', us(SIDE)),
     element(0x0028, 0x0011, 'US', us(SIDE)),
     element(0x0028, 0x0100, 'US', us(8)),
@@ -76,10 +79,15 @@ function multiFrameDicom() {
 }
 
 const stack = () => page.evaluate(() => window.blobstream.stack());
-const shown = (i) => page.waitForFunction((i) => {
-  const s = window.blobstream.stack();
-  return s && s.index === i && document.querySelector('#view').dataset.state === 'ready';
-}, i);
+// Frame i is the one loaded and drawn (not only the one the stack points at).
+const shown = async (i) => {
+  await page.waitForFunction((i) => {
+    const s = window.blobstream.stack();
+    return s && s.index === i && window.blobstream.view().frame === i &&
+      document.querySelector('#view').dataset.state === 'ready';
+  }, i);
+  await nextFrame(page);
+};
 
 test('frames: a multi-frame image is a stack of every frame, with cine', { timeout: 120_000 }, async () => {
   const put = await fetch(new URL('blobs/cine/loop.dcm', server.url), { method: 'PUT', body: multiFrameDicom() });
@@ -101,7 +109,7 @@ test('frames: a multi-frame image is a stack of every frame, with cine', { timeo
   assert.match(await page.textContent('#stack-readout'), new RegExp(`frame 1 / ${FRAMES}`));
   await snap(page, 'frame-1');
 
-  // Every frame draws, each differently from the first.
+  // Every frame draws, each differently from the one before.
   for (let f = 1; f < FRAMES; f++) {
     await page.keyboard.press('ArrowDown');
     await shown(f);
@@ -109,8 +117,8 @@ test('frames: a multi-frame image is a stack of every frame, with cine', { timeo
     s = await stack();
     assert.equal(s.frame, f);
     await snap(page, `frame-${f + 1}`);
-    const d = await snapDiff(page, 'frame-1', `frame-${f + 1}`);
-    assert.ok(d.changed > 0.001, `frame ${f + 1} draws like frame 1: ${JSON.stringify(d)}`);
+    const d = await snapDiff(page, `frame-${f}`, `frame-${f + 1}`);
+    assert.ok(d.changed > 0.001, `frame ${f + 1} draws like frame ${f}: ${JSON.stringify(d)}`);
   }
   await screenshot(page, 'frames-last');
   // The slider goes back; cine plays the frames as a loop and stops on a click.

@@ -127,6 +127,7 @@ export function viewInfo() {
     wl: { ...state.wl },
     splitX: splitX(),
     key: state.img?.key ?? null,
+    frame: state.img?.frame ?? null,
     filtered: !!state.img?.filt,
   };
 }
