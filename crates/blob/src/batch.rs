@@ -362,8 +362,10 @@ impl Transporter {
         // there moves none; `seen` is what its progress reported).
         let finish = |i: usize, r: Result<Copied, BlobError>, seen: u64| {
             let rest = jobs[i].size.saturating_sub(seen);
+            // Reported under the lock, so the counts a caller sees never go backwards.
+            let mut all = results.lock().unwrap();
+            all[i] = Some(r);
             let bytes = done_bytes.fetch_add(rest, Ordering::Relaxed) + rest;
-            results.lock().unwrap()[i] = Some(r);
             report(done_jobs.fetch_add(1, Ordering::Relaxed) + 1, bytes);
         };
         let single = |i: usize| {

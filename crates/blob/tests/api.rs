@@ -487,6 +487,11 @@ fn a_folder_download_pulls_small_files_ahead_with_the_outcomes_of_the_usual_way(
     std::fs::write(bs_blob::part_path(&out.join("i05")), &small(5)[..2000]).unwrap();
     let (jobs, problems) = bs_blob::plan_download(listing, &server, "study/", &out);
     assert!(problems.is_empty(), "{problems:?}");
+    // A transfer first, so that connections are kept to send requests ahead on.
+    let client = t.factory().client(&server).unwrap();
+    let mut p = client.open_pull("study/i00", 0, None).unwrap();
+    p.read_exact_to_end(&mut vec![0u8; p.len() as usize]).unwrap();
+    drop(p);
     let last = Mutex::new(None);
     let report = t.copy_batch(jobs, 4, &Options::blocking().resume(true), |p| {
         *last.lock().unwrap() = Some(p);

@@ -228,6 +228,8 @@ impl Client {
         }
         let mut sent = next;
         let mut in_step = true;
+        // The outcome of `next` when its answer put the connection out of step.
+        let mut pending: Option<Result<Vec<u8>>> = None;
         while next < names.len() {
             while in_step && sent < names.len() && sent - next < PULLS_AHEAD {
                 let req = self.base_request(names[sent], pb::Direction::Pull, 0, None);
@@ -246,18 +248,21 @@ impl Client {
             match answer(&mut conn, max) {
                 Answered::Bytes(b) => each(next, Ok(b)),
                 Answered::Refused(e) => each(next, Err(e)),
+                // This one and the rest the usual way.
                 Answered::Fallback => {
                     in_step = false;
-                    each(next, usual(names[next]));
+                    break;
                 }
                 Answered::Failed(e) => {
                     in_step = false;
-                    each(next, Err(e));
+                    pending = Some(Err(e));
+                    break;
                 }
+                // Its bytes are on their way unread.
                 Answered::TooLarge(size) => {
-                    // Its bytes are on their way unread: this connection is out of step.
                     in_step = false;
-                    each(next, Err(too_large(names[next], size)));
+                    pending = Some(Err(too_large(names[next], size)));
+                    break;
                 }
             }
             next += 1;
@@ -267,6 +272,14 @@ impl Client {
         }
         if in_step && next == names.len() {
             self.pool.give(key, conn, keepalive);
+        } else {
+            // Out of step or gone: closed before anything else runs, so the server stops
+            // sending what nobody reads and frees the slots of the requests queued on it.
+            drop(conn);
+        }
+        if let Some(r) = pending {
+            each(next, r);
+            next += 1;
         }
         for (i, name) in names.iter().enumerate().skip(next) {
             each(i, usual(name));

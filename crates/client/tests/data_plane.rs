@@ -863,16 +863,27 @@ fn a_corrupt_blob_among_pulls_sent_ahead_fails_alone() {
 
 #[test]
 fn a_blob_larger_than_asked_among_pulls_sent_ahead_is_left_unread() {
-    let (_s, c) = server();
+    let cfg =
+        ServerConfig { data_keepalive: Duration::from_secs(120), ..ServerConfig::ephemeral() };
+    let (_s, c, connections) = through_counting_proxy(cfg);
     for i in 0..6 {
         push(&c, &format!("u/{i}"), &data(if i == 1 || i == 3 { 200_000 } else { 5000 }));
     }
-    // u/1 is answered on the pipelined connection, u/3 the usual way after it.
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "one kept-alive connection so far");
+    // u/1 is answered on that connection, which is then closed unread; u/3 the usual way.
     let names = ["u/0", "u/1", "u/2", "u/3", "u/4", "u/5"];
     let mut got = Vec::new();
     c.pull_each_up_to(&names, 100_000, |i, r| got.push((i, r)));
     assert_eq!(got.len(), 6);
-    for (i, r) in got {
+    // Each connection a blob too large was left unread on is closed, never used again:
+    // u/2 and u/3 went on a second one, u/4 and u/5 on a third.
+    assert_eq!(connections.load(Ordering::SeqCst), 3);
+    let mut again = Vec::new();
+    c.pull_each(&["u/0", "u/2"], |i, r| again.push((i, r.unwrap())));
+    assert_eq!(again, [(0, data(5000)), (1, data(5000))]);
+    assert_eq!(connections.load(Ordering::SeqCst), 3, "the next pulls on the kept one");
+    for (k, (i, r)) in got.into_iter().enumerate() {
+        assert_eq!(i, k, "in order");
         if i == 1 || i == 3 {
             let e = r.unwrap_err();
             assert!(

@@ -11,8 +11,8 @@
 //! unreadable on re-read; and a blob file truncated in place by hand — restore files by
 //! writing a new one and renaming it over.) Smaller file blobs, and every file where the
 //! kernel lacks `MADV_POPULATE_READ` (before Linux 5.14), are read with `pread` and checked
-//! in memory: chunk by chunk into pooled buffers, or a range of several chunks into one
-//! buffer of its own. A memory blob is immutable shared bytes: checked
+//! in memory: chunk by chunk (into pooled buffers, a chunk smaller than half of one into a
+//! buffer of its own size), or a range of several chunks into one buffer of its own. A memory blob is immutable shared bytes: checked
 //! once per reader, then sliced without copying.
 //!
 //! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
@@ -81,7 +81,7 @@ enum Data {
         window: std::sync::Mutex<Option<(u64, Bytes)>>,
     },
     /// The file, and all of it mapped when it is large enough to be worth mapping (see
-    /// [`MAP_FROM`]); otherwise its chunks are read into pooled buffers.
+    /// [`MAP_FROM`]); otherwise its chunks are read with `pread` (see `BlobSource::chunk`).
     File {
         file: File,
         map: Option<Bytes>,
@@ -107,7 +107,7 @@ pub const REMOTE_WINDOW: u64 = 8 * CHUNK_SIZE;
 pub const READ_WHOLE_UP_TO: u64 = 64 * 1024;
 
 /// Blob files from this size on are mapped; smaller ones are read chunk by chunk with `pread`
-/// into pooled buffers. Mapping saves the copy from the page cache, but setting up and tearing
+/// into memory. Mapping saves the copy from the page cache, but setting up and tearing
 /// down a mapping (faulting its pages in, then unmapping, which interrupts every core to flush
 /// its TLB) costs more than that copy until blobs are several chunks long.
 pub const MAP_FROM: u64 = 4 * CHUNK_SIZE;
@@ -322,7 +322,7 @@ impl BlobSource {
 
     /// Chunk `c` of a file, brought in and checked in the mapping; or, for a file not mapped
     /// (or without `MADV_POPULATE_READ`), read with `pread` and checked in memory: in a pooled
-    /// buffer when the chunk fills most of one, else in a buffer of its own size (a small
+    /// buffer when the chunk fills at least half of one, else in a buffer of its own size (a small
     /// chunk kept by a cache tier must not pin a whole pooled buffer, and a catalogue's
     /// chunks may be larger than the buffers).
     fn chunk(&self, c: usize) -> Result<Bytes> {

@@ -125,9 +125,10 @@ pub(crate) fn isa() -> Isa {
     #[cfg(target_arch = "x86_64")]
     let native = {
         use std::arch::is_x86_feature_detected as has;
-        // Everything the AVX-512 build enables, `avx512f`'s implied `fma` included.
+        // Everything the AVX-512 build enables, what `avx512f` implies (`fma`, `f16c`) too.
         if has!("avx2")
             && has!("fma")
+            && has!("f16c")
             && has!("avx512f")
             && has!("avx512bw")
             && has!("avx512vl")
@@ -178,7 +179,7 @@ macro_rules! multiversion {
         fn $name<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")]
+                #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")]
                 fn avx512<$($g: $b $(+ $bb)*),*>($($a: $t),*) $(-> $ret)? {
                     $body::<$($g),*>($($a),*)
                 }
