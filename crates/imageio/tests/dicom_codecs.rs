@@ -1,7 +1,7 @@
 //! DICOM compressed pixel data beyond JPEG. JPEG-LS streams are made here with CharLS;
-//! JPEG 2000 ones come from the small codestreams in
-//! `tests/data` (made once by `tests/data/make-j2k.py` with Pillow's OpenJPEG; lossless ones
-//! must give back the exact patterns computed here), wrapped in DICOM files by the tests.
+//! JPEG 2000 and HTJ2K ones come from the small codestreams in `tests/data` (made once by
+//! `tests/data/make-j2k.py` with Pillow's OpenJPEG and `make-htj2k.py` with OpenJPH; lossless
+//! ones must give back the exact patterns computed here), wrapped in DICOM files by the tests.
 
 mod common;
 
@@ -123,6 +123,69 @@ fn jpeg_2000_multi_frame_and_bad_streams() {
         let mut bad = j.clone();
         bad[at] ^= 0x5A;
         let _ = one(&spec, bad);
+    }
+}
+
+const HTJ2K_LOSSLESS: &str = "1.2.840.10008.1.2.4.201";
+const HTJ2K_RPCL: &str = "1.2.840.10008.1.2.4.202";
+const HTJ2K: &str = "1.2.840.10008.1.2.4.203";
+
+/// High-Throughput JPEG 2000 streams made by OpenJPH (`tests/data/make-htj2k.py`): the
+/// lossless ones give back the exact patterns, under both lossless transfer syntaxes.
+#[test]
+fn htj2k_lossless_is_exact_in_grey_and_colour() {
+    for ts in [HTJ2K_LOSSLESS, HTJ2K_RPCL] {
+        let gray = image_file(
+            ts,
+            &PixelSpec::gray(H as u16, W as u16, 8, 8, false),
+            vec![],
+            pixel_data_encapsulated(vec![data("gray8-htj2k-lossless.j2c")]),
+        );
+        let d = decode_ok(&gray);
+        assert_eq!(d.image, DynImage::U8(Image::from_vec(W, H, 1, gray_pattern()).unwrap()));
+        assert_eq!(d.meta.transfer_syntax_uid.as_deref(), Some(ts));
+        let g12 = image_file(
+            ts,
+            &PixelSpec::gray(H as u16, W as u16, 16, 12, false),
+            vec![],
+            pixel_data_encapsulated(vec![data("gray12-htj2k-lossless.j2c")]),
+        );
+        let want = DynImage::U16(Image::from_vec(W, H, 1, gray12_pattern()).unwrap());
+        assert_eq!(decode_ok(&g12).image, want, "{ts}");
+        let mut spec = PixelSpec::rgb8(H as u16, W as u16);
+        spec.photometric = "YBR_RCT";
+        let rgb = image_file(
+            ts,
+            &spec,
+            vec![],
+            pixel_data_encapsulated(vec![data("rgb8-htj2k-lossless.j2c")]),
+        );
+        let want = DynImage::U8(Image::from_vec(W, H, 3, rgb_pattern()).unwrap());
+        assert_eq!(decode_ok(&rgb).image, want, "{ts}");
+    }
+}
+
+#[test]
+fn htj2k_lossy_is_close_and_cut_streams_are_errors() {
+    let spec = PixelSpec::gray(H as u16, W as u16, 8, 8, false);
+    let lossy = data("gray8-htj2k-lossy.j2c");
+    let d = decode_ok(&image_file(HTJ2K, &spec, vec![], pixel_data_encapsulated(vec![lossy])));
+    let want = DynImage::U8(Image::from_vec(W, H, 1, gray_pattern()).unwrap());
+    let diff = max_abs_diff(&d.image, &want);
+    assert!(diff <= 8, "lossy HTJ2K differs by {diff}");
+    let j = data("gray8-htj2k-lossless.j2c");
+    for cut in (0..j.len()).step_by(3) {
+        let file = image_file(
+            HTJ2K_LOSSLESS,
+            &spec,
+            vec![],
+            pixel_data_encapsulated(vec![j[..cut].to_vec()]),
+        );
+        let res = decode(&file, None, &Limits::default());
+        assert!(
+            matches!(res, Err(ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. })),
+            "cut at {cut}: {res:?}"
+        );
     }
 }
 

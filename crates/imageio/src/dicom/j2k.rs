@@ -1,4 +1,5 @@
-//! JPEG 2000 pixel data (1.2.840.10008.1.2.4.90 lossless, .91 lossy; PS3.5 A.4.4) through
+//! JPEG 2000 pixel data (1.2.840.10008.1.2.4.90 lossless, .91 lossy; PS3.5 A.4.4) and
+//! High-Throughput JPEG 2000 (.201 lossless, .202 lossless RPCL, .203; PS3.5 A.4.11) through
 //! `jpeg2k` over OpenJPEG, the reference codec (C, bundled in `openjpeg-sys`), in strict mode
 //! so that a cut codestream is an error rather than a partly decoded image. (Its pure-Rust
 //! port, openjp2, frees a null pointer through Rust's allocator on valid input: found by

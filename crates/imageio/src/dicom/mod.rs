@@ -22,12 +22,13 @@
 //!   lossy grayscale through libjpeg-turbo in `jpeg12`), after checking that the JPEG frame
 //!   header agrees with Rows, Columns and Samples per Pixel.
 //!
-//! - JPEG 2000 (lossless only, and lossy): the `j2k` module (`jpeg2k` over OpenJPEG), after
-//!   checking the codestream's SIZ against the header.
+//! - JPEG 2000 (lossless only, and lossy) and High-Throughput JPEG 2000 (HTJ2K: lossless,
+//!   lossless RPCL, and lossy): the `j2k` module (`jpeg2k` over OpenJPEG), after checking the
+//!   codestream's SIZ against the header.
 //!
 //! - JPEG-LS lossless and near-lossless: the `jpegls` module (CharLS, the reference codec).
 //!
-//! Everything else (HTJ2K, JPEG XL, MPEG/H.264/HEVC video, JPIP, unknown UIDs) fails with
+//! Everything else (JPEG XL, MPEG/H.264/HEVC video, JPIP, unknown UIDs) fails with
 //! [`ImageIoError::UnsupportedTransferSyntax`] ("unsupported: transfer syntax …") naming the
 //! UID and its name, right after the file meta group is read. `docs/imaging.md` has the table.
 //!
@@ -96,9 +97,14 @@ const DEFLATED_EXPLICIT_VR_LE: &str = "1.2.840.10008.1.2.1.99";
 const ENCAPSULATED_UNCOMPRESSED: &str = "1.2.840.10008.1.2.1.98";
 const DEFLATED_IMAGE_FRAME: &str = "1.2.840.10008.1.2.8.1";
 const RLE_LOSSLESS: &str = "1.2.840.10008.1.2.5";
-const JPEG_2000: [&str; 2] = [
+const JPEG_2000: [&str; 5] = [
     "1.2.840.10008.1.2.4.90", // JPEG 2000 Image Compression (Lossless Only)
     "1.2.840.10008.1.2.4.91", // JPEG 2000 Image Compression
+    // High-Throughput JPEG 2000 (ISO 15444-15): the same codestream syntax with HT code
+    // blocks, which OpenJPEG (2.5 and later) decodes.
+    "1.2.840.10008.1.2.4.201", // HTJ2K Image Compression (Lossless Only)
+    "1.2.840.10008.1.2.4.202", // HTJ2K with RPCL Options Image Compression (Lossless Only)
+    "1.2.840.10008.1.2.4.203", // HTJ2K Image Compression
 ];
 const JPEG_LS: [&str; 2] = [
     "1.2.840.10008.1.2.4.80", // JPEG-LS Lossless

@@ -15,7 +15,6 @@ pub const EXPLICIT_BE: &str = "1.2.840.10008.1.2.2";
 pub const DEFLATED_LE: &str = "1.2.840.10008.1.2.1.99";
 pub const RLE: &str = "1.2.840.10008.1.2.5";
 pub const JPEG_BASELINE: &str = "1.2.840.10008.1.2.4.50";
-pub const HTJ2K: &str = "1.2.840.10008.1.2.4.201";
 
 pub type Elem = DataElement<InMemDicomObject>;
 
