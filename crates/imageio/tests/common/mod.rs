@@ -400,6 +400,18 @@ pub fn dicom_samples() -> Vec<Vec<u8>> {
             pixel_data_encapsulated(vec![test_data("rgb8-ict-lossy.j2k")]),
         ),
         image_file(
+            "1.2.840.10008.1.2.4.201",
+            &PixelSpec::gray(12, 16, 16, 12, false),
+            vec![],
+            pixel_data_encapsulated(vec![test_data("gray12-htj2k-lossless.j2c")]),
+        ),
+        image_file(
+            "1.2.840.10008.1.2.4.201",
+            &PixelSpec { photometric: "YBR_RCT", ..PixelSpec::rgb8(12, 16) },
+            vec![],
+            pixel_data_encapsulated(vec![test_data("rgb8-htj2k-lossless.j2c")]),
+        ),
+        image_file(
             "1.2.840.10008.1.2.4.80",
             &PixelSpec::gray(8, 8, 8, 8, false),
             vec![],
