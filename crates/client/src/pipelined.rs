@@ -245,9 +245,9 @@ impl Client {
             if next == sent {
                 break; // nothing asked on this connection: the rest the usual way
             }
-            match answer(&mut conn, max) {
-                Answered::Bytes(b) => each(next, Ok(b)),
-                Answered::Refused(e) => each(next, Err(e)),
+            let r = match answer(&mut conn, max) {
+                Answered::Bytes(b) => Ok(b),
+                Answered::Refused(e) => Err(e),
                 // This one and the rest the usual way.
                 Answered::Fallback => {
                     in_step = false;
@@ -255,20 +255,22 @@ impl Client {
                 }
                 Answered::Failed(e) => {
                     in_step = false;
-                    pending = Some(Err(e));
-                    break;
+                    Err(e)
                 }
                 // Its bytes are on their way unread.
                 Answered::TooLarge(size) => {
                     in_step = false;
-                    pending = Some(Err(too_large(names[next], size)));
-                    break;
+                    Err(too_large(names[next], size))
                 }
-            }
-            next += 1;
+            };
             if !in_step {
+                // Delivered once the connection is closed (a request could not be sent ahead,
+                // or this answer put it out of step).
+                pending = Some(r);
                 break;
             }
+            each(next, r);
+            next += 1;
         }
         if in_step && next == names.len() {
             self.pool.give(key, conn, keepalive);

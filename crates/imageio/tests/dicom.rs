@@ -586,6 +586,20 @@ fn palette_color_one_bit_thirty_two_bit_and_float_pixels() {
 
 #[test]
 fn unknown_and_unsupported_transfer_syntaxes_are_refused_by_name() {
+    // JPIP HTJ2K Referenced: the HTJ2K family is decoded, but not pixels kept elsewhere.
+    let jpip = "1.2.840.10008.1.2.4.204";
+    let bytes = image_file(
+        jpip,
+        &PixelSpec::gray(2, 2, 8, 8, false),
+        vec![],
+        pixel_data_encapsulated(vec![vec![0xFF, 0x4F, 0xFF, 0x51]]),
+    );
+    match decode(&bytes, Some("jpip.dcm"), &Limits::default()) {
+        Err(ImageIoError::UnsupportedTransferSyntax { file, uid, .. }) => {
+            assert_eq!((file.as_str(), uid.as_str()), ("jpip.dcm", jpip));
+        }
+        other => panic!("expected UnsupportedTransferSyntax, got {other:?}"),
+    }
     // Just the meta group (no data set at all) is enough to be refused.
     let header_only = dicom_file("1.2.840.10008.1.2.4.110", vec![]);
     match decode(&header_only, None, &Limits::default()) {

@@ -174,6 +174,15 @@ fn htj2k_lossy_is_close_and_cut_streams_are_errors() {
     let diff = max_abs_diff(&d.image, &want);
     assert!(diff <= 8, "lossy HTJ2K differs by {diff}");
     let j = data("gray8-htj2k-lossless.j2c");
+    // A stream that needs JPEG 2000 Part 2 (Rsiz bit 15) is refused, not decoded wrongly.
+    let mut part2 = j.clone();
+    part2[6] |= 0x80;
+    let file = image_file(HTJ2K_LOSSLESS, &spec, vec![], pixel_data_encapsulated(vec![part2]));
+    let e = decode(&file, None, &Limits::default()).unwrap_err();
+    assert!(
+        matches!(e, ImageIoError::Unsupported { .. }) && e.to_string().contains("Part 2"),
+        "{e}"
+    );
     for cut in (0..j.len()).step_by(3) {
         let file = image_file(
             HTJ2K_LOSSLESS,

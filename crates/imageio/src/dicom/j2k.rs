@@ -32,6 +32,9 @@ struct Siz {
     tiles: u64,
     /// (precision in bits, signed, subsampled) per component.
     components: Vec<(u8, bool, bool)>,
+    /// Rsiz: the capabilities the stream needs (bit 15: Part 2 extensions, which OpenJPEG
+    /// would skip with a warning and decode to other pixels; bit 14: HT code blocks, decoded).
+    rsiz: u16,
 }
 
 fn bad(reason: impl std::fmt::Display) -> ImageIoError {
@@ -104,7 +107,8 @@ fn siz(code: &[u8]) -> Result<Siz, ImageIoError> {
         let p = s.get(38 + 3 * c..41 + 3 * c).ok_or_else(|| truncated("SIZ"))?;
         components.push(((p[0] & 0x7F) + 1, p[0] & 0x80 != 0, p[1] != 1 || p[2] != 1));
     }
-    Ok(Siz { width: x - xo, height: y - yo, tiles, components })
+    let rsiz = u16_at(2)? as u16;
+    Ok(Siz { width: x - xo, height: y - yo, tiles, components, rsiz })
 }
 
 /// Decode one frame to native little-endian samples laid out as the returned layout says.
@@ -118,6 +122,12 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<(Vec<u8>, Layout)
             siz.height,
             siz.components.len()
         )));
+    }
+    if siz.rsiz & 0x8000 != 0 {
+        return Err(ImageIoError::unsupported(
+            DICOM,
+            format!("JPEG 2000 Part 2 extensions (Rsiz {:#06x})", siz.rsiz),
+        ));
     }
     if siz.tiles > MAX_TILES {
         return Err(ImageIoError::unsupported(
