@@ -506,8 +506,9 @@ fn a_folder_download_pulls_small_files_ahead_with_the_outcomes_of_the_usual_way(
     };
     for i in 0..40 {
         let (name, file) = (format!("study/i{i:02}"), out.join(format!("i{i:02}")));
-        assert_eq!(std::fs::read(&file).unwrap(), small(i), "{name}");
         let c = outcome(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let got = std::fs::read(&file).unwrap_or_else(|e| panic!("{name} ({c:?}): {e}"));
+        assert_eq!(got, small(i), "{name}");
         match i {
             3 => assert_eq!(c.path, CopyPath::AlreadyThere),
             4 => assert_eq!(c.path, CopyPath::Relay, "other bytes: replaced the usual way"),

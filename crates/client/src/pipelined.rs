@@ -205,83 +205,79 @@ impl Client {
             each(0, usual(names[0]));
             next = 1;
         }
-        let conn = if self.pulls_ahead() { self.pool.take_any() } else { None };
-        let Some((key, mut conn, keepalive)) = conn else {
-            for (i, name) in names.iter().enumerate().skip(next) {
-                each(i, usual(name));
-            }
-            return;
-        };
-        if let Some(t) = conn.tcp() {
-            let socket = SocketOptions {
-                send_buffer: None,
-                recv_buffer: None,
-                nodelay: true,
-                io_timeout: Some(self.settings.io_timeout),
-            };
-            if socket.apply(t).is_err() {
-                for (i, name) in names.iter().enumerate().skip(next) {
-                    each(i, usual(name));
+        // Pulls sent ahead on a kept-alive connection while it stays in step; whatever is
+        // left when this block ends goes the usual way.
+        'ahead: {
+            let conn = if self.pulls_ahead() { self.pool.take_any() } else { None };
+            let Some((key, mut conn, keepalive)) = conn else { break 'ahead };
+            if let Some(t) = conn.tcp() {
+                let socket = SocketOptions {
+                    send_buffer: None,
+                    recv_buffer: None,
+                    nodelay: true,
+                    io_timeout: Some(self.settings.io_timeout),
+                };
+                if socket.apply(t).is_err() {
+                    break 'ahead;
                 }
-                return;
             }
-        }
-        let mut sent = next;
-        let mut in_step = true;
-        // The outcome of `next` when its answer put the connection out of step.
-        let mut pending: Option<Result<Vec<u8>>> = None;
-        while next < names.len() {
-            while in_step && sent < names.len() && sent - next < PULLS_AHEAD {
-                let req = self.base_request(names[sent], pb::Direction::Pull, 0, None);
-                let body = req.encode_to_vec();
-                if body.len() > bs_wire::MAX_BODY_LEN as usize
-                    || conn.write_frame(&Frame::Negotiate { body: body.into() }).is_err()
-                {
-                    in_step = false;
+            let mut sent = next;
+            let mut in_step = true;
+            // The outcome of `next` when its answer put the connection out of step.
+            let mut pending: Option<Result<Vec<u8>>> = None;
+            while next < names.len() {
+                while in_step && sent < names.len() && sent - next < PULLS_AHEAD {
+                    let req = self.base_request(names[sent], pb::Direction::Pull, 0, None);
+                    let body = req.encode_to_vec();
+                    if body.len() > bs_wire::MAX_BODY_LEN as usize
+                        || conn.write_frame(&Frame::Negotiate { body: body.into() }).is_err()
+                    {
+                        in_step = false;
+                        break;
+                    }
+                    sent += 1;
+                }
+                if next == sent {
+                    break; // nothing asked on this connection: the rest the usual way
+                }
+                let r = match answer(&mut conn, max) {
+                    Answered::Bytes(b) => Ok(b),
+                    Answered::Refused(e) => Err(e),
+                    // This one and the rest the usual way.
+                    Answered::Fallback => {
+                        in_step = false;
+                        break;
+                    }
+                    Answered::Failed(e) => {
+                        in_step = false;
+                        Err(e)
+                    }
+                    // Its bytes are on their way unread.
+                    Answered::TooLarge(size) => {
+                        in_step = false;
+                        Err(too_large(names[next], size))
+                    }
+                };
+                if !in_step {
+                    // Delivered once the connection is closed (a request could not be sent
+                    // ahead, or this answer put it out of step).
+                    pending = Some(r);
                     break;
                 }
-                sent += 1;
+                each(next, r);
+                next += 1;
             }
-            if next == sent {
-                break; // nothing asked on this connection: the rest the usual way
+            if in_step && next == names.len() {
+                self.pool.give(key, conn, keepalive);
+            } else {
+                // Out of step or gone: closed before anything else runs, so the server stops
+                // sending what nobody reads and frees the slots of the requests queued on it.
+                drop(conn);
             }
-            let r = match answer(&mut conn, max) {
-                Answered::Bytes(b) => Ok(b),
-                Answered::Refused(e) => Err(e),
-                // This one and the rest the usual way.
-                Answered::Fallback => {
-                    in_step = false;
-                    break;
-                }
-                Answered::Failed(e) => {
-                    in_step = false;
-                    Err(e)
-                }
-                // Its bytes are on their way unread.
-                Answered::TooLarge(size) => {
-                    in_step = false;
-                    Err(too_large(names[next], size))
-                }
-            };
-            if !in_step {
-                // Delivered once the connection is closed (a request could not be sent ahead,
-                // or this answer put it out of step).
-                pending = Some(r);
-                break;
+            if let Some(r) = pending {
+                each(next, r);
+                next += 1;
             }
-            each(next, r);
-            next += 1;
-        }
-        if in_step && next == names.len() {
-            self.pool.give(key, conn, keepalive);
-        } else {
-            // Out of step or gone: closed before anything else runs, so the server stops
-            // sending what nobody reads and frees the slots of the requests queued on it.
-            drop(conn);
-        }
-        if let Some(r) = pending {
-            each(next, r);
-            next += 1;
         }
         for (i, name) in names.iter().enumerate().skip(next) {
             each(i, usual(name));

@@ -32,6 +32,11 @@ fn rgb_pattern() -> Vec<u8> {
         .collect()
 }
 
+/// A DICOM file of transfer syntax `ts` whose one frame is the stream in `tests/data/<name>`.
+fn stream_file(ts: &str, spec: &PixelSpec, name: &str) -> Vec<u8> {
+    image_file(ts, spec, vec![], pixel_data_encapsulated(vec![data(name)]))
+}
+
 fn decode_ok(bytes: &[u8]) -> bs_imageio::Decoded {
     decode(bytes, Some("codec.dcm"), &Limits::default()).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -39,12 +44,8 @@ fn decode_ok(bytes: &[u8]) -> bs_imageio::Decoded {
 #[test]
 fn jpeg_2000_lossless_gray_is_exact_in_codestream_and_jp2_form() {
     for file in ["gray8-lossless.j2k", "gray8-lossless.jp2"] {
-        let bytes = image_file(
-            J2K_LOSSLESS,
-            &PixelSpec::gray(H as u16, W as u16, 8, 8, false),
-            vec![],
-            pixel_data_encapsulated(vec![data(file)]),
-        );
+        let bytes =
+            stream_file(J2K_LOSSLESS, &PixelSpec::gray(H as u16, W as u16, 8, 8, false), file);
         let d = decode_ok(&bytes);
         assert_eq!(
             d.image,
@@ -53,11 +54,10 @@ fn jpeg_2000_lossless_gray_is_exact_in_codestream_and_jp2_form() {
         );
         assert_eq!(d.meta.transfer_syntax_uid.as_deref(), Some(J2K_LOSSLESS));
     }
-    let bytes = image_file(
+    let bytes = stream_file(
         J2K_LOSSLESS,
         &PixelSpec::gray(H as u16, W as u16, 16, 12, false),
-        vec![],
-        pixel_data_encapsulated(vec![data("gray16-lossless.j2k")]),
+        "gray16-lossless.j2k",
     );
     let d = decode_ok(&bytes);
     assert_eq!(d.image, DynImage::U16(Image::from_vec(W, H, 1, gray12_pattern()).unwrap()));
@@ -67,21 +67,11 @@ fn jpeg_2000_lossless_gray_is_exact_in_codestream_and_jp2_form() {
 fn jpeg_2000_colour_transforms_come_out_as_rgb() {
     let mut spec = PixelSpec::rgb8(H as u16, W as u16);
     spec.photometric = "YBR_RCT";
-    let bytes = image_file(
-        J2K_LOSSLESS,
-        &spec,
-        vec![],
-        pixel_data_encapsulated(vec![data("rgb8-rct-lossless.j2k")]),
-    );
+    let bytes = stream_file(J2K_LOSSLESS, &spec, "rgb8-rct-lossless.j2k");
     let want = DynImage::U8(Image::from_vec(W, H, 3, rgb_pattern()).unwrap());
     assert_eq!(decode_ok(&bytes).image, want);
     spec.photometric = "YBR_ICT";
-    let bytes = image_file(
-        J2K_LOSSY,
-        &spec,
-        vec![],
-        pixel_data_encapsulated(vec![data("rgb8-ict-lossy.j2k")]),
-    );
+    let bytes = stream_file(J2K_LOSSY, &spec, "rgb8-ict-lossy.j2k");
     let got = decode_ok(&bytes).image;
     assert!(max_abs_diff(&got, &want) <= 12, "lossy differs by {}", max_abs_diff(&got, &want));
 }
@@ -135,31 +125,24 @@ const HTJ2K: &str = "1.2.840.10008.1.2.4.203";
 #[test]
 fn htj2k_lossless_is_exact_in_grey_and_colour() {
     for ts in [HTJ2K_LOSSLESS, HTJ2K_RPCL] {
-        let gray = image_file(
+        let gray = stream_file(
             ts,
             &PixelSpec::gray(H as u16, W as u16, 8, 8, false),
-            vec![],
-            pixel_data_encapsulated(vec![data("gray8-htj2k-lossless.j2c")]),
+            "gray8-htj2k-lossless.j2c",
         );
         let d = decode_ok(&gray);
         assert_eq!(d.image, DynImage::U8(Image::from_vec(W, H, 1, gray_pattern()).unwrap()));
         assert_eq!(d.meta.transfer_syntax_uid.as_deref(), Some(ts));
-        let g12 = image_file(
+        let g12 = stream_file(
             ts,
             &PixelSpec::gray(H as u16, W as u16, 16, 12, false),
-            vec![],
-            pixel_data_encapsulated(vec![data("gray12-htj2k-lossless.j2c")]),
+            "gray12-htj2k-lossless.j2c",
         );
         let want = DynImage::U16(Image::from_vec(W, H, 1, gray12_pattern()).unwrap());
         assert_eq!(decode_ok(&g12).image, want, "{ts}");
         let mut spec = PixelSpec::rgb8(H as u16, W as u16);
         spec.photometric = "YBR_RCT";
-        let rgb = image_file(
-            ts,
-            &spec,
-            vec![],
-            pixel_data_encapsulated(vec![data("rgb8-htj2k-lossless.j2c")]),
-        );
+        let rgb = stream_file(ts, &spec, "rgb8-htj2k-lossless.j2c");
         let want = DynImage::U8(Image::from_vec(W, H, 3, rgb_pattern()).unwrap());
         assert_eq!(decode_ok(&rgb).image, want, "{ts}");
     }

@@ -191,6 +191,9 @@ pub(crate) fn transfer(
         let clean = one_transfer(shared, &mut conn, &grant);
         drop(slot);
         if !clean {
+            // Not closed on bytes the client is still sending (requests it sent ahead): that
+            // would reset the connection and destroy answers it has not read yet.
+            conn.linger(LINGER, LINGER_BYTES);
             return;
         }
         match next_token(shared, &mut conn) {
@@ -199,6 +202,11 @@ pub(crate) fn transfer(
         }
     }
 }
+
+/// How long, and for how many bytes, a connection closed after a failed transfer waits for
+/// the client to close its side (see `Conn::linger`).
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
 
 /// One push or pull; whether it ended cleanly (the connection may carry another).
 fn one_transfer(shared: &Shared, conn: &mut Conn, grant: &Grant) -> bool {

@@ -569,6 +569,29 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// After [`Conn::shutdown_write`]: read and discard what the peer still sends until it
+    /// closes its side, `within` has passed or `max` bytes came. Closing a TCP socket with
+    /// unread bytes in it resets the connection, and a reset makes the peer's kernel throw
+    /// away what it received but its reader has not taken yet — the answers to requests it
+    /// sent ahead, say, which came before the error that ended this connection.
+    pub fn linger(&mut self, within: Duration, max: usize) {
+        let until = std::time::Instant::now() + within;
+        let mut buf = [0u8; 8192];
+        let mut seen = 0;
+        while seen < max {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || self.set_read_timeout(Some(left)).is_err() {
+                return;
+            }
+            match self.read_raw(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen += n,
+            }
+        }
+    }
+}
+
 /// Most bytes one frame-header read takes from the socket (see [`Conn::read_ahead`]).
 const READ_AHEAD: usize = 8192;
 
