@@ -75,9 +75,11 @@ impl Client {
         }
         // The server checks the SUM in the first algorithm proposed (or refuses the request).
         let algo = self.settings.digests.first().copied().unwrap_or_default();
-        let mut hasher = algo.hasher();
-        hasher.update(data);
-        let sum = Frame::Sum { total: n, final_: true, digest: hasher.finish() }.encode();
+        let sum_of = |data: &[u8]| {
+            let mut hasher = algo.hasher();
+            hasher.update(data);
+            Frame::Sum { total: n, final_: true, digest: hasher.finish() }.encode()
+        };
         let request = Frame::Negotiate { body: body.into() }.encode();
         let head = Header::data(0, n).encode();
         let (key, mut conn, keepalive) = self.pool.take_any()?;
@@ -93,10 +95,18 @@ impl Client {
         if let Some(t) = conn.tcp() {
             socket.apply(t).ok()?;
         }
-        let sent = if n == 0 {
-            conn.write_slices(&[&request, &sum])
+        let sent = if n < HASH_AFTER_SENDING {
+            let sum = sum_of(data);
+            if n == 0 {
+                conn.write_slices(&[&request, &sum])
+            } else {
+                conn.write_slices(&[&request, &head, data, &sum])
+            }
         } else {
-            conn.write_slices(&[&request, &head, data, &sum])
+            // The bytes leave first and are hashed while the server takes them in: the SUM
+            // follows them anyway.
+            conn.write_slices(&[&request, &head, data])
+                .and_then(|()| conn.write_slices(&[&sum_of(data)]))
         };
         // Closed meanwhile: the usual way, on a new connection.
         sent.ok()?;
@@ -146,6 +156,10 @@ impl Client {
         })())
     }
 }
+
+/// Pipelined pushes of at least this many bytes send them before hashing them (the server
+/// reads them meanwhile); smaller ones leave in one write with their SUM.
+const HASH_AFTER_SENDING: u64 = 64 << 10;
 
 /// Most pull requests sent ahead of their answers on one connection.
 const PULLS_AHEAD: usize = 16;

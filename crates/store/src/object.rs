@@ -10,7 +10,8 @@
 //! Writing: bytes arrive in order into a buffer; each full part (8 MiB, a multiple of the
 //! chunk size) goes up as one part of a multipart upload while the next fills (up to
 //! [`PARTS_IN_FLIGHT`] at once), its digests folded into the running whole-blob and chunk
-//! digests. A blob smaller than a part is one plain PUT at commit. Commit completes the
+//! digests. A blob smaller than a part is one plain PUT at commit, its digests computed while
+//! it is in flight (its object unreferenced until the row below). Commit completes the
 //! multipart upload, and only then writes the catalogue row: a blob is visible only once all
 //! its bytes are stored, and a crash between the two leaves an unreferenced object that
 //! [`ObjStore::collect_garbage`] removes (once it is older than [`ORPHAN_AGE`], so objects
@@ -879,24 +880,48 @@ impl UploadSink for ObjUpload {
         catalogued::refuse_existing(&i.cat, &name, overwrite, &refuse)?;
         let s = self.state();
         let size = s.received();
-        let mut hasher = s.hasher.clone();
-        hasher.update(&s.tail);
-        let mut chunks = s.chunks.clone();
-        chunks.update(&s.tail);
-        let digest = hasher.finish();
-        if let Some(g) = whole.filter(|g| g.algo == i.algo && *g != digest) {
-            return Err(StoreError::Corrupt {
-                name,
-                reason: format!("received bytes digest to {digest}, {g} was written"),
-            });
-        }
         let key = s.key.clone();
         let id = s.upload_id.clone();
+        let (mut hasher, mut chunks) = (s.hasher.clone(), s.chunks.clone());
+        let wrong = |digest: &Digest| {
+            whole.filter(|g| g.algo == i.algo && g != digest).map(|g| StoreError::Corrupt {
+                name: name.clone(),
+                reason: format!("received bytes digest to {digest}, {g} was written"),
+            })
+        };
         // Store every byte: one PUT for a small blob, else the last part and completion.
-        let stored = if s.multipart.is_none() {
+        let (digest, stored) = if s.multipart.is_none() {
+            // The PUT leaves first and the digests are computed from the same bytes while it
+            // is in flight: the object's key is fresh and nothing references it until the
+            // catalogue row below, so bytes found wrong meanwhile leave only an object to
+            // delete.
             let body = Bytes::from(std::mem::take(&mut s.tail));
-            i.block_on(i.os.put(&key, body.into())).map(drop)
+            let (os, k, b) = (i.os.clone(), key.clone(), body.clone());
+            let put = i.rt.spawn(async move { os.put(&k, b.into()).await.map(drop) });
+            hasher.update(&body);
+            chunks.update(&body);
+            let digest = hasher.finish();
+            if let Some(e) = wrong(&digest) {
+                let os = i.os.clone();
+                i.rt.spawn(async move {
+                    if matches!(put.await, Ok(Ok(()))) {
+                        let _ = os.delete(&key).await;
+                    }
+                });
+                self.restart();
+                return Err(e);
+            }
+            let stored = i
+                .block_on(put)
+                .unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }));
+            (digest, stored)
         } else {
+            hasher.update(&s.tail);
+            chunks.update(&s.tail);
+            let digest = hasher.finish();
+            if let Some(e) = wrong(&digest) {
+                return Err(e);
+            }
             let rest = s.tail.len();
             if rest > 0 {
                 self.send_part(rest)?;
@@ -904,14 +929,18 @@ impl UploadSink for ObjUpload {
             let s = self.state();
             let mp = s.multipart.clone().expect("created");
             let handles: Vec<_> = s.parts.drain(..).collect();
-            i.block_on(async {
-                let mut parts = Vec::with_capacity(handles.len());
-                for h in handles {
-                    parts.push(h.await.map_err(|e| object_store::Error::JoinError { source: e })??);
-                }
-                i.os.complete_multipart(&key, &mp, parts).await
-            })
-            .map(drop)
+            let stored = i
+                .block_on(async {
+                    let mut parts = Vec::with_capacity(handles.len());
+                    for h in handles {
+                        parts.push(
+                            h.await.map_err(|e| object_store::Error::JoinError { source: e })??,
+                        );
+                    }
+                    i.os.complete_multipart(&key, &mp, parts).await
+                })
+                .map(drop);
+            (digest, stored)
         };
         if let Err(e) = stored {
             // Nothing of it is visible; the writer may send it all again.
