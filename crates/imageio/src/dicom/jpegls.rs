@@ -80,6 +80,12 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<(Vec<u8>, Layout)
             samples * in_bytes
         )));
     }
+    let planar = layout.samples_per_pixel > 1 && first_scan_components(stream) == Some(1);
+    let out_bytes = layout.bytes_per_sample();
+    if in_bytes == out_bytes && (in_bytes == 1 || cfg!(target_endian = "little")) {
+        // CharLS's samples are already the frame's bytes (native order is little-endian).
+        return Ok((decoded, Layout { planar, ..layout.clone() }));
+    }
     let sample = |i: usize| -> u16 {
         if in_bytes == 1 {
             u16::from(decoded[i])
@@ -87,8 +93,6 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<(Vec<u8>, Layout)
             u16::from_ne_bytes([decoded[2 * i], decoded[2 * i + 1]])
         }
     };
-    let planar = layout.samples_per_pixel > 1 && first_scan_components(stream) == Some(1);
-    let out_bytes = layout.bytes_per_sample();
     let mut out = Vec::with_capacity(samples * out_bytes);
     for i in 0..samples {
         let v = sample(i);
