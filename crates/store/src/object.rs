@@ -663,7 +663,7 @@ impl RangeRead for ObjReader {
                 self.sequential.store(true, std::sync::atomic::Ordering::Relaxed);
                 s.block_on(h).unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }))
             }
-            None => s.block_on(s.os.get_range(&self.key, offset..offset + len)),
+            None => s.block_on(fetch(&*s.os, &self.key, offset, len, self.size)),
         };
         // An object reported missing is asked for once more before the blob is marked: a
         // server without read-after-write consistency, or one re-balancing, may say so
@@ -713,10 +713,27 @@ impl RangeRead for ObjReader {
         while ahead.len() < depth && at < self.size {
             let n = len.min(self.size - at);
             let (os, key) = (self.store.os.clone(), self.key.clone());
-            let h = self.store.rt.spawn(async move { os.get_range(&key, at..at + n).await });
+            let size = self.size;
+            let h = self.store.rt.spawn(async move { fetch(&*os, &key, at, n, size).await });
             ahead.push_back((at, n, h));
             at += n;
         }
+    }
+}
+
+/// Bytes `offset..offset + len` of the object at `key` (`size` bytes long): one plain GET
+/// when that is the whole object (a ranged request costs the server more), else a ranged GET.
+async fn fetch(
+    os: &dyn Backend,
+    key: &ObjPath,
+    offset: u64,
+    len: u64,
+    size: u64,
+) -> object_store::Result<Bytes> {
+    if offset == 0 && len == size {
+        os.get(key).await?.bytes().await
+    } else {
+        os.get_range(key, offset..offset + len).await
     }
 }
 
