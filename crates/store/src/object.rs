@@ -919,10 +919,10 @@ impl UploadSink for ObjUpload {
             chunks.update(&body);
             let digest = hasher.finish();
             if let Some(e) = wrong(&digest) {
-                let os = i.os.clone();
-                i.rt.spawn(async move {
+                // Gone before the writer may send again: a resend reuses this key.
+                i.block_on(async {
                     if matches!(put.await, Ok(Ok(()))) {
-                        let _ = os.delete(&key).await;
+                        let _ = i.os.delete(&key).await;
                     }
                 });
                 self.restart();

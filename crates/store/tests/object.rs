@@ -58,22 +58,28 @@ fn large_blobs_go_up_in_parts_and_read_back_verified() {
 
 /// A writer whose bytes digest to something other than the digest it commits with (a small
 /// blob, stored with one PUT sent while its digest is computed, and one of 9 MiB, stored in
-/// parts) is refused as corrupt and nothing becomes visible; sent again, it lands.
+/// parts) is refused as corrupt and nothing becomes visible; sent again — as a new upload, and
+/// as a resume of the same one, which keeps its object key — it lands.
 #[test]
 fn a_commit_under_another_digest_is_refused_and_nothing_lands() {
     let s = common::s3_store();
-    for (name, size) in [("d/small", 5usize), ("d/parts", PART_SIZE + (1 << 20))] {
+    let cases =
+        [("d/small", 5usize, ""), ("d/parts", PART_SIZE + (1 << 20), ""), ("d/resumed", 5, "r1")];
+    for (name, size, tag) in cases {
         let body = data(size, 3);
         let mut other = body.clone();
         other[size / 2] ^= 1;
-        s.route(&spec(name, Some(size as u64))).unwrap();
+        let sp = RouteSpec { resume_tag: tag.into(), ..spec(name, Some(size as u64)) };
+        s.route(&sp).unwrap();
         let mut w = s.open_upload(name).unwrap();
         write_in_pieces(&mut *w, &body, 0);
         let err = w.commit(Some(s.digest_algo().digest(&other))).unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{name}: {err}");
         assert!(matches!(s.stat(name), Err(StoreError::NotFound(_))), "{name}");
         assert!(s.list("d/", "", 10).unwrap().iter().all(|r| r.name != name), "{name}");
-        s.route(&spec(name, Some(size as u64))).unwrap();
+        let again = s.route(&sp).unwrap();
+        assert_eq!(again.received, 0, "{name}: nothing of a refused commit is kept");
+        assert_eq!(again.resumed, !tag.is_empty(), "{name}");
         let mut w = s.open_upload(name).unwrap();
         write_in_pieces(&mut *w, &body, 0);
         w.commit(Some(s.digest_algo().digest(&body))).unwrap();
