@@ -414,6 +414,12 @@ fn counting_proxy(l: TcpListener, target: std::net::SocketAddr, count: Arc<Atomi
     });
 }
 
+/// A server whose data connections are kept alive far longer than any pause between a
+/// test's transfers on a loaded machine.
+fn long_keepalive() -> ServerConfig {
+    ServerConfig { data_keepalive: Duration::from_secs(120), ..ServerConfig::ephemeral() }
+}
+
 fn through_counting_proxy(cfg: ServerConfig) -> (BackgroundServer, Client, Arc<AtomicUsize>) {
     let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
     let advertised = proxy.local_addr().unwrap().to_string();
@@ -426,9 +432,7 @@ fn through_counting_proxy(cfg: ServerConfig) -> (BackgroundServer, Client, Arc<A
 
 #[test]
 fn back_to_back_transfers_share_one_data_connection() {
-    // A keep-alive far longer than any pause between these transfers on a loaded machine.
-    let cfg =
-        ServerConfig { data_keepalive: Duration::from_secs(120), ..ServerConfig::ephemeral() };
+    let cfg = long_keepalive();
     let (_s, c, connections) = through_counting_proxy(cfg);
     for i in 0..5 {
         push(&c, &format!("k/{i}"), &data(1000 + i * 100_000));
@@ -570,8 +574,7 @@ fn a_kept_alive_connection_takes_requests_in_band_and_stays_after_a_refusal() {
 
 #[test]
 fn the_client_negotiates_in_band_with_the_same_outcomes_as_the_control_plane() {
-    let cfg =
-        ServerConfig { data_keepalive: Duration::from_secs(120), ..ServerConfig::ephemeral() };
+    let cfg = long_keepalive();
     let (s, _, connections) = through_counting_proxy(cfg);
     // The control plane through a proxy that counts what the client sends it.
     let control = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -813,8 +816,7 @@ fn a_refused_pipelined_push_that_stalls_is_cut_off_and_holds_no_slot() {
 
 #[test]
 fn pulls_sent_ahead_come_back_in_order_verified_with_the_usual_errors() {
-    let cfg =
-        ServerConfig { data_keepalive: Duration::from_secs(120), ..ServerConfig::ephemeral() };
+    let cfg = long_keepalive();
     let (_s, c, connections) = through_counting_proxy(cfg);
     let size = |i: usize| match i {
         7 => 0,
@@ -863,8 +865,7 @@ fn a_corrupt_blob_among_pulls_sent_ahead_fails_alone() {
 
 #[test]
 fn a_blob_larger_than_asked_among_pulls_sent_ahead_is_left_unread() {
-    let cfg =
-        ServerConfig { data_keepalive: Duration::from_secs(120), ..ServerConfig::ephemeral() };
+    let cfg = long_keepalive();
     let (_s, c, connections) = through_counting_proxy(cfg);
     for i in 0..6 {
         push(&c, &format!("u/{i}"), &data(if i == 1 || i == 3 { 200_000 } else { 5000 }));

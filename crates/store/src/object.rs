@@ -899,7 +899,6 @@ impl UploadSink for ObjUpload {
         let size = s.received();
         let key = s.key.clone();
         let id = s.upload_id.clone();
-        let (mut hasher, mut chunks) = (s.hasher.clone(), s.chunks.clone());
         let wrong = |digest: &Digest| {
             whole.filter(|g| g.algo == i.algo && g != digest).map(|g| StoreError::Corrupt {
                 name: name.clone(),
@@ -907,7 +906,7 @@ impl UploadSink for ObjUpload {
             })
         };
         // Store every byte: one PUT for a small blob, else the last part and completion.
-        let (digest, stored) = if s.multipart.is_none() {
+        let (digest, chunks, stored) = if s.multipart.is_none() {
             // The PUT leaves first and the digests are computed from the same bytes while it
             // is in flight: the object's key is fresh and nothing references it until the
             // catalogue row below, so bytes found wrong meanwhile leave only an object to
@@ -915,6 +914,7 @@ impl UploadSink for ObjUpload {
             let body = Bytes::from(std::mem::take(&mut s.tail));
             let (os, k, b) = (i.os.clone(), key.clone(), body.clone());
             let put = i.rt.spawn(async move { os.put(&k, b.into()).await.map(drop) });
+            let (mut hasher, mut chunks) = (s.hasher.clone(), s.chunks.clone());
             hasher.update(&body);
             chunks.update(&body);
             let digest = hasher.finish();
@@ -931,17 +931,19 @@ impl UploadSink for ObjUpload {
             let stored = i
                 .block_on(put)
                 .unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }));
-            (digest, stored)
+            (digest, chunks, stored)
         } else {
-            hasher.update(&s.tail);
-            chunks.update(&s.tail);
-            let digest = hasher.finish();
-            if let Some(e) = wrong(&digest) {
-                return Err(e);
-            }
+            // The last part folds the tail into the running digests as it goes up.
             let rest = s.tail.len();
             if rest > 0 {
                 self.send_part(rest)?;
+            }
+            let s = self.state();
+            let (digest, chunks) = (s.hasher.clone().finish(), s.chunks.clone());
+            if let Some(e) = wrong(&digest) {
+                // Never completed: its parts are aborted and the writer sends it all again.
+                self.restart();
+                return Err(e);
             }
             let s = self.state();
             let mp = s.multipart.clone().expect("created");
@@ -957,7 +959,7 @@ impl UploadSink for ObjUpload {
                     i.os.complete_multipart(&key, &mp, parts).await
                 })
                 .map(drop);
-            (digest, stored)
+            (digest, chunks, stored)
         };
         if let Err(e) = stored {
             // Nothing of it is visible; the writer may send it all again.
