@@ -107,6 +107,37 @@ test('the viewer draws the image from the block store and zooms into finer level
   await screenshot(page, 'dpss-zoomed');
 });
 
+test('a viewport posted while the last one is still in flight is settled exactly once', async () => {
+  const page = await newPage(browser, server.url);
+  // Hold every viewport post until the test lets it through, so two are in flight at once.
+  const held = [];
+  let arrived = null;
+  await page.route('**/api/dpss/view/**', (route) => {
+    held.push(route);
+    arrived?.();
+  });
+  const posts = async (n) => {
+    while (held.length < n) await new Promise((r) => { arrived = r; });
+  };
+  await page.goto('/dpss.html?dataset=card');
+  await page.waitForFunction(() => window.dpssViewer?.ready);
+  await posts(1);
+  await held[0].continue();
+  await page.waitForFunction(() => window.dpssViewer.stats().views === 1);
+  // The second viewport's post leaves while the first is still held.
+  await page.evaluate(() => window.dpssViewer.zoomAt(1.25));
+  await posts(2);
+  await page.evaluate(() => window.dpssViewer.zoomAt(1.25));
+  await posts(3);
+  assert.equal((await page.evaluate(() => window.dpssViewer.stats())).viewsOwed, 2);
+  await held[1].continue();
+  await held[2].continue();
+  await page.waitForFunction(() => window.dpssViewer.stats().views === 3);
+  assert.equal((await page.evaluate(() => window.dpssViewer.stats())).viewsOwed, 0);
+  await settle(page);
+  assert.deepEqual(page.pageErrors, []);
+});
+
 test('the data set list and a missing data set', async () => {
   const page = await newPage(browser, server.url);
   await page.goto('/dpss.html');

@@ -132,6 +132,8 @@ function drawTile(l, x, y, t) {
 
 let postTimer = null;
 let lastView = '';
+// Viewports drawn since the debounce timer last fired (those its next post settles).
+let debounced = 0;
 
 function postView(level, [x0, y0, x1, y1]) {
   const f = 2 ** level;
@@ -145,9 +147,12 @@ function postView(level, [x0, y0, x1, y1]) {
   lastView = body;
   clearTimeout(postTimer);
   state.viewsOwed++;
+  debounced++;
   // A pan sends one list when it pauses, not one per mouse move.
   postTimer = setTimeout(async () => {
-    const owed = state.viewsOwed;
+    // Only the views debounced into this post: one still in flight settles its own.
+    const owed = debounced;
+    debounced = 0;
     try {
       const r = await fetch(`/api/dpss/view/${encodeURIComponent(dataset)}`, {
         method: 'POST', headers: { 'content-type': 'application/json' }, body,
