@@ -92,6 +92,11 @@ fn rot_in_the_bucket_is_caught() {
     let s = common::s3_store();
     let handle = s.clone();
     rot_is_caught(&s, &move |name, off| handle.damage(name, off, 0x10).unwrap());
+    // Longer than a read window: the pieces come from windows fetched ahead.
+    let s = common::s3_store();
+    let handle = s.clone();
+    let damage = move |name: &str, off| handle.damage(name, off, 0x10).unwrap();
+    rot_in_a_blob_of(bs_store::REMOTE_WINDOW as usize + 3 * CHUNK_SIZE as usize + 77, &s, &damage);
 }
 
 #[test]
