@@ -35,10 +35,11 @@
 //! Above size 5, sums along each row are prefix sums (one scalar add per sample) and one
 //! vectorised subtraction, divided by a multiply and a shift by a per-count constant
 //! (`common::Div`), exact for every sum. Clipped windows at the edges use `common::Div` too.
-//! The inner loops are built for the baseline CPU and for AVX2, chosen at run time
-//! (`common::multiversion!`). The image is read once, in one pass; bands of rows run in
-//! parallel (`common::bands`); the result does not depend on the number of threads or on the
-//! CPU.
+//! The inner loops are built for the baseline CPU, for AVX2 and for AVX-512, chosen at run
+//! time (`common::multiversion!`; AVX-512 only where 512-bit vectors run at full width, as on
+//! Intel: on an AMD EPYC it measured slower than AVX2). The image is read once, in one pass;
+//! bands of rows run in parallel (`common::bands`); the result does not depend on the number
+//! of threads or on the CPU.
 //!
 //! Measured (release build, one thread of a shared 2-core machine, size 3; absolute numbers
 //! drift by a third from run to run): rgb8 512² about 2.2 Gpixel/s, 2048² about 1.5; gray16
@@ -240,7 +241,7 @@ multiversion! {
     /// Output rows `y0..` of the blur into `band`.
     fn blur_band<T: Sample, A: Acc>(
         img: &Image<T>, r: usize, divs: &[Div], fast: &[A::Fast], y0: usize, band: &mut [T]
-    ) => blur_band_body
+    ) => blur_band_body, avx512_full_width
 }
 
 #[inline(always)]
