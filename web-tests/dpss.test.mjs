@@ -107,7 +107,7 @@ test('the viewer draws the image from the block store and zooms into finer level
   await screenshot(page, 'dpss-zoomed');
 });
 
-test('a viewport posted while the last one is still in flight is settled exactly once', async () => {
+test('a viewport posted while the last one is still in flight is settled exactly once', { timeout: 120_000 }, async () => {
   const page = await newPage(browser, server.url);
   // Hold every viewport post until the test lets it through, so two are in flight at once.
   const held = [];

@@ -22,7 +22,8 @@ pub struct FilterMeasurement {
     pub threads: usize,
     /// "blobstream", "opencv" or "pillow".
     pub implementation: &'static str,
-    /// Megapixels per second, from the median run.
+    /// Megapixels per second: the median of its rounds' median runs (one round with
+    /// `--quick`).
     pub mpix_per_s: f64,
 }
 

@@ -168,18 +168,22 @@ pub(crate) static FORCE_AT_MOST: std::sync::atomic::AtomicUsize =
 #[cfg(test)]
 pub(crate) const NOT_FORCED: usize = usize::MAX;
 
-/// Whether 512-bit vectors run at full width on this CPU: on Intel's AVX-512 cores they do;
-/// AMD's Zen 4 executes each as two 256-bit halves. The 3×3 median and small blurs measured
-/// slower with AVX-512 than with AVX2 on an AMD EPYC, and faster on an Intel Xeon (despeckle
-/// rgb8 about +20% at 512² and +40% at 2048², blur rgb8 +15–30%, one thread, 3 alternating
-/// runs of each build).
+/// Whether this is an Intel CPU, taken as the sign that 512-bit vectors run at full width:
+/// Intel's AVX-512 server cores run them so, AMD's Zen 4 executes each as two 256-bit halves
+/// (Zen 5 server parts run them whole, but are not told apart here). The 3×3 median and
+/// small blurs measured slower with AVX-512 than with AVX2 on an AMD EPYC, and faster on an
+/// Intel Xeon (despeckle rgb8 about +20% at 512² and +40% at 2048², blur rgb8 +15–30%, one
+/// thread, 3 alternating runs of each build).
 pub(crate) fn full_width_512() -> bool {
     static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *INTEL.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
             // CPUID leaf 0: the vendor string in EBX, EDX, ECX ("Genu", "ineI", "ntel").
-            let r = std::arch::x86_64::__cpuid(0);
+            // `__cpuid` is a safe function from Rust 1.94 on, an unsafe one before.
+            #[allow(unused_unsafe)]
+            // SAFETY: every x86-64 CPU has the CPUID instruction, and leaf 0 always exists.
+            let r = unsafe { std::arch::x86_64::__cpuid(0) };
             [r.ebx, r.edx, r.ecx] == [0x756e_6547, 0x4965_6e69, 0x6c65_746e]
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -197,9 +201,15 @@ pub(crate) mod wide {
     }
 
     /// `, avx512_full_width`: only where 512-bit vectors run at full width
-    /// ([`super::full_width_512`]).
+    /// ([`super::full_width_512`]) — and on any CPU with AVX-512 while a test forces the
+    /// builds in turn (`testkit::on_every_build`), so that build is tested everywhere it can
+    /// run (every build gives the same results, so other tests meanwhile are unaffected).
     #[inline(always)]
     pub(crate) fn avx512_full_width() -> bool {
+        #[cfg(test)]
+        if super::FORCE_AT_MOST.load(std::sync::atomic::Ordering::Relaxed) != super::NOT_FORCED {
+            return true;
+        }
         super::full_width_512()
     }
 }

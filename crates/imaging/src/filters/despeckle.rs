@@ -41,10 +41,10 @@
 //! - Larger sizes, 16-bit: the window is gathered and the median selected
 //!   (`select_nth_unstable`), O(size²) per pixel: correct but slow (a fallback).
 //!
-//! Rows run in parallel bands; inner loops are built for the baseline CPU, for AVX2 and for
-//! AVX-512 (used only where 512-bit vectors run at full width, as on Intel: on an AMD EPYC it
-//! measured slower than AVX2); the result does not depend on the number of threads or on the
-//! CPU.
+//! Rows run in parallel bands; the size-3 network is built for the baseline CPU, for AVX2
+//! and for AVX-512 (used on Intel only: on an AMD EPYC it measured slower than AVX2), the
+//! other inner loops for the baseline CPU and AVX2; the result does not depend on the number
+//! of threads or on the CPU.
 //!
 //! Measured (release, one thread of a shared 2-core machine): size 3 rgb8 about 2.4 Gpixel/s
 //! at 512² and 1.6 at 2048², gray16 about 4; size 5 rgb8 (Huang)
