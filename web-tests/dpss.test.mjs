@@ -124,7 +124,7 @@ test('a viewport posted while the last one is still in flight is settled exactly
   await posts(1);
   await held[0].continue();
   await page.waitForFunction(() => window.dpssViewer.stats().views === 1);
-  // The second viewport's post leaves while the first is still held.
+  // Two more posts, the later one leaving while the earlier is still held.
   await page.evaluate(() => window.dpssViewer.zoomAt(1.25));
   await posts(2);
   await page.evaluate(() => window.dpssViewer.zoomAt(1.25));
