@@ -20,6 +20,7 @@ use crate::catalogued;
 use crate::claim::Claims;
 use crate::error::StoreError;
 use crate::events::{Listener, Listeners, StoreEvent};
+use crate::mapped::MappedFiles;
 use crate::name::validate_name;
 use crate::source::{BlobSource, CorruptionMarker};
 use crate::store::{
@@ -52,6 +53,8 @@ struct Inner {
     /// (to commit) or aborted.
     range_writers: Mutex<HashMap<String, usize>>,
     listeners: Listeners,
+    /// Files of blobs read recently, kept open and mapped for their next readers.
+    mapped: MappedFiles,
 }
 
 impl Inner {
@@ -90,6 +93,7 @@ impl FsStore {
                 busy: Claims::default(),
                 range_writers: Mutex::default(),
                 listeners: Listeners::default(),
+                mapped: MappedFiles::default(),
             }),
         };
         store.collect_garbage()?;
@@ -255,6 +259,7 @@ impl Store for FsStore {
                 if let Err(e) = fs::remove_file(i.blob_path(&loc)) {
                     tracing::warn!(%name, error = %e, "blob deleted; its file stays until restart");
                 }
+                i.mapped.forget(name);
                 i.listeners.notify(StoreEvent::Deleted(name.to_string()));
                 Ok(())
             }
@@ -384,7 +389,7 @@ impl Store for FsStore {
     }
 
     fn open_read(&self, name: &str) -> Result<BlobSource> {
-        self.open_stored(catalogued::readable(&self.inner.cat, name)?)
+        self.open_for_reading(catalogued::readable(&self.inner.cat, name)?)
     }
 
     fn subscribe(&self, listener: Listener) {
@@ -451,6 +456,33 @@ impl FsStore {
             None => self.backfill_chunks(&s, &file, &marker)?,
         };
         BlobSource::file(s.record, file, chunks, Some(marker))
+    }
+
+    /// [`FsStore::open_stored`] for a reader: the source kept from an earlier read of the
+    /// same file when there is one (see [`crate::mapped`]), else opened — and kept, if worth it.
+    fn open_for_reading(&self, s: StoredBlob) -> Result<BlobSource> {
+        let i = &self.inner;
+        let path = i.blob_path(&s.location);
+        if let Some(src) = i.mapped.get(&s, &path) {
+            return Ok(src);
+        }
+        if s.chunks.is_none() || !i.mapped.admits(&s) {
+            return self.open_stored(s);
+        }
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(_) => return self.open_stored(s),
+        };
+        let meta = file.metadata()?;
+        let chunks = ChunkDigests::decode(s.chunks.as_deref().unwrap_or_default(), s.record.size)
+            .map_err(|e| StoreError::Corrupt {
+            name: s.record.name.clone(),
+            reason: format!("catalogue: {e}"),
+        })?;
+        let marker = self.marker(&s.record.name, &s.location);
+        let src = BlobSource::file_mapped(s.record.clone(), file, chunks, Some(marker))?;
+        i.mapped.keep(&s, &meta, &src);
+        Ok(src)
     }
 
     /// Chunk digests for a blob committed before they existed: computed from the file in one
@@ -668,6 +700,7 @@ impl UploadSink for FsUpload {
                 return Err(e.into());
             }
         }
+        i.mapped.forget(&name);
         i.listeners.notify(StoreEvent::Committed(record.clone()));
         Ok(record)
     }

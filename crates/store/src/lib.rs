@@ -13,6 +13,7 @@ mod events;
 mod faulty;
 mod fs;
 mod lru;
+mod mapped;
 mod media;
 mod mem;
 mod name;

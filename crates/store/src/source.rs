@@ -63,7 +63,9 @@ pub struct BlobSource {
 
 struct Inner {
     record: BlobRecord,
-    data: Data,
+    /// Shared by the readers of one file kept open (see `crate::mapped`), each with its own
+    /// record.
+    data: Arc<Data>,
     chunks: ChunkDigests,
     /// Memory blobs: chunks already verified by this reader.
     checked: Box<[AtomicBool]>,
@@ -195,6 +197,28 @@ impl BlobSource {
         chunks: ChunkDigests,
         marker: Option<CorruptionMarker>,
     ) -> Result<Self> {
+        Self::file_with(record, file, chunks, marker, false)
+    }
+
+    /// [`BlobSource::file`], mapped whatever its size when it is larger than
+    /// [`READ_WHOLE_UP_TO`]: for a source kept for the readers after this one, who then
+    /// pay nothing to set the mapping up.
+    pub(crate) fn file_mapped(
+        record: BlobRecord,
+        file: File,
+        chunks: ChunkDigests,
+        marker: Option<CorruptionMarker>,
+    ) -> Result<Self> {
+        Self::file_with(record, file, chunks, marker, true)
+    }
+
+    fn file_with(
+        record: BlobRecord,
+        file: File,
+        chunks: ChunkDigests,
+        marker: Option<CorruptionMarker>,
+        keep: bool,
+    ) -> Result<Self> {
         let len = file.metadata()?.len();
         if len != record.size {
             let reason = format!("file holds {len} bytes, catalogue says {}", record.size);
@@ -222,7 +246,8 @@ impl BlobSource {
             }
             return Self::new(record, Data::Memory(buf.into()), chunks, marker);
         }
-        let map = if record.size >= MAP_FROM { Some(map(&file, record.size)?) } else { None };
+        let mapped = keep || record.size >= MAP_FROM;
+        let map = if mapped { Some(map(&file, record.size)?) } else { None };
         Self::new(record, Data::File { file, map }, chunks, marker)
     }
 
@@ -243,6 +268,7 @@ impl BlobSource {
             });
         }
         let checked = (0..chunks.count()).map(|_| AtomicBool::new(false)).collect();
+        let data = Arc::new(data);
         Ok(Self { inner: Arc::new(Inner { record, data, chunks, checked, marker }) })
     }
 
@@ -269,8 +295,18 @@ impl BlobSource {
                 inner.record = record;
                 Ok(Self { inner: Arc::new(inner) })
             }
-            // Shared with another reader: keep its record (same bytes, same digest).
-            Err(inner) => Ok(Self { inner }),
+            // Shared with other readers: the same bytes under this record.
+            Err(shared) => {
+                let checked = (0..shared.chunks.count()).map(|_| AtomicBool::new(false)).collect();
+                let inner = Inner {
+                    record,
+                    data: shared.data.clone(),
+                    chunks: shared.chunks.clone(),
+                    checked,
+                    marker: shared.marker.clone(),
+                };
+                Ok(Self { inner: Arc::new(inner) })
+            }
         }
     }
 
@@ -286,12 +322,12 @@ impl BlobSource {
     /// Whether the bytes are read from a file (rather than memory: a small file is read
     /// whole, see [`READ_WHOLE_UP_TO`]).
     pub fn is_file(&self) -> bool {
-        matches!(self.inner.data, Data::File { .. })
+        matches!(*self.inner.data, Data::File { .. })
     }
 
     /// Whether the bytes are a mapping of the file (see [`MAP_FROM`]).
     pub fn is_mapped(&self) -> bool {
-        matches!(self.inner.data, Data::File { map: Some(_), .. })
+        matches!(*self.inner.data, Data::File { map: Some(_), .. })
     }
 
     fn check_range(&self, offset: u64, len: u64) -> Result<()> {
@@ -328,7 +364,7 @@ impl BlobSource {
     fn chunk(&self, c: usize) -> Result<Bytes> {
         let i = &self.inner;
         let r = i.chunks.range(c);
-        let Data::File { file, map } = &i.data else {
+        let Data::File { file, map } = &*i.data else {
             return self.bytes(r.start, r.end - r.start);
         };
         let (start, end) = (r.start as usize, r.end as usize);
@@ -384,7 +420,7 @@ impl BlobSource {
             return Ok(self.chunk(chunks.start)?.slice(at..at + len as usize));
         }
         let (first, last) = (i.chunks.range(chunks.start), i.chunks.range(chunks.end - 1));
-        match &i.data {
+        match &*i.data {
             Data::Memory(data) => {
                 for c in chunks {
                     if i.checked[c].load(Ordering::Acquire) {
@@ -498,7 +534,7 @@ impl BlobSource {
     /// before it.
     pub fn pieces(&self, offset: u64, len: u64) -> Result<Pieces> {
         self.check_range(offset, len)?;
-        if let Data::Remote { reader, .. } = &self.inner.data
+        if let Data::Remote { reader, .. } = &*self.inner.data
             && len > REMOTE_WINDOW
         {
             let from = self.inner.chunks.range(self.inner.chunks.covering(offset, 1).start).start;

@@ -88,6 +88,70 @@ fn rot_on_disk_is_caught() {
     }
 }
 
+/// The one blob file under `root`'s `blobs` directory.
+fn only_blob_file(root: &std::path::Path) -> std::path::PathBuf {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.join("blobs")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() { dirs.push(p) } else { found.push(p) }
+        }
+    }
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.pop().unwrap()
+}
+
+#[test]
+fn a_blob_read_again_is_read_through_its_kept_mapping_and_still_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FsStore::open(dir.path()).unwrap();
+    // Copied on a first read (too small to be worth mapping once), mapped from the second.
+    let size = 2 * CHUNK_SIZE as usize + 77;
+    assert!((size as u64) < bs_store::MAP_FROM);
+    let good = data(size, 5);
+    bs_store::put_bytes(&s, &spec("hot"), &good).unwrap();
+    assert!(!s.open_read("hot").unwrap().is_mapped(), "read once: copied");
+    let second = s.open_read("hot").unwrap();
+    assert!(second.is_mapped(), "read again: mapped");
+    let third = s.open_read("hot").unwrap();
+    let at = |src: &bs_store::BlobSource| src.bytes(0, 8).unwrap().as_ptr();
+    assert_eq!(at(&second), at(&third), "the third reader reads the second's mapping");
+    assert_eq!(&third.all().unwrap()[..], &good[..]);
+    drop((second, third));
+
+    // Replaced: the new bytes, never the old file's mapping.
+    let newer = data(size, 6);
+    bs_store::put_bytes(&s, &RouteSpec { overwrite: true, ..spec("hot") }, &newer).unwrap();
+    assert_eq!(&s.open_read("hot").unwrap().all().unwrap()[..], &newer[..]);
+    let kept = s.open_read("hot").unwrap();
+    assert!(kept.is_mapped());
+    assert_eq!(&kept.all().unwrap()[..], &newer[..]);
+
+    // A file swapped on disk behind the store's back is read, not the kept mapping of the
+    // one it replaced: here a copy with one byte changed, which the digests catch.
+    let path = only_blob_file(dir.path());
+    let mut swapped = std::fs::read(&path).unwrap();
+    swapped[CHUNK_SIZE as usize + 3] ^= 0x10;
+    let tmp = dir.path().join("swap");
+    std::fs::write(&tmp, &swapped).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let e = s.open_read("hot").unwrap().all().unwrap_err();
+    assert!(matches!(&e, StoreError::Corrupt { .. }) && e.to_string().contains("chunk 1"), "{e}");
+
+    // Rot in place under a kept mapping is caught by the next reader of it.
+    bs_store::put_bytes(&s, &RouteSpec { overwrite: true, ..spec("hot") }, &good).unwrap();
+    s.open_read("hot").unwrap();
+    let kept = s.open_read("hot").unwrap();
+    assert_eq!(&kept.all().unwrap()[..], &good[..]);
+    s.damage("hot", 2 * CHUNK_SIZE + 1, 0x10).unwrap();
+    let e = kept.all().unwrap_err();
+    assert!(e.to_string().contains("chunk 2"), "{e}");
+    drop(kept);
+    let e = s.open_read("hot").unwrap_err();
+    assert!(e.to_string().contains("corrupt"), "marked: {e}");
+}
+
 #[test]
 fn rot_in_the_bucket_is_caught() {
     let s = common::s3_store();
