@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bs_meta::{BlobRecord, UploadRecord, now_ms};
-use bs_wire::{ChunkDigests, Digest, DigestAlgo};
+use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 use bytes::Bytes;
 
 use crate::error::StoreError;
@@ -55,6 +55,10 @@ struct Pending {
 struct Buf {
     bytes: Vec<u8>,
     received: u64,
+    /// Chunk digests of `bytes[..chunked.len()]`, taken as the bytes arrive in order (still
+    /// in the cache from the socket) so the commit need not read the whole blob again;
+    /// `None` once bytes were rewritten or rolled back (the commit then computes them).
+    chunked: Option<ChunkHasher>,
 }
 
 impl Buf {
@@ -69,7 +73,27 @@ impl Buf {
             }
             None => Vec::new(),
         };
-        Ok(Self { bytes, received: 0 })
+        Ok(Self { bytes, received: 0, chunked: Some(ChunkHasher::new()) })
+    }
+
+    /// `offset..end` of `bytes` now hold new bytes: on with the chunk digests if they
+    /// continue them, else give up on them.
+    fn arrived(&mut self, offset: u64, end: u64) {
+        let Some(c) = &mut self.chunked else { return };
+        if offset == c.len() {
+            c.update(&self.bytes[offset as usize..end as usize]);
+        } else if offset < c.len() {
+            self.chunked = None;
+        }
+        // Past them (a gap): not possible, writes continue the received prefix.
+    }
+
+    /// The chunk digests of `bytes[..received]`.
+    fn chunk_digests(&mut self) -> ChunkDigests {
+        match self.chunked.take() {
+            Some(c) if c.len() == self.received => c.finish(),
+            _ => ChunkDigests::of(&self.bytes[..self.received as usize]),
+        }
     }
 
     /// Memory this upload holds: all of it for known sizes (reserved up front).
@@ -347,6 +371,7 @@ impl UploadSink for MemUpload {
         buf.bytes[start..start + overlap].copy_from_slice(&data[..overlap]);
         buf.bytes.extend_from_slice(&data[overlap..]);
         buf.received = buf.received.max(end);
+        buf.arrived(offset, end);
         Ok(())
     }
 
@@ -359,12 +384,16 @@ impl UploadSink for MemUpload {
     fn filled(&mut self, offset: u64, n: u64) {
         let buf = self.buf();
         buf.received = buf.received.max(offset + n);
+        buf.arrived(offset, offset + n);
     }
 
     fn truncate(&mut self, len: u64) -> Result<()> {
         let known = self.rec.size.is_some();
         let buf = self.buf();
         buf.received = buf.received.min(len);
+        if buf.chunked.as_ref().is_some_and(|c| c.len() > len) {
+            buf.chunked = None;
+        }
         if !known {
             buf.bytes.truncate(buf.received as usize);
         }
@@ -389,7 +418,7 @@ impl UploadSink for MemUpload {
             created_ms: now_ms(),
             metadata: self.rec.metadata.clone(),
         };
-        let chunks = ChunkDigests::of(&buf.bytes); // before taking the store-wide lock
+        let chunks = buf.chunk_digests(); // before taking the store-wide lock
         let mut blobs = self.store.blobs.write().unwrap();
         if let Some(b) = blobs.get(&name)
             && !may_replace(self.rec.overwrite, &self.rec.refuse_digests, &b.record.digest)
@@ -410,5 +439,55 @@ impl UploadSink for MemUpload {
         self.store.uploads.lock().unwrap().remove(&name);
         self.store.listeners.notify(StoreEvent::Committed(record.clone()));
         Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bs_wire::CHUNK_SIZE;
+
+    fn data(n: usize, seed: u8) -> Vec<u8> {
+        (0..n).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed)).collect()
+    }
+
+    /// The chunk digests taken as bytes arrive are those of the bytes committed, whatever
+    /// way they came: lent memory, writes, rewrites and roll-backs.
+    #[test]
+    fn chunk_digests_taken_on_arrival_are_the_committed_bytes() {
+        let n = 3 * CHUNK_SIZE as usize + 1234;
+        let good = data(n, 1);
+        let s = MemStore::new();
+        let piece = 300_000;
+        for (k, how) in ["lent", "written", "rewritten", "rolled back"].iter().enumerate() {
+            let name = format!("b{k}");
+            let spec = RouteSpec { name: name.clone(), size: Some(n as u64), ..Default::default() };
+            s.route(&spec).unwrap();
+            let mut up = s.open_upload(&name).unwrap();
+            let mut at = 0;
+            while at < n {
+                let end = (at + piece).min(n);
+                if at == piece * 4 && *how == "rewritten" {
+                    // Wrong bytes first, then the right ones over them.
+                    up.write_at(at as u64, &data(end - at, 9)).unwrap();
+                }
+                if at == piece * 5 && *how == "rolled back" {
+                    up.write_at(at as u64, &data(end - at + 1000, 9)).unwrap();
+                    up.truncate(at as u64).unwrap();
+                }
+                if *how == "lent" {
+                    let dst = up.lend(at as u64, (end - at) as u64).unwrap();
+                    dst.copy_from_slice(&good[at..end]);
+                    up.filled(at as u64, (end - at) as u64);
+                } else {
+                    up.write_at(at as u64, &good[at..end]).unwrap();
+                }
+                at = end;
+            }
+            up.commit(None).unwrap();
+            let src = s.open_read(&name).unwrap();
+            assert_eq!(src.chunk_digests(), &ChunkDigests::of(&good), "{how}");
+            assert_eq!(&src.all().unwrap()[..], &good[..], "{how}");
+        }
     }
 }
