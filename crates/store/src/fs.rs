@@ -480,9 +480,15 @@ impl FsStore {
             reason: format!("catalogue: {e}"),
         })?;
         let marker = self.marker(&s.record.name, &s.location);
-        let src = BlobSource::file_mapped(s.record.clone(), file, chunks, Some(marker))?;
-        i.mapped.keep(&s, &meta, &src);
-        Ok(src)
+        match BlobSource::file_mapped(s.record.clone(), file, chunks, Some(marker)) {
+            Ok(src) => {
+                i.mapped.keep(&s, &meta, &path, &src);
+                Ok(src)
+            }
+            // Mapping refused (memory, map count): read it as any file.
+            Err(StoreError::Io(_)) => self.open_stored(s),
+            Err(e) => Err(e),
+        }
     }
 
     /// Chunk digests for a blob committed before they existed: computed from the file in one

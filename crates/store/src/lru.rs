@@ -49,7 +49,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
             return vec![(key, value)];
         }
         let mut s = self.lock();
-        Self::remove_locked(&mut s, &key);
+        let replaced = Self::remove_locked(&mut s, &key);
         s.tick += 1;
         let tick = s.tick;
         s.entries.insert(key.clone(), (value, weight, tick));
@@ -63,19 +63,22 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
                 evicted.push((oldest, v));
             }
         }
+        // What it replaced (and what it evicted, with the caller) is dropped unlocked.
+        drop(s);
+        drop(replaced);
         evicted
     }
 
-    /// Forget `key`.
-    pub fn remove(&self, key: &K) {
-        Self::remove_locked(&mut self.lock(), key);
+    /// Forget `key`; returns its value, to be dropped once the cache is unlocked.
+    pub fn remove(&self, key: &K) -> Option<V> {
+        Self::remove_locked(&mut self.lock(), key)
     }
 
-    fn remove_locked(s: &mut State<K, V>, key: &K) {
-        if let Some((_, w, used)) = s.entries.remove(key) {
-            s.by_use.remove(&used);
-            s.weight -= w;
-        }
+    fn remove_locked(s: &mut State<K, V>, key: &K) -> Option<V> {
+        let (v, w, used) = s.entries.remove(key)?;
+        s.by_use.remove(&used);
+        s.weight -= w;
+        Some(v)
     }
 
     /// Total weight held.

@@ -3,16 +3,20 @@
 //! (an unmap interrupts every core to flush its TLB) and no copy out of the page cache — its
 //! pages are read in place. Nothing is trusted for having been read before: every reader
 //! still checks every chunk it hands out against the catalogue's digests, so a page the
-//! kernel dropped and read back from a rotting disk meanwhile is caught like any other.
+//! kernel dropped and read back from a rotting disk before a later read is caught by it like
+//! any other.
 //!
-//! What is kept: a blob file large enough to be mapped anyway ([`MAP_FROM`]) from its first
+//! What is kept, per store, up to [`MAPPED_FILES`] files and [`MAPPED_BYTES`]: a blob file
+//! large enough to be mapped anyway ([`MAP_FROM`], up to [`MAPPED_MAX_FILE`]) from its first
 //! read; a smaller one (above [`READ_WHOLE_UP_TO`], which is copied whole instead) from its
-//! second read within the recent past, so a scan reading many blobs once each pays nothing
-//! for the mapping. Entries are found by the catalogue row they were opened for — name,
+//! second read within the recent past, so a scan reading many small blobs once each pays
+//! nothing for the mapping. Entries are found by the catalogue row they were opened for — name,
 //! location (a blob file's id, never reused) and record — and by the file at that location
 //! being the same file still, so a replaced or deleted blob, or a file swapped on disk
-//! behind the store's back, is never served from here. The store forgets a blob's entry when
-//! it is replaced or deleted, so a deleted file's space is not held by its mapping.
+//! behind the store's back, or truncated in place, is never served from here. The store
+//! forgets a blob's entry when it is replaced or deleted (and an entry kept for a file
+//! deleted while it was being opened is dropped at once), so a deleted file's space is not
+//! held by its mapping.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -22,12 +26,15 @@ use bs_meta::StoredBlob;
 use crate::lru::Lru;
 use crate::source::{BlobSource, MAP_FROM, READ_WHOLE_UP_TO};
 
-/// Most bytes of blob files kept mapped (address space: their pages stay the kernel's page
-/// cache, which it may drop and read back as it likes).
+/// Most bytes of blob files one store keeps mapped (address space: their pages stay the
+/// kernel's page cache, which it may drop and read back as it likes).
 pub const MAPPED_BYTES: usize = 4 << 30;
 
-/// Most blob files kept open.
-pub const MAPPED_FILES: usize = 1024;
+/// Blob files larger than this are not kept (one would push out many hot small ones).
+pub const MAPPED_MAX_FILE: u64 = (MAPPED_BYTES / 8) as u64;
+
+/// Most blob files one store keeps open (each holds a descriptor).
+pub const MAPPED_FILES: usize = 256;
 
 /// Blobs read once recently, whose next read maps them.
 const SEEN: usize = 4096;
@@ -57,18 +64,21 @@ impl MappedFiles {
     pub fn get(&self, s: &StoredBlob, path: &Path) -> Option<BlobSource> {
         let k = self.kept.get(&s.record.name)?;
         let same_row = k.location == s.location && k.source.record() == &s.record;
-        let same_file = std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == k.file_id);
+        // The same file, still whole: one truncated in place by hand is opened again (and
+        // reported as the wrong size), never read through a mapping past its end.
+        let same_file = std::fs::metadata(path)
+            .is_ok_and(|m| (m.dev(), m.ino()) == k.file_id && m.len() == s.record.size);
         if same_row && same_file {
             return Some(k.source);
         }
-        self.kept.remove(&s.record.name);
+        drop(self.kept.remove(&s.record.name));
         None
     }
 
     /// Whether the file of the row `s` should be mapped and kept once opened.
     pub fn admits(&self, s: &StoredBlob) -> bool {
         let size = s.record.size;
-        if size <= READ_WHOLE_UP_TO {
+        if size <= READ_WHOLE_UP_TO || size > MAPPED_MAX_FILE {
             return false;
         }
         if size >= MAP_FROM {
@@ -83,19 +93,76 @@ impl MappedFiles {
         false
     }
 
-    /// Keep `source`, opened (mapped) for the row `s` from the file `file`.
-    pub fn keep(&self, s: &StoredBlob, file: &std::fs::Metadata, source: &BlobSource) {
-        let kept = Kept {
-            location: s.location.clone(),
-            file_id: (file.dev(), file.ino()),
-            source: source.clone(),
-        };
+    /// Keep `source`, opened (mapped) for the row `s` from the file `file`, now at `path`.
+    pub fn keep(&self, s: &StoredBlob, file: &std::fs::Metadata, path: &Path, source: &BlobSource) {
+        let id = (file.dev(), file.ino());
+        let kept = Kept { location: s.location.clone(), file_id: id, source: source.clone() };
         // Evicted mappings are unmapped once their last reader lets go.
         drop(self.kept.put(s.record.name.clone(), kept, s.record.size.max(1) as usize));
+        // Deleted or replaced while it was being opened: the store removed the file before
+        // it forgot the name, so it is gone from `path` by now — forget it here instead.
+        if !std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id) {
+            self.forget_file(&s.record.name, id);
+        }
     }
 
     /// Forget whatever is kept for `name` (replaced or deleted).
     pub fn forget(&self, name: &str) {
-        self.kept.remove(&name.to_string());
+        drop(self.kept.remove(&name.to_string()));
+    }
+
+    /// Forget what is kept for `name` if it is the file `id`.
+    fn forget_file(&self, name: &str, id: (u64, u64)) {
+        let name = name.to_string();
+        if let Some(k) = self.kept.remove(&name)
+            && k.file_id != id
+        {
+            // Another reader kept a newer file meanwhile: put it back.
+            let size = k.source.size().max(1) as usize;
+            drop(self.kept.put(name, k, size));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bs_meta::BlobRecord;
+    use bs_wire::ChunkDigests;
+
+    #[test]
+    fn a_file_deleted_while_it_was_opened_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data = vec![5u8; 100_000];
+        std::fs::write(&path, &data).unwrap();
+        let record = BlobRecord {
+            name: "n".into(),
+            size: data.len() as u64,
+            content_type: String::new(),
+            digest: String::new(),
+            created_ms: 0,
+            metadata: Default::default(),
+        };
+        let chunks = ChunkDigests::of(&data);
+        let row = StoredBlob {
+            record: record.clone(),
+            location: "f".into(),
+            chunks: Some(chunks.encode()),
+            corrupt: None,
+        };
+        let file = std::fs::File::open(&path).unwrap();
+        let meta = file.metadata().unwrap();
+        let src = BlobSource::file_mapped(record, file, chunks, None).unwrap();
+        let m = MappedFiles::default();
+        m.keep(&row, &meta, &path, &src);
+        assert!(m.get(&row, &path).is_some(), "kept");
+        m.forget("n");
+        assert!(m.get(&row, &path).is_none(), "forgotten");
+        // The store deletes the file (then forgets the name) between this reader's open and
+        // its keep: the keep must not hold the file.
+        std::fs::remove_file(&path).unwrap();
+        m.keep(&row, &meta, &path, &src);
+        assert!(m.kept.get(&"n".to_string()).is_none(), "a deleted file is not kept");
     }
 }

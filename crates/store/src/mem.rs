@@ -378,7 +378,12 @@ impl UploadSink for MemUpload {
     fn lend(&mut self, offset: u64, len: u64) -> Option<&mut [u8]> {
         let size = self.rec.size?;
         check_write(Some(size), self.received(), offset, len as usize).ok()?;
-        Some(&mut self.buf().bytes[offset as usize..(offset + len) as usize])
+        let buf = self.buf();
+        if buf.chunked.as_ref().is_some_and(|c| c.len() > offset) {
+            // Lent over bytes already digested: they may change.
+            buf.chunked = None;
+        }
+        Some(&mut buf.bytes[offset as usize..(offset + len) as usize])
     }
 
     fn filled(&mut self, offset: u64, n: u64) {

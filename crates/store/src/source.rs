@@ -2,17 +2,19 @@
 //! blob's per-chunk digests first ([`bs_wire::ChunkDigests`]), whatever the store and whoever
 //! reads — the data plane, the HTTP API, image decoding, the Blob API, the scrubber.
 //!
-//! What is checked is what is handed out. A large file blob (from [`MAP_FROM`]) is
-//! memory-mapped; before a chunk is touched its pages are brought in with
+//! What is checked is what is handed out. A large file blob (from [`MAP_FROM`]), or one a
+//! store keeps open for its next readers (see `crate::mapped`), is memory-mapped; before a chunk is touched its pages are brought in with
 //! `MADV_POPULATE_READ`, which reports a disk read error as an error (where touching an
 //! unreadable mapped page would kill the process with `SIGBUS`); the chunk is then checked in
 //! the mapping and the caller gets those very pages — sent to a socket or decoded with no
-//! copy. (Left open: a page reclaimed in the moment between the check and the send and then
-//! unreadable on re-read; and a blob file truncated in place by hand — restore files by
+//! copy. (Left open: a page reclaimed between the check and its use — the send, or for
+//! bytes held longer, such as an image being decoded, the decode — and then read again from
+//! disk; and a blob file truncated in place by hand — restore files by
 //! writing a new one and renaming it over.) Smaller file blobs, and every file where the
 //! kernel lacks `MADV_POPULATE_READ` (before Linux 5.14), are read with `pread` and checked
 //! in memory: chunk by chunk (into pooled buffers, a chunk smaller than half of one into a
-//! buffer of its own size), or a range of several chunks into one buffer of its own. A memory blob is immutable shared bytes: checked
+//! buffer of its own size), or a range of several chunks into one buffer of its own. A
+//! memory blob is immutable shared bytes: checked
 //! once per reader, then sliced without copying.
 //!
 //! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
@@ -83,7 +85,8 @@ enum Data {
         window: std::sync::Mutex<Option<(u64, Bytes)>>,
     },
     /// The file, and all of it mapped when it is large enough to be worth mapping (see
-    /// [`MAP_FROM`]); otherwise its chunks are read with `pread` (see `BlobSource::chunk`).
+    /// [`MAP_FROM`]) or kept open for later readers; otherwise its chunks are read with
+    /// `pread` (see `BlobSource::chunk`).
     File {
         file: File,
         map: Option<Bytes>,
@@ -140,15 +143,18 @@ fn populate(data: &[u8]) -> std::io::Result<bool> {
     Err(e)
 }
 
-/// Map all `len` bytes of `file` read-only.
-fn map(file: &File, len: u64) -> Result<Bytes> {
+/// Map all `len` bytes of `file` read-only; `once`: for one reader going through in order
+/// (else kept for many readers, whose use of the pages should keep them cached).
+fn map(file: &File, len: u64, once: bool) -> Result<Bytes> {
     if len == 0 {
         return Ok(Bytes::new());
     }
     // SAFETY: committed blob files are never written in place (see the module comment); pages
     // are only read after `populate` brought them in.
     let m = unsafe { memmap2::MmapOptions::new().len(len as usize).map(file) }?;
-    let _ = m.advise(memmap2::Advice::Sequential);
+    if once {
+        let _ = m.advise(memmap2::Advice::Sequential);
+    }
     Ok(Bytes::from_owner(m))
 }
 
@@ -247,7 +253,7 @@ impl BlobSource {
             return Self::new(record, Data::Memory(buf.into()), chunks, marker);
         }
         let mapped = keep || record.size >= MAP_FROM;
-        let map = if mapped { Some(map(&file, record.size)?) } else { None };
+        let map = if mapped { Some(map(&file, record.size, !keep)?) } else { None };
         Self::new(record, Data::File { file, map }, chunks, marker)
     }
 
@@ -325,7 +331,7 @@ impl BlobSource {
         matches!(*self.inner.data, Data::File { .. })
     }
 
-    /// Whether the bytes are a mapping of the file (see [`MAP_FROM`]).
+    /// Whether the bytes are a mapping of the file (see [`MAP_FROM`] and `crate::mapped`).
     pub fn is_mapped(&self) -> bool {
         matches!(*self.inner.data, Data::File { map: Some(_), .. })
     }
@@ -479,27 +485,44 @@ impl BlobSource {
                 *w = Some((from, got.slice(..good)));
                 Ok(out)
             }
-            Data::File { map: Some(map), .. } if POPULATE_WORKS.load(Ordering::Relaxed) => {
-                // Chunk by chunk, each checked in the mapping; then one slice of them all.
-                for c in chunks {
+            Data::File { map: Some(map), file } if POPULATE_WORKS.load(Ordering::Relaxed) => {
+                // Chunk by chunk, each checked in the mapping; then one slice of them all —
+                // unless populating was found unsupported meanwhile, when the chunks were
+                // checked in copies instead: then copies are what is handed out.
+                for c in chunks.clone() {
                     self.chunk(c)?;
                 }
-                Ok(map.slice(offset as usize..(offset + len) as usize))
-            }
-            Data::File { file, .. } => {
-                let mut buf = vec![0u8; (last.end - first.start) as usize];
-                file.read_exact_at(&mut buf, first.start).map_err(|e| self.read_error(e))?;
-                for c in chunks {
-                    let r = i.chunks.range(c);
-                    let at = (r.start - first.start) as usize..(r.end - first.start) as usize;
-                    if !i.chunks.check(c, &buf[at]) {
-                        return Err(self.bad_chunk(c));
-                    }
+                if POPULATE_WORKS.load(Ordering::Relaxed) {
+                    return Ok(map.slice(offset as usize..(offset + len) as usize));
                 }
-                let start = (offset - first.start) as usize;
-                Ok(Bytes::from(buf).slice(start..start + len as usize))
+                self.checked_copy(file, chunks, offset, len)
+            }
+            Data::File { file, .. } => self.checked_copy(file, chunks, offset, len),
+        }
+    }
+
+    /// `len` bytes from `offset` of the blob's file, read into memory (covering `chunks`
+    /// whole) and checked there.
+    fn checked_copy(
+        &self,
+        file: &File,
+        chunks: std::ops::Range<usize>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        let i = &self.inner;
+        let (first, last) = (i.chunks.range(chunks.start), i.chunks.range(chunks.end - 1));
+        let mut buf = vec![0u8; (last.end - first.start) as usize];
+        file.read_exact_at(&mut buf, first.start).map_err(|e| self.read_error(e))?;
+        for c in chunks {
+            let r = i.chunks.range(c);
+            let at = (r.start - first.start) as usize..(r.end - first.start) as usize;
+            if !i.chunks.check(c, &buf[at]) {
+                return Err(self.bad_chunk(c));
             }
         }
+        let start = (offset - first.start) as usize;
+        Ok(Bytes::from(buf).slice(start..start + len as usize))
     }
 
     /// Every byte of the blob, verified (held whole in memory: for images and small blobs).

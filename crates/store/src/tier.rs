@@ -219,11 +219,12 @@ impl Holder for InMemory {
     }
 
     fn keep(&self, src: &BlobSource) -> Result<BlobSource> {
-        let held = Held {
-            record: src.record().clone(),
-            bytes: src.all()?,
-            chunks: src.chunk_digests().clone(),
-        };
+        let bytes = src.all()?;
+        // Memory of its own: a slice of a file's mapping would keep the mapping (and the
+        // file) alive, outside the budget, and read the disk again if its pages were dropped.
+        let bytes = if src.is_mapped() { Bytes::copy_from_slice(&bytes) } else { bytes };
+        let held =
+            Held { record: src.record().clone(), bytes, chunks: src.chunk_digests().clone() };
         let name = held.record.name.clone();
         self.0.put(name.clone(), held.clone(), held.bytes.len().max(1));
         BlobSource::memory(held.record, held.bytes, held.chunks, Some(self.marker(&name)))

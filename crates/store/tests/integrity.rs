@@ -150,6 +150,29 @@ fn a_blob_read_again_is_read_through_its_kept_mapping_and_still_checked() {
     drop(kept);
     let e = s.open_read("hot").unwrap_err();
     assert!(e.to_string().contains("corrupt"), "marked: {e}");
+
+    // Deleted: the store lets go of its file (no descriptor or mapping keeps its space).
+    bs_store::put_bytes(&s, &RouteSpec { overwrite: true, ..spec("hot") }, &good).unwrap();
+    s.open_read("hot").unwrap();
+    s.open_read("hot").unwrap();
+    let path = only_blob_file(dir.path());
+    assert_eq!(held_open(&path), 1, "kept open after two reads");
+    s.delete("hot").unwrap();
+    assert_eq!(held_open(&path), 0, "let go once deleted");
+}
+
+/// Whether any of this process's descriptors or mappings refers to `path` (deleted or not):
+/// 1 or 0.
+fn held_open(path: &std::path::Path) -> usize {
+    let name = path.to_string_lossy().to_string();
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with(&name))
+        .count();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let mapped = maps.lines().filter(|l| l.contains(&name)).count();
+    usize::from(fds > 0 || mapped > 0)
 }
 
 #[test]
