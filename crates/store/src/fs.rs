@@ -423,6 +423,14 @@ impl Store for FsStore {
     }
 }
 
+/// The chunk digests of the row `s`, from their stored form `c`.
+fn chunks_of(s: &StoredBlob, c: &[u8]) -> Result<ChunkDigests> {
+    ChunkDigests::decode(c, s.record.size).map_err(|e| StoreError::Corrupt {
+        name: s.record.name.clone(),
+        reason: format!("catalogue: {e}"),
+    })
+}
+
 impl FsStore {
     fn stored(&self, name: &str) -> Result<StoredBlob> {
         self.inner.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))
@@ -449,10 +457,7 @@ impl FsStore {
             Err(e) => return Err(e.into()),
         };
         let chunks = match &s.chunks {
-            Some(c) => ChunkDigests::decode(c, s.record.size).map_err(|e| StoreError::Corrupt {
-                name: name.clone(),
-                reason: format!("catalogue: {e}"),
-            })?,
+            Some(c) => chunks_of(&s, c)?,
             None => self.backfill_chunks(&s, &file, &marker)?,
         };
         BlobSource::file(s.record, file, chunks, Some(marker))
@@ -474,13 +479,9 @@ impl FsStore {
             Err(_) => return self.open_stored(s),
         };
         let meta = file.metadata()?;
-        let chunks = ChunkDigests::decode(s.chunks.as_deref().unwrap_or_default(), s.record.size)
-            .map_err(|e| StoreError::Corrupt {
-            name: s.record.name.clone(),
-            reason: format!("catalogue: {e}"),
-        })?;
+        let chunks = chunks_of(&s, s.chunks.as_deref().unwrap_or_default())?;
         let marker = self.marker(&s.record.name, &s.location);
-        match BlobSource::file_mapped(s.record.clone(), file, chunks, Some(marker)) {
+        match BlobSource::file_with(s.record.clone(), file, chunks, Some(marker), true) {
             Ok(src) => {
                 i.mapped.keep(&s, &meta, &path, &src);
                 Ok(src)

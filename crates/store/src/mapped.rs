@@ -153,7 +153,7 @@ mod tests {
         };
         let file = std::fs::File::open(&path).unwrap();
         let meta = file.metadata().unwrap();
-        let src = BlobSource::file_mapped(record, file, chunks, None).unwrap();
+        let src = BlobSource::file_with(record, file, chunks, None, true).unwrap();
         let m = MappedFiles::default();
         m.keep(&row, &meta, &path, &src);
         assert!(m.get(&row, &path).is_some(), "kept");

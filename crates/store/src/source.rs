@@ -206,19 +206,10 @@ impl BlobSource {
         Self::file_with(record, file, chunks, marker, false)
     }
 
-    /// [`BlobSource::file`], mapped whatever its size when it is larger than
+    /// [`BlobSource::file`]; with `keep`, mapped whatever its size when it is larger than
     /// [`READ_WHOLE_UP_TO`]: for a source kept for the readers after this one, who then
     /// pay nothing to set the mapping up.
-    pub(crate) fn file_mapped(
-        record: BlobRecord,
-        file: File,
-        chunks: ChunkDigests,
-        marker: Option<CorruptionMarker>,
-    ) -> Result<Self> {
-        Self::file_with(record, file, chunks, marker, true)
-    }
-
-    fn file_with(
+    pub(crate) fn file_with(
         record: BlobRecord,
         file: File,
         chunks: ChunkDigests,
