@@ -481,15 +481,12 @@ impl FsStore {
         let meta = file.metadata()?;
         let chunks = chunks_of(&s, s.chunks.as_deref().unwrap_or_default())?;
         let marker = self.marker(&s.record.name, &s.location);
-        match BlobSource::file_with(s.record.clone(), file, chunks, Some(marker), true) {
-            Ok(src) => {
-                i.mapped.keep(&s, &meta, &path, &src);
-                Ok(src)
-            }
-            // Mapping refused (memory, map count): read it as any file.
-            Err(StoreError::Io(_)) => self.open_stored(s),
-            Err(e) => Err(e),
+        let src = BlobSource::file_with(s.record.clone(), file, chunks, Some(marker), true)?;
+        // (Not mapped when the mapping was refused: then read as any file, and not kept.)
+        if src.is_mapped() {
+            i.mapped.keep(&s, &meta, &path, &src);
         }
+        Ok(src)
     }
 
     /// Chunk digests for a blob committed before they existed: computed from the file in one

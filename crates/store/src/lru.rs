@@ -74,6 +74,15 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         Self::remove_locked(&mut self.lock(), key)
     }
 
+    /// Forget `key` if its value is `which`; returns it, to be dropped once unlocked.
+    pub fn remove_if(&self, key: &K, which: impl FnOnce(&V) -> bool) -> Option<V> {
+        let mut s = self.lock();
+        if !s.entries.get(key).is_some_and(|(v, _, _)| which(v)) {
+            return None;
+        }
+        Self::remove_locked(&mut s, key)
+    }
+
     fn remove_locked(s: &mut State<K, V>, key: &K) -> Option<V> {
         let (v, w, used) = s.entries.remove(key)?;
         s.by_use.remove(&used);
@@ -112,5 +121,8 @@ mod tests {
         assert_eq!((few.get(&1), few.get(&2), few.get(&3)), (None, Some(2), Some(3)));
         few.remove(&2);
         assert_eq!((few.get(&2), few.weight()), (None, 1));
+        assert_eq!(few.remove_if(&3, |v| *v == 4), None, "not that value");
+        assert_eq!(few.remove_if(&3, |v| *v == 3), Some(3));
+        assert_eq!(few.get(&3), None);
     }
 }

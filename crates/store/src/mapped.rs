@@ -71,7 +71,9 @@ impl MappedFiles {
         if same_row && same_file {
             return Some(k.source);
         }
-        drop(self.kept.remove(&s.record.name));
+        // Out of date: forget it (not a newer one another reader kept meanwhile).
+        let (location, id) = (k.location, k.file_id);
+        drop(self.kept.remove_if(&s.record.name, |k| k.location == location && k.file_id == id));
         None
     }
 
@@ -99,8 +101,8 @@ impl MappedFiles {
         let kept = Kept { location: s.location.clone(), file_id: id, source: source.clone() };
         // Evicted mappings are unmapped once their last reader lets go.
         drop(self.kept.put(s.record.name.clone(), kept, s.record.size.max(1) as usize));
-        // Deleted or replaced while it was being opened: the store removed the file before
-        // it forgot the name, so it is gone from `path` by now — forget it here instead.
+        // Deleted or replaced while it was being opened: the store removes the file before it
+        // forgets the name, so it is normally gone from `path` by now — forget it here too.
         if !std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id) {
             self.forget_file(&s.record.name, id);
         }
@@ -111,16 +113,10 @@ impl MappedFiles {
         drop(self.kept.remove(&name.to_string()));
     }
 
-    /// Forget what is kept for `name` if it is the file `id`.
+    /// Forget what is kept for `name` if it is the file `id` (not a newer file another
+    /// reader kept meanwhile).
     fn forget_file(&self, name: &str, id: (u64, u64)) {
-        let name = name.to_string();
-        if let Some(k) = self.kept.remove(&name)
-            && k.file_id != id
-        {
-            // Another reader kept a newer file meanwhile: put it back.
-            let size = k.source.size().max(1) as usize;
-            drop(self.kept.put(name, k, size));
-        }
+        drop(self.kept.remove_if(&name.to_string(), |k| k.file_id == id));
     }
 }
 

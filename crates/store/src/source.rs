@@ -3,19 +3,19 @@
 //! reads — the data plane, the HTTP API, image decoding, the Blob API, the scrubber.
 //!
 //! What is checked is what is handed out. A large file blob (from [`MAP_FROM`]), or one a
-//! store keeps open for its next readers (see `crate::mapped`), is memory-mapped; before a chunk is touched its pages are brought in with
-//! `MADV_POPULATE_READ`, which reports a disk read error as an error (where touching an
-//! unreadable mapped page would kill the process with `SIGBUS`); the chunk is then checked in
-//! the mapping and the caller gets those very pages — sent to a socket or decoded with no
-//! copy. (Left open: a page reclaimed between the check and its use — the send, or for
-//! bytes held longer, such as an image being decoded, the decode — and then read again from
-//! disk; and a blob file truncated in place by hand — restore files by
-//! writing a new one and renaming it over.) Smaller file blobs, and every file where the
-//! kernel lacks `MADV_POPULATE_READ` (before Linux 5.14), are read with `pread` and checked
-//! in memory: chunk by chunk (into pooled buffers, a chunk smaller than half of one into a
-//! buffer of its own size), or a range of several chunks into one buffer of its own. A
-//! memory blob is immutable shared bytes: checked
-//! once per reader, then sliced without copying.
+//! store keeps open for its next readers (see `crate::mapped`), is memory-mapped; before a
+//! chunk is touched its pages are brought in with `MADV_POPULATE_READ`, which reports a disk
+//! read error as an error (where touching an unreadable mapped page would kill the process
+//! with `SIGBUS`); the chunk is then checked in the mapping and the caller gets those very
+//! pages — sent to a socket or decoded with no copy. (Left open: a page reclaimed between the
+//! check and its use — the send, or for bytes held longer, such as an image being decoded,
+//! the decode — and then read again from disk; and a blob file truncated in place by hand —
+//! restore files by writing a new one and renaming it over.) Smaller file blobs, and every
+//! file where the kernel lacks `MADV_POPULATE_READ` (before Linux 5.14) or that cannot be
+//! mapped, are read with `pread` and checked in memory: chunk by chunk (into pooled buffers,
+//! a chunk smaller than half of one into a buffer of its own size), or a range of several
+//! chunks into one buffer of its own. A memory blob is immutable shared bytes: checked once
+//! per reader, then sliced without copying.
 //!
 //! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
 //! logged, counted, and the store marks the blob so later readers are refused at once.
@@ -244,7 +244,15 @@ impl BlobSource {
             return Self::new(record, Data::Memory(buf.into()), chunks, marker);
         }
         let mapped = keep || record.size >= MAP_FROM;
-        let map = if mapped { Some(map(&file, record.size, !keep)?) } else { None };
+        let map = match mapped.then(|| map(&file, record.size, !keep)) {
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                // Out of memory or of mappings: read it with `pread` as a small file is.
+                tracing::warn!(blob = %record.name, error = %e, "cannot map the blob file; reading it instead");
+                None
+            }
+            None => None,
+        };
         Self::new(record, Data::File { file, map }, chunks, marker)
     }
 
