@@ -20,6 +20,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use bs_meta::StoredBlob;
 
@@ -39,7 +40,6 @@ pub const MAPPED_FILES: usize = 256;
 /// Blobs read once recently, whose next read maps them.
 const SEEN: usize = 4096;
 
-#[derive(Clone)]
 struct Kept {
     location: String,
     /// The file's identity (device, inode) when it was opened.
@@ -48,7 +48,8 @@ struct Kept {
 }
 
 pub(crate) struct MappedFiles {
-    kept: Lru<String, Kept>,
+    /// Shared, so a lookup (one per read) copies no more than a pointer.
+    kept: Lru<String, Arc<Kept>>,
     seen: Lru<(String, String), ()>,
 }
 
@@ -69,11 +70,10 @@ impl MappedFiles {
         let same_file = std::fs::metadata(path)
             .is_ok_and(|m| (m.dev(), m.ino()) == k.file_id && m.len() == s.record.size);
         if same_row && same_file {
-            return Some(k.source);
+            return Some(k.source.clone());
         }
         // Out of date: forget it (not a newer one another reader kept meanwhile).
-        let (location, id) = (k.location, k.file_id);
-        drop(self.kept.remove_if(&s.record.name, |k| k.location == location && k.file_id == id));
+        drop(self.kept.remove_if(&s.record.name, |now| Arc::ptr_eq(now, &k)));
         None
     }
 
@@ -98,7 +98,8 @@ impl MappedFiles {
     /// Keep `source`, opened (mapped) for the row `s` from the file `file`, now at `path`.
     pub fn keep(&self, s: &StoredBlob, file: &std::fs::Metadata, path: &Path, source: &BlobSource) {
         let id = (file.dev(), file.ino());
-        let kept = Kept { location: s.location.clone(), file_id: id, source: source.clone() };
+        let kept =
+            Arc::new(Kept { location: s.location.clone(), file_id: id, source: source.clone() });
         // Evicted mappings are unmapped once their last reader lets go.
         drop(self.kept.put(s.record.name.clone(), kept, s.record.size.max(1) as usize));
         // Deleted or replaced while it was being opened: the store removes the file before it

@@ -55,8 +55,8 @@ struct Pending {
 struct Buf {
     bytes: Vec<u8>,
     received: u64,
-    /// Chunk digests of `bytes[..chunked.len()]`, taken as the bytes arrive in order (still
-    /// in the cache from the socket) so the commit need not read the whole blob again;
+    /// Chunk digests of `bytes[..chunked.len()]`, taken as the bytes arrive in order (often
+    /// still in the cache from the socket) so the commit need not read them all again;
     /// `None` once bytes were rewritten or rolled back (the commit then computes them).
     chunked: Option<ChunkHasher>,
 }
