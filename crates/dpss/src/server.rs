@@ -475,6 +475,13 @@ fn requests(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> 
             l.replace(seq, dataset, &entries, cached, |id| ds.blocks.contains_key(&id))
         };
         i.cache_hits.fetch_add(hits, Ordering::Relaxed);
+        // The old list's reads still queued are flushed: out of the queues now, so a reader
+        // never wakes for them and the queues hold only what current lists want (a client
+        // that sends a list per wanted tile would otherwise pile up its rings' reads).
+        let mine = Arc::as_ptr(s);
+        for q in &i.queues {
+            q.q.lock().unwrap().retain(|Reverse(j)| !std::ptr::eq(j.sess.as_ptr(), mine));
+        }
         for (id, prio) in reads {
             let loc = ds.blocks[&id];
             let q = &i.queues[loc.disk as usize];

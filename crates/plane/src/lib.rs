@@ -70,6 +70,12 @@ pub async fn serve(
     };
     match secure.tls {
         None => {
+            // `axum::serve` leaves Nagle's algorithm on: a gRPC answer written as headers,
+            // then data, then trailers would wait on the client's delayed ACK (40 ms a call).
+            use axum::serve::ListenerExt;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let app = router.into_make_service_with_connect_info::<SocketAddr>();
             axum::serve(listener, app).with_graceful_shutdown(shutdown).await
         }

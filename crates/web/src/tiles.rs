@@ -65,11 +65,14 @@ pub struct Tiles {
     master: String,
     opts: ClientOptions,
     pumps: Mutex<HashMap<String, Arc<Pump>>>,
+    /// Held while a pump starts, so the first requests of a data set arriving together start
+    /// one client between them, not one each.
+    starting: Mutex<()>,
 }
 
 impl Tiles {
     pub fn new(master: String, opts: ClientOptions) -> Self {
-        Self { master, opts, pumps: Mutex::default() }
+        Self { master, opts, pumps: Mutex::default(), starting: Mutex::default() }
     }
 
     fn existing(&self, dataset: &str) -> Option<Arc<Pump>> {
@@ -79,6 +82,10 @@ impl Tiles {
     /// The pump of `dataset`, started on first use (again if the last one ended).
     fn pump(&self, dataset: &str) -> Result<Arc<Pump>, WebError> {
         bs_dpss::block::check_name(dataset).map_err(|e| WebError::BadRequest(e.to_string()))?;
+        if let Some(p) = self.existing(dataset) {
+            return Ok(p);
+        }
+        let _one_at_a_time = self.starting.lock().unwrap();
         if let Some(p) = self.existing(dataset) {
             return Ok(p);
         }
