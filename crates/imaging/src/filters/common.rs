@@ -316,18 +316,10 @@ impl Div {
 pub(crate) struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    /// What each step adds to the state.
-    pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-
     #[inline(always)]
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(Self::GAMMA);
-        Self::mix(self.0)
-    }
-
-    /// The output for state `z`.
-    #[inline(always)]
-    pub fn mix(mut z: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
