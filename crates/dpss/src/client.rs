@@ -443,11 +443,19 @@ impl Drop for Client {
     }
 }
 
+/// How long a lookup waits for the master's answer once connected.
+const LOOKUP_WAIT: Duration = Duration::from_secs(30);
+
 /// A data set's layout from the master at `master` (host:port).
 pub fn lookup(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Layout, DpssError> {
     block_on(async {
         let mut c = crate::master::connect(master, opts).await?;
-        let l = c.lookup(bs_proto::DpssLookupRequest { dataset: dataset.into() }).await?;
+        let ask = c.lookup(bs_proto::DpssLookupRequest { dataset: dataset.into() });
+        let l = tokio::time::timeout(LOOKUP_WAIT, ask).await.map_err(|_| {
+            DpssError::Master(format!(
+                "the master at {master} did not answer within {LOOKUP_WAIT:?}"
+            ))
+        })??;
         Layout::try_from(l.into_inner())
     })
 }

@@ -121,6 +121,11 @@ impl Lists {
         reads
     }
 
+    /// Whether the current list still waits for any read.
+    pub fn waiting(&self) -> bool {
+        self.entries.iter().any(|e| matches!(e.state, State::Wanted))
+    }
+
     /// Whether list `seq` still wants `id` read (a flushed list's reads are skipped).
     pub fn wants(&self, seq: u32, id: BlockId) -> bool {
         seq == self.seq
@@ -209,6 +214,27 @@ mod tests {
                 Out::Done { seq, stats } => format!("D{seq}:{}/{}", stats.sent, stats.flushed),
             })
             .collect()
+    }
+
+    #[test]
+    fn waiting_while_any_read_is_outstanding() {
+        let mut l = Lists::new();
+        assert!(!l.waiting(), "no list yet");
+        l.replace(1, "d", &[(id(1), Priority::High), (id(2), Priority::Low)], |_| None, |_| true);
+        assert!(l.waiting());
+        l.on_read(1, id(1), Ok((blk(1), false)));
+        assert!(l.waiting(), "the low read is still out");
+        l.on_read(1, id(2), Ok((blk(2), false)));
+        assert!(!l.waiting());
+        // Cached blocks need no read; a block the data set lacks fails at once.
+        l.replace(
+            2,
+            "d",
+            &[(id(3), Priority::High), (id(4), Priority::High)],
+            |b| (b == id(3)).then(|| blk(3)),
+            |b| b != id(4),
+        );
+        assert!(!l.waiting());
     }
 
     #[test]

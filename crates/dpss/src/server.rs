@@ -5,8 +5,9 @@
 //! client's `requests` connection reads `LIST`s and queues disk reads, its `blocks` connection
 //! sends whatever [`Lists::next_out`] gives, a loader's connection stages and commits blocks;
 //! per disk one reader that takes the most urgent queued read of any client (high before
-//! medium before low, then first come), skips it if its list was replaced, and otherwise reads
-//! the block, checks its digest and puts it in the cache.
+//! medium before low, then first come), reads the block, checks its digest and puts it in the
+//! cache. A new list takes its client's earlier reads out of the queues; a read already taken
+//! by a reader when its list was replaced is skipped.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -300,7 +301,7 @@ fn reader(i: &Arc<Inner>, disk: usize) {
         };
         let Some(sess) = job.sess.upgrade() else { continue };
         if !sess.lists.lock().unwrap().wants(job.seq, job.id) {
-            continue; // its list was replaced: flushed
+            continue; // its list was replaced after the reader took it: flushed
         }
         let hit = i.cache.lock().unwrap().get(&job.name, job.id);
         let got = match hit {
@@ -464,8 +465,11 @@ fn requests(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> 
         let name: Arc<str> = dataset.into();
         i.lists.fetch_add(1, Ordering::Relaxed);
         let mut hits = 0;
+        // The session's lists stay locked until the new list's reads are queued, so a second
+        // connection of the same session cannot slip its list in between.
+        let mut l = s.lists.lock().unwrap();
+        let had_reads = l.waiting();
         let reads = {
-            let mut l = s.lists.lock().unwrap();
             let mut cache = i.cache.lock().unwrap();
             let cached = |id| {
                 let c = cache.get(dataset, id);
@@ -475,12 +479,17 @@ fn requests(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> 
             l.replace(seq, dataset, &entries, cached, |id| ds.blocks.contains_key(&id))
         };
         i.cache_hits.fetch_add(hits, Ordering::Relaxed);
-        // The old list's reads still queued are flushed: out of the queues now, so a reader
-        // never wakes for them and the queues hold only what current lists want (a client
-        // that sends a list per wanted tile would otherwise pile up its rings' reads).
-        let mine = Arc::as_ptr(s);
-        for q in &i.queues {
-            q.q.lock().unwrap().retain(|Reverse(j)| !std::ptr::eq(j.sess.as_ptr(), mine));
+        if had_reads {
+            // The replaced list's reads still queued are flushed: out of the queues now (with
+            // those of clients gone), so readers do not wake for them and `queued` counts only
+            // reads someone still wants — a client sending a list per wanted tile would
+            // otherwise pile up its rings' reads.
+            let mine = Arc::as_ptr(s);
+            for q in &i.queues {
+                q.q.lock().unwrap().retain(|Reverse(j)| {
+                    !std::ptr::eq(j.sess.as_ptr(), mine) && j.sess.strong_count() > 0
+                });
+            }
         }
         for (id, prio) in reads {
             let loc = ds.blocks[&id];
@@ -498,6 +507,7 @@ fn requests(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> 
             q.q.lock().unwrap().push(Reverse(job));
             q.cv.notify_one();
         }
+        drop(l);
         s.cv.notify_all();
     }
     Ok(())

@@ -65,9 +65,10 @@ pub struct Tiles {
     master: String,
     opts: ClientOptions,
     pumps: Mutex<HashMap<String, Arc<Pump>>>,
-    /// Held while a pump starts, so the first requests of a data set arriving together start
-    /// one client between them, not one each.
-    starting: Mutex<()>,
+    /// Per data set, a lock held while its pump starts, so the first requests of a data set
+    /// arriving together start one client between them, not one each (and a data set whose
+    /// servers are slow to answer holds up no other).
+    starting: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 impl Tiles {
@@ -85,10 +86,25 @@ impl Tiles {
         if let Some(p) = self.existing(dataset) {
             return Ok(p);
         }
-        let _one_at_a_time = self.starting.lock().unwrap();
-        if let Some(p) = self.existing(dataset) {
-            return Ok(p);
+        let slot = self.starting.lock().unwrap().entry(dataset.to_string()).or_default().clone();
+        let started = {
+            let _one_at_a_time = slot.lock().unwrap_or_else(|p| p.into_inner());
+            match self.existing(dataset) {
+                Some(p) => Ok(p),
+                None => self.start(dataset),
+            }
+        };
+        // The slot is kept only while someone waits on it: names asked once stay no longer.
+        let mut starting = self.starting.lock().unwrap();
+        if starting.get(dataset).is_some_and(|s| Arc::ptr_eq(s, &slot) && Arc::strong_count(s) == 2)
+        {
+            starting.remove(dataset);
         }
+        started
+    }
+
+    /// Start the pump of `dataset` (its slot in `starting` held).
+    fn start(&self, dataset: &str) -> Result<Arc<Pump>, WebError> {
         let client = Client::open(&self.master, dataset, self.opts.clone()).map_err(dpss_error)?;
         let layout = client.layout().clone();
         let waker = client.waker();

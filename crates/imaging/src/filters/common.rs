@@ -444,6 +444,11 @@ pub(crate) mod testkit {
         strategy: S,
         check: impl Fn(S::Value) -> Result<(), TestCaseError>,
     ) {
+        each_build(|| proptest::test_runner::TestRunner::default().run(&strategy, &check).unwrap());
+    }
+
+    /// Run `f` once on every build this CPU runs, each forced in turn (see [`on_every_build`]).
+    pub fn each_build(f: impl Fn()) {
         use super::{FORCE_AT_MOST, Isa, NOT_FORCED, isa};
         use std::sync::atomic::Ordering::Relaxed;
         static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -459,7 +464,7 @@ pub(crate) mod testkit {
         for level in [Isa::Baseline, Isa::Avx2, Isa::Avx512].into_iter().filter(|l| *l <= widest) {
             FORCE_AT_MOST.store(level as usize, Relaxed);
             assert_eq!(isa(), level);
-            proptest::test_runner::TestRunner::default().run(&strategy, &check).unwrap();
+            f();
         }
     }
 

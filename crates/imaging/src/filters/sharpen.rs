@@ -20,7 +20,7 @@
 //!
 //! The new brightness is applied by scaling the colour, which keeps hue and saturation:
 //! each colour channel `c` becomes `⌊(c·v' + ⌊v/2⌋) / v⌋` (`c·v'/v` rounded half up, exact:
-//! see `Exact` in the source for why a float division gives this floor). The largest channel
+//! see `Exact` in the source for why its floating-point arithmetic gives this floor). The largest channel
 //! becomes exactly `v'`, none exceeds it, and a black pixel (`v = 0`) stays black (HSV has no
 //! hue to keep there; xv does the same). Gray: the output is `v'`.
 //!
@@ -39,8 +39,9 @@
 //! output row, computed once per input row; window sums are two vectorised passes of slice
 //! additions; `v'` is computed on whole rows in double precision. RGB colours are scaled
 //! sixteen pixels at a time, split into channels by vector shuffles so that each pixel's
-//! divisor serves its three samples where it stands; 8-bit samples multiply by the pixel's
-//! reciprocal (exact: see `Exact`), 16-bit ones divide in double precision. Inner
+//! divisor serves its three samples where it stands (RGBA: laid out per sample); 8-bit
+//! samples multiply by the pixel's reciprocal (exact: see `Exact`), 16-bit ones divide in
+//! double precision. Inner
 //! loops are built for the baseline CPU, AVX2 and AVX-512; rows run in parallel bands; the
 //! result does not depend on the number of threads or on the CPU (no fused multiply-adds).
 //!
@@ -355,6 +356,27 @@ mod tests {
                     let num = s * nv + v / 2;
                     assert_eq!(f32::div_floor(f32::of(num), inv), num / v, "s {s} v' {nv} v {v}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn rgb_rows_of_every_width_around_the_blocks() {
+        // Inner rows of 1 to 38 pixels: shorter than a 16-pixel block, exactly one or two,
+        // and whole blocks followed by a last block overlapping them.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for w in 3..=40 {
+            let h = 4;
+            let d8: Vec<u8> = (0..w * h * 3).map(|_| next() as u8).collect();
+            let d16: Vec<u16> = (0..w * h * 3).map(|_| next() as u16).collect();
+            for img in [img8(w, h, 3, &d8), img16(w, h, 3, &d16)] {
+                each_build(|| assert_eq!(apply(&Sharpen, &img, &[]), naive_dyn(&img, 0.75)));
             }
         }
     }
