@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use bs_dpss::layout::Layout;
-use bs_dpss::pyramid::Synthetic;
-use bs_dpss::{BlockServer, ClientOptions, ServerConfig, ServerRef, master};
+use bs_dpss::pyramid::{Synthetic, TileSource};
+use bs_dpss::{BlockId, BlockServer, ClientOptions, ServerConfig, ServerRef, master};
 use bs_imaging::registry::Registry;
 use bs_meta::ImageIndex;
 use bs_store::MemStore;
@@ -41,13 +41,14 @@ fn concurrent_first_requests_start_one_block_store_client() {
             .map(|i| {
                 let (http, base) = (http.clone(), base.clone());
                 tokio::spawn(async move {
+                    // Even: the data set's description; odd: tile (i / 2, 0) of level 0.
                     let path = if i % 2 == 0 {
                         "/iiif/tiles/info.json".to_string()
                     } else {
                         format!("/iiif/tiles/{},0,256,256/256,256/0/default.png", 256 * (i / 2))
                     };
                     let r = http.get(format!("{base}{path}")).send().await.unwrap();
-                    (r.status(), r.bytes().await.unwrap().len())
+                    (i, r.status(), r.bytes().await.unwrap())
                 })
             })
             .collect();
@@ -58,9 +59,15 @@ fn concurrent_first_requests_start_one_block_store_client() {
         answers
     });
     for a in answers {
-        let (status, len) = a.unwrap();
-        assert_eq!(status, reqwest::StatusCode::OK);
-        assert!(len > 0);
+        let (i, status, body) = a.unwrap();
+        assert_eq!(status, reqwest::StatusCode::OK, "request {i}");
+        if i % 2 == 0 {
+            let info: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!((info["width"].as_u64(), info["height"].as_u64()), (Some(1024), Some(768)));
+        } else {
+            let want = src.block(BlockId::new(0, (i / 2) as u32, 0)).unwrap();
+            assert!(body[..] == want[..], "tile {} is the loaded tile's bytes", i / 2);
+        }
     }
     // Each block-store client is a session on every server of the data set.
     assert_eq!(srv.stats().clients, 1, "one client for the data set");

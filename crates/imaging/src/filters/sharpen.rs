@@ -20,9 +20,9 @@
 //!
 //! The new brightness is applied by scaling the colour, which keeps hue and saturation:
 //! each colour channel `c` becomes `⌊(c·v' + ⌊v/2⌋) / v⌋` (`c·v'/v` rounded half up, exact:
-//! see `Exact` in the source for why its floating-point arithmetic gives this floor). The largest channel
-//! becomes exactly `v'`, none exceeds it, and a black pixel (`v = 0`) stays black (HSV has no
-//! hue to keep there; xv does the same). Gray: the output is `v'`.
+//! see `Exact` in the source for why its floating-point arithmetic gives this floor). The
+//! largest channel becomes exactly `v'`, none exceeds it, and a black pixel (`v = 0`) stays
+//! black (HSV has no hue to keep there; xv does the same). Gray: the output is `v'`.
 //!
 //! **Border**: the pixels of the 1-pixel frame are copied unchanged (as in xv); images
 //! narrower or shorter than 3 pixels are returned unchanged.
@@ -41,9 +41,9 @@
 //! sixteen pixels at a time, split into channels by vector shuffles so that each pixel's
 //! divisor serves its three samples where it stands (RGBA: laid out per sample); 8-bit
 //! samples multiply by the pixel's reciprocal (exact: see `Exact`), 16-bit ones divide in
-//! double precision. Inner
-//! loops are built for the baseline CPU, AVX2 and AVX-512; rows run in parallel bands; the
-//! result does not depend on the number of threads or on the CPU (no fused multiply-adds).
+//! double precision. Inner loops are built for the baseline CPU, AVX2 and AVX-512; rows run
+//! in parallel bands; the result does not depend on the number of threads or on the CPU (no
+//! fused multiply-adds).
 //!
 //! Measured (release, one thread, AVX-512, in one process alternating with the previous
 //! per-sample division): rgb8 about 0.48 Gpixel/s at 2048² and 0.45 at 4096² (0.35 and 0.30
