@@ -18,6 +18,7 @@ mod media;
 mod mem;
 mod name;
 mod object;
+mod objstream;
 mod scrub;
 mod source;
 mod store;

@@ -29,7 +29,9 @@
 //!
 //! Reading: ranged GETs of whole chunks, each chunk checked against the catalogue's chunk
 //! digests before any byte of it is handed out (see [`BlobSource::remote`]); an object
-//! missing from the bucket is reported as corrupt, never served as empty.
+//! missing from the bucket is reported as corrupt, never served as empty. A long sequential
+//! read fetches windows of [`REMOTE_WINDOW`] bytes, several at once, each streamed so its
+//! chunks are checked and sent on as they arrive (see `crate::objstream`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -50,7 +52,8 @@ use crate::error::StoreError;
 use crate::events::{Listener, Listeners, StoreEvent};
 use crate::fs::new_id;
 use crate::name::validate_name;
-use crate::source::{BlobSource, CorruptionMarker, RangeRead};
+use crate::objstream::ObjStream;
+use crate::source::{BlobSource, CorruptionMarker, REMOTE_WINDOW, RangeRead};
 use crate::store::{
     RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace,
 };
@@ -605,6 +608,7 @@ impl Store for ObjStore {
             size: s.record.size,
             marker: marker.clone(),
             ahead: Mutex::new(std::collections::VecDeque::new()),
+            streams: Mutex::new(std::collections::VecDeque::new()),
             sequential: std::sync::atomic::AtomicBool::new(false),
         });
         BlobSource::remote(s.record, reader, chunks, Some(marker))
@@ -634,6 +638,9 @@ struct ObjReader {
     size: u64,
     marker: CorruptionMarker,
     ahead: Mutex<std::collections::VecDeque<Ahead>>,
+    /// A sequential reader's next windows, each one GET handed out chunk by chunk as it
+    /// arrives (see `crate::objstream`), [`READ_AHEAD`] after the one being read.
+    streams: Mutex<std::collections::VecDeque<ObjStream>>,
     /// Whether a window fetched ahead was read: a sequential reader, worth fetching further
     /// ahead for (until then one window ahead, so a reader of one range costs little).
     sequential: std::sync::atomic::AtomicBool,
@@ -641,6 +648,132 @@ struct ObjReader {
 
 impl RangeRead for ObjReader {
     fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
+        let mut restart = false;
+        {
+            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+            match streams.front() {
+                Some(st) if st.next() == offset => match self.take_streamed(&mut streams, len) {
+                    // Short only when the object is: the caller reports that.
+                    Ok(got) => return Ok(got),
+                    Err(e) => {
+                        // A GET broken beyond object_store's retries: this range is fetched
+                        // on its own (a missing object handled as below), then streaming
+                        // goes on after it.
+                        tracing::debug!(name = %self.name, offset, "streamed GET failed: {e}");
+                        streams.clear();
+                        restart = true;
+                    }
+                },
+                // A read elsewhere: the reader has moved on.
+                Some(_) => streams.clear(),
+                None => {}
+            }
+        }
+        let got = self.read_fetched(offset, len)?;
+        if restart && offset + len < self.size {
+            self.start_streams(offset + len);
+        }
+        Ok(got)
+    }
+
+    fn streaming_at(&self, offset: u64) -> bool {
+        let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        streams.front().is_some_and(|st| st.next() == offset)
+    }
+
+    fn sequential_from(&self, offset: u64, _window: u64) {
+        self.sequential.store(true, std::sync::atomic::Ordering::Relaxed);
+        if !self.streaming_at(offset) {
+            self.start_streams(offset);
+        }
+    }
+
+    /// Fetch `offset..offset + len` and the windows of the same length after it, up to
+    /// [`READ_AHEAD`] in flight (those already under way are kept) — unless the reader's
+    /// streamed windows are on their way there.
+    fn prefetch(&self, offset: u64, len: u64) {
+        {
+            let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+            if streams.front().is_some_and(|st| st.next() <= offset) {
+                return;
+            }
+        }
+        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        let mut at = ahead.back().map_or(offset, |(o, l, _)| (o + l).max(offset));
+        if ahead.front().is_some_and(|(o, _, _)| *o > offset) {
+            // Not the run the windows were fetched for: start again here.
+            for (_, _, h) in ahead.drain(..) {
+                h.abort();
+            }
+            at = offset;
+        }
+        let depth =
+            if self.sequential.load(std::sync::atomic::Ordering::Relaxed) { READ_AHEAD } else { 1 };
+        while ahead.len() < depth && at < self.size {
+            let n = len.min(self.size - at);
+            let (os, key) = (self.store.os.clone(), self.key.clone());
+            let size = self.size;
+            let h = self.store.rt.spawn(async move { fetch(&*os, &key, at, n, size).await });
+            ahead.push_back((at, n, h));
+            at += n;
+        }
+    }
+}
+
+impl ObjReader {
+    /// Stream windows from `offset` on, replacing any fetched ahead.
+    fn start_streams(&self, offset: u64) {
+        for (_, _, h) in self.ahead.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            h.abort();
+        }
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        streams.clear();
+        self.top_up(&mut streams, offset);
+    }
+
+    /// Start windows after the last one (from `offset` when there is none) until
+    /// [`READ_AHEAD`] follow the one being read.
+    fn top_up(&self, streams: &mut std::collections::VecDeque<ObjStream>, offset: u64) {
+        let mut at = streams.back().map_or(offset, |st| st.end());
+        while streams.len() <= READ_AHEAD && at < self.size {
+            let to = (at + REMOTE_WINDOW).min(self.size);
+            let (os, key) = (self.store.os.clone(), self.key.clone());
+            streams.push_back(ObjStream::start(&self.store.rt, os, key, (at, to), self.size));
+            at = to;
+        }
+    }
+
+    /// The next `len` bytes of the streamed windows, across as many as they span.
+    fn take_streamed(
+        &self,
+        streams: &mut std::collections::VecDeque<ObjStream>,
+        len: u64,
+    ) -> object_store::Result<Bytes> {
+        let mut parts = Vec::new();
+        let mut have = 0u64;
+        while have < len {
+            let Some(st) = streams.front_mut() else { break };
+            let want = (len - have).min(st.end() - st.next());
+            let got = self.store.block_on(st.take(want))?;
+            have += got.len() as u64;
+            let short = (got.len() as u64) < want;
+            parts.push(got);
+            if short {
+                break; // the object ends early: the caller reports it
+            }
+            if st.next() == st.end() {
+                streams.pop_front();
+                self.top_up(streams, self.size);
+            }
+        }
+        Ok(match parts.len() {
+            1 => parts.pop().unwrap_or_default(),
+            _ => parts.concat().into(),
+        })
+    }
+
+    /// `offset..offset + len` from a window fetched ahead, or fetched now.
+    fn read_fetched(&self, offset: u64, len: u64) -> Result<Bytes> {
         let s = &self.store;
         let fetched = {
             let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
@@ -688,35 +821,6 @@ impl RangeRead for ObjReader {
                 Err(StoreError::Corrupt { name: self.name.clone(), reason })
             }
             Err(e) => Err(os_error(&format!("reading {:?}", self.name), e)),
-        }
-    }
-
-    fn sequential_from(&self, offset: u64, window: u64) {
-        self.sequential.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.prefetch(offset, window);
-    }
-
-    /// Fetch `offset..offset + len` and the windows of the same length after it, up to
-    /// [`READ_AHEAD`] in flight (those already under way are kept).
-    fn prefetch(&self, offset: u64, len: u64) {
-        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
-        let mut at = ahead.back().map_or(offset, |(o, l, _)| (o + l).max(offset));
-        if ahead.front().is_some_and(|(o, _, _)| *o > offset) {
-            // Not the run the windows were fetched for: start again here.
-            for (_, _, h) in ahead.drain(..) {
-                h.abort();
-            }
-            at = offset;
-        }
-        let depth =
-            if self.sequential.load(std::sync::atomic::Ordering::Relaxed) { READ_AHEAD } else { 1 };
-        while ahead.len() < depth && at < self.size {
-            let n = len.min(self.size - at);
-            let (os, key) = (self.store.os.clone(), self.key.clone());
-            let size = self.size;
-            let h = self.store.rt.spawn(async move { fetch(&*os, &key, at, n, size).await });
-            ahead.push_back((at, n, h));
-            at += n;
         }
     }
 }

@@ -79,7 +79,9 @@ enum Data {
     Memory(Bytes),
     /// Elsewhere (an object store), fetched in windows of whole chunks, each window checked
     /// chunk by chunk before any of it is handed out; the last window is kept for the reads
-    /// that follow it, and the next one asked for ahead of time.
+    /// that follow it, and the next one asked for ahead of time. A long sequential read
+    /// ([`BlobSource::pieces`]) is one GET instead, each chunk checked and handed out as it
+    /// arrives (see [`RangeRead::streaming_at`]).
     Remote {
         reader: Arc<dyn RangeRead>,
         window: std::sync::Mutex<Option<(u64, Bytes)>>,
@@ -103,6 +105,11 @@ pub trait RangeRead: Send + Sync {
     /// A hint that everything from `offset` will be read in order, in windows of `window`
     /// bytes (may start fetching several ahead).
     fn sequential_from(&self, _offset: u64, _window: u64) {}
+    /// Whether bytes from `offset` are already streaming in, so a read there should ask for
+    /// no more than it needs (each chunk is handed on as it comes) rather than a window.
+    fn streaming_at(&self, _offset: u64) -> bool {
+        false
+    }
 }
 
 /// How much a remote read fetches at once, at least (a multiple of the chunk size).
@@ -450,7 +457,11 @@ impl BlobSource {
                 }
                 // Whole chunks from the first one touched, at least a window's worth.
                 let from = first.start;
-                let to = last.end.max((from + REMOTE_WINDOW).min(self.size()));
+                let to = if reader.streaming_at(from) {
+                    last.end
+                } else {
+                    last.end.max((from + REMOTE_WINDOW).min(self.size()))
+                };
                 let all = i.chunks.covering(from, to - from);
                 let to = i.chunks.range(all.end - 1).end;
                 let got = reader.read(from, to - from)?;
@@ -556,11 +567,21 @@ impl BlobSource {
     /// before it.
     pub fn pieces(&self, offset: u64, len: u64) -> Result<Pieces> {
         self.check_range(offset, len)?;
-        if let Data::Remote { reader, .. } = &*self.inner.data
+        if let Data::Remote { reader, window } = &*self.inner.data
             && len > REMOTE_WINDOW
         {
-            let from = self.inner.chunks.range(self.inner.chunks.covering(offset, 1).start).start;
-            reader.sequential_from(from, REMOTE_WINDOW);
+            let mut from =
+                self.inner.chunks.range(self.inner.chunks.covering(offset, 1).start).start;
+            // Past the window already held, if the range starts inside it.
+            if let Some((at, held)) = &*window.lock().unwrap_or_else(|p| p.into_inner())
+                && *at <= from
+                && from < at + held.len() as u64
+            {
+                from = at + held.len() as u64;
+            }
+            if from < offset + len {
+                reader.sequential_from(from, REMOTE_WINDOW);
+            }
         }
         Ok(Pieces { src: self.clone(), next: offset, end: offset + len })
     }

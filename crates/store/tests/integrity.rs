@@ -180,8 +180,9 @@ fn rot_in_the_bucket_is_caught() {
     let s = common::s3_store();
     let handle = s.clone();
     rot_is_caught(&s, &move |name, off| handle.damage(name, off, 0x10).unwrap());
-    // Longer than a read window, the bad chunk in the second: the pieces past the first
-    // window come from the one fetched ahead, which is cut short at the bad chunk.
+    // Longer than a read window, the bad chunk in the second: the pieces past the window
+    // the first read fetched come from one GET streamed chunk by chunk, which stops at the
+    // bad chunk.
     let s = common::s3_store();
     let handle = s.clone();
     let damage = move |name: &str, off| handle.damage(name, off, 0x10).unwrap();

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bs_meta::Catalogue;
 use bs_store::{ObjStore, PART_SIZE, RouteSpec, S3Config, Store, StoreError};
+use bs_wire::CHUNK_SIZE;
 use object_store::ObjectStore;
 
 fn spec(name: &str, size: Option<u64>) -> RouteSpec {
@@ -54,6 +55,29 @@ fn large_blobs_go_up_in_parts_and_read_back_verified() {
     write_in_pieces(&mut *w, &body2, 0);
     assert_eq!(w.commit(None).unwrap().size, body2.len() as u64);
     assert_eq!(read_all(&s, "stream"), body2);
+}
+
+/// A reader slower than the store's request timeout: the streamed GET of the rest of the
+/// blob times out while it waits for the reader, and is taken up again from where it
+/// stopped (by `object_store`'s retry of a broken body, failing that by the reader itself):
+/// every byte still arrives, in order, checked.
+#[test]
+fn a_sequential_reader_slower_than_the_request_timeout_reads_every_byte() {
+    let mut cfg = common::s3_config(&common::fresh_prefix());
+    cfg.timeout = Some(Duration::from_secs(1));
+    let s = ObjStore::open_s3(&cfg, Catalogue::open_in_memory().unwrap()).unwrap();
+    // Far more than the chunks held ahead and the sockets' buffers together.
+    let body = data(48 * CHUNK_SIZE as usize + 321, 7);
+    bs_store::put_bytes(&s, &spec("slow", None), &body).unwrap();
+    let src = s.open_read("slow").unwrap();
+    let mut got = Vec::with_capacity(body.len());
+    for (k, piece) in src.pieces(0, body.len() as u64).unwrap().enumerate() {
+        got.extend_from_slice(&piece.unwrap());
+        if k == 1 {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    }
+    assert!(got == body, "the bytes read back differ");
 }
 
 /// A writer whose bytes digest to something other than the digest it commits with (a small
@@ -124,6 +148,13 @@ fn a_lost_object_is_corrupt_not_empty_and_orphans_are_collected() {
     assert!(matches!(&e, StoreError::Corrupt { reason, .. } if reason.contains("missing")), "{e}");
     assert!(matches!(s.open_read("lost"), Err(StoreError::Corrupt { .. })), "marked");
     assert!(s.stat("lost").is_ok(), "still listed, to be dealt with");
+    // Long enough to be streamed: the GET's "not found" is reported the same way.
+    let long = data((bs_store::REMOTE_WINDOW + CHUNK_SIZE) as usize + 5, 4);
+    bs_store::put_bytes(&s, &spec("lost-long", None), &long).unwrap();
+    s.lose("lost-long").unwrap();
+    let first = s.open_read("lost-long").unwrap().pieces(0, long.len() as u64).unwrap().next();
+    let e = first.unwrap().unwrap_err();
+    assert!(matches!(&e, StoreError::Corrupt { reason, .. } if reason.contains("missing")), "{e}");
 
     // An object no row references (a crash between upload and commit).
     let client = cfg.build().unwrap();
