@@ -19,6 +19,7 @@ mod mem;
 mod name;
 mod object;
 mod objstream;
+mod partpool;
 mod scrub;
 mod source;
 mod store;

@@ -53,6 +53,7 @@ use crate::events::{Listener, Listeners, StoreEvent};
 use crate::fs::new_id;
 use crate::name::validate_name;
 use crate::objstream::ObjStream;
+use crate::partpool::PartPool;
 use crate::source::{BlobSource, CorruptionMarker, REMOTE_WINDOW, RangeRead};
 use crate::store::{
     RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace,
@@ -65,6 +66,11 @@ pub const PART_SIZE: usize = 8 * CHUNK_SIZE as usize;
 
 /// Parts of one upload being sent at once.
 pub const PARTS_IN_FLIGHT: usize = 4;
+
+/// Buffers of sent parts kept for the next parts, at most: one per part in flight, so an
+/// upload in full flow fills every part into a buffer used before (at most 32 MiB kept
+/// idle by a store that has taken multipart uploads).
+const SPARE_PART_BUFFERS: usize = PARTS_IN_FLIGHT;
 
 /// Unreferenced objects younger than this are left alone by garbage collection: they may
 /// be uploads another front end is about to commit.
@@ -165,6 +171,8 @@ struct Inner {
     staged: Mutex<HashMap<String, Staged>>,
     listeners: Listeners,
     describe: String,
+    /// Buffers of parts already sent, for the next parts.
+    part_buffers: Arc<PartPool>,
 }
 
 /// An upload's state between writes: what went up as parts, and the bytes after them.
@@ -261,6 +269,7 @@ impl ObjStore {
                 staged: Mutex::new(HashMap::new()),
                 listeners: Listeners::default(),
                 describe,
+                part_buffers: Arc::new(PartPool::new(PART_SIZE, SPARE_PART_BUFFERS)),
             }),
         };
         store.check_reachable()?;
@@ -891,7 +900,7 @@ impl ObjUpload {
             .expect("the semaphore is never closed");
         // Whole tails (the usual case: writes fill a part exactly) move without a copy.
         let part: Vec<u8> = if n == s.tail.len() {
-            std::mem::replace(&mut s.tail, Vec::with_capacity(PART_SIZE))
+            std::mem::replace(&mut s.tail, store.part_buffers.take())
         } else {
             s.tail.drain(..n).collect()
         };
@@ -900,10 +909,12 @@ impl ObjUpload {
         s.flushed += n as u64;
         let (os, key, mp, idx) =
             (store.os.clone(), s.key.clone(), s.multipart.clone().expect("created"), s.parts.len());
-        let payload = PutPayload::from(Bytes::from(part));
+        let part = Bytes::from(part);
+        let (payload, pool) = (PutPayload::from(part.clone()), store.part_buffers.clone());
         s.parts.push(store.rt.spawn(async move {
             let stored = os.put_part(&key, &mp, idx, payload).await;
             drop(permit);
+            pool.give(part);
             stored
         }));
         tracing::trace!(blob = %name, part = idx, "part sent");
@@ -961,12 +972,19 @@ impl UploadSink for ObjUpload {
                 return Err(StoreError::Gap { offset, received: self.received() });
             }
         }
+        let rest = self.rec.size.map_or(u64::MAX, |n| n - offset);
+        let store = self.store.clone();
         let s = self.state();
         let at = (offset - s.flushed) as usize;
         let end = at + data.len();
         if at == s.tail.len() {
             if s.tail.capacity() == 0 {
-                s.tail.reserve(PART_SIZE.max(data.len()));
+                // A part's worth, or as much as a smaller blob of known size needs.
+                s.tail = if rest >= PART_SIZE as u64 {
+                    store.part_buffers.take()
+                } else {
+                    Vec::with_capacity((rest as usize).max(data.len()))
+                };
             }
             s.tail.extend_from_slice(data);
         } else {
