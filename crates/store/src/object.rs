@@ -618,6 +618,7 @@ impl Store for ObjStore {
             marker: marker.clone(),
             ahead: Mutex::new(std::collections::VecDeque::new()),
             streams: Mutex::new(std::collections::VecDeque::new()),
+            stream_end: std::sync::atomic::AtomicU64::new(s.record.size),
             sequential: std::sync::atomic::AtomicBool::new(false),
         });
         BlobSource::remote(s.record, reader, chunks, Some(marker))
@@ -650,6 +651,8 @@ struct ObjReader {
     /// A sequential reader's next windows, each one GET handed out chunk by chunk as it
     /// arrives (see `crate::objstream`), [`READ_AHEAD`] after the one being read.
     streams: Mutex<std::collections::VecDeque<ObjStream>>,
+    /// Where the sequential run the streams serve ends (they fetch nothing past it).
+    stream_end: std::sync::atomic::AtomicU64,
     /// Whether a window fetched ahead was read: a sequential reader, worth fetching further
     /// ahead for (until then one window ahead, so a reader of one range costs little).
     sequential: std::sync::atomic::AtomicBool,
@@ -679,7 +682,7 @@ impl RangeRead for ObjReader {
             }
         }
         let got = self.read_fetched(offset, len)?;
-        if restart && offset + len < self.size {
+        if restart && offset + len < self.stream_end.load(std::sync::atomic::Ordering::Relaxed) {
             self.start_streams(offset + len);
         }
         Ok(got)
@@ -690,10 +693,12 @@ impl RangeRead for ObjReader {
         streams.front().is_some_and(|st| st.next() == offset)
     }
 
-    fn sequential_from(&self, offset: u64, _window: u64) {
+    fn sequential(&self, from: u64, to: u64) {
         self.sequential.store(true, std::sync::atomic::Ordering::Relaxed);
-        if !self.streaming_at(offset) {
-            self.start_streams(offset);
+        let to = to.min(self.size);
+        let end = self.stream_end.swap(to, std::sync::atomic::Ordering::Relaxed);
+        if end != to || !self.streaming_at(from) {
+            self.start_streams(from);
         }
     }
 
@@ -703,7 +708,9 @@ impl RangeRead for ObjReader {
     fn prefetch(&self, offset: u64, len: u64) {
         {
             let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-            if streams.front().is_some_and(|st| st.next() <= offset) {
+            let end = self.stream_end.load(std::sync::atomic::Ordering::Relaxed);
+            if streams.front().is_some_and(|st| st.next() <= offset) || offset >= end {
+                // On its way, or past the end of the sequential run asked for.
                 return;
             }
         }
@@ -741,11 +748,12 @@ impl ObjReader {
     }
 
     /// Start windows after the last one (from `offset` when there is none) until
-    /// [`READ_AHEAD`] follow the one being read.
+    /// [`READ_AHEAD`] follow the one being read, up to the end of the sequential run.
     fn top_up(&self, streams: &mut std::collections::VecDeque<ObjStream>, offset: u64) {
+        let end = self.stream_end.load(std::sync::atomic::Ordering::Relaxed);
         let mut at = streams.back().map_or(offset, |st| st.end());
-        while streams.len() <= READ_AHEAD && at < self.size {
-            let to = (at + REMOTE_WINDOW).min(self.size);
+        while streams.len() <= READ_AHEAD && at < end {
+            let to = (at + REMOTE_WINDOW).min(end);
             let (os, key) = (self.store.os.clone(), self.key.clone());
             streams.push_back(ObjStream::start(&self.store.rt, os, key, (at, to), self.size));
             at = to;

@@ -102,9 +102,9 @@ pub trait RangeRead: Send + Sync {
     fn read(&self, offset: u64, len: u64) -> Result<Bytes>;
     /// A hint that `offset..offset + len` will be read next (may start fetching it).
     fn prefetch(&self, _offset: u64, _len: u64) {}
-    /// A hint that everything from `offset` will be read in order, in windows of `window`
-    /// bytes (may start fetching several ahead).
-    fn sequential_from(&self, _offset: u64, _window: u64) {}
+    /// A hint that bytes `from..to` (whole chunks) will be read next, in order (may start
+    /// fetching several windows ahead, none past `to`).
+    fn sequential(&self, _from: u64, _to: u64) {}
     /// Whether bytes from `offset` are already streaming in, so a read there should ask for
     /// no more than it needs (each chunk is handed on as it comes) rather than a window.
     fn streaming_at(&self, _offset: u64) -> bool {
@@ -579,8 +579,10 @@ impl BlobSource {
             {
                 from = at + held.len() as u64;
             }
-            if from < offset + len {
-                reader.sequential_from(from, REMOTE_WINDOW);
+            let chunks = self.inner.chunks.covering(offset, len);
+            let to = self.inner.chunks.range(chunks.end - 1).end;
+            if from < to {
+                reader.sequential(from, to);
             }
         }
         Ok(Pieces { src: self.clone(), next: offset, end: offset + len })

@@ -48,6 +48,14 @@ fn large_blobs_go_up_in_parts_and_read_back_verified() {
         let got = src.bytes(off, len).unwrap();
         assert_eq!(&got[..], &body[off as usize..(off + len) as usize]);
     }
+    // Read in order (streamed windows): a range longer than a window, starting and ending
+    // inside chunks, and the whole blob.
+    let (off, len) = (PART_SIZE as u64 / 2 + 3, bs_store::REMOTE_WINDOW + 2 * CHUNK_SIZE + 5);
+    for (off, len) in [(off, len), (0, body.len() as u64)] {
+        let src = s.open_read("big").unwrap();
+        let got: Vec<u8> = src.pieces(off, len).unwrap().flat_map(|p| p.unwrap()).collect();
+        assert!(got == body[off as usize..(off + len) as usize], "{off}+{len}: other bytes");
+    }
     // Unknown size: parts as it grows, the size it reaches.
     s.route(&spec("stream", None)).unwrap();
     let mut w = s.open_upload("stream").unwrap();
