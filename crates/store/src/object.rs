@@ -34,6 +34,7 @@
 //! chunks are checked and sent on as they arrive (see `crate::objstream`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -173,6 +174,9 @@ struct Inner {
     describe: String,
     /// Buffers of parts already sent, for the next parts.
     part_buffers: Arc<PartPool>,
+    /// Windows read as streams, and streamed GETs that broke (see [`ObjStore::read_counts`]).
+    streamed_windows: Arc<AtomicU64>,
+    stream_failures: Arc<AtomicU64>,
 }
 
 /// An upload's state between writes: what went up as parts, and the bytes after them.
@@ -270,12 +274,22 @@ impl ObjStore {
                 listeners: Listeners::default(),
                 describe,
                 part_buffers: Arc::new(PartPool::new(PART_SIZE, SPARE_PART_BUFFERS)),
+                streamed_windows: Arc::default(),
+                stream_failures: Arc::default(),
             }),
         };
         store.check_reachable()?;
         store.claim_prefix()?;
         store.collect_garbage(ORPHAN_AGE)?;
         Ok(store)
+    }
+
+    /// Windows of sequential reads fetched as streams, and streamed GETs that broke off
+    /// beyond `object_store`'s own retries (their bytes fetched again), since the store
+    /// was opened.
+    pub fn read_counts(&self) -> (u64, u64) {
+        let i = &self.inner;
+        (i.streamed_windows.load(Ordering::Relaxed), i.stream_failures.load(Ordering::Relaxed))
     }
 
     /// Make sure the prefix's objects belong to this catalogue: `<prefix>/.catalogue` names
@@ -618,7 +632,9 @@ impl Store for ObjStore {
             marker: marker.clone(),
             ahead: Mutex::new(std::collections::VecDeque::new()),
             streams: Mutex::new(std::collections::VecDeque::new()),
-            stream_end: std::sync::atomic::AtomicU64::new(s.record.size),
+            stream_end: AtomicU64::new(s.record.size),
+            streamed_windows: i.streamed_windows.clone(),
+            stream_failures: i.stream_failures.clone(),
             sequential: std::sync::atomic::AtomicBool::new(false),
         });
         BlobSource::remote(s.record, reader, chunks, Some(marker))
@@ -652,7 +668,10 @@ struct ObjReader {
     /// arrives (see `crate::objstream`), [`READ_AHEAD`] after the one being read.
     streams: Mutex<std::collections::VecDeque<ObjStream>>,
     /// Where the sequential run the streams serve ends (they fetch nothing past it).
-    stream_end: std::sync::atomic::AtomicU64,
+    stream_end: AtomicU64,
+    /// Windows started as streams, and streamed GETs that broke (counted in the store).
+    streamed_windows: Arc<AtomicU64>,
+    stream_failures: Arc<AtomicU64>,
     /// Whether a window fetched ahead was read: a sequential reader, worth fetching further
     /// ahead for (until then one window ahead, so a reader of one range costs little).
     sequential: std::sync::atomic::AtomicBool,
@@ -660,30 +679,38 @@ struct ObjReader {
 
 impl RangeRead for ObjReader {
     fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
-        let mut restart = false;
+        // The window whose GET broke, when one did: fetched again after this read.
+        let mut broken = None;
         {
             let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-            match streams.front() {
-                Some(st) if st.next() == offset => match self.take_streamed(&mut streams, len) {
+            let covers = streams.front().is_some_and(|st| st.next() == offset)
+                && streams.back().is_some_and(|st| offset + len <= st.end());
+            if covers {
+                match self.take_streamed(&mut streams, len) {
                     // Short only when the object is: the caller reports that.
                     Ok(got) => return Ok(got),
                     Err(e) => {
-                        // A GET broken beyond object_store's retries: this range is fetched
-                        // on its own (a missing object handled as below), then streaming
-                        // goes on after it.
+                        // A GET broken beyond object_store's own retries: this range is
+                        // fetched on its own (a missing object handled as below), then the
+                        // rest of its window again; the windows after it stay.
                         tracing::debug!(name = %self.name, offset, "streamed GET failed: {e}");
-                        streams.clear();
-                        restart = true;
+                        self.stream_failures.fetch_add(1, Ordering::Relaxed);
+                        broken = streams.pop_front().map(|st| st.end());
                     }
-                },
-                // A read elsewhere: the reader has moved on.
-                Some(_) => streams.clear(),
-                None => {}
+                }
+            } else if !streams.is_empty() {
+                // A read elsewhere, or past the run the windows were started for.
+                streams.clear();
+                self.stream_end.store(self.size, Ordering::Relaxed);
             }
         }
         let got = self.read_fetched(offset, len)?;
-        if restart && offset + len < self.stream_end.load(std::sync::atomic::Ordering::Relaxed) {
-            self.start_streams(offset + len);
+        if let Some(end) = broken
+            && offset + len < end
+        {
+            let (os, key) = (self.store.os.clone(), self.key.clone());
+            let st = ObjStream::start(&self.store.rt, os, key, (offset + len, end), self.size);
+            self.streams.lock().unwrap_or_else(|p| p.into_inner()).push_front(st);
         }
         Ok(got)
     }
@@ -694,9 +721,9 @@ impl RangeRead for ObjReader {
     }
 
     fn sequential(&self, from: u64, to: u64) {
-        self.sequential.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.sequential.store(true, Ordering::Relaxed);
         let to = to.min(self.size);
-        let end = self.stream_end.swap(to, std::sync::atomic::Ordering::Relaxed);
+        let end = self.stream_end.swap(to, Ordering::Relaxed);
         if end != to || !self.streaming_at(from) {
             self.start_streams(from);
         }
@@ -708,9 +735,12 @@ impl RangeRead for ObjReader {
     fn prefetch(&self, offset: u64, len: u64) {
         {
             let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-            let end = self.stream_end.load(std::sync::atomic::Ordering::Relaxed);
-            if streams.front().is_some_and(|st| st.next() <= offset) || offset >= end {
-                // On its way, or past the end of the sequential run asked for.
+            if streams.front().is_some_and(|st| st.next() <= offset) {
+                return; // on its way
+            }
+            if offset >= self.stream_end.swap(self.size, Ordering::Relaxed) {
+                // Just past the end of the sequential run asked for: not wanted. (The run
+                // is over: later reads are fetched ahead as usual.)
                 return;
             }
         }
@@ -723,8 +753,7 @@ impl RangeRead for ObjReader {
             }
             at = offset;
         }
-        let depth =
-            if self.sequential.load(std::sync::atomic::Ordering::Relaxed) { READ_AHEAD } else { 1 };
+        let depth = if self.sequential.load(Ordering::Relaxed) { READ_AHEAD } else { 1 };
         while ahead.len() < depth && at < self.size {
             let n = len.min(self.size - at);
             let (os, key) = (self.store.os.clone(), self.key.clone());
@@ -750,12 +779,13 @@ impl ObjReader {
     /// Start windows after the last one (from `offset` when there is none) until
     /// [`READ_AHEAD`] follow the one being read, up to the end of the sequential run.
     fn top_up(&self, streams: &mut std::collections::VecDeque<ObjStream>, offset: u64) {
-        let end = self.stream_end.load(std::sync::atomic::Ordering::Relaxed);
+        let end = self.stream_end.load(Ordering::Relaxed);
         let mut at = streams.back().map_or(offset, |st| st.end());
         while streams.len() <= READ_AHEAD && at < end {
             let to = (at + REMOTE_WINDOW).min(end);
             let (os, key) = (self.store.os.clone(), self.key.clone());
             streams.push_back(ObjStream::start(&self.store.rt, os, key, (at, to), self.size));
+            self.streamed_windows.fetch_add(1, Ordering::Relaxed);
             at = to;
         }
     }
@@ -780,7 +810,9 @@ impl ObjReader {
             }
             if st.next() == st.end() {
                 streams.pop_front();
-                self.top_up(streams, self.size);
+                if let Some(last) = streams.back().map(|st| st.end()) {
+                    self.top_up(streams, last);
+                }
             }
         }
         Ok(match parts.len() {
@@ -810,7 +842,7 @@ impl ObjReader {
         };
         let got = match fetched {
             Some(h) => {
-                self.sequential.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.sequential.store(true, Ordering::Relaxed);
                 s.block_on(h).unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }))
             }
             None => s.block_on(fetch(&*s.os, &self.key, offset, len, self.size)),
@@ -908,7 +940,8 @@ impl ObjUpload {
             .expect("the semaphore is never closed");
         // Whole tails (the usual case: writes fill a part exactly) move without a copy.
         let part: Vec<u8> = if n == s.tail.len() {
-            std::mem::replace(&mut s.tail, store.part_buffers.take())
+            // The next write takes a buffer, if there is one.
+            std::mem::take(&mut s.tail)
         } else {
             s.tail.drain(..n).collect()
         };
@@ -921,8 +954,8 @@ impl ObjUpload {
         let (payload, pool) = (PutPayload::from(part.clone()), store.part_buffers.clone());
         s.parts.push(store.rt.spawn(async move {
             let stored = os.put_part(&key, &mp, idx, payload).await;
+            pool.give(part); // before the permit: the writer waiting for it may take it
             drop(permit);
-            pool.give(part);
             stored
         }));
         tracing::trace!(blob = %name, part = idx, "part sent");

@@ -80,8 +80,8 @@ enum Data {
     /// Elsewhere (an object store), fetched in windows of whole chunks, each window checked
     /// chunk by chunk before any of it is handed out; the last window is kept for the reads
     /// that follow it, and the next one asked for ahead of time. A long sequential read
-    /// ([`BlobSource::pieces`]) is one GET instead, each chunk checked and handed out as it
-    /// arrives (see [`RangeRead::streaming_at`]).
+    /// ([`BlobSource::pieces`]) streams its windows instead, several at once, each chunk
+    /// checked and handed out as it arrives (see [`RangeRead::streaming_at`]).
     Remote {
         reader: Arc<dyn RangeRead>,
         window: std::sync::Mutex<Option<(u64, Bytes)>>,

@@ -51,11 +51,27 @@ fn large_blobs_go_up_in_parts_and_read_back_verified() {
     // Read in order (streamed windows): a range longer than a window, starting and ending
     // inside chunks, and the whole blob.
     let (off, len) = (PART_SIZE as u64 / 2 + 3, bs_store::REMOTE_WINDOW + 2 * CHUNK_SIZE + 5);
+    // Windows of 8 MiB from the first chunk touched to the last: none past the range.
+    let windows = |from: u64, to: u64| (to - from).div_ceil(bs_store::REMOTE_WINDOW);
+    let chunk_end = |at: u64| (at.div_ceil(CHUNK_SIZE) * CHUNK_SIZE).min(body.len() as u64);
     for (off, len) in [(off, len), (0, body.len() as u64)] {
+        let before = s.read_counts();
         let src = s.open_read("big").unwrap();
         let got: Vec<u8> = src.pieces(off, len).unwrap().flat_map(|p| p.unwrap()).collect();
         assert!(got == body[off as usize..(off + len) as usize], "{off}+{len}: other bytes");
+        let after = s.read_counts();
+        let first = off / CHUNK_SIZE * CHUNK_SIZE;
+        assert_eq!(after.0 - before.0, windows(first, chunk_end(off + len)), "{off}+{len}");
+        assert_eq!(after.1, before.1, "no GET broke");
     }
+    // A run left after one piece, then a read reaching past it on the same source: read
+    // whole, not cut short at the run's end.
+    let src = s.open_read("big").unwrap();
+    let run = bs_store::REMOTE_WINDOW + 2 * CHUNK_SIZE;
+    assert!(src.pieces(0, run).unwrap().next().unwrap().is_ok());
+    let (off, len) = (CHUNK_SIZE, 2 * bs_store::REMOTE_WINDOW);
+    let got = src.bytes(off, len).unwrap();
+    assert!(got[..] == body[off as usize..(off + len) as usize], "read past the run");
     // Unknown size: parts as it grows, the size it reaches.
     s.route(&spec("stream", None)).unwrap();
     let mut w = s.open_upload("stream").unwrap();
@@ -89,6 +105,9 @@ fn a_reader_pausing_longer_than_the_request_timeout_reads_every_byte() {
         }
     }
     assert!(got == body, "the bytes read back differ");
+    let (windows, broken) = reader.read_counts();
+    assert_eq!(windows, body.len().div_ceil(bs_store::REMOTE_WINDOW as usize) as u64);
+    assert_eq!(broken, 0, "no GET waited on the reader and broke");
 }
 
 /// A writer whose bytes digest to something other than the digest it commits with (a small
@@ -166,6 +185,7 @@ fn a_lost_object_is_corrupt_not_empty_and_orphans_are_collected() {
     let first = s.open_read("lost-long").unwrap().pieces(0, long.len() as u64).unwrap().next();
     let e = first.unwrap().unwrap_err();
     assert!(matches!(&e, StoreError::Corrupt { reason, .. } if reason.contains("missing")), "{e}");
+    assert_eq!(s.read_counts().1, 1, "the streamed GET's failure, then the plain GET's");
 
     // An object no row references (a crash between upload and commit).
     let client = cfg.build().unwrap();

@@ -30,7 +30,8 @@ pub fn checked_body(mut pieces: Vec<Bytes>) -> Body {
 /// (`MADV_POPULATE_READ`, from the page cache when warm) and hashing it, about as long as
 /// hyper's own copy of the chunk into the socket — the same work nginx's event loop does
 /// inline for `sendfile`. (Handing each chunk to the blocking pool measured slower under
-/// load, see BENCHMARKS.md.) A slow client holds nothing but the chunk being sent.
+/// load, see BENCHMARKS.md.) A slow client holds nothing but the chunk being sent — and,
+/// for a blob in object storage, the windows fetched ahead of it (at most 32 MiB).
 pub fn verified_stream(src: BlobSource, start: u64, len: u64) -> Body {
     let name = src.record().name.clone();
     let pieces = match src.pieces(start, len) {
