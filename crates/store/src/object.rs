@@ -1020,8 +1020,9 @@ impl UploadSink for ObjUpload {
         let end = at + data.len();
         if at == s.tail.len() {
             if s.tail.capacity() == 0 {
-                // A part's worth, or as much as a smaller blob of known size needs.
-                s.tail = if rest >= PART_SIZE as u64 {
+                // A part's buffer (a spare one has its pages in place already) for a part,
+                // or for a small blob of known size as much as it needs.
+                s.tail = if rest >= PART_SIZE as u64 || s.multipart.is_some() {
                     store.part_buffers.take()
                 } else {
                     Vec::with_capacity((rest as usize).max(data.len()))
@@ -1094,6 +1095,7 @@ impl UploadSink for ObjUpload {
             let stored = i
                 .block_on(put)
                 .unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }));
+            i.part_buffers.give(body); // a buffer from the pool when the size was unknown
             (digest, chunks, stored)
         } else {
             // The last part folds the tail into the running digests as it goes up.
