@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bs_meta::{BlobRecord, Catalogue, Commit, UploadRecord, now_ms};
-use bs_wire::{CHUNK_SIZE, ChunkDigests, ChunkHasher, Digest, DigestAlgo, Hasher};
+use bs_wire::{BufferPool, CHUNK_SIZE, ChunkDigests, ChunkHasher, Digest, DigestAlgo, Hasher};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::multipart::{MultipartStore, PartId};
@@ -54,11 +54,11 @@ use crate::events::{Listener, Listeners, StoreEvent};
 use crate::fs::new_id;
 use crate::name::validate_name;
 use crate::objstream::ObjStream;
-use crate::partpool::PartPool;
 use crate::source::{BlobSource, CorruptionMarker, REMOTE_WINDOW, RangeRead};
 use crate::store::{
     RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace,
 };
+use crate::tail::Tail;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -173,7 +173,7 @@ struct Inner {
     listeners: Listeners,
     describe: String,
     /// Buffers of parts already sent, for the next parts.
-    part_buffers: Arc<PartPool>,
+    part_buffers: BufferPool,
     /// Windows read as streams, and streamed GETs that broke (see [`ObjStore::read_counts`]).
     streamed_windows: Arc<AtomicU64>,
     stream_failures: Arc<AtomicU64>,
@@ -192,7 +192,7 @@ struct Staged {
     hasher: Hasher,
     chunks: ChunkHasher,
     /// Bytes after `flushed`, not yet sent.
-    tail: Vec<u8>,
+    tail: Tail,
 }
 
 impl Staged {
@@ -206,7 +206,7 @@ impl Staged {
             flushed: 0,
             hasher: algo.hasher(),
             chunks: ChunkHasher::new(),
-            tail: Vec::new(),
+            tail: Tail::default(),
         }
     }
 
@@ -273,7 +273,7 @@ impl ObjStore {
                 staged: Mutex::new(HashMap::new()),
                 listeners: Listeners::default(),
                 describe,
-                part_buffers: Arc::new(PartPool::new(PART_SIZE, SPARE_PART_BUFFERS)),
+                part_buffers: BufferPool::new(PART_SIZE, SPARE_PART_BUFFERS),
                 streamed_windows: Arc::default(),
                 stream_failures: Arc::default(),
             }),
@@ -556,7 +556,7 @@ impl Store for ObjStore {
             let received = s.received();
             let received_digest = (received > 0).then(|| {
                 let mut h = s.hasher.clone();
-                h.update(&s.tail);
+                h.update(s.tail.as_slice());
                 h.finish()
             });
             i.put_staged(&spec.name, ours.expect("matched"));
@@ -911,16 +911,8 @@ impl ObjUpload {
         self.state.as_mut().expect("open until commit")
     }
 
-    /// Send every full part of the tail, keeping at most [`PARTS_IN_FLIGHT`] in flight.
-    fn flush_full_parts(&mut self) -> Result<()> {
-        while self.state().tail.len() >= PART_SIZE {
-            self.send_part(PART_SIZE)?;
-        }
-        Ok(())
-    }
-
-    /// Send the first `n` bytes of the tail as the next part.
-    fn send_part(&mut self, n: usize) -> Result<()> {
+    /// Send the tail as the next part, keeping at most [`PARTS_IN_FLIGHT`] in flight.
+    fn send_part(&mut self) -> Result<()> {
         let store = self.store.clone();
         let name = self.rec.name.clone();
         let rec = self.rec.clone();
@@ -938,23 +930,17 @@ impl ObjUpload {
         let permit = store
             .block_on(s.in_flight.clone().acquire_owned())
             .expect("the semaphore is never closed");
-        // Whole tails (the usual case: writes fill a part exactly) move without a copy.
-        let part: Vec<u8> = if n == s.tail.len() {
-            // The next write takes a buffer, if there is one.
-            std::mem::take(&mut s.tail)
-        } else {
-            s.tail.drain(..n).collect()
-        };
+        // The tail's buffer goes up as it is (back to the pool once the PUT lets go of it,
+        // before the permit: the writer waiting for the permit may take it).
+        let part = s.tail.take();
         s.hasher.update(&part);
         s.chunks.update(&part);
-        s.flushed += n as u64;
+        s.flushed += part.len() as u64;
         let (os, key, mp, idx) =
             (store.os.clone(), s.key.clone(), s.multipart.clone().expect("created"), s.parts.len());
-        let part = Bytes::from(part);
-        let (payload, pool) = (PutPayload::from(part.clone()), store.part_buffers.clone());
+        let payload = PutPayload::from(part);
         s.parts.push(store.rt.spawn(async move {
             let stored = os.put_part(&key, &mp, idx, payload).await;
-            pool.give(part); // before the permit: the writer waiting for it may take it
             drop(permit);
             stored
         }));
@@ -1013,29 +999,22 @@ impl UploadSink for ObjUpload {
                 return Err(StoreError::Gap { offset, received: self.received() });
             }
         }
-        let rest = self.rec.size.map_or(u64::MAX, |n| n - offset);
-        let store = self.store.clone();
-        let s = self.state();
-        let at = (offset - s.flushed) as usize;
-        let end = at + data.len();
-        if at == s.tail.len() {
-            if s.tail.capacity() == 0 {
-                // A part's buffer (a spare one has its pages in place already) for a part,
-                // or for a small blob of known size as much as it needs.
-                s.tail = if rest >= PART_SIZE as u64 || s.multipart.is_some() {
-                    store.part_buffers.take()
-                } else {
-                    Vec::with_capacity((rest as usize).max(data.len()))
-                };
+        let (mut offset, mut data) = (offset, data);
+        while !data.is_empty() {
+            // What the blob has left from the tail's start: a part or more goes into a
+            // part's buffer, as does every part of an upload sent in parts; a small blob of
+            // known size into a buffer of its size.
+            let s = self.state.as_mut().expect("open until commit");
+            let rest = self.rec.size.map_or(u64::MAX, |n| n - s.flushed);
+            let pooled = rest >= PART_SIZE as u64 || s.multipart.is_some();
+            let at = (offset - s.flushed) as usize;
+            let n = s.tail.write(at, data, pooled, rest, &self.store.part_buffers);
+            (offset, data) = (offset + n as u64, &data[n..]);
+            if s.tail.full() {
+                self.send_part()?;
             }
-            s.tail.extend_from_slice(data);
-        } else {
-            if end > s.tail.len() {
-                s.tail.resize(end, 0);
-            }
-            s.tail[at..end].copy_from_slice(data);
         }
-        self.flush_full_parts()
+        Ok(())
     }
 
     fn truncate(&mut self, len: u64) -> Result<()> {
@@ -1075,7 +1054,7 @@ impl UploadSink for ObjUpload {
             // is in flight: the object's key is fresh and nothing references it until the
             // catalogue row below, so bytes found wrong meanwhile leave only an object to
             // delete.
-            let body = Bytes::from(std::mem::take(&mut s.tail));
+            let body = s.tail.take();
             let (os, k, b) = (i.os.clone(), key.clone(), body.clone());
             let put = i.rt.spawn(async move { os.put(&k, b.into()).await.map(drop) });
             let (mut hasher, mut chunks) = (s.hasher.clone(), s.chunks.clone());
@@ -1095,13 +1074,11 @@ impl UploadSink for ObjUpload {
             let stored = i
                 .block_on(put)
                 .unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }));
-            i.part_buffers.give(body); // a buffer from the pool when the size was unknown
             (digest, chunks, stored)
         } else {
             // The last part folds the tail into the running digests as it goes up.
-            let rest = s.tail.len();
-            if rest > 0 {
-                self.send_part(rest)?;
+            if s.tail.len() > 0 {
+                self.send_part()?;
             }
             let s = self.state();
             let (digest, chunks) = (s.hasher.clone().finish(), s.chunks.clone());
