@@ -33,6 +33,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bs_client::{BlobInfo, Client, ClientError};
@@ -48,7 +49,7 @@ type Result<T> = std::result::Result<T, BlobError>;
 /// Blobs smaller than this go over one connection unless more are asked for.
 pub const AUTO_MIN_SIZE: u64 = 64 << 20;
 /// A server answering faster than this is near: one connection.
-pub const AUTO_MIN_RTT: Duration = Duration::from_millis(5);
+pub const AUTO_MIN_RTT: Duration = bs_client::FAR_RTT;
 /// Connections an automatic choice uses for a far server.
 pub const AUTO_CONNECTIONS: usize = 4;
 /// Most connections one copy opens.
@@ -83,6 +84,31 @@ pub(crate) fn connections(client: &Client, name: &str, size: u64, asked: usize) 
             if answered && t.elapsed() >= AUTO_MIN_RTT { AUTO_CONNECTIONS.min(most) } else { 1 }
         }
         n => n.min(most),
+    }
+}
+
+/// How many range workers have finished; the thread waiting for them wakes as the last one
+/// ends, not at its next progress tick.
+#[derive(Default)]
+struct Finished {
+    count: Mutex<usize>,
+    all: Condvar,
+}
+
+impl Finished {
+    fn one(&self) {
+        *self.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.all.notify_all();
+    }
+
+    /// Wait until `n` workers have finished or `tick` has passed; whether all have.
+    fn wait(&self, n: usize, tick: Duration) -> bool {
+        let count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let (count, _) = self
+            .all
+            .wait_timeout_while(count, tick, |c| *c < n)
+            .unwrap_or_else(PoisonError::into_inner);
+        *count >= n
     }
 }
 
@@ -225,7 +251,7 @@ pub(crate) fn pull(
     write_ranges(&sidecar, &info.digest, size, &ranges)?;
     let cancel = AtomicBool::new(false);
     let rehash = AtomicBool::new(false);
-    let finished = AtomicU64::new(0);
+    let finished = Finished::default();
     let report = |done: u64| {
         if let Some(p) = &o.progress {
             p(done, size);
@@ -252,14 +278,13 @@ pub(crate) fn pull(
                     if res.is_err() {
                         job.cancel.store(true, Ordering::Release);
                     }
-                    finished.fetch_add(1, Ordering::AcqRel);
+                    finished.one();
                     res
                 })
             })
             .collect();
         let mut last_write = Instant::now();
-        while finished.load(Ordering::Acquire) < ranges.len() as u64 {
-            std::thread::sleep(TICK);
+        while !finished.wait(ranges.len(), TICK) {
             report(ranges.iter().map(|r| r.done.load(Ordering::Acquire)).sum());
             if deadline.check().is_err() {
                 cancel.store(true, Ordering::Release);
@@ -484,7 +509,7 @@ pub(crate) fn push(
             }
         };
     let cancel = AtomicBool::new(false);
-    let finished = AtomicU64::new(0);
+    let finished = Finished::default();
     // Bytes of the ranges kept from an interrupted push.
     let kept_total = AtomicU64::new(0);
     let sent: Vec<AtomicU64> = bounds.iter().map(|_| AtomicU64::new(0)).collect();
@@ -520,13 +545,12 @@ pub(crate) fn push(
                     if res.is_err() {
                         cancel.store(true, Ordering::Release);
                     }
-                    finished.fetch_add(1, Ordering::AcqRel);
+                    finished.one();
                     res
                 })
             })
             .collect();
-        while finished.load(Ordering::Acquire) < bounds.len() as u64 {
-            std::thread::sleep(TICK);
+        while !finished.wait(bounds.len(), TICK) {
             let pushed: u64 = sent.iter().map(|x| x.load(Ordering::Acquire)).sum();
             report(pushed + kept_total.load(Ordering::Acquire));
             if deadline.check().is_err() {

@@ -7,6 +7,7 @@
 
 pub mod conn;
 pub mod error;
+pub mod far;
 pub mod socket;
 pub mod tls;
 

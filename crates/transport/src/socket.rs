@@ -27,10 +27,14 @@ impl Default for SocketOptions {
 }
 
 impl SocketOptions {
-    /// Apply to a connected (or accepted) socket.
+    /// Apply to a connected (or accepted) socket. With no send buffer chosen, a far peer's
+    /// connection gets a larger one than autotuning gives (see [`crate::far`]).
     pub fn apply(&self, s: &TcpStream) -> io::Result<()> {
         let sock = socket2::SockRef::from(s);
         self.apply_buffers(&sock)?;
+        if self.send_buffer.is_none() {
+            crate::far::size_for_path(s)?;
+        }
         s.set_nodelay(self.nodelay)?;
         s.set_read_timeout(self.io_timeout)?;
         s.set_write_timeout(self.io_timeout)?;
