@@ -11,14 +11,16 @@ Checks, each with the real `blobstream` processes:
      with no flag chooses several by itself (large blob, far server); a put over 4
      connections makes the exact blob;
   3. one range's connection killed mid-transfer (`ss -K`): that range continues on a new
-     connection, the file is exact;
+     connection, the file is exact; the sender's side of each far data connection (the server
+     for a get, the client for a put) has a send buffer sized past autotuning's cap;
   4. a get interrupted by Ctrl-C (SIGINT) mid-transfer resumes where its ranges stopped, and
      a `get -r` interrupted the same way finishes when run again;
 Everything it creates (namespaces, TUN devices, processes, files) is removed on exit.
 
 With --bench RUNS (used by `blobstream bench lfn`), it checks nothing: on a 1 Gbit/s link it
 pulls and puts a 1 GiB blob RUNS times with 1, 2, 4 and 8 connections, runs iperf3 -P N both
-ways over the same link, and prints JSON with every rate.
+ways over the same link (and for N = 1, 2 also with -w net.core.wmem_max, the send buffer our
+far connections ask for), and prints JSON with every rate.
 """
 
 import hashlib
@@ -114,6 +116,25 @@ def data_connections(counter="bytes_received"):
     return conns
 
 
+def send_buffers(side, match):
+    """The send buffers (ss's skmem `tb`, bytes) of `side`'s established data connections
+    (`match`: ss's filter, e.g. "sport = :7071")."""
+    r = sh(*in_ns(side, "ss", "-tmH", "state", "established", *match.split()))
+    return [int(m.group(1)) for m in re.finditer(r"\btb(\d+)", r.stdout)]
+
+
+def far_send_buffer_ok(side, match):
+    """Whether `side`'s data connections over the far link have the send buffer a far peer
+    gets (crates/transport/src/far.rs): twice net.core.wmem_max when that is more than
+    autotuning's cap (net.ipv4.tcp_wmem's maximum in the namespace), else autotuning's."""
+    wmem_max = int(open("/proc/sys/net/core/wmem_max").read())
+    autotune = int(sh(*in_ns(side, "cat", "/proc/sys/net/ipv4/tcp_wmem")).stdout.split()[2])
+    tbs = send_buffers(side, match)
+    want = (lambda tb: tb == 2 * wmem_max) if 2 * wmem_max > autotune else (
+        lambda tb: tb <= autotune)
+    return bool(tbs) and all(want(tb) for tb in tbs), (tbs, wmem_max, autotune)
+
+
 def wait_for(pred, what, limit=120):
     end = time.time() + limit
     while time.time() < end:
@@ -169,6 +190,10 @@ def checks(work):
     wait_for(lambda: sum(n > (2 << 20) for n in data_connections().values()) == 4 or
              p.poll() is not None, "4 data connections under way")
     ports = list(data_connections())
+    # The server sends: its connections to a far client get the larger send buffer.
+    ok, seen = far_send_buffer_ok("far", "sport = :7071")
+    check(ok, f"the server's send buffers on the far link are sized for it (tb, wmem_max, "
+              f"tcp_wmem max): {seen}")
     killed = len(ports) == 4 and sh(*in_ns("near", "ss", "-K", "-tn", "sport", "=",
                                          f":{ports[0]}", "dport", "=", ":7071")).returncode == 0
     _, err = p.communicate(timeout=300)
@@ -194,6 +219,9 @@ def checks(work):
     p = client_bg("put", src, "far/interrupted.bin", "--connections", "4")
     wait_for(lambda: sum(n > (4 << 20) for n in data_connections("bytes_acked").values()) == 4
              or p.poll() is not None, "4 range pushes well under way")
+    ok, seen = far_send_buffer_ok("near", "dport = :7071")
+    check(ok, f"the client's send buffers on the far link are sized for it (tb, wmem_max, "
+              f"tcp_wmem max): {seen}")
     p.send_signal(signal.SIGINT)
     p.communicate(timeout=60)
     check(p.returncode != 0, "Ctrl-C stopped the put over four connections")
@@ -242,7 +270,13 @@ def bench(work, runs):
               "put_mbit": {}, "iperf3_up_mbit": {}}
     out = os.path.join(work, "out.bin")
 
-    def iperf(n, reverse):
+    # iperf3 -w N: the socket buffers our far connections get (its default is autotuning).
+    window = int(open("/proc/sys/net/core/wmem_max").read())
+    result["iperf3_window"] = window
+    for k in ["iperf3_w_mbit", "iperf3_up_w_mbit"]:
+        result[k] = {}
+
+    def iperf(n, reverse, w=False):
         if not shutil.which("iperf3"):
             return None
         srv = spawn(in_ns("far", "iperf3", "-s", "-1", "-B", ADDR["far"]))
@@ -255,6 +289,7 @@ def bench(work, runs):
                 break
             time.sleep(0.02)
         args = ["-c", ADDR["far"], "-P", str(n), "-t", "8", "-J"] + (["-R"] if reverse else [])
+        args += ["-w", str(window)] if w else []
         r = subprocess.run(in_ns("near", "iperf3", *args), capture_output=True, text=True)
         if r.returncode != 0:
             srv.kill()
@@ -273,6 +308,9 @@ def bench(work, runs):
 
     for n in [1, 2, 4, 8]:
         down, up, iperf_down, iperf_up = [], [], [], []
+        # With one or two streams the socket buffer bounds the rate: iperf3 with ours too.
+        windowed = n <= 2
+        w_down, w_up = [], []
         for _ in range(runs):
             if os.path.exists(out):
                 os.remove(out)
@@ -281,10 +319,16 @@ def bench(work, runs):
             # One key, replaced each time: the server keeps one copy, not one per run.
             up.append(timed("put", src, "far/up.bin", "--connections", str(n), "--overwrite"))
             iperf_up.append(iperf(n, False))
+            if windowed:
+                w_down.append(iperf(n, True, w=True))
+                w_up.append(iperf(n, False, w=True))
         result["blobstream_mbit"][str(n)] = down
         result["iperf3_mbit"][str(n)] = [x for x in iperf_down if x is not None]
         result["put_mbit"][str(n)] = up
         result["iperf3_up_mbit"][str(n)] = [x for x in iperf_up if x is not None]
+        if windowed:
+            result["iperf3_w_mbit"][str(n)] = [x for x in w_down if x is not None]
+            result["iperf3_up_w_mbit"][str(n)] = [x for x in w_up if x is not None]
     print(json.dumps(result))
 
 

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use bs_client::{BlobInfo, Client, ClientError};
 use bs_store::digest_file_range;
-use bs_wire::{Digest, DigestAlgo};
+use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 
 use crate::error::BlobError;
 use crate::options::{Deadline, Options};
@@ -520,7 +520,16 @@ pub(crate) fn push(
     };
     let (mut first, mut first_held) = (first, first_held);
     let (results, whole) = std::thread::scope(|s| {
-        let hasher = s.spawn(|| algo.digest(data));
+        // The whole's digest and the chunks' in one pass over the same bytes: the server
+        // checks its chunks against ours and keeps the whole's.
+        let hasher = s.spawn(|| {
+            let (mut whole, mut chunks) = (algo.hasher(), ChunkHasher::new());
+            for piece in data.chunks(ALIGN as usize) {
+                whole.update(piece);
+                chunks.update(piece);
+            }
+            (whole.finish(), chunks.finish())
+        });
         let workers: Vec<_> = bounds
             .iter()
             .zip(&sent)
@@ -565,10 +574,10 @@ pub(crate) fn push(
     let done = all_or_first_failure(results)?;
     let reconnects = done.iter().map(|d| d.0).sum();
     let kept = done.iter().map(|d| d.1).sum();
-    let whole = whole?;
-    let info = commit(client, name, &whole, size, deadline)?;
-    // The server checked the bytes it read back against `whole`; in our algorithm its
-    // stored digest must be the same.
+    let (whole, chunks) = whole?;
+    let info = commit(client, name, &whole, &chunks, size, deadline)?;
+    // The server checked its bytes against ours; in our algorithm its stored digest must be
+    // the same.
     if let Ok(stored) = info.digest.parse::<Digest>()
         && stored.algo == whole.algo
         && stored != whole
@@ -615,21 +624,23 @@ fn read_back_wait(len: u64) -> Duration {
     IO_WAIT + Duration::from_secs(len / (50 << 20))
 }
 
-/// Commit the ranges pushed into `name`. The server reads the upload back first, so the wait
-/// grows with the size; a commit that outlived the wait is recognised by the blob's digest.
+/// Commit the ranges pushed into `name` (`chunks`: ours). The server may read chunks of the
+/// upload back first (those no range writer could vouch for), so the wait grows with the
+/// size; a commit that outlived the wait is recognised by the blob's digest.
 /// A server thread of a cut connection may still hold a range for a moment (the store then
 /// answers busy): asked again for a few seconds.
 fn commit(
     client: &Client,
     name: &str,
     whole: &Digest,
+    chunks: &ChunkDigests,
     size: u64,
     deadline: &Deadline,
 ) -> Result<BlobInfo> {
     let wait = read_back_wait(size);
     let busy_until = Instant::now() + Duration::from_secs(10);
     loop {
-        match client.within(deadline.left(wait)).commit(name, whole) {
+        match client.within(deadline.left(wait)).commit(name, whole, Some(chunks)) {
             Ok(info) => return Ok(info),
             Err(ClientError::Rpc { code: tonic::Code::Aborted, .. })
                 if Instant::now() < busy_until =>

@@ -22,11 +22,14 @@ fn data(n: u64) -> Vec<u8> {
 struct World {
     dir: tempfile::TempDir,
     server: BackgroundServer,
+    /// The server's store.
+    fs: FsStore,
 }
 
 fn world_with(name: &str, bytes: &[u8]) -> World {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("store")).unwrap());
+    let fs = FsStore::open(dir.path().join("store")).unwrap();
+    let store: Arc<dyn Store> = Arc::new(fs.clone());
     let server = BackgroundServer::start(store, ServerConfig::ephemeral()).unwrap();
     let t = Transporter::new(Factory::new());
     let key = BlobKey::remote(server.control_addr().to_string(), name);
@@ -34,7 +37,7 @@ fn world_with(name: &str, bytes: &[u8]) -> World {
     let mut p = t.factory().route(&key, &spec).unwrap();
     p.write(bytes).unwrap();
     p.close().unwrap();
-    World { dir, server }
+    World { dir, server, fs }
 }
 
 impl World {
@@ -202,7 +205,84 @@ fn four_connections_push_the_whole_file_as_one_blob() {
     let c = t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
     assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0 });
     assert_eq!(c.bytes, bytes.len() as u64);
+    // Every chunk was vouched for by the range writer that wrote it: nothing read back.
+    assert_eq!(w.fs.range_commit_read_back(), 0);
     pushed(&w, "up/scan", &bytes);
+}
+
+#[test]
+fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole() {
+    let w = world_with("unrelated", b"x");
+    let bytes = data(3 * MIB + 10);
+    let size = bytes.len() as u64;
+    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
+    c.route(bs_client::RouteRequest {
+        name: "up/split".into(),
+        size: Some(size),
+        ..Default::default()
+    })
+    .unwrap();
+    // Two ranges meeting in the middle of chunk 1: neither writer saw all of it.
+    let half = MIB + MIB / 2;
+    for (start, end) in [(half, size), (0, half)] {
+        let mut p = c.open_push_range("up/split", start, end - start).unwrap();
+        p.write(&bytes[start as usize..end as usize]).unwrap();
+        p.finish(false).unwrap();
+    }
+    let algo = bs_wire::DigestAlgo::default();
+    let whole = algo.digest(&bytes);
+    // The right whole digest with chunk digests of other bytes: refused, nothing committed.
+    let mut other = bytes.clone();
+    other[2 * MIB as usize + 3] ^= 1;
+    let wrong = bs_wire::ChunkDigests::of(&other);
+    let e = c.commit("up/split", &whole, Some(&wrong)).unwrap_err();
+    assert!(matches!(e, bs_client::ClientError::Corrupt(_)), "{e}");
+    assert!(e.to_string().contains("chunk 2"), "{e}");
+    assert!(matches!(c.stat("up/split"), Err(bs_client::ClientError::NotFound(_))));
+    // Chunk digests of another size do not fit the upload.
+    let short = bs_wire::ChunkDigests::of(&bytes[..MIB as usize]);
+    let e = c.commit("up/split", &whole, Some(&short)).unwrap_err();
+    assert!(matches!(e, bs_client::ClientError::Corrupt(_)), "{e}");
+    // The first attempt read chunk 1 back (the second did not fit before any read); the
+    // writers' records outlive failed attempts, so the right chunks commit reading back
+    // chunk 1 alone.
+    let before = w.fs.range_commit_read_back();
+    assert_eq!(before, MIB);
+    let info = c.commit("up/split", &whole, Some(&bs_wire::ChunkDigests::of(&bytes))).unwrap();
+    assert_eq!(info.digest, whole.to_string());
+    assert_eq!(w.fs.range_commit_read_back() - before, MIB);
+    // Without chunk digests the whole upload is read back.
+    c.route(bs_client::RouteRequest {
+        name: "up/whole".into(),
+        size: Some(size),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut p = c.open_push_range("up/whole", 0, size).unwrap();
+    p.write(&bytes).unwrap();
+    p.finish(false).unwrap();
+    let before = w.fs.range_commit_read_back();
+    c.commit("up/whole", &whole, None).unwrap();
+    assert_eq!(w.fs.range_commit_read_back() - before, size);
+    pushed(&w, "up/whole", &bytes);
+    pushed(&w, "up/split", &bytes);
+
+    // Pushed again the same way: only chunk 1 is read back.
+    c.route(bs_client::RouteRequest {
+        name: "up/split2".into(),
+        size: Some(size),
+        ..Default::default()
+    })
+    .unwrap();
+    for (start, end) in [(0, half), (half, size)] {
+        let mut p = c.open_push_range("up/split2", start, end - start).unwrap();
+        p.write(&bytes[start as usize..end as usize]).unwrap();
+        p.finish(false).unwrap();
+    }
+    let before = w.fs.range_commit_read_back();
+    c.commit("up/split2", &whole, Some(&bs_wire::ChunkDigests::of(&bytes))).unwrap();
+    assert_eq!(w.fs.range_commit_read_back() - before, MIB);
+    pushed(&w, "up/split2", &bytes);
 }
 
 #[test]
@@ -235,18 +315,18 @@ fn ranges_committed_with_a_wrong_digest_leave_no_blob() {
         assert_eq!(p.finish(false).unwrap().received, end);
     }
     let wrong = bs_wire::DigestAlgo::default().digest(b"other bytes");
-    let e = c.commit("up/bad", &wrong).unwrap_err();
+    let e = c.commit("up/bad", &wrong, None).unwrap_err();
     assert!(matches!(e, bs_client::ClientError::Corrupt(_)), "{e}");
     assert!(matches!(c.stat("up/bad"), Err(bs_client::ClientError::NotFound(_))));
     // In an algorithm other than the store's the bytes are read back all the same.
     assert_ne!(bs_wire::DigestAlgo::default(), bs_wire::DigestAlgo::Blake3);
     let wrong = bs_wire::DigestAlgo::Blake3.digest(b"other bytes");
-    let e = c.commit("up/bad", &wrong).unwrap_err();
+    let e = c.commit("up/bad", &wrong, None).unwrap_err();
     assert!(matches!(e, bs_client::ClientError::Corrupt(_)), "{e}");
     assert!(matches!(c.stat("up/bad"), Err(bs_client::ClientError::NotFound(_))));
     // The right digest commits the same upload.
     let right = bs_wire::DigestAlgo::Blake3.digest(&bytes);
-    assert_eq!(c.commit("up/bad", &right).unwrap().size, bytes.len() as u64);
+    assert_eq!(c.commit("up/bad", &right, None).unwrap().size, bytes.len() as u64);
     // A range push cannot commit by itself.
     c.route(bs_client::RouteRequest {
         name: "up/final".into(),

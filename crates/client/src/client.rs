@@ -529,10 +529,20 @@ impl Client {
         self.push_admitted(req)
     }
 
-    /// Commit the upload `name` written in ranges: the server reads it back and makes it the
-    /// blob only if its digest is `digest` (else [`ClientError::Corrupt`]).
-    pub fn commit(&self, name: &str, digest: &Digest) -> Result<pb::BlobInfo> {
-        let req = pb::CommitRequest { name: name.into(), digest: digest.to_string() };
+    /// Commit the upload `name` written in ranges: the server makes it the blob only if its
+    /// bytes are ours (else [`ClientError::Corrupt`]) — every chunk equal to `chunks` (ours,
+    /// computed in the same pass as `digest`), or without them, read back, of digest `digest`.
+    pub fn commit(
+        &self,
+        name: &str,
+        digest: &Digest,
+        chunks: Option<&bs_wire::ChunkDigests>,
+    ) -> Result<pb::BlobInfo> {
+        let req = pb::CommitRequest {
+            name: name.into(),
+            digest: digest.to_string(),
+            chunks: chunks.map(bs_wire::ChunkDigests::encode).unwrap_or_default(),
+        };
         self.call(|mut c| async move { c.commit(req).await })
     }
 

@@ -251,8 +251,22 @@ impl pb::blob_store_server::BlobStore for ControlService {
             .digest
             .parse()
             .map_err(|e| Status::invalid_argument(format!("digest {:?}: {e}", r.digest)))?;
-        let rec =
-            self.blocking(move |s| s.open_upload(&r.name)?.commit_expecting(&expected)).await?;
+        let rec = self
+            .blocking(move |s| {
+                let up = s.open_upload(&r.name)?;
+                let size = up.size().unwrap_or(up.received());
+                let sender = match r.chunks.is_empty() {
+                    true => None,
+                    false => Some(bs_wire::ChunkDigests::decode(&r.chunks, size).map_err(|e| {
+                        StoreError::Corrupt {
+                            name: r.name.clone(),
+                            reason: format!("the sender's chunk digests do not fit it: {e}"),
+                        }
+                    })?),
+                };
+                up.commit_expecting(&expected, sender.as_ref())
+            })
+            .await?;
         Ok(Response::new(info(rec)))
     }
 

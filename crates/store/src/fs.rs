@@ -11,10 +11,11 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bs_meta::{BlobRecord, Catalogue, Commit, StoredBlob, UploadRecord, now_ms};
-use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
+use bs_wire::{CHUNK_SIZE, ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 
 use crate::catalogued;
 use crate::claim::Claims;
@@ -27,6 +28,7 @@ use crate::store::{
     RouteSpec, Routed, Store, UploadSink, check_complete, check_write, digest_and_chunks,
     digest_and_chunks_also, digest_file_range, may_replace,
 };
+use crate::written::{Tracker, Written, WrittenChunks};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -55,6 +57,10 @@ struct Inner {
     listeners: Listeners,
     /// Files of blobs read recently, kept open and mapped for their next readers.
     mapped: MappedFiles,
+    /// Chunk digests of pending uploads as their range writers wrote them.
+    written: WrittenChunks,
+    /// Bytes commits of range-written uploads read back (chunks no writer could vouch for).
+    read_back: AtomicU64,
 }
 
 impl Inner {
@@ -94,6 +100,8 @@ impl FsStore {
                 range_writers: Mutex::default(),
                 listeners: Listeners::default(),
                 mapped: MappedFiles::default(),
+                written: WrittenChunks::default(),
+                read_back: AtomicU64::new(0),
             }),
         };
         store.collect_garbage()?;
@@ -196,6 +204,48 @@ impl Inner {
         Some(free.saturating_sub(reserve))
     }
 
+    /// The chunk digests of the first `len` bytes of `file`, the range-written upload of
+    /// `name`, if they are the sender's: each as a range writer recorded it (`written`) or,
+    /// where none could, read back now. A chunk that differs is [`StoreError::Corrupt`].
+    fn check_chunks(
+        &self,
+        name: &str,
+        file: &File,
+        len: u64,
+        sender: &ChunkDigests,
+        written: Option<&Written>,
+    ) -> Result<ChunkDigests> {
+        let corrupt = |reason: String| StoreError::Corrupt { name: name.to_string(), reason };
+        if sender.size() != len || sender.chunk_size() != CHUNK_SIZE {
+            return Err(corrupt(format!(
+                "the sender's chunk digests cover {} bytes in chunks of {}; the upload holds \
+                 {len} bytes in chunks of {CHUNK_SIZE}",
+                sender.size(),
+                sender.chunk_size()
+            )));
+        }
+        let mut buf = Vec::new();
+        for c in 0..sender.count() {
+            let r = sender.range(c);
+            let ours = match written.and_then(|w| w.digest(c as u64)) {
+                Some(d) => d,
+                None => {
+                    buf.resize((r.end - r.start) as usize, 0);
+                    file.read_exact_at(&mut buf, r.start)?;
+                    self.read_back.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    ChunkDigests::of(&buf).sum(0).unwrap_or_default()
+                }
+            };
+            if sender.sum(c) != Some(ours) {
+                return Err(corrupt(format!(
+                    "bytes {}..{} as stored differ from the sender's (chunk {c})",
+                    r.start, r.end
+                )));
+            }
+        }
+        Ok(sender.clone())
+    }
+
     /// Drop the pending upload of `name` from the catalogue; returns its id. Its staged bytes
     /// are emptied first: on a full disk that is what lets SQLite commit the delete.
     fn discard_upload(&self, name: &str) -> Result<Option<String>> {
@@ -204,7 +254,11 @@ impl Inner {
         {
             let _ = f.set_len(0);
         }
-        Ok(self.cat.delete_upload(name)?)
+        let id = self.cat.delete_upload(name)?;
+        if let Some(id) = &id {
+            self.written.forget(id);
+        }
+        Ok(id)
     }
 }
 
@@ -299,6 +353,7 @@ impl Store for FsStore {
         File::create(i.staging_path(&id))?;
         let rec = spec.upload_record(id);
         if let Some(old) = i.cat.put_upload(&rec)? {
+            i.written.forget(&old);
             let _ = fs::remove_file(i.staging_path(&old));
         }
         Ok(Routed { received: 0, received_digest: None, resumed: false })
@@ -311,8 +366,17 @@ impl Store for FsStore {
         i.no_range_writers(name)?;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         claim.keep(); // from here on the sink releases it when dropped
-        let mut sink =
-            FsUpload { store: self.inner.clone(), rec, file: None, received: 0, chunks: None };
+        // What range writers vouched for goes with the writer that now holds the upload.
+        let written = i.written.take(&rec.upload_id);
+        let mut sink = FsUpload {
+            store: self.inner.clone(),
+            rec,
+            file: None,
+            received: 0,
+            chunks: None,
+            written,
+            checked: None,
+        };
         let path = i.staging_path(&sink.rec.upload_id);
         let file = OpenOptions::new().write(true).read(true).open(path);
         let file = file.map_err(|e| not_found_as(e, name))?;
@@ -352,8 +416,15 @@ impl Store for FsStore {
                 return Err(not_found_as(e, name));
             }
         };
-        let sink =
-            FsRangeUpload { store: i.clone(), name: name.to_string(), file, size, received: start };
+        let sink = FsRangeUpload {
+            store: i.clone(),
+            name: name.to_string(),
+            id: rec.upload_id,
+            file,
+            size,
+            received: start,
+            tracker: Tracker::new(size),
+        };
         Ok(Some(Box::new(sink)))
     }
 
@@ -432,6 +503,12 @@ fn chunks_of(s: &StoredBlob, c: &[u8]) -> Result<ChunkDigests> {
 }
 
 impl FsStore {
+    /// Bytes commits of range-written uploads have read back so far: chunks no range writer
+    /// could vouch for, or whole uploads committed without the sender's chunk digests.
+    pub fn range_commit_read_back(&self) -> u64 {
+        self.inner.read_back.load(Ordering::Relaxed)
+    }
+
     fn stored(&self, name: &str) -> Result<StoredBlob> {
         self.inner.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))
     }
@@ -535,10 +612,14 @@ impl FsStore {
 struct FsRangeUpload {
     store: Arc<Inner>,
     name: String,
+    /// The upload's id (its staging file).
+    id: String,
     file: File,
     size: u64,
     /// The next byte this writer expects (its range's start, then as written).
     received: u64,
+    /// The chunk it is writing in order, hashed as written (see `written.rs`).
+    tracker: Tracker,
 }
 
 impl Drop for FsRangeUpload {
@@ -558,16 +639,20 @@ impl UploadSink for FsRangeUpload {
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         check_write(Some(self.size), self.received, offset, data.len())?;
-        // Every byte may need new space: a range can land in a hole of the sparse file.
-        self.store.write_staged(&self.name, &self.file, offset, data, data.len() as u64)?;
+        let (store, name, file) = (&self.store, &self.name, &self.file);
+        store.written.write(&self.id, offset, data, &mut self.tracker, |at, piece| {
+            // Every byte may need new space: a range can land in a hole of the sparse file.
+            store.write_staged(name, file, at, piece, piece.len() as u64)
+        })?;
         self.received = self.received.max(offset + data.len() as u64);
         Ok(())
     }
 
     fn truncate(&mut self, len: u64) -> Result<()> {
-        // Bytes past `len` stay in the file until rewritten; the commit's read-back check
-        // keeps any that are not from being committed.
+        // Bytes past `len` stay in the file until rewritten; the commit's check keeps any
+        // that are not from being committed.
         self.received = self.received.min(len);
+        self.tracker.truncate(len);
         Ok(())
     }
 
@@ -588,10 +673,18 @@ struct FsUpload {
     /// Chunk digests of the bytes written so far, while they were written in order from 0;
     /// `None` once a write or truncation broke that (then commit reads the file once).
     chunks: Option<ChunkHasher>,
+    /// The chunk digests range writers recorded, while this writer has written nothing.
+    written: Option<Written>,
+    /// Chunk digests checked against the sender's (`commit_expecting`), for `commit`.
+    checked: Option<ChunkDigests>,
 }
 
 impl Drop for FsUpload {
     fn drop(&mut self) {
+        // Not committed, nothing written: what range writers vouched for still holds.
+        if let Some(w) = self.written.take() {
+            self.store.written.put_back(&self.rec.upload_id, w);
+        }
         self.store.busy.release(&self.rec.name);
     }
 }
@@ -612,6 +705,7 @@ impl UploadSink for FsUpload {
         let file = self.file.as_ref().expect("open until commit");
         self.store.write_staged(&self.rec.name, file, offset, data, grows)?;
         self.received = self.received.max(offset + data.len() as u64);
+        self.written = None;
         match &mut self.chunks {
             Some(c) if c.len() == offset => c.update(data),
             _ => self.chunks = None,
@@ -624,14 +718,34 @@ impl UploadSink for FsUpload {
             self.file.as_ref().expect("open until commit").set_len(len)?;
             self.received = len;
             self.chunks = None;
+            self.written = None;
         }
         Ok(())
     }
 
-    fn commit_expecting(mut self: Box<Self>, expected: &Digest) -> Result<BlobRecord> {
-        // Written by others: read back (once, in either algorithm), never trust the tracked
-        // chunks or the given digest.
+    fn commit_expecting(
+        mut self: Box<Self>,
+        expected: &Digest,
+        sender: Option<&ChunkDigests>,
+    ) -> Result<BlobRecord> {
+        // Written by others: never trust this writer's tracked chunks or the given digest.
         self.chunks = None;
+        let i = self.store.clone();
+        match sender {
+            // Each chunk, as the range writers saw it written or read back now, must be the
+            // sender's; the sender's digest of the whole covers the same bytes.
+            Some(sender) if expected.algo == i.algo => {
+                check_complete(&self.rec.name, self.rec.size, self.received)?;
+                let file = self.file.as_ref().expect("open until commit");
+                let name = &self.rec.name;
+                let written = self.written.as_ref();
+                self.checked = Some(i.check_chunks(name, file, self.received, sender, written)?);
+            }
+            // Read back once, in either algorithm.
+            _ => {
+                i.read_back.fetch_add(self.received, Ordering::Relaxed);
+            }
+        }
         self.commit(Some(expected.clone()))
     }
 
@@ -642,9 +756,14 @@ impl UploadSink for FsUpload {
         let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
         catalogued::refuse_existing(&i.cat, &name, overwrite, &refuse)?;
         let file = self.file.take().expect("open until commit");
-        let tracked = self.chunks.take().filter(|c| c.len() == self.received);
+        let tracked = match self.checked.take() {
+            Some(c) => Some(c),
+            None => {
+                self.chunks.take().filter(|c| c.len() == self.received).map(ChunkHasher::finish)
+            }
+        };
         let (digest, chunks) = match (whole, tracked) {
-            (Some(d), Some(c)) if d.algo == i.algo => (d, c.finish()),
+            (Some(d), Some(c)) if d.algo == i.algo => (d, c),
             (given, _) => {
                 // The given digest is checked in its own algorithm, in the same read.
                 let also = given.as_ref().map(|g| g.algo).filter(|a| *a != i.algo);
@@ -704,6 +823,8 @@ impl UploadSink for FsUpload {
                 return Err(e.into());
             }
         }
+        // The upload is the blob now: nothing of it to keep.
+        self.written = None;
         i.mapped.forget(&name);
         i.listeners.notify(StoreEvent::Committed(record.clone()));
         Ok(record)

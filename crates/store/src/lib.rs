@@ -26,6 +26,7 @@ mod tail;
 mod tier;
 mod whole;
 mod writeback;
+mod written;
 
 pub use bs_meta::{BlobRecord, now_ms};
 pub use error::StoreError;

@@ -189,12 +189,19 @@ pub trait UploadSink: Send {
     /// of every byte, if the caller computed it in the store's algorithm; otherwise the store
     /// computes it. Fails with `Incomplete` if a declared size was not reached.
     fn commit(self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord>;
-    /// Commit only if the upload's bytes, read back, have the digest `expected` (in any
-    /// algorithm): for bytes written by others (range writers) whose digest only the sender
-    /// knows. A mismatch is [`StoreError::Corrupt`] and commits nothing. A store that takes
-    /// no range writers cannot read its upload back this way and refuses.
-    fn commit_expecting(self: Box<Self>, expected: &Digest) -> Result<BlobRecord> {
-        let _ = expected;
+    /// Commit bytes written by others (range writers) whose digest only the sender knows, only
+    /// if they are the sender's: with the sender's chunk digests (`sender`, and `expected` in
+    /// the store's algorithm), every chunk must equal the sender's — as a range writer saw it
+    /// written, or read back where none could tell — and `expected` is kept as the digest of
+    /// the whole; otherwise the upload is read back and must have the digest `expected` (in
+    /// any algorithm). A mismatch is [`StoreError::Corrupt`] and commits nothing. A store
+    /// that takes no range writers refuses.
+    fn commit_expecting(
+        self: Box<Self>,
+        expected: &Digest,
+        sender: Option<&ChunkDigests>,
+    ) -> Result<BlobRecord> {
+        let _ = (expected, sender);
         Err(StoreError::Config(
             "this store takes one writer per upload: its upload is committed by that writer's \
              final transfer, not by Commit"

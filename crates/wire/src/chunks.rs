@@ -76,6 +76,11 @@ impl ChunkDigests {
         (offset / self.chunk) as usize..end.div_ceil(self.chunk) as usize
     }
 
+    /// The digest of chunk `i` (xxh3-64 of its bytes).
+    pub fn sum(&self, i: usize) -> Option<u64> {
+        self.sums.get(i).copied()
+    }
+
     /// Whether `data` is exactly chunk `i`.
     pub fn check(&self, i: usize, data: &[u8]) -> bool {
         let Some(sum) = self.sums.get(i) else { return false };
