@@ -97,7 +97,8 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          MTU 9000; this kernel has no netem), {link} Mbit/s each way with a 50 ms queue, 25 ms \
          each way, 0.01 % random loss from a fixed seed. Our rate is the whole command's: process \
          start, negotiation, slow start and the digest checks included (a get digests the file \
-         as it fills and fsyncs it; a put's server reads the upload back before it commits); \
+         as it fills and fsyncs it; a put's server checks each chunk it wrote against the client's \
+         chunk digests before it commits); \
          iperf3 runs 8 s and stores nothing. Kernel autotuning caps a send buffer at \
          net.ipv4.tcp_wmem's maximum, which bounds one stream of this link to about 420 Mbit/s; \
          blobstream's data connections to a far peer (a handshake of 5 ms or more) ask for \
@@ -111,7 +112,7 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
 
 /// `n` bytes as iperf3 reads a size: whole MiB as "4M", else bytes.
 fn mib(n: u64) -> String {
-    if n > 0 && n % (1 << 20) == 0 { format!("{}M", n >> 20) } else { n.to_string() }
+    if n > 0 && n.is_multiple_of(1 << 20) { format!("{}M", n >> 20) } else { n.to_string() }
 }
 
 fn report(opts: &BenchOptions, runs: usize, rows: Vec<Row>, notes: Vec<String>) -> RowsReport {
