@@ -22,7 +22,11 @@
 //!   resume tag keeps what the interrupted push stored; of each range, the leading 1 MiB
 //!   pieces whose digests on the server (`RangeDigest` with `upload`, one call per range)
 //!   equal ours are kept, and the range is pushed from the first that differs. The commit
-//!   still checks the whole blob's digest.
+//!   still checks every chunk against ours.
+//! - **A push commits** with the digest of the whole file and its 1 MiB chunk digests, both
+//!   computed from one copy of each piece: the server makes the upload the blob only if every
+//!   chunk it holds equals ours (its range writers hashed them as they wrote them; only
+//!   chunks none saw whole are read back), and keeps our digest of the whole.
 //! - **End to end:** while the ranges arrive, a hasher follows the contiguous prefix written
 //!   so far and digests the whole file in order; at the end it must equal the digest the
 //!   server stored at commit, or the copy fails and its part file is discarded. When a
@@ -468,7 +472,7 @@ pub(crate) struct Pushed {
 
 /// Push `data` (all of a local file) into the upload `name`, routed with its size, as `n`
 /// ranges over as many connections, then commit it with the digest of the whole: the server
-/// reads the upload back and makes it the blob only if that digest matches. A range whose
+/// makes it the blob only if every chunk equals ours (see the top of this file). A range whose
 /// connection drops is pushed again from its start on a new one (up to [`ATTEMPTS`] tries).
 /// `Ok(None)`, before any byte moved, when the server's store takes one writer per upload.
 ///
@@ -520,13 +524,17 @@ pub(crate) fn push(
     };
     let (mut first, mut first_held) = (first, first_held);
     let (results, whole) = std::thread::scope(|s| {
-        // The whole's digest and the chunks' in one pass over the same bytes: the server
+        // The whole's digest and the chunks' from one copy of each piece (the file is
+        // mapped: were it changed meanwhile, both still describe the same bytes). The server
         // checks its chunks against ours and keeps the whole's.
         let hasher = s.spawn(|| {
             let (mut whole, mut chunks) = (algo.hasher(), ChunkHasher::new());
+            let mut copy = vec![0u8; ALIGN as usize];
             for piece in data.chunks(ALIGN as usize) {
-                whole.update(piece);
-                chunks.update(piece);
+                let copy = &mut copy[..piece.len()];
+                copy.copy_from_slice(piece);
+                whole.update(copy);
+                chunks.update(copy);
             }
             (whole.finish(), chunks.finish())
         });
@@ -576,8 +584,8 @@ pub(crate) fn push(
     let kept = done.iter().map(|d| d.1).sum();
     let (whole, chunks) = whole?;
     let info = commit(client, name, &whole, &chunks, size, deadline)?;
-    // The server checked its bytes against ours; in our algorithm its stored digest must be
-    // the same.
+    // The server checked its chunks against ours and keeps our digest of the whole: in our
+    // algorithm its stored digest must be that one.
     if let Ok(stored) = info.digest.parse::<Digest>()
         && stored.algo == whole.algo
         && stored != whole

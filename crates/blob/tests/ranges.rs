@@ -206,7 +206,7 @@ fn four_connections_push_the_whole_file_as_one_blob() {
     assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0 });
     assert_eq!(c.bytes, bytes.len() as u64);
     // Every chunk was vouched for by the range writer that wrote it: nothing read back.
-    assert_eq!(w.fs.range_commit_read_back(), 0);
+    assert_eq!(w.fs.commit_read_back(), 0);
     pushed(&w, "up/scan", &bytes);
 }
 
@@ -246,11 +246,11 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
     // The first attempt read chunk 1 back (the second did not fit before any read); the
     // writers' records outlive failed attempts, so the right chunks commit reading back
     // chunk 1 alone.
-    let before = w.fs.range_commit_read_back();
+    let before = w.fs.commit_read_back();
     assert_eq!(before, MIB);
     let info = c.commit("up/split", &whole, Some(&bs_wire::ChunkDigests::of(&bytes))).unwrap();
     assert_eq!(info.digest, whole.to_string());
-    assert_eq!(w.fs.range_commit_read_back() - before, MIB);
+    assert_eq!(w.fs.commit_read_back() - before, MIB);
     // Without chunk digests the whole upload is read back.
     c.route(bs_client::RouteRequest {
         name: "up/whole".into(),
@@ -261,10 +261,33 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
     let mut p = c.open_push_range("up/whole", 0, size).unwrap();
     p.write(&bytes).unwrap();
     p.finish(false).unwrap();
-    let before = w.fs.range_commit_read_back();
+    let before = w.fs.commit_read_back();
     c.commit("up/whole", &whole, None).unwrap();
-    assert_eq!(w.fs.range_commit_read_back() - before, size);
+    assert_eq!(w.fs.commit_read_back() - before, size);
     pushed(&w, "up/whole", &bytes);
+
+    // A sender whose digest of the whole is not that of its chunks' bytes (a broken client):
+    // the server keeps the digest it was given, but no reader gets the bytes with success,
+    // and the scrubber marks the blob.
+    c.route(bs_client::RouteRequest {
+        name: "up/liar".into(),
+        size: Some(size),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut p = c.open_push_range("up/liar", 0, size).unwrap();
+    p.write(&bytes).unwrap();
+    p.finish(false).unwrap();
+    let lie = algo.digest(b"not these bytes");
+    c.commit("up/liar", &lie, Some(&bs_wire::ChunkDigests::of(&bytes))).unwrap();
+    let back = w.dir.path().join("liar.back");
+    let t = Transporter::new(Factory::new());
+    let e = t.copy(&w.remote("up/liar"), &BlobKey::file(&back), &Options::blocking()).wait();
+    assert!(e.is_err_and(|e| e.is_integrity()), "a pull of the blob fails its check");
+    assert!(!back.exists());
+    let e = w.fs.scrub_blob("up/liar", &mut |_| true).unwrap_err();
+    assert!(matches!(e, bs_store::StoreError::Corrupt { .. }), "{e}");
+    assert!(matches!(w.fs.open_read("up/liar"), Err(bs_store::StoreError::Corrupt { .. })));
     pushed(&w, "up/split", &bytes);
 
     // Pushed again the same way: only chunk 1 is read back.
@@ -279,9 +302,9 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
         p.write(&bytes[start as usize..end as usize]).unwrap();
         p.finish(false).unwrap();
     }
-    let before = w.fs.range_commit_read_back();
+    let before = w.fs.commit_read_back();
     c.commit("up/split2", &whole, Some(&bs_wire::ChunkDigests::of(&bytes))).unwrap();
-    assert_eq!(w.fs.range_commit_read_back() - before, MIB);
+    assert_eq!(w.fs.commit_read_back() - before, MIB);
     pushed(&w, "up/split2", &bytes);
 }
 

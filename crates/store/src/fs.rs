@@ -59,7 +59,7 @@ struct Inner {
     mapped: MappedFiles,
     /// Chunk digests of pending uploads as their range writers wrote them.
     written: WrittenChunks,
-    /// Bytes commits of range-written uploads read back (chunks no writer could vouch for).
+    /// Bytes commits have read back to digest or check them.
     read_back: AtomicU64,
 }
 
@@ -416,6 +416,7 @@ impl Store for FsStore {
                 return Err(not_found_as(e, name));
             }
         };
+        i.written.open(&rec.upload_id);
         let sink = FsRangeUpload {
             store: i.clone(),
             name: name.to_string(),
@@ -482,9 +483,29 @@ impl Store for FsStore {
         validate_name(name)?;
         let stored = self.stored(name)?;
         let (marked, loc) = (stored.corrupt.is_some(), stored.location.clone());
+        let want: Option<Digest> = stored.record.digest.parse().ok();
         let src = self.open_stored(stored)?;
-        if !src.verify_paced(0, src.size(), pace)? {
-            return Ok(false);
+        // Every chunk, and the whole: a range-written blob's digest of the whole is its
+        // sender's, checked at commit only through the chunks computed with it.
+        let mut whole = want.as_ref().map(|d| d.algo.hasher());
+        for piece in src.pieces(0, src.size())? {
+            let piece = piece?;
+            if let Some(h) = &mut whole {
+                h.update(&piece);
+            }
+            if !pace(piece.len() as u64) {
+                return Ok(false);
+            }
+        }
+        if let (Some(h), Some(want)) = (whole, want)
+            && h.finish() != want
+        {
+            let reason = format!(
+                "every chunk checks out, but the whole reads back as {}, not {want}",
+                h.finish()
+            );
+            self.inner.cat.set_corrupt(name, &loc, Some(&reason))?;
+            return Err(StoreError::Corrupt { name: name.to_string(), reason });
         }
         if marked {
             tracing::info!(%name, "blob marked corrupt reads back whole again: mark cleared");
@@ -503,9 +524,11 @@ fn chunks_of(s: &StoredBlob, c: &[u8]) -> Result<ChunkDigests> {
 }
 
 impl FsStore {
-    /// Bytes commits of range-written uploads have read back so far: chunks no range writer
-    /// could vouch for, or whole uploads committed without the sender's chunk digests.
-    pub fn range_commit_read_back(&self) -> u64 {
+    /// Bytes commits have read back so far to digest or check them: chunks of range-written
+    /// uploads no range writer could vouch for, and whole uploads whose bytes no writer
+    /// digested as they arrived in order (range-written ones committed without the sender's
+    /// chunk digests, resumed ones).
+    pub fn commit_read_back(&self) -> u64 {
         self.inner.read_back.load(Ordering::Relaxed)
     }
 
@@ -741,10 +764,8 @@ impl UploadSink for FsUpload {
                 let written = self.written.as_ref();
                 self.checked = Some(i.check_chunks(name, file, self.received, sender, written)?);
             }
-            // Read back once, in either algorithm.
-            _ => {
-                i.read_back.fetch_add(self.received, Ordering::Relaxed);
-            }
+            // Read back once, in either algorithm (counted there).
+            _ => {}
         }
         self.commit(Some(expected.clone()))
     }
@@ -766,6 +787,7 @@ impl UploadSink for FsUpload {
             (Some(d), Some(c)) if d.algo == i.algo => (d, c),
             (given, _) => {
                 // The given digest is checked in its own algorithm, in the same read.
+                i.read_back.fetch_add(self.received, Ordering::Relaxed);
                 let also = given.as_ref().map(|g| g.algo).filter(|a| *a != i.algo);
                 let (d, c, other) = digest_and_chunks_also(&file, self.received, i.algo, also)?;
                 let read_back =

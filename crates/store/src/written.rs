@@ -4,24 +4,30 @@
 //! digests, compared with the sender's, stand for the file's chunks.
 //!
 //! A recorded digest must always be that of the bytes the file holds. Every write to an upload
-//! (by any range writer) first bumps an epoch of each chunk it touches and clears the chunk's
-//! digest; a writer records a chunk's digest only if the chunk's epoch is still the one its own
-//! last write to it left — no other write touched the chunk between its first byte and its
-//! last — and a write landing after the record clears it again. Writes are disjoint by the
-//! client's choice, but a retried range may race its cut predecessor's last write: both bump,
-//! so neither records a chunk the other also wrote. Chunks without a digest (written partly,
-//! out of order, before a server restart, or raced) are read back at commit; nothing here is
-//! kept on disk.
+//! by a range writer, before its bytes go to the file, counts itself in flight on each chunk
+//! it touches, bumps the chunk's epoch and clears its digest; once its bytes landed (or
+//! failed) it leaves the count. A writer records a chunk's digest only when, after its own
+//! last write to the chunk landed, no write is in flight on the chunk and the epoch is still
+//! the one its own last write left — no other write began between the chunk's first byte and
+//! its last, and none that began earlier can still land. A write beginning after the record
+//! clears it. Writes are disjoint by the client's choice, but a retried range may race its cut
+//! predecessor's last write; then neither records the chunk. Chunks without a digest (written
+//! partly, out of order, before a server restart, or raced) are read back at commit; nothing
+//! here is kept on disk. An upload is known here from its first range writer's opening until
+//! it is committed, aborted, expired or replaced: a straggling writer of a forgotten upload
+//! records nothing.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use bs_wire::{CHUNK_SIZE, ChunkHasher};
 
-/// One chunk of an upload: how often it was written, and its digest if a writer saw all of it.
+/// One chunk of an upload: how often a write to it began, how many are under way, and its
+/// digest if a writer saw all of it written.
 #[derive(Debug, Default, Clone, Copy)]
 struct Chunk {
     epoch: u64,
+    in_flight: u32,
     digest: Option<u64>,
 }
 
@@ -50,11 +56,17 @@ impl WrittenChunks {
         self.uploads.lock().unwrap_or_else(PoisonError::into_inner).remove(id)
     }
 
+    /// Upload `id` has a range writer: its chunks are tracked from now on.
+    pub(crate) fn open(&self, id: &str) {
+        let mut uploads = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);
+        uploads.entry(id.to_string()).or_default();
+    }
+
     /// Write `data` at `offset` of upload `id` with `write`, piece by piece within chunks:
     /// before each piece lands, the chunk it touches forgets its digest and `t` learns
-    /// whether it may go on hashing that chunk; once a piece finishes a chunk `t` hashed from
-    /// its first byte, the chunk's digest is recorded if no other write touched it meanwhile
-    /// (see the top of this file).
+    /// whether it may go on hashing that chunk; once a piece finishing a chunk `t` hashed
+    /// from its first byte has landed, the chunk's digest is recorded if no other write
+    /// touched it meanwhile or is still under way (see the top of this file).
     pub(crate) fn write<E>(
         &self,
         id: &str,
@@ -70,21 +82,25 @@ impl WrittenChunks {
             let take = (((i + 1) * CHUNK_SIZE - at) as usize).min(rest.len());
             let (piece, more) = rest.split_at(take);
             self.before(id, i, at, t);
-            if let Err(e) = write(at, piece) {
+            let landed = write(at, piece);
+            at += take as u64;
+            let finished = match (&landed, t.cur.as_mut()) {
+                (Ok(()), Some(cur)) => {
+                    cur.hasher.update(piece);
+                    cur.at = at;
+                    at >= ((i + 1) * CHUNK_SIZE).min(t.size)
+                }
+                _ => false,
+            };
+            let digest = match finished {
+                // One chunk fed: one digest.
+                true => t.cur.take().and_then(|c| c.hasher.finish().sum(0).map(|d| (c.epoch, d))),
+                false => None,
+            };
+            self.after(id, i, digest);
+            if let Err(e) = landed {
                 t.cur = None;
                 return Err(e);
-            }
-            at += take as u64;
-            if let Some(cur) = t.cur.as_mut() {
-                cur.hasher.update(piece);
-                cur.at = at;
-                if at >= ((i + 1) * CHUNK_SIZE).min(t.size) {
-                    let cur = t.cur.take().expect("tracked");
-                    // One chunk fed: one digest.
-                    if let Some(d) = cur.hasher.finish().sum(0) {
-                        self.record(id, cur.index, cur.epoch, d);
-                    }
-                }
             }
             rest = more;
         }
@@ -94,11 +110,16 @@ impl WrittenChunks {
     /// A piece of chunk `i` from `at` is about to be written.
     fn before(&self, id: &str, i: u64, at: u64, t: &mut Tracker) {
         let mut uploads = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);
-        let c = uploads.entry(id.to_string()).or_default().chunks.entry(i).or_default();
+        let Some(w) = uploads.get_mut(id) else {
+            t.cur = None;
+            return;
+        };
+        let c = w.chunks.entry(i).or_default();
         let ours = t
             .cur
             .as_ref()
             .is_some_and(|cur| cur.index == i && cur.at == at && cur.epoch == c.epoch);
+        c.in_flight += 1;
         c.epoch += 1;
         c.digest = None;
         if ours {
@@ -110,10 +131,14 @@ impl WrittenChunks {
         }
     }
 
-    /// Chunk `index` holds the bytes whose digest is `digest`, unless written since `epoch`.
-    fn record(&self, id: &str, index: u64, epoch: u64, digest: u64) {
+    /// A piece of chunk `i` has landed (or failed); `finished`: the chunk's digest, by a
+    /// writer whose last write to it left `epoch`.
+    fn after(&self, id: &str, i: u64, finished: Option<(u64, u64)>) {
         let mut uploads = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(c) = uploads.get_mut(id).and_then(|w| w.chunks.get_mut(&index))
+        let Some(c) = uploads.get_mut(id).and_then(|w| w.chunks.get_mut(&i)) else { return };
+        c.in_flight = c.in_flight.saturating_sub(1);
+        if let Some((epoch, digest)) = finished
+            && c.in_flight == 0
             && c.epoch == epoch
         {
             c.digest = Some(digest);
@@ -187,7 +212,9 @@ mod tests {
 
     impl Upload {
         fn new(size: usize) -> Self {
-            Self { file: vec![0; size], written: WrittenChunks::default() }
+            let written = WrittenChunks::default();
+            written.open("u");
+            Self { file: vec![0; size], written }
         }
 
         fn write(&mut self, t: &mut Tracker, offset: usize, data: &[u8]) {
@@ -280,6 +307,43 @@ mod tests {
         t.truncate(C as u64);
         u.write(&mut t, C, &data[C..]);
         assert_eq!(u.recorded(), vec![0, 1]);
+    }
+
+    #[test]
+    fn a_write_still_landing_when_another_writer_finishes_the_chunk_keeps_it_unrecorded() {
+        let w = WrittenChunks::default();
+        w.open("u");
+        let file = std::cell::RefCell::new(vec![0u8; C]);
+        let (a_bytes, b_bytes) = (bytes(C, 7), bytes(C, 8));
+        let (mut a, mut b) = (Tracker::new(C as u64), Tracker::new(C as u64));
+        let put = |at: u64, piece: &[u8]| -> Result<(), ()> {
+            file.borrow_mut()[at as usize..at as usize + piece.len()].copy_from_slice(piece);
+            Ok(())
+        };
+        // B (a cut range's last write) has begun; before its bytes land, A (the range
+        // retried) writes the whole chunk.
+        w.write("u", 100, &b_bytes[100..200], &mut b, |at, piece| {
+            w.write("u", 0, &a_bytes, &mut a, put).unwrap();
+            put(at, piece)
+        })
+        .unwrap();
+        assert_ne!(file.borrow()[..], a_bytes[..], "B's bytes landed after A's");
+        assert_eq!(w.take("u").map(|u| u.digest(0)), Some(None), "nothing recorded");
+        // A failed write leaves nothing in flight: written whole again, the chunk is recorded.
+        w.open("u");
+        let mut a = Tracker::new(C as u64);
+        assert!(w.write("u", 0, &a_bytes[..10], &mut a, |_, _| Err(())).is_err());
+        w.write("u", 0, &a_bytes, &mut a, put).unwrap();
+        assert_eq!(w.take("u").and_then(|u| u.digest(0)), ChunkDigests::of(&a_bytes).sum(0));
+    }
+
+    #[test]
+    fn a_forgotten_upload_is_not_tracked_again_by_a_straggling_writer() {
+        let mut u = Upload::new(C);
+        let mut t = Tracker::new(C as u64);
+        u.written.forget("u");
+        u.write(&mut t, 0, &bytes(C, 9));
+        assert!(u.written.take("u").is_none());
     }
 
     #[test]

@@ -33,7 +33,7 @@ impl SocketOptions {
         let sock = socket2::SockRef::from(s);
         self.apply_buffers(&sock)?;
         if self.send_buffer.is_none() {
-            crate::far::size_for_path(s)?;
+            crate::far::size_for_path(s);
         }
         s.set_nodelay(self.nodelay)?;
         s.set_read_timeout(self.io_timeout)?;
