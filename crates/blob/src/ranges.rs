@@ -494,9 +494,11 @@ pub(crate) fn push(
     let algo = DigestAlgo::default();
     let unimplemented =
         |e: &ClientError| matches!(e, ClientError::Rpc { code: tonic::Code::Unimplemented, .. });
-    // The first range is opened (or checked) before anything else: a store that takes one
-    // writer per upload says so here, before any byte moved.
-    let (first, first_held) =
+    // Before any byte moves, a store that takes one writer per upload says so: resuming, when
+    // the first range is checked; else when the ranges are opened, all at once (an opening
+    // takes a few round trips, which on a far link would otherwise hold back every range but
+    // the first).
+    let (opened, first_held) =
         if resume {
             let (start, end) = bounds[0];
             let held = client
@@ -504,14 +506,47 @@ pub(crate) fn push(
                 .upload_piece_digests(name, start, end - start, ALIGN, algo);
             match held {
                 Err(e) if unimplemented(&e) => return Ok(None),
-                held => (None, Some(held.ok())),
+                held => (Vec::new(), Some(held.ok())),
             }
         } else {
-            match client.within(deadline.left(IO_WAIT)).open_push_range(name, 0, bounds[0].1) {
-                Err(e) if unimplemented(&e) => return Ok(None),
-                r => (Some(r?), None),
+            let tries: Vec<std::result::Result<bs_client::PushStream, ClientError>> =
+                std::thread::scope(|s| {
+                    let opening: Vec<_> = bounds
+                        .iter()
+                        .map(|&(start, end)| {
+                            s.spawn(move || {
+                                client.within(deadline.left(IO_WAIT)).open_push_range(
+                                    name,
+                                    start,
+                                    end - start,
+                                )
+                            })
+                        })
+                        .collect();
+                    opening
+                        .into_iter()
+                        .map(|h| {
+                            h.join().unwrap_or_else(|_| {
+                                Err(ClientError::Protocol("opening a range panicked".into()))
+                            })
+                        })
+                        .collect()
+                });
+            if tries.iter().any(|t| t.as_ref().is_err_and(unimplemented)) {
+                return Ok(None);
             }
+            let mut opened = Vec::with_capacity(tries.len());
+            for (i, t) in tries.into_iter().enumerate() {
+                match t {
+                    Ok(p) => opened.push(Some(p)),
+                    // The first range's failure is the push's; another range opens again itself.
+                    Err(e) if i == 0 => return Err(e.into()),
+                    Err(_) => opened.push(None),
+                }
+            }
+            (opened, None)
         };
+    let mut opened = opened.into_iter();
     let cancel = AtomicBool::new(false);
     let finished = Finished::default();
     // Bytes of the ranges kept from an interrupted push.
@@ -522,7 +557,7 @@ pub(crate) fn push(
             p(done, size);
         }
     };
-    let (mut first, mut first_held) = (first, first_held);
+    let mut first_held = first_held;
     let (results, whole) = std::thread::scope(|s| {
         // The whole's digest and the chunks' from one copy of each piece (the file is
         // mapped: were it changed meanwhile, both still describe the same bytes). The server
@@ -543,7 +578,7 @@ pub(crate) fn push(
             .zip(&sent)
             .enumerate()
             .map(|(i, (&(start, end), sent))| {
-                let opened = if i == 0 { first.take() } else { None };
+                let opened = opened.next().flatten();
                 let checked = if i == 0 { first_held.take() } else { None };
                 let (cancel, finished) = (&cancel, &finished);
                 let kept_total = &kept_total;
