@@ -101,8 +101,8 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          chunk digests before it commits); \
          iperf3 runs 8 s and stores nothing. Kernel autotuning caps a send buffer at \
          net.ipv4.tcp_wmem's maximum, which bounds one stream of this link to about 420 Mbit/s; \
-         blobstream's data connections to a far peer (a handshake of 5 ms or more) ask for \
-         SO_SNDBUF = net.core.wmem_max ({}, which the kernel doubles) instead, and iperf3 \
+         blobstream's data connections to a far peer (a shortest round trip of 5 ms or more) \
+         ask for SO_SNDBUF = net.core.wmem_max ({}, up to 64 MiB; the kernel doubles it) instead, and iperf3 \
          keeps autotuning unless given -w (the rows with -w: the same buffer for iperf3, \
          shown for one and two connections, where the buffer is what bounds the rate).",
         mib(window)

@@ -535,16 +535,12 @@ pub(crate) fn push(
             if tries.iter().any(|t| t.as_ref().is_err_and(unimplemented)) {
                 return Ok(None);
             }
-            let mut opened = Vec::with_capacity(tries.len());
-            for (i, t) in tries.into_iter().enumerate() {
-                match t {
-                    Ok(p) => opened.push(Some(p)),
-                    // The first range's failure is the push's; another range opens again itself.
-                    Err(e) if i == 0 => return Err(e.into()),
-                    Err(_) => opened.push(None),
-                }
+            // A range that could not be opened opens again itself (and tries again, as after
+            // a dropped connection); only if none could is the failure the push's.
+            if tries.iter().all(|t| t.is_err()) {
+                return Err(tries.into_iter().find_map(|t| t.err()).expect("one failed").into());
             }
-            (opened, None)
+            (tries.into_iter().map(|t| t.ok()).collect(), None)
         };
     let mut opened = opened.into_iter();
     let cancel = AtomicBool::new(false);

@@ -647,6 +647,13 @@ struct FsRangeUpload {
 
 impl Drop for FsRangeUpload {
     fn drop(&mut self) {
+        // An upload replaced, deleted or expired while this writer ran (it began tracking it
+        // again): nothing of it is wanted.
+        let current =
+            matches!(self.store.cat.upload(&self.name), Ok(Some(u)) if u.upload_id == self.id);
+        if !current {
+            self.store.written.forget(&self.id);
+        }
         self.store.range_writer_done(&self.name);
     }
 }

@@ -6,12 +6,12 @@
 //! A recorded digest must always be that of the bytes the file holds. Every write to an upload
 //! by a range writer, before its bytes go to the file, counts itself in flight on each chunk
 //! it touches, bumps the chunk's epoch and clears its digest; once its bytes landed (or
-//! failed) it leaves the count. A writer records a chunk's digest only when, after its own
-//! last write to the chunk landed, no write is in flight on the chunk and the epoch is still
-//! the one its own last write left — no other write began between the chunk's first byte and
-//! its last, and none that began earlier can still land. A write beginning after the record
-//! clears it. Writes are disjoint by the client's choice, but a retried range may race its cut
-//! predecessor's last write; then neither records the chunk. Chunks without a digest (written
+//! failed) it leaves the count. A writer hashes a chunk only while each of its writes to it
+//! began with no other write in flight on the chunk and with the epoch its own last write
+//! left, and it records the digest only if, after its last write landed, that still holds: no
+//! other write overlapped any of its own, so none can land after them. A write beginning after
+//! the record clears it. Writes are disjoint by the client's choice, but a retried range may
+//! race its cut predecessor's last write; then neither records the chunk. Chunks without a digest (written
 //! partly, out of order, before a server restart, or raced) are read back at commit; nothing
 //! here is kept on disk. An upload is known here from its first range writer's opening until
 //! it is committed, aborted, expired or replaced: a straggling writer of a forgotten upload
@@ -81,7 +81,7 @@ impl WrittenChunks {
             let i = at / CHUNK_SIZE;
             let take = (((i + 1) * CHUNK_SIZE - at) as usize).min(rest.len());
             let (piece, more) = rest.split_at(take);
-            self.before(id, i, at, t);
+            let counted = self.before(id, i, at, t);
             let landed = write(at, piece);
             at += take as u64;
             let finished = match (&landed, t.cur.as_mut()) {
@@ -97,7 +97,9 @@ impl WrittenChunks {
                 true => t.cur.take().and_then(|c| c.hasher.finish().sum(0).map(|d| (c.epoch, d))),
                 false => None,
             };
-            self.after(id, i, digest);
+            if counted {
+                self.after(id, i, digest);
+            }
             if let Err(e) = landed {
                 t.cur = None;
                 return Err(e);
@@ -107,28 +109,32 @@ impl WrittenChunks {
         Ok(())
     }
 
-    /// A piece of chunk `i` from `at` is about to be written.
-    fn before(&self, id: &str, i: u64, at: u64, t: &mut Tracker) {
+    /// A piece of chunk `i` from `at` is about to be written; whether it was counted in flight
+    /// (the upload is tracked).
+    fn before(&self, id: &str, i: u64, at: u64, t: &mut Tracker) -> bool {
         let mut uploads = self.uploads.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(w) = uploads.get_mut(id) else {
             t.cur = None;
-            return;
+            return false;
         };
         let c = w.chunks.entry(i).or_default();
-        let ours = t
-            .cur
-            .as_ref()
-            .is_some_and(|cur| cur.index == i && cur.at == at && cur.epoch == c.epoch);
+        // Another write still landing may land after this one: nobody hashes the chunk now.
+        let quiet = c.in_flight == 0;
+        let ours = quiet
+            && t.cur
+                .as_ref()
+                .is_some_and(|cur| cur.index == i && cur.at == at && cur.epoch == c.epoch);
         c.in_flight += 1;
         c.epoch += 1;
         c.digest = None;
         if ours {
             t.cur.as_mut().expect("ours").epoch = c.epoch;
-        } else if at == i * CHUNK_SIZE {
+        } else if quiet && at == i * CHUNK_SIZE {
             t.cur = Some(Cur { index: i, at, epoch: c.epoch, hasher: ChunkHasher::new() });
         } else {
             t.cur = None;
         }
+        true
     }
 
     /// A piece of chunk `i` has landed (or failed); `finished`: the chunk's digest, by a
@@ -328,6 +334,18 @@ mod tests {
         })
         .unwrap();
         assert_ne!(file.borrow()[..], a_bytes[..], "B's bytes landed after A's");
+        assert_eq!(w.take("u").map(|u| u.digest(0)), Some(None), "nothing recorded");
+        // A (the retry) begins while B's write is still landing, B's bytes land before A's
+        // second half, A finishes last: B's bytes are in the file, nothing may be recorded.
+        w.open("u");
+        let (mut a, mut b) = (Tracker::new(C as u64), Tracker::new(C as u64));
+        w.write("u", 100, &b_bytes[100..200], &mut b, |at, piece| {
+            w.write("u", 0, &a_bytes[..C / 2], &mut a, put).unwrap();
+            put(at, piece)
+        })
+        .unwrap();
+        w.write("u", (C / 2) as u64, &a_bytes[C / 2..], &mut a, put).unwrap();
+        assert_ne!(file.borrow()[..], a_bytes[..], "B's bytes landed over A's");
         assert_eq!(w.take("u").map(|u| u.digest(0)), Some(None), "nothing recorded");
         // A failed write leaves nothing in flight: written whole again, the chunk is recorded.
         w.open("u");
