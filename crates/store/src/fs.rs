@@ -140,7 +140,11 @@ impl FsStore {
                 let id = f.file_name().to_string_lossy().into_owned();
                 if !live.contains(&id) {
                     tracing::info!(file = %f.path().display(), "removing unreferenced blob file");
-                    fs::remove_file(f.path())?;
+                    // A replaced file's own removal may be under way (see `remove_replaced`).
+                    match fs::remove_file(f.path()) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                        _ => {}
+                    }
                 }
             }
         }
@@ -265,22 +269,24 @@ impl Inner {
 /// Replaced blob files this large or larger are removed by a thread of their own.
 const REMOVE_IN_BACKGROUND_FROM: u64 = 64 << 20;
 
-/// Remove the file of a blob its commit just replaced. It is unreferenced already (were the
-/// process to stop first, the next start's garbage collection would remove it), so a large
-/// one is removed in the background: unlinking a gigabyte takes ext4 about half a second
-/// here, which the writer waiting for its acknowledgement need not wait for.
-fn remove_replaced(path: PathBuf) {
+/// Remove the file of a blob its commit just replaced, then call `then` (which forgets the
+/// blob's kept mapping again: one kept by a reader of the old file meanwhile would otherwise
+/// hold the removed file's space). The file is unreferenced already, so a large one is removed
+/// in the background: unlinking a gigabyte takes ext4 about half a second here, which the
+/// writer waiting for its acknowledgement need not wait for. Were the process to stop first,
+/// or no thread be had, the next start's garbage collection removes it.
+fn remove_replaced(path: PathBuf, then: impl FnOnce() + Send + 'static) {
     let large = fs::metadata(&path).is_ok_and(|m| m.len() >= REMOVE_IN_BACKGROUND_FROM);
-    if large {
-        let remove = {
-            let path = path.clone();
-            move || drop(fs::remove_file(path))
-        };
-        if std::thread::Builder::new().name("remove-replaced".into()).spawn(remove).is_ok() {
-            return;
-        }
+    let remove = move || {
+        let _ = fs::remove_file(&path);
+        then();
+    };
+    if !large {
+        return remove();
     }
-    let _ = fs::remove_file(path);
+    if let Err(e) = std::thread::Builder::new().name("remove-replaced".into()).spawn(remove) {
+        tracing::warn!(error = %e, "no thread to remove a replaced blob file: left to the next start");
+    }
 }
 
 /// A fresh random 128-bit id in hex.
@@ -669,10 +675,14 @@ struct FsRangeUpload {
 impl Drop for FsRangeUpload {
     fn drop(&mut self) {
         // An upload replaced, deleted or expired while this writer ran (it began tracking it
-        // again): nothing of it is wanted.
-        let current =
-            matches!(self.store.cat.upload(&self.name), Ok(Some(u)) if u.upload_id == self.id);
-        if !current {
+        // again): nothing of it is wanted. Not on a catalogue error: forgetting the live
+        // upload would drop the count of its other writers' writes still landing.
+        let gone = match self.store.cat.upload(&self.name) {
+            Ok(Some(u)) => u.upload_id != self.id,
+            Ok(None) => true,
+            Err(_) => false,
+        };
+        if gone {
             self.store.written.forget(&self.id);
         }
         self.store.range_writer_done(&self.name);
@@ -860,7 +870,8 @@ impl UploadSink for FsUpload {
             may_replace(overwrite, &refuse, d)
         }) {
             Ok(Commit::Done(Some(old))) => {
-                remove_replaced(i.blob_path(&old));
+                let (inner, name) = (i.clone(), name.clone());
+                remove_replaced(i.blob_path(&old), move || inner.mapped.forget(&name));
             }
             Ok(Commit::Done(None)) => {}
             Ok(Commit::Refused) => {
