@@ -61,34 +61,27 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
                 notes.push(format!("iperf3 is not installed or failed: no row for {iperf}"));
                 continue;
             }
-            let i = median(&theirs);
-            rows.push(Row {
-                group: "long fat network",
-                what: format!("{verb} of 1 GiB over {n} connection(s): against {iperf}"),
-                ours: m,
-                baseline: i,
-                baseline_name: format!("{iperf}, 8 s"),
-                unit: "Mbit/s",
-                ratio: m / i,
-                ratio_means: "ours / iperf3",
-                target: Some((1.0, true)),
-            });
-            // The same iperf3 with the send buffer our far connections ask for (informative).
-            let windowed = rates(windowed_key, n);
-            if !windowed.is_empty() {
-                let w = median(&windowed);
-                let iperf = format!("iperf3 {flags} -P {n} -w {}", mib(window)).replace("  ", " ");
-                rows.push(Row {
+            // Our rate against an iperf3 run's (median of its rates).
+            let against = |iperf: String, theirs: &[f64], target| {
+                let i = median(theirs);
+                Row {
                     group: "long fat network",
                     what: format!("{verb} of 1 GiB over {n} connection(s): against {iperf}"),
                     ours: m,
-                    baseline: w,
+                    baseline: i,
                     baseline_name: format!("{iperf}, 8 s"),
                     unit: "Mbit/s",
-                    ratio: m / w,
+                    ratio: m / i,
                     ratio_means: "ours / iperf3",
-                    target: None,
-                });
+                    target,
+                }
+            };
+            rows.push(against(iperf, &theirs, Some((1.0, true))));
+            // The same iperf3 with the send buffer our far connections ask for (informative).
+            let windowed = rates(windowed_key, n);
+            if !windowed.is_empty() {
+                let iperf = format!("iperf3 {flags} -P {n} -w {}", mib(window)).replace("  ", " ");
+                rows.push(against(iperf, &windowed, None));
             }
         }
     }

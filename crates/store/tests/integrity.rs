@@ -90,14 +90,7 @@ fn rot_on_disk_is_caught() {
 
 /// The one blob file under `root`'s `blobs` directory.
 fn only_blob_file(root: &std::path::Path) -> std::path::PathBuf {
-    let mut found = Vec::new();
-    let mut dirs = vec![root.join("blobs")];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() { dirs.push(p) } else { found.push(p) }
-        }
-    }
+    let mut found = common::blob_files(root);
     assert_eq!(found.len(), 1, "{found:?}");
     found.pop().unwrap()
 }

@@ -2,23 +2,13 @@
 //! by a thread of its own once the commit has returned, a small one at once — and only the new
 //! blob's bytes remain, read back whole.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bs_store::{FsStore, RouteSpec, Store, put_bytes};
+mod common;
 
-/// Every file under `root`'s `blobs` directory.
-fn blob_files(root: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut dirs = vec![root.join("blobs")];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() { dirs.push(p) } else { found.push(p) }
-        }
-    }
-    found
-}
+use bs_store::{FsStore, RouteSpec, Store, put_bytes};
+use common::blob_files;
 
 fn read_back(s: &FsStore, name: &str) -> Vec<u8> {
     let src = s.open_read(name).unwrap();

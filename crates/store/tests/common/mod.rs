@@ -43,3 +43,16 @@ pub fn s3_config(prefix: &str) -> S3Config {
 pub fn s3_store() -> ObjStore {
     ObjStore::open_s3(&s3_config(&fresh_prefix()), Catalogue::open_in_memory().unwrap()).unwrap()
 }
+
+/// Every file under a filesystem store's `blobs` directory (`root` is the store's root).
+pub fn blob_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.join("blobs")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() { dirs.push(p) } else { found.push(p) }
+        }
+    }
+    found
+}
