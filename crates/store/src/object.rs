@@ -586,11 +586,14 @@ impl Store for ObjStore {
         let (id, _) = split_upload_id(&rec.upload_id);
         let state = match i.take_staged(name) {
             Some(s) if s.upload_id == id => s,
-            other => {
+            Some(s) => {
+                // Routed here, then routed again by another front end: that put has taken
+                // the name's upload over (its size, its flags), so this one has lost it.
+                i.abandon(s);
+                return Err(StoreError::Busy(name.to_string()));
+            }
+            None => {
                 // Routed by another front end, or before a restart: start over here.
-                if let Some(s) = other {
-                    i.abandon(s);
-                }
                 i.abort_if_abandoned(&rec);
                 let fresh = new_id();
                 let rec = UploadRecord { upload_id: fresh.clone(), ..rec.clone() };

@@ -18,7 +18,8 @@ pub fn put_bytes(
         sink.write_at(0, data)?;
         sink.commit(None)
     });
-    if written.is_err() {
+    // A busy upload is another transfer's (on another front end, say): not ours to abort.
+    if written.as_ref().is_err_and(|e| !matches!(e, StoreError::Busy(_))) {
         let _ = store.abort(&spec.name);
     }
     written
