@@ -1020,6 +1020,24 @@ impl UploadSink for ObjUpload {
         Ok(())
     }
 
+    fn lend(&mut self, offset: u64, len: u64) -> Option<&mut [u8]> {
+        // A small blob of known size, appended to: its one PUT's buffer is filled in place.
+        let size = self.rec.size?;
+        check_write(Some(size), self.received(), offset, len as usize).ok()?;
+        let s = self.state.as_mut()?;
+        let rest = size - s.flushed;
+        if s.multipart.is_some() || rest >= PART_SIZE as u64 {
+            return None;
+        }
+        s.tail.lend((offset - s.flushed) as usize, len as usize, rest as usize)
+    }
+
+    fn filled(&mut self, offset: u64, n: u64) {
+        if let Some(s) = self.state.as_mut() {
+            s.tail.filled((offset - s.flushed) as usize, n as usize);
+        }
+    }
+
     fn truncate(&mut self, len: u64) -> Result<()> {
         let s = self.state();
         if len >= s.received() {

@@ -4,7 +4,7 @@
 //! where a fresh 8 MiB one faults in 2,048 pages, each zeroed by the kernel (measured on the
 //! 2-core VM putting 32 MB blobs on Garage: 7,800 page faults per blob without the pool, none
 //! with it, and 7% less time, alternating in one process). A small blob of known size gathers
-//! in a buffer of its size instead.
+//! in a buffer of its size instead, which a receiver may also fill in place ([`Tail::lend`]).
 
 use bs_wire::{BufferPool, PooledBuf};
 use bytes::Bytes;
@@ -23,6 +23,8 @@ enum Buf {
     None,
     /// Part-sized, contents past `len` unspecified.
     Pooled(PooledBuf),
+    /// At least `len` long (a lent one as long as the blob's rest), contents past `len`
+    /// unspecified.
     Owned(Vec<u8>),
 }
 
@@ -35,7 +37,7 @@ impl Tail {
         match &self.buf {
             Buf::None => &[],
             Buf::Pooled(b) => &b[..self.len],
-            Buf::Owned(v) => v,
+            Buf::Owned(v) => &v[..self.len],
         }
     }
 
@@ -70,9 +72,38 @@ impl Tail {
                 let (keep, more) = data.split_at((v.len() - at).min(data.len()));
                 v[at..at + keep.len()].copy_from_slice(keep);
                 v.extend_from_slice(more);
-                self.len = v.len();
+                self.len = self.len.max(at + data.len());
                 data.len()
             }
+        }
+    }
+
+    /// The buffer's memory for `at..at + n` (appending: `at` is `len()`), filled in place by
+    /// a receiver reading from the socket straight into it, then reported with
+    /// [`Tail::filled`]. Only for a small blob's own buffer, taken here for `rest` bytes (all
+    /// the blob has left) unless held already; `None` for a part's buffer or past `rest`.
+    pub fn lend(&mut self, at: usize, n: usize, rest: usize) -> Option<&mut [u8]> {
+        if at != self.len || at + n > rest {
+            return None;
+        }
+        if matches!(self.buf, Buf::None) {
+            self.buf = Buf::Owned(bs_wire::alloc::try_zeroed(rest)?);
+        }
+        match &mut self.buf {
+            Buf::Owned(v) => {
+                if v.len() < at + n {
+                    v.resize(at + n, 0);
+                }
+                Some(&mut v[at..at + n])
+            }
+            _ => None,
+        }
+    }
+
+    /// `n` bytes arrived in memory lent from `at` on.
+    pub fn filled(&mut self, at: usize, n: usize) {
+        if matches!(&self.buf, Buf::Owned(v) if at + n <= v.len()) {
+            self.len = self.len.max(at + n);
         }
     }
 
@@ -83,9 +114,6 @@ impl Tail {
 
     /// Forget every byte from `len` on.
     pub fn truncate(&mut self, len: usize) {
-        if let Buf::Owned(v) = &mut self.buf {
-            v.truncate(len);
-        }
         self.len = self.len.min(len);
     }
 
@@ -95,7 +123,10 @@ impl Tail {
         match std::mem::take(&mut self.buf) {
             Buf::None => Bytes::new(),
             Buf::Pooled(b) => Bytes::from_owner(b).slice(..len),
-            Buf::Owned(v) => Bytes::from(v),
+            Buf::Owned(mut v) => {
+                v.truncate(len);
+                Bytes::from(v)
+            }
         }
     }
 }
@@ -122,5 +153,25 @@ mod tests {
         }
         // The part's buffer went back to the pool when its bytes were let go.
         assert_eq!(pool.idle(), 1);
+    }
+
+    #[test]
+    fn a_small_blobs_buffer_is_lent_for_appends_and_holds_what_was_filled() {
+        let pool = BufferPool::new(8, 1);
+        let mut t = Tail::default();
+        t.lend(0, 4, 10).unwrap().copy_from_slice(b"abcd");
+        t.filled(0, 3); // one byte short: only three arrived
+        assert_eq!(t.as_slice(), b"abc");
+        assert!(t.lend(4, 2, 10).is_none(), "a gap");
+        assert!(t.lend(3, 8, 10).is_none(), "past the blob's rest");
+        t.lend(3, 2, 10).unwrap().copy_from_slice(b"de");
+        t.filled(3, 2);
+        assert_eq!(t.write(5, b"fg", false, 10, &pool), 2, "written after lent");
+        t.truncate(6);
+        assert_eq!(t.as_slice(), b"abcdef");
+        assert_eq!(&t.take()[..], b"abcdef");
+        let mut p = Tail::default();
+        assert_eq!(p.write(0, b"ab", true, 8, &pool), 2);
+        assert!(p.lend(2, 2, 8).is_none(), "a part's buffer is not lent");
     }
 }

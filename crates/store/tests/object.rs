@@ -32,6 +32,32 @@ fn write_in_pieces(w: &mut dyn bs_store::UploadSink, bytes: &[u8], from: usize) 
 }
 
 #[test]
+fn a_small_blob_received_in_place_keeps_what_arrived_and_no_more() {
+    let s = common::s3_store();
+    let body = data(300_000, 9);
+    s.route(&spec("lent", Some(body.len() as u64))).unwrap();
+    let mut w = s.open_upload("lent").unwrap();
+    // A receiver reads into the upload's own buffer: a read cut short keeps what arrived.
+    let dst = w.lend(0, 200_000).expect("a small blob of known size is lent");
+    dst.copy_from_slice(&body[..200_000]);
+    w.filled(0, 150_000);
+    assert_eq!(w.received(), 150_000);
+    assert!(w.lend(160_000, 10).is_none(), "not past what arrived");
+    assert!(w.lend(150_000, 200_000).is_none(), "not past the declared size");
+    // A rollback, then the rest in place and by copy.
+    w.truncate(100_000).unwrap();
+    w.lend(100_000, 100_000).unwrap().copy_from_slice(&body[100_000..200_000]);
+    w.filled(100_000, 100_000);
+    w.write_at(200_000, &body[200_000..]).unwrap();
+    let rec = w.commit(None).unwrap();
+    assert_eq!(rec.digest, s.digest_algo().digest(&body).to_string());
+    assert_eq!(read_all(&s, "lent"), body);
+    // A blob of a part or more goes up in parts: never lent.
+    s.route(&spec("parts", Some(PART_SIZE as u64))).unwrap();
+    assert!(s.open_upload("parts").unwrap().lend(0, 10).is_none());
+}
+
+#[test]
 fn large_blobs_go_up_in_parts_and_read_back_verified() {
     let s = common::s3_store();
     let body = data(3 * PART_SIZE + 12_345, 1);
