@@ -88,14 +88,15 @@ fn sockets_to(port: u16) -> Vec<RawFd> {
     fds
 }
 
-/// A transporter paced so each of 4 ranges of 12 MiB takes about 0.8 s (still in flight when
-/// progress is first reported with all four connected), and options that cut one of the 4
+/// A transporter paced so each of 4 ranges of 12 MiB takes about 3 s (all four still in
+/// flight for many progress reports after the last one connects, even on a loaded machine
+/// where one starts late), and options that cut one of the 4
 /// data connections to `port` at that moment, with `shutdown(2)`: its reader or writer sees
 /// the connection end, as when a peer or a router drops it. The counter says how many data
 /// connections there were when one was cut (0: none was).
 fn paced_with_one_cut(port: u16) -> (Transporter, Options, Arc<AtomicUsize>) {
     let settings = TransferSettings {
-        layers: vec!["pace:4000000".parse::<bs_binding::LayerSpec>().unwrap()],
+        layers: vec!["pace:1000000".parse::<bs_binding::LayerSpec>().unwrap()],
         ..TransferSettings::default()
     };
     let cut = Arc::new(AtomicUsize::new(0));

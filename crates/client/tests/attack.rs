@@ -180,7 +180,8 @@ fn guessing_the_token_in_parallel_gets_only_the_budgeted_answers() {
     };
     let s = BackgroundServer::start(Arc::new(MemStore::new()), cfg).unwrap();
     let addr = s.control_addr().to_string();
-    let guessers: Vec<_> = (0..4)
+    // Every guesser started before any is waited for: they guess at the same time.
+    let threads: Vec<_> = (0..4)
         .map(|g| {
             let addr = addr.clone();
             thread::spawn(move || {
@@ -190,8 +191,8 @@ fn guessing_the_token_in_parallel_gets_only_the_budgeted_answers() {
                 (0..5).map(|_| c.stat("x").unwrap_err()).collect::<Vec<_>>()
             })
         })
-        .flat_map(|t| t.join().unwrap())
         .collect();
+    let guessers: Vec<_> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
     let checked = guessers.iter().filter(|e| matches!(e, ClientError::Unauthenticated(_))).count();
     let refused = guessers
         .iter()

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bs_distrib::{
     Config, DistribError, Distributer, FlowHandler, Params, Receiver, RunEnd, Sender, Target,
@@ -403,8 +403,20 @@ fn a_distributer_restart_is_a_clear_error_and_everyone_reconnects() {
     let e = failed.expect("the sender notices the distributer is gone");
     assert!(matches!(e, DistribError::Binding(_) | DistribError::Remote(_)), "{e}");
 
-    let cfg = Config::parse(CONFIG, "test.toml").unwrap();
-    let d = Distributer::start(cfg, addr.parse().unwrap()).unwrap();
+    // Its successor on the same address: a test running alongside may hold the port a
+    // moment (as a connection's own port), so the bind is tried again until a deadline.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let d = loop {
+        let cfg = Config::parse(CONFIG, "test.toml").unwrap();
+        match Distributer::start(cfg, addr.parse().unwrap()) {
+            Ok(d) => break d,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("restarting on {addr}: {e}; again");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("the distributer does not start again on {addr}: {e}"),
+        }
+    };
     let r = receiver(&addr, "hold", "archive", None);
     wait_names(&d, "hold", &["archive"]);
     let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();

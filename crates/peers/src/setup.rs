@@ -54,8 +54,26 @@ pub fn pg_bin_dir() -> Result<PathBuf> {
     located("BLOBSTREAM_PG_BIN")
 }
 
-/// A loopback TCP port free right now (the OS picks it; it is released for the caller).
+/// Ports handed out by [`free_port`]: below Linux's default ephemeral range (32768–60999),
+/// from which the kernel picks every `bind(port 0)` and every outgoing connection's port.
+const PEER_PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// A loopback TCP port free right now, for a peer (Garage, PostgreSQL) to bind a while later.
+/// Not one the kernel picks for port 0: a test binding port 0, or connecting anywhere, in the
+/// meantime could be given that very port. Taken in turn from a start that differs per
+/// process, each checked free by binding it.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let span = u32::from(PEER_PORTS.end - PEER_PORTS.start);
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..span {
+        let k = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = PEER_PORTS.start + k as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -97,12 +97,18 @@ mod tests {
     #[test]
     fn a_loopback_peer_is_near_and_keeps_autotuning() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (a, _) = l.accept().unwrap();
+        // The handshake's round trip (the kernel may report none at all for loopback). A
+        // loaded machine can delay one handshake past FAR_RTT: then the pair is made again.
+        let near = |s: &TcpStream| rtt(s).is_none_or(|r| r < FAR_RTT);
+        let (c, a) = (0..20)
+            .map(|_| {
+                let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+                (c, l.accept().unwrap().0)
+            })
+            .find(|(c, a)| near(c) && near(a))
+            .expect("no loopback handshake under 5 ms in 20 tries");
         for s in [&c, &a] {
             let before = socket2::SockRef::from(s).send_buffer_size().unwrap();
-            // The handshake's round trip (the kernel may report none at all for loopback).
-            assert!(rtt(s).is_none_or(|r| r < FAR_RTT), "{:?}", rtt(s));
             assert_eq!(size_for_path(s), None);
             assert_eq!(socket2::SockRef::from(s).send_buffer_size().unwrap(), before);
         }

@@ -58,6 +58,20 @@ impl Srv {
         self.http.put(self.url(&format!("/blobs/{key}"))).body(body).send().await.unwrap()
     }
 
+    /// PUT `body` to `key` again while the answer is `status` (the server noticing a client
+    /// gone takes a moment, longer on a loaded machine): polled for up to 60 s, never a fixed
+    /// sleep or a number of tries. The last answer's status.
+    async fn put_while(&self, key: &str, body: Vec<u8>, status: StatusCode) -> StatusCode {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let got = self.put(key, body.clone()).await.status();
+            if got != status || std::time::Instant::now() >= deadline {
+                return got;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     async fn get_json(&self, path: &str) -> (StatusCode, Value) {
         let r = self.http.get(self.url(path)).send().await.unwrap();
         let s = r.status();
@@ -273,14 +287,7 @@ async fn truncated_oversized_and_vanishing_uploads_leave_nothing() {
         // Once the server notices the vanished client, its upload is aborted and the name is
         // free again: until then a new upload of it is told another one is writing (409).
         // Poll for that moment (bounded), never sleep a fixed time.
-        let mut last = StatusCode::CONFLICT;
-        for _ in 0..1000 {
-            last = s.put("t/vanish", payload(100)).await.status();
-            if last != StatusCode::CONFLICT {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        let last = s.put_while("t/vanish", payload(100), StatusCode::CONFLICT).await;
         assert_eq!(last, StatusCode::CREATED, "the vanished upload still holds its name");
         let r = s.http.get(s.url("/blobs/t/vanish")).send().await.unwrap();
         assert_eq!(r.bytes().await.unwrap(), payload(100), "only the new upload's bytes");
@@ -1089,14 +1096,7 @@ async fn stalled_uploads_are_dropped_and_upload_slots_are_limited() {
     assert_eq!(error_code(r).await, (StatusCode::SERVICE_UNAVAILABLE, "busy".into()));
     // The holder goes away: its slot comes back (poll, bounded).
     drop(holder);
-    let mut last = StatusCode::SERVICE_UNAVAILABLE;
-    for _ in 0..1000 {
-        last = s.put("other", b"y".to_vec()).await.status();
-        if last != StatusCode::SERVICE_UNAVAILABLE {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    let last = s.put_while("other", b"y".to_vec(), StatusCode::SERVICE_UNAVAILABLE).await;
     assert_eq!(last, StatusCode::CREATED);
 
     // Idle timeout: a stalled upload is answered 400 and leaves nothing.
