@@ -29,6 +29,10 @@ pub(crate) fn refuse_existing(
     overwrite: bool,
     refuse: &[String],
 ) -> Result<()> {
+    if overwrite && refuse.is_empty() {
+        // Anything there may be replaced: no need to look (a round trip to PostgreSQL).
+        return Ok(());
+    }
     match cat.blob(name)? {
         Some((b, _)) if !may_replace(overwrite, refuse, &b.digest) => {
             Err(StoreError::AlreadyExists(name.to_string()))
