@@ -48,7 +48,7 @@ pub use measure::{PathRunner, Transfer, measure, measure_interleaved, measure_wi
 pub use model::{Measurement, Mode, Path};
 pub use options::{BenchOptions, Progress};
 pub use paths::{BlobstreamRunner, GrpcRunner, Iperf3Runner, RawTcpRunner, find_on_path};
-pub use payload::{MB, gbit_per_s, median, payload};
+pub use payload::{MB, gbit_per_s, median, paired_ratio, payload};
 pub use report::{
     TARGET_MIN_SIZE, TARGET_VS_GRPC, TARGET_VS_RAW_TCP, TARGETS, TargetCheck, TransferReport,
     size_text,

@@ -36,6 +36,18 @@ pub fn median(samples: &[f64]) -> f64 {
     }
 }
 
+/// How blobstream's rate compares with a baseline's, from the seconds of runs made in pairs
+/// (run *i* of each met the same machine conditions): the median of the per-run ratios
+/// `baseline_i / ours_i`, which drift on a shared machine cancels out of. Unpaired samples
+/// (lengths differ) give the ratio of the medians.
+pub fn paired_ratio(ours_secs: &[f64], baseline_secs: &[f64]) -> f64 {
+    if ours_secs.len() != baseline_secs.len() || ours_secs.iter().any(|&o| o <= 0.0) {
+        return median(baseline_secs) / median(ours_secs);
+    }
+    let per_run: Vec<f64> = ours_secs.iter().zip(baseline_secs).map(|(o, b)| b / o).collect();
+    median(&per_run)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +67,13 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(median(&[]), 0.0);
         assert!((gbit_per_s(125_000_000, Duration::from_secs(1)) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn paired_ratios_take_each_run_against_its_pair() {
+        // Two of three pairs say 0.5; the medians (2 s and 1.5 s) would say 0.75.
+        let (ours, base) = ([1.0, 2.0, 3.0], [0.5, 3.0, 1.5]);
+        assert_eq!(paired_ratio(&ours, &base), 0.5);
+        assert_eq!(paired_ratio(&[2.0, 4.0], &[1.0]), 1.0 / 3.0, "unpaired: medians");
     }
 }

@@ -9,7 +9,8 @@
 //! - aggregate throughput of parallel clients through 1, 2 and 3 front ends sharing one
 //!   bucket and one catalogue.
 //!
-//! Paired runs, alternating which goes first; medians.
+//! Paired runs, alternating which goes first; rates are medians, each ratio the median of
+//! the per-run ratios.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,7 +26,7 @@ use crate::bindings::{Row, RowsReport};
 use crate::error::BenchError;
 use crate::machine::machine_description;
 use crate::options::BenchOptions;
-use crate::payload::{median, payload};
+use crate::payload::{median, paired_ratio, payload};
 
 fn err(e: impl std::fmt::Display) -> BenchError {
     BenchError::Invalid(e.to_string())
@@ -186,7 +187,7 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
                 baseline: rate(b),
                 baseline_name: "object_store alone on the same Garage".into(),
                 unit: "MB/s",
-                ratio: b / o,
+                ratio: paired_ratio(ours, base),
                 ratio_means: "ours / baseline",
                 target: Some((0.9, true)),
             });
@@ -226,7 +227,7 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             baseline: 32.0 / fm,
             baseline_name: "the filesystem store (page cache warm)".into(),
             unit: "MB/s",
-            ratio: fm / tm,
+            ratio: paired_ratio(&t, &f),
             ratio_means: "ours / baseline",
             target: Some((1.0, true)),
         });
@@ -296,7 +297,8 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             .into(),
         format!(
             "{}, {} and {} paired runs of 1, 32 and 256 MB after one not counted, {runs} of the \
-             other rows (alternating order); medians",
+             other rows (alternating order); rates are medians, and each ratio is the median of \
+             the per-run ratios (run i of blobstream against run i of the baseline)",
             runs_of(1, opts.quick),
             runs_of(32, opts.quick),
             runs_of(256, opts.quick)
