@@ -247,7 +247,7 @@ fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
     // And through all this the server still serves.
     let all: Vec<_> = c.layout().all_blocks().collect();
     assert_eq!(c.fetch(&all, WAIT).unwrap().len(), all.len());
-    let (_, rep) = cl.load_when_free("half", 256, 1, &opts);
+    let (_, rep) = cl.load("half", 256, 1, &opts);
     rep.unwrap();
 }
 
@@ -371,7 +371,7 @@ fn a_load_that_fails_half_way_publishes_nothing_and_frees_the_name() {
     assert!(e.unwrap_err().to_string().contains("made 1 of"));
     assert!(lookup(&cl.master, "half", &ClientOptions::default()).is_err());
     // Nothing was left staged or committed: the same name loads in full.
-    let (src, rep) = cl.load_when_free("half", 2048, 2, &opts);
+    let (src, rep) = cl.load("half", 2048, 2, &opts);
     rep.unwrap();
     let mut c = Client::open(&cl.master, "half", opts).unwrap();
     let got = c.fetch(&ids, WAIT).unwrap();

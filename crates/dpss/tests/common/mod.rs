@@ -82,31 +82,20 @@ impl Cluster {
         opts: &ClientOptions,
     ) -> (Synthetic, Result<LoadReport, bs_dpss::DpssError>) {
         let src = Synthetic { width: side, height: side, tile: 256 };
-        let servers = loader::live_servers(&self.master, &ClientOptions::default()).unwrap();
-        let layout = Layout::plan(name, "image", (side, side), 256, servers, r).unwrap();
-        let rep = loader::load(&self.master, layout, &src, opts, &mut |_, _| {});
-        (src, rep)
-    }
-
-    /// [`Cluster::load`] of a name a loader just gave up: the block servers free it once
-    /// they have drained what that loader had sent, and until then a load of it is told
-    /// another loader holds it. Asked again until a deadline, never after a fixed sleep.
-    pub fn load_when_free(
-        &self,
-        name: &str,
-        side: u64,
-        r: u32,
-        opts: &ClientOptions,
-    ) -> (Synthetic, Result<LoadReport, bs_dpss::DpssError>) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // A name a loader just gave up is freed once the block servers have drained what
+        // it had sent; until then a load of it is told another loader holds it. Asked again
+        // until a deadline, never after a fixed sleep.
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let (src, rep) = self.load(name, side, r, opts);
+            let servers = loader::live_servers(&self.master, &ClientOptions::default()).unwrap();
+            let layout = Layout::plan(name, "image", (side, side), 256, servers, r).unwrap();
+            let rep = loader::load(&self.master, layout, &src, opts, &mut |_, _| {});
             let held =
                 matches!(&rep, Err(e) if e.to_string().contains("being loaded by another loader"));
-            if !held || std::time::Instant::now() >= deadline {
+            if !held || Instant::now() >= deadline {
                 return (src, rep);
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
