@@ -59,9 +59,10 @@ pub fn pg_bin_dir() -> Result<PathBuf> {
 const PEER_PORTS: std::ops::Range<u16> = 20000..32000;
 
 /// A loopback TCP port free right now, for a peer (Garage, PostgreSQL) to bind a while later.
-/// Not one the kernel picks for port 0: a test binding port 0, or connecting anywhere, in the
-/// meantime could be given that very port. Taken in turn from a start that differs per
-/// process, each checked free by binding it.
+/// Not one the kernel picks for port 0 (with Linux's default `ip_local_port_range`): a test
+/// binding port 0, or connecting anywhere, in the meantime could be given that very port.
+/// Taken in turn from a start that differs per process, each checked free by binding it;
+/// only if all of them are taken, one the kernel picks.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);

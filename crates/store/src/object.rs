@@ -170,6 +170,10 @@ struct Inner {
     busy: Claims,
     /// Uploads begun in this process, by name, while no writer has them open.
     staged: Mutex<HashMap<String, Staged>>,
+    /// Names whose upload begun here another front end's upload took over, with the id of
+    /// the one that did: while it is the name's pending upload, a writer here (a client's
+    /// retry) is told busy rather than starting over inside it. Cleared by the next route.
+    lost: Mutex<HashMap<String, String>>,
     listeners: Listeners,
     describe: String,
     /// Buffers of parts already sent, for the next parts.
@@ -271,6 +275,7 @@ impl ObjStore {
                 rt,
                 busy: Claims::default(),
                 staged: Mutex::new(HashMap::new()),
+                lost: Mutex::new(HashMap::new()),
                 listeners: Listeners::default(),
                 describe,
                 part_buffers: BufferPool::new(PART_SIZE, SPARE_PART_BUFFERS),
@@ -444,6 +449,10 @@ impl Inner {
         }
     }
 
+    fn lost_names(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn take_staged(&self, name: &str) -> Option<Staged> {
         self.staged.lock().unwrap_or_else(|p| p.into_inner()).remove(name)
     }
@@ -532,6 +541,7 @@ impl Store for ObjStore {
         let _claim = i.busy.take(&spec.name)?;
         // Under the claim nobody else touches this name's staged state; the map's lock is
         // held only to take it out and put it back, never across network calls.
+        i.lost_names().remove(&spec.name);
         let existing = i.cat.upload(&spec.name)?;
         let (ours, stale) = match i.take_staged(&spec.name) {
             Some(s)
@@ -587,13 +597,20 @@ impl Store for ObjStore {
         let state = match i.take_staged(name) {
             Some(s) if s.upload_id == id => s,
             Some(s) => {
-                // Routed here, then routed again by another front end: that put has taken
-                // the name's upload over (its size, its flags), so this one has lost it.
+                // Begun here, then taken over by another front end's upload (routed again
+                // there, or its first part sent there): it has the name's upload (its size,
+                // its flags), so this one has lost it, now and on every retry while the
+                // other is the name's upload.
                 i.abandon(s);
+                i.lost_names().insert(name.into(), id.into());
+                return Err(StoreError::Busy(name.to_string()));
+            }
+            None if i.lost_names().get(name).is_some_and(|l| l == id) => {
                 return Err(StoreError::Busy(name.to_string()));
             }
             None => {
                 // Routed by another front end, or before a restart: start over here.
+                i.lost_names().remove(name);
                 i.abort_if_abandoned(&rec);
                 let fresh = new_id();
                 let rec = UploadRecord { upload_id: fresh.clone(), ..rec.clone() };
@@ -1033,8 +1050,10 @@ impl UploadSink for ObjUpload {
     }
 
     fn filled(&mut self, offset: u64, n: u64) {
-        if let Some(s) = self.state.as_mut() {
-            s.tail.filled((offset - s.flushed) as usize, n as usize);
+        if let Some(s) = self.state.as_mut()
+            && let Some(at) = offset.checked_sub(s.flushed)
+        {
+            s.tail.filled(at as usize, n as usize);
         }
     }
 

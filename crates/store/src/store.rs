@@ -174,9 +174,10 @@ pub trait UploadSink: Send {
     /// Write at `offset`, which must not be past `received()` (no gaps).
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()>;
     /// Lend the upload's own memory for `offset..offset + len`, so a receiver can read from
-    /// the socket straight into the store with no intermediate copy. Only in-memory uploads
-    /// of known size can; others return `None` (use `write_at`). After filling, report how
-    /// many bytes arrived with [`UploadSink::filled`].
+    /// the socket straight into the store with no intermediate copy, appending. Only uploads
+    /// held in memory whole and of known size can (the memory store's, the object store's
+    /// below a part); others return `None` (use `write_at`). After filling, report how many
+    /// bytes arrived with [`UploadSink::filled`].
     fn lend(&mut self, _offset: u64, _len: u64) -> Option<&mut [u8]> {
         None
     }

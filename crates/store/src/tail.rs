@@ -13,7 +13,7 @@ use bytes::Bytes;
 #[derive(Default)]
 pub struct Tail {
     buf: Buf,
-    /// Bytes held (in a pooled buffer; an owned one is as long as what it holds).
+    /// Bytes held (the buffer, pooled or owned, may be longer: past `len` it holds nothing).
     len: usize,
 }
 
@@ -102,7 +102,8 @@ impl Tail {
 
     /// `n` bytes arrived in memory lent from `at` on.
     pub fn filled(&mut self, at: usize, n: usize) {
-        if matches!(&self.buf, Buf::Owned(v) if at + n <= v.len()) {
+        // Only right after `lend` (appending): never counts bytes nobody filled.
+        if at <= self.len && matches!(&self.buf, Buf::Owned(v) if at + n <= v.len()) {
             self.len = self.len.max(at + n);
         }
     }

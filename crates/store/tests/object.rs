@@ -326,13 +326,24 @@ fn a_put_routed_again_through_another_front_end_loses_its_upload_whole() {
     let (first, second) = (data(PART_SIZE + 7, 7), data(PART_SIZE + 9, 8));
     a.route(&spec("same", Some(first.len() as u64))).unwrap();
     b.route(&spec("same", Some(second.len() as u64))).unwrap();
-    // The first put's writer is told, and never writes into the second's upload.
+    // The first put's writer is told, and never writes into the second's upload: nor does
+    // its retry (a client asks again when told busy), while the second is the name's upload.
+    assert!(matches!(a.open_upload("same"), Err(StoreError::Busy(_))));
     assert!(matches!(a.open_upload("same"), Err(StoreError::Busy(_))));
     let mut w = b.open_upload("same").unwrap();
     write_in_pieces(&mut *w, &second, 0);
     w.commit(None).unwrap();
     assert_eq!(read_all(&a, "same"), second);
     assert_eq!(read_all(&b, "same"), second);
+    assert!(matches!(a.open_upload("same"), Err(StoreError::NoUpload(_))));
+    // Routed again, the name is the first front end's to write.
+    let mut sp = spec("same", Some(first.len() as u64));
+    sp.overwrite = true;
+    a.route(&sp).unwrap();
+    let mut w = a.open_upload("same").unwrap();
+    write_in_pieces(&mut *w, &first, 0);
+    w.commit(None).unwrap();
+    assert_eq!(read_all(&b, "same"), first);
 }
 
 #[test]
