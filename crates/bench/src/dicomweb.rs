@@ -4,7 +4,7 @@
 //! directory, paired runs in alternating order, medians. Every run stores a new study (its UIDs
 //! changed), so neither server can skip instances it already has.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -25,11 +25,6 @@ use crate::payload::median;
 const ORTHANC: &str = "/usr/sbin/Orthanc";
 const DICOMWEB_PLUGIN: &str = "/usr/share/orthanc/plugins/libOrthancDicomWeb.so";
 
-fn free_port() -> Result<u16, BenchError> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BenchError::io("free port"))?;
-    Ok(l.local_addr().map_err(BenchError::io("free port"))?.port())
-}
-
 /// Orthanc on a loopback port with its own storage in `dir`; stopped on drop.
 struct Orthanc {
     child: Child,
@@ -38,7 +33,7 @@ struct Orthanc {
 
 impl Orthanc {
     fn start(dir: &Path) -> Result<Self, BenchError> {
-        let port = free_port()?;
+        let port = bs_peers::free_port();
         let config = serde_json::json!({
             "Name": "bench",
             "StorageDirectory": dir.join("storage"),

@@ -23,7 +23,7 @@ use bs_web::{WebConfig, WebServer};
 
 use crate::bindings::Row;
 use crate::error::BenchError;
-use crate::http::{Nginx, NginxConfig, find_nginx, free_port, read_head};
+use crate::http::{Nginx, NginxConfig, find_nginx, read_head};
 use crate::options::BenchOptions;
 use crate::payload::median;
 
@@ -173,7 +173,7 @@ pub fn tiles_vs_nginx(
     let ncfg = NginxConfig {
         prefix: dir.path().join("nginx"),
         root: root.clone(),
-        port: free_port()?,
+        port: bs_peers::free_port(),
         worker_processes: 1,
         sendfile: true,
     };

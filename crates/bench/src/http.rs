@@ -17,7 +17,7 @@ mod wrk;
 
 pub(crate) use get::read_head;
 pub use get::{Response, get};
-pub use nginx::{Nginx, NginxConfig, find_nginx, free_port};
+pub use nginx::{Nginx, NginxConfig, find_nginx};
 pub use report::{
     DownloadMeasurement, HTTP_TARGET, HttpReport, HttpSetup, TARGET_VS_NGINX, TimeToFirstImage,
 };
@@ -247,7 +247,7 @@ fn downloads(
     let cfg = NginxConfig {
         prefix: dir.path().join("prefix"),
         root: dir.path().join("root"),
-        port: nginx::free_port()?,
+        port: bs_peers::free_port(),
         worker_processes: tools.workers,
         sendfile: true,
     };
@@ -256,7 +256,7 @@ fn downloads(
     // whichever nginx was faster in it.
     let cfg_copy = NginxConfig {
         prefix: dir.path().join("prefix-copy"),
-        port: nginx::free_port()?,
+        port: bs_peers::free_port(),
         sendfile: false,
         ..cfg.clone()
     };

@@ -43,6 +43,14 @@ pub enum StoreError {
     Meta(MetaError),
 }
 
+impl StoreError {
+    /// Whether the upload this error is about belongs to another transfer (on another front
+    /// end, say): the caller must not abort it by name on the way out.
+    pub fn upload_is_anothers(&self) -> bool {
+        matches!(self, Self::Busy(_))
+    }
+}
+
 impl From<MetaError> for StoreError {
     /// A catalogue that cannot grow is [`StoreError::StorageFull`], like any full disk.
     fn from(e: MetaError) -> Self {

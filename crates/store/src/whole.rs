@@ -18,8 +18,7 @@ pub fn put_bytes(
         sink.write_at(0, data)?;
         sink.commit(None)
     });
-    // A busy upload is another transfer's (on another front end, say): not ours to abort.
-    if written.as_ref().is_err_and(|e| !matches!(e, StoreError::Busy(_))) {
+    if written.as_ref().is_err_and(|e| !e.upload_is_anothers()) {
         let _ = store.abort(&spec.name);
     }
     written

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use bs_meta::BlobRecord;
-use bs_store::{RouteSpec, Store, StoreError, UploadSink};
+use bs_store::{RouteSpec, Store, UploadSink};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt};
@@ -146,8 +146,7 @@ fn write_all(
     let mut sink = match store.open_upload(&name) {
         Ok(s) => s,
         Err(e) => {
-            // A busy upload is another transfer's (on another front end, say): not ours.
-            if !matches!(e, StoreError::Busy(_)) {
+            if !e.upload_is_anothers() {
                 abort(store.as_ref(), &name);
             }
             return Err(e.into());

@@ -5,7 +5,7 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -129,14 +129,6 @@ impl NginxConfig {
 fn quoted(path: &Path) -> String {
     let s = path.display().to_string();
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
-/// A free loopback port: bind port 0, note what the OS chose, let it go.
-pub fn free_port() -> Result<u16, BenchError> {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(BenchError::io("choosing a port for nginx"))
 }
 
 /// A running nginx; stopped (SIGTERM to the master, which stops its workers) when dropped.

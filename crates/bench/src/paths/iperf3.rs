@@ -5,7 +5,7 @@
 //! One `iperf3 -s` serves every run and is stopped when the runner is dropped. (A one-off
 //! `iperf3 -s -1` per run cannot be used: it exits after the readiness probe's connection.)
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -43,11 +43,7 @@ impl Iperf3Runner {
     /// Start the server; `None` when iperf3 is not installed.
     pub fn start() -> Result<Option<Self>, BenchError> {
         let Some(exe) = find_on_path("iperf3") else { return Ok(None) };
-        // A free port: bind port 0, note what the OS chose, let it go.
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|l| l.local_addr())
-            .map_err(BenchError::io("choosing a port for iperf3"))?
-            .port();
+        let port = bs_peers::free_port();
         let server = Command::new(&exe)
             .args(["-s", "-p", &port.to_string(), "-B", "127.0.0.1"])
             .stdin(Stdio::null())
