@@ -5,6 +5,8 @@
 use std::path::Path;
 
 use crate::error::MetaError;
+use crate::group::Durability;
+use crate::intent::CommitIntent;
 use crate::pg_catalogue::PgCatalogue;
 use crate::record::{BlobRecord, Commit, UploadRecord};
 use crate::sqlite_catalogue::SqliteCatalogue;
@@ -31,7 +33,7 @@ pub struct Catalogue {
 
 enum Backend {
     Sqlite(SqliteCatalogue),
-    Postgres(PgCatalogue),
+    Postgres(Box<PgCatalogue>),
 }
 
 /// The same call on whichever database this is.
@@ -60,7 +62,7 @@ impl Catalogue {
     /// creating the tables (and adding newer columns) if needed.
     pub fn connect_postgres(url: &str) -> Result<Self> {
         let c = crate::pg::off_executor(|| PgCatalogue::connect(url))?;
-        Ok(Self { backend: Backend::Postgres(c) })
+        Ok(Self { backend: Backend::Postgres(Box::new(c)) })
     }
 
     /// `sqlite:<path>` or `postgres://host:port/db` — never a password.
@@ -115,12 +117,57 @@ impl Catalogue {
         on_backend!(self, c => c.commit_blob(rec, location, chunks, may_replace))
     }
 
+    /// Record `intent` durably before its bytes are known to be stored, so that
+    /// [`Catalogue::commit_intended`] need not wait for the disk (see `crate::intent`).
+    /// Returns whether it was kept: PostgreSQL keeps none, its commits being durable alone.
+    pub fn intend(&self, intent: &CommitIntent) -> Result<bool> {
+        match &self.backend {
+            Backend::Sqlite(c) => c.intend(intent).map(|()| true),
+            Backend::Postgres(_) => Ok(false),
+        }
+    }
+
+    /// Commit what `intent` says, as [`Catalogue::commit_blob`] would, and drop the intent.
+    /// Visible to every reader when this returns `Ok`, and durable: with
+    /// [`Durability::Lazy`], through the intent kept by [`Catalogue::intend`] (replayed by
+    /// the store's start-up if a crash loses the commit); with [`Durability::Now`], at
+    /// once.
+    pub fn commit_intended(
+        &self,
+        intent: &CommitIntent,
+        may_replace: impl FnOnce(&str) -> bool + Send + 'static,
+        durability: Durability,
+    ) -> Result<Commit> {
+        match &self.backend {
+            Backend::Sqlite(c) => c.commit_intended(intent, may_replace, durability),
+            Backend::Postgres(c) => crate::pg::off_executor(|| {
+                c.commit_blob(&intent.record, &intent.location, &intent.chunks, may_replace)
+            }),
+        }
+    }
+
+    /// Drop the intent for `location`, durably: its bytes were not stored.
+    pub fn forget_intent(&self, location: &str) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(c) => c.forget_intent(location),
+            Backend::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// Every intent left by commits a crash may have lost, oldest first.
+    pub fn intents(&self) -> Result<Vec<CommitIntent>> {
+        match &self.backend {
+            Backend::Sqlite(c) => c.intents(),
+            Backend::Postgres(_) => Ok(Vec::new()),
+        }
+    }
+
     /// Remove a blob; returns its location if it existed. Durable when this returns `Ok`.
     pub fn delete_blob(&self, name: &str) -> Result<Option<String>> {
         on_backend!(self, c => c.delete_blob(name))
     }
 
-    /// Every location referenced by a blob and every pending upload id, read in one
+    /// Every location referenced by a blob, a pending upload or an intent, read in one
     /// snapshot — so an upload committing meanwhile is in it one way or the other (its
     /// pending row and its blob row change in one transaction).
     pub fn referenced(&self) -> Result<Vec<String>> {
@@ -142,8 +189,10 @@ impl Catalogue {
     }
 
     /// Record a pending upload, replacing any other pending upload of the same name.
-    /// Returns the replaced upload's id. May be lost by a crash of an embedded catalogue
-    /// (see the SQLite implementation); nothing acknowledged rests on it.
+    /// Returns the replaced upload's id. Seen by this handle at once; SQLite writes it with
+    /// the handle's next transaction, so another handle on the same file sees it from then
+    /// on, and a crash may lose it (see the SQLite implementation); nothing acknowledged
+    /// rests on it. PostgreSQL writes it before returning, for every front end to see.
     pub fn put_upload(&self, u: &UploadRecord) -> Result<Option<String>> {
         on_backend!(self, c => c.put_upload(u))
     }

@@ -1,10 +1,12 @@
 //! One SQLite connection behind a mutex (every statement is short), opened the same way for
 //! the catalogue and the image index: WAL, `synchronous=FULL`, a 10 s busy timeout, and the
 //! caller's schema applied. Writes that must be durable go through [`Db::write`], which
-//! commits concurrent ones as a group.
+//! commits concurrent ones as a group; writes queued behind ([`Db::write_behind`]) run with
+//! the next group, or within [`BEHIND_AT_MOST`] on a thread of the database's own.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use rusqlite::Connection;
 
@@ -13,9 +15,62 @@ use crate::error::MetaError;
 use crate::group::GroupStats;
 use crate::group::{Durability, Groups};
 
+/// How long a write queued behind waits for another write to carry it before the
+/// database's flusher runs it alone (so it reaches the WAL even if nothing else is written,
+/// and survives the process being killed).
+pub(crate) const BEHIND_AT_MOST: Duration = Duration::from_millis(20);
+
 pub(crate) struct Db {
+    shared: Arc<Shared>,
+    flusher: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Shared {
     conn: Mutex<Connection>,
-    pub(crate) groups: Groups,
+    groups: Groups,
+    /// (writes queued behind since the last flush, closing), and its signal.
+    behind: (Mutex<(bool, bool)>, Condvar),
+}
+
+impl Shared {
+    fn flush(&self) {
+        self.groups.flush(&self.conn);
+    }
+
+    /// The flusher: wait for a write queued behind, give it [`BEHIND_AT_MOST`] to be carried
+    /// by another, then run whatever is still queued.
+    fn flush_behind(&self) {
+        let (state, signal) = &self.behind;
+        loop {
+            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            while !s.0 && !s.1 {
+                s = signal.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
+            if !s.1 {
+                s = signal.wait_timeout(s, BEHIND_AT_MOST).unwrap_or_else(|p| p.into_inner()).0;
+            }
+            let closing = s.1;
+            s.0 = false;
+            drop(s);
+            self.flush();
+            if closing {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        // Writes queued behind land on a clean close.
+        let (state, signal) = &self.shared.behind;
+        state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        signal.notify_all();
+        if let Some(f) = self.flusher.take() {
+            let _ = f.join();
+        }
+        self.shared.flush();
+    }
 }
 
 impl Db {
@@ -35,11 +90,30 @@ impl Db {
 
     fn init(conn: Connection, schema: &str) -> Result<Self, MetaError> {
         conn.execute_batch(schema)?;
-        Ok(Self { conn: Mutex::new(conn), groups: Groups::default() })
+        // Room for every statement the catalogue runs often, parsed once each.
+        conn.set_prepared_statement_cache_capacity(64);
+        let shared = Arc::new(Shared {
+            conn: Mutex::new(conn),
+            groups: Groups::default(),
+            behind: (Mutex::new((false, false)), Condvar::new()),
+        });
+        let flusher = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("sqlite-behind".into())
+                .spawn(move || shared.flush_behind())
+                .map_err(|e| MetaError::Config(format!("cannot start a thread: {e}")))?
+        };
+        Ok(Self { shared, flusher: Some(flusher) })
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn groups(&self) -> &Groups {
+        &self.shared.groups
     }
 
     /// Run `op` as one write of the next group commit (see [`crate::group`]): atomic on its
@@ -49,7 +123,7 @@ impl Db {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, MetaError> + Send + 'static,
     {
-        self.groups.write(&self.conn, Durability::Now, op)
+        self.shared.groups.write(&self.shared.conn, Durability::Now, op)
     }
 
     /// Like [`Db::write`], but the write may be lost by a crash (it becomes durable with the
@@ -59,11 +133,27 @@ impl Db {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, MetaError> + Send + 'static,
     {
-        self.groups.write(&self.conn, Durability::Lazy, op)
+        self.shared.groups.write(&self.shared.conn, Durability::Lazy, op)
+    }
+
+    /// Queue `op` for the next group and return at once (see [`Groups::write_behind`]).
+    pub(crate) fn write_behind(
+        &self,
+        op: impl FnOnce(&Connection) -> Result<(), MetaError> + Send + 'static,
+    ) {
+        self.shared.groups.write_behind(Box::new(op));
+        let (state, signal) = &self.shared.behind;
+        state.lock().unwrap_or_else(|p| p.into_inner()).0 = true;
+        signal.notify_one();
+    }
+
+    /// Run the writes queued behind, if any.
+    pub(crate) fn flush(&self) {
+        self.shared.flush();
     }
 
     #[cfg(test)]
     pub(crate) fn group_stats(&self) -> GroupStats {
-        self.groups.stats()
+        self.shared.groups.stats()
     }
 }

@@ -37,13 +37,16 @@ impl From<&rusqlite::Error> for GroupFailure {
 
 /// How soon a write must be on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Durability {
+pub enum Durability {
     /// Before the write returns (an acknowledgement rests on it).
     Now,
     /// With the next durable group or checkpoint: a crash may lose it, and whatever rests on
     /// it must cope (a pending upload's row: the upload starts again).
     Lazy,
 }
+
+/// A write queued for the next group, nobody waiting on its result.
+type Behind = Box<dyn FnOnce(&Connection) -> Result<(), MetaError> + Send>;
 
 /// Writes waiting for the next group, and what the groups so far amounted to.
 #[derive(Default)]
@@ -128,6 +131,27 @@ impl Groups {
         }
     }
 
+    /// Queue `op` for the next group (lazily durable, like [`Durability::Lazy`]) and return
+    /// at once: whoever writes next runs it first, in queue order. Its outcome reaches
+    /// nobody, so the caller must cope with it never landing (see
+    /// `SqliteCatalogue::put_upload`).
+    pub(crate) fn write_behind(&self, op: Behind) {
+        let op: Op = Box::new(move |conn| {
+            if let Some(c) = conn {
+                let _ = in_savepoint(c, op);
+            }
+            Box::new(|_| {})
+        });
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push((Durability::Lazy, op));
+    }
+
+    /// Run whatever is queued (nothing to do if nothing is).
+    pub(crate) fn flush(&self, lock: &Mutex<Connection>) {
+        let conn = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        self.commit(&conn, batch);
+    }
+
     /// One transaction over `batch`; every write is told the outcome after the commit.
     fn commit(&self, conn: &Connection, batch: Vec<(Durability, Op)>) {
         if batch.is_empty() {
@@ -137,11 +161,11 @@ impl Groups {
         // covers its frames too (the WAL is one file, synced in order).
         let lazy = batch.iter().all(|(d, _)| *d == Durability::Lazy);
         if lazy {
-            let _ = conn.pragma_update(None, "synchronous", "NORMAL");
+            let _ = exec(conn, "PRAGMA synchronous = NORMAL");
         }
         self.run(conn, batch.into_iter().map(|(_, op)| op).collect());
         if lazy {
-            let _ = conn.pragma_update(None, "synchronous", "FULL");
+            let _ = exec(conn, "PRAGMA synchronous = FULL");
         }
     }
 
@@ -152,7 +176,7 @@ impl Groups {
             let _ = conn.execute_batch("ROLLBACK");
         }
         // IMMEDIATE: the write lock is taken at BEGIN, where the busy timeout applies.
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
             let f = GroupFailure::from(&e);
             // Nothing ran: each write is told why.
             for op in batch {
@@ -161,7 +185,7 @@ impl Groups {
             return;
         }
         let delivers: Vec<Deliver> = batch.into_iter().map(|op| op(Some(conn))).collect();
-        let outcome = match conn.execute_batch("COMMIT") {
+        let outcome = match exec(conn, "COMMIT") {
             Ok(()) => Ok(()),
             Err(e) => {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -186,17 +210,24 @@ fn in_savepoint<R>(
     conn: &Connection,
     op: impl FnOnce(&Connection) -> Result<R, MetaError>,
 ) -> Result<R, MetaError> {
-    conn.execute_batch("SAVEPOINT grouped_write")?;
+    exec(conn, "SAVEPOINT grouped_write")?;
     let res = op(conn);
     let end = match res {
-        Ok(_) => conn.execute_batch("RELEASE grouped_write"),
-        Err(_) => conn.execute_batch("ROLLBACK TO grouped_write; RELEASE grouped_write"),
+        Ok(_) => exec(conn, "RELEASE grouped_write"),
+        Err(_) => exec(conn, "ROLLBACK TO grouped_write")
+            .and_then(|()| exec(conn, "RELEASE grouped_write")),
     };
     match (res, end) {
         (Ok(r), Ok(())) => Ok(r),
         (Err(e), _) => Err(e),
         (Ok(_), Err(e)) => Err(e.into()),
     }
+}
+
+/// Run one statement without rows, parsed once per connection (parsing costs more than
+/// running these).
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
 #[cfg(test)]
@@ -216,7 +247,7 @@ mod tests {
     }
 
     fn queued(db: &Db) -> usize {
-        db.groups.queue.lock().unwrap().len()
+        db.groups().queue.lock().unwrap().len()
     }
 
     #[test]

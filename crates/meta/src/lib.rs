@@ -9,6 +9,7 @@ mod db;
 mod error;
 mod group;
 mod images;
+mod intent;
 mod pg;
 mod pg_catalogue;
 mod pg_images;
@@ -17,7 +18,8 @@ mod sqlite_catalogue;
 
 pub use catalogue::{Catalogue, StoredBlob};
 pub use error::MetaError;
-pub use group::{GroupStats, group_commits};
+pub use group::{Durability, GroupStats, group_commits};
 pub use images::{ImageEntry, ImageIndex, ImageQuery, SeriesSummary, StudySummary, USER_METADATA};
+pub use intent::CommitIntent;
 pub use pg::off_executor;
 pub use record::{BlobRecord, Commit, UploadRecord, now_ms};

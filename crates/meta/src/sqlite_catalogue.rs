@@ -2,6 +2,9 @@
 
 use std::path::Path;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use rusqlite::{OptionalExtension, Row, params};
 
 use crate::catalogue::StoredBlob;
@@ -38,6 +41,20 @@ CREATE TABLE IF NOT EXISTS uploads (
     created_ms   INTEGER NOT NULL,
     refuse_digests TEXT NOT NULL DEFAULT '[]'
 );
+-- Commit intents (see `intent.rs`): a handful at most, so no index to keep up to date.
+CREATE TABLE IF NOT EXISTS intents (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    location       TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    size           INTEGER NOT NULL,
+    content_type   TEXT NOT NULL,
+    digest         TEXT NOT NULL,
+    created_ms     INTEGER NOT NULL,
+    metadata       TEXT NOT NULL,
+    chunks         BLOB NOT NULL,
+    overwrite      INTEGER NOT NULL,
+    refuse_digests TEXT NOT NULL
+);
 ";
 
 /// Columns added after the first release, with their types: added to older databases on open.
@@ -49,14 +66,21 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
 
 /// The SQLite catalogue.
 pub(crate) struct SqliteCatalogue {
-    db: Db,
+    pub(crate) db: Db,
     path: Option<std::path::PathBuf>,
+    /// Pending-upload rows queued behind (see [`SqliteCatalogue::put_upload`]), by name,
+    /// until their write runs: what `upload` answers meanwhile.
+    behind: Arc<Mutex<HashMap<String, UploadRecord>>>,
 }
 
 impl SqliteCatalogue {
     /// Open (creating if needed) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let cat = Self { db: Db::open(path, SCHEMA)?, path: Some(path.to_path_buf()) };
+        let cat = Self {
+            db: Db::open(path, SCHEMA)?,
+            path: Some(path.to_path_buf()),
+            behind: Arc::default(),
+        };
         cat.add_missing_columns()?;
         Ok(cat)
     }
@@ -78,7 +102,7 @@ impl SqliteCatalogue {
 
     /// A throw-away in-memory catalogue.
     pub fn open_in_memory() -> Result<Self> {
-        Ok(Self { db: Db::in_memory(SCHEMA)?, path: None })
+        Ok(Self { db: Db::in_memory(SCHEMA)?, path: None, behind: Arc::default() })
     }
 
     pub fn describe(&self) -> String {
@@ -189,34 +213,12 @@ impl SqliteCatalogue {
     ) -> Result<Commit> {
         let (rec, location, chunks) = (rec.clone(), location.to_string(), chunks.to_vec());
         self.db.write(move |tx| {
-            let old: Option<(String, String)> = tx
-                .query_row("SELECT location, digest FROM blobs WHERE name = ?1", [&rec.name], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .optional()?;
-            if let Some((_, digest)) = &old
-                && !may_replace(digest)
-            {
-                return Ok(Commit::Refused);
+            let done = commit_row(tx, &rec, &location, &chunks, may_replace)?;
+            if matches!(done, Commit::Done(_)) {
+                // Intents of blobs this one replaces are void (see `crate::intent`).
+                tx.prepare_cached("DELETE FROM intents WHERE name = ?1")?.execute([&rec.name])?;
             }
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO blobs
-                 (name, location, size, content_type, digest, created_ms, metadata, chunks,
-                  corrupt)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL)",
-            )?
-            .execute(params![
-                rec.name,
-                location,
-                rec.size as i64,
-                rec.content_type,
-                rec.digest,
-                rec.created_ms,
-                to_json(&rec.metadata),
-                chunks
-            ])?;
-            tx.prepare_cached("DELETE FROM uploads WHERE name = ?1")?.execute([&rec.name])?;
-            Ok(Commit::Done(old.map(|(loc, _)| loc)))
+            Ok(done)
         })
     }
 
@@ -225,7 +227,16 @@ impl SqliteCatalogue {
     /// autocommit mode commits when the statement is reset, and an error there (a full disk)
     /// would be lost after the row had already been returned.
     pub fn delete_blob(&self, name: &str) -> Result<Option<String>> {
-        self.delete_returning("DELETE FROM blobs WHERE name = ?1 RETURNING location", name)
+        let name = name.to_string();
+        self.db.write(move |tx| {
+            // A deleted name's intents are void too (see `crate::intent`).
+            tx.prepare_cached("DELETE FROM intents WHERE name = ?1")?.execute([&name])?;
+            Ok(tx
+                .query_row("DELETE FROM blobs WHERE name = ?1 RETURNING location", [&name], |r| {
+                    r.get(0)
+                })
+                .optional()?)
+        })
     }
 
     fn delete_returning(&self, sql: &'static str, name: &str) -> Result<Option<String>> {
@@ -235,9 +246,12 @@ impl SqliteCatalogue {
 
     /// Every location referenced by a blob and every pending upload id, in one snapshot.
     pub fn referenced(&self) -> Result<Vec<String>> {
+        self.db.flush();
         let c = self.conn();
-        let mut st =
-            c.prepare("SELECT location FROM blobs UNION ALL SELECT upload_id FROM uploads")?;
+        let mut st = c.prepare(
+            "SELECT location FROM blobs UNION ALL SELECT upload_id FROM uploads
+                 UNION ALL SELECT location FROM intents",
+        )?;
         let rows = st.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
@@ -262,39 +276,47 @@ impl SqliteCatalogue {
     /// Record a pending upload, replacing any other pending upload of the same name.
     /// Returns the replaced upload's id.
     ///
-    /// Not fsynced on its own (it is with the next commit): a crash may forget the row, and
-    /// then the upload starts again from its first byte — its staging file, unreferenced, is
-    /// removed at the next start, and a replaced upload's row comes back without its file,
-    /// which routing treats as no upload. Nothing acknowledged rests on this row.
+    /// Written behind: queued for the next write anyone makes (the upload's own commit, at
+    /// the latest), and answered from memory by [`SqliteCatalogue::upload`] until then, so a
+    /// route costs no transaction of its own. Not fsynced on its own either (it is with the
+    /// next durable write): a crash may forget the row, and then the upload starts again
+    /// from its first byte — its staging file, unreferenced, is removed at the next start,
+    /// and a replaced upload's row comes back without its file, which routing treats as no
+    /// upload. Nothing acknowledged rests on this row.
     pub fn put_upload(&self, u: &UploadRecord) -> Result<Option<String>> {
-        let u = u.clone();
-        self.db.write_lazy(move |tx| {
-            let old: Option<String> = tx
-                .query_row("SELECT upload_id FROM uploads WHERE name = ?1", [&u.name], |r| r.get(0))
-                .optional()?;
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO uploads
-                 (name, upload_id, size, content_type, metadata, overwrite, resume_tag,
-                  created_ms, refuse_digests)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?
-            .execute(params![
-                u.name,
-                u.upload_id,
-                u.size.map(|s| s as i64),
-                u.content_type,
-                to_json(&u.metadata),
-                u.overwrite,
-                u.resume_tag,
-                u.created_ms,
-                serde_json::to_string(&u.refuse_digests).expect("string lists serialise")
-            ])?;
-            Ok(old)
-        })
+        let queued = self.behind_lock().get(&u.name).map(|q| q.upload_id.clone());
+        let old = match queued {
+            Some(id) => Some(id),
+            None => self
+                .conn()
+                .prepare_cached("SELECT upload_id FROM uploads WHERE name = ?1")?
+                .query_row([&u.name], |r| r.get(0))
+                .optional()?,
+        };
+        self.behind_lock().insert(u.name.clone(), u.clone());
+        let (u, behind) = (u.clone(), self.behind.clone());
+        self.db.write_behind(move |tx| {
+            let written = insert_upload(tx, &u);
+            // Answered from the table from now on (this transaction holds the connection
+            // until it commits, so no reader sees the gap); a later route's row stays.
+            let mut q = behind.lock().unwrap_or_else(|p| p.into_inner());
+            if q.get(&u.name).is_some_and(|q| q.upload_id == u.upload_id) {
+                q.remove(&u.name);
+            }
+            written
+        });
+        Ok(old)
+    }
+
+    fn behind_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, UploadRecord>> {
+        self.behind.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The pending upload for `name`.
     pub fn upload(&self, name: &str) -> Result<Option<UploadRecord>> {
+        if let Some(queued) = self.behind_lock().get(name) {
+            return Ok(Some(queued.clone()));
+        }
         let c = self.conn();
         let mut st = c.prepare_cached(
             "SELECT name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms,
@@ -307,6 +329,7 @@ impl SqliteCatalogue {
 
     /// Every pending upload id (for garbage collection of orphan staging files).
     pub fn upload_ids(&self) -> Result<Vec<String>> {
+        self.db.flush();
         let c = self.conn();
         let mut st = c.prepare("SELECT upload_id FROM uploads")?;
         let rows = st.query_map([], |r| r.get(0))?;
@@ -315,6 +338,7 @@ impl SqliteCatalogue {
 
     /// (name, upload id) of uploads created before `ms` (Unix milliseconds).
     pub fn uploads_created_before(&self, ms: i64) -> Result<Vec<(String, String)>> {
+        self.db.flush();
         let c = self.conn();
         let mut st = c.prepare("SELECT name, upload_id FROM uploads WHERE created_ms < ?1")?;
         let rows = st.query_map([ms], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -325,6 +349,66 @@ impl SqliteCatalogue {
     pub fn delete_upload(&self, name: &str) -> Result<Option<String>> {
         self.delete_returning("DELETE FROM uploads WHERE name = ?1 RETURNING upload_id", name)
     }
+}
+
+/// Insert `rec` at `location`, or replace what the name holds if `may_replace` allows it
+/// (given the digest there), and drop the name's pending upload: the body of a commit,
+/// inside the caller's transaction.
+pub(crate) fn commit_row(
+    tx: &rusqlite::Connection,
+    rec: &BlobRecord,
+    location: &str,
+    chunks: &[u8],
+    may_replace: impl FnOnce(&str) -> bool,
+) -> Result<Commit> {
+    let old: Option<(String, String)> = tx
+        .prepare_cached("SELECT location, digest FROM blobs WHERE name = ?1")?
+        .query_row([&rec.name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((_, digest)) = &old
+        && !may_replace(digest)
+    {
+        return Ok(Commit::Refused);
+    }
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO blobs
+         (name, location, size, content_type, digest, created_ms, metadata, chunks, corrupt)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL)",
+    )?
+    .execute(params![
+        rec.name,
+        location,
+        rec.size as i64,
+        rec.content_type,
+        rec.digest,
+        rec.created_ms,
+        to_json(&rec.metadata),
+        chunks
+    ])?;
+    tx.prepare_cached("DELETE FROM uploads WHERE name = ?1")?.execute([&rec.name])?;
+    Ok(Commit::Done(old.map(|(loc, _)| loc)))
+}
+
+/// Insert (or replace) the pending upload row of `u`.
+fn insert_upload(tx: &rusqlite::Connection, u: &UploadRecord) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO uploads
+         (name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms,
+          refuse_digests)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        u.name,
+        u.upload_id,
+        u.size.map(|s| s as i64),
+        u.content_type,
+        to_json(&u.metadata),
+        u.overwrite,
+        u.resume_tag,
+        u.created_ms,
+        serde_json::to_string(&u.refuse_digests).expect("string lists serialise")
+    ])?;
+    Ok(())
 }
 
 fn blob_from_row(r: &Row<'_>) -> Result<BlobRecord> {
@@ -356,4 +440,40 @@ fn upload_from_row(r: &Row<'_>) -> Result<UploadRecord> {
         })?,
         name,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    #[test]
+    fn a_pending_upload_written_behind_reaches_the_file_without_another_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let cat = SqliteCatalogue::open(&path).unwrap();
+        let u = UploadRecord {
+            name: "x".into(),
+            upload_id: "u1".into(),
+            size: Some(3),
+            content_type: String::new(),
+            metadata: Default::default(),
+            overwrite: false,
+            refuse_digests: Vec::new(),
+            resume_tag: "t".into(),
+            created_ms: 1,
+        };
+        assert_eq!(cat.put_upload(&u).unwrap(), None);
+        assert_eq!(cat.upload("x").unwrap(), Some(u.clone()), "seen by its handle at once");
+        // Another connection (another process, or this one after being killed) sees it as
+        // soon as the flusher has run, with nothing else written meanwhile.
+        let other = SqliteCatalogue::open(&path).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !other.conn().prepare("SELECT 1 FROM uploads").unwrap().exists([]).unwrap() {
+            assert!(Instant::now() < deadline, "the row never reached the database file");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(other.upload("x").unwrap(), Some(u));
+    }
 }

@@ -101,8 +101,10 @@ fn uploads_are_replaced_and_cleared_on_commit(p: &dyn Place) {
     u.upload_id = "u2".into();
     u.size = Some(9);
     assert_eq!(c.put_upload(&u).unwrap(), Some("u1".into()));
-    assert_eq!(p.catalogue().upload("x").unwrap().unwrap(), u, "seen by another handle");
+    assert_eq!(c.upload("x").unwrap().unwrap(), u);
     assert_eq!(c.uploads_created_before(1).unwrap(), [("x".to_string(), "u2".to_string())]);
+    // Written by now (SQLite writes the row behind, with the handle's next transaction).
+    assert_eq!(p.catalogue().upload("x").unwrap().unwrap(), u, "seen by another handle");
     assert!(c.uploads_created_before(0).unwrap().is_empty());
     assert_eq!(c.upload_ids().unwrap(), ["u2"]);
     c.commit_blob(&rec("x"), "loc", b"", |_| true).unwrap();

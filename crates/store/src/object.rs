@@ -15,7 +15,11 @@
 //! multipart upload, and only then writes the catalogue row: a blob is visible only once all
 //! its bytes are stored, and a crash between the two leaves an unreferenced object that
 //! [`ObjStore::collect_garbage`] removes (once it is older than [`ORPHAN_AGE`], so objects
-//! other front ends are committing right now are left alone).
+//! other front ends are committing right now are left alone). The row's durability does
+//! not wait on the disk after the bytes: while the PUT or completion is in flight, the row
+//! to come is written durably as an intent, and the commit after it only reaches the WAL;
+//! the store's start replays an intent a crash left (committed if its object is whole in
+//! the bucket, forgotten if not). See bs_meta's `intent` for why that is safe.
 //!
 //! The pending upload row records the multipart upload's id once there is one, so an upload
 //! abandoned by a front end that died is aborted by whichever front end expires it.
@@ -38,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bs_meta::{BlobRecord, Catalogue, Commit, UploadRecord, now_ms};
+use bs_meta::{BlobRecord, Catalogue, Commit, CommitIntent, Durability, UploadRecord, now_ms};
 use bs_wire::{BufferPool, CHUNK_SIZE, ChunkDigests, ChunkHasher, Digest, DigestAlgo, Hasher};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -285,8 +289,44 @@ impl ObjStore {
         };
         store.check_reachable()?;
         store.claim_prefix()?;
+        store.replay_intents()?;
         store.collect_garbage(ORPHAN_AGE)?;
         Ok(store)
+    }
+
+    /// Commit again what a crash may have lost (see bs_meta's `intent`): an intent whose
+    /// object is whole in the bucket is committed as its writer asked (replacing only what
+    /// it could), durably; one whose object is not there is forgotten (never stored, never
+    /// acknowledged). An intent that cannot be checked stops the start: left for later, it
+    /// could be replayed over a newer blob of its name.
+    fn replay_intents(&self) -> Result<()> {
+        let i = &self.inner;
+        for intent in i.cat.intents()? {
+            let (name, key) = (intent.record.name.clone(), i.key(&intent.location));
+            match i.block_on(i.os.head(&key)) {
+                Ok(m) if m.size == intent.record.size => {
+                    let (overwrite, refuse) = (intent.overwrite, intent.refuse_digests.clone());
+                    let allow = move |d: &str| may_replace(overwrite, &refuse, d);
+                    match i.cat.commit_intended(&intent, allow, Durability::Now)? {
+                        Commit::Done(old) => {
+                            tracing::info!(blob = %name, "committed again after a crash");
+                            if let Some(old) = old.filter(|o| *o != intent.location) {
+                                let _ = i.block_on(i.os.delete(&i.key(&old)));
+                            }
+                        }
+                        Commit::Refused => {
+                            let _ = i.block_on(i.os.delete(&key));
+                        }
+                    }
+                }
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {
+                    tracing::info!(blob = %name, "an upload a crash interrupted was not stored");
+                    i.cat.forget_intent(&intent.location)?;
+                }
+                Err(e) => return Err(os_error(&format!("checking the upload of {name:?}"), e)),
+            }
+        }
+        Ok(())
     }
 
     /// Windows of sequential reads fetched as streams, and streamed GETs that broke off
@@ -968,6 +1008,20 @@ impl ObjUpload {
         Ok(())
     }
 
+    /// Wait for a PUT or multipart completion that will not be committed, and delete the
+    /// object if it was stored (a resend reuses its key).
+    fn undo_stored(&mut self, storing: JoinHandle<object_store::Result<()>>) {
+        let i = self.store.clone();
+        let key = self.state().key.clone();
+        if matches!(i.block_on(storing), Ok(Ok(()))) {
+            // A completed multipart upload is no longer there to abort.
+            self.state().multipart = None;
+            if let Err(e) = i.block_on(i.os.delete(&key)) {
+                tracing::warn!(%key, error = %e, "an object not committed stays until collected");
+            }
+        }
+    }
+
     /// Start this upload over from its first byte (a rollback into bytes already sent).
     fn restart(&mut self) {
         let store = self.store.clone();
@@ -1089,7 +1143,7 @@ impl UploadSink for ObjUpload {
             })
         };
         // Store every byte: one PUT for a small blob, else the last part and completion.
-        let (digest, chunks, stored) = if s.multipart.is_none() {
+        let (digest, chunks, storing) = if s.multipart.is_none() {
             // The PUT leaves first and the digests are computed from the same bytes while it
             // is in flight: the object's key is fresh and nothing references it until the
             // catalogue row below, so bytes found wrong meanwhile leave only an object to
@@ -1103,18 +1157,11 @@ impl UploadSink for ObjUpload {
             let digest = hasher.finish();
             if let Some(e) = wrong(&digest) {
                 // Gone before the writer may send again: a resend reuses this key.
-                i.block_on(async {
-                    if matches!(put.await, Ok(Ok(()))) {
-                        let _ = i.os.delete(&key).await;
-                    }
-                });
+                self.undo_stored(put);
                 self.restart();
                 return Err(e);
             }
-            let stored = i
-                .block_on(put)
-                .unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }));
-            (digest, chunks, stored)
+            (digest, chunks, put)
         } else {
             // The last part folds the tail into the running digests as it goes up.
             if s.tail.len() > 0 {
@@ -1130,36 +1177,61 @@ impl UploadSink for ObjUpload {
             let s = self.state();
             let mp = s.multipart.clone().expect("created");
             let handles: Vec<_> = s.parts.drain(..).collect();
-            let stored = i
-                .block_on(async {
-                    let mut parts = Vec::with_capacity(handles.len());
-                    for h in handles {
-                        parts.push(
-                            h.await.map_err(|e| object_store::Error::JoinError { source: e })??,
-                        );
-                    }
-                    i.os.complete_multipart(&key, &mp, parts).await
-                })
-                .map(drop);
-            (digest, chunks, stored)
+            let (os, k) = (i.os.clone(), key.clone());
+            let complete = i.rt.spawn(async move {
+                let mut parts = Vec::with_capacity(handles.len());
+                for h in handles {
+                    parts.push(h.await.map_err(|e| object_store::Error::JoinError { source: e })??);
+                }
+                os.complete_multipart(&k, &mp, parts).await.map(drop)
+            });
+            (digest, chunks, complete)
         };
+        // While the bucket stores the bytes, the row they will have is made durable as an
+        // intent, so the commit after them need not wait for the disk (see bs_meta's
+        // `intent`): the catalogue's fsync and the bucket's work overlap.
+        let intent = CommitIntent {
+            record: BlobRecord {
+                name: name.clone(),
+                size,
+                content_type: self.rec.content_type.clone(),
+                digest: digest.to_string(),
+                created_ms: now_ms(),
+                metadata: self.rec.metadata.clone(),
+            },
+            location: id.clone(),
+            chunks: chunks.finish().encode(),
+            overwrite,
+            refuse_digests: refuse.clone(),
+        };
+        let kept = match i.cat.intend(&intent) {
+            Ok(kept) => kept,
+            Err(e) => {
+                // Nothing may rest on an intent that is not there: the upload is not
+                // committed, and the writer may send it all again.
+                self.undo_stored(storing);
+                self.restart();
+                return Err(e.into());
+            }
+        };
+        let stored = i
+            .block_on(storing)
+            .unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }));
         if let Err(e) = stored {
             // Nothing of it is visible; the writer may send it all again.
+            if kept && let Err(f) = i.cat.forget_intent(&id) {
+                // Left behind, it is replayed at the next start only if the object is there.
+                tracing::warn!(blob = %name, error = %f, "cannot drop the intent of a failed upload");
+            }
             self.restart();
             return Err(os_error(&format!("storing {name:?}"), e));
         }
         self.state = None; // committed or not, these bytes are the object's now
-        let record = BlobRecord {
-            name: name.clone(),
-            size,
-            content_type: self.rec.content_type.clone(),
-            digest: digest.to_string(),
-            created_ms: now_ms(),
-            metadata: self.rec.metadata.clone(),
-        };
-        let outcome = i.cat.commit_blob(&record, &id, &chunks.finish().encode(), move |d| {
-            may_replace(overwrite, &refuse, d)
-        });
+        let outcome = i.cat.commit_intended(
+            &intent,
+            move |d| may_replace(overwrite, &refuse, d),
+            Durability::Lazy,
+        );
         match outcome {
             Ok(Commit::Done(Some(old))) => {
                 // Nothing references the replaced object any more: it goes while the writer
@@ -1181,8 +1253,14 @@ impl UploadSink for ObjUpload {
             }
             // Whether the row was written is not known for every error (a connection lost
             // after the commit was sent): the object stays, and is collected if unreferenced.
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                if kept && let Err(f) = i.cat.forget_intent(&id) {
+                    tracing::warn!(blob = %name, error = %f, "cannot drop the intent of a failed commit");
+                }
+                return Err(e.into());
+            }
         }
+        let record = intent.record;
         i.listeners.notify(StoreEvent::Committed(record.clone()));
         Ok(record)
     }

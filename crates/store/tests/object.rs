@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use bs_meta::Catalogue;
+use bs_meta::{Catalogue, CommitIntent};
 use bs_store::{ObjStore, PART_SIZE, RouteSpec, S3Config, Store, StoreError};
 use bs_wire::CHUNK_SIZE;
 use object_store::ObjectStore;
@@ -243,6 +243,79 @@ fn a_lost_object_is_corrupt_not_empty_and_orphans_are_collected() {
     let mut empty = cfg.clone();
     empty.prefix = "/".into();
     assert!(ObjStore::open_s3(&empty, Catalogue::open_in_memory().unwrap()).is_err());
+}
+
+/// The intent a commit of `body` as `name` at object id `id` writes before its bytes are
+/// stored (see bs_meta's `intent`).
+fn intent_of(s: &ObjStore, id: &str, name: &str, body: &[u8], overwrite: bool) -> CommitIntent {
+    let mut chunks = bs_wire::ChunkHasher::new();
+    chunks.update(body);
+    CommitIntent {
+        record: bs_meta::BlobRecord {
+            name: name.into(),
+            size: body.len() as u64,
+            content_type: "application/octet-stream".into(),
+            digest: s.digest_algo().digest(body).to_string(),
+            created_ms: bs_meta::now_ms(),
+            metadata: Default::default(),
+        },
+        location: id.into(),
+        chunks: chunks.finish().encode(),
+        overwrite,
+        refuse_digests: Vec::new(),
+    }
+}
+
+#[test]
+fn a_commit_a_crash_lost_is_made_again_from_its_intent_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("catalogue.db");
+    let prefix = common::fresh_prefix();
+    let cfg = common::s3_config(&prefix);
+    let s = ObjStore::open_s3(&cfg, Catalogue::open(&db).unwrap()).unwrap();
+    let ow = |name: &str| RouteSpec { overwrite: true, ..spec(name, None) };
+    bs_store::put_bytes(&s, &ow("scan"), b"first version").unwrap();
+    bs_store::put_bytes(&s, &spec("kept", None), b"kept bytes").unwrap();
+    // A put's commit is an intent made durable while the bytes go up, then a commit that
+    // only reaches the WAL: once acknowledged, nothing is left of the intent.
+    assert!(Catalogue::open(&db).unwrap().intents().unwrap().is_empty());
+    let old = Catalogue::open(&db).unwrap().stored("scan").unwrap().unwrap().location;
+    // What a crash that lost the WAL's unsynced commits leaves: intents whose objects are
+    // (or are not) in the bucket, and no rows for them.
+    let client = cfg.build().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let key = |id: &str| object_store::path::Path::from(format!("{prefix}/{id}"));
+    let upload = |id: &str, body: &[u8]| {
+        rt.block_on(client.put(&key(id), bytes::Bytes::copy_from_slice(body).into())).unwrap();
+    };
+    let second = data(300_000, 7);
+    let (id2, id3, id4) = (
+        "0000000000000000000000000000a002",
+        "0000000000000000000000000000a003",
+        "0000000000000000000000000000a004",
+    );
+    let cat = Catalogue::open(&db).unwrap();
+    // Acknowledged: its PUT finished, its commit was lost.
+    upload(id2, &second);
+    assert!(cat.intend(&intent_of(&s, id2, "scan", &second, true)).unwrap());
+    // Never stored (the crash came during its PUT): never acknowledged.
+    assert!(cat.intend(&intent_of(&s, id3, "never-stored", b"gone", true)).unwrap());
+    // Stored, but not allowed to replace what its name holds.
+    upload(id4, b"not allowed");
+    assert!(cat.intend(&intent_of(&s, id4, "kept", b"not allowed", false)).unwrap());
+    drop(s);
+    let s = ObjStore::open_s3(&cfg, cat).unwrap();
+    assert_eq!(read_all(&s, "scan"), second, "the lost commit is made again");
+    assert!(rt.block_on(client.head(&key(&old))).is_err(), "the version it replaced is gone");
+    assert!(matches!(s.stat("never-stored"), Err(StoreError::NotFound(_))));
+    assert_eq!(read_all(&s, "kept"), b"kept bytes");
+    assert!(rt.block_on(client.head(&key(id4))).is_err(), "the refused object is removed");
+    assert!(Catalogue::open(&db).unwrap().intents().unwrap().is_empty(), "every intent settled");
+    drop(s);
+    // Settled for good: the next start finds the same.
+    let s = ObjStore::open_s3(&cfg, Catalogue::open(&db).unwrap()).unwrap();
+    assert_eq!(read_all(&s, "scan"), second);
+    assert_eq!(read_all(&s, "kept"), b"kept bytes");
 }
 
 #[test]
