@@ -46,8 +46,13 @@ impl Shared {
             while !s.0 && !s.1 {
                 s = signal.wait(s).unwrap_or_else(|p| p.into_inner());
             }
-            if !s.1 {
-                s = signal.wait_timeout(s, BEHIND_AT_MOST).unwrap_or_else(|p| p.into_inner()).0;
+            let deadline = std::time::Instant::now() + BEHIND_AT_MOST;
+            while !s.1 {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                s = signal.wait_timeout(s, left).unwrap_or_else(|p| p.into_inner()).0;
             }
             let closing = s.1;
             s.0 = false;
@@ -137,14 +142,15 @@ impl Db {
     }
 
     /// Queue `op` for the next group and return at once (see [`Groups::write_behind`]).
-    pub(crate) fn write_behind(
-        &self,
-        op: impl FnOnce(&Connection) -> Result<(), MetaError> + Send + 'static,
-    ) {
+    pub(crate) fn write_behind(&self, op: impl FnOnce(Option<&Connection>) + Send + 'static) {
         self.shared.groups.write_behind(Box::new(op));
         let (state, signal) = &self.shared.behind;
-        state.lock().unwrap_or_else(|p| p.into_inner()).0 = true;
-        signal.notify_one();
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        if !s.0 {
+            // The flusher's wait starts with the first write queued, not the last.
+            s.0 = true;
+            signal.notify_one();
+        }
     }
 
     /// Run the writes queued behind, if any.

@@ -5,8 +5,10 @@
 //! the connection; whoever holds it runs every queued write, each in a savepoint of its own
 //! (one write's error rolls back only that write), commits once, and only then hands each
 //! writer its result. A result is never handed out before the commit that makes it durable
-//! has returned, so an acknowledged write survives a crash exactly as before, and a crash
-//! mid-group exposes none of the group (one transaction).
+//! has returned, so an acknowledged durable write survives a crash, and a crash mid-group
+//! exposes none of the group (one transaction). Lazy writes and writes queued behind skip
+//! the fsync and may be lost by a crash: only rows whose loss the caller copes with (a
+//! pending upload's, a commit covered by its intent: see `crate::intent`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, mpsc};
@@ -45,8 +47,9 @@ pub enum Durability {
     Lazy,
 }
 
-/// A write queued for the next group, nobody waiting on its result.
-type Behind = Box<dyn FnOnce(&Connection) -> Result<(), MetaError> + Send>;
+/// A write queued for the next group, nobody waiting on its result: called with the
+/// group's connection, or with `None` if the group's transaction could not begin.
+type Behind = Box<dyn FnOnce(Option<&Connection>) + Send>;
 
 /// Writes waiting for the next group, and what the groups so far amounted to.
 #[derive(Default)]
@@ -137,8 +140,14 @@ impl Groups {
     /// `SqliteCatalogue::put_upload`).
     pub(crate) fn write_behind(&self, op: Behind) {
         let op: Op = Box::new(move |conn| {
-            if let Some(c) = conn {
-                let _ = in_savepoint(c, op);
+            match conn {
+                Some(c) => {
+                    let _ = in_savepoint(c, |c| {
+                        op(Some(c));
+                        Ok(())
+                    });
+                }
+                None => op(None),
             }
             Box::new(|_| {})
         });
@@ -160,9 +169,12 @@ impl Groups {
         // A group of lazy writes only skips the WAL fsync; the next durable group's fsync
         // covers its frames too (the WAL is one file, synced in order).
         let lazy = batch.iter().all(|(d, _)| *d == Durability::Lazy);
-        if lazy {
-            let _ = exec(conn, "PRAGMA synchronous = NORMAL");
-        }
+        // Said before every group, not only restored after a lazy one: a group that
+        // panicked half-way must not leave the next durable one unsynced.
+        let _ = exec(
+            conn,
+            if lazy { "PRAGMA synchronous = NORMAL" } else { "PRAGMA synchronous = FULL" },
+        );
         self.run(conn, batch.into_iter().map(|(_, op)| op).collect());
         if lazy {
             let _ = exec(conn, "PRAGMA synchronous = FULL");
@@ -224,8 +236,9 @@ fn in_savepoint<R>(
     }
 }
 
-/// Run one statement without rows, parsed once per connection (parsing costs more than
-/// running these).
+/// Run one statement without rows from the connection's statement cache, so it is parsed
+/// once (parsing costs more than running these; SQLite prepares a PRAGMA again each time
+/// all the same).
 fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }

@@ -14,9 +14,11 @@
 //! too, and the commit deletes its intent in the same transaction. An intent survives a
 //! crash only if no durable write followed its commit, or if its commit never ran. Every
 //! commit and every delete of a name deletes the name's intents, so no intent outlives a
-//! later change to its name; several left over for one name are replayed oldest first. A
-//! commit that did not do exactly what its intent said (its intent was gone, or the name's
-//! blob could not be replaced) is made durable before it returns.
+//! later change to its name. A commit is left lazy only when it did exactly what its intent
+//! said and that intent was the name's only one; otherwise (its intent gone, another left
+//! behind by a failure, the name's blob not to be replaced) it is made durable before it
+//! returns. So an intent a crash leaves with a lost commit is its name's only one, and
+//! replaying it cannot put an older write over a newer.
 //!
 //! Only the embedded SQLite catalogue keeps intents; PostgreSQL's commits stay durable on
 //! their own (see [`crate::Catalogue::intend`]).
@@ -92,11 +94,15 @@ impl SqliteCatalogue {
             let mut st = tx.prepare_cached(sql)?;
             let gone =
                 st.query_map(params![i.record.name, i.location], |r| r.get::<_, String>(0))?;
-            let mut ours = false;
+            let (mut ours, mut others) = (false, false);
             for g in gone {
-                ours |= g? == i.location;
+                if g? == i.location {
+                    ours = true;
+                } else {
+                    others = true;
+                }
             }
-            Ok((done, ours))
+            Ok((done, ours && !others))
         };
         let (done, ours) = match durability {
             Durability::Now => self.db.write(op)?,
@@ -215,7 +221,7 @@ mod tests {
         drop(cat);
         let cat = open(&dir);
         assert_eq!(cat.intents().unwrap(), vec![a.clone()]);
-        // Held as a pending upload too until the commit: garbage collection keeps it.
+        // Referenced while it stands: garbage collection keeps its object.
         assert!(cat.referenced().unwrap().contains(&"loc-a".to_string()));
         let done = cat.commit_intended(&a, |_| true, Durability::Lazy).unwrap();
         assert_eq!(done, Commit::Done(None));
@@ -237,6 +243,29 @@ mod tests {
         cat.intend(&intent("other", "later", true)).unwrap();
         cat.delete_blob("other").unwrap();
         assert!(cat.intents().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_commit_beside_an_intent_left_behind_is_made_durable_and_voids_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = open(&dir);
+        // Left behind by a commit that failed, its intent with it undroppable at the time.
+        cat.intend(&intent("n", "left", true)).unwrap();
+        let a = intent("n", "loc-a", true);
+        cat.intend(&a).unwrap();
+        let synced = |c: &SqliteCatalogue| -> Option<String> {
+            c.db.lock()
+                .query_row("SELECT value FROM settings WHERE key = 'synced_ms'", [], |r| r.get(0))
+                .ok()
+        };
+        assert_eq!(synced(&cat), None);
+        assert_eq!(
+            cat.commit_intended(&a, |_| true, Durability::Lazy).unwrap(),
+            Commit::Done(None)
+        );
+        assert!(synced(&cat).is_some(), "not left resting on intents of which one is older");
+        assert!(cat.intents().unwrap().is_empty());
+        assert_eq!(cat.blob("n").unwrap().unwrap().1, "loc-a");
     }
 
     #[test]

@@ -244,7 +244,8 @@ impl SqliteCatalogue {
         self.db.write(move |tx| Ok(tx.query_row(sql, [name], |r| r.get(0)).optional()?))
     }
 
-    /// Every location referenced by a blob and every pending upload id, in one snapshot.
+    /// Every location referenced by a blob, a pending upload or a commit intent, in one
+    /// snapshot.
     pub fn referenced(&self) -> Result<Vec<String>> {
         self.db.flush();
         let c = self.conn();
@@ -277,8 +278,9 @@ impl SqliteCatalogue {
     /// Returns the replaced upload's id.
     ///
     /// Written behind: queued for the next write anyone makes (the upload's own commit, at
-    /// the latest), and answered from memory by [`SqliteCatalogue::upload`] until then, so a
-    /// route costs no transaction of its own. Not fsynced on its own either (it is with the
+    /// the latest, or the database's flusher within `BEHIND_AT_MOST`), and answered from
+    /// memory by [`SqliteCatalogue::upload`] until then, so a route followed by a write
+    /// within that time costs no transaction of its own. Not fsynced on its own either (it is with the
     /// next durable write): a crash may forget the row, and then the upload starts again
     /// from its first byte — its staging file, unreferenced, is removed at the next start,
     /// and a replaced upload's row comes back without its file, which routing treats as no
@@ -296,14 +298,18 @@ impl SqliteCatalogue {
         self.behind_lock().insert(u.name.clone(), u.clone());
         let (u, behind) = (u.clone(), self.behind.clone());
         self.db.write_behind(move |tx| {
-            let written = insert_upload(tx, &u);
-            // Answered from the table from now on (this transaction holds the connection
-            // until it commits, so no reader sees the gap); a later route's row stays.
+            if let Some(tx) = tx
+                && let Err(e) = insert_upload(tx, &u)
+            {
+                tracing::warn!(upload = %u.name, error = %e, "a pending upload's row was not written");
+            }
+            // Answered from the table from now on, written or not (this transaction holds
+            // the connection until it commits, so no reader sees a gap; a commit that fails
+            // loses the row as a crash would). A later route's record for the name stays.
             let mut q = behind.lock().unwrap_or_else(|p| p.into_inner());
-            if q.get(&u.name).is_some_and(|q| q.upload_id == u.upload_id) {
+            if q.get(&u.name) == Some(&u) {
                 q.remove(&u.name);
             }
-            written
         });
         Ok(old)
     }

@@ -392,8 +392,9 @@ impl ObjStore {
         let cutoff = cutoff_ms(age);
         let prefix = ObjPath::from(i.prefix.as_str());
         // The listing first, the catalogue after: an upload committed while the listing ran
-        // is in the snapshot (as a blob, or still as a pending upload: both change in one
-        // transaction), so only what was unreferenced after the listing is collected.
+        // is in the snapshot (as a blob, or still as a pending upload or a commit intent: a
+        // commit changes them in one transaction, and rows written behind are written
+        // before the snapshot), so only what was unreferenced after the listing is collected.
         let metas: Vec<object_store::ObjectMeta> = i
             .block_on(async { i.os.list(Some(&prefix)).collect::<Vec<_>>().await })
             .into_iter()
@@ -1252,7 +1253,8 @@ impl UploadSink for ObjUpload {
                 return Err(StoreError::AlreadyExists(name));
             }
             // Whether the row was written is not known for every error (a connection lost
-            // after the commit was sent): the object stays, and is collected if unreferenced.
+            // after the commit was sent, a lazy commit whose making durable failed): the
+            // object stays, and is collected if unreferenced.
             Err(e) => {
                 if kept && let Err(f) = i.cat.forget_intent(&id) {
                     tracing::warn!(blob = %name, error = %f, "cannot drop the intent of a failed commit");
