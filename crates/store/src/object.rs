@@ -1259,6 +1259,12 @@ impl UploadSink for ObjUpload {
                 if kept && let Err(f) = i.cat.forget_intent(&id) {
                     tracing::warn!(blob = %name, error = %f, "cannot drop the intent of a failed commit");
                 }
+                // Landed all the same: whoever follows the store (a tier's copies, the image
+                // index) hears of it as of any commit, so nothing keeps serving what it
+                // replaced.
+                if i.cat.stored(&name).ok().flatten().is_some_and(|s| s.location == id) {
+                    i.listeners.notify(StoreEvent::Committed(intent.record.clone()));
+                }
                 return Err(e.into());
             }
         }
