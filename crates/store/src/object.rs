@@ -301,13 +301,19 @@ impl ObjStore {
     /// could be replayed over a newer blob of its name.
     fn replay_intents(&self) -> Result<()> {
         let i = &self.inner;
-        for intent in i.cat.intents()? {
+        let intents = i.cat.intents()?;
+        for (k, intent) in intents.iter().enumerate() {
+            if intents[k + 1..].iter().any(|later| later.location == intent.location) {
+                // A later attempt at the same key (a resend reuses it) describes its bytes;
+                // settling that one drops this one with it.
+                continue;
+            }
             let (name, key) = (intent.record.name.clone(), i.key(&intent.location));
             match i.block_on(i.os.head(&key)) {
                 Ok(m) if m.size == intent.record.size => {
                     let (overwrite, refuse) = (intent.overwrite, intent.refuse_digests.clone());
                     let allow = move |d: &str| may_replace(overwrite, &refuse, d);
-                    match i.cat.commit_intended(&intent, allow, Durability::Now)? {
+                    match i.cat.commit_intended(intent, allow, Durability::Now)? {
                         Commit::Done(old) => {
                             tracing::info!(blob = %name, "committed again after a crash");
                             if let Some(old) = old.filter(|o| *o != intent.location) {
