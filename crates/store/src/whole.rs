@@ -14,7 +14,23 @@ pub fn put_bytes(
 ) -> Result<BlobRecord, StoreError> {
     let spec = RouteSpec { size: Some(data.len() as u64), ..spec.clone() };
     store.route(&spec)?;
+    write_routed(store, &spec, data)
+}
+
+/// Write and commit `data` into the upload `spec` routed, aborting it on failure unless
+/// the upload turned out to be another transfer's.
+fn write_routed(
+    store: &dyn Store,
+    spec: &RouteSpec,
+    data: &[u8],
+) -> Result<BlobRecord, StoreError> {
     let written = store.open_upload(&spec.name).and_then(|mut sink| {
+        if sink.size() != spec.size {
+            // A name has one pending upload, and another put of it routed after this one
+            // took it over: that upload is the other's to write (not to be filled with these
+            // bytes and refused as short or long at commit).
+            return Err(StoreError::Busy(spec.name.clone()));
+        }
         sink.write_at(0, data)?;
         sink.commit(None)
     });
@@ -22,4 +38,24 @@ pub fn put_bytes(
         let _ = store.abort(&spec.name);
     }
     written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::MemStore;
+
+    #[test]
+    fn a_put_whose_upload_another_route_took_over_is_told_busy_and_leaves_it_alone() {
+        let s = MemStore::new();
+        let a = RouteSpec { name: "n".into(), size: Some(3), ..Default::default() };
+        let b = RouteSpec { size: Some(5), ..a.clone() };
+        s.route(&a).unwrap();
+        s.route(&b).unwrap();
+        let e = write_routed(&s, &a, b"abc").unwrap_err();
+        assert!(matches!(e, StoreError::Busy(_)), "{e}");
+        // The other's upload is untouched, and lands whole.
+        assert_eq!(write_routed(&s, &b, b"hello").unwrap().size, 5);
+        assert_eq!(&s.open_read("n").unwrap().all().unwrap()[..], b"hello");
+    }
 }
