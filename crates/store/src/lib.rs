@@ -43,7 +43,7 @@ pub use source::{
     BlobSource, CorruptionMarker, MAP_FROM, Pieces, READ_WHOLE_UP_TO, REMOTE_WINDOW, RangeRead,
     corruption_found,
 };
-pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range};
+pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range, open_routed};
 pub use tier::Tier;
 pub use whole::put_bytes;
 pub use writeback::{WRITEBACK_STEP, start_writeback};

@@ -272,6 +272,19 @@ pub trait Store: Send + Sync + 'static {
     fn expire_uploads(&self, age: std::time::Duration) -> Result<Vec<String>>;
 }
 
+/// Open the upload `spec` routed, for a writer that routed it itself a moment ago. A name has
+/// one pending upload, and another put of it routed in between takes it over: an upload of
+/// another declared size is that put's to write, so this writer is told
+/// [`StoreError::Busy`] (not handed it, to fill with its own bytes and be refused as short
+/// or long at commit).
+pub fn open_routed(store: &dyn Store, spec: &RouteSpec) -> Result<Box<dyn UploadSink>> {
+    let sink = store.open_upload(&spec.name)?;
+    if sink.size() != spec.size {
+        return Err(StoreError::Busy(spec.name.clone()));
+    }
+    Ok(sink)
+}
+
 /// Whether an upload routed with `overwrite` and `refuse` may replace a blob of `digest`.
 pub(crate) fn may_replace(overwrite: bool, refuse: &[String], digest: &str) -> bool {
     overwrite && !refuse.iter().any(|r| r == digest)

@@ -4,7 +4,7 @@
 use bs_meta::BlobRecord;
 
 use crate::error::StoreError;
-use crate::store::{RouteSpec, Store};
+use crate::store::{RouteSpec, Store, open_routed};
 
 /// Store `data` as `spec` describes (its `size` is set from `data`).
 pub fn put_bytes(
@@ -24,13 +24,7 @@ fn write_routed(
     spec: &RouteSpec,
     data: &[u8],
 ) -> Result<BlobRecord, StoreError> {
-    let written = store.open_upload(&spec.name).and_then(|mut sink| {
-        if sink.size() != spec.size {
-            // A name has one pending upload, and another put of it routed after this one
-            // took it over: that upload is the other's to write (not to be filled with these
-            // bytes and refused as short or long at commit).
-            return Err(StoreError::Busy(spec.name.clone()));
-        }
+    let written = open_routed(store, spec).and_then(|mut sink| {
         sink.write_at(0, data)?;
         sink.commit(None)
     });

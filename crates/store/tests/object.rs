@@ -304,11 +304,12 @@ fn a_commit_a_crash_lost_is_made_again_from_its_intent_at_the_next_start() {
     upload(id4, b"not allowed");
     assert!(cat.intend(&intent_of(&s, id4, "kept", b"not allowed", false)).unwrap());
     // A first attempt's intent left behind (its PUT failed, and so did dropping it), then a
-    // resend at the same key, stored, whose commit was lost: the resend's bytes are there.
+    // resend at the same key, stored, whose commit was lost: the resend's bytes are there,
+    // and only its intent (here with other flags than the first's) says what they are.
     let id5 = "0000000000000000000000000000a005";
     assert!(cat.intend(&intent_of(&s, id5, "resent", b"first attempt!", true)).unwrap());
     upload(id5, b"second attempt");
-    assert!(cat.intend(&intent_of(&s, id5, "resent", b"second attempt", true)).unwrap());
+    assert!(cat.intend(&intent_of(&s, id5, "resent", b"second attempt", false)).unwrap());
     drop(s);
     let s = ObjStore::open_s3(&cfg, cat).unwrap();
     assert_eq!(read_all(&s, "resent"), b"second attempt", "the later attempt describes the key");

@@ -143,7 +143,7 @@ fn write_all(
 ) -> Result<BlobRecord, WebError> {
     let name = route.name.clone();
     store.route(&route)?;
-    let mut sink = match store.open_upload(&name) {
+    let mut sink = match bs_store::open_routed(store.as_ref(), &route) {
         Ok(s) => s,
         Err(e) => {
             if !e.upload_is_anothers() {
