@@ -289,8 +289,9 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         "Garage 2.5 (one node, SQLite metadata, replication 1) on loopback; blobstream's catalogue \
          in SQLite for the put/get rows, in PostgreSQL (one server, loopback) for the front-end rows"
             .into(),
-        "every get checked byte for byte; blobstream checks each chunk against its digest before \
-         handing it out, object_store alone does not"
+        "every get checked byte for byte; blobstream also checks each chunk against its digest \
+         before the pull may succeed (a small blob's bytes are sent on as they arrive from the \
+         bucket, each chunk checked as its last byte goes by), object_store alone does not"
             .into(),
         "the front ends, Garage and PostgreSQL share the machine's cores, so more front ends add \
          no CPU: the table shows the front ends are not what limits the aggregate"

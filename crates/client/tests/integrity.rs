@@ -1,7 +1,9 @@
 //! Corruption at rest over the data plane: a pull stops before the first bad chunk leaves the
 //! server (the good chunks before it arrive, the bad one never does), the client gets a
 //! "corrupt" error rather than a checksum mismatch at the end, range digests refuse to vouch
-//! for rotten bytes (so a resume cannot keep them), and the scrub RPC names the blob.
+//! for rotten bytes (so a resume cannot keep them), and the scrub RPC names the blob. A small
+//! blob in an S3 bucket is sent on as its bytes arrive from the bucket: its pull still ends
+//! with the "corrupt" error, never with success, before the bad chunk's last byte.
 
 use std::sync::Arc;
 
@@ -66,6 +68,51 @@ fn corrupt_pull_stops_at_the_bad_chunk(store: Arc<dyn Store>, damage: &dyn Fn(u6
     let mut out = vec![0u8; 5000];
     p.read_exact_to_end(&mut out).unwrap();
     assert_eq!(out, data(5000), "other blobs are served as before");
+}
+
+#[test]
+fn s3_store_small_blob_sent_as_it_arrives() {
+    let garage = bs_peers::Garage::start("integrity").unwrap();
+    let e = garage.endpoint();
+    let cfg = bs_store::S3Config {
+        endpoint: Some(e.url.clone()),
+        region: e.region.clone(),
+        bucket: e.bucket.clone(),
+        prefix: "scan".into(),
+        access_key_id: e.key_id.clone(),
+        secret_access_key: e.secret.clone(),
+        timeout: None,
+    };
+    let store =
+        bs_store::ObjStore::open_s3(&cfg, bs_meta::Catalogue::open_in_memory().unwrap()).unwrap();
+    let s = BackgroundServer::start(Arc::new(store.clone()), ServerConfig::ephemeral()).unwrap();
+    let c = Client::connect(&s.control_addr().to_string()).unwrap();
+    let good = data(3 * CHUNK_SIZE as usize + 100);
+    put(&c, "small", &good);
+    let mut whole = vec![0u8; good.len()];
+    c.open_pull("small", 0, None).unwrap().read_exact_to_end(&mut whole).unwrap();
+    assert!(whole == good);
+
+    store.damage("small", CHUNK_SIZE + 5, 0x01).unwrap();
+    let mut p = c.open_pull("small", 0, None).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    let err = loop {
+        match p.read(&mut buf) {
+            Ok(0) => panic!("a corrupt blob was read to the end with success"),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => break e,
+        }
+    };
+    assert!(got.len() < 2 * CHUNK_SIZE as usize, "{} bytes: past the bad chunk", got.len());
+    assert!(got.len() >= CHUNK_SIZE as usize, "the good chunk before it arrives");
+    assert_eq!(&got[..CHUNK_SIZE as usize], &good[..CHUNK_SIZE as usize]);
+    assert!(
+        matches!(&err, ClientError::Transfer(TransportError::Remote { code: ErrorCode::Corrupt, message }) if message.contains("chunk 1")),
+        "{err}"
+    );
+    let e = c.open_pull("small", 0, None).and_then(|mut p| p.read(&mut buf)).unwrap_err();
+    assert!(e.is_integrity() && e.to_string().contains("marked corrupt"), "{e}");
 }
 
 #[test]

@@ -17,6 +17,7 @@ mod mapped;
 mod media;
 mod mem;
 mod name;
+mod objearly;
 mod object;
 mod objstream;
 mod scrub;
@@ -40,8 +41,8 @@ pub use name::{MAX_NAME_LEN, validate_name};
 pub use object::{Backend as ObjectBackend, ORPHAN_AGE, ObjStore, PART_SIZE, S3Config};
 pub use scrub::{ScrubOptions, ScrubReport, scrub};
 pub use source::{
-    BlobSource, CorruptionMarker, MAP_FROM, Pieces, READ_WHOLE_UP_TO, REMOTE_WINDOW, RangeRead,
-    corruption_found,
+    Arriving, BlobSource, CorruptionMarker, MAP_FROM, Pieces, READ_WHOLE_UP_TO, REMOTE_WINDOW,
+    RangeRead, corruption_found,
 };
 pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range, open_routed};
 pub use tier::Tier;

@@ -57,6 +57,7 @@ use crate::error::StoreError;
 use crate::events::{Listener, Listeners, StoreEvent};
 use crate::fs::new_id;
 use crate::name::validate_name;
+use crate::objearly::EarlyGet;
 use crate::objstream::ObjStream;
 use crate::source::{BlobSource, CorruptionMarker, REMOTE_WINDOW, RangeRead};
 use crate::store::{
@@ -165,12 +166,12 @@ pub struct ObjStore {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     os: Arc<dyn Backend>,
     prefix: String,
     cat: Arc<Catalogue>,
     algo: DigestAlgo,
-    rt: OwnRuntime,
+    pub(crate) rt: OwnRuntime,
     busy: Claims,
     /// Uploads begun in this process, by name, while no writer has them open.
     staged: Mutex<HashMap<String, Staged>>,
@@ -236,7 +237,7 @@ fn split_upload_id(stored: &str) -> (&str, Option<&str>) {
     }
 }
 
-fn os_error(what: &str, e: object_store::Error) -> StoreError {
+pub(crate) fn os_error(what: &str, e: object_store::Error) -> StoreError {
     StoreError::Unavailable(format!("object store: {what}: {e}"))
 }
 
@@ -454,7 +455,7 @@ impl ObjStore {
 /// threads of another runtime's blocking pool). Shut down in the background when the store
 /// goes, since the last handle may be dropped inside an async task, where a runtime cannot
 /// be dropped by blocking.
-struct OwnRuntime(Option<tokio::runtime::Runtime>);
+pub(crate) struct OwnRuntime(Option<tokio::runtime::Runtime>);
 
 impl std::ops::Deref for OwnRuntime {
     type Target = tokio::runtime::Runtime;
@@ -478,7 +479,7 @@ impl Inner {
 
     /// Run a future on this store's runtime from a blocking caller (kept off any executor
     /// the caller may be on: see [`bs_meta::off_executor`]).
-    fn block_on<F: std::future::Future + Send>(&self, f: F) -> F::Output
+    pub(crate) fn block_on<F: std::future::Future + Send>(&self, f: F) -> F::Output
     where
         F::Output: Send,
     {
@@ -785,6 +786,16 @@ impl RangeRead for ObjReader {
     fn streaming_at(&self, offset: u64) -> bool {
         let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
         streams.front().is_some_and(|st| st.next() == offset)
+    }
+
+    fn arriving(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Option<Box<dyn Iterator<Item = Result<Bytes>> + Send>> {
+        let (os, key) = (self.store.os.clone(), self.key.clone());
+        let store = self.store.clone();
+        Some(Box::new(EarlyGet::start(store, &self.name, os, key, (from, to), self.size)))
     }
 
     fn sequential(&self, from: u64, to: u64) {

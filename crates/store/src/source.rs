@@ -19,6 +19,10 @@
 //!
 //! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
 //! logged, counted, and the store marks the blob so later readers are refused at once.
+//!
+//! One reader is handed bytes before their chunk is whole: the data plane, pulling a small
+//! range of a remote blob ([`BlobSource::arriving`], `source/arriving.rs`). Its client accepts
+//! nothing before the final SUM, and the SUM follows only after every chunk checked.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -30,6 +34,9 @@ use bs_wire::{BufferPool, CHUNK_SIZE, ChunkDigests, Digest, DigestAlgo};
 use bytes::Bytes;
 
 use crate::error::StoreError;
+
+mod arriving;
+pub use arriving::Arriving;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -109,6 +116,16 @@ pub trait RangeRead: Send + Sync {
     /// no more than it needs (each chunk is handed on as it comes) rather than a window.
     fn streaming_at(&self, _offset: u64) -> bool {
         false
+    }
+    /// Bytes `from..to` (whole chunks) in one request, handed on in pieces as they arrive
+    /// (see [`BlobSource::arriving`]), when this reader can; each item an error or the next
+    /// bytes, the iterator ending where the store's answer does.
+    fn arriving(
+        &self,
+        _from: u64,
+        _to: u64,
+    ) -> Option<Box<dyn Iterator<Item = Result<Bytes>> + Send>> {
+        None
     }
 }
 

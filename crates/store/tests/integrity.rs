@@ -184,6 +184,52 @@ fn rot_in_the_bucket_is_caught() {
     rot_in_a_blob_of(size, window + 1, &s, &damage);
 }
 
+/// A small remote range handed out as it arrives (`BlobSource::arriving`): every byte is the
+/// blob's; a bad chunk ends the stream with an error before its last byte is handed out, so
+/// its receiver never sees the end of a range that did not check, and the blob is marked.
+#[test]
+fn an_early_stream_from_the_bucket_hands_out_the_blob_and_stops_at_rot() {
+    let s = common::s3_store();
+    let size = 3 * CHUNK_SIZE as usize + 77;
+    let good = data(size, 6);
+    bs_store::put_bytes(&s, &spec("early"), &good).unwrap();
+    let collect = |src: &bs_store::BlobSource, from: u64, len: u64| {
+        let mut got = Vec::new();
+        let mut end = None;
+        for p in src.arriving(from, len).unwrap() {
+            match p {
+                Ok(b) => got.extend_from_slice(&b),
+                Err(e) => end = Some(e),
+            }
+        }
+        (got, end)
+    };
+    let src = s.open_read("early").unwrap();
+    assert!(matches!(src.arriving(0, 1).unwrap(), bs_store::Arriving::Early(_)));
+    for (from, len) in [(0, size as u64), (5, CHUNK_SIZE), (CHUNK_SIZE + 1, 2 * CHUNK_SIZE)] {
+        let (got, end) = collect(&src, from, len);
+        assert!(end.is_none(), "{from}+{len}: {end:?}");
+        assert_eq!(&got[..], &good[from as usize..(from + len) as usize], "{from}+{len}");
+    }
+    drop(src);
+
+    // Chunk 1 damaged near its end: a range ending inside chunk 1, before the damage, hands
+    // out nothing of chunk 1 (its last piece waits for the check), then the error.
+    s.damage("early", 2 * CHUNK_SIZE - 3, 0x10).unwrap();
+    let src = s.open_read("early").unwrap();
+    let (got, end) = collect(&src, 0, CHUNK_SIZE + 10);
+    assert!(matches!(end, Some(StoreError::Corrupt { .. })), "{end:?}");
+    assert!(got.len() as u64 <= CHUNK_SIZE + 10 && got[..] == good[..got.len()]);
+    assert!(got.len() < CHUNK_SIZE as usize + 10, "the range's end was handed out");
+    // The whole blob: the error comes before chunk 1's last byte.
+    let (got, end) = collect(&src, 0, size as u64);
+    assert!(matches!(end, Some(StoreError::Corrupt { .. })), "{end:?}");
+    assert!(got.len() < 2 * CHUNK_SIZE as usize && got[..] == good[..got.len()]);
+    drop(src);
+    let e = s.open_read("early").unwrap_err();
+    assert!(e.to_string().contains("chunk 1"), "marked: {e}");
+}
+
 #[test]
 fn a_restored_file_is_cleared_by_the_scrubber_and_the_mark_survives_restart() {
     let dir = tempfile::tempdir().unwrap();

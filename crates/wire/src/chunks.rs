@@ -183,6 +183,66 @@ impl ChunkHasher {
     }
 }
 
+/// Checks the chunks of a blob against their digests as their bytes are fed in order, in
+/// pieces of any size, from the start of one chunk: for a reader that hands bytes on as they
+/// arrive and must know, by the time a chunk's last byte is in, whether the chunk was whole.
+#[derive(Clone)]
+pub struct ChunkChecker {
+    /// The chunk being fed.
+    chunk: usize,
+    cur: XxHash3_64,
+    in_chunk: u64,
+}
+
+impl std::fmt::Debug for ChunkChecker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkChecker").field("chunk", &self.chunk).finish()
+    }
+}
+
+impl ChunkChecker {
+    /// Start at the first byte of chunk `chunk`.
+    pub fn new(chunk: usize) -> Self {
+        Self { chunk, cur: XxHash3_64::new(), in_chunk: 0 }
+    }
+
+    /// Feed the next bytes of `digests`' blob. `Err(i)` when chunk `i` is complete and does
+    /// not match its digest (or the bytes run past the blob's end); the checker is of no
+    /// further use then.
+    pub fn update(&mut self, digests: &ChunkDigests, mut data: &[u8]) -> Result<(), usize> {
+        while !data.is_empty() {
+            let r = digests.range(self.chunk);
+            let left = (r.end - r.start) - self.in_chunk;
+            if left == 0 {
+                return Err(self.chunk); // past the last chunk
+            }
+            let take = (left as usize).min(data.len());
+            self.cur.write(&data[..take]);
+            self.in_chunk += take as u64;
+            data = &data[take..];
+            if self.in_chunk == r.end - r.start {
+                if digests.sum(self.chunk) != Some(self.cur.finish()) {
+                    return Err(self.chunk);
+                }
+                self.chunk += 1;
+                self.cur = XxHash3_64::new();
+                self.in_chunk = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every chunk fed so far was complete and checked (none is part-way).
+    pub fn at_boundary(&self) -> bool {
+        self.in_chunk == 0
+    }
+
+    /// The chunk being fed (the next one, at a boundary).
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +298,27 @@ mod tests {
         assert!(ChunkDigests::decode(&enc[..enc.len() - 1], d.len() as u64).is_err());
         assert!(ChunkDigests::decode(&[0, 0, 0, 0], 0).is_err(), "chunk size 0");
         assert_eq!(ChunkDigests::decode(&ChunkDigests::of(&[]).encode(), 0).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_checker_fed_in_pieces_passes_whole_chunks_and_stops_at_a_bad_one() {
+        let d = data(2 * CHUNK_SIZE as usize + 5);
+        let c = ChunkDigests::of(&d);
+        let mut k = ChunkChecker::new(0);
+        for piece in d.chunks(77_777) {
+            assert_eq!(k.update(&c, piece), Ok(()));
+        }
+        assert!(k.at_boundary());
+        assert_eq!(k.chunk(), 3);
+        assert_eq!(k.update(&c, &[0]), Err(3), "past the end");
+        // From chunk 1; a flipped byte in it is found when its last byte arrives.
+        let mut bad = d.clone();
+        bad[CHUNK_SIZE as usize + 9] ^= 1;
+        let mut k = ChunkChecker::new(1);
+        let rest = &bad[CHUNK_SIZE as usize..];
+        assert_eq!(k.update(&c, &rest[..CHUNK_SIZE as usize - 1]), Ok(()));
+        assert!(!k.at_boundary());
+        assert_eq!(k.update(&c, &rest[CHUNK_SIZE as usize - 1..]), Err(1));
     }
 
     proptest! {

@@ -9,7 +9,7 @@ pub mod error;
 pub mod frame;
 pub mod pool;
 
-pub use chunks::{CHUNK_SIZE, ChunkDigests, ChunkHasher};
+pub use chunks::{CHUNK_SIZE, ChunkChecker, ChunkDigests, ChunkHasher};
 pub use digest::{Digest, DigestAlgo, Hasher};
 pub use error::WireError;
 pub use frame::{
