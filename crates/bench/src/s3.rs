@@ -56,7 +56,8 @@ fn push(client: &Client, name: &str, data: &[u8]) -> Result<(), BenchError> {
 }
 
 fn pull(client: &Client, name: &str, want: &[u8]) -> Result<(), BenchError> {
-    let mut p = client.open_pull(name, 0, None)?;
+    // Read into memory and used only once verified: the server may send before checking.
+    let mut p = client.open_pull_whole(name, 0, None)?;
     let mut out = bs_wire::alloc::zeroed(want.len());
     p.read_exact_to_end(&mut out)?;
     if out != want {

@@ -370,6 +370,7 @@ impl Client {
             qos: Some(self.transfer_profile().to_pb()),
             range: false,
             pipelined: false,
+            whole_before_use: false,
         }
     }
 
@@ -398,7 +399,28 @@ impl Client {
 
     /// Start pulling `length` bytes (all remaining when `None`) of `name` from `offset`.
     pub fn open_pull(&self, name: &str, offset: u64, length: Option<u64>) -> Result<PullStream> {
-        let req = self.base_request(name, pb::Direction::Pull, offset, length);
+        self.pull_with(self.base_request(name, pb::Direction::Pull, offset, length))
+    }
+
+    /// [`Client::open_pull`] for a reader that uses no byte before [`PullStream::verify`]
+    /// (or [`PullStream::read_exact_to_end`]) has succeeded — one reading into memory, or
+    /// into a file it throws away on failure. The server may then send a chunk's bytes
+    /// before it has checked the chunk (faster for a small blob in an object store); a bad
+    /// chunk still fails the pull, possibly after some of its bytes arrived. A reader that
+    /// passes bytes on as they come (a pipe) must use `open_pull`, which receives only
+    /// checked chunks.
+    pub fn open_pull_whole(
+        &self,
+        name: &str,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<PullStream> {
+        let mut req = self.base_request(name, pb::Direction::Pull, offset, length);
+        req.whole_before_use = true;
+        self.pull_with(req)
+    }
+
+    fn pull_with(&self, req: pb::NegotiateRequest) -> Result<PullStream> {
         self.admitted(req, |mut conn, resp| {
             // A refusal is the server's first frame; anything else is the stream's, left in
             // place for it.

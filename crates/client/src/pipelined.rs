@@ -202,7 +202,7 @@ impl Client {
         let too_large =
             |name: &str, size: u64| ClientError::TooLarge { name: name.into(), size, max };
         let usual = |name: &str| -> Result<Vec<u8>> {
-            let mut p = self.open_pull(name, 0, None)?;
+            let mut p = self.open_pull_whole(name, 0, None)?;
             if p.len() > max {
                 return Err(too_large(name, p.len()));
             }
@@ -241,7 +241,9 @@ impl Client {
             let mut pending: Option<Result<Vec<u8>>> = None;
             while next < names.len() {
                 while in_step && sent < names.len() && sent - next < PULLS_AHEAD {
-                    let req = self.base_request(names[sent], pb::Direction::Pull, 0, None);
+                    let mut req = self.base_request(names[sent], pb::Direction::Pull, 0, None);
+                    // Each answer is read whole and handed over only once verified.
+                    req.whole_before_use = true;
                     let body = req.encode_to_vec();
                     if body.len() > bs_wire::MAX_BODY_LEN as usize
                         || conn.write_frame(&Frame::Negotiate { body: body.into() }).is_err()

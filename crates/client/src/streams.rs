@@ -39,7 +39,11 @@ fn set_timeout(conn: &Conn, t: Duration) -> Result<()> {
 ///
 /// The server sends the range as consecutive DATA frames (one per stored chunk, each checked
 /// against its chunk digest before it is sent); an ERROR frame between them — a chunk found
-/// corrupt on the server — ends the stream with that error.
+/// corrupt on the server — ends the stream with that error. Opened with
+/// [`crate::Client::open_pull_whole`], the frames may instead carry a chunk's bytes before the
+/// server has checked it (a small blob in an object store, sent as it arrives): a bad chunk
+/// still ends the stream with that error, and [`PullStream::verify`] succeeds only after
+/// every chunk checked.
 #[derive(Debug)]
 pub struct PullStream {
     conn: Pooled,

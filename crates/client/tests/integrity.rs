@@ -2,8 +2,9 @@
 //! server (the good chunks before it arrive, the bad one never does), the client gets a
 //! "corrupt" error rather than a checksum mismatch at the end, range digests refuse to vouch
 //! for rotten bytes (so a resume cannot keep them), and the scrub RPC names the blob. A small
-//! blob in an S3 bucket is sent on as its bytes arrive from the bucket: its pull still ends
-//! with the "corrupt" error, never with success, before the bad chunk's last byte.
+//! blob in an S3 bucket pulled by a reader that uses nothing before the end is sent on as its
+//! bytes arrive from the bucket: its pull still ends with the "corrupt" error, never with
+//! success; a reader passing bytes on as they come still gets only checked chunks.
 
 use std::sync::Arc;
 
@@ -88,13 +89,26 @@ fn s3_store_small_blob_sent_as_it_arrives() {
     let s = BackgroundServer::start(Arc::new(store.clone()), ServerConfig::ephemeral()).unwrap();
     let c = Client::connect(&s.control_addr().to_string()).unwrap();
     let good = data(3 * CHUNK_SIZE as usize + 100);
-    put(&c, "small", &good);
+    put(&c, "whole", &good);
+    put(&c, "piped", &good);
     let mut whole = vec![0u8; good.len()];
-    c.open_pull("small", 0, None).unwrap().read_exact_to_end(&mut whole).unwrap();
+    c.open_pull_whole("whole", 0, None).unwrap().read_exact_to_end(&mut whole).unwrap();
     assert!(whole == good);
 
-    store.damage("small", CHUNK_SIZE + 5, 0x01).unwrap();
-    let mut p = c.open_pull("small", 0, None).unwrap();
+    // Read whole before use: the pull fails, never succeeds, whatever of the bad chunk came.
+    store.damage("whole", 2 * CHUNK_SIZE - 5, 0x01).unwrap();
+    let mut p = c.open_pull_whole("whole", 0, None).unwrap();
+    let err = p.read_exact_to_end(&mut whole).unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Transfer(TransportError::Remote { code: ErrorCode::Corrupt, message }) if message.contains("chunk 1")),
+        "{err}"
+    );
+    let e = c.open_pull("whole", 0, None).and_then(|mut p| p.read(&mut whole)).unwrap_err();
+    assert!(e.is_integrity() && e.to_string().contains("marked corrupt"), "{e}");
+
+    // Passed on as read (a pipe): only checked chunks arrive, then the error.
+    store.damage("piped", 2 * CHUNK_SIZE - 5, 0x01).unwrap();
+    let mut p = c.open_pull("piped", 0, None).unwrap();
     let mut got = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     let err = loop {
@@ -104,15 +118,12 @@ fn s3_store_small_blob_sent_as_it_arrives() {
             Err(e) => break e,
         }
     };
-    assert!(got.len() < 2 * CHUNK_SIZE as usize, "{} bytes: past the bad chunk", got.len());
-    assert!(got.len() >= CHUNK_SIZE as usize, "the good chunk before it arrives");
-    assert_eq!(&got[..CHUNK_SIZE as usize], &good[..CHUNK_SIZE as usize]);
+    assert_eq!(got.len() as u64, CHUNK_SIZE, "the good chunk, none of the bad one");
+    assert_eq!(&got[..], &good[..got.len()]);
     assert!(
         matches!(&err, ClientError::Transfer(TransportError::Remote { code: ErrorCode::Corrupt, message }) if message.contains("chunk 1")),
         "{err}"
     );
-    let e = c.open_pull("small", 0, None).and_then(|mut p| p.read(&mut buf)).unwrap_err();
-    assert!(e.is_integrity() && e.to_string().contains("marked corrupt"), "{e}");
 }
 
 #[test]

@@ -394,6 +394,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             socket: SocketOptions::default(),
             blob_digest: None,
             range: false,
+            whole_before_use: false,
             bind: BindGrant { id, endpoint, profile: offer.profile.clone(), label, udp },
         };
         let token = self.negotiator.tokens.issue(grant);

@@ -576,13 +576,20 @@ fn pull(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Resul
     // memory (a file's mapping) and those very bytes are sent: a corrupt chunk is never sent
     // (the ERROR frame in its place tells the client why the stream stopped). sendfile is
     // not used: it would read the file again after the check, for the same one copy.
-    // A small range of a remote blob is sent as it arrives instead, each chunk checked when
-    // its last byte is in (`BlobSource::arriving`): the SUM, the only word that makes the
-    // client accept what it read, still follows only after every chunk checked.
+    // For a client that uses no byte before the SUM (`whole_before_use`), a small range of a
+    // remote blob is sent as it arrives instead, each chunk checked when its last byte is in
+    // (`BlobSource::arriving`): a bad chunk still ends the stream with ERROR(Corrupt), and
+    // the SUM, the only word that makes the client accept what it read, follows only after
+    // every chunk checked.
     let mut pos = plan.offset;
     let mut carrier = Carrier::for_profile(&g.bind.profile, Role::Responder, c.clone());
     let hash = plan.stored_digest.is_none();
-    for piece in src.arriving(plan.offset, plan.length)? {
+    let pieces = if g.whole_before_use {
+        src.arriving(plan.offset, plan.length)?
+    } else {
+        bs_store::Arriving::Checked(src.pieces(plan.offset, plan.length)?)
+    };
+    for piece in pieces {
         let piece = piece?;
         match carrier.as_mut() {
             // Through the negotiated message layers, in pieces one message holds.

@@ -30,6 +30,9 @@ pub struct Grant {
     pub blob_digest: Option<String>,
     /// Push: one range of an upload written next to others (never commits).
     pub range: bool,
+    /// Pull: the client uses no byte before the final SUM, so chunks may be sent before
+    /// they are checked (`NegotiateRequest.whole_before_use`).
+    pub whole_before_use: bool,
     /// The binding this token opens: its id, endpoint and agreed profile.
     pub bind: crate::bindings::BindGrant,
 }
@@ -107,6 +110,7 @@ mod tests {
             socket: SocketOptions::default(),
             blob_digest: None,
             range: false,
+            whole_before_use: false,
             bind: crate::bindings::BindGrant {
                 id: 1,
                 endpoint: crate::bindings::Endpoint::Pull,

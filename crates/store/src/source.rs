@@ -20,9 +20,10 @@
 //! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
 //! logged, counted, and the store marks the blob so later readers are refused at once.
 //!
-//! One reader is handed bytes before their chunk is whole: the data plane, pulling a small
-//! range of a remote blob ([`BlobSource::arriving`], `source/arriving.rs`). Its client accepts
-//! nothing before the final SUM, and the SUM follows only after every chunk checked.
+//! One reader may be handed bytes before their chunk is whole: the data plane, pulling a small
+//! range of a remote blob for a client that uses nothing before the final SUM (it asked so
+//! with `whole_before_use`; see [`BlobSource::arriving`], `source/arriving.rs`). The SUM
+//! follows only after every chunk checked, and a bad chunk ends the stream with an error.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -85,7 +86,8 @@ struct Inner {
 enum Data {
     Memory(Bytes),
     /// Elsewhere (an object store), fetched in windows of whole chunks, each window checked
-    /// chunk by chunk before any of it is handed out; the last window is kept for the reads
+    /// chunk by chunk before any of it is handed out (but see [`BlobSource::arriving`], for
+    /// the data plane's readers who use nothing before the end); the last window is kept for the reads
     /// that follow it, and the next one asked for ahead of time. A long sequential read
     /// ([`BlobSource::pieces`]) streams its windows instead, several at once, each chunk
     /// checked and handed out as it arrives (see [`RangeRead::streaming_at`]).

@@ -213,8 +213,8 @@ fn an_early_stream_from_the_bucket_hands_out_the_blob_and_stops_at_rot() {
     }
     drop(src);
 
-    // Chunk 1 damaged near its end: a range ending inside chunk 1, before the damage, hands
-    // out nothing of chunk 1 (its last piece waits for the check), then the error.
+    // Chunk 1 damaged near its end: a range ending inside chunk 1, before the damage, does
+    // not hand out its end (its last piece waits for chunk 1's check), then the error.
     s.damage("early", 2 * CHUNK_SIZE - 3, 0x10).unwrap();
     let src = s.open_read("early").unwrap();
     let (got, end) = collect(&src, 0, CHUNK_SIZE + 10);
