@@ -4,7 +4,10 @@
 //!
 //! The reading thread polls the response body itself (no task in between handing pieces
 //! over: one wake-up per piece less), and takes with each piece whatever else has already
-//! arrived, so the pieces it hands on are few and large.
+//! arrived, so the pieces it hands on are few and large. That costs a copy of what is put
+//! together, and is still faster: handing on each piece as the HTTP client received it
+//! (no copy, many more DATA frames) measured slower — a 1 MB get at 0.77–0.89 of
+//! object_store alone against 0.86–0.92 put together, paired runs on a 2-core machine.
 
 use std::sync::Arc;
 

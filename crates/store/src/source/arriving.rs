@@ -12,9 +12,11 @@
 //! it must throw away, never bytes with success. A range that ends inside a chunk keeps its
 //! last piece back until the rest of that chunk has arrived and checked.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
-use super::{BlobSource, Data, Pieces, REMOTE_WINDOW, Result};
+use super::{BlobSource, Data, Pieces, REMOTE_WINDOW, RangeRead, Result};
 use crate::error::StoreError;
 use bs_wire::ChunkChecker;
 
@@ -27,6 +29,8 @@ pub enum Arriving {
 
 pub struct Early {
     src: BlobSource,
+    /// The blob's store, asked again for the rest when its answer breaks.
+    reader: Arc<dyn RangeRead>,
     /// The store's answer for bytes `at..to`.
     raw: Box<dyn Iterator<Item = Result<Bytes>> + Send>,
     /// Whether `raw` is already the second try (after the first broke).
@@ -71,6 +75,7 @@ impl BlobSource {
         };
         Ok(Arriving::Early(Box::new(Early {
             src: self.clone(),
+            reader: reader.clone(),
             raw,
             retried: false,
             checker: ChunkChecker::new(chunks.start),
@@ -110,11 +115,7 @@ impl Early {
                 // plain read of the store, which reports a vanished object as such.
                 Some(Err(_)) | None if !self.retried => {
                     self.retried = true;
-                    let reader = match &*self.src.inner.data {
-                        Data::Remote { reader, .. } => reader.clone(),
-                        _ => unreachable!("an early stream reads a remote blob"),
-                    };
-                    match reader.read(self.at, self.to - self.at) {
+                    match self.reader.read(self.at, self.to - self.at) {
                         Ok(rest) => {
                             self.raw = Box::new(std::iter::once(Ok(rest)));
                             continue;
@@ -158,13 +159,12 @@ impl Early {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     use bs_meta::BlobRecord;
     use bs_wire::{CHUNK_SIZE, ChunkDigests};
 
     use super::*;
-    use crate::source::RangeRead;
 
     const C: usize = CHUNK_SIZE as usize;
 
