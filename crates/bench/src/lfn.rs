@@ -95,9 +95,14 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          iperf3 runs 8 s and stores nothing. Kernel autotuning caps a send buffer at \
          net.ipv4.tcp_wmem's maximum, which bounds one stream of this link to about 420 Mbit/s; \
          blobstream's data connections to a far peer (a shortest round trip of 5 ms or more) \
-         ask for SO_SNDBUF = net.core.wmem_max ({}, up to 64 MiB; the kernel doubles it) instead, and iperf3 \
-         keeps autotuning unless given -w (the rows with -w: the same buffer for iperf3, \
-         shown for one and two connections, where the buffer is what bounds the rate).",
+         get a larger one: 64 MiB (the kernel doubles it) where the process may go past \
+         net.core.wmem_max, as root may (SO_SNDBUFFORCE; here both ends run as root), else \
+         net.core.wmem_max ({}), with TCP_NOTSENT_LOWAT 4 MiB so that the buffer holds data in \
+         flight, not a queue. iperf3 keeps autotuning unless given -w, which cannot go past \
+         net.core.wmem_max (the rows with -w, shown for one and two connections, where the \
+         buffer is what bounds iperf3's rate). Files are written behind the transfer (each \
+         32 MiB started to disk and fdatasynced as the transfer goes on), so the final fsync \
+         has little left to do.",
         mib(window)
     ));
     Ok(report(opts, runs, rows, notes))

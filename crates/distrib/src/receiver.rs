@@ -309,18 +309,8 @@ fn open_datagrams(
 /// (`SO_RCVBUFFORCE`, as root), else as much as the kernel allows. Datagrams that find the
 /// buffer full are lost, so a receiver wants the buffer it was configured with.
 fn force_recv_buffer(sock: &UdpSocket, n: usize) {
-    let v = libc::c_int::try_from(n).unwrap_or(libc::c_int::MAX);
-    // SAFETY: a valid socket and a c_int option value that outlives the call.
-    let forced = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    } == 0;
-    if !forced {
+    use bs_transport::sockopt::set_int;
+    if set_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, n).is_err() {
         let _ = socket2::SockRef::from(sock).set_recv_buffer_size(n);
     }
 }

@@ -1,14 +1,20 @@
 //! Send buffers for far peers. Kernel autotuning caps a TCP send buffer at the third value of
 //! `net.ipv4.tcp_wmem` (4 MiB by default), and a sender keeps at most about that much data in
 //! flight: one stream of a 50 ms path then stops near 420 Mbit/s whatever the link can carry.
-//! A data connection whose shortest round trip so far is [`FAR_RTT`] or more therefore asks for
-//! the largest `SO_SNDBUF` the host allows (`net.core.wmem_max`, which the kernel doubles for
-//! its own bookkeeping, capped at [`MAX_SEND_BUFFER`]) when that is more than autotuning would
-//! reach; near peers, and a buffer size the user chose, are left as they are. The shortest
-//! round trip, not the smoothed one, so that a near peer behind a queue stays near (a kept
-//! connection is looked at again for each transfer). The receive side needs nothing: receive
-//! autotuning goes up to `net.ipv4.tcp_rmem`'s maximum (6 MiB on older kernels, 32 MiB on
-//! newer ones).
+//! A data connection whose shortest round trip so far is [`FAR_RTT`] or more is therefore
+//! given a larger send buffer; near peers, and a buffer size the user chose, are left as they
+//! are. The shortest round trip, not the smoothed one, so that a near peer behind a queue stays
+//! near (a kept connection is looked at again for each transfer).
+//!
+//! How large: [`MAX_SEND_BUFFER`] (enough for 10 Gbit/s over 50 ms) when the process may go
+//! past the host's `net.core.wmem_max` (`SO_SNDBUFFORCE`, which needs `CAP_NET_ADMIN`, as root
+//! has), else `net.core.wmem_max` when that is more than autotuning would reach. The kernel
+//! grants twice the size asked, half of it for its own bookkeeping. So that a large buffer
+//! holds data in flight and not a queue of unsent bytes (memory, and a late error frame stuck
+//! behind them), a far connection also sets `TCP_NOTSENT_LOWAT` to [`FAR_UNSENT`]: a writer
+//! waits while that much is written but not yet sent, and the buffer's memory follows what the
+//! path really has in flight. The receive side needs nothing: receive autotuning goes up to
+//! `net.ipv4.tcp_rmem`'s maximum (6 MiB on older kernels, 32 MiB on newer ones).
 
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -19,8 +25,13 @@ use std::time::Duration;
 pub const FAR_RTT: Duration = Duration::from_millis(5);
 
 /// The most `SO_SNDBUF` asked for, whatever the host allows (the kernel grants twice this):
-/// enough for 1 Gbit/s over 250 ms, and a bound on what one connection can queue.
+/// enough for 10 Gbit/s over 50 ms, or 1 Gbit/s over 500 ms, and a bound on what one
+/// connection can have in flight.
 pub const MAX_SEND_BUFFER: usize = 64 << 20;
+
+/// Bytes a far connection keeps written but not yet sent (`TCP_NOTSENT_LOWAT`): a few
+/// milliseconds of a fast link, so the sender never runs dry, and no more.
+pub const FAR_UNSENT: usize = 4 << 20;
 
 /// The shortest round trip the kernel has measured on `s` (`TCP_INFO`'s `tcpi_min_rtt`;
 /// right after the handshake, the handshake's own), if it has one.
@@ -41,14 +52,14 @@ pub fn rtt(s: &TcpStream) -> Option<Duration> {
         .then(|| Duration::from_micros(u64::from(info.tcpi_min_rtt)))
 }
 
-/// The `SO_SNDBUF` to ask for on a path with round trip `rtt`, given the host's
-/// `net.core.wmem_max` and autotuning's cap (`net.ipv4.tcp_wmem`'s maximum): `None` when the
-/// peer is near or asking would not give more than autotuning does.
-pub fn send_buffer_for(rtt: Duration, wmem_max: usize, autotune_max: usize) -> Option<usize> {
+/// The `SO_SNDBUF` a far connection may ask for without privileges, given the host's
+/// `net.core.wmem_max` and autotuning's cap (`net.ipv4.tcp_wmem`'s maximum): `None` when
+/// asking would not give more than autotuning does.
+pub fn allowed_send_buffer(wmem_max: usize, autotune_max: usize) -> Option<usize> {
     // The kernel grants twice what is asked (half of it for its own bookkeeping, as
     // autotuning's cap counts it too).
     let ask = wmem_max.min(MAX_SEND_BUFFER);
-    (rtt >= FAR_RTT && ask.saturating_mul(2) > autotune_max).then_some(ask)
+    (ask.saturating_mul(2) > autotune_max).then_some(ask)
 }
 
 /// The host's limits: (`net.core.wmem_max`, the maximum of `net.ipv4.tcp_wmem`), read once.
@@ -63,14 +74,41 @@ fn limits() -> Option<(usize, usize)> {
     })
 }
 
+/// How a far connection's send buffer was sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FarBuffer {
+    /// Past `net.core.wmem_max` (`SO_SNDBUFFORCE`): this many bytes asked for.
+    Forced(usize),
+    /// Within `net.core.wmem_max` (`SO_SNDBUF`): this many bytes asked for.
+    Allowed(usize),
+}
+
 /// Raise the send buffer of the connected socket `s` if its peer is far (see the top of this
-/// file); the size asked for, if it did. Best effort: a socket the kernel refuses this keeps
-/// autotuning.
-pub fn size_for_path(s: &TcpStream) -> Option<usize> {
-    let (rtt, (wmem_max, autotune)) = (rtt(s)?, limits()?);
-    let n = send_buffer_for(rtt, wmem_max, autotune)?;
-    socket2::SockRef::from(s).set_send_buffer_size(n).ok()?;
-    Some(n)
+/// file); how, if it did. Best effort: a socket the kernel refuses this keeps autotuning.
+pub fn size_for_path(s: &TcpStream) -> Option<FarBuffer> {
+    if rtt(s)? < FAR_RTT {
+        return None;
+    }
+    let (wmem_max, autotune) = limits()?;
+    size_as_far(s, wmem_max, autotune)
+}
+
+/// Give `s` a far connection's send buffer whatever its round trip; `None` when autotuning
+/// already goes as far (or the kernel refused).
+fn size_as_far(s: &TcpStream, wmem_max: usize, autotune: usize) -> Option<FarBuffer> {
+    let sized = if MAX_SEND_BUFFER * 2 > autotune
+        && crate::sockopt::set_int(s, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, MAX_SEND_BUFFER)
+            .is_ok()
+    {
+        FarBuffer::Forced(MAX_SEND_BUFFER)
+    } else {
+        let n = allowed_send_buffer(wmem_max, autotune)?;
+        socket2::SockRef::from(s).set_send_buffer_size(n).ok()?;
+        FarBuffer::Allowed(n)
+    };
+    // Best effort too: without it the buffer still works, only holds unsent bytes as well.
+    let _ = crate::sockopt::set_int(s, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, FAR_UNSENT);
+    Some(sized)
 }
 
 #[cfg(test)]
@@ -81,17 +119,42 @@ mod tests {
     const MIB: usize = 1 << 20;
 
     #[test]
-    fn only_far_peers_get_more_than_autotuning() {
-        let far = Duration::from_millis(50);
-        assert_eq!(send_buffer_for(far, 4 * MIB, 4 * MIB), Some(4 * MIB));
-        assert_eq!(send_buffer_for(FAR_RTT, 4 * MIB, 4 * MIB), Some(4 * MIB));
-        // Near: autotuning is enough.
-        assert_eq!(send_buffer_for(Duration::from_micros(4999), 4 * MIB, 4 * MIB), None);
+    fn without_privilege_a_far_peer_gets_what_the_host_allows_past_autotuning() {
+        assert_eq!(allowed_send_buffer(4 * MIB, 4 * MIB), Some(4 * MIB));
         // A host whose autotuning already goes further than SO_SNDBUF may: left alone.
-        assert_eq!(send_buffer_for(far, 4 * MIB, 8 * MIB), None);
-        assert_eq!(send_buffer_for(far, 208 * 1024, 4 * MIB), None);
+        assert_eq!(allowed_send_buffer(4 * MIB, 8 * MIB), None);
+        assert_eq!(allowed_send_buffer(208 * 1024, 4 * MIB), None);
         // A host allowing more than the cap gets the cap.
-        assert_eq!(send_buffer_for(far, 1 << 30, 4 * MIB), Some(MAX_SEND_BUFFER));
+        assert_eq!(allowed_send_buffer(1 << 30, 4 * MIB), Some(MAX_SEND_BUFFER));
+    }
+
+    #[test]
+    fn a_far_connection_gets_a_large_buffer_and_a_bound_on_unsent_bytes() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (wmem_max, autotune) = (4 * MIB, 4 * MIB);
+        let sized = size_as_far(&c, wmem_max, autotune).expect("a far buffer");
+        let got = socket2::SockRef::from(&c).send_buffer_size().unwrap();
+        // The kernel grants twice the size asked for.
+        match sized {
+            // Privileged (CAP_NET_ADMIN, as root has): past the host's limit.
+            FarBuffer::Forced(n) => assert_eq!((n, got), (MAX_SEND_BUFFER, 2 * MAX_SEND_BUFFER)),
+            // Not: what the host allows, no more.
+            FarBuffer::Allowed(n) => {
+                let host = std::fs::read_to_string("/proc/sys/net/core/wmem_max").unwrap();
+                assert_eq!(n, wmem_max);
+                assert_eq!(got, 2 * n.min(host.trim().parse().unwrap()));
+            }
+        }
+        assert_eq!(
+            crate::sockopt::get_int(&c, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT).unwrap(),
+            FAR_UNSENT
+        );
+        // Autotuning that already goes past the cap is left alone.
+        let d = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let before = socket2::SockRef::from(&d).send_buffer_size().unwrap();
+        assert_eq!(size_as_far(&d, 1 << 30, 4 * MAX_SEND_BUFFER), None);
+        assert_eq!(socket2::SockRef::from(&d).send_buffer_size().unwrap(), before);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod conn;
 pub mod error;
 pub mod far;
 pub mod socket;
+pub mod sockopt;
 pub mod tls;
 
 pub use conn::{Conn, FileSource, send_vectored};
