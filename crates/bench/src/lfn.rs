@@ -98,9 +98,7 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          get a larger one: 64 MiB (the kernel doubles it) where the process may go past \
          net.core.wmem_max, as root may (SO_SNDBUFFORCE; here both ends run as root), else \
          net.core.wmem_max ({}), with TCP_NOTSENT_LOWAT 4 MiB so that the buffer holds data in \
-         flight, not a queue; where it may, the receiving end's buffer is a fixed 32 MiB \
-         (SO_RCVBUFFORCE; the kernel doubles it), which opens the window at once where \
-         autotuning would open it a round trip at a time. iperf3 keeps autotuning unless given -w, which cannot go past \
+         flight, not a queue. iperf3 keeps autotuning unless given -w, which cannot go past \
          net.core.wmem_max (the rows with -w, shown for one and two connections, where the \
          buffer is what bounds iperf3's rate). Files are written behind the transfer (each \
          32 MiB started to disk and fdatasynced as the transfer goes on), so the final fsync \

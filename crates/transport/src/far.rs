@@ -13,11 +13,8 @@
 //! holds data in flight and not a queue of unsent bytes (memory, and a late error frame stuck
 //! behind them), a far connection also sets `TCP_NOTSENT_LOWAT` to [`FAR_UNSENT`]: a writer
 //! waits while that much is written but not yet sent, and the buffer's memory follows what the
-//! path really has in flight. The receive side: where the process may go past
-//! `net.core.rmem_max` (`SO_RCVBUFFORCE`), a fixed [`FAR_RECV_BUFFER`], which opens the whole
-//! window at once (autotuning grows it one round trip at a time, slowing a far transfer's
-//! start); else receive autotuning, which goes up to `net.ipv4.tcp_rmem`'s maximum (6 MiB on
-//! older kernels, 32 MiB on newer ones).
+//! path really has in flight. The receive side needs nothing: receive autotuning goes up to
+//! `net.ipv4.tcp_rmem`'s maximum (6 MiB on older kernels, 32 MiB on newer ones).
 
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -31,10 +28,6 @@ pub const FAR_RTT: Duration = Duration::from_millis(5);
 /// enough for 10 Gbit/s over 50 ms, or 1 Gbit/s over 500 ms, and a bound on what one
 /// connection can have in flight.
 pub const MAX_SEND_BUFFER: usize = 64 << 20;
-
-/// The receive buffer a far connection asks for where it may go past `net.core.rmem_max`
-/// (the kernel grants twice this): enough for 5 Gbit/s over 50 ms.
-pub const FAR_RECV_BUFFER: usize = 32 << 20;
 
 /// Bytes a far connection keeps written but not yet sent (`TCP_NOTSENT_LOWAT`): a few
 /// milliseconds of a fast link, so the sender never runs dry, and no more.
@@ -69,28 +62,15 @@ pub fn allowed_send_buffer(wmem_max: usize, autotune_max: usize) -> Option<usize
     (ask.saturating_mul(2) > autotune_max).then_some(ask)
 }
 
-/// The host's limits that matter here.
-#[derive(Debug, Clone, Copy)]
-struct Limits {
-    /// `net.core.wmem_max`: the most `SO_SNDBUF` an unprivileged process gets.
-    wmem_max: usize,
-    /// The maximum of `net.ipv4.tcp_wmem`: how far send-buffer autotuning goes.
-    send_autotune: usize,
-    /// The maximum of `net.ipv4.tcp_rmem`: how far receive-buffer autotuning goes.
-    recv_autotune: usize,
-}
-
-/// The host's limits, read once.
-fn limits() -> Option<Limits> {
-    static LIMITS: OnceLock<Option<Limits>> = OnceLock::new();
+/// The host's limits: (`net.core.wmem_max`, the maximum of `net.ipv4.tcp_wmem`), read once.
+fn limits() -> Option<(usize, usize)> {
+    static LIMITS: OnceLock<Option<(usize, usize)>> = OnceLock::new();
     *LIMITS.get_or_init(|| {
         let read = |p: &str| std::fs::read_to_string(p).ok();
-        let third = |p: &str| read(p)?.split_whitespace().nth(2)?.parse().ok();
-        Some(Limits {
-            wmem_max: read("/proc/sys/net/core/wmem_max")?.trim().parse().ok()?,
-            send_autotune: third("/proc/sys/net/ipv4/tcp_wmem")?,
-            recv_autotune: third("/proc/sys/net/ipv4/tcp_rmem")?,
-        })
+        let wmem_max = read("/proc/sys/net/core/wmem_max")?.trim().parse().ok()?;
+        let autotune =
+            read("/proc/sys/net/ipv4/tcp_wmem")?.split_whitespace().nth(2)?.parse().ok()?;
+        Some((wmem_max, autotune))
     })
 }
 
@@ -103,33 +83,26 @@ pub enum FarBuffer {
     Allowed(usize),
 }
 
-/// Raise the buffers of the connected socket `s` if its peer is far (see the top of this
-/// file); how its send buffer was sized, if it was. Best effort: a socket the kernel refuses
-/// this keeps autotuning.
+/// Raise the send buffer of the connected socket `s` if its peer is far (see the top of this
+/// file); how, if it did. Best effort: a socket the kernel refuses this keeps autotuning.
 pub fn size_for_path(s: &TcpStream) -> Option<FarBuffer> {
     if rtt(s)? < FAR_RTT {
         return None;
     }
-    size_as_far(s, limits()?)
+    let (wmem_max, autotune) = limits()?;
+    size_as_far(s, wmem_max, autotune)
 }
 
-/// Give `s` a far connection's buffers whatever its round trip; how its send buffer was sized,
-/// `None` when send autotuning already goes as far (or the kernel refused).
-fn size_as_far(s: &TcpStream, host: Limits) -> Option<FarBuffer> {
-    // Receive side: autotuning opens the window one round trip at a time, which slows a far
-    // transfer's start (the sender waits on the window); a fixed buffer opens it at once.
-    // Only where it can go past net.core.rmem_max: within it, it would be smaller than what
-    // autotuning reaches.
-    if FAR_RECV_BUFFER * 2 > host.recv_autotune {
-        let _ = crate::sockopt::set_int(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, FAR_RECV_BUFFER);
-    }
-    let sized = if MAX_SEND_BUFFER * 2 > host.send_autotune
+/// Give `s` a far connection's send buffer whatever its round trip; `None` when autotuning
+/// already goes as far (or the kernel refused).
+fn size_as_far(s: &TcpStream, wmem_max: usize, autotune: usize) -> Option<FarBuffer> {
+    let sized = if MAX_SEND_BUFFER * 2 > autotune
         && crate::sockopt::set_int(s, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, MAX_SEND_BUFFER)
             .is_ok()
     {
         FarBuffer::Forced(MAX_SEND_BUFFER)
     } else {
-        let n = allowed_send_buffer(host.wmem_max, host.send_autotune)?;
+        let n = allowed_send_buffer(wmem_max, autotune)?;
         socket2::SockRef::from(s).set_send_buffer_size(n).ok()?;
         FarBuffer::Allowed(n)
     };
@@ -159,25 +132,18 @@ mod tests {
     fn a_far_connection_gets_a_large_buffer_and_a_bound_on_unsent_bytes() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let host = Limits { wmem_max: 4 * MIB, send_autotune: 4 * MIB, recv_autotune: 6 * MIB };
-        let recv_before = socket2::SockRef::from(&c).recv_buffer_size().unwrap();
-        let sized = size_as_far(&c, host).expect("a far buffer");
-        let recv = socket2::SockRef::from(&c).recv_buffer_size().unwrap();
+        let (wmem_max, autotune) = (4 * MIB, 4 * MIB);
+        let sized = size_as_far(&c, wmem_max, autotune).expect("a far buffer");
         let got = socket2::SockRef::from(&c).send_buffer_size().unwrap();
         // The kernel grants twice the size asked for.
         match sized {
             // Privileged (CAP_NET_ADMIN, as root has): past the host's limit.
-            FarBuffer::Forced(n) => {
-                assert_eq!((n, got), (MAX_SEND_BUFFER, 2 * MAX_SEND_BUFFER));
-                assert_eq!(recv, 2 * FAR_RECV_BUFFER);
-            }
+            FarBuffer::Forced(n) => assert_eq!((n, got), (MAX_SEND_BUFFER, 2 * MAX_SEND_BUFFER)),
             // Not: what the host allows, no more.
             FarBuffer::Allowed(n) => {
-                let wmem_max = std::fs::read_to_string("/proc/sys/net/core/wmem_max").unwrap();
-                assert_eq!(n, host.wmem_max);
-                assert_eq!(got, 2 * n.min(wmem_max.trim().parse().unwrap()));
-                // Receive autotuning, left alone.
-                assert_eq!(recv, recv_before);
+                let host = std::fs::read_to_string("/proc/sys/net/core/wmem_max").unwrap();
+                assert_eq!(n, wmem_max);
+                assert_eq!(got, 2 * n.min(host.trim().parse().unwrap()));
             }
         }
         assert_eq!(
@@ -187,15 +153,8 @@ mod tests {
         // Autotuning that already goes past the cap is left alone.
         let d = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let before = socket2::SockRef::from(&d).send_buffer_size().unwrap();
-        let roomy = Limits {
-            wmem_max: 1 << 30,
-            send_autotune: 4 * MAX_SEND_BUFFER,
-            recv_autotune: 4 * FAR_RECV_BUFFER,
-        };
-        let recv_before = socket2::SockRef::from(&d).recv_buffer_size().unwrap();
-        assert_eq!(size_as_far(&d, roomy), None);
+        assert_eq!(size_as_far(&d, 1 << 30, 4 * MAX_SEND_BUFFER), None);
         assert_eq!(socket2::SockRef::from(&d).send_buffer_size().unwrap(), before);
-        assert_eq!(socket2::SockRef::from(&d).recv_buffer_size().unwrap(), recv_before);
     }
 
     #[test]
