@@ -264,6 +264,7 @@ def bench(work, runs):
             f.write(os.urandom(1 << 24))
         # On disk now: else the kernel writes this gigabyte out in the middle of a timed
         # transfer (30 s after it was written), competing with the transfer's own writes.
+        f.flush()
         os.fsync(f.fileno())
     r = client("put", src, "far/big.bin")
     if r.returncode != 0:

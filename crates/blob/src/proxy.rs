@@ -281,7 +281,7 @@ impl BlobProxy {
                 sink.take().expect("open").commit(None)?;
             }
             Slot::FileWrite { part, dest, file, .. } => {
-                file.sync_all().map_err(|e| BlobError::file(part.clone(), e))?;
+                bs_store::sync_written(file).map_err(|e| BlobError::file(part.clone(), e))?;
                 std::fs::rename(&*part, &*dest).map_err(|e| BlobError::file(dest.clone(), e))?;
                 // Progress of an earlier parallel copy into the same file is moot now.
                 let _ = std::fs::remove_file(crate::ranges::ranges_path(dest));

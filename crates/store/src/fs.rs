@@ -852,7 +852,7 @@ impl UploadSink for FsUpload {
         // under blobs/ is unreferenced (removed at the next start), so its being there
         // before its bytes are durable exposes nothing.
         fs::rename(i.staging_path(&id), &dest)?;
-        let synced = file.sync_all().and_then(|()| File::open(shard)?.sync_all());
+        let synced = crate::sync_written(&file).and_then(|()| File::open(shard)?.sync_all());
         drop(file);
         if let Err(e) = synced {
             let _ = fs::rename(&dest, i.staging_path(&id));

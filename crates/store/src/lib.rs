@@ -47,4 +47,4 @@ pub use source::{
 pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range, open_routed};
 pub use tier::Tier;
 pub use whole::put_bytes;
-pub use writeback::{WRITEBACK_STEP, start_writeback};
+pub use writeback::{WRITEBACK_STEP, start_writeback, sync_written};
