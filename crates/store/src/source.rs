@@ -655,7 +655,8 @@ mod tests {
     use bs_wire::CHUNK_SIZE;
     use std::sync::Mutex;
 
-    fn record(size: u64) -> BlobRecord {
+    /// A catalogue record of `size` bytes (also for the tests of `arriving`).
+    pub(super) fn record(size: u64) -> BlobRecord {
         BlobRecord {
             name: "x".into(),
             size,

@@ -161,7 +161,6 @@ impl Early {
 mod tests {
     use std::sync::Mutex;
 
-    use bs_meta::BlobRecord;
     use bs_wire::{CHUNK_SIZE, ChunkDigests};
 
     use super::*;
@@ -218,14 +217,7 @@ mod tests {
         cuts: Vec<usize>,
         fail_at: Option<usize>,
     ) -> (BlobSource, Arc<Scripted>) {
-        let record = BlobRecord {
-            name: "x".into(),
-            size: good.len() as u64,
-            content_type: String::new(),
-            digest: String::new(),
-            created_ms: 0,
-            metadata: Default::default(),
-        };
+        let record = crate::source::tests::record(good.len() as u64);
         let reader =
             Arc::new(Scripted { data: stored, cuts, fail_at, reads: Mutex::new(Vec::new()) });
         let src = BlobSource::remote(record, reader.clone(), ChunkDigests::of(good), None).unwrap();
@@ -329,14 +321,7 @@ mod tests {
                 Some(Box::new(std::iter::once(Ok(piece))))
             }
         }
-        let record = BlobRecord {
-            name: "x".into(),
-            size: d.len() as u64,
-            content_type: String::new(),
-            digest: String::new(),
-            created_ms: 0,
-            metadata: Default::default(),
-        };
+        let record = crate::source::tests::record(d.len() as u64);
         let src = BlobSource::remote(record, Arc::new(Longer(longer)), ChunkDigests::of(&d), None)
             .unwrap();
         let out: Vec<_> = src.arriving(0, C as u64).unwrap().collect();
