@@ -248,8 +248,12 @@ mod tests {
         }
     }
 
+    /// `n` bytes of a pattern that repeats every 256 bytes (byte i is i·31 + seed, mod 256).
     fn bytes(n: usize, seed: u8) -> Vec<u8> {
-        (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+        let period: Vec<u8> = (0..=255u8).map(|i| i.wrapping_mul(31).wrapping_add(seed)).collect();
+        let mut out = period.repeat(n.div_ceil(256));
+        out.truncate(n);
+        out
     }
 
     #[test]
