@@ -358,7 +358,14 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     };
     // Until the JOIN, every read is bounded (a peer that says nothing, or half a frame, is
     // turned away); after it, a live peer may be idle as long as it likes.
+    let mut conn = conn;
     let _ = conn.set_read_timeout(Some(JOIN_WAIT));
+    // A failed handshake (a plain client, an untrusting one) has told the peer with an
+    // alert; the connection ends here rather than waiting out JOIN_WAIT to send a refusal.
+    if let Err(e) = conn.handshake() {
+        tracing::info!(error = %e, "distributer: TLS handshake failed");
+        return;
+    }
     let mut b = binding(conn, Role::Responder, id);
     let first = match b.recv_within(JOIN_WAIT) {
         Ok(Some(m)) => Message::parse(m.payload()),

@@ -378,7 +378,13 @@ fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64) {
             Err(e) => return tracing::warn!(error = %e, "block server: TLS refused a connection"),
         },
     };
+    let mut conn = conn;
     let _ = conn.set_read_timeout(Some(CONNECT_WAIT));
+    // A failed handshake has told the peer with an alert; end here rather than wait out
+    // CONNECT_WAIT trying to send a refusal over a connection that has no TLS session.
+    if let Err(e) = conn.handshake() {
+        return tracing::info!(error = %e, "block server: TLS handshake failed");
+    }
     let mut b = binding(conn, Role::Responder, id);
     let first = match b.recv_within(CONNECT_WAIT) {
         Ok(Some(m)) => m,

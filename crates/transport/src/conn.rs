@@ -146,6 +146,19 @@ impl Conn {
         Ok(Self::on(Io::TlsClient(Box::new(rustls::StreamOwned::new(c, stream)))))
     }
 
+    /// Run a TLS connection's handshake now rather than on first use (nothing to do for a
+    /// plain one). A server calls it before anything else: once the handshake has failed,
+    /// writing to the connection would run it again and wait for the peer, where the failure
+    /// (already sent to the peer as an alert) should just close the connection.
+    pub fn handshake(&mut self) -> Result<()> {
+        let r = match &mut self.stream {
+            Io::TlsServer(s) => finish_handshake(&mut s.conn, &mut s.sock),
+            Io::TlsClient(s) => finish_handshake(&mut s.conn, &mut s.sock),
+            Io::Plain(_) | Io::Unix(_) => Ok(()),
+        };
+        r.map_err(TransportError::from_io)
+    }
+
     pub fn is_tls(&self) -> bool {
         matches!(self.stream, Io::TlsServer(_) | Io::TlsClient(_))
     }
@@ -653,6 +666,17 @@ fn write_all_vectored(s: &mut impl Write, mut bufs: &mut [io::IoSlice<'_>]) -> i
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// Drive a TLS handshake to its end, or to the error that ends it.
+fn finish_handshake<C, D>(c: &mut C, sock: &mut TcpStream) -> io::Result<()>
+where
+    C: std::ops::DerefMut<Target = rustls::ConnectionCommon<D>>,
+{
+    while c.is_handshaking() {
+        c.complete_io(sock)?;
     }
     Ok(())
 }
