@@ -201,7 +201,8 @@ def checks(work):
           "a loader killed mid-load leaves nothing visible")
     # The block servers free the name once they have drained what the killed loader had
     # already sent (megabytes in its sockets): until then the name is told busy. Retried
-    # until a deadline, never after a fixed sleep.
+    # until a deadline, never after a fixed sleep. If the COMMITs it had sent went through
+    # before it died (a fast machine), the next load drops what they left, never published.
     end = time.time() + 60
     while True:
         r = run("cli", "-q", "dpss", "load", "--file", raw, "--dataset", "half", "--master",

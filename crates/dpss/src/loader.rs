@@ -111,6 +111,7 @@ pub fn load_from(
         };
         links.push(Peer::new(s.addr.clone(), opts.tls.clone()).open(&hello)?.0);
     }
+    clear_leftovers(master, &layout, &mut links, opts)?;
     let total = layout.all_blocks().count() as u64;
     let mut blocks: Vec<pb::DpssBlock> = Vec::with_capacity(total as usize);
     let mut seen = std::collections::HashSet::with_capacity(total as usize);
@@ -216,6 +217,68 @@ pub fn load_from(
         r: layout.r,
         levels: layout.levels,
         seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Hold the data set's name on every server (BEGIN) and take away what an earlier load of it
+/// left there: a loader that dies after some servers committed but before the name server
+/// published keeps the name from ever loading again. Blocks of an unpublished data set are
+/// such leftovers — but only once no other loader holds the name: a loader holds it on each
+/// server from before its first block until after it has published, so holding it here means
+/// any earlier loader has either published (the name server says so, and this load is refused
+/// as a duplicate) or never will.
+fn clear_leftovers(
+    master: &str,
+    layout: &Layout,
+    links: &mut [Binding],
+    opts: &ClientOptions,
+) -> Result<(), DpssError> {
+    let name = &layout.dataset;
+    let mut holding = Vec::new();
+    for (s, b) in links.iter_mut().enumerate() {
+        b.send(&msg::begin(name))?;
+        let m = b.recv()?.ok_or_else(|| {
+            DpssError::Remote(format!("{} closed the connection at BEGIN", layout.servers[s].addr))
+        })?;
+        match Message::parse(m.payload(), 0)? {
+            Message::Held { exists: true } => holding.push(s),
+            Message::Held { exists: false } => {}
+            other => return Err(DpssError::Malformed(format!("expected HELD, got {other:?}"))),
+        }
+    }
+    if holding.is_empty() {
+        return Ok(());
+    }
+    if published(master, name, opts)? {
+        return Err(DpssError::DatasetExists(name.clone()));
+    }
+    for s in holding {
+        tracing::warn!(
+            dataset = %name,
+            server = %layout.servers[s].addr,
+            "removing the blocks an interrupted earlier load left (never published)"
+        );
+        links[s].send(&msg::drop(name))?;
+        match links[s]
+            .recv()?
+            .map(|m| Message::parse(m.payload(), 0).map(|p| matches!(p, Message::Committed(_))))
+        {
+            Some(Ok(true)) => {}
+            _ => return Err(DpssError::Malformed("no answer to DROP".into())),
+        }
+    }
+    Ok(())
+}
+
+/// Whether the name server has `dataset` published.
+fn published(master: &str, dataset: &str, opts: &ClientOptions) -> Result<bool, DpssError> {
+    block_on(async {
+        let mut c = crate::master::connect(master, opts).await?;
+        match c.lookup(pb::DpssLookupRequest { dataset: dataset.into() }).await {
+            Ok(_) => Ok(true),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(false),
+            Err(s) => Err(s.into()),
+        }
     })
 }
 

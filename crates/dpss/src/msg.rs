@@ -20,6 +20,10 @@
 //!  9     COMMITTED  server → loader    JSON {"blocks": [[level, x, y, disk, offset], …]}
 //! 10     DROP       loader → server    dataset: remove it (a load that failed half way);
 //!                                      answered by COMMITTED with no blocks
+//! 11     BEGIN      loader → server    dataset: hold the name for this connection until it
+//!                                      ends (no other loader may load or drop it meanwhile)
+//! 12     HELD       server → loader    JSON {"exists": bool}: the name is held; whether this
+//!                                      server already has a committed data set of that name
 //! ```
 //!
 //! A client opens two connections to each server: `requests` carries its `LIST`s, `blocks`
@@ -42,6 +46,8 @@ pub const PUT: u8 = 7;
 pub const COMMIT: u8 = 8;
 pub const COMMITTED: u8 = 9;
 pub const DROP: u8 = 10;
+pub const BEGIN: u8 = 11;
+pub const HELD: u8 = 12;
 
 /// Bytes per entry of a `LIST`.
 const ENTRY: usize = 10;
@@ -93,6 +99,8 @@ pub enum Message<'a> {
     Commit(&'a str),
     Drop(&'a str),
     Committed(Vec<Placed>),
+    Begin(&'a str),
+    Held { exists: bool },
 }
 
 fn bad(what: &str) -> DpssError {
@@ -203,6 +211,15 @@ impl<'a> Message<'a> {
                 Message::Commit(name)
             }
             DROP => Message::Drop(r.text()?),
+            BEGIN => Message::Begin(r.text()?),
+            HELD => {
+                #[derive(Deserialize)]
+                struct H {
+                    exists: bool,
+                }
+                let h: H = json(body, "HELD")?;
+                Message::Held { exists: h.exists }
+            }
             COMMITTED => {
                 #[derive(Deserialize)]
                 struct C {
@@ -319,6 +336,16 @@ pub fn drop(dataset: &str) -> Vec<u8> {
     out
 }
 
+pub fn begin(dataset: &str) -> Vec<u8> {
+    let mut out = vec![BEGIN];
+    out.extend_from_slice(dataset.as_bytes());
+    out
+}
+
+pub fn held(exists: bool) -> Vec<u8> {
+    with_json(HELD, &serde_json::json!({ "exists": exists }))
+}
+
 pub fn committed(placed: &[Placed]) -> Vec<u8> {
     let rows: Vec<_> = placed.iter().map(|(id, d, o)| (id.level, id.x, id.y, *d, *o)).collect();
     with_json(COMMITTED, &serde_json::json!({ "blocks": rows }))
@@ -356,6 +383,8 @@ mod tests {
         );
         assert_eq!(Message::parse(&commit("demo"), 10).unwrap(), Message::Commit("demo"));
         assert_eq!(Message::parse(&drop("demo"), 10).unwrap(), Message::Drop("demo"));
+        assert_eq!(Message::parse(&begin("demo"), 10).unwrap(), Message::Begin("demo"));
+        assert_eq!(Message::parse(&held(true), 10).unwrap(), Message::Held { exists: true });
         let c = committed(&[(id, 1, 4096)]);
         assert_eq!(Message::parse(&c, 10).unwrap(), Message::Committed(vec![(id, 1, 4096)]));
     }

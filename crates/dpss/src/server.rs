@@ -560,7 +560,18 @@ fn blocks(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> {
     }
 }
 
-/// A loader's connection: `PUT`s staged, then one `COMMIT`.
+/// The error for a name another loader connection holds.
+fn busy(dataset: &str) -> DpssError {
+    DpssError::Malformed(format!("data set {dataset:?} is being loaded by another loader"))
+}
+
+/// Hold `dataset` for one loader connection, or say another holds it.
+fn hold(i: &Inner, dataset: &str) -> Result<(), DpssError> {
+    if i.loading.lock().unwrap().insert(dataset.to_string()) { Ok(()) } else { Err(busy(dataset)) }
+}
+
+/// A loader's connection: perhaps `BEGIN` (and a `DROP` of what an interrupted earlier load
+/// left), `PUT`s staged, then one `COMMIT`. The name stays held until the connection ends.
 fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
     let mut staging = None;
     let mut reserved: Option<String> = None;
@@ -568,18 +579,34 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
     let res = (|| {
         while let Some(m) = b.recv()? {
             match Message::parse(m.payload(), 0)? {
+                Message::Begin(dataset) => {
+                    if reserved.is_some() {
+                        return Err(DpssError::Malformed("BEGIN twice on one connection".into()));
+                    }
+                    check_name(dataset)?;
+                    hold(i, dataset)?;
+                    reserved = Some(dataset.to_string());
+                    let exists = i.datasets.read().unwrap().contains_key(dataset);
+                    b.send(&msg::held(exists))?;
+                }
                 Message::Put { disk, id, digest, dataset, data } => {
                     if staging.is_none() {
                         check_name(dataset)?;
                         if i.datasets.read().unwrap().contains_key(dataset) {
                             return Err(DpssError::DatasetExists(dataset.to_string()));
                         }
-                        if !i.loading.lock().unwrap().insert(dataset.to_string()) {
-                            return Err(DpssError::Malformed(format!(
-                                "data set {dataset:?} is being loaded by another loader"
-                            )));
+                        match &reserved {
+                            Some(held) if held == dataset => {}
+                            Some(held) => {
+                                return Err(DpssError::Malformed(format!(
+                                    "a loader connection carries one data set ({held:?}), not {dataset:?}"
+                                )));
+                            }
+                            None => {
+                                hold(i, dataset)?;
+                                reserved = Some(dataset.to_string());
+                            }
                         }
-                        reserved = Some(dataset.to_string());
                         staging = Some(i.disks.stage(dataset)?);
                     }
                     let s = staging.as_mut().unwrap();
@@ -608,6 +635,12 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
                 }
                 Message::Drop(name) => {
                     check_name(name)?;
+                    // Not while another connection holds the name: its loader may be about to
+                    // publish what it committed.
+                    if reserved.as_deref() != Some(name) && i.loading.lock().unwrap().contains(name)
+                    {
+                        return Err(busy(name));
+                    }
                     i.datasets.write().unwrap().remove(name);
                     i.cache.lock().unwrap().drop_dataset(name);
                     i.disks.remove(name)?;

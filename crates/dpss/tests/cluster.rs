@@ -39,7 +39,7 @@ fn a_loaded_image_reads_back_block_for_block_from_every_server() {
     // The name server knows it; a second load under the same name is refused.
     assert_eq!(lookup(&cl.master, "card", &ClientOptions::default()).unwrap().blocks, rep.blocks);
     let (_, again) = cl.load("card", 512, 2, &ClientOptions::default());
-    assert!(matches!(again, Err(DpssError::Remote(m)) if m.contains("already exists")));
+    assert!(matches!(&again, Err(DpssError::DatasetExists(n)) if n == "card"), "{again:?}");
     // Removed: gone from the name server and from every server's disks; the name is free.
     drop(c);
     let r = bs_dpss::loader::remove(&cl.master, "card", &ClientOptions::default()).unwrap();
@@ -374,6 +374,47 @@ fn a_load_that_fails_half_way_publishes_nothing_and_frees_the_name() {
     let (src, rep) = cl.load("half", 2048, 2, &opts);
     rep.unwrap();
     let mut c = Client::open(&cl.master, "half", opts).unwrap();
+    let got = c.fetch(&ids, WAIT).unwrap();
+    assert!(ids.iter().all(|id| got[id] == src.block(*id).unwrap()));
+}
+
+#[test]
+fn a_loader_that_died_between_commit_and_publish_does_not_keep_the_name() {
+    let cl = Cluster::start(2, 1, None);
+    let opts = ClientOptions::default();
+    let servers = bs_dpss::loader::live_servers(&cl.master, &opts).unwrap();
+    let layout = bs_dpss::Layout::plan("orphan", "image", (512, 512), 256, servers, 2).unwrap();
+    let src = bs_dpss::pyramid::Synthetic { width: 512, height: 512, tile: 256 };
+    // What a loader killed after its COMMITs leaves: every server committed, nothing published.
+    for (s, server) in layout.servers.iter().enumerate() {
+        let hello =
+            msg::Hello { role: "loader".into(), session: String::new(), token: String::new() };
+        let (mut b, _) = Peer::new(server.addr.clone(), None).open(&hello).unwrap();
+        for id in layout.all_blocks() {
+            for (at, disk) in layout.locations(id) {
+                if at == s {
+                    let data = src.block(id).unwrap();
+                    let head = msg::put_head(disk, id, &bs_dpss::block::digest(&data), "orphan");
+                    b.send_parts(&head, &data).unwrap();
+                }
+            }
+        }
+        b.send(&msg::commit("orphan")).unwrap();
+        let m = b.recv().unwrap().unwrap();
+        assert!(matches!(msg::Message::parse(m.payload(), 0).unwrap(), msg::Message::Committed(_)));
+        b.close();
+    }
+    assert!(lookup(&cl.master, "orphan", &opts).is_err(), "never published");
+    // The next load of the name takes the leftovers away and publishes in full.
+    let (src, rep) = cl.load("orphan", 512, 2, &opts);
+    rep.unwrap();
+    let mut c = Client::open(&cl.master, "orphan", opts.clone()).unwrap();
+    let ids = all(&c);
+    let got = c.fetch(&ids, WAIT).unwrap();
+    assert!(ids.iter().all(|id| got[id] == src.block(*id).unwrap()));
+    // A published data set is still refused as a duplicate, and stays whole.
+    let (_, again) = cl.load("orphan", 512, 2, &opts);
+    assert!(matches!(again, Err(DpssError::DatasetExists(_))), "{again:?}");
     let got = c.fetch(&ids, WAIT).unwrap();
     assert!(ids.iter().all(|id| got[id] == src.block(*id).unwrap()));
 }
