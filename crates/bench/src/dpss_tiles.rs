@@ -124,6 +124,14 @@ pub fn tiles_vs_nginx(
         .build()
         .map_err(err)?;
     let maddr = master::start(&rt, "127.0.0.1:0", &dir.path().join("names.db")).map_err(err)?;
+    // The web server gets one worker thread, as nginx gets one worker process (the rule of
+    // `bench http`): on two cores shared with the load threads, a second worker only adds
+    // wake-ups across threads.
+    let web_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(err)?;
     // Small block-server caches: a first read comes from the disk files.
     let mut servers = Vec::new();
     let mut refs = Vec::new();
@@ -183,11 +191,11 @@ pub fn tiles_vs_nginx(
     let (mut cold, mut warm, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..runs {
         // A fresh web server: its tile cache starts empty.
-        let web = rt.block_on(start_web(dir.path(), &maddr, i))?;
+        let web = web_rt.block_on(start_web(dir.path(), &maddr, i))?;
         let check = (i == 0).then_some(&bytes);
         cold.push(load(web.addr(), &ours_reqs, check)?);
         warm.push(load(web.addr(), &ours_reqs, check)?);
-        rt.block_on(web.shutdown());
+        web_rt.block_on(web.shutdown());
         theirs.push(load(nginx.addr(), &nginx_reqs, None)?);
     }
     // The viewer: cold web server against the same page and tiles as static files on nginx.
@@ -197,22 +205,22 @@ pub fn tiles_vs_nginx(
             opts.say("no node/Chromium/playwright-core (scripts/browser-setup.sh): no viewer rows")
         }
         Some((node, script)) => {
-            let web = rt.block_on(start_web(dir.path(), &maddr, runs))?;
+            let web = web_rt.block_on(start_web(dir.path(), &maddr, runs))?;
             let info = crate::http::get(web.addr(), "/iiif/tiles/info.json")?;
-            rt.block_on(web.shutdown());
+            web_rt.block_on(web.shutdown());
             static_viewer(&root, &layout, &bytes, &info.body)?;
             opts.say(&format!(
                 "the viewer in Chromium: time to first tile and full viewport ({runs} runs)"
             ));
             let (mut of, mut ov, mut nf, mut nv) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for i in 0..runs {
-                let web = rt.block_on(start_web(dir.path(), &maddr, runs + 1 + i))?;
+                let web = web_rt.block_on(start_web(dir.path(), &maddr, runs + 1 + i))?;
                 let (f, v) = ttft(
                     &node,
                     &script,
                     &format!("http://{}/dpss.html?dataset=tiles", web.addr()),
                 )?;
-                rt.block_on(web.shutdown());
+                web_rt.block_on(web.shutdown());
                 let (g, w) = ttft(
                     &node,
                     &script,
@@ -264,7 +272,8 @@ pub fn tiles_vs_nginx(
         row(
             &format!(
                 "random 256² tiles of an 8192² image over IIIF, {CONNS} keep-alive connections, \
-                 first read (the web server's cache empty, 2 block servers reading from disk)"
+                 first read (the web server's cache empty, 2 block servers reading from disk; \
+                 the web server on 1 tokio worker thread, nginx 1 worker process)"
             ),
             median(&cold),
         ),

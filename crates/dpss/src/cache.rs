@@ -13,6 +13,13 @@ pub struct Cached {
     pub digest: [u8; 16],
 }
 
+impl Cached {
+    /// Whether the bytes still match the digest.
+    pub fn intact(&self) -> bool {
+        crate::block::digest(&self.data) == self.digest
+    }
+}
+
 type Key = (String, BlockId);
 
 /// Least recently used blocks leave first once `budget` bytes are held.
@@ -21,7 +28,8 @@ pub struct Cache {
     budget: usize,
     held: usize,
     tick: u64,
-    map: HashMap<Key, (Cached, u64)>,
+    /// By data set, then block: a lookup by `&str` allocates nothing.
+    map: HashMap<String, HashMap<BlockId, (Cached, u64)>>,
     order: BTreeMap<u64, Key>,
 }
 
@@ -32,9 +40,8 @@ impl Cache {
 
     /// The block, marked as just used.
     pub fn get(&mut self, dataset: &str, id: BlockId) -> Option<Cached> {
-        let key = (dataset.to_string(), id);
-        let (c, t) = self.map.get_mut(&key)?;
-        self.order.remove(t);
+        let (c, t) = self.map.get_mut(dataset)?.get_mut(&id)?;
+        let key = self.order.remove(t).expect("order and map agree");
         self.tick += 1;
         *t = self.tick;
         self.order.insert(self.tick, key);
@@ -45,46 +52,80 @@ impl Cache {
     /// dropped and not returned (the caller fetches it again).
     pub fn get_verified(&mut self, dataset: &str, id: BlockId) -> Option<Cached> {
         let c = self.get(dataset, id)?;
-        if crate::block::digest(&c.data) == c.digest {
+        if c.intact() {
             return Some(c);
         }
-        tracing::error!(dataset, block = %id, "a cached block no longer matches its digest");
-        let (old, t) = self.map.remove(&(dataset.to_string(), id)).expect("just found");
-        self.order.remove(&t);
-        self.held -= old.data.len();
+        self.forget_rotten(dataset, id, &c);
         None
     }
 
+    /// [`Cache::get_verified`] on a shared cache, the digest computed after the lock is let
+    /// go (so readers of other blocks do not wait behind it).
+    pub fn get_verified_shared(
+        cache: &std::sync::Mutex<Cache>,
+        dataset: &str,
+        id: BlockId,
+    ) -> Option<Cached> {
+        let c = cache.lock().unwrap_or_else(|p| p.into_inner()).get(dataset, id)?;
+        if c.intact() {
+            return Some(c);
+        }
+        cache.lock().unwrap_or_else(|p| p.into_inner()).forget_rotten(dataset, id, &c);
+        None
+    }
+
+    /// Drop `bad` (found not to match its digest), unless the entry has been replaced since.
+    fn forget_rotten(&mut self, dataset: &str, id: BlockId, bad: &Cached) {
+        tracing::error!(dataset, block = %id, "a cached block no longer matches its digest");
+        let Some(blocks) = self.map.get_mut(dataset) else { return };
+        let same = |c: &Cached| c.data.as_ptr() == bad.data.as_ptr() && c.digest == bad.digest;
+        if blocks.get(&id).is_some_and(|(c, _)| same(c)) {
+            let (old, t) = blocks.remove(&id).expect("just found");
+            self.order.remove(&t);
+            self.held -= old.data.len();
+            if blocks.is_empty() {
+                self.map.remove(dataset);
+            }
+        }
+    }
+
     pub fn contains(&self, dataset: &str, id: BlockId) -> bool {
-        self.map.contains_key(&(dataset.to_string(), id))
+        self.map.get(dataset).is_some_and(|b| b.contains_key(&id))
+    }
+
+    /// Remove one block; its bytes.
+    fn remove(&mut self, dataset: &str, id: BlockId) -> Option<Cached> {
+        let blocks = self.map.get_mut(dataset)?;
+        let (old, t) = blocks.remove(&id)?;
+        if blocks.is_empty() {
+            self.map.remove(dataset);
+        }
+        self.order.remove(&t);
+        self.held -= old.data.len();
+        Some(old)
     }
 
     /// Keep a block (one larger than the whole budget is not kept).
     pub fn insert(&mut self, dataset: &str, id: BlockId, c: Cached) {
-        let key = (dataset.to_string(), id);
-        if let Some((old, t)) = self.map.remove(&key) {
-            self.order.remove(&t);
-            self.held -= old.data.len();
-        }
+        self.remove(dataset, id);
         if c.data.len() > self.budget {
             return;
         }
         self.held += c.data.len();
         while self.held > self.budget {
-            let (_, k) = self.order.pop_first().expect("held bytes are in the order");
-            let (old, _) = self.map.remove(&k).expect("order and map agree");
-            self.held -= old.data.len();
+            let (_, (d, i)) = self.order.first_key_value().expect("held bytes are in the order");
+            let (d, i) = (d.clone(), *i);
+            self.remove(&d, i).expect("order and map agree");
         }
         self.tick += 1;
-        self.order.insert(self.tick, key.clone());
-        self.map.insert(key, (c, self.tick));
+        self.order.insert(self.tick, (dataset.to_string(), id));
+        self.map.entry(dataset.to_string()).or_default().insert(id, (c, self.tick));
     }
 
     /// Forget every block of a data set.
     pub fn drop_dataset(&mut self, dataset: &str) {
-        let gone: Vec<Key> = self.map.keys().filter(|(d, _)| d == dataset).cloned().collect();
-        for k in gone {
-            let (old, t) = self.map.remove(&k).unwrap();
+        let Some(blocks) = self.map.remove(dataset) else { return };
+        for (old, t) in blocks.into_values() {
             self.order.remove(&t);
             self.held -= old.data.len();
         }
@@ -95,11 +136,11 @@ impl Cache {
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.order.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.order.is_empty()
     }
 }
 
@@ -143,5 +184,14 @@ mod tests {
         assert!(c.get_verified("d", BlockId::new(0, 1, 0)).is_none());
         assert!(!c.contains("d", BlockId::new(0, 1, 0)));
         assert_eq!(c.len(), 1);
+        // The same through a shared cache, the digest computed outside its lock.
+        let shared = std::sync::Mutex::new(c);
+        let bad = Cached { data: Bytes::from_static(b"rotten"), digest: [0; 16] };
+        shared.lock().unwrap().insert("d", BlockId::new(0, 2, 0), bad);
+        assert!(Cache::get_verified_shared(&shared, "d", BlockId::new(0, 0, 0)).is_some());
+        assert!(Cache::get_verified_shared(&shared, "d", BlockId::new(0, 2, 0)).is_none());
+        let c = shared.into_inner().unwrap();
+        assert!(!c.contains("d", BlockId::new(0, 2, 0)));
+        assert_eq!((c.len(), c.bytes()), (1, 10));
     }
 }

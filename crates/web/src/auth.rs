@@ -105,23 +105,27 @@ fn authenticated(st: &AppState, req: &Request) -> Result<bool, WebError> {
     }
 }
 
-/// The request's host name (no port), from `Host` or, for HTTP/2, the URI authority.
-fn host_name(req: &Request) -> Option<String> {
+/// The request's host name (no port, as sent: compare it ignoring case), from `Host` or, for
+/// HTTP/2, the URI authority. Borrowed: every request asks.
+fn host_name(req: &Request) -> Option<&str> {
     let host = match req.headers().get(header::HOST) {
-        Some(h) => h.to_str().ok()?.to_string(),
-        None => req.uri().authority()?.as_str().to_string(),
+        Some(h) => h.to_str().ok()?,
+        None => req.uri().authority()?.as_str(),
     };
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or_default().to_string()
-    } else {
-        host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h).to_string()
-    };
-    Some(name.to_ascii_lowercase())
+    Some(match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    })
 }
 
 /// A host name that cannot be an attacker's rebound DNS name.
 fn local_host_name(name: &str) -> bool {
-    name.parse::<std::net::IpAddr>().is_ok() || name == "localhost" || name.ends_with(".localhost")
+    const LOCAL: &str = ".localhost";
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case(&LOCAL[1..])
+        || (name.len() >= LOCAL.len()
+            && name.is_char_boundary(name.len() - LOCAL.len())
+            && name[name.len() - LOCAL.len()..].eq_ignore_ascii_case(LOCAL))
 }
 
 /// Whether a state-changing request comes from another site.
@@ -153,7 +157,7 @@ pub async fn check(
     }
     if st.cfg.auth_token.is_none()
         && let Some(name) = host_name(&req)
-        && !local_host_name(&name)
+        && !local_host_name(name)
     {
         return Err(WebError::Forbidden(format!(
             "Host {name:?} refused: without an auth token this server answers only to IP \
@@ -240,14 +244,23 @@ mod tests {
 
     #[test]
     fn host_names() {
-        let name = |h: &str| host_name(&req("GET", &[("host", h)])).unwrap();
+        let name = |h: &str| host_name(&req("GET", &[("host", h)])).map(str::to_string).unwrap();
         assert_eq!(name("127.0.0.1:8080"), "127.0.0.1");
         assert_eq!(name("[::1]:8080"), "::1");
-        assert_eq!(name("LocalHost"), "localhost");
-        for ok in ["127.0.0.1", "::1", "10.1.2.3", "localhost", "app.localhost"] {
+        assert_eq!(name("LocalHost"), "LocalHost");
+        for ok in [
+            "127.0.0.1",
+            "::1",
+            "10.1.2.3",
+            "localhost",
+            "app.localhost",
+            "LocalHost",
+            "A.LOCALHOST",
+        ] {
             assert!(local_host_name(ok), "{ok}");
         }
-        for bad in ["evil.example", "127.0.0.1.nip.io", "localhost.evil.example"] {
+        for bad in ["evil.example", "127.0.0.1.nip.io", "localhost.evil.example", "é.localhost.io"]
+        {
             assert!(!local_host_name(bad), "{bad}");
         }
     }

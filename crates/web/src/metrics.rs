@@ -1,11 +1,12 @@
 //! `/metrics`: request counts by route, method and status; request latencies; bytes sent and
 //! received; filter run times — in the Prometheus/OpenMetrics text format (prometheus-client).
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -36,12 +37,43 @@ struct FilterLabels {
 
 type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// One route's metrics, looked up in the families once (their label sets are Strings:
+/// building them for every request cost three allocations and three hashed lookups); the
+/// handles share their values with the families, which render them.
+struct RouteMetrics {
+    route: String,
+    latency: Histogram,
+    bytes_out: Counter,
+    /// Request counters by (method, status): a route sees a handful.
+    requests: RwLock<Vec<(Method, u16, Counter)>>,
+}
+
+impl RouteMetrics {
+    fn requests(&self, m: &Metrics, method: &Method, status: u16) -> Counter {
+        let known = self.requests.read().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, c)) = known.iter().find(|(m, s, _)| m == method && *s == status) {
+            return c.clone();
+        }
+        drop(known);
+        let labels =
+            RequestLabels { route: self.route.clone(), method: method.to_string(), status };
+        let c = m.requests.get_or_create(&labels).clone();
+        let mut known = self.requests.write().unwrap_or_else(|p| p.into_inner());
+        if !known.iter().any(|(m, s, _)| m == method && *s == status) {
+            known.push((method.clone(), status, c.clone()));
+        }
+        c
+    }
+}
+
 /// The server's metrics.
 pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
     latency: Hist<RouteLabels>,
     bytes_out: Family<RouteLabels, Counter>,
+    /// Each route's handles into the three families above.
+    routes: RwLock<HashMap<String, Arc<RouteMetrics>>>,
     bytes_in: Counter,
     filter_seconds: Hist<FilterLabels>,
     corrupt: Counter,
@@ -95,6 +127,7 @@ impl Default for Metrics {
             requests,
             latency,
             bytes_out,
+            routes: RwLock::default(),
             bytes_in,
             filter_seconds,
             corrupt,
@@ -106,6 +139,22 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The handles of `route` (a route's pattern, so there are few), made on first use.
+    fn route(&self, route: &str) -> Arc<RouteMetrics> {
+        if let Some(r) = self.routes.read().unwrap_or_else(|p| p.into_inner()).get(route) {
+            return r.clone();
+        }
+        let labels = RouteLabels { route: route.to_string() };
+        let made = Arc::new(RouteMetrics {
+            route: route.to_string(),
+            latency: self.latency.get_or_create(&labels).clone(),
+            bytes_out: self.bytes_out.get_or_create(&labels).clone(),
+            requests: RwLock::default(),
+        });
+        let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
+        routes.entry(route.to_string()).or_insert(made).clone()
+    }
+
     pub fn uploaded(&self, bytes: u64) {
         self.bytes_in.inc_by(bytes);
     }
@@ -152,27 +201,21 @@ impl Metrics {
 
 /// Middleware recording every request.
 pub async fn record(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().to_string();
+    let m = &st.metrics;
+    let route = m.route(req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()));
+    let method = req.method().clone();
     let t = Instant::now();
     let resp = next.run(req).await;
-    let m = &st.metrics;
-    let rl = RouteLabels { route: route.clone() };
-    m.latency.get_or_create(&rl).observe(t.elapsed().as_secs_f64());
+    route.latency.observe(t.elapsed().as_secs_f64());
     let len = resp
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if let Some(n) = len.filter(|_| method != "HEAD") {
-        m.bytes_out.get_or_create(&rl).inc_by(n);
+    if let Some(n) = len.filter(|_| method != Method::HEAD) {
+        route.bytes_out.inc_by(n);
     }
-    let status = resp.status().as_u16();
-    m.requests.get_or_create(&RequestLabels { route, method, status }).inc();
+    route.requests(m, &method, resp.status().as_u16()).inc();
     resp
 }
 

@@ -346,15 +346,16 @@ pub async fn tile(
 ) -> Result<Response, WebError> {
     let p = pump_of(&s, &dataset).await?;
     let l = &p.layout;
-    let ext = if l.format == "jpeg" { "jpg" } else { "png" };
-    if rotation != "0" || file != format!("default.{ext}") {
+    let (ext, default) =
+        if l.format == "jpeg" { ("jpg", "default.jpg") } else { ("png", "default.png") };
+    if rotation != "0" || file != default {
         return Err(WebError::BadRequest(format!(
             "level 0: rotation 0 and default.{ext} only (asked {rotation}/{file})"
         )));
     }
     let id = tile_of(l, &region, &size).map_err(WebError::BadRequest)?;
     // Checked against the tile's digest on every read, not only when it arrived.
-    let hit = p.cache.lock().unwrap().get_verified(&dataset, id).map(|c| c.data);
+    let hit = Cache::get_verified_shared(&p.cache, &dataset, id).map(|c| c.data);
     let data = match hit {
         Some(d) => d,
         None => want(&s, &dataset, &p, id).await?,
