@@ -201,7 +201,7 @@ pub fn run_dpss(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
                 .into(),
         ),
     }
-    let (truns, requests) = if opts.quick { (2, 1000) } else { (5, 4000) };
+    let (truns, requests) = if opts.quick { (2, 1000) } else { (7, 4000) };
     match crate::dpss_tiles::tiles_vs_nginx(opts, truns, requests)? {
         Some(r) => rows.extend(r),
         None => notes.push("nginx is not installed (scripts/bench-setup.sh): no tile rows".into()),
