@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawPathParams, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bs_dpss::cache::{Cache, Cached};
@@ -342,9 +342,21 @@ pub fn tile_of(l: &Layout, region: &str, size: &str) -> Result<BlockId, String> 
 /// `GET /iiif/{dataset}/{region}/{size}/{rotation}/{file}`.
 pub async fn tile(
     State(s): State<Arc<AppState>>,
-    Path((dataset, region, size, rotation, file)): Path<(String, String, String, String, String)>,
+    params: RawPathParams,
 ) -> Result<Response, WebError> {
-    let p = pump_of(&s, &dataset).await?;
+    // Borrowed from the router's parameters (`Path<(String, ...)>` copied each into a String).
+    let [mut dataset, mut region, mut size, mut rotation, mut file] = [""; 5];
+    for (k, v) in params.iter() {
+        match k {
+            "dataset" => dataset = v,
+            "region" => region = v,
+            "size" => size = v,
+            "rotation" => rotation = v,
+            "file" => file = v,
+            _ => {}
+        }
+    }
+    let p = pump_of(&s, dataset).await?;
     let l = &p.layout;
     let (ext, default) =
         if l.format == "jpeg" { ("jpg", "default.jpg") } else { ("png", "default.png") };
@@ -353,12 +365,12 @@ pub async fn tile(
             "level 0: rotation 0 and default.{ext} only (asked {rotation}/{file})"
         )));
     }
-    let id = tile_of(l, &region, &size).map_err(WebError::BadRequest)?;
+    let id = tile_of(l, region, size).map_err(WebError::BadRequest)?;
     // Checked against the tile's digest on every read, not only when it arrived.
-    let hit = Cache::get_verified_shared(&p.cache, &dataset, id).map(|c| c.data);
+    let hit = Cache::get_verified_shared(&p.cache, dataset, id).map(|c| c.data);
     let data = match hit {
         Some(d) => d,
-        None => want(&s, &dataset, &p, id).await?,
+        None => want(&s, dataset, &p, id).await?,
     };
     let mime = if ext == "jpg" { "image/jpeg" } else { "image/png" };
     let mut r = data.into_response();
