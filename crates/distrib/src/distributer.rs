@@ -346,7 +346,7 @@ fn serve(inner: &Arc<Inner>, tcp: TcpStream) {
 fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     let _ = tcp.set_nodelay(true);
     let kill = tcp.try_clone().ok();
-    let conn = match &inner.tls {
+    let mut conn = match &inner.tls {
         None => Conn::new(tcp),
         Some(t) => match Conn::tls_server(tcp, t) {
             Ok(c) => c,
@@ -358,7 +358,6 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     };
     // Until the JOIN, every read is bounded (a peer that says nothing, or half a frame, is
     // turned away); after it, a live peer may be idle as long as it likes.
-    let mut conn = conn;
     let _ = conn.set_read_timeout(Some(JOIN_WAIT));
     // A failed handshake (a plain client, an untrusting one) has told the peer with an
     // alert; the connection ends here rather than waiting out JOIN_WAIT to send a refusal.

@@ -12,6 +12,13 @@ pub enum DpssError {
     UnknownBlock { dataset: String, block: String },
     #[error("data set {0:?} already exists")]
     DatasetExists(String),
+    /// Blocks of a data set never published, left by a loader that ended after some servers
+    /// committed.
+    #[error(
+        "data set {dataset:?} is not published, but {servers} still hold blocks of it from a load \
+         that ended before publishing: remove them with `blobstream dpss drop {dataset}`, then load again"
+    )]
+    Leftover { dataset: String, servers: String },
     /// A data set name that could not be a file name on every disk.
     #[error("bad data set name {0:?}: use 1-128 letters, digits, '.', '_' or '-', not first '.'")]
     BadName(String),
@@ -70,7 +77,9 @@ impl DpssError {
             Self::UnknownDataset(_) | Self::UnknownBlock { .. } => {
                 Status::not_found(self.to_string())
             }
-            Self::DatasetExists(_) => Status::already_exists(self.to_string()),
+            Self::DatasetExists(_) | Self::Leftover { .. } => {
+                Status::already_exists(self.to_string())
+            }
             Self::BadName(_)
             | Self::ListTooLong { .. }
             | Self::Malformed(_)

@@ -111,7 +111,7 @@ pub fn load_from(
         };
         links.push(Peer::new(s.addr.clone(), opts.tls.clone()).open(&hello)?.0);
     }
-    clear_leftovers(master, &layout, &mut links, opts)?;
+    check_name_free(master, &layout, &mut links, opts)?;
     let total = layout.all_blocks().count() as u64;
     let mut blocks: Vec<pb::DpssBlock> = Vec::with_capacity(total as usize);
     let mut seen = std::collections::HashSet::with_capacity(total as usize);
@@ -220,14 +220,14 @@ pub fn load_from(
     })
 }
 
-/// Hold the data set's name on every server (BEGIN) and take away what an earlier load of it
-/// left there: a loader that dies after some servers committed but before the name server
-/// published keeps the name from ever loading again. Blocks of an unpublished data set are
-/// such leftovers — but only once no other loader holds the name: a loader holds it on each
-/// server from before its first block until after it has published, so holding it here means
-/// any earlier loader has either published (the name server says so, and this load is refused
-/// as a duplicate) or never will.
-fn clear_leftovers(
+/// Hold the data set's name on every server (BEGIN) before sending a block, and refuse at
+/// once a name that is taken: published ("already exists"), or left by a loader that died
+/// after some servers committed but before the name server published. Such leftovers are not
+/// dropped here: a hold ends with its connection, so an earlier loader whose publish is still
+/// in flight (or which lost its links to restarted servers) cannot be told from a dead one,
+/// and dropping its blocks could empty a data set about to be published. `dpss drop` (an
+/// explicit decision) removes them.
+fn check_name_free(
     master: &str,
     layout: &Layout,
     links: &mut [Binding],
@@ -241,7 +241,7 @@ fn clear_leftovers(
             DpssError::Remote(format!("{} closed the connection at BEGIN", layout.servers[s].addr))
         })?;
         match Message::parse(m.payload(), 0)? {
-            Message::Held { exists: true } => holding.push(s),
+            Message::Held { exists: true } => holding.push(layout.servers[s].addr.clone()),
             Message::Held { exists: false } => {}
             other => return Err(DpssError::Malformed(format!("expected HELD, got {other:?}"))),
         }
@@ -252,22 +252,7 @@ fn clear_leftovers(
     if published(master, name, opts)? {
         return Err(DpssError::DatasetExists(name.clone()));
     }
-    for s in holding {
-        tracing::warn!(
-            dataset = %name,
-            server = %layout.servers[s].addr,
-            "removing the blocks an interrupted earlier load left (never published)"
-        );
-        links[s].send(&msg::drop(name))?;
-        match links[s]
-            .recv()?
-            .map(|m| Message::parse(m.payload(), 0).map(|p| matches!(p, Message::Committed(_))))
-        {
-            Some(Ok(true)) => {}
-            _ => return Err(DpssError::Malformed("no answer to DROP".into())),
-        }
-    }
-    Ok(())
+    Err(DpssError::Leftover { dataset: name.clone(), servers: holding.join(", ") })
 }
 
 /// Whether the name server has `dataset` published.

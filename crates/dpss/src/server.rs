@@ -371,14 +371,13 @@ fn refuse(b: Binding, e: &DpssError) {
 
 fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64) {
     let _ = tcp.set_nodelay(true);
-    let conn = match &i.cfg.tls {
+    let mut conn = match &i.cfg.tls {
         None => Conn::new(tcp),
         Some(t) => match Conn::tls_server(tcp, t) {
             Ok(c) => c,
             Err(e) => return tracing::warn!(error = %e, "block server: TLS refused a connection"),
         },
     };
-    let mut conn = conn;
     let _ = conn.set_read_timeout(Some(CONNECT_WAIT));
     // A failed handshake has told the peer with an alert; end here rather than wait out
     // CONNECT_WAIT trying to send a refusal over a connection that has no TLS session.
@@ -581,7 +580,9 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
             match Message::parse(m.payload(), 0)? {
                 Message::Begin(dataset) => {
                     if reserved.is_some() {
-                        return Err(DpssError::Malformed("BEGIN twice on one connection".into()));
+                        return Err(DpssError::Malformed(
+                            "BEGIN comes first, once per connection".into(),
+                        ));
                     }
                     check_name(dataset)?;
                     hold(i, dataset)?;
@@ -635,15 +636,20 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
                 }
                 Message::Drop(name) => {
                     check_name(name)?;
-                    // Not while another connection holds the name: its loader may be about to
-                    // publish what it committed.
-                    if reserved.as_deref() != Some(name) && i.loading.lock().unwrap().contains(name)
-                    {
-                        return Err(busy(name));
+                    // Not while another connection holds the name (its loader may be about to
+                    // publish what it committed), and held while dropping, so no loader
+                    // begins on it half way.
+                    let borrowed = reserved.as_deref() != Some(name);
+                    if borrowed {
+                        hold(i, name)?;
                     }
                     i.datasets.write().unwrap().remove(name);
                     i.cache.lock().unwrap().drop_dataset(name);
-                    i.disks.remove(name)?;
+                    let removed = i.disks.remove(name);
+                    if borrowed {
+                        i.loading.lock().unwrap().remove(name);
+                    }
+                    removed?;
                     b.send(&msg::committed(&[]))?;
                 }
                 other => {

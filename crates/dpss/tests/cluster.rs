@@ -379,7 +379,7 @@ fn a_load_that_fails_half_way_publishes_nothing_and_frees_the_name() {
 }
 
 #[test]
-fn a_loader_that_died_between_commit_and_publish_does_not_keep_the_name() {
+fn a_loader_that_died_between_commit_and_publish_leaves_a_name_that_rm_frees() {
     let cl = Cluster::start(2, 1, None);
     let opts = ClientOptions::default();
     let servers = bs_dpss::loader::live_servers(&cl.master, &opts).unwrap();
@@ -405,7 +405,14 @@ fn a_loader_that_died_between_commit_and_publish_does_not_keep_the_name() {
         b.close();
     }
     assert!(lookup(&cl.master, "orphan", &opts).is_err(), "never published");
-    // The next load of the name takes the leftovers away and publishes in full.
+    // The next load of the name is refused before it sends a block, told what is left where
+    // and how to remove it; removed, the name loads in full.
+    let (_, rep) = cl.load("orphan", 512, 2, &opts);
+    let e = rep.unwrap_err();
+    assert!(matches!(&e, DpssError::Leftover { dataset, .. } if dataset == "orphan"), "{e:?}");
+    assert!(e.to_string().contains("blobstream dpss drop orphan"), "{e}");
+    let r = bs_dpss::loader::remove(&cl.master, "orphan", &opts).unwrap();
+    assert!(!r.was_published && r.failed.is_empty(), "{r:?}");
     let (src, rep) = cl.load("orphan", 512, 2, &opts);
     rep.unwrap();
     let mut c = Client::open(&cl.master, "orphan", opts.clone()).unwrap();

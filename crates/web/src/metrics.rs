@@ -43,7 +43,8 @@ type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
 struct RouteMetrics {
     route: String,
     latency: Histogram,
-    bytes_out: Counter,
+    /// Made on the route's first response with a length, as the family's series always was.
+    bytes_out: std::sync::OnceLock<Counter>,
     /// Request counters by (method, status): a route sees a handful.
     requests: RwLock<Vec<(Method, u16, Counter)>>,
 }
@@ -51,7 +52,7 @@ struct RouteMetrics {
 impl RouteMetrics {
     fn requests(&self, m: &Metrics, method: &Method, status: u16) -> Counter {
         let known = self.requests.read().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, _, c)) = known.iter().find(|(m, s, _)| m == method && *s == status) {
+        if let Some((_, _, c)) = known.iter().find(|(k, s, _)| k == method && *s == status) {
             return c.clone();
         }
         drop(known);
@@ -59,7 +60,7 @@ impl RouteMetrics {
             RequestLabels { route: self.route.clone(), method: method.to_string(), status };
         let c = m.requests.get_or_create(&labels).clone();
         let mut known = self.requests.write().unwrap_or_else(|p| p.into_inner());
-        if !known.iter().any(|(m, s, _)| m == method && *s == status) {
+        if !known.iter().any(|(k, s, _)| k == method && *s == status) {
             known.push((method.clone(), status, c.clone()));
         }
         c
@@ -148,7 +149,7 @@ impl Metrics {
         let made = Arc::new(RouteMetrics {
             route: route.to_string(),
             latency: self.latency.get_or_create(&labels).clone(),
-            bytes_out: self.bytes_out.get_or_create(&labels).clone(),
+            bytes_out: std::sync::OnceLock::new(),
             requests: RwLock::default(),
         });
         let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
@@ -202,10 +203,12 @@ impl Metrics {
 /// Middleware recording every request.
 pub async fn record(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let m = &st.metrics;
-    let route = m.route(req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()));
+    let matched = req.extensions().get::<MatchedPath>().cloned();
     let method = req.method().clone();
     let t = Instant::now();
     let resp = next.run(req).await;
+    // Looked up after the response, so a route's series appear with its first answer.
+    let route = m.route(matched.as_ref().map_or("unmatched", |p| p.as_str()));
     route.latency.observe(t.elapsed().as_secs_f64());
     let len = resp
         .headers()
@@ -213,7 +216,8 @@ pub async fn record(State(st): State<Arc<AppState>>, req: Request, next: Next) -
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if let Some(n) = len.filter(|_| method != Method::HEAD) {
-        route.bytes_out.inc_by(n);
+        let labels = || RouteLabels { route: route.route.clone() };
+        route.bytes_out.get_or_init(|| m.bytes_out.get_or_create(&labels()).clone()).inc_by(n);
     }
     route.requests(m, &method, resp.status().as_u16()).inc();
     resp
