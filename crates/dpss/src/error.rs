@@ -15,7 +15,7 @@ pub enum DpssError {
     /// Blocks of a data set never published, left by a loader that ended after some servers
     /// committed.
     #[error(
-        "data set {dataset:?} is not published, but {servers} still hold blocks of it from a load \
+        "data set {dataset:?} is not published, but the block servers at {servers} still hold blocks of it from a load \
          that ended before publishing: remove them with `blobstream dpss drop {dataset}`, then load again"
     )]
     Leftover { dataset: String, servers: String },
