@@ -203,7 +203,14 @@ pub fn run_dpss(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     }
     let (truns, requests) = if opts.quick { (2, 1000) } else { (7, 4000) };
     match crate::dpss_tiles::tiles_vs_nginx(opts, truns, requests)? {
-        Some(r) => rows.extend(r),
+        Some(r) => {
+            rows.extend(r);
+            notes.push(
+                "tiles: rates are medians; each ratio is the median of the per-run ratios (our \
+                 run i against nginx's run i), so it can differ from the ratio of the medians"
+                    .into(),
+            );
+        }
         None => notes.push("nginx is not installed (scripts/bench-setup.sh): no tile rows".into()),
     }
     // Declustering: computed, not timed.
