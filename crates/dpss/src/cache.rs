@@ -48,20 +48,10 @@ impl Cache {
         Some(c.clone())
     }
 
-    /// The block, checked against its digest first: one whose bytes changed in memory is
-    /// dropped and not returned (the caller fetches it again).
-    pub fn get_verified(&mut self, dataset: &str, id: BlockId) -> Option<Cached> {
-        let c = self.get(dataset, id)?;
-        if c.intact() {
-            return Some(c);
-        }
-        self.forget_rotten(dataset, id, &c);
-        None
-    }
-
-    /// [`Cache::get_verified`] on a shared cache, the digest computed after the lock is let
-    /// go (so readers of other blocks do not wait behind it).
-    pub fn get_verified_shared(
+    /// The block from a shared cache, checked against its digest first (after the lock is let
+    /// go, so readers of other blocks do not wait behind it): one whose bytes changed in memory
+    /// is dropped and not returned (the caller fetches it again).
+    pub fn get_verified(
         cache: &std::sync::Mutex<Cache>,
         dataset: &str,
         id: BlockId,
@@ -174,24 +164,17 @@ mod tests {
 
     #[test]
     fn a_block_changed_in_memory_is_dropped_not_returned() {
-        let mut c = Cache::new(1000);
+        let c = std::sync::Mutex::new(Cache::new(1000));
         let data = Bytes::from_static(b"tile bytes");
         let good = Cached { data: data.clone(), digest: crate::block::digest(&data) };
-        c.insert("d", BlockId::new(0, 0, 0), good);
-        assert!(c.get_verified("d", BlockId::new(0, 0, 0)).is_some());
+        c.lock().unwrap().insert("d", BlockId::new(0, 0, 0), good);
+        assert!(Cache::get_verified(&c, "d", BlockId::new(0, 0, 0)).is_some());
         let bad = Cached { data, digest: [0; 16] };
-        c.insert("d", BlockId::new(0, 1, 0), bad);
-        assert!(c.get_verified("d", BlockId::new(0, 1, 0)).is_none());
+        c.lock().unwrap().insert("d", BlockId::new(0, 1, 0), bad);
+        assert!(Cache::get_verified(&c, "d", BlockId::new(0, 1, 0)).is_none());
+        let c = c.into_inner().unwrap();
         assert!(!c.contains("d", BlockId::new(0, 1, 0)));
-        assert_eq!(c.len(), 1);
-        // The same through a shared cache, the digest computed outside its lock.
-        let shared = std::sync::Mutex::new(c);
-        let bad = Cached { data: Bytes::from_static(b"rotten"), digest: [0; 16] };
-        shared.lock().unwrap().insert("d", BlockId::new(0, 2, 0), bad);
-        assert!(Cache::get_verified_shared(&shared, "d", BlockId::new(0, 0, 0)).is_some());
-        assert!(Cache::get_verified_shared(&shared, "d", BlockId::new(0, 2, 0)).is_none());
-        let c = shared.into_inner().unwrap();
-        assert!(!c.contains("d", BlockId::new(0, 2, 0)));
+        assert!(c.contains("d", BlockId::new(0, 0, 0)));
         assert_eq!((c.len(), c.bytes()), (1, 10));
     }
 }

@@ -569,8 +569,9 @@ fn hold(i: &Inner, dataset: &str) -> Result<(), DpssError> {
     if i.loading.lock().unwrap().insert(dataset.to_string()) { Ok(()) } else { Err(busy(dataset)) }
 }
 
-/// A loader's connection: perhaps `BEGIN` (and a `DROP` of what an interrupted earlier load
-/// left), `PUT`s staged, then one `COMMIT`. The name stays held until the connection ends.
+/// A loader's connection: perhaps `BEGIN`, `PUT`s staged, then one `COMMIT` (or a `DROP`,
+/// taking a load back). The name stays held from `BEGIN` or the first `PUT` until the
+/// connection ends.
 fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
     let mut staging = None;
     let mut reserved: Option<String> = None;

@@ -158,7 +158,7 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                     last_view = Some(std::time::Instant::now());
                 }
                 Ok(Cmd::Want(id, tx)) => {
-                    if let Some(c) = cache.lock().unwrap().get_verified(&dataset, id) {
+                    if let Some(c) = Cache::get_verified(cache, &dataset, id) {
                         let _ = tx.send(Ok(c.data));
                         continue;
                     }
@@ -367,7 +367,7 @@ pub async fn tile(
     }
     let id = tile_of(l, region, size).map_err(WebError::BadRequest)?;
     // Checked against the tile's digest on every read, not only when it arrived.
-    let hit = Cache::get_verified_shared(&p.cache, dataset, id).map(|c| c.data);
+    let hit = Cache::get_verified(&p.cache, dataset, id).map(|c| c.data);
     let data = match hit {
         Some(d) => d,
         None => want(&s, dataset, &p, id).await?,
