@@ -18,6 +18,7 @@ mod media;
 mod mem;
 mod name;
 mod objearly;
+mod objlocal;
 mod object;
 mod objstream;
 mod scrub;

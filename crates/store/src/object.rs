@@ -58,6 +58,7 @@ use crate::events::{Listener, Listeners, StoreEvent};
 use crate::fs::new_id;
 use crate::name::validate_name;
 use crate::objearly::EarlyGet;
+use crate::objlocal::{LocalClients, MakeBackend};
 use crate::objstream::ObjStream;
 use crate::source::{BlobSource, CorruptionMarker, REMOTE_WINDOW, RangeRead};
 use crate::store::{
@@ -186,6 +187,8 @@ pub(crate) struct Inner {
     /// Windows read as streams, and streamed GETs that broke (see [`ObjStore::read_counts`]).
     streamed_windows: Arc<AtomicU64>,
     stream_failures: Arc<AtomicU64>,
+    /// Clients lent to the threads that send small GETs on as they arrive (S3 only).
+    pub(crate) local: Option<LocalClients>,
 }
 
 /// An upload's state between writes: what went up as parts, and the bytes after them.
@@ -248,7 +251,16 @@ impl ObjStore {
     pub fn open_s3(cfg: &S3Config, cat: Catalogue) -> Result<Self> {
         let os = Arc::new(cfg.build()?);
         let prefix = if cfg.prefix.is_empty() { "blobs".to_string() } else { cfg.prefix.clone() };
-        Self::open(os, &prefix, cat, cfg.describe())
+        let describe = cfg.describe();
+        let cfg = cfg.clone();
+        let make: MakeBackend = Box::new(move || match cfg.build() {
+            Ok(os) => Some(Arc::new(os) as Arc<dyn Backend>),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make a bucket client for small GETs");
+                None
+            }
+        });
+        Self::open_with(os, &prefix, cat, describe, Some(LocalClients::new(make)))
     }
 
     /// Blobs in `os` under `prefix`, catalogue `cat`.
@@ -257,6 +269,16 @@ impl ObjStore {
         prefix: &str,
         cat: Catalogue,
         describe: String,
+    ) -> Result<Self> {
+        Self::open_with(os, prefix, cat, describe, None)
+    }
+
+    fn open_with(
+        os: Arc<dyn Backend>,
+        prefix: &str,
+        cat: Catalogue,
+        describe: String,
+        local: Option<LocalClients>,
     ) -> Result<Self> {
         let prefix = prefix.trim_matches('/').to_string();
         if prefix.is_empty() {
@@ -286,6 +308,7 @@ impl ObjStore {
                 part_buffers: BufferPool::new(PART_SIZE, SPARE_PART_BUFFERS),
                 streamed_windows: Arc::default(),
                 stream_failures: Arc::default(),
+                local,
             }),
         };
         store.check_reachable()?;
@@ -456,6 +479,12 @@ impl ObjStore {
 /// goes, since the last handle may be dropped inside an async task, where a runtime cannot
 /// be dropped by blocking.
 pub(crate) struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl OwnRuntime {
+    pub(crate) fn new(rt: tokio::runtime::Runtime) -> Self {
+        Self(Some(rt))
+    }
+}
 
 impl std::ops::Deref for OwnRuntime {
     type Target = tokio::runtime::Runtime;
