@@ -1123,8 +1123,8 @@ impl UploadSink for ObjUpload {
         let (mut offset, mut data) = (offset, data);
         while !data.is_empty() {
             // What the blob has left from the tail's start: a part or more goes into a
-            // part's buffer, as does every part of an upload sent in parts; a small blob of
-            // known size into a buffer of its size.
+            // part's buffer, as does every part of an upload sent in parts, and a small
+            // blob of known size (shorter than a part) too.
             let s = self.state.as_mut().expect("open until commit");
             let rest = self.rec.size.map_or(u64::MAX, |n| n - s.flushed);
             let pooled = rest >= PART_SIZE as u64 || s.multipart.is_some();
@@ -1147,7 +1147,8 @@ impl UploadSink for ObjUpload {
         if s.multipart.is_some() || rest >= PART_SIZE as u64 {
             return None;
         }
-        s.tail.lend((offset - s.flushed) as usize, len as usize, rest as usize)
+        let pool = &self.store.part_buffers;
+        s.tail.lend((offset - s.flushed) as usize, len as usize, rest as usize, pool)
     }
 
     fn filled(&mut self, offset: u64, n: u64) {
