@@ -58,9 +58,10 @@ impl EarlyGet {
             None => (&*store.rt, os),
         };
         // On a lent client's runtime the task starts when the reader first waits for it.
-        let response = rt.spawn(async move {
-            os.get_opts(&key, GetOptions { range, ..Default::default() }).await
-        });
+        let response =
+            rt.spawn(
+                async move { os.get_opts(&key, GetOptions { range, ..Default::default() }).await },
+            );
         let name = name.to_string();
         Self { store, name, response: Some(response), body: None, failed: None, lent }
     }
