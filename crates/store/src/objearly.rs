@@ -41,7 +41,8 @@ pub(crate) struct EarlyGet {
 }
 
 impl EarlyGet {
-    /// Send the GET of `from..to` of `key` (`size` bytes long) now.
+    /// Send the GET of `from..to` of `key` (`size` bytes long): now on the shared client, at
+    /// the first [`Iterator::next`] on a lent one.
     pub(crate) fn start(
         store: Arc<Inner>,
         name: &str,

@@ -74,9 +74,9 @@ pub const PART_SIZE: usize = 8 * CHUNK_SIZE as usize;
 /// Parts of one upload being sent at once.
 pub const PARTS_IN_FLIGHT: usize = 4;
 
-/// Buffers of sent parts kept for the next parts, at most: one per part in flight, so an
-/// upload in full flow fills every part into a buffer used before (at most 32 MiB kept
-/// idle by a store that has taken multipart uploads).
+/// Buffers of sent parts (and of small blobs' PUTs, see `tail.rs`) kept for the next ones,
+/// at most: one per part in flight, so an upload in full flow fills every part into a
+/// buffer used before (at most 32 MiB kept idle by a store that has taken uploads).
 const SPARE_PART_BUFFERS: usize = PARTS_IN_FLIGHT;
 
 /// Unreferenced objects younger than this are left alone by garbage collection: they may
@@ -182,7 +182,7 @@ pub(crate) struct Inner {
     lost: Mutex<HashMap<String, String>>,
     listeners: Listeners,
     describe: String,
-    /// Buffers of parts already sent, for the next parts.
+    /// Buffers of parts (and small blobs' PUTs) already sent, for the next ones.
     part_buffers: BufferPool,
     /// Windows read as streams, and streamed GETs that broke (see [`ObjStore::read_counts`]).
     streamed_windows: Arc<AtomicU64>,
@@ -1123,8 +1123,9 @@ impl UploadSink for ObjUpload {
         let (mut offset, mut data) = (offset, data);
         while !data.is_empty() {
             // What the blob has left from the tail's start: a part or more goes into a
-            // part's buffer, as does every part of an upload sent in parts, and a small
-            // blob of known size (shorter than a part) too.
+            // part's buffer, as does every part of an upload sent in parts; a small blob of
+            // known size into one too from `tail::POOLED_FROM` bytes on, else into a
+            // buffer of its size.
             let s = self.state.as_mut().expect("open until commit");
             let rest = self.rec.size.map_or(u64::MAX, |n| n - s.flushed);
             let pooled = rest >= PART_SIZE as u64 || s.multipart.is_some();

@@ -14,12 +14,14 @@
 //! it is given back idle, its connections ready for the next GET. Only S3 backends are made
 //! this way (a fresh client of the same bucket); an in-memory store must be shared.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::object::{Backend, OwnRuntime};
 
-/// Clients kept idle at most; more are dropped when given back.
-const IDLE_CLIENTS: usize = 8;
+/// Clients a store has at most, lent or idle; a GET that finds them all lent goes through
+/// the shared client (no client made and thrown away for each GET beyond these).
+const MAX_CLIENTS: usize = 8;
 
 /// Makes a client of the store's bucket.
 pub(crate) type MakeBackend = Box<dyn Fn() -> Option<Arc<dyn Backend>> + Send + Sync>;
@@ -34,35 +36,58 @@ pub(crate) struct Lent {
 pub(crate) struct LocalClients {
     make: MakeBackend,
     idle: Mutex<Vec<Lent>>,
+    /// Clients made and not dropped.
+    made: AtomicUsize,
 }
 
 impl LocalClients {
     pub(crate) fn new(make: MakeBackend) -> Self {
-        Self { make, idle: Mutex::new(Vec::new()) }
+        Self { make, idle: Mutex::new(Vec::new()), made: AtomicUsize::new(0) }
     }
 
-    /// An idle client, or a new one; `None` if none can be made (the caller then uses the
-    /// store's shared client).
+    /// An idle client, or a new one; `None` if [`MAX_CLIENTS`] are lent or none can be
+    /// made (the caller then uses the store's shared client).
     pub(crate) fn take(&self) -> Option<Lent> {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         if let Some(l) = idle {
-            // A connection the server closed while the client sat idle is noticed now,
-            // not by the request sent on it.
-            bs_meta::off_executor(|| l.rt.block_on(tokio::task::yield_now()));
+            // What happened while it sat idle (a connection the server closed) is taken in
+            // before its next request; a request sent on such a connection all the same is
+            // retried by the client.
+            run_ready(&l);
             return Some(l);
         }
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-        Some(Lent { rt: OwnRuntime::new(rt), os: (self.make)()? })
+        self.made
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_CLIENTS).then_some(n + 1)
+            })
+            .ok()?;
+        let made = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()
+            .and_then(|rt| Some(Lent { rt: OwnRuntime::new(rt), os: (self.make)()? }));
+        if made.is_none() {
+            self.made.fetch_sub(1, Ordering::AcqRel);
+        }
+        made
     }
 
     /// Give `l` back for the next GET. Its runtime first runs what is ready — a connection
-    /// finishing its answer, or noticing that the server closed it — so that it is pooled
-    /// again, or dropped, before anyone takes it.
+    /// finishing its answer, or closing after an answer not read to its end — so that it
+    /// is pooled again, or dropped, before anyone takes it.
     pub(crate) fn give(&self, l: Lent) {
-        bs_meta::off_executor(|| l.rt.block_on(tokio::task::yield_now()));
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < IDLE_CLIENTS {
-            idle.push(l);
-        }
+        run_ready(&l);
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(l);
     }
+}
+
+/// Let `l`'s runtime take in I/O events and run the tasks ready, twice (the tasks a poll of
+/// its driver wakes run on the next round).
+fn run_ready(l: &Lent) {
+    bs_meta::off_executor(|| {
+        l.rt.block_on(async {
+            tokio::task::yield_now().await;
+            tokio::task::yield_now().await;
+        })
+    });
 }

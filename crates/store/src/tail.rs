@@ -3,14 +3,17 @@
 //! to the pool once the part's PUT lets go of it: a reused buffer has its pages in place,
 //! where a fresh 8 MiB one faults in 2,048 pages, each zeroed by the kernel (measured on the
 //! 2-core VM putting 32 MB blobs on Garage: 7,800 page faults per blob without the pool, none
-//! with it, and 7% less time, alternating in one process). A small blob of known size gathers
-//! in a pooled buffer too (a fresh 1 MB one cost its PUT 0.8 ms of page faults, a sixth of
-//! blobstream's time over the plain client's on the same trace), which a receiver may also
-//! fill in place ([`Tail::lend`]); only a blob too big for one part but not sent in parts
-//! (none today) would take a buffer of its own.
+//! with it, and 7% less time, alternating in one process). A small blob of known size (one
+//! PUT) gathers in a pooled buffer too from [`POOLED_FROM`] bytes on (a fresh 1 MB one cost
+//! its PUT 0.8 ms of page faults, a sixth of blobstream's time over the plain client's on
+//! the same trace), and in a buffer of its own size below that (not 8 MiB held for a few
+//! KB); a receiver may fill either in place ([`Tail::lend`]).
 
 use bs_wire::{BufferPool, PooledBuf};
 use bytes::Bytes;
+
+/// A small blob this long or longer gathers in a pooled part buffer.
+pub const POOLED_FROM: u64 = 256 << 10;
 
 /// Bytes `0..len()` of what follows the parts already sent.
 #[derive(Default)]
@@ -18,6 +21,9 @@ pub struct Tail {
     buf: Buf,
     /// Bytes held (the buffer, pooled or owned, may be longer: past `len` it holds nothing).
     len: usize,
+    /// End of the memory last lent (`len()` when none is): [`Tail::filled`] counts no byte
+    /// past it.
+    lent_to: usize,
 }
 
 #[derive(Default)]
@@ -26,8 +32,7 @@ enum Buf {
     None,
     /// Part-sized, contents past `len` unspecified.
     Pooled(PooledBuf),
-    /// At least `len` long (a lent one as long as the blob's rest), contents past `len`
-    /// unspecified.
+    /// At least `len` long, contents past `len` unspecified.
     Owned(Vec<u8>),
 }
 
@@ -46,8 +51,8 @@ impl Tail {
 
     /// Write `data` at `at` (at most `len()`: no gaps), as much of it as fits before the
     /// buffer is full; returns how much that was. The first write takes a buffer: from
-    /// `pool` when `pooled` or when `rest` (all the blob has left to send) fits in one,
-    /// else one for `rest` bytes.
+    /// `pool` when `pooled` or when `rest` (all the blob has left to send) is a small
+    /// blob's of at least [`POOLED_FROM`] bytes, else one for `rest` bytes.
     pub fn write(
         &mut self,
         at: usize,
@@ -58,7 +63,7 @@ impl Tail {
     ) -> usize {
         debug_assert!(at <= self.len);
         if matches!(self.buf, Buf::None) {
-            self.buf = if pooled || rest < pool.buf_size() as u64 {
+            self.buf = if pooled || Self::pooled_small(rest, pool) {
                 Buf::Pooled(pool.get())
             } else {
                 Buf::Owned(Vec::with_capacity(rest.max(data.len() as u64) as usize))
@@ -85,8 +90,9 @@ impl Tail {
     /// The buffer's memory for `at..at + n` (appending: `at` is `len()`), filled in place by
     /// a receiver reading from the socket straight into it, then reported with
     /// [`Tail::filled`]. Only for a small blob (`rest`, all it has left, shorter than a
-    /// pooled buffer), whose buffer is taken from `pool` here unless held already; `None`
-    /// for anything bigger or past `rest`.
+    /// pooled buffer), whose buffer is taken here unless held already (from `pool` from
+    /// [`POOLED_FROM`] bytes on, else one of `rest` bytes); `None` for anything bigger or
+    /// past `rest`.
     pub fn lend(
         &mut self,
         at: usize,
@@ -98,25 +104,39 @@ impl Tail {
             return None;
         }
         if matches!(self.buf, Buf::None) {
-            self.buf = Buf::Pooled(pool.get());
+            self.buf = if Self::pooled_small(rest as u64, pool) {
+                Buf::Pooled(pool.get())
+            } else {
+                Buf::Owned(bs_wire::alloc::try_zeroed(rest)?)
+            };
         }
-        match &mut self.buf {
-            Buf::Pooled(b) if at + n <= b.len() => Some(&mut b[at..at + n]),
-            _ => None,
-        }
+        let lent = match &mut self.buf {
+            Buf::Pooled(b) if at + n <= b.len() => &mut b[at..at + n],
+            Buf::Owned(v) => {
+                if v.len() < at + n {
+                    v.resize(at + n, 0);
+                }
+                &mut v[at..at + n]
+            }
+            _ => return None,
+        };
+        self.lent_to = at + n;
+        Some(lent)
     }
 
     /// `n` bytes arrived in memory lent from `at` on.
     pub fn filled(&mut self, at: usize, n: usize) {
-        // Only right after `lend` (appending): never counts bytes nobody filled.
-        let room = match &self.buf {
-            Buf::None => 0,
-            Buf::Pooled(b) => b.len(),
-            Buf::Owned(v) => v.len(),
-        };
-        if at <= self.len && at + n <= room {
-            self.len = self.len.max(at + n);
+        // Only right after `lend`, appending, within what it lent: never counts bytes nobody
+        // filled.
+        if at == self.len && at + n <= self.lent_to {
+            self.len = at + n;
+            self.lent_to = self.len;
         }
+    }
+
+    /// Whether a small blob of `rest` bytes gathers in a pooled part buffer.
+    fn pooled_small(rest: u64, pool: &BufferPool) -> bool {
+        (POOLED_FROM..pool.buf_size() as u64).contains(&rest)
     }
 
     /// Whether the buffer is full (a pooled one holds a whole part).
@@ -127,10 +147,12 @@ impl Tail {
     /// Forget every byte from `len` on.
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+        self.lent_to = self.len;
     }
 
     /// Everything held, without a copy; the tail is empty after.
     pub fn take(&mut self) -> Bytes {
+        self.lent_to = 0;
         let len = std::mem::take(&mut self.len);
         match std::mem::take(&mut self.buf) {
             Buf::None => Bytes::new(),
@@ -168,32 +190,45 @@ mod tests {
     }
 
     #[test]
-    fn a_small_blobs_buffer_is_lent_from_the_pool_for_appends_and_holds_what_was_filled() {
-        let pool = BufferPool::new(16, 1);
-        let mut t = Tail::default();
-        t.lend(0, 4, 10, &pool).unwrap().copy_from_slice(b"abcd");
-        t.filled(0, 3); // one byte short: only three arrived
-        assert_eq!(t.as_slice(), b"abc");
-        assert!(t.lend(4, 2, 10, &pool).is_none(), "a gap");
-        assert!(t.lend(3, 8, 10, &pool).is_none(), "past the blob's rest");
-        t.lend(3, 2, 10, &pool).unwrap().copy_from_slice(b"de");
-        t.filled(3, 2);
-        assert_eq!(t.write(5, b"fg", false, 10, &pool), 2, "written after lent");
-        t.truncate(6);
-        assert_eq!(t.as_slice(), b"abcdef");
-        assert!(!t.full(), "a small blob never fills a part");
-        let bytes = t.take();
-        assert_eq!(&bytes[..], b"abcdef");
-        assert_eq!(pool.idle(), 0, "lent out with the bytes");
-        drop(bytes);
-        assert_eq!(pool.idle(), 1, "back once the bytes are let go");
+    fn a_small_blobs_buffer_is_lent_for_appends_and_holds_what_was_filled() {
+        let part = 2 * POOLED_FROM as usize;
+        let pool = BufferPool::new(part, 1);
+        // Below POOLED_FROM a buffer of its own, from it on a pooled one: lent alike.
+        for rest in [10, POOLED_FROM as usize + 10] {
+            let mut t = Tail::default();
+            t.lend(0, 4, rest, &pool).unwrap().copy_from_slice(b"abcd");
+            t.filled(0, 3); // one byte short: only three arrived
+            assert_eq!(t.as_slice(), b"abc");
+            t.filled(3, 1);
+            assert_eq!(t.len(), 3, "the byte that did not arrive is not counted later");
+            assert!(t.lend(4, 2, rest, &pool).is_none(), "a gap");
+            assert!(t.lend(3, rest, rest, &pool).is_none(), "past the blob's rest");
+            t.lend(3, 2, rest, &pool).unwrap().copy_from_slice(b"de");
+            t.filled(3, 4);
+            assert_eq!(t.len(), 3, "more than was lent is not counted");
+            t.filled(3, 2);
+            assert_eq!(t.write(5, b"fg", false, rest as u64, &pool), 2, "written after lent");
+            t.truncate(6);
+            assert_eq!(t.as_slice(), b"abcdef");
+            assert!(!t.full(), "a small blob never fills a part");
+            let bytes = t.take();
+            assert_eq!(&bytes[..], b"abcdef");
+            let pooled = rest >= POOLED_FROM as usize;
+            assert_eq!(pool.idle(), 0, "none idle while a pooled buffer is out");
+            drop(bytes);
+            assert_eq!(pool.idle(), usize::from(pooled), "a pooled buffer is back once let go");
+        }
         let mut p = Tail::default();
-        assert_eq!(p.write(0, b"ab", true, 16, &pool), 2);
-        assert!(p.lend(2, 2, 16, &pool).is_none(), "a part's buffer is not lent");
+        assert_eq!(p.write(0, b"ab", true, part as u64, &pool), 2);
+        assert!(p.lend(2, 2, part, &pool).is_none(), "a blob of a part or more is not lent");
         drop(p);
         assert_eq!(pool.idle(), 1);
         let mut q = Tail::default();
-        assert_eq!(q.write(0, b"ab", false, 4, &pool), 2, "a small blob's write");
-        assert_eq!(pool.idle(), 0, "takes a pooled buffer");
+        assert_eq!(q.write(0, b"ab", false, POOLED_FROM, &pool), 2, "a small blob's write");
+        assert_eq!(pool.idle(), 0, "takes a pooled buffer from POOLED_FROM bytes on");
+        let mut r = Tail::default();
+        drop(q);
+        assert_eq!(r.write(0, b"ab", false, 4, &pool), 2);
+        assert_eq!(pool.idle(), 1, "a few bytes take a buffer of their own");
     }
 }
