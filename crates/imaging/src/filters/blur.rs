@@ -230,7 +230,7 @@ fn blur_with<T: Sample, A: Acc>(img: &Image<T>, r: usize, run: &Run) -> Image<T>
     } else {
         Vec::new()
     };
-    let mut out = Image::new(img.width, img.height, img.channels);
+    let mut out = Image::for_overwrite(img.width, img.height, img.channels);
     bands(run, &mut out.data, img.width * img.channels, |y0, band| {
         blur_band::<T, A>(img, r, &divs, &fast, y0, band)
     });

@@ -95,7 +95,7 @@ pub fn median<T: Sample + Ord>(img: &Image<T>, radius: usize, run: &Run) -> Imag
         return img.clone();
     }
     let rl = w * c;
-    let mut out = Image::new(w, h, c);
+    let mut out = Image::for_overwrite(w, h, c);
     bands(run, &mut out.data, rl, |y0, band| {
         if radius == 1 {
             median3_band::<T>(img, y0, band);

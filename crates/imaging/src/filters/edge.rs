@@ -86,7 +86,7 @@ impl Filter for Edge {
 pub fn edges<T: Sample>(img: &Image<T>, run: &Run) -> Image<T> {
     let (w, h, c) = (img.width, img.height, img.channels);
     let rl = w * c;
-    let mut out = Image::new(w, h, c);
+    let mut out = Image::for_overwrite(w, h, c);
     if w == 0 || h == 0 {
         return out;
     }

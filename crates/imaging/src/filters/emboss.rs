@@ -71,7 +71,7 @@ impl Filter for Emboss {
 ///
 /// If the image's fields disagree (see [`Image::from_vec`]).
 pub fn emboss<T: Sample>(img: &Image<T>, run: &Run) -> Image<T> {
-    let mut out = Image::new(img.width, img.height, img.channels);
+    let mut out = Image::for_overwrite(img.width, img.height, img.channels);
     bands(run, &mut out.data, img.width * img.channels, |y0, band| {
         if T::MAX == 255 {
             emboss_band::<T, i16>(img, y0, band)

@@ -157,7 +157,7 @@ fn mosaic<T: Sample, const C: usize>(img: &Image<T>, bw: usize, bh: usize, run: 
     });
     // Pass 2: each band builds the output row of a block row once, then copies it to every
     // row of that block row.
-    let mut out = Image::new(w, h, C);
+    let mut out = Image::for_overwrite(w, h, C);
     bands(run, &mut out.data, w * C, |y0, band| {
         let mut template = vec![T::from_u32(0); w * C];
         let mut current = usize::MAX;

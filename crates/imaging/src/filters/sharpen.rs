@@ -95,7 +95,7 @@ pub fn sharpen<T: Sample>(img: &Image<T>, p: f64, run: &Run) -> Image<T> {
     }
     let rl = w * c;
     let g = 1.0 / (9.0 * (1.0 - p));
-    let mut out = Image::new(w, h, c);
+    let mut out = Image::for_overwrite(w, h, c);
     bands(run, &mut out.data, rl, |y0, band| sharpen_band::<T>(img, p, g, y0, band));
     out
 }
