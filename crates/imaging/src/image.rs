@@ -65,7 +65,7 @@ pub struct Spares<T> {
 
 /// Buffers smaller than this are not kept (a fresh one costs little). Unit tests keep every
 /// size, so that their filters run on reused buffers too.
-const SPARE_FROM_BYTES: usize = if cfg!(test) { 1 } else { 1 << 20 };
+const SPARE_FROM_BYTES: usize = if cfg!(test) { 1 } else { 256 << 10 };
 
 /// Buffers kept per sample type, at most.
 const SPARES: usize = 4;
