@@ -90,18 +90,21 @@ impl<T: Sample> Spares<T> {
     }
 
     /// Keep `buf` if it is big enough to be worth it and there is room; the oldest goes to
-    /// make room.
+    /// make room (freed after the lock is let go).
     fn keep(&self, buf: Vec<T>) {
         let bytes = std::mem::size_of_val(buf.as_slice());
         if !(SPARE_FROM_BYTES..=SPARE_BYTES).contains(&bytes) {
             return;
         }
+        let mut gone = Vec::new();
         let mut bufs = self.lock();
         bufs.push(buf);
         let size = |b: &Vec<T>| std::mem::size_of_val(b.as_slice());
         while bufs.len() > SPARES || bufs.iter().map(size).sum::<usize>() > SPARE_BYTES {
-            bufs.remove(0);
+            gone.push(bufs.remove(0));
         }
+        drop(bufs);
+        drop(gone);
     }
 }
 
@@ -169,8 +172,18 @@ impl<T: Sample> Image<T> {
     /// a sample left unwritten would show another image's pixel. (Unit tests fill a reused
     /// buffer with a pattern first, so that a filter leaving samples unwritten fails them.)
     pub fn for_overwrite(width: usize, height: usize, channels: usize) -> Self {
+        Self::for_overwrite_from(T::spares(), width, height, channels)
+    }
+
+    /// [`Image::for_overwrite`] from `spares`.
+    fn for_overwrite_from(
+        spares: &Spares<T>,
+        width: usize,
+        height: usize,
+        channels: usize,
+    ) -> Self {
         let len = width * height * channels;
-        match T::spares().take(len) {
+        match spares.take(len) {
             Some(mut data) => {
                 if cfg!(test) {
                     data.fill(T::from_u32(0xA5 & T::MAX));
@@ -321,21 +334,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_dropped_images_buffer_is_reused_for_an_output_of_its_size_only() {
-        // A size no other test uses: the spares are shared by every test thread.
-        let (w, h, c) = (7, 113, 3);
-        let first = Image::<u16>::new(w, h, c);
-        let at = first.data.as_ptr();
-        drop(first);
-        let other = Image::<u16>::for_overwrite(w, h + 1, c);
+    fn a_kept_buffer_is_reused_for_an_output_of_its_size_only() {
+        // Spares of this test's own: the shared ones are taken and filled by every test thread.
+        let spares = Spares::<u16>::new();
+        let (w, h, c) = (7, 11, 3);
+        let first = vec![7u16; w * h * c];
+        let at = first.as_ptr();
+        spares.keep(first);
+        let other = Image::<u16>::for_overwrite_from(&spares, w, h + 1, c);
         assert_ne!(other.data.as_ptr(), at, "not for another size");
         assert_eq!(other.data, vec![0; w * (h + 1) * c], "a new one is zeroed");
-        let again = Image::<u16>::for_overwrite(w, h, c);
-        assert_eq!(again.data.as_ptr(), at, "the dropped one's buffer");
+        let again = Image::<u16>::for_overwrite_from(&spares, w, h, c);
+        assert_eq!(again.data.as_ptr(), at, "the kept buffer");
         assert_eq!(again.data.len(), w * h * c);
         assert!(again.data.iter().all(|&v| v == 0xA5), "filled with the test pattern");
-        let fresh = Image::<u16>::for_overwrite(w, h, c);
+        let fresh = Image::<u16>::for_overwrite_from(&spares, w, h, c);
         assert_ne!(fresh.data.as_ptr(), at, "taken once");
+        // At most SPARES kept, the oldest going first.
+        let firsts: Vec<_> = (0..=SPARES).map(|k| vec![0u16; 10 + k]).collect();
+        let ptrs: Vec<_> = firsts.iter().map(|b| b.as_ptr()).collect();
+        for b in firsts {
+            spares.keep(b);
+        }
+        assert!(spares.take(10).is_none(), "the oldest went");
+        for k in 1..=SPARES {
+            assert_eq!(spares.take(10 + k).map(|b| b.as_ptr()), Some(ptrs[k]));
+        }
     }
 
     #[test]

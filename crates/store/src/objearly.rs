@@ -73,7 +73,7 @@ impl EarlyGet {
         F::Output: Send,
     {
         match &self.lent {
-            Some(l) => bs_meta::off_executor(|| l.rt.block_on(f)),
+            Some(l) => l.block_on(f),
             None => self.store.block_on(f),
         }
     }

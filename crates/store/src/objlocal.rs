@@ -32,6 +32,17 @@ pub(crate) struct Lent {
     pub(crate) os: Arc<dyn Backend>,
 }
 
+impl Lent {
+    /// Run `f` to its end on this client's runtime, from a blocking caller (kept off any
+    /// executor the caller may be on: see [`bs_meta::off_executor`]).
+    pub(crate) fn block_on<F: std::future::Future + Send>(&self, f: F) -> F::Output
+    where
+        F::Output: Send,
+    {
+        bs_meta::off_executor(|| self.rt.block_on(f))
+    }
+}
+
 /// The clients of one store.
 pub(crate) struct LocalClients {
     make: MakeBackend,
@@ -84,10 +95,8 @@ impl LocalClients {
 /// Let `l`'s runtime take in I/O events and run the tasks ready, twice (the tasks a poll of
 /// its driver wakes run on the next round).
 fn run_ready(l: &Lent) {
-    bs_meta::off_executor(|| {
-        l.rt.block_on(async {
-            tokio::task::yield_now().await;
-            tokio::task::yield_now().await;
-        })
+    l.block_on(async {
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
     });
 }

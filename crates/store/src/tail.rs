@@ -21,8 +21,8 @@ pub struct Tail {
     buf: Buf,
     /// Bytes held (the buffer, pooled or owned, may be longer: past `len` it holds nothing).
     len: usize,
-    /// End of the memory last lent (`len()` when none is): [`Tail::filled`] counts no byte
-    /// past it.
+    /// End of the memory last lent (at most `len()` when none is): [`Tail::filled`] counts
+    /// no byte past it.
     lent_to: usize,
 }
 
