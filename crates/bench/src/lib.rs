@@ -29,6 +29,7 @@ mod payload;
 mod python;
 mod report;
 mod s3;
+mod settle;
 mod small;
 mod transfer;
 

@@ -74,6 +74,9 @@ pub const PART_SIZE: usize = 8 * CHUNK_SIZE as usize;
 /// Parts of one upload being sent at once.
 pub const PARTS_IN_FLIGHT: usize = 4;
 
+/// A part is digested this much at a time (see [`ObjUpload::send_part`]).
+const HASH_PIECE: usize = 256 << 10;
+
 /// Buffers of sent parts (and of small blobs' PUTs, see `tail.rs`) kept for the next ones,
 /// at most: one per part in flight, so an upload in full flow fills every part into a
 /// buffer used before (at most 32 MiB kept idle by a store that has taken uploads).
@@ -196,6 +199,9 @@ struct Staged {
     upload_id: String,
     key: ObjPath,
     multipart: Option<MultipartId>,
+    /// The multipart upload being started ahead of the first part (see
+    /// [`Inner::start_multipart_ahead`]), until [`Inner::multipart_of`] takes it.
+    creating: Option<JoinHandle<object_store::Result<MultipartId>>>,
     parts: Vec<JoinHandle<object_store::Result<PartId>>>,
     /// Permits for parts in flight (each part's task holds one until it is stored).
     in_flight: Arc<tokio::sync::Semaphore>,
@@ -213,6 +219,7 @@ impl Staged {
             upload_id,
             key,
             multipart: None,
+            creating: None,
             parts: Vec::new(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(PARTS_IN_FLIGHT)),
             flushed: 0,
@@ -540,15 +547,42 @@ impl Inner {
 
     /// Give up an upload begun here that nobody writes: its part uploads and its multipart
     /// upload.
-    fn abandon(&self, s: Staged) {
-        for p in s.parts {
+    fn abandon(&self, mut s: Staged) {
+        for p in s.parts.drain(..) {
             p.abort();
         }
-        if let Some(mp) = s.multipart
+        if let Some(mp) = self.multipart_of(&mut s).ok().flatten()
             && let Err(e) = self.block_on(self.os.abort_multipart(&s.key, &mp))
         {
             tracing::warn!(key = %s.key, error = %e, "cannot abort a multipart upload");
         }
+    }
+
+    /// For an upload of a part or more (so sent in parts), not begun: start its multipart
+    /// upload now, while its first part's bytes are still arriving, rather than once they
+    /// are all in (on Garage here the request takes ~3 ms, during which the writer's thread
+    /// would wait and the client with it).
+    fn start_multipart_ahead(&self, s: &mut Staged, size: Option<u64>) {
+        if size.is_some_and(|n| n >= PART_SIZE as u64)
+            && s.received() == 0
+            && s.multipart.is_none()
+            && s.creating.is_none()
+        {
+            let (os, key) = (self.os.clone(), s.key.clone());
+            s.creating = Some(self.rt.spawn(async move { os.create_multipart(&key).await }));
+        }
+    }
+
+    /// The upload's multipart upload: the one it has, or the one started ahead once that
+    /// request is answered (an error if it failed); `None` when there is neither.
+    fn multipart_of(&self, s: &mut Staged) -> object_store::Result<Option<MultipartId>> {
+        if let Some(h) = s.creating.take() {
+            let created = self
+                .block_on(h)
+                .unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e }));
+            s.multipart = Some(created?);
+        }
+        Ok(s.multipart.clone())
     }
 
     /// Abort the multipart upload of another front end's pending upload `u` if it was routed
@@ -696,8 +730,15 @@ impl Store for ObjStore {
             }
         };
         claim.keep(); // from here on the sink releases it when dropped
+        let mut state = state;
+        i.start_multipart_ahead(&mut state, rec.size);
         let rec = UploadRecord { upload_id: state.upload_id.clone(), ..rec };
-        Ok(Box::new(ObjUpload { store: self.inner.clone(), rec, state: Some(state) }))
+        Ok(Box::new(ObjUpload {
+            store: self.inner.clone(),
+            rec,
+            state: Some(state),
+            deferred: None,
+        }))
     }
 
     fn abort(&self, name: &str) -> Result<()> {
@@ -1011,6 +1052,9 @@ struct ObjUpload {
     rec: UploadRecord,
     /// `None` once committed.
     state: Option<Staged>,
+    /// A part that could not be sent when bytes lent for it filled it (`filled` cannot say
+    /// so): the next write or commit reports it.
+    deferred: Option<StoreError>,
 }
 
 impl ObjUpload {
@@ -1025,9 +1069,13 @@ impl ObjUpload {
         let rec = self.rec.clone();
         let s = self.state();
         if s.multipart.is_none() {
-            let mp = store
-                .block_on(store.os.create_multipart(&s.key))
-                .map_err(|e| os_error("starting a multipart upload", e))?;
+            let created = match s.creating.take() {
+                Some(ahead) => store
+                    .block_on(ahead)
+                    .unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e })),
+                None => store.block_on(store.os.create_multipart(&s.key)),
+            };
+            let mp = created.map_err(|e| os_error("starting a multipart upload", e))?;
             s.multipart = Some(mp.clone());
             // Recorded so a front end that expires this upload can abort it.
             let stored = UploadRecord { upload_id: format!("{} {mp}", s.upload_id), ..rec };
@@ -1040,8 +1088,12 @@ impl ObjUpload {
         // The tail's buffer goes up as it is (back to the pool once the PUT lets go of it,
         // before the permit: the writer waiting for the permit may take it).
         let part = s.tail.take();
-        s.hasher.update(&part);
-        s.chunks.update(&part);
+        // Both digests a slice at a time: the second pass over it reads it from the cache,
+        // not from memory (a part is 8 MiB).
+        for piece in part.chunks(HASH_PIECE) {
+            s.hasher.update(piece);
+            s.chunks.update(piece);
+        }
         s.flushed += part.len() as u64;
         let (os, key, mp, idx) =
             (store.os.clone(), s.key.clone(), s.multipart.clone().expect("created"), s.parts.len());
@@ -1076,7 +1128,7 @@ impl ObjUpload {
         for p in s.parts.drain(..) {
             p.abort();
         }
-        if let Some(mp) = s.multipart.take()
+        if let Some(mp) = store.multipart_of(s).ok().flatten()
             && let Err(e) = store.block_on(store.os.abort_multipart(&s.key, &mp))
         {
             tracing::warn!(key = %s.key, error = %e, "cannot abort a multipart upload");
@@ -1110,6 +1162,9 @@ impl UploadSink for ObjUpload {
     }
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
         check_write(self.rec.size, self.received(), offset, data.len())?;
         let s = self.state();
         if offset < s.flushed {
@@ -1140,16 +1195,18 @@ impl UploadSink for ObjUpload {
     }
 
     fn lend(&mut self, offset: u64, len: u64) -> Option<&mut [u8]> {
-        // A small blob of known size, appended to: its one PUT's buffer is filled in place.
+        // An upload of known size, appended to: a small blob's one PUT buffer, or the
+        // buffer of the part under way, is filled in place.
         let size = self.rec.size?;
+        if self.deferred.is_some() {
+            return None;
+        }
         check_write(Some(size), self.received(), offset, len as usize).ok()?;
         let s = self.state.as_mut()?;
         let rest = size - s.flushed;
-        if s.multipart.is_some() || rest >= PART_SIZE as u64 {
-            return None;
-        }
+        let pooled = s.multipart.is_some() || rest >= PART_SIZE as u64;
         let pool = &self.store.part_buffers;
-        s.tail.lend((offset - s.flushed) as usize, len as usize, rest as usize, pool)
+        s.tail.lend((offset - s.flushed) as usize, len as usize, rest as usize, pooled, pool)
     }
 
     fn filled(&mut self, offset: u64, n: u64) {
@@ -1157,6 +1214,11 @@ impl UploadSink for ObjUpload {
             && let Some(at) = offset.checked_sub(s.flushed)
         {
             s.tail.filled(at as usize, n as usize);
+            if s.tail.full()
+                && let Err(e) = self.send_part()
+            {
+                self.deferred = Some(e);
+            }
         }
     }
 
@@ -1176,6 +1238,9 @@ impl UploadSink for ObjUpload {
     }
 
     fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
         let i = self.store.clone();
         let name = self.rec.name.clone();
         check_complete(&name, self.rec.size, self.received())?;

@@ -89,22 +89,23 @@ impl Tail {
 
     /// The buffer's memory for `at..at + n` (appending: `at` is `len()`), filled in place by
     /// a receiver reading from the socket straight into it, then reported with
-    /// [`Tail::filled`]. Only for a small blob (`rest`, all it has left, shorter than a
-    /// pooled buffer), whose buffer is taken here unless held already (from `pool` from
-    /// [`POOLED_FROM`] bytes on, else one of `rest` bytes); `None` for anything bigger or
-    /// past `rest`.
+    /// [`Tail::filled`]. For a part (`pooled`: the upload goes up in parts) the memory is
+    /// the pooled part buffer's, taken here unless held already, and `None` past its end;
+    /// for a small blob (`rest`, all it has left, shorter than a pooled buffer) a pooled
+    /// buffer from [`POOLED_FROM`] bytes on, else one of `rest` bytes. `None` past `rest`.
     pub fn lend(
         &mut self,
         at: usize,
         n: usize,
         rest: usize,
+        pooled: bool,
         pool: &BufferPool,
     ) -> Option<&mut [u8]> {
-        if at != self.len || at + n > rest || rest >= pool.buf_size() {
+        if at != self.len || at + n > rest || (!pooled && rest >= pool.buf_size()) {
             return None;
         }
         if matches!(self.buf, Buf::None) {
-            self.buf = if Self::pooled_small(rest as u64, pool) {
+            self.buf = if pooled || Self::pooled_small(rest as u64, pool) {
                 Buf::Pooled(pool.get())
             } else {
                 Buf::Owned(bs_wire::alloc::try_zeroed(rest)?)
@@ -112,7 +113,7 @@ impl Tail {
         }
         let lent = match &mut self.buf {
             Buf::Pooled(b) if at + n <= b.len() => &mut b[at..at + n],
-            Buf::Owned(v) => {
+            Buf::Owned(v) if !pooled => {
                 if v.len() < at + n {
                     v.resize(at + n, 0);
                 }
@@ -196,14 +197,14 @@ mod tests {
         // Below POOLED_FROM a buffer of its own, from it on a pooled one: lent alike.
         for rest in [10, POOLED_FROM as usize + 10] {
             let mut t = Tail::default();
-            t.lend(0, 4, rest, &pool).unwrap().copy_from_slice(b"abcd");
+            t.lend(0, 4, rest, false, &pool).unwrap().copy_from_slice(b"abcd");
             t.filled(0, 3); // one byte short: only three arrived
             assert_eq!(t.as_slice(), b"abc");
             t.filled(3, 1);
             assert_eq!(t.len(), 3, "the byte that did not arrive is not counted later");
-            assert!(t.lend(4, 2, rest, &pool).is_none(), "a gap");
-            assert!(t.lend(3, rest, rest, &pool).is_none(), "past the blob's rest");
-            t.lend(3, 2, rest, &pool).unwrap().copy_from_slice(b"de");
+            assert!(t.lend(4, 2, rest, false, &pool).is_none(), "a gap");
+            assert!(t.lend(3, rest, rest, false, &pool).is_none(), "past the blob's rest");
+            t.lend(3, 2, rest, false, &pool).unwrap().copy_from_slice(b"de");
             t.filled(3, 4);
             assert_eq!(t.len(), 3, "more than was lent is not counted");
             t.filled(3, 2);
@@ -220,7 +221,15 @@ mod tests {
         }
         let mut p = Tail::default();
         assert_eq!(p.write(0, b"ab", true, part as u64, &pool), 2);
-        assert!(p.lend(2, 2, part, &pool).is_none(), "a blob of a part or more is not lent");
+        assert!(p.lend(2, 2, part, false, &pool).is_none(), "a part is lent only as one");
+        // A part's buffer: lent up to its end, the rest of the frame written after.
+        p.lend(2, part - 3, part * 3, true, &pool).unwrap().fill(b'x');
+        p.filled(2, part - 3);
+        assert!(p.lend(part - 1, 2, part * 3, true, &pool).is_none(), "past the part's end");
+        assert_eq!(p.write(part - 1, b"yz", true, part as u64 * 3, &pool), 1);
+        assert!(p.full());
+        assert_eq!(&p.as_slice()[..3], b"abx");
+        assert_eq!(p.as_slice()[part - 1], b'y');
         drop(p);
         assert_eq!(pool.idle(), 1);
         let mut q = Tail::default();
