@@ -52,9 +52,45 @@ fn a_small_blob_received_in_place_keeps_what_arrived_and_no_more() {
     let rec = w.commit(None).unwrap();
     assert_eq!(rec.digest, s.digest_algo().digest(&body).to_string());
     assert_eq!(read_all(&s, "lent"), body);
-    // A blob of a part or more goes up in parts: never lent.
-    s.route(&spec("parts", Some(PART_SIZE as u64))).unwrap();
-    assert!(s.open_upload("parts").unwrap().lend(0, 10).is_none());
+}
+
+#[test]
+fn a_blob_in_parts_is_received_in_place_within_each_part() {
+    let s = common::s3_store();
+    let body = data(2 * PART_SIZE + 300, 10);
+    // Frames of 3 MiB: two of them cross a part's end and are copied; of 4 MiB: each
+    // part is filled in place, and sent as its last frame arrives.
+    for (frame, lent_frames) in [(3usize << 20, 4), (4 << 20, 5)] {
+        let name = format!("parts{frame}");
+        s.route(&spec(&name, Some(body.len() as u64))).unwrap();
+        let mut w = s.open_upload(&name).unwrap();
+        let (mut at, mut lent) = (0, 0);
+        while at < body.len() {
+            let n = frame.min(body.len() - at);
+            match w.lend(at as u64, n as u64) {
+                Some(dst) => {
+                    dst.copy_from_slice(&body[at..at + n]);
+                    w.filled(at as u64, n as u64);
+                    lent += 1;
+                }
+                None => w.write_at(at as u64, &body[at..at + n]).unwrap(),
+            }
+            at += n;
+            assert_eq!(w.received(), at as u64);
+        }
+        assert_eq!(lent, lent_frames, "frames of {frame} bytes received in place");
+        let rec = w.commit(None).unwrap();
+        assert_eq!(rec.digest, s.digest_algo().digest(&body).to_string());
+        assert_eq!(read_all(&s, &name), body);
+    }
+    // An upload whose multipart upload was started as it opened, given up before a part
+    // went up: aborted, and the name can be put again.
+    s.route(&spec("given-up", Some(PART_SIZE as u64 + 1))).unwrap();
+    drop(s.open_upload("given-up").unwrap());
+    s.abort("given-up").unwrap();
+    assert!(matches!(s.open_upload("given-up"), Err(StoreError::NoUpload(_))));
+    bs_store::put_bytes(&s, &spec("given-up", None), &body[..PART_SIZE + 1]).unwrap();
+    assert_eq!(read_all(&s, "given-up"), &body[..PART_SIZE + 1]);
 }
 
 #[test]
