@@ -7,10 +7,12 @@
 //! is ever overwritten in place and a reader holding a catalogue row reads exactly the bytes
 //! that row describes.
 //!
-//! Writing: bytes arrive in order into a buffer; each full part (8 MiB, a multiple of the
+//! Writing: bytes arrive in order into a buffer (a receiver may read them from its socket
+//! straight into it, see `UploadSink::lend`); each full part (8 MiB, a multiple of the
 //! chunk size) goes up as one part of a multipart upload while the next fills (up to
 //! [`PARTS_IN_FLIGHT`] at once), its digests folded into the running whole-blob and chunk
-//! digests. A blob smaller than a part is one plain PUT at commit, its digests computed while
+//! digests. An upload of known size of a part or more starts its multipart upload as it is
+//! opened, so the request is answered by the time the first part is full. A blob smaller than a part is one plain PUT at commit, its digests computed while
 //! it is in flight (its object unreferenced until the row below). Commit completes the
 //! multipart upload, and only then writes the catalogue row: a blob is visible only once all
 //! its bytes are stored, and a crash between the two leaves an unreferenced object that
@@ -1386,3 +1388,6 @@ impl UploadSink for ObjUpload {
         Ok(record)
     }
 }
+
+#[cfg(test)]
+mod tests;

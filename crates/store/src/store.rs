@@ -175,9 +175,11 @@ pub trait UploadSink: Send {
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()>;
     /// Lend the upload's own memory for `offset..offset + len`, so a receiver can read from
     /// the socket straight into the store with no intermediate copy, appending. Only uploads
-    /// held in memory whole and of known size can (the memory store's, the object store's
-    /// below a part); others return `None` (use `write_at`). After filling, report how many
-    /// bytes arrived with [`UploadSink::filled`].
+    /// of known size gathered in memory can (the memory store's; the object store's, within
+    /// the part being filled, whose buffer goes up once full); others, and a range that
+    /// crosses a part's end, return `None` (use `write_at`). After filling, report how many
+    /// bytes arrived with [`UploadSink::filled`] (a part it fills is sent then; an error
+    /// sending it comes from the next write or the commit).
     fn lend(&mut self, _offset: u64, _len: u64) -> Option<&mut [u8]> {
         None
     }
