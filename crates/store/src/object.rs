@@ -12,10 +12,11 @@
 //! chunk size) goes up as one part of a multipart upload while the next fills (up to
 //! [`PARTS_IN_FLIGHT`] at once), its digests folded into the running whole-blob and chunk
 //! digests. An upload of known size of a part or more starts its multipart upload as it is
-//! opened, so the request is answered by the time the first part is full. A blob smaller than a part is one plain PUT at commit, its digests computed while
-//! it is in flight (its object unreferenced until the row below). Commit completes the
-//! multipart upload, and only then writes the catalogue row: a blob is visible only once all
-//! its bytes are stored, and a crash between the two leaves an unreferenced object that
+//! opened, so the request is answered by the time the first part is full. A blob smaller
+//! than a part is one plain PUT at commit, its digests computed while it is in flight (its
+//! object unreferenced until the row below). Commit completes the multipart upload, and
+//! only then writes the catalogue row: a blob is visible only once all its bytes are
+//! stored, and a crash between the two leaves an unreferenced object that
 //! [`ObjStore::collect_garbage`] removes (once it is older than [`ORPHAN_AGE`], so objects
 //! other front ends are committing right now are left alone). The row's durability does
 //! not wait on the disk after the bytes: while the PUT or completion is in flight, the row
