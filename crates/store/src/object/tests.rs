@@ -16,12 +16,16 @@ use object_store::{
 
 use super::*;
 use crate::store::RouteSpec;
+use bytes::Bytes;
 
 /// The in-memory bucket, refusing `create_multipart` while `refuse` is set.
 #[derive(Debug, Default)]
 struct Refusing {
     inner: InMemory,
     refuse: AtomicBool,
+    /// Multipart uploads: their parts so far, by upload id.
+    uploads: std::sync::Mutex<HashMap<String, Vec<Option<Bytes>>>>,
+    next_id: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Display for Refusing {
@@ -67,37 +71,61 @@ impl ObjectStore for Refusing {
     }
 }
 
+// Multipart uploads are kept here rather than in `InMemory`, whose `put_part` (0.12.5)
+// indexes past its parts when a later part arrives first, as parts sent at once may.
 #[async_trait]
 impl MultipartStore for Refusing {
-    async fn create_multipart(&self, p: &Path) -> object_store::Result<MultipartId> {
+    async fn create_multipart(&self, _: &Path) -> object_store::Result<MultipartId> {
         if self.refuse.load(Ordering::SeqCst) {
             return Err(object_store::Error::Generic {
                 store: "Refusing",
                 source: "no multipart uploads today".into(),
             });
         }
-        self.inner.create_multipart(p).await
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst).to_string();
+        self.uploads().insert(id.clone(), Vec::new());
+        Ok(id)
     }
     async fn put_part(
         &self,
-        p: &Path,
+        _: &Path,
         id: &MultipartId,
         idx: usize,
         data: PutPayload,
     ) -> object_store::Result<PartId> {
-        self.inner.put_part(p, id, idx, data).await
+        let mut uploads = self.uploads();
+        let parts = uploads.get_mut(id).ok_or_else(|| no_upload(id))?;
+        if parts.len() <= idx {
+            parts.resize(idx + 1, None);
+        }
+        parts[idx] = Some(data.into());
+        Ok(PartId { content_id: idx.to_string() })
     }
     async fn complete_multipart(
         &self,
         p: &Path,
         id: &MultipartId,
-        parts: Vec<PartId>,
+        _: Vec<PartId>,
     ) -> object_store::Result<PutResult> {
-        self.inner.complete_multipart(p, id, parts).await
+        let parts = self.uploads().remove(id).ok_or_else(|| no_upload(id))?;
+        let whole: Option<Vec<Bytes>> = parts.into_iter().collect();
+        let whole = whole.ok_or_else(|| no_upload(id))?.concat();
+        self.inner.put(p, whole.into()).await
     }
-    async fn abort_multipart(&self, p: &Path, id: &MultipartId) -> object_store::Result<()> {
-        self.inner.abort_multipart(p, id).await
+    async fn abort_multipart(&self, _: &Path, id: &MultipartId) -> object_store::Result<()> {
+        self.uploads().remove(id);
+        Ok(())
     }
+}
+
+impl Refusing {
+    fn uploads(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Option<Bytes>>>> {
+        self.uploads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn no_upload(id: &str) -> object_store::Error {
+    object_store::Error::Generic { store: "Refusing", source: format!("no upload {id}").into() }
 }
 
 #[test]
