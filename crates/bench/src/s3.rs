@@ -13,7 +13,6 @@
 //! the per-run ratios.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bs_client::{Client, RouteRequest};
@@ -28,6 +27,7 @@ use crate::error::BenchError;
 use crate::machine::machine_description;
 use crate::options::BenchOptions;
 use crate::payload::{median, paired_ratio, payload};
+use crate::settle::Clock;
 
 fn err(e: impl std::fmt::Display) -> BenchError {
     BenchError::Invalid(e.to_string())
@@ -65,23 +65,6 @@ fn pull(client: &Client, name: &str, want: &[u8]) -> Result<(), BenchError> {
         return Err(err(format!("{name}: the pull returned other bytes")));
     }
     Ok(())
-}
-
-/// Timed operations the machine was not idle before (see [`crate::settle`]).
-static UNSETTLED: AtomicUsize = AtomicUsize::new(0);
-/// Timed operations.
-static TIMED: AtomicUsize = AtomicUsize::new(0);
-
-/// Seconds `f` takes, started once the machine is idle: work the last operation left to
-/// Garage is not charged to this one.
-fn timed(f: impl FnOnce() -> Result<(), BenchError>) -> Result<f64, BenchError> {
-    TIMED.fetch_add(1, Ordering::Relaxed);
-    if !crate::settle::settle() {
-        UNSETTLED.fetch_add(1, Ordering::Relaxed);
-    }
-    let t = Instant::now();
-    f()?;
-    Ok(t.elapsed().as_secs_f64())
 }
 
 /// The plain client: `object_store` alone on the same bucket.
@@ -156,6 +139,9 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         rt: tokio::runtime::Runtime::new().map_err(BenchError::io("runtime"))?,
     };
 
+    // Each operation timed from an idle machine: work the last one left to Garage is not
+    // charged to the next.
+    let clock = Clock::default();
     let mut rows = Vec::new();
     for (mb, label) in [(1u64, "1 MB"), (32, "32 MB"), (256, "256 MB")] {
         let data = payload(mb * 1_000_000);
@@ -171,20 +157,20 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             let name = format!("bench/{mb}");
             let ours_first = i % 2 == 0;
             let (op, bp) = if ours_first {
-                let op = timed(|| push(&client, &name, &data))?;
-                (op, timed(|| direct.put(&format!("direct/{mb}"), &data))?)
+                let op = clock.time(|| push(&client, &name, &data))?;
+                (op, clock.time(|| direct.put(&format!("direct/{mb}"), &data))?)
             } else {
-                let bp = timed(|| direct.put(&format!("direct/{mb}"), &data))?;
-                (timed(|| push(&client, &name, &data))?, bp)
+                let bp = clock.time(|| direct.put(&format!("direct/{mb}"), &data))?;
+                (clock.time(|| push(&client, &name, &data))?, bp)
             };
             ours_put.push(op);
             base_put.push(bp);
             let (og, bg) = if ours_first {
-                let og = timed(|| pull(&client, &name, &data))?;
-                (og, timed(|| direct.get(&format!("direct/{mb}"), &data))?)
+                let og = clock.time(|| pull(&client, &name, &data))?;
+                (og, clock.time(|| direct.get(&format!("direct/{mb}"), &data))?)
             } else {
-                let bg = timed(|| direct.get(&format!("direct/{mb}"), &data))?;
-                (timed(|| pull(&client, &name, &data))?, bg)
+                let bg = clock.time(|| direct.get(&format!("direct/{mb}"), &data))?;
+                (clock.time(|| pull(&client, &name, &data))?, bg)
             };
             ours_get.push(og);
             base_get.push(bg);
@@ -232,11 +218,11 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         for i in 0..runs * 2 {
             opts.say(&format!("memory tier: run {} of {}", i + 1, runs * 2));
             if i % 2 == 0 {
-                t.push(timed(|| pull(&tier_client, "tier/32", &data))?);
-                f.push(timed(|| pull(&fs_client, "tier/32", &data))?);
+                t.push(clock.time(|| pull(&tier_client, "tier/32", &data))?);
+                f.push(clock.time(|| pull(&fs_client, "tier/32", &data))?);
             } else {
-                f.push(timed(|| pull(&fs_client, "tier/32", &data))?);
-                t.push(timed(|| pull(&tier_client, "tier/32", &data))?);
+                f.push(clock.time(|| pull(&fs_client, "tier/32", &data))?);
+                t.push(clock.time(|| pull(&tier_client, "tier/32", &data))?);
             }
         }
         let (tm, fm) = (median(&t), median(&f));
@@ -329,8 +315,8 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
              waited; {} of {} operations found it busy throughout): Garage keeps working after \
              it answers a PUT, and a put timed right after another put took 7–11% longer, \
              whoever did it",
-            UNSETTLED.load(Ordering::Relaxed),
-            TIMED.load(Ordering::Relaxed)
+            clock.unsettled(),
+            clock.timed()
         ),
     ];
     drop(server);

@@ -9,6 +9,7 @@
 //! such ratios swung between the two clusters from run to run (0.78–0.97 for the same
 //! code). Settled first, both sides are timed from the same quiet state.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// Idle means: the machine's busy time grew by at most this many clock ticks ...
@@ -50,6 +51,37 @@ pub fn settle() -> bool {
         before = now;
     }
     false
+}
+
+/// Times operations, each started once the machine is idle, and counts those that found it
+/// busy throughout (to say so in a report).
+#[derive(Default)]
+pub struct Clock {
+    timed: Cell<usize>,
+    unsettled: Cell<usize>,
+}
+
+impl Clock {
+    /// Seconds `f` takes, started once the machine is idle (see [`settle`]).
+    pub fn time<E>(&self, f: impl FnOnce() -> Result<(), E>) -> Result<f64, E> {
+        self.timed.set(self.timed.get() + 1);
+        if !settle() {
+            self.unsettled.set(self.unsettled.get() + 1);
+        }
+        let t = Instant::now();
+        f()?;
+        Ok(t.elapsed().as_secs_f64())
+    }
+
+    /// Operations timed.
+    pub fn timed(&self) -> usize {
+        self.timed.get()
+    }
+
+    /// Operations that found the machine busy for as long as [`settle`] waits.
+    pub fn unsettled(&self) -> usize {
+        self.unsettled.get()
+    }
 }
 
 #[cfg(test)]

@@ -566,10 +566,8 @@ impl Inner {
     /// are all in (on Garage here the request takes ~3 ms, during which the writer's thread
     /// would wait and the client with it).
     fn start_multipart_ahead(&self, s: &mut Staged, size: Option<u64>) {
-        if size.is_some_and(|n| n >= PART_SIZE as u64)
-            && s.received() == 0
-            && s.multipart.is_none()
-            && s.creating.is_none()
+        // Nothing received: no part sent, so no multipart upload yet.
+        if size.is_some_and(|n| n >= PART_SIZE as u64) && s.received() == 0 && s.creating.is_none()
         {
             let (os, key) = (self.os.clone(), s.key.clone());
             s.creating = Some(self.rt.spawn(async move { os.create_multipart(&key).await }));
@@ -708,7 +706,7 @@ impl Store for ObjStore {
         let claim = i.busy.take(name)?;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         let (id, _) = split_upload_id(&rec.upload_id);
-        let state = match i.take_staged(name) {
+        let mut state = match i.take_staged(name) {
             Some(s) if s.upload_id == id => s,
             Some(s) => {
                 // Begun here, then taken over by another front end's upload (routed again
@@ -733,7 +731,6 @@ impl Store for ObjStore {
             }
         };
         claim.keep(); // from here on the sink releases it when dropped
-        let mut state = state;
         i.start_multipart_ahead(&mut state, rec.size);
         let rec = UploadRecord { upload_id: state.upload_id.clone(), ..rec };
         Ok(Box::new(ObjUpload {
@@ -1072,13 +1069,11 @@ impl ObjUpload {
         let rec = self.rec.clone();
         let s = self.state();
         if s.multipart.is_none() {
-            let created = match s.creating.take() {
-                Some(ahead) => store
-                    .block_on(ahead)
-                    .unwrap_or_else(|e| Err(object_store::Error::JoinError { source: e })),
-                None => store.block_on(store.os.create_multipart(&s.key)),
+            let starting = |e| os_error("starting a multipart upload", e);
+            let mp = match store.multipart_of(s).map_err(starting)? {
+                Some(ahead) => ahead,
+                None => store.block_on(store.os.create_multipart(&s.key)).map_err(starting)?,
             };
-            let mp = created.map_err(|e| os_error("starting a multipart upload", e))?;
             s.multipart = Some(mp.clone());
             // Recorded so a front end that expires this upload can abort it.
             let stored = UploadRecord { upload_id: format!("{} {mp}", s.upload_id), ..rec };
