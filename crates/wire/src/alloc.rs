@@ -3,8 +3,11 @@
 //! A receiver that lands a 256 MB blob in fresh memory pays one page fault per 4 KiB page it
 //! touches — on a VM that, not the network, can be the bottleneck. [`zeroed`] asks the kernel
 //! for transparent huge pages on big buffers (`MADV_HUGEPAGE`: one fault per 2 MiB). The memory
-//! store allocates uploads with it, and the benchmarks allocate every baseline's receive buffer
-//! with it too, so they all do the same work.
+//! store allocates uploads with it, and `bench transfer` allocates every baseline's receive
+//! buffer with it too, so they all do the same work. Huge pages are not free everywhere: with
+//! the kernel's THP `defrag=madvise`, once memory is fragmented each first touch may compact
+//! and zero 2 MiB at fault time, so where a baseline allocates its own memory (object_store in
+//! `bench s3`) our side receives into plain heap memory as it does.
 
 /// Buffers at least this big are advised onto huge pages.
 pub const HUGE_THRESHOLD: usize = 4 << 20;
