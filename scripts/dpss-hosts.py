@@ -195,12 +195,14 @@ def checks(work):
     # before it is killed, however fast the machine (on a fast one the 96 MB went in before
     # the kill, and the data set was published). Thawed once the loader is gone.
     servers[0].send_signal(signal.SIGSTOP)
-    ld = spawn("cli", "-q", "dpss", "load", "--file", big, "--dataset", "half", "--master",
-               master_addr(), "--block-size", "65536")
-    time.sleep(0.5)
-    ld.kill()
-    ld.wait()
-    servers[0].send_signal(signal.SIGCONT)
+    try:
+        ld = spawn("cli", "-q", "dpss", "load", "--file", big, "--dataset", "half", "--master",
+                   master_addr(), "--block-size", "65536")
+        time.sleep(0.5)
+        ld.kill()
+        ld.wait()
+    finally:
+        servers[0].send_signal(signal.SIGCONT)
     st = status()
     check(st is not None and "half" not in [d["dataset"] for d in st["datasets"]],
           "a loader killed mid-load leaves nothing visible")

@@ -226,18 +226,15 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         // stores, not the first-touch cost of fresh memory, which varies more than they do.
         let mut out = vec![1u8; data.len()];
         let (mut t, mut f) = (vec![], vec![]);
-        let (tier_get, fs_get) = (
-            |out: &mut [u8]| pull_into(&tier_client, "tier/32", &data, out),
-            |out: &mut [u8]| pull_into(&fs_client, "tier/32", &data, out),
-        );
+        let mut get = |c: &Client| clock.time(|| pull_into(c, "tier/32", &data, &mut out));
         for i in 0..runs * 2 {
             opts.say(&format!("memory tier: run {} of {}", i + 1, runs * 2));
             if i % 2 == 0 {
-                t.push(clock.time(|| tier_get(&mut out))?);
-                f.push(clock.time(|| fs_get(&mut out))?);
+                t.push(get(&tier_client)?);
+                f.push(get(&fs_client)?);
             } else {
-                f.push(clock.time(|| fs_get(&mut out))?);
-                t.push(clock.time(|| tier_get(&mut out))?);
+                f.push(get(&fs_client)?);
+                t.push(get(&tier_client)?);
             }
         }
         let (tm, fm) = (median(&t), median(&f));
