@@ -47,8 +47,9 @@ pub enum CopyPath {
     Pipelined,
     /// Between a local file and a server as ranges over several connections at once (see
     /// [`crate::ranges`]); `reconnects`: ranges continued (pulls) or pushed again (pushes) on
-    /// a new connection after theirs dropped.
-    Parallel { connections: usize, reconnects: usize },
+    /// a new connection after theirs dropped; `splits`: ranges a connection done with its own
+    /// took half of the rest of (pulls).
+    Parallel { connections: usize, reconnects: usize, splits: usize },
     /// A small blob of a batch downloaded to a new local file, its request sent ahead of the
     /// answers to the ones before it on one kept-alive connection (see [`crate::pulls`]).
     PulledAhead,
@@ -230,7 +231,11 @@ fn copy_keys(
             return Ok(Copied {
                 bytes: size - p.kept,
                 resumed_from: p.kept,
-                path: CopyPath::Parallel { connections: p.connections, reconnects: p.reconnects },
+                path: CopyPath::Parallel {
+                    connections: p.connections,
+                    reconnects: p.reconnects,
+                    splits: 0,
+                },
             });
         }
         if let (Some((client, info)), Some((file, dest))) = (src.remote(), out.file_dest()) {
@@ -245,6 +250,7 @@ fn copy_keys(
                     path: CopyPath::Parallel {
                         connections: p.connections,
                         reconnects: p.reconnects,
+                        splits: p.splits,
                     },
                 });
             }

@@ -1,6 +1,7 @@
 //! One blob pulled over several connections at once (`Options::connections`), against a real
 //! server on port 0: the bytes arrive whole, a connection cut mid-range is continued on a new
-//! one, and an interrupted copy resumes only the ranges whose bytes check out.
+//! one, a connection done early takes over half of a slower one's rest, and an interrupted
+//! copy resumes only the ranges whose bytes check out.
 
 use std::os::fd::RawFd;
 use std::path::Path;
@@ -61,7 +62,7 @@ fn four_connections_deliver_the_whole_blob() {
         .copy(&w.remote("scan"), &BlobKey::file(&dest), &Options::blocking().connections(4))
         .wait()
         .unwrap();
-    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0 });
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
     assert_eq!((c.bytes, c.resumed_from), (bytes.len() as u64, 0));
     assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
     assert_nothing_left(&dest);
@@ -122,7 +123,7 @@ fn a_range_whose_connection_is_cut_continues_on_a_new_one() {
     let (t, opts, cut) = paced_with_one_cut(w.server.data_addr().port());
     let c = t.copy(&w.remote("cine"), &BlobKey::file(&dest), &opts).wait().unwrap();
     assert_eq!(cut.load(Ordering::Acquire), 4, "one of the 4 range connections was cut");
-    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1 });
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1, splits: 0 });
     assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
     assert_nothing_left(&dest);
 }
@@ -170,6 +171,45 @@ fn a_resumed_copy_keeps_only_ranges_that_check_out() {
 }
 
 #[test]
+fn a_connection_done_early_takes_over_half_of_a_slower_ones_rest() {
+    // Two ranges recorded by an interrupted copy: the first whole, the second untouched.
+    // The first's connection is done once its bytes check out; the second's, paced, has
+    // most of its 32 MiB left, and gives the second half of it to the first.
+    let bytes = data(48 * MIB);
+    let w = world_with("slide", &bytes);
+    let dest = w.dir.path().join("slide.bin");
+    let size = bytes.len() as u64;
+    let mut part = vec![0u8; size as usize];
+    part[..(16 * MIB) as usize].copy_from_slice(&bytes[..(16 * MIB) as usize]);
+    std::fs::write(part_path(&dest), &part).unwrap();
+    let digest = Transporter::new(Factory::new())
+        .factory()
+        .bind(&w.remote("slide"))
+        .unwrap()
+        .digest()
+        .unwrap()
+        .to_string();
+    let a = 16 * MIB;
+    std::fs::write(
+        ranges_path(&dest),
+        format!("blobstream-ranges 1 {digest} {size}\n0 {a} {a}\n{a} {size} 0\n"),
+    )
+    .unwrap();
+    let settings = TransferSettings {
+        layers: vec!["pace:8000000".parse::<bs_binding::LayerSpec>().unwrap()],
+        ..TransferSettings::default()
+    };
+    let t = Transporter::new(Factory::with_settings(settings));
+    let opts = Options::blocking().connections(2).resume(true);
+    let c = t.copy(&w.remote("slide"), &BlobKey::file(&dest), &opts).wait().unwrap();
+    // After the one split both rests are under twice SPLIT_MIN (8 MiB): no second one.
+    assert_eq!(c.path, CopyPath::Parallel { connections: 2, reconnects: 0, splits: 1 });
+    assert_eq!((c.resumed_from, c.bytes), (16 * MIB, 32 * MIB));
+    assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
+    assert_nothing_left(&dest);
+}
+
+#[test]
 fn a_small_blob_gets_one_connection_unless_more_are_asked() {
     let bytes = data(3 * MIB);
     let w = world_with("small", &bytes);
@@ -182,7 +222,11 @@ fn a_small_blob_gets_one_connection_unless_more_are_asked() {
         .copy(&w.remote("small"), &BlobKey::file(&dest), &Options::blocking().connections(8))
         .wait()
         .unwrap();
-    assert_eq!(c.path, CopyPath::Parallel { connections: 3, reconnects: 0 }, "one per chunk");
+    assert_eq!(
+        c.path,
+        CopyPath::Parallel { connections: 3, reconnects: 0, splits: 0 },
+        "one per chunk"
+    );
     assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
 }
 
@@ -204,7 +248,7 @@ fn four_connections_push_the_whole_file_as_one_blob() {
     let t = Transporter::new(Factory::new());
     let opts = Options::blocking().connections(4);
     let c = t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
-    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0 });
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
     assert_eq!(c.bytes, bytes.len() as u64);
     // Every chunk was vouched for by the range writer that wrote it: nothing read back.
     assert_eq!(w.fs.commit_read_back(), 0);
@@ -318,7 +362,7 @@ fn a_push_range_whose_connection_is_cut_is_pushed_again() {
     let (t, opts, cut) = paced_with_one_cut(w.server.data_addr().port());
     let c = t.copy(&BlobKey::file(&src), &w.remote("up/cine"), &opts).wait().unwrap();
     assert_eq!(cut.load(Ordering::Acquire), 4, "one of the 4 range connections was cut");
-    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1 });
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1, splits: 0 });
     pushed(&w, "up/cine", &bytes);
 }
 
@@ -421,7 +465,7 @@ fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
         .resume(true)
         .progress(move |done, _| seen.lock().unwrap().push(done));
     let done = t.copy(&key, &w.remote("up/resumed"), &opts).wait().unwrap();
-    assert_eq!(done.path, CopyPath::Parallel { connections: 4, reconnects: 0 });
+    assert_eq!(done.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
     assert_eq!(
         (done.resumed_from, done.bytes),
         (6 * MIB, size - 6 * MIB),

@@ -113,11 +113,20 @@ fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
             _ => format!(" (resumed at byte {})", c.resumed_from),
         };
         let over = match c.path {
-            bs_blob::CopyPath::Parallel { connections, reconnects: 0 } => {
-                format!(" over {connections} connections")
-            }
-            bs_blob::CopyPath::Parallel { connections, reconnects } => {
-                format!(" over {connections} connections ({reconnects} reconnected)")
+            bs_blob::CopyPath::Parallel { connections, reconnects, splits } => {
+                let mut notes = Vec::new();
+                if reconnects > 0 {
+                    notes.push(format!("{reconnects} reconnected"));
+                }
+                if splits > 0 {
+                    notes.push(format!("{splits} ranges split"));
+                }
+                let notes = if notes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", notes.join(", "))
+                };
+                format!(" over {connections} connections{notes}")
             }
             _ => String::new(),
         };
