@@ -8,13 +8,15 @@
 //!   the disk's or the CPU's speed, on a far one a single TCP window cannot fill the link.
 //! - **Ranges:** equal, aligned to the server's 1 MiB chunks (its DATA frames then stay whole).
 //!   Each range is a ranged pull; its SUM frame checks that range's bytes.
-//! - **Splits (pulls):** a connection done with its ranges takes over the second half of the
-//!   rest of the range with the most left (if each half is at least [`SPLIT_MIN`]): that
-//!   range's end moves down to a chunk boundary, its pull stops there (dropped with its
-//!   connection), and its bytes are then checked against the server's digest of the range
-//!   (`RangeDigest`) instead of a SUM frame. Without it a copy over a lossy far link ends on
-//!   its slowest connection alone: one whose window a loss halved ran the last tens of
-//!   megabytes at a third of the link (measured, 8 connections, 50 ms, 0.01 % loss).
+//! - **Splits:** a connection done with its ranges takes over the second half of the rest of
+//!   the range with the most left (if each half is at least [`SPLIT_MIN`], and once that
+//!   range's held bytes are checked): that range's end moves down to a chunk boundary.
+//!   A pull stops there (dropped with its connection), and its bytes are then checked
+//!   against the server's digest of the range (`RangeDigest`) instead of a SUM frame; a push
+//!   sends up to there and ends its range with the SUM of what it sent. Without splits a
+//!   copy over a lossy far link ends on its slowest connection alone: one whose window a
+//!   loss halved ran the last tens of megabytes at a third of the link (measured, 8
+//!   connections, 50 ms, 0.01 % loss).
 //! - **A dropped connection** (I/O error, timeout, peer gone) costs that range a new
 //!   connection, not the copy: the bytes it already wrote are checked against the server's
 //!   digest of the same range (`RangeDigest`), and the range continues after them, or starts
@@ -213,7 +215,11 @@ impl Ranges {
         if list.len() >= MAX_RANGES {
             return None;
         }
-        let (i, victim) = list.iter().enumerate().max_by_key(|(_, r)| r.left())?;
+        let (i, victim) = list
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.checked.load(Ordering::Acquire))
+            .max_by_key(|(_, r)| r.left())?;
         let victim = victim.clone();
         let _w = victim.writing.lock().unwrap_or_else(PoisonError::into_inner);
         let (at, end) = (victim.start + victim.done.load(Ordering::Acquire), victim.end());
@@ -227,6 +233,24 @@ impl Ranges {
         list.insert(i + 1, taken.clone());
         self.splits.fetch_add(1, Ordering::Relaxed);
         Some(taken)
+    }
+
+    /// [`Ranges::split`], waiting while a range that could be split has its held bytes still
+    /// being checked (its rest is not known yet); `None` once none is left to split or
+    /// `cancelled` says so.
+    fn split_when_checked(&self, cancelled: impl Fn() -> bool) -> Option<Arc<Range>> {
+        loop {
+            if cancelled() {
+                return None;
+            }
+            if let Some(taken) = self.split() {
+                return Some(taken);
+            }
+            if self.all().iter().all(|r| r.checked.load(Ordering::Acquire)) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Bytes written into every range.
@@ -467,9 +491,7 @@ struct Kept {
 /// rests while they are long enough to be worth it.
 fn pull_ranges(j: &Job, ranges: &Ranges) -> Result<Kept> {
     let mut all = Kept::default();
-    while !j.cancelled()
-        && let Some(r) = ranges.claim().or_else(|| ranges.split())
-    {
+    while let Some(r) = ranges.claim().or_else(|| ranges.split_when_checked(|| j.cancelled())) {
         let k = pull_range(j, &r)?;
         all.bytes += k.bytes;
         all.reconnects += k.reconnects;
@@ -607,6 +629,8 @@ pub(crate) struct Pushed {
     pub reconnects: usize,
     /// Bytes of ranges an interrupted push had already stored, checked and kept.
     pub kept: u64,
+    /// Ranges split so that a connection done with its own took over half of another's rest.
+    pub splits: usize,
 }
 
 /// Push `data` (all of a local file) into the upload `name`, routed with its size, as `n`
@@ -684,9 +708,21 @@ pub(crate) fn push(
     let mut opened = opened.into_iter();
     let cancel = AtomicBool::new(false);
     let finished = Finished::default();
-    // Bytes of the ranges kept from an interrupted push.
-    let kept_total = AtomicU64::new(0);
-    let sent: Vec<AtomicU64> = bounds.iter().map(|_| AtomicU64::new(0)).collect();
+    // Each range its connection's from the start; splits as for pulls. A range's `done` is
+    // what its connection has taken to send, and it is not split before its connection
+    // knows what the upload holds of it (`checked`).
+    let ranges = Ranges::new(
+        bounds
+            .iter()
+            .map(|&(start, end)| {
+                let r = Range::new(start, end, 0);
+                r.claimed.store(true, Ordering::Release);
+                r.checked.store(!resume, Ordering::Release);
+                r
+            })
+            .collect(),
+    );
+    let initial = ranges.all();
     let report = |done: u64| {
         if let Some(p) = &o.progress {
             p(done, size);
@@ -708,27 +744,36 @@ pub(crate) fn push(
             }
             (whole.finish(), chunks.finish())
         });
-        let workers: Vec<_> = bounds
+        let workers: Vec<_> = initial
             .iter()
-            .zip(&sent)
             .enumerate()
-            .map(|(i, (&(start, end), sent))| {
+            .map(|(i, r)| {
                 let opened = opened.next().flatten();
                 let checked = if i == 0 { first_held.take() } else { None };
                 let (cancel, finished) = (&cancel, &finished);
-                let kept_total = &kept_total;
+                let ranges = &ranges;
                 s.spawn(move || {
-                    let part = &data[start as usize..end as usize];
-                    let kept =
-                        if resume { held(client, name, start, part, checked, deadline) } else { 0 };
-                    kept_total.fetch_add(kept, Ordering::AcqRel);
-                    let rest = &part[kept as usize..];
-                    let res = if rest.is_empty() {
-                        Ok((0, kept))
-                    } else {
-                        push_range(client, name, start + kept, rest, opened, sent, cancel, deadline)
-                            .map(|reconnects| (reconnects, kept))
-                    };
+                    let job = PushJob { client, name, data, cancel, deadline };
+                    let res = (|| {
+                        let kept = if resume {
+                            let part = &data[r.start as usize..r.end() as usize];
+                            let kept = held(client, name, r.start, part, checked, deadline);
+                            // What the upload holds past an end a split moved is sent again by
+                            // whoever took it over.
+                            let kept = kept.min(r.len());
+                            r.done.store(kept, Ordering::Release);
+                            r.checked.store(true, Ordering::Release);
+                            kept
+                        } else {
+                            0
+                        };
+                        let mut reconnects = push_range(&job, r, kept, opened)?;
+                        let cancelled = || cancel.load(Ordering::Acquire);
+                        while let Some(taken) = ranges.split_when_checked(cancelled) {
+                            reconnects += push_range(&job, &taken, 0, None)?;
+                        }
+                        Ok((reconnects, kept))
+                    })();
                     if res.is_err() {
                         cancel.store(true, Ordering::Release);
                     }
@@ -737,9 +782,9 @@ pub(crate) fn push(
                 })
             })
             .collect();
-        while !finished.wait(bounds.len(), TICK) {
-            let pushed: u64 = sent.iter().map(|x| x.load(Ordering::Acquire)).sum();
-            report(pushed + kept_total.load(Ordering::Acquire));
+        while !finished.wait(initial.len(), TICK) {
+            // Taken to send, less what the upload held already.
+            report(ranges.done());
             if deadline.check().is_err() {
                 cancel.store(true, Ordering::Release);
             }
@@ -766,7 +811,8 @@ pub(crate) fn push(
         }));
     }
     report(size);
-    Ok(Some(Pushed { connections: bounds.len(), reconnects, kept }))
+    let splits = ranges.splits.load(Ordering::Relaxed);
+    Ok(Some(Pushed { connections: bounds.len(), reconnects, kept, splits }))
 }
 
 /// How many leading bytes of `part` (the blob's bytes from `start`) the upload `name` holds
@@ -838,41 +884,65 @@ fn commit(
     }
 }
 
-/// Push one range (`part`, the blob's bytes from `start`), on `opened` or a new connection;
-/// again from its start on a new connection after a dropped one. Returns the reconnects.
-#[allow(clippy::too_many_arguments, reason = "one range's share of a parallel push")]
+/// What every range of one parallel push shares.
+struct PushJob<'a> {
+    client: &'a Client,
+    name: &'a str,
+    /// All of the file.
+    data: &'a [u8],
+    cancel: &'a AtomicBool,
+    deadline: &'a Deadline,
+}
+
+/// Push range `r` from `from` bytes into it (what the upload held already) up to its end,
+/// which a split may move nearer meanwhile, on `opened` or a new connection; again from
+/// there on a new connection after a dropped one. Returns the reconnects.
 fn push_range(
-    client: &Client,
-    name: &str,
-    start: u64,
-    part: &[u8],
+    j: &PushJob,
+    r: &Range,
+    from: u64,
     mut opened: Option<bs_client::PushStream>,
-    sent: &AtomicU64,
-    cancel: &AtomicBool,
-    deadline: &Deadline,
 ) -> Result<usize> {
     let mut reconnects = 0;
     loop {
-        sent.store(0, Ordering::Release);
+        {
+            let _w = r.writing.lock().unwrap_or_else(PoisonError::into_inner);
+            r.done.store(from.min(r.len()), Ordering::Release);
+        }
         let mut attempt = || -> Result<()> {
+            let at = r.start + from;
+            if at >= r.end() && opened.is_none() {
+                return Ok(());
+            }
             let mut push = match opened.take() {
                 Some(p) => p,
-                None => client.within(deadline.left(IO_WAIT)).open_push_range(
-                    name,
-                    start,
-                    part.len() as u64,
-                )?,
+                None => {
+                    let c = j.client.within(j.deadline.left(IO_WAIT));
+                    c.open_push_range(j.name, at, r.end().saturating_sub(at))?
+                }
             };
-            push.set_io_timeout(deadline.left(IO_WAIT))?;
-            for piece in part.chunks(1 << 20) {
-                if cancel.load(Ordering::Acquire) {
+            push.set_io_timeout(j.deadline.left(IO_WAIT))?;
+            loop {
+                if j.cancel.load(Ordering::Acquire) {
                     return Err(BlobError::Lost);
                 }
-                push.write(piece)?;
-                sent.fetch_add(piece.len() as u64, Ordering::AcqRel);
+                // The next piece is taken under the lock a split takes: the range's end
+                // never moves below what its connection has taken to send.
+                let (at, n) = {
+                    let _w = r.writing.lock().unwrap_or_else(PoisonError::into_inner);
+                    let (at, end) = (r.start + r.done.load(Ordering::Acquire), r.end());
+                    let n = (end - at).min(1 << 20);
+                    r.done.fetch_add(n, Ordering::AcqRel);
+                    (at, n)
+                };
+                if n == 0 {
+                    break;
+                }
+                push.write(&j.data[at as usize..(at + n) as usize])?;
             }
+            // The range ends here now; what a split took is another connection's.
             let ack = push.finish(false)?;
-            let end = start + part.len() as u64;
+            let end = r.end();
             if ack.received != end {
                 return Err(BlobError::Remote(ClientError::Protocol(format!(
                     "the server holds the range up to byte {}, not {end}",
@@ -886,11 +956,11 @@ fn push_range(
             Err(e)
                 if connection_failed(&e)
                     && reconnects + 1 < ATTEMPTS
-                    && deadline.check().is_ok()
-                    && !cancel.load(Ordering::Acquire) =>
+                    && j.deadline.check().is_ok()
+                    && !j.cancel.load(Ordering::Acquire) =>
             {
                 tracing::warn!(
-                    blob = %name, start, "a range's connection failed, pushing it again: {e}"
+                    blob = %j.name, start = r.start, "a range's connection failed, pushing it again: {e}"
                 );
                 reconnects += 1;
             }

@@ -48,7 +48,7 @@ pub enum CopyPath {
     /// Between a local file and a server as ranges over several connections at once (see
     /// [`crate::ranges`]); `reconnects`: ranges continued (pulls) or pushed again (pushes) on
     /// a new connection after theirs dropped; `splits`: ranges a connection done with its own
-    /// took half of the rest of (pulls).
+    /// took half of the rest of.
     Parallel { connections: usize, reconnects: usize, splits: usize },
     /// A small blob of a batch downloaded to a new local file, its request sent ahead of the
     /// answers to the ones before it on one kept-alive connection (see [`crate::pulls`]).
@@ -234,7 +234,7 @@ fn copy_keys(
                 path: CopyPath::Parallel {
                     connections: p.connections,
                     reconnects: p.reconnects,
-                    splits: 0,
+                    splits: p.splits,
                 },
             });
         }

@@ -1,7 +1,7 @@
 //! One blob pulled over several connections at once (`Options::connections`), against a real
 //! server on port 0: the bytes arrive whole, a connection cut mid-range is continued on a new
-//! one, a connection done early takes over half of a slower one's rest, and an interrupted
-//! copy resumes only the ranges whose bytes check out.
+//! one, a connection done early takes over half of a slower one's rest (pulls and pushes),
+//! and an interrupted copy resumes only the ranges whose bytes check out.
 
 use std::os::fd::RawFd;
 use std::path::Path;
@@ -427,6 +427,41 @@ fn a_store_with_one_writer_per_upload_takes_the_push_over_one_connection() {
 /// 3 with its first megabyte wrong, nothing of range 4 — is resumed range by range: range 1
 /// and half of range 2 are kept, the rest is pushed, and the blob is whole. Without
 /// `resume`, every range is pushed.
+#[test]
+fn a_push_connection_done_early_takes_over_half_of_a_slower_ones_rest() {
+    // An interrupted push left the first of two ranges whole in the upload. Resumed, the
+    // first's connection is done once its pieces check out; the second's, paced, has most of
+    // its 24 MiB left, and gives the second half of it to the first.
+    let w = world_with("unrelated", b"x");
+    let bytes = data(48 * MIB);
+    let size = bytes.len() as u64;
+    let src = w.dir.path().join("split.bin");
+    std::fs::write(&src, &bytes).unwrap();
+    let settings = TransferSettings {
+        layers: vec!["pace:8000000".parse::<bs_binding::LayerSpec>().unwrap()],
+        ..TransferSettings::default()
+    };
+    let t = Transporter::new(Factory::with_settings(settings));
+    let key = BlobKey::file(&src);
+    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
+    c.route(bs_client::RouteRequest {
+        name: "up/split".into(),
+        size: Some(size),
+        resume_tag: t.resume_tag_of(&key).unwrap(),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut p = c.open_push_range("up/split", 0, 24 * MIB).unwrap();
+    p.write(&bytes[..(24 * MIB) as usize]).unwrap();
+    p.finish(false).unwrap();
+    let opts = Options::blocking().connections(2).resume(true);
+    let done = t.copy(&key, &w.remote("up/split"), &opts).wait().unwrap();
+    // After the one split both rests are under twice SPLIT_MIN (8 MiB): no second one.
+    assert_eq!(done.path, CopyPath::Parallel { connections: 2, reconnects: 0, splits: 1 });
+    assert_eq!((done.resumed_from, done.bytes), (24 * MIB, 24 * MIB));
+    pushed(&w, "up/split", &bytes);
+}
+
 #[test]
 fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
     let w = world_with("unrelated", b"x");
