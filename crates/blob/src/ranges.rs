@@ -194,6 +194,13 @@ impl Ranges {
         self.list.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// Every range's (start, end, done), read under the lock a split holds: one after the
+    /// other with no gap, whatever splits run meanwhile.
+    fn snapshot(&self) -> Vec<(u64, u64, u64)> {
+        let list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
+        list.iter().map(|r| (r.start, r.end(), r.done.load(Ordering::Acquire))).collect()
+    }
+
     /// The first range no connection has taken, now taken.
     fn claim(&self) -> Option<Arc<Range>> {
         let list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
@@ -297,8 +304,8 @@ fn read_ranges(path: &Path, digest: &str, size: u64) -> Option<Vec<(u64, u64, u6
 /// one or the other whole.
 fn write_ranges(path: &Path, digest: &str, size: u64, ranges: &Ranges) -> Result<()> {
     let mut text = format!("blobstream-ranges 1 {digest} {size}\n");
-    for r in ranges.all() {
-        text.push_str(&format!("{} {} {}\n", r.start, r.end(), r.done.load(Ordering::Acquire)));
+    for (start, end, done) in ranges.snapshot() {
+        text.push_str(&format!("{start} {end} {done}\n"));
     }
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -1023,6 +1030,8 @@ mod tests {
         assert_eq!(ranges.claim().map(|r| r.start), Some(0));
         assert_eq!(ranges.claim().map(|r| r.start), Some(10 * M));
         assert!(ranges.claim().is_none(), "both taken");
+        assert!(ranges.split().is_none(), "not while the second's held bytes are unchecked");
+        ranges.all()[1].checked.store(true, Ordering::Release);
         // The second has 29 MiB left from byte 12 MiB: it keeps 12..27 (rounded up to a
         // chunk), the new range takes 27..41.
         let taken = ranges.split().expect("long enough to split");
