@@ -119,7 +119,8 @@ fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
                     notes.push(format!("{reconnects} reconnected"));
                 }
                 if splits > 0 {
-                    notes.push(format!("{splits} ranges split"));
+                    let ranges = if splits == 1 { "range" } else { "ranges" };
+                    notes.push(format!("{splits} {ranges} split"));
                 }
                 let notes = if notes.is_empty() {
                     String::new()
