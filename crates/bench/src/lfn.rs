@@ -102,7 +102,9 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          net.core.wmem_max (the rows with -w, shown for one and two connections, where the \
          buffer is what bounds iperf3's rate). Files are written behind the transfer (each \
          32 MiB started to disk and fdatasynced as the transfer goes on), so the final fsync \
-         has little left to do.",
+         has little left to do. With 2 or more connections, a connection done with its range \
+         takes over the second half of the longest rest (halves of 8 MiB at least), so a copy \
+         does not end on one connection that a loss slowed down.",
         mib(window)
     ));
     Ok(report(opts, runs, rows, notes))
