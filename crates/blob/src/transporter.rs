@@ -47,8 +47,8 @@ pub enum CopyPath {
     Pipelined,
     /// Between a local file and a server as ranges over several connections at once (see
     /// [`crate::ranges`]); `reconnects`: ranges continued (pulls) or pushed again (pushes) on
-    /// a new connection after theirs dropped; `splits`: ranges a connection done with its own
-    /// took half of the rest of.
+    /// a new connection after theirs dropped; `splits`: ranges whose rest was split so that a
+    /// connection done with its own took over half of it.
     Parallel { connections: usize, reconnects: usize, splits: usize },
     /// A small blob of a batch downloaded to a new local file, its request sent ahead of the
     /// answers to the ones before it on one kept-alive connection (see [`crate::pulls`]).
