@@ -852,7 +852,8 @@ pub struct TransferFlags {
     pub layers: Vec<String>,
     /// Data connections for one blob moved between a file and a server, each carrying a
     /// range of it (GridFTP's MODE E): 0 chooses, using 4 for blobs of 64 MiB or more with a
-    /// server 5 ms or more away and 1 otherwise.
+    /// server 5 ms or more away and 1 otherwise. A connection done with its range takes over
+    /// the second half of what is left of the longest other one.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub connections: usize,
 }
