@@ -34,12 +34,16 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     let link = v["link_mbit"].as_f64().unwrap_or(1000.0);
     let rates = |key: &str, n: u32| -> Vec<f64> { crate::hosts::numbers(&v[key][n.to_string()]) };
     let window = v["iperf3_window"].as_u64().unwrap_or(0);
+    // Each run's rate, so the spread behind a median shows.
+    let mut each = Vec::new();
     for (verb, ours_key, theirs_key, flags, windowed_key) in WAYS {
         for n in [1u32, 2, 4, 8] {
             let ours = rates(ours_key, n);
             if ours.is_empty() {
                 return Err(BenchError::Baseline(format!("no {verb} rates for {n} connections")));
             }
+            let listed: Vec<String> = ours.iter().map(|r| format!("{r:.0}")).collect();
+            each.push(format!("{verb} × {n}: {}", listed.join(", ")));
             let m = median(&ours);
             rows.push(Row {
                 group: "long fat network",
@@ -85,6 +89,7 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             }
         }
     }
+    notes.push(format!("Our rate in each run, Mbit/s: {}.", each.join("; ")));
     notes.push(format!(
         "The link: two network namespaces joined by `blobstream bench delay-line` (TUN devices, \
          MTU 9000; this kernel has no netem), {link} Mbit/s each way with a 50 ms queue, 25 ms \
