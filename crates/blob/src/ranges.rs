@@ -764,10 +764,9 @@ pub(crate) fn push(
                     let res = (|| {
                         let kept = if resume {
                             let part = &data[r.start as usize..r.end() as usize];
+                            // Nothing splits the range before this (it is not checked yet):
+                            // its end is the one `part` was cut to.
                             let kept = held(client, name, r.start, part, checked, deadline);
-                            // What the upload holds past an end a split moved is sent again by
-                            // whoever took it over.
-                            let kept = kept.min(r.len());
                             r.done.store(kept, Ordering::Release);
                             r.checked.store(true, Ordering::Release);
                             kept
@@ -790,7 +789,7 @@ pub(crate) fn push(
             })
             .collect();
         while !finished.wait(initial.len(), TICK) {
-            // Taken to send, less what the upload held already.
+            // Taken to send, and what the upload held already.
             report(ranges.done());
             if deadline.check().is_err() {
                 cancel.store(true, Ordering::Release);
@@ -914,7 +913,7 @@ fn push_range(
     loop {
         {
             let _w = r.writing.lock().unwrap_or_else(PoisonError::into_inner);
-            r.done.store(from.min(r.len()), Ordering::Release);
+            r.done.store(from, Ordering::Release);
         }
         let mut attempt = || -> Result<()> {
             let at = r.start + from;
@@ -925,7 +924,7 @@ fn push_range(
                 Some(p) => p,
                 None => {
                     let c = j.client.within(j.deadline.left(IO_WAIT));
-                    c.open_push_range(j.name, at, r.end().saturating_sub(at))?
+                    c.open_push_range(j.name, at, r.end() - at)?
                 }
             };
             push.set_io_timeout(j.deadline.left(IO_WAIT))?;

@@ -47,6 +47,35 @@ impl World {
     }
 }
 
+/// A transporter whose every data connection is paced at `bytes_per_s`.
+fn paced(bytes_per_s: u64) -> Transporter {
+    let settings = TransferSettings {
+        layers: vec![format!("pace:{bytes_per_s}").parse::<bs_binding::LayerSpec>().unwrap()],
+        ..TransferSettings::default()
+    };
+    Transporter::new(Factory::with_settings(settings))
+}
+
+/// The digest the server stores with blob `name`.
+fn stored_digest(w: &World, name: &str) -> String {
+    let t = Transporter::new(Factory::new());
+    t.factory().bind(&w.remote(name)).unwrap().digest().unwrap().to_string()
+}
+
+/// The upload `name` of `size` bytes routed (with `resume_tag`: as a put of the file with
+/// that tag routes it), and a client to push ranges into it by hand.
+fn routed(w: &World, name: &str, size: u64, resume_tag: String) -> bs_client::Client {
+    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
+    c.route(bs_client::RouteRequest {
+        name: name.into(),
+        size: Some(size),
+        resume_tag,
+        ..Default::default()
+    })
+    .unwrap();
+    c
+}
+
 fn assert_nothing_left(dest: &Path) {
     assert!(!part_path(dest).exists(), "part file left");
     assert!(!ranges_path(dest).exists(), "ranges file left");
@@ -96,10 +125,6 @@ fn sockets_to(port: u16) -> Vec<RawFd> {
 /// the connection end, as when a peer or a router drops it. The counter says how many data
 /// connections there were when one was cut (0: none was).
 fn paced_with_one_cut(port: u16) -> (Transporter, Options, Arc<AtomicUsize>) {
-    let settings = TransferSettings {
-        layers: vec!["pace:1000000".parse::<bs_binding::LayerSpec>().unwrap()],
-        ..TransferSettings::default()
-    };
     let cut = Arc::new(AtomicUsize::new(0));
     let cut2 = cut.clone();
     let opts = Options::blocking().connections(4).progress(move |done, total| {
@@ -112,7 +137,7 @@ fn paced_with_one_cut(port: u16) -> (Transporter, Options, Arc<AtomicUsize>) {
             }
         }
     });
-    (Transporter::new(Factory::with_settings(settings)), opts, cut)
+    (paced(1_000_000), opts, cut)
 }
 
 #[test]
@@ -145,13 +170,7 @@ fn a_resumed_copy_keeps_only_ranges_that_check_out() {
     }
     part[r3.start as usize..r3.end as usize].fill(0xAB);
     std::fs::write(part_path(&dest), &part).unwrap();
-    let digest = Transporter::new(Factory::new())
-        .factory()
-        .bind(&w.remote("study"))
-        .unwrap()
-        .digest()
-        .unwrap()
-        .to_string();
+    let digest = stored_digest(&w, "study");
     let ranges = format!(
         "blobstream-ranges 1 {digest} {size}\n0 {a} {a}\n{a} {b} {h}\n{b} {c} {m}\n{c} {size} 0\n",
         a = 4 * MIB,
@@ -182,24 +201,14 @@ fn a_connection_done_early_takes_over_half_of_a_slower_ones_rest() {
     let mut part = vec![0u8; size as usize];
     part[..(16 * MIB) as usize].copy_from_slice(&bytes[..(16 * MIB) as usize]);
     std::fs::write(part_path(&dest), &part).unwrap();
-    let digest = Transporter::new(Factory::new())
-        .factory()
-        .bind(&w.remote("slide"))
-        .unwrap()
-        .digest()
-        .unwrap()
-        .to_string();
+    let digest = stored_digest(&w, "slide");
     let a = 16 * MIB;
     std::fs::write(
         ranges_path(&dest),
         format!("blobstream-ranges 1 {digest} {size}\n0 {a} {a}\n{a} {size} 0\n"),
     )
     .unwrap();
-    let settings = TransferSettings {
-        layers: vec!["pace:8000000".parse::<bs_binding::LayerSpec>().unwrap()],
-        ..TransferSettings::default()
-    };
-    let t = Transporter::new(Factory::with_settings(settings));
+    let t = paced(8_000_000);
     let opts = Options::blocking().connections(2).resume(true);
     let c = t.copy(&w.remote("slide"), &BlobKey::file(&dest), &opts).wait().unwrap();
     // After the one split both rests are under twice SPLIT_MIN (8 MiB): no second one.
@@ -260,13 +269,7 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
     let w = world_with("unrelated", b"x");
     let bytes = data(3 * MIB + 10);
     let size = bytes.len() as u64;
-    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
-    c.route(bs_client::RouteRequest {
-        name: "up/split".into(),
-        size: Some(size),
-        ..Default::default()
-    })
-    .unwrap();
+    let c = routed(&w, "up/split", size, String::new());
     // Two ranges meeting in the middle of chunk 1: neither writer saw all of it.
     let half = MIB + MIB / 2;
     for (start, end) in [(half, size), (0, half)] {
@@ -370,13 +373,7 @@ fn a_push_range_whose_connection_is_cut_is_pushed_again() {
 fn ranges_committed_with_a_wrong_digest_leave_no_blob() {
     let w = world_with("unrelated", b"x");
     let bytes = data(2 * MIB);
-    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
-    let route = bs_client::RouteRequest {
-        name: "up/bad".into(),
-        size: Some(bytes.len() as u64),
-        ..Default::default()
-    };
-    c.route(route).unwrap();
+    let c = routed(&w, "up/bad", bytes.len() as u64, String::new());
     for (start, end) in [(MIB, 2 * MIB), (0, MIB)] {
         let mut p = c.open_push_range("up/bad", start, end - start).unwrap();
         p.write(&bytes[start as usize..end as usize]).unwrap();
@@ -437,20 +434,9 @@ fn a_push_connection_done_early_takes_over_half_of_a_slower_ones_rest() {
     let size = bytes.len() as u64;
     let src = w.dir.path().join("split.bin");
     std::fs::write(&src, &bytes).unwrap();
-    let settings = TransferSettings {
-        layers: vec!["pace:8000000".parse::<bs_binding::LayerSpec>().unwrap()],
-        ..TransferSettings::default()
-    };
-    let t = Transporter::new(Factory::with_settings(settings));
+    let t = paced(8_000_000);
     let key = BlobKey::file(&src);
-    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
-    c.route(bs_client::RouteRequest {
-        name: "up/split".into(),
-        size: Some(size),
-        resume_tag: t.resume_tag_of(&key).unwrap(),
-        ..Default::default()
-    })
-    .unwrap();
+    let c = routed(&w, "up/split", size, t.resume_tag_of(&key).unwrap());
     let mut p = c.open_push_range("up/split", 0, 24 * MIB).unwrap();
     p.write(&bytes[..(24 * MIB) as usize]).unwrap();
     p.finish(false).unwrap();
@@ -472,14 +458,7 @@ fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
     std::fs::write(&src, &bytes).unwrap();
     let t = Transporter::new(Factory::new());
     let key = BlobKey::file(&src);
-    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
-    c.route(bs_client::RouteRequest {
-        name: "up/resumed".into(),
-        size: Some(size),
-        resume_tag: t.resume_tag_of(&key).unwrap(),
-        ..Default::default()
-    })
-    .unwrap();
+    let c = routed(&w, "up/resumed", size, t.resume_tag_of(&key).unwrap());
     let push = |start: u64, part: &[u8]| {
         let mut p = c.open_push_range("up/resumed", start, part.len() as u64).unwrap();
         p.write(part).unwrap();
