@@ -21,6 +21,7 @@ mod objearly;
 mod object;
 mod objlocal;
 mod objstream;
+mod s3http;
 mod scrub;
 mod source;
 mod store;

@@ -14,7 +14,8 @@
 //! digests. An upload of known size of a part or more starts its multipart upload as it is
 //! opened, so the request is answered by the time the first part is full. A blob smaller
 //! than a part is one plain PUT at commit, its digests computed while it is in flight (its
-//! object unreferenced until the row below). Commit completes the multipart upload, and
+//! object unreferenced until the row below); on a plain-`http://` endpoint the SHA-256 that
+//! signs that PUT is taken as its bytes arrive (see `crate::s3http`). Commit completes the multipart upload, and
 //! only then writes the catalogue row: a blob is visible only once all its bytes are
 //! stored, and a crash between the two leaves an unreferenced object that
 //! [`ObjStore::collect_garbage`] removes (once it is older than [`ORPHAN_AGE`], so objects
@@ -49,9 +50,10 @@ use bs_meta::{BlobRecord, Catalogue, Commit, CommitIntent, Durability, UploadRec
 use bs_wire::{BufferPool, CHUNK_SIZE, ChunkDigests, ChunkHasher, Digest, DigestAlgo, Hasher};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use object_store::aws::AwsCredential;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as ObjPath;
-use object_store::{MultipartId, ObjectStore, PutPayload};
+use object_store::{MultipartId, ObjectStore, PutOptions, PutPayload};
 use tokio::task::JoinHandle;
 
 use crate::catalogued::{self, cutoff_ms};
@@ -63,6 +65,7 @@ use crate::name::validate_name;
 use crate::objearly::EarlyGet;
 use crate::objlocal::{LocalClients, MakeBackend};
 use crate::objstream::ObjStream;
+use crate::s3http::{QuickAckConnector, RunningSha, Signer};
 use crate::source::{BlobSource, CorruptionMarker, REMOTE_WINDOW, RangeRead};
 use crate::store::{
     RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace,
@@ -126,13 +129,27 @@ impl std::fmt::Debug for S3Config {
 impl S3Config {
     /// The `object_store` client for this bucket: path-style requests, plain HTTP allowed
     /// for an explicit `http://` endpoint, bounded timeouts and a few retries with backoff
-    /// so a server that is down is reported in seconds, not minutes.
+    /// so a server that is down is reported in seconds, not minutes. An `http://` endpoint
+    /// is reached through the store's own HTTP client, which acknowledges what it receives
+    /// at once (see `s3http.rs`: Garage's answers otherwise stall for up to 40 ms).
     pub fn build(&self) -> Result<object_store::aws::AmazonS3> {
+        self.build_with(true)
+    }
+
+    /// The same client on `object_store`'s own HTTP client (reqwest) whatever the endpoint:
+    /// how a plain `object_store` user reaches the bucket (the benchmarks' baseline).
+    pub fn build_stock(&self) -> Result<object_store::aws::AmazonS3> {
+        self.build_with(false)
+    }
+
+    fn build_with(&self, own_http: bool) -> Result<object_store::aws::AmazonS3> {
         use object_store::aws::AmazonS3Builder;
         let timeout = self.timeout.unwrap_or(Duration::from_secs(30));
+        let connect_timeout = Duration::from_secs(5);
+        let region = if self.region.is_empty() { "us-east-1" } else { &self.region };
         let client = object_store::ClientOptions::new()
             .with_timeout(timeout)
-            .with_connect_timeout(Duration::from_secs(5))
+            .with_connect_timeout(connect_timeout)
             .with_allow_http(self.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")));
         let retry = object_store::RetryConfig {
             max_retries: 3,
@@ -145,7 +162,7 @@ impl S3Config {
         };
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(&self.bucket)
-            .with_region(if self.region.is_empty() { "us-east-1" } else { &self.region })
+            .with_region(region)
             .with_access_key_id(&self.access_key_id)
             .with_secret_access_key(&self.secret_access_key)
             .with_virtual_hosted_style_request(false)
@@ -153,8 +170,30 @@ impl S3Config {
             .with_retry(retry);
         if let Some(e) = &self.endpoint {
             b = b.with_endpoint(e);
+            if own_http && self.signs_payloads_here() {
+                // Signed by the connector's client, payload and all (see `s3http.rs`).
+                let signer = Signer {
+                    credential: Arc::new(AwsCredential {
+                        key_id: self.access_key_id.clone(),
+                        secret_key: self.secret_access_key.clone(),
+                        token: None,
+                    }),
+                    region: region.to_string(),
+                };
+                b = b.with_unsigned_payload(true).with_http_connector(QuickAckConnector {
+                    timeout,
+                    connect_timeout,
+                    signer,
+                });
+            }
         }
         b.build().map_err(|e| StoreError::Config(format!("S3 bucket {:?}: {e}", self.bucket)))
+    }
+
+    /// Whether the bucket is reached through the store's own HTTP client, which signs each
+    /// request itself (a plain-`http://` endpoint; see `s3http.rs`).
+    fn signs_payloads_here(&self) -> bool {
+        self.endpoint.as_deref().is_some_and(|e| e.starts_with("http://"))
     }
 
     /// `s3://bucket/prefix (endpoint)` — no credentials.
@@ -195,6 +234,9 @@ pub(crate) struct Inner {
     stream_failures: Arc<AtomicU64>,
     /// Clients lent to the threads that send small GETs on as they arrive (S3 only).
     pub(crate) local: Option<LocalClients>,
+    /// Whether `os` signs a PUT with a `PayloadSha256` the upload computed (see
+    /// `s3http.rs`).
+    signs_payloads: bool,
 }
 
 /// An upload's state between writes: what went up as parts, and the bytes after them.
@@ -262,6 +304,7 @@ impl ObjStore {
         let os = Arc::new(cfg.build()?);
         let prefix = if cfg.prefix.is_empty() { "blobs".to_string() } else { cfg.prefix.clone() };
         let describe = cfg.describe();
+        let signs = cfg.signs_payloads_here();
         let cfg = cfg.clone();
         let make: MakeBackend = Box::new(move || match cfg.build() {
             Ok(os) => Some(Arc::new(os) as Arc<dyn Backend>),
@@ -270,7 +313,7 @@ impl ObjStore {
                 None
             }
         });
-        Self::open_with(os, &prefix, cat, describe, Some(LocalClients::new(make)))
+        Self::open_with(os, &prefix, cat, describe, Some(LocalClients::new(make)), signs)
     }
 
     /// Blobs in `os` under `prefix`, catalogue `cat`.
@@ -280,7 +323,7 @@ impl ObjStore {
         cat: Catalogue,
         describe: String,
     ) -> Result<Self> {
-        Self::open_with(os, prefix, cat, describe, None)
+        Self::open_with(os, prefix, cat, describe, None, false)
     }
 
     fn open_with(
@@ -289,6 +332,7 @@ impl ObjStore {
         cat: Catalogue,
         describe: String,
         local: Option<LocalClients>,
+        signs_payloads: bool,
     ) -> Result<Self> {
         let prefix = prefix.trim_matches('/').to_string();
         if prefix.is_empty() {
@@ -319,6 +363,7 @@ impl ObjStore {
                 streamed_windows: Arc::default(),
                 stream_failures: Arc::default(),
                 local,
+                signs_payloads,
             }),
         };
         store.check_reachable()?;
@@ -733,11 +778,15 @@ impl Store for ObjStore {
         claim.keep(); // from here on the sink releases it when dropped
         i.start_multipart_ahead(&mut state, rec.size);
         let rec = UploadRecord { upload_id: state.upload_id.clone(), ..rec };
+        // A small blob whose PUT is signed here has its SHA-256 taken as its bytes arrive.
+        let small = rec.size.is_some_and(|n| n < PART_SIZE as u64);
+        let sha = (i.signs_payloads && small && state.received() == 0).then(RunningSha::new);
         Ok(Box::new(ObjUpload {
             store: self.inner.clone(),
             rec,
             state: Some(state),
             deferred: None,
+            sha,
         }))
     }
 
@@ -1055,6 +1104,10 @@ struct ObjUpload {
     /// A part that could not be sent when bytes lent for it filled it (`filled` cannot say
     /// so): the next write or commit reports it.
     deferred: Option<StoreError>,
+    /// A small blob's SHA-256 as its bytes arrive, for its one PUT's signature (see
+    /// `s3http.rs`); `None` when its client does not sign here, for a blob of a part or
+    /// more, or once rolled back (the PUT then hashes its body as it leaves).
+    sha: Option<RunningSha>,
 }
 
 impl ObjUpload {
@@ -1119,8 +1172,18 @@ impl ObjUpload {
         }
     }
 
+    /// Take the bytes just arrived into the running SHA-256, if there is one.
+    fn feed_sha(&mut self) {
+        if let (Some(sha), Some(s)) = (self.sha.as_mut(), self.state.as_ref())
+            && !(s.flushed == 0 && sha.feed(s.tail.as_slice()))
+        {
+            self.sha = None;
+        }
+    }
+
     /// Start this upload over from its first byte (a rollback into bytes already sent).
     fn restart(&mut self) {
+        self.sha = None;
         let store = self.store.clone();
         let s = self.state();
         for p in s.parts.drain(..) {
@@ -1164,6 +1227,9 @@ impl UploadSink for ObjUpload {
             return Err(e);
         }
         check_write(self.rec.size, self.received(), offset, data.len())?;
+        if offset < self.received() {
+            self.sha = None; // bytes hashed are written again
+        }
         let s = self.state();
         if offset < s.flushed {
             // Those bytes went up as parts already; take the rewrite as a rollback to it.
@@ -1189,6 +1255,7 @@ impl UploadSink for ObjUpload {
                 self.send_part()?;
             }
         }
+        self.feed_sha();
         Ok(())
     }
 
@@ -1218,6 +1285,7 @@ impl UploadSink for ObjUpload {
                 self.deferred = Some(e);
             }
         }
+        self.feed_sha();
     }
 
     fn truncate(&mut self, len: u64) -> Result<()> {
@@ -1225,6 +1293,8 @@ impl UploadSink for ObjUpload {
         if len >= s.received() {
             return Ok(());
         }
+        self.sha = None;
+        let s = self.state();
         if len >= s.flushed {
             s.tail.truncate((len - s.flushed) as usize);
         } else {
@@ -1261,8 +1331,13 @@ impl UploadSink for ObjUpload {
             // catalogue row below, so bytes found wrong meanwhile leave only an object to
             // delete.
             let body = s.tail.take();
+            let mut opts = PutOptions::default();
+            if let Some(sha) = self.sha.take().and_then(|h| h.finish_for(&body)) {
+                opts.extensions.insert(sha);
+            }
             let (os, k, b) = (i.os.clone(), key.clone(), body.clone());
-            let put = i.rt.spawn(async move { os.put(&k, b.into()).await.map(drop) });
+            let put = i.rt.spawn(async move { os.put_opts(&k, b.into(), opts).await.map(drop) });
+            let s = self.state();
             let (mut hasher, mut chunks) = (s.hasher.clone(), s.chunks.clone());
             hasher.update(&body);
             chunks.update(&body);
