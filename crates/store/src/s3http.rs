@@ -28,7 +28,6 @@
 
 use std::future::Future;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -263,18 +262,8 @@ struct QuickAck(TcpStream);
 
 impl QuickAck {
     fn ack_now(&self) {
-        let on: libc::c_int = 1;
-        // SAFETY: a valid socket and a c_int option value of the size given. A failure
-        // (never seen on Linux TCP) only leaves the kernel's own acknowledgement timing.
-        unsafe {
-            libc::setsockopt(
-                self.0.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_QUICKACK,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
+        // A failure (never seen on Linux TCP) only leaves the kernel's own timing.
+        let _ = socket2::SockRef::from(&self.0).set_tcp_quickack(true);
     }
 }
 
