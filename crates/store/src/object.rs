@@ -1174,8 +1174,9 @@ impl ObjUpload {
 
     /// Take the bytes just arrived into the running SHA-256, if there is one.
     fn feed_sha(&mut self) {
+        // Only a blob smaller than a part has one: its tail is the whole blob.
         if let (Some(sha), Some(s)) = (self.sha.as_mut(), self.state.as_ref())
-            && !(s.flushed == 0 && sha.feed(s.tail.as_slice()))
+            && !sha.feed(s.tail.as_slice())
         {
             self.sha = None;
         }
