@@ -311,9 +311,11 @@ pub fn run_s3(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         "blobstream reaches Garage (plain HTTP) through its own HTTP client: hyper, each \
          socket acknowledging what it reads at once (Garage leaves Nagle's algorithm on, and a \
          GET's last segment otherwise waited up to 40 ms for the acknowledgement: 5–13% of 1 MB \
-         GETs back to back), each request signed with its body's SHA-256 (a small put's taken \
-         as its bytes arrived from the client); object_store alone uses its stock client \
-         (reqwest, signing each body as the request leaves)"
+         GETs back to back); each PUT of bytes carries their CRC-32, signed, which Garage \
+         checks (a small put's taken as its bytes arrived from the client), other requests \
+         are signed with their body's SHA-256; object_store alone uses its stock client \
+         (reqwest) and its default signing: every body's SHA-256, taken as the request \
+         leaves and checked by Garage, so both ends hash each byte put"
             .into(),
         "every get checked byte for byte; blobstream also checks each chunk against its digest \
          before the pull may succeed (a small blob's bytes are sent on as they arrive from the \

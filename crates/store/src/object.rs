@@ -14,9 +14,9 @@
 //! digests. An upload of known size of a part or more starts its multipart upload as it is
 //! opened, so the request is answered by the time the first part is full. A blob smaller
 //! than a part is one plain PUT at commit, its digests computed while it is in flight (its
-//! object unreferenced until the row below); on a plain-`http://` endpoint the SHA-256 that
-//! signs that PUT is taken as its bytes arrive (see `crate::s3http`). Commit completes the multipart upload, and
-//! only then writes the catalogue row: a blob is visible only once all its bytes are
+//! object unreferenced until the row below); on a plain-`http://` endpoint the CRC-32 the
+//! bucket checks that PUT against is taken as its bytes arrive (see `crate::s3http`).
+//! Commit completes the multipart upload, and only then writes the catalogue row: a blob is visible only once all its bytes are
 //! stored, and a crash between the two leaves an unreferenced object that
 //! [`ObjStore::collect_garbage`] removes (once it is older than [`ORPHAN_AGE`], so objects
 //! other front ends are committing right now are left alone). The row's durability does
@@ -65,7 +65,7 @@ use crate::name::validate_name;
 use crate::objearly::EarlyGet;
 use crate::objlocal::{LocalClients, MakeBackend};
 use crate::objstream::ObjStream;
-use crate::s3http::{QuickAckConnector, RunningSha, Signer};
+use crate::s3http::{QuickAckConnector, RunningCrc, Signer};
 use crate::source::{BlobSource, CorruptionMarker, REMOTE_WINDOW, RangeRead};
 use crate::store::{
     RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace,
@@ -234,7 +234,7 @@ pub(crate) struct Inner {
     stream_failures: Arc<AtomicU64>,
     /// Clients lent to the threads that send small GETs on as they arrive (S3 only).
     pub(crate) local: Option<LocalClients>,
-    /// Whether `os` signs a PUT with a `PayloadSha256` the upload computed (see
+    /// Whether `os` checks a PUT with a `PayloadCrc32` the upload computed (see
     /// `s3http.rs`).
     signs_payloads: bool,
 }
@@ -778,15 +778,15 @@ impl Store for ObjStore {
         claim.keep(); // from here on the sink releases it when dropped
         i.start_multipart_ahead(&mut state, rec.size);
         let rec = UploadRecord { upload_id: state.upload_id.clone(), ..rec };
-        // A small blob whose PUT is signed here has its SHA-256 taken as its bytes arrive.
+        // A small blob whose PUT is signed here has its CRC-32 taken as its bytes arrive.
         let small = rec.size.is_some_and(|n| n < PART_SIZE as u64);
-        let sha = (i.signs_payloads && small && state.received() == 0).then(RunningSha::new);
+        let crc = (i.signs_payloads && small && state.received() == 0).then(RunningCrc::new);
         Ok(Box::new(ObjUpload {
             store: self.inner.clone(),
             rec,
             state: Some(state),
             deferred: None,
-            sha,
+            crc,
         }))
     }
 
@@ -1104,10 +1104,10 @@ struct ObjUpload {
     /// A part that could not be sent when bytes lent for it filled it (`filled` cannot say
     /// so): the next write or commit reports it.
     deferred: Option<StoreError>,
-    /// A small blob's SHA-256 as its bytes arrive, for its one PUT's signature (see
+    /// A small blob's CRC-32 as its bytes arrive, for its one PUT's check (see
     /// `s3http.rs`); `None` when its client does not sign here, for a blob of a part or
-    /// more, or once rolled back (the PUT then hashes its body as it leaves).
-    sha: Option<RunningSha>,
+    /// more, or once rolled back (the CRC is then taken as the PUT leaves).
+    crc: Option<RunningCrc>,
 }
 
 impl ObjUpload {
@@ -1172,19 +1172,19 @@ impl ObjUpload {
         }
     }
 
-    /// Take the bytes just arrived into the running SHA-256, if there is one.
-    fn feed_sha(&mut self) {
+    /// Take the bytes just arrived into the running CRC-32, if there is one.
+    fn feed_crc(&mut self) {
         // Only a blob smaller than a part has one: its tail is the whole blob.
-        if let (Some(sha), Some(s)) = (self.sha.as_mut(), self.state.as_ref())
-            && !sha.feed(s.tail.as_slice())
+        if let (Some(crc), Some(s)) = (self.crc.as_mut(), self.state.as_ref())
+            && !crc.feed(s.tail.as_slice())
         {
-            self.sha = None;
+            self.crc = None;
         }
     }
 
     /// Start this upload over from its first byte (a rollback into bytes already sent).
     fn restart(&mut self) {
-        self.sha = None;
+        self.crc = None;
         let store = self.store.clone();
         let s = self.state();
         for p in s.parts.drain(..) {
@@ -1229,7 +1229,7 @@ impl UploadSink for ObjUpload {
         }
         check_write(self.rec.size, self.received(), offset, data.len())?;
         if offset < self.received() {
-            self.sha = None; // bytes hashed are written again
+            self.crc = None; // bytes hashed are written again
         }
         let s = self.state();
         if offset < s.flushed {
@@ -1256,7 +1256,7 @@ impl UploadSink for ObjUpload {
                 self.send_part()?;
             }
         }
-        self.feed_sha();
+        self.feed_crc();
         Ok(())
     }
 
@@ -1286,7 +1286,7 @@ impl UploadSink for ObjUpload {
                 self.deferred = Some(e);
             }
         }
-        self.feed_sha();
+        self.feed_crc();
     }
 
     fn truncate(&mut self, len: u64) -> Result<()> {
@@ -1294,7 +1294,7 @@ impl UploadSink for ObjUpload {
         if len >= s.received() {
             return Ok(());
         }
-        self.sha = None;
+        self.crc = None;
         let s = self.state();
         if len >= s.flushed {
             s.tail.truncate((len - s.flushed) as usize);
@@ -1333,8 +1333,8 @@ impl UploadSink for ObjUpload {
             // delete.
             let body = s.tail.take();
             let mut opts = PutOptions::default();
-            if let Some(sha) = self.sha.take().and_then(|h| h.finish_for(&body)) {
-                opts.extensions.insert(sha);
+            if let Some(crc) = self.crc.take().and_then(|h| h.finish_for(&body)) {
+                opts.extensions.insert(crc);
             }
             let (os, k, b) = (i.os.clone(), key.clone(), body.clone());
             let put = i.rt.spawn(async move { os.put_opts(&k, b.into(), opts).await.map(drop) });
