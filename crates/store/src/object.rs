@@ -16,10 +16,11 @@
 //! than a part is one plain PUT at commit, its digests computed while it is in flight (its
 //! object unreferenced until the row below); on a plain-`http://` endpoint the CRC-32 the
 //! bucket checks that PUT against is taken as its bytes arrive (see `crate::s3http`).
-//! Commit completes the multipart upload, and only then writes the catalogue row: a blob is visible only once all its bytes are
-//! stored, and a crash between the two leaves an unreferenced object that
-//! [`ObjStore::collect_garbage`] removes (once it is older than [`ORPHAN_AGE`], so objects
-//! other front ends are committing right now are left alone). The row's durability does
+//! Commit completes the multipart upload, and only then writes the catalogue row: a blob is
+//! visible only once all its bytes are stored, and a crash between the two leaves an
+//! unreferenced object that [`ObjStore::collect_garbage`] removes (once it is older than
+//! [`ORPHAN_AGE`], so objects other front ends are committing right now are left alone).
+//! The row's durability does
 //! not wait on the disk after the bytes: while the PUT or completion is in flight, the row
 //! to come is written durably as an intent, and the commit after it only reaches the WAL;
 //! the store's start replays an intent a crash left (committed if its object is whole in
@@ -1229,7 +1230,7 @@ impl UploadSink for ObjUpload {
         }
         check_write(self.rec.size, self.received(), offset, data.len())?;
         if offset < self.received() {
-            self.crc = None; // bytes hashed are written again
+            self.crc = None; // bytes taken into the CRC are written again
         }
         let s = self.state();
         if offset < s.flushed {
