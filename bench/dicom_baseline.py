@@ -4,7 +4,12 @@ pydicom decoding each (`dcmread(...).pixel_array`, with its pylibjpeg, openjpeg,
 JPEG-LS plugins) and prints one JSON line per file:
 {"syntax", "uid", "file", "pixel_bytes", "seconds": [...]}.
 
+    python dicom_baseline.py --phantom DIR   # writes DIR/phantom12.raw (512 x 512, u16 LE)
     python dicom_baseline.py DIR RUNS
+
+The 12-bit lossy and the lossless JPEG streams no Python package here can write are made by
+the bench (libjpeg-turbo) from phantom12.raw, as DIR/<name>.jpg (see JPEG12 below); each
+present is wrapped into a DICOM file here like the others.
 """
 
 import io
@@ -21,14 +26,26 @@ from pydicom.encaps import encapsulate
 from pydicom.uid import (
     CTImageStorage,
     ExplicitVRLittleEndian,
+    JPEG2000,
     JPEG2000Lossless,
     JPEGBaseline8Bit,
+    JPEGExtended12Bit,
+    JPEGLossless,
+    JPEGLosslessSV1,
     JPEGLSLossless,
+    JPEGLSNearLossless,
     RLELossless,
     generate_uid,
 )
 
 SIZE = 512
+
+# The bench's own 12-bit JPEG streams of the phantom: file name, syntax, UID.
+JPEG12 = (
+    ("jpeg-extended-12.jpg", "JPEG Extended (12-bit)", JPEGExtended12Bit),
+    ("jpeg-lossless.jpg", "JPEG Lossless (predictor 6)", JPEGLossless),
+    ("jpeg-lossless-sv1.jpg", "JPEG Lossless SV1", JPEGLosslessSV1),
+)
 
 
 def phantom(bits: int) -> np.ndarray:
@@ -79,22 +96,47 @@ def make(out: Path):
         f = out / f"{name.replace(' ', '-').lower()}.dcm"
         write(ds, f)
         files.append((name, str(uid), f))
+    # Lossy and near-lossless, by the plugins' own encoders: OpenJPEG at 10:1, CharLS with
+    # an error bound of 2.
+    for name, uid, opts in (
+        ("JPEG-LS Near-Lossless", JPEGLSNearLossless, {"jls_error": 2}),
+        ("JPEG 2000", JPEG2000, {"j2k_cr": [10]}),
+    ):
+        ds = dataset(ct, 12)
+        ds.compress(uid, **opts)
+        f = out / f"{name.replace(' ', '-').lower()}.dcm"
+        write(ds, f)
+        files.append((name, str(uid), f))
     # JPEG Baseline: an 8-bit slice encoded by Pillow (libjpeg), encapsulated.
     ct8 = phantom(8)
     buf = io.BytesIO()
     Image.fromarray(ct8).save(buf, format="JPEG", quality=90)
-    ds = dataset(ct8, 8)
-    ds.PixelData = encapsulate([buf.getvalue()])
-    ds["PixelData"].VR = "OB"
-    ds["PixelData"].is_undefined_length = True
-    ds.file_meta.TransferSyntaxUID = JPEGBaseline8Bit
     f = out / "jpeg-baseline.dcm"
-    write(ds, f)
+    write(encapsulated(dataset(ct8, 8), buf.getvalue(), JPEGBaseline8Bit), f)
     files.append(("JPEG Baseline (8-bit)", str(JPEGBaseline8Bit), f))
+    for stream, name, uid in JPEG12:
+        if (out / stream).exists():
+            f = out / stream.replace(".jpg", ".dcm")
+            write(encapsulated(dataset(ct, 12), (out / stream).read_bytes(), uid), f)
+            files.append((name, str(uid), f))
     return files
 
 
+def encapsulated(ds: Dataset, frame: bytes, uid) -> Dataset:
+    """`ds` with `frame` as its one encapsulated frame, in transfer syntax `uid`."""
+    ds.PixelData = encapsulate([frame])
+    ds["PixelData"].VR = "OB"
+    ds["PixelData"].is_undefined_length = True
+    ds.file_meta.TransferSyntaxUID = uid
+    return ds
+
+
 def main():
+    if sys.argv[1] == "--phantom":
+        out = Path(sys.argv[2])
+        out.mkdir(parents=True, exist_ok=True)
+        phantom(12).astype("<u2").tofile(out / "phantom12.raw")
+        return
     out, runs = Path(sys.argv[1]), int(sys.argv[2])
     for name, uid, f in make(out):
         times = []

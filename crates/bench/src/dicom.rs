@@ -3,6 +3,7 @@
 //! (`bench/dicom_baseline.py`), on the same files in the same run: megabytes of decoded pixels
 //! per second, medians.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -23,6 +24,37 @@ struct Baseline {
     seconds: Vec<f64>,
 }
 
+/// The 12-bit JPEG streams the baseline script wraps into DICOM files (no Python package here
+/// writes them): its phantom, encoded by libjpeg-turbo lossy (Extended, quality 90) and
+/// lossless with predictors 6 and 1 (SV1), under the names the script looks for.
+fn jpeg12_streams(python: &Path, script: &Path, dir: &Path) -> Result<(), BenchError> {
+    let out = Command::new(python)
+        .arg(script)
+        .arg("--phantom")
+        .arg(dir)
+        .output()
+        .map_err(BenchError::io("running bench/dicom_baseline.py --phantom"))?;
+    if !out.status.success() {
+        return Err(BenchError::Invalid(format!(
+            "bench/dicom_baseline.py --phantom failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let raw = std::fs::read(dir.join("phantom12.raw")).map_err(BenchError::io("the phantom"))?;
+    let samples: Vec<u16> = raw.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+    let side = (samples.len() as f64).sqrt() as usize;
+    for (file, psv, quality) in [
+        ("jpeg-extended-12.jpg", None, 90),
+        ("jpeg-lossless.jpg", Some(6), 0),
+        ("jpeg-lossless-sv1.jpg", Some(1), 0),
+    ] {
+        let stream = bs_imageio::dicom::jpeg12::encode_gray12(&samples, side, side, psv, quality)
+            .map_err(|e| BenchError::Invalid(format!("{file}: {e}")))?;
+        std::fs::write(dir.join(file), stream).map_err(BenchError::io("a 12-bit JPEG stream"))?;
+    }
+    Ok(())
+}
+
 /// Run the benchmark (pydicom and its plugins must be in the bench virtualenv:
 /// `scripts/bench-setup.sh`).
 pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
@@ -38,6 +70,7 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         ));
     };
     let dir = tempfile::tempdir().map_err(BenchError::io("temp dir"))?;
+    jpeg12_streams(&python, &script, dir.path())?;
     let limits = bs_imageio::Limits::default();
     // Per syntax, in the script's order: its baseline (all rounds' times), our times, and
     // each round's ratio.
@@ -111,9 +144,14 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         "JPEG 2000 decodes on both cores (OpenJPEG's threads); the other codecs on one".into(),
         "codecs: blobstream uses libjpeg-turbo (TurboJPEG; its SIMD code is built when NASM is on \
          the build machine, which scripts/build-deps.sh, part of the test command, installs) for \
-         grey lossy JPEG and jpeg-decoder for colour, CharLS (JPEG-LS), OpenJPEG (JPEG 2000) and \
-         its own RLE decoder; pydicom uses pylibjpeg-libjpeg, pyjpegls (CharLS), \
-         pylibjpeg-openjpeg and pylibjpeg-rle"
+         grey lossy JPEG (8 and 12 bits), jpeg-decoder for colour and lossless JPEG, CharLS \
+         (JPEG-LS), OpenJPEG (JPEG 2000) and its own RLE decoder; pydicom uses \
+         pylibjpeg-libjpeg, pyjpegls (CharLS), pylibjpeg-openjpeg and pylibjpeg-rle"
+            .into(),
+        "files: the same 12-bit phantom in every syntax but JPEG Baseline (8 bits); JPEG-LS \
+         near-lossless with an error bound of 2 and JPEG 2000 lossy at 10:1 by the plugins' own \
+         encoders, JPEG Extended 12-bit (quality 90) and JPEG Lossless (predictors 6 and 1) by \
+         libjpeg-turbo, as no Python package here writes them"
             .into(),
         format!(
             "{runs} decodes of each file per side, in {rounds} rounds alternating pydicom's \

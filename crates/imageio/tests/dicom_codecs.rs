@@ -301,45 +301,10 @@ fn jpeg_ls_multi_frame_and_bad_streams() {
     }
 }
 
-/// A 12-bit grayscale JPEG made by libjpeg-turbo: lossy at `quality`, or lossless with
-/// predictor `psv` (1–7).
+/// A 12-bit grayscale JPEG of the W × H test pattern's size made by libjpeg-turbo: lossy at
+/// `quality`, or lossless with predictor `psv` (1–7).
 fn jpeg12(samples: &[u16], lossless_psv: Option<i32>, quality: i32) -> Vec<u8> {
-    use std::os::raw::c_int;
-    use turbojpeg_sys as tj;
-    let data: Vec<i16> = samples.iter().map(|&v| v as i16).collect();
-    // SAFETY: one handle used and destroyed here; the source buffer holds W × H samples; the
-    // library allocates the output, which is copied and freed.
-    unsafe {
-        let h = tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as c_int);
-        assert!(!h.is_null());
-        let set = |p: tj::TJPARAM, v: c_int| assert_eq!(tj::tj3Set(h, p as c_int, v), 0);
-        set(tj::TJPARAM_TJPARAM_PRECISION, 12);
-        set(tj::TJPARAM_TJPARAM_SUBSAMP, tj::TJSAMP_TJSAMP_GRAY as c_int);
-        match lossless_psv {
-            Some(psv) => {
-                set(tj::TJPARAM_TJPARAM_LOSSLESS, 1);
-                set(tj::TJPARAM_TJPARAM_LOSSLESSPSV, psv);
-            }
-            None => set(tj::TJPARAM_TJPARAM_QUALITY, quality),
-        }
-        let mut buf: *mut u8 = std::ptr::null_mut();
-        let mut size: tj::size_t = 0;
-        let rc = tj::tj3Compress12(
-            h,
-            data.as_ptr(),
-            W as c_int,
-            0,
-            H as c_int,
-            tj::TJPF_TJPF_GRAY as c_int,
-            &mut buf,
-            &mut size,
-        );
-        assert_eq!(rc, 0, "tj3Compress12 failed");
-        let out = std::slice::from_raw_parts(buf, size as usize).to_vec();
-        tj::tj3Free(buf.cast());
-        tj::tj3Destroy(h);
-        out
-    }
+    bs_imageio::dicom::jpeg12::encode_gray12(samples, W, H, lossless_psv, quality).unwrap()
 }
 
 const JPEG_EXTENDED: &str = "1.2.840.10008.1.2.4.51";

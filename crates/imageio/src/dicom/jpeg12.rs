@@ -180,3 +180,75 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoE
     })?;
     Ok(out.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect())
 }
+
+/// A 12-bit grayscale JPEG of `samples` (`width` × `height`, row by row, each below 4096)
+/// made by libjpeg-turbo: lossy (Extended, Process 4) at `quality`, or lossless (Process 14)
+/// with predictor `psv` (1–7; predictor 1 is the SV1 of 1.2.840.10008.1.2.4.70). What tests
+/// and benchmarks make their 12-bit and lossless JPEG files with: no other tool here writes
+/// them (Pillow and pydicom cannot).
+///
+/// # Panics
+///
+/// If `samples` does not hold `width × height` values.
+pub fn encode_gray12(
+    samples: &[u16],
+    width: usize,
+    height: usize,
+    lossless_psv: Option<i32>,
+    quality: i32,
+) -> Result<Vec<u8>, ImageIoError> {
+    assert_eq!(samples.len(), width * height, "12-bit JPEG: samples for {width} × {height}");
+    let fail =
+        |what: &str| ImageIoError::unsupported(Format::Jpeg, format!("12-bit encoding: {what}"));
+    let (w, h) = (c_int::try_from(width), c_int::try_from(height));
+    let (Ok(w), Ok(h)) = (w, h) else { return Err(fail("too large")) };
+    let data: Vec<i16> = samples.iter().map(|&v| (v & 0x0fff) as i16).collect();
+    // SAFETY: tj3Init takes a plain integer and returns a handle or NULL.
+    let handle = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as c_int) };
+    if handle.is_null() {
+        return Err(fail("no compressor"));
+    }
+    let handle = Handle(handle);
+    let set = |p: tj::TJPARAM, v: c_int| {
+        // SAFETY: a live handle and a parameter of the TurboJPEG 3 API.
+        (unsafe { tj::tj3Set(handle.0, p as c_int, v) } == 0).then_some(()).ok_or(())
+    };
+    let mut params = vec![
+        (tj::TJPARAM_TJPARAM_PRECISION, 12),
+        (tj::TJPARAM_TJPARAM_SUBSAMP, tj::TJSAMP_TJSAMP_GRAY as c_int),
+    ];
+    match lossless_psv {
+        Some(psv) => {
+            params.push((tj::TJPARAM_TJPARAM_LOSSLESS, 1));
+            params.push((tj::TJPARAM_TJPARAM_LOSSLESSPSV, psv));
+        }
+        None => params.push((tj::TJPARAM_TJPARAM_QUALITY, quality)),
+    }
+    if params.into_iter().any(|(p, v)| set(p, v).is_err()) {
+        return Err(fail("a parameter was refused"));
+    }
+    let mut buf: *mut u8 = std::ptr::null_mut();
+    let mut size: tj::size_t = 0;
+    // SAFETY: the source holds width × height samples, one row after another (pitch 0); the
+    // library allocates the output, which is copied and freed below.
+    let rc = unsafe {
+        tj::tj3Compress12(
+            handle.0,
+            data.as_ptr(),
+            w,
+            0,
+            h,
+            tj::TJPF_TJPF_GRAY as c_int,
+            &mut buf,
+            &mut size,
+        )
+    };
+    if rc != 0 || buf.is_null() {
+        return Err(fail("the compressor failed"));
+    }
+    // SAFETY: the library wrote `size` bytes at `buf`, freed once copied.
+    let out = unsafe { std::slice::from_raw_parts(buf, size as usize).to_vec() };
+    // SAFETY: `buf` came from the library's allocator.
+    unsafe { tj::tj3Free(buf.cast()) };
+    Ok(out)
+}

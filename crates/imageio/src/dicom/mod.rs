@@ -69,7 +69,7 @@
 pub(crate) mod frames;
 pub(crate) mod j2k;
 pub(crate) mod jpeg;
-pub(crate) mod jpeg12;
+pub mod jpeg12;
 pub(crate) mod jpegls;
 pub(crate) mod pixels;
 pub(crate) mod rle;
