@@ -48,7 +48,7 @@ fn jpeg12_streams(python: &Path, script: &Path, dir: &Path) -> Result<(), BenchE
         ("jpeg-lossless.jpg", Some(6), 0),
         ("jpeg-lossless-sv1.jpg", Some(1), 0),
     ] {
-        let stream = bs_imageio::dicom::jpeg12::encode_gray12(&samples, side, side, psv, quality)
+        let stream = bs_imageio::dicom::jpeg12::encode_gray(&samples, side, side, 12, psv, quality)
             .map_err(|e| BenchError::Invalid(format!("{file}: {e}")))?;
         std::fs::write(dir.join(file), stream).map_err(BenchError::io("a 12-bit JPEG stream"))?;
     }
@@ -144,7 +144,7 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         "JPEG 2000 decodes on both cores (OpenJPEG's threads); the other codecs on one".into(),
         "codecs: blobstream uses libjpeg-turbo (TurboJPEG; its SIMD code is built when NASM is on \
          the build machine, which scripts/build-deps.sh, part of the test command, installs) for \
-         grey lossy JPEG (8 and 12 bits), jpeg-decoder for colour and lossless JPEG, CharLS \
+         grey JPEG (lossy at 8 and 12 bits, and lossless), jpeg-decoder for colour, CharLS \
          (JPEG-LS), OpenJPEG (JPEG 2000) and its own RLE decoder; pydicom uses \
          pylibjpeg-libjpeg, pyjpegls (CharLS), pylibjpeg-openjpeg and pylibjpeg-rle"
             .into(),

@@ -304,7 +304,7 @@ fn jpeg_ls_multi_frame_and_bad_streams() {
 /// A 12-bit grayscale JPEG of the W × H test pattern's size made by libjpeg-turbo: lossy at
 /// `quality`, or lossless with predictor `psv` (1–7).
 fn jpeg12(samples: &[u16], lossless_psv: Option<i32>, quality: i32) -> Vec<u8> {
-    bs_imageio::dicom::jpeg12::encode_gray12(samples, W, H, lossless_psv, quality).unwrap()
+    bs_imageio::dicom::jpeg12::encode_gray(samples, W, H, 12, lossless_psv, quality).unwrap()
 }
 
 const JPEG_EXTENDED: &str = "1.2.840.10008.1.2.4.51";
@@ -364,5 +364,46 @@ fn jpeg_12_bit_lossy_and_lossless_with_every_predictor() {
             matches!(res, Err(ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. })),
             "cut at {cut}: {res:?}"
         );
+    }
+}
+
+/// Lossless JPEG of grey samples at 8, 12 and 16 bits, under both lossless syntaxes: the exact
+/// samples back with every predictor; a cut stream is an error, never a padded image.
+#[test]
+fn jpeg_lossless_grey_at_every_precision_is_exact_and_cut_streams_are_errors() {
+    const SV1: &str = "1.2.840.10008.1.2.4.70";
+    for (precision, allocated) in [(8u8, 8u16), (12, 16), (16, 16)] {
+        let top = (1u32 << precision) - 1;
+        let want: Vec<u16> = (0..W * H)
+            .map(|i| ((i as u64 * 2_654_435_761) % (u64::from(top) + 1)) as u16)
+            .collect();
+        let spec = PixelSpec::gray(H as u16, W as u16, allocated, u16::from(precision), false);
+        let pixels = |stream: Vec<u8>, ts| {
+            image_file(ts, &spec, vec![], pixel_data_encapsulated(vec![stream]))
+        };
+        let expect = if precision == 8 {
+            DynImage::U8(Image::from_vec(W, H, 1, want.iter().map(|&v| v as u8).collect()).unwrap())
+        } else {
+            DynImage::U16(Image::from_vec(W, H, 1, want.clone()).unwrap())
+        };
+        for (ts, psvs) in [(JPEG_LOSSLESS, 1..=7), (SV1, 1..=1)] {
+            for psv in psvs {
+                let stream =
+                    bs_imageio::dicom::jpeg12::encode_gray(&want, W, H, precision, Some(psv), 0)
+                        .unwrap();
+                let d = decode_ok(&pixels(stream.clone(), ts));
+                assert_eq!(d.image, expect, "{precision} bits, predictor {psv}");
+                for cut in (2..stream.len()).step_by(7) {
+                    let res = decode(&pixels(stream[..cut].to_vec(), ts), None, &Limits::default());
+                    assert!(
+                        matches!(
+                            res,
+                            Err(ImageIoError::Corrupt { .. } | ImageIoError::Truncated { .. })
+                        ),
+                        "{precision} bits cut at {cut}: {res:?}"
+                    );
+                }
+            }
+        }
     }
 }

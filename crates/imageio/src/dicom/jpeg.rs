@@ -1,7 +1,7 @@
 //! JPEG pixel data (Baseline, Extended at 8 bits, Lossless Process 14 and SV1) through the
 //! pure-Rust `jpeg-decoder`, with DICOM's colour rule and a check of the stream's frame header
-//! against the DICOM header before any pixel is decoded; lossy grey (8 and 12 bits) goes to the
-//! `jpeg12` module (libjpeg-turbo).
+//! against the DICOM header before any pixel is decoded; grey goes to the `jpeg12` module
+//! (libjpeg-turbo): lossy at 8 and 12 bits, lossless at any precision.
 //!
 //! Colour: PS3.5 §8.2.1 says the Photometric Interpretation describes the compressed stream.
 //! So a lossy three-component stream labelled YBR_* is converted from YCbCr, and one labelled
@@ -108,6 +108,10 @@ pub(crate) fn decode(
     let header = check_header(stream, layout)?;
     if header.precision > 8 && !header.lossless {
         let data = super::jpeg12::decode(stream, layout)?;
+        return Ok((data, Layout { planar: false, ..layout.clone() }));
+    }
+    if header.lossless && layout.samples_per_pixel == 1 {
+        let data = super::jpeg12::decode_lossless_gray(stream, layout, header.precision)?;
         return Ok((data, Layout { planar: false, ..layout.clone() }));
     }
     if header.precision == 8 && !header.lossless && layout.samples_per_pixel == 1 {
