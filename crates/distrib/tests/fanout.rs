@@ -255,13 +255,18 @@ fn a_stalled_receiver_is_dropped_and_reported_under_buffer_and_timeout() {
 #[test]
 fn receivers_join_and_leave_while_the_stream_runs() {
     let (d, addr) = distributer();
-    let stays = receiver(&addr, "hold", "stays", None);
+    let progress = Arc::new(AtomicU64::new(0));
+    let stays = watched_receiver(&addr, "hold", "stays", None, progress.clone());
     let leaver = Receiver::connect(&addr, "obs", "hold", "leaver", Some("t0k")).unwrap();
     wait_names(&d, "hold", &["stays", "leaver"]);
     let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
     let first = data(6 << 20, 1);
     s.start(&params("first")).unwrap();
     s.send(&first[..1 << 20]).unwrap();
+    // The run has started at the distributer (its bytes reach a receiver) before the one
+    // leaves and the other joins: `send` returns once the bytes are in the sender's socket,
+    // and a receiver joining before the distributer reads the start would be in this run.
+    wait_progress(&progress, 1);
     leaver.close();
     let late = receiver(&addr, "hold", "late", None);
     wait_names(&d, "hold", &["stays", "late"]);
