@@ -506,6 +506,66 @@ fn jpeg_labelled_rgb_without_adobe_marker_is_not_colour_converted() {
     assert!(max_abs_diff(&d.image, &want) >= 30);
 }
 
+/// 8-bit colour goes to libjpeg-turbo wherever its own colour rule agrees with DICOM's, and
+/// gives the picture jpeg-decoder gives (the two differ by rounding only); a stream whose
+/// component identifiers say R, G, B is left unconverted, as its RGB label says.
+#[test]
+fn jpeg_colour_decodes_alike_through_either_decoder_and_rgb_ids_stay_rgb() {
+    let (w, h) = (48usize, 32usize);
+    let rgb = smooth_image8(w, h, 3);
+    let jpeg = bs_imageio::encode(&DynImage::U8(rgb.clone()), Format::Jpeg).unwrap();
+    let mut spec = PixelSpec::rgb8(h as u16, w as u16);
+    spec.photometric = "YBR_FULL_422";
+    // JFIF, labelled YBR: both rules convert from YCbCr (libjpeg-turbo's route).
+    let ours = decode_ok(&image_file(
+        JPEG_BASELINE,
+        &spec,
+        vec![],
+        pixel_data_encapsulated(vec![jpeg.clone()]),
+    ));
+    let mut jd = jpeg_decoder::Decoder::new(&jpeg[..]);
+    jd.set_color_transform(jpeg_decoder::ColorTransform::YCbCr);
+    let theirs = DynImage::U8(Image::from_vec(w, h, 3, jd.decode().unwrap()).unwrap());
+    assert!(max_abs_diff(&ours.image, &theirs) <= 3, "{}", max_abs_diff(&ours.image, &theirs));
+    assert!(max_abs_diff(&ours.image, &DynImage::U8(rgb)) <= 24);
+
+    // No JFIF, component identifiers 'R', 'G', 'B' (frame and scan header alike), labelled RGB:
+    // neither rule converts, so the samples come out as coded (the YCbCr the encoder wrote).
+    let app0 = usize::from(u16::from_be_bytes([jpeg[4], jpeg[5]]));
+    let mut raw = jpeg.clone();
+    raw.drain(2..4 + app0);
+    // The marker segment `m`, walking the segments from the start.
+    let find = |raw: &[u8], m: u8| {
+        let mut i = 2;
+        while raw[i + 1] != m {
+            i += 2 + usize::from(u16::from_be_bytes([raw[i + 2], raw[i + 3]]));
+        }
+        i
+    };
+    let sof = find(&raw, 0xC0);
+    for (k, id) in b"RGB".iter().enumerate() {
+        raw[sof + 10 + 3 * k] = *id;
+    }
+    let sos = find(&raw, 0xDA);
+    assert_eq!(raw[sos + 4], 3, "one scan of three components");
+    for (k, id) in b"RGB".iter().enumerate() {
+        raw[sos + 5 + 2 * k] = *id;
+    }
+    spec.photometric = "RGB";
+    let kept = decode_ok(&image_file(
+        JPEG_BASELINE,
+        &spec,
+        vec![],
+        pixel_data_encapsulated(vec![raw.clone()]),
+    ));
+    // What jpeg-decoder, told the stream is RGB, makes of it (this label's route before).
+    let mut jd = jpeg_decoder::Decoder::new(&raw[..]);
+    jd.set_color_transform(jpeg_decoder::ColorTransform::RGB);
+    let coded = DynImage::U8(Image::from_vec(w, h, 3, jd.decode().unwrap()).unwrap());
+    assert!(max_abs_diff(&kept.image, &coded) <= 3, "{}", max_abs_diff(&kept.image, &coded));
+    assert!(max_abs_diff(&kept.image, &theirs) >= 30, "not converted");
+}
+
 #[test]
 fn palette_color_one_bit_thirty_two_bit_and_float_pixels() {
     // PALETTE COLOR, 8-bit indices, 16-bit entries starting at value 1.

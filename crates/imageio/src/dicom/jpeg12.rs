@@ -4,9 +4,9 @@
 //! lossless (Process 14, any predictor, 2 to 16 bits: .57 and .70).
 //! Written here by hand over the raw bindings because no pure-Rust decoder reads 12-bit lossy
 //! JPEG (jpeg-decoder and zune-jpeg stop at 8 bits) and the safe `turbojpeg` crate exposes
-//! only 8-bit samples. Colour stays with
-//! jpeg-decoder (`jpeg.rs`), which lets DICOM's photometric interpretation choose the colour
-//! transform; TurboJPEG decides it from the stream's markers alone.
+//! only 8-bit samples. TurboJPEG decides a colour stream's transform from its markers alone,
+//! so 8-bit colour comes here only where that agrees with DICOM's photometric interpretation;
+//! elsewhere it stays with jpeg-decoder (`jpeg.rs`), which lets the label choose.
 //!
 //! The stream's header is read first and checked against the DICOM header; the decoder then
 //! runs with a pixel limit and stops on the first warning, so a cut or damaged stream is an
@@ -154,6 +154,25 @@ pub(crate) fn decode8_gray(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, Im
             out.as_mut_ptr(),
             0,
             tj::TJPF_TJPF_GRAY as c_int,
+        )
+    })?;
+    Ok(out)
+}
+
+/// Decode one 8-bit lossy three-component JPEG frame to interleaved 8-bit RGB, converted from
+/// YCbCr or not as libjpeg's rule says (the caller checked that is what DICOM asks for).
+pub(crate) fn decode8_rgb(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoError> {
+    let mut out = vec![0u8; layout.rows * layout.cols * 3];
+    // SAFETY: `out` holds rows × cols pixels of three bytes, what a TJPF_RGB decode of the
+    // header just checked writes (pitch 0 = cols × 3).
+    decompress(stream, layout, |h, stream| unsafe {
+        tj::tj3Decompress8(
+            h.0,
+            stream.as_ptr(),
+            stream.len() as tj::size_t,
+            out.as_mut_ptr(),
+            0,
+            tj::TJPF_TJPF_RGB as c_int,
         )
     })?;
     Ok(out)
