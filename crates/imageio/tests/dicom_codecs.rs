@@ -407,3 +407,39 @@ fn jpeg_lossless_grey_at_every_precision_is_exact_and_cut_streams_are_errors() {
         }
     }
 }
+
+/// Frames are decoded over the machine's cores: many frames still come back in order, each
+/// exact, and a file with bad frames fails with the error of the first of them.
+#[test]
+fn many_frames_come_back_in_order_and_the_first_bad_frame_is_the_one_reported() {
+    let n = 11;
+    let frame =
+        |k: usize| -> Vec<u16> { (0..W * H).map(|i| ((i * 37 + k * 401) % 4096) as u16).collect() };
+    let streams: Vec<Vec<u8>> =
+        (0..n).map(|k| jpeg12(&frame(k), Some(1 + k as i32 % 7), 0)).collect();
+    let mut spec = PixelSpec::gray(H as u16, W as u16, 16, 12, false);
+    spec.frames = Some(n as u32);
+    let file = |streams: Vec<Vec<u8>>| {
+        image_file(JPEG_LOSSLESS, &spec, vec![], pixel_data_encapsulated(streams))
+    };
+    let d = decode_ok(&file(streams.clone()));
+    for k in 0..n {
+        let want = DynImage::U16(Image::from_vec(W, H, 1, frame(k)).unwrap());
+        assert_eq!(d.frame(k), Some(&want), "frame {k}");
+    }
+    // Frames 4 and 9 cut short (and unlike each other): the error is frame 4's.
+    let mut bad = streams.clone();
+    let half = bad[4].len() / 2;
+    bad[4].truncate(half);
+    bad[9].truncate(10);
+    let err = decode(&file(bad), None, &Limits::default()).unwrap_err();
+    let one = PixelSpec::gray(H as u16, W as u16, 16, 12, false);
+    let alone = |stream: &[u8]| {
+        let f =
+            image_file(JPEG_LOSSLESS, &one, vec![], pixel_data_encapsulated(vec![stream.to_vec()]));
+        decode(&f, None, &Limits::default()).unwrap_err().to_string()
+    };
+    let (fourth, ninth) = (alone(&streams[4][..half]), alone(&streams[9][..10]));
+    assert_ne!(fourth, ninth, "the two bad frames fail differently");
+    assert_eq!(err.to_string(), fourth);
+}

@@ -321,8 +321,7 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         let streams = frames::encapsulated_frames(fragments, &offsets, frames, marker)?;
         let mut decoded_layout = layout.clone();
         let mut data = Vec::with_capacity(frames);
-        for s in &streams[..decoded] {
-            let (d, l) = decode_frame(s, &layout, codec, limits)?;
+        for (d, l) in decode_frames(&streams[..decoded], &layout, codec, limits)? {
             data.push(d);
             decoded_layout = l;
         }
@@ -408,6 +407,41 @@ fn extended_offsets(obj: &DefaultDicomObject) -> Option<Vec<u64>> {
 }
 
 /// One encapsulated frame to native samples, and the layout they have then.
+/// Decode each of `streams`, in order; with several frames, over the machine's cores (a cine
+/// loop of hundreds of frames in about a core's share of the time). The same frames either
+/// way, and the first failing frame's error.
+fn decode_frames<'a>(
+    streams: &'a [Cow<'a, [u8]>],
+    layout: &Layout,
+    codec: PixelCodec,
+    limits: &Limits,
+) -> Result<Vec<(Cow<'a, [u8]>, Layout)>, ImageIoError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cores.min(streams.len());
+    if threads <= 1 {
+        return streams.iter().map(|s| decode_frame(s, layout, codec, limits)).collect();
+    }
+    let per = streams.len().div_ceil(threads);
+    let decode_part = |part: &'a [Cow<'a, [u8]>]| {
+        part.iter().map(|s| decode_frame(s, layout, codec, limits)).collect::<Vec<_>>()
+    };
+    // Every part is joined before any result is looked at: an early return would leave the
+    // scope to join the rest, and re-raise a panic of theirs.
+    let parts: Vec<_> = std::thread::scope(|scope| {
+        let running: Vec<_> =
+            streams.chunks(per).map(|part| scope.spawn(move || decode_part(part))).collect();
+        running.into_iter().map(|h| h.join()).collect()
+    });
+    let mut out = Vec::with_capacity(streams.len());
+    for part in parts {
+        let part = part.map_err(|_| ImageIoError::corrupt(DICOM, "a frame's decoder failed"))?;
+        for frame in part {
+            out.push(frame?);
+        }
+    }
+    Ok(out)
+}
+
 fn decode_frame<'a>(
     stream: &'a [u8],
     layout: &Layout,
