@@ -407,6 +407,9 @@ fn extended_offsets(obj: &DefaultDicomObject) -> Option<Vec<u64>> {
 }
 
 /// One encapsulated frame to native samples, and the layout they have then.
+/// A frame's samples and the layout they came out in.
+type DecodedFrame<'a> = (Cow<'a, [u8]>, Layout);
+
 /// Decode each of `streams`, in order; with several frames, over the machine's cores (a cine
 /// loop of hundreds of frames in about a core's share of the time). The same frames either
 /// way, and the first failing frame's error.
@@ -415,7 +418,7 @@ fn decode_frames<'a>(
     layout: &Layout,
     codec: PixelCodec,
     limits: &Limits,
-) -> Result<Vec<(Cow<'a, [u8]>, Layout)>, ImageIoError> {
+) -> Result<Vec<DecodedFrame<'a>>, ImageIoError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = cores.min(streams.len());
     if threads <= 1 {
@@ -447,7 +450,7 @@ fn decode_frame<'a>(
     layout: &Layout,
     codec: PixelCodec,
     limits: &Limits,
-) -> Result<(Cow<'a, [u8]>, Layout), ImageIoError> {
+) -> Result<DecodedFrame<'a>, ImageIoError> {
     let need =
         layout.frame_bytes().ok_or_else(|| ImageIoError::corrupt(DICOM, "image too large"))?;
     match codec {
