@@ -419,8 +419,11 @@ fn decode_frames<'a>(
     codec: PixelCodec,
     limits: &Limits,
 ) -> Result<Vec<DecodedFrame<'a>>, ImageIoError> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = cores.min(streams.len());
+    // One frame (the usual case) is decoded here, without asking how many cores there are.
+    let threads = match streams.len() {
+        0 | 1 => 1,
+        n => std::thread::available_parallelism().map_or(1, |c| c.get()).min(n),
+    };
     if threads <= 1 {
         return streams.iter().map(|s| decode_frame(s, layout, codec, limits)).collect();
     }
