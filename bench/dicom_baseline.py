@@ -1,8 +1,9 @@
 """Baseline of `blobstream bench dicom`: makes one DICOM file per transfer syntax (a 512 x 512
-CT-like 12-bit slice; an 8-bit one for JPEG Baseline) in the directory given, then times
+CT-like 12-bit slice; an 8-bit one for JPEG Baseline, and a 640 x 480 ultrasound-like colour
+frame in YBR_FULL_422) in the directory given, then times
 pydicom decoding each (`dcmread(...).pixel_array`, with its pylibjpeg, openjpeg, RLE and
 JPEG-LS plugins) and prints one JSON line per file:
-{"syntax", "uid", "file", "pixel_bytes", "seconds": [...]}.
+{"syntax", "uid", "file", "size", "pixel_bytes", "seconds": [...]}.
 
     python dicom_baseline.py --phantom DIR   # writes DIR/phantom12.raw (512 x 512, u16 LE)
     python dicom_baseline.py DIR RUNS
@@ -60,6 +61,23 @@ def phantom(bits: int) -> np.ndarray:
     return np.clip(img * top / 1200.0, 0, top).astype(np.uint16 if bits > 8 else np.uint8)
 
 
+COLOUR = (480, 640)
+
+
+def colour_phantom() -> np.ndarray:
+    """An ultrasound-like colour frame (rows x columns x RGB), deterministic."""
+    rows, cols = COLOUR
+    y, x = np.mgrid[0:rows, 0:cols]
+    rng = np.random.default_rng(11)
+    speckle = rng.gamma(2.0, 40.0, (rows, cols))
+    sector = ((x - cols / 2) ** 2 + (y + 40) ** 2 < (rows * 1.05) ** 2) & (abs(x - cols / 2) < y + 60)
+    grey = np.where(sector, np.clip(speckle, 0, 255), 0)
+    doppler = ((x - 380) ** 2 + (y - 220) ** 2) < 60**2
+    rgb = np.stack([grey, grey, grey], -1)
+    rgb[doppler] = np.stack([grey[doppler] * 0.3 + 170, grey[doppler] * 0.2, grey[doppler] * 0.3 + 40], -1)
+    return np.clip(rgb, 0, 255).astype(np.uint8)
+
+
 def dataset(pixels: np.ndarray, bits_stored: int) -> Dataset:
     ds = Dataset()
     ds.file_meta = FileMetaDataset()
@@ -114,6 +132,16 @@ def make(out: Path):
     f = out / "jpeg-baseline.dcm"
     write(encapsulated(dataset(ct8, 8), buf.getvalue(), JPEGBaseline8Bit), f)
     files.append(("JPEG Baseline (8-bit)", str(JPEGBaseline8Bit), f))
+    # Colour JPEG Baseline as ultrasound stores it: YBR_FULL_422 (Pillow's 4:2:2, JFIF).
+    buf = io.BytesIO()
+    Image.fromarray(colour_phantom()).save(buf, format="JPEG", quality=90, subsampling=1)
+    ds = dataset(ct8, 8)
+    ds.Rows, ds.Columns = COLOUR
+    ds.SamplesPerPixel, ds.PlanarConfiguration = 3, 0
+    ds.PhotometricInterpretation = "YBR_FULL_422"
+    f = out / "jpeg-baseline-colour.dcm"
+    write(encapsulated(ds, buf.getvalue(), JPEGBaseline8Bit), f)
+    files.append(("JPEG Baseline (8-bit), colour YBR_FULL_422", str(JPEGBaseline8Bit), f))
     for stream, name, uid in JPEG12:
         if (out / stream).exists():
             f = out / stream.replace(".jpg", ".dcm")
@@ -148,6 +176,7 @@ def main():
             "syntax": name,
             "uid": uid,
             "file": str(f),
+            "size": f"{arr.shape[1]} × {arr.shape[0]}",
             "pixel_bytes": int(arr.nbytes),
             "seconds": times[1:],
         }), flush=True)

@@ -20,6 +20,8 @@ struct Baseline {
     syntax: String,
     uid: String,
     file: String,
+    /// Columns × rows, as the script writes it.
+    size: String,
     pixel_bytes: u64,
     seconds: Vec<f64>,
 }
@@ -125,7 +127,7 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         let mb = b.pixel_bytes as f64 / 1e6;
         rows.push(Row {
             group: "decode",
-            what: format!("{} ({}), 512 × 512", b.syntax, b.uid),
+            what: format!("{} ({}), {}", b.syntax, b.uid, b.size),
             ours: mb / median(ours),
             baseline: mb / median(&b.seconds),
             baseline_name: "pydicom + plugins".into(),
@@ -148,7 +150,8 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          (JPEG-LS), OpenJPEG (JPEG 2000) and its own RLE decoder; pydicom uses \
          pylibjpeg-libjpeg, pyjpegls (CharLS), pylibjpeg-openjpeg and pylibjpeg-rle"
             .into(),
-        "files: the same 12-bit phantom in every syntax but JPEG Baseline (8 bits); JPEG-LS \
+        "files: the same 12-bit phantom in every syntax but JPEG Baseline (8 bits, grey and a \
+         640 × 480 ultrasound-like colour frame in YBR_FULL_422, 4:2:2); JPEG-LS \
          near-lossless with an error bound of 2 and JPEG 2000 lossy at 10:1 by the plugins' own \
          encoders, JPEG Extended 12-bit (quality 90) and JPEG Lossless (predictors 6 and 1) by \
          libjpeg-turbo, as no Python package here writes them"
