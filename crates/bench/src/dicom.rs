@@ -26,22 +26,31 @@ struct Baseline {
     seconds: Vec<f64>,
 }
 
+/// Run `bench/dicom_baseline.py` with `args`; its standard output.
+fn baseline_script(
+    python: &Path,
+    script: &Path,
+    args: &[&std::ffi::OsStr],
+) -> Result<Vec<u8>, BenchError> {
+    let out = Command::new(python)
+        .arg(script)
+        .args(args)
+        .output()
+        .map_err(BenchError::io("running bench/dicom_baseline.py"))?;
+    if !out.status.success() {
+        return Err(BenchError::Invalid(format!(
+            "bench/dicom_baseline.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(out.stdout)
+}
+
 /// The 12-bit JPEG streams the baseline script wraps into DICOM files (no Python package here
 /// writes them): its phantom, encoded by libjpeg-turbo lossy (Extended, quality 90) and
 /// lossless with predictors 6 and 1 (SV1), under the names the script looks for.
 fn jpeg12_streams(python: &Path, script: &Path, dir: &Path) -> Result<(), BenchError> {
-    let out = Command::new(python)
-        .arg(script)
-        .arg("--phantom")
-        .arg(dir)
-        .output()
-        .map_err(BenchError::io("running bench/dicom_baseline.py --phantom"))?;
-    if !out.status.success() {
-        return Err(BenchError::Invalid(format!(
-            "bench/dicom_baseline.py --phantom failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
+    baseline_script(python, script, &["--phantom".as_ref(), dir.as_os_str()])?;
     let raw = std::fs::read(dir.join("phantom12.raw")).map_err(BenchError::io("the phantom"))?;
     let samples: Vec<u16> = raw.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
     let side = (samples.len() as f64).sqrt() as usize;
@@ -82,19 +91,9 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             "round {} of {rounds}: pydicom, then blobstream, {per_round} decodes per file",
             round + 1
         ));
-        let out = Command::new(&python)
-            .arg(&script)
-            .arg(dir.path())
-            .arg(per_round.to_string())
-            .output()
-            .map_err(BenchError::io("running bench/dicom_baseline.py"))?;
-        if !out.status.success() {
-            return Err(BenchError::Invalid(format!(
-                "bench/dicom_baseline.py failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
-        for (i, line) in String::from_utf8_lossy(&out.stdout).lines().enumerate() {
+        let per = per_round.to_string();
+        let out = baseline_script(&python, &script, &[dir.path().as_os_str(), per.as_ref()])?;
+        for (i, line) in String::from_utf8_lossy(&out).lines().enumerate() {
             let b: Baseline = serde_json::from_str(line)
                 .map_err(|e| BenchError::Invalid(format!("baseline output {line:?}: {e}")))?;
             let bytes = std::fs::read(&b.file).map_err(BenchError::io("reading a test file"))?;

@@ -514,20 +514,30 @@ fn jpeg_colour_decodes_alike_through_either_decoder_and_rgb_ids_stay_rgb() {
     let (w, h) = (48usize, 32usize);
     let rgb = smooth_image8(w, h, 3);
     let jpeg = bs_imageio::encode(&DynImage::U8(rgb.clone()), Format::Jpeg).unwrap();
-    let mut spec = PixelSpec::rgb8(h as u16, w as u16);
-    spec.photometric = "YBR_FULL_422";
+    // The stream labelled `photometric`, through our decoder; and through jpeg-decoder alone,
+    // told the colour transform.
+    let ours = |stream: &[u8], photometric: &'static str| {
+        let mut spec = PixelSpec::rgb8(h as u16, w as u16);
+        spec.photometric = photometric;
+        let file = image_file(
+            JPEG_BASELINE,
+            &spec,
+            vec![],
+            pixel_data_encapsulated(vec![stream.to_vec()]),
+        );
+        decode_ok(&file).image
+    };
+    let theirs = |stream: &[u8], transform| {
+        let mut jd = jpeg_decoder::Decoder::new(stream);
+        jd.set_color_transform(transform);
+        DynImage::U8(Image::from_vec(w, h, 3, jd.decode().unwrap()).unwrap())
+    };
     // JFIF, labelled YBR: both rules convert from YCbCr (libjpeg-turbo's route).
-    let ours = decode_ok(&image_file(
-        JPEG_BASELINE,
-        &spec,
-        vec![],
-        pixel_data_encapsulated(vec![jpeg.clone()]),
-    ));
-    let mut jd = jpeg_decoder::Decoder::new(&jpeg[..]);
-    jd.set_color_transform(jpeg_decoder::ColorTransform::YCbCr);
-    let theirs = DynImage::U8(Image::from_vec(w, h, 3, jd.decode().unwrap()).unwrap());
-    assert!(max_abs_diff(&ours.image, &theirs) <= 3, "{}", max_abs_diff(&ours.image, &theirs));
-    assert!(max_abs_diff(&ours.image, &DynImage::U8(rgb)) <= 24);
+    let (converted, reference) =
+        (ours(&jpeg, "YBR_FULL_422"), theirs(&jpeg, jpeg_decoder::ColorTransform::YCbCr));
+    let diff = max_abs_diff(&converted, &reference);
+    assert!(diff <= 3, "{diff}");
+    assert!(max_abs_diff(&converted, &DynImage::U8(rgb)) <= 24);
 
     // No JFIF, component identifiers 'R', 'G', 'B' (frame and scan header alike), labelled RGB:
     // neither rule converts, so the samples come out as coded (the YCbCr the encoder wrote).
@@ -551,19 +561,11 @@ fn jpeg_colour_decodes_alike_through_either_decoder_and_rgb_ids_stay_rgb() {
     for (k, id) in b"RGB".iter().enumerate() {
         raw[sos + 5 + 2 * k] = *id;
     }
-    spec.photometric = "RGB";
-    let kept = decode_ok(&image_file(
-        JPEG_BASELINE,
-        &spec,
-        vec![],
-        pixel_data_encapsulated(vec![raw.clone()]),
-    ));
-    // What jpeg-decoder, told the stream is RGB, makes of it (this label's route before).
-    let mut jd = jpeg_decoder::Decoder::new(&raw[..]);
-    jd.set_color_transform(jpeg_decoder::ColorTransform::RGB);
-    let coded = DynImage::U8(Image::from_vec(w, h, 3, jd.decode().unwrap()).unwrap());
-    assert!(max_abs_diff(&kept.image, &coded) <= 3, "{}", max_abs_diff(&kept.image, &coded));
-    assert!(max_abs_diff(&kept.image, &theirs) >= 30, "not converted");
+    // Against jpeg-decoder told the stream is RGB (this label's route before).
+    let kept = ours(&raw, "RGB");
+    let diff = max_abs_diff(&kept, &theirs(&raw, jpeg_decoder::ColorTransform::RGB));
+    assert!(diff <= 3, "{diff}");
+    assert!(max_abs_diff(&kept, &reference) >= 30, "not converted");
 }
 
 #[test]

@@ -54,9 +54,9 @@ fn a_small_blob_received_in_place_keeps_what_arrived_and_no_more() {
     assert_eq!(read_all(&s, "lent"), body);
 }
 
-/// A small blob's PUT is signed with a SHA-256 taken as its bytes arrive (the server checks
-/// it against what it receives): bytes rolled back and written again otherwise must be what
-/// is signed and stored, whether they came by copy or in place.
+/// A small blob's PUT carries a CRC-32 taken as its bytes arrive (the server checks it
+/// against what it receives): bytes rolled back and written again otherwise must be what
+/// is checked and stored, whether they came by copy or in place.
 #[test]
 fn a_small_blob_written_differently_after_a_rollback_is_stored_as_it_ends() {
     let s = common::s3_store();

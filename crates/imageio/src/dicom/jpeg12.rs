@@ -139,43 +139,79 @@ fn decompress(
     if decompress(&again, &trimmed) == 0 { Ok(()) } else { Err(again.error()) }
 }
 
+/// A sample type a TurboJPEG decode writes: the function for its precision, and how the
+/// samples become this crate's native little-endian bytes.
+trait TjSample: Copy + Default {
+    /// One `tj3Decompress*` call of `stream` into `out`, pixel format `pf`, pitch 0.
+    ///
+    /// # Safety
+    ///
+    /// `out` holds the frame the handle's header describes, in `pf`'s samples per pixel.
+    unsafe fn decompress(h: &Handle, stream: &[u8], out: &mut [Self], pf: c_int) -> c_int;
+    fn into_bytes(samples: Vec<Self>) -> Vec<u8>;
+}
+
+impl TjSample for u8 {
+    unsafe fn decompress(h: &Handle, stream: &[u8], out: &mut [u8], pf: c_int) -> c_int {
+        let len = stream.len() as tj::size_t;
+        // SAFETY: as the caller promises; `stream` outlives the call.
+        unsafe { tj::tj3Decompress8(h.0, stream.as_ptr(), len, out.as_mut_ptr(), 0, pf) }
+    }
+    fn into_bytes(samples: Vec<u8>) -> Vec<u8> {
+        samples
+    }
+}
+
+/// 9 to 12 bits (TurboJPEG's `J12SAMPLE`).
+impl TjSample for i16 {
+    unsafe fn decompress(h: &Handle, stream: &[u8], out: &mut [i16], pf: c_int) -> c_int {
+        let len = stream.len() as tj::size_t;
+        // SAFETY: as the caller promises; `stream` outlives the call.
+        unsafe { tj::tj3Decompress12(h.0, stream.as_ptr(), len, out.as_mut_ptr(), 0, pf) }
+    }
+    fn into_bytes(samples: Vec<i16>) -> Vec<u8> {
+        samples.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect()
+    }
+}
+
+/// 13 to 16 bits (lossless only).
+impl TjSample for u16 {
+    unsafe fn decompress(h: &Handle, stream: &[u8], out: &mut [u16], pf: c_int) -> c_int {
+        let len = stream.len() as tj::size_t;
+        // SAFETY: as the caller promises; `stream` outlives the call.
+        unsafe { tj::tj3Decompress16(h.0, stream.as_ptr(), len, out.as_mut_ptr(), 0, pf) }
+    }
+    fn into_bytes(samples: Vec<u16>) -> Vec<u8> {
+        samples.iter().flat_map(|&v| v.to_le_bytes()).collect()
+    }
+}
+
+/// Decode one frame of `channels` samples per pixel (TJPF_GRAY for 1, TJPF_RGB for 3) into
+/// samples of type `T`, as native little-endian bytes.
+fn decode_as<T: TjSample>(
+    stream: &[u8],
+    layout: &Layout,
+    channels: usize,
+) -> Result<Vec<u8>, ImageIoError> {
+    let pf = if channels == 3 { tj::TJPF_TJPF_RGB } else { tj::TJPF_TJPF_GRAY } as c_int;
+    let mut out = vec![T::default(); layout.rows * layout.cols * channels];
+    // SAFETY: `out` holds rows × cols pixels of `channels` samples, the size the header was
+    // checked to have (and the pixel limit enforces), what a decode in `pf` writes.
+    decompress(stream, layout, |h, s| unsafe { T::decompress(h, s, &mut out, pf) })?;
+    Ok(T::into_bytes(out))
+}
+
 /// Decode one 8-bit lossy grayscale JPEG frame (Baseline or Extended) to 8-bit samples with
 /// libjpeg-turbo: its integer IDCT is the IJG one DCMTK builds on, so the grey levels match
 /// that toolkit's to the last bit; with NASM present at build time it also runs SIMD code.
 pub(crate) fn decode8_gray(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoError> {
-    let mut out = vec![0u8; layout.rows * layout.cols];
-    // SAFETY: `out` holds rows × cols one-byte samples, the size the header was checked to
-    // have (and the pixel limit enforces); pitch 0 means rows of `cols` samples.
-    decompress(stream, layout, |h, stream| unsafe {
-        tj::tj3Decompress8(
-            h.0,
-            stream.as_ptr(),
-            stream.len() as tj::size_t,
-            out.as_mut_ptr(),
-            0,
-            tj::TJPF_TJPF_GRAY as c_int,
-        )
-    })?;
-    Ok(out)
+    decode_as::<u8>(stream, layout, 1)
 }
 
 /// Decode one 8-bit lossy three-component JPEG frame to interleaved 8-bit RGB, converted from
 /// YCbCr or not as libjpeg's rule says (the caller checked that is what DICOM asks for).
 pub(crate) fn decode8_rgb(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoError> {
-    let mut out = vec![0u8; layout.rows * layout.cols * 3];
-    // SAFETY: `out` holds rows × cols pixels of three bytes, what a TJPF_RGB decode of the
-    // header just checked writes (pitch 0 = cols × 3).
-    decompress(stream, layout, |h, stream| unsafe {
-        tj::tj3Decompress8(
-            h.0,
-            stream.as_ptr(),
-            stream.len() as tj::size_t,
-            out.as_mut_ptr(),
-            0,
-            tj::TJPF_TJPF_RGB as c_int,
-        )
-    })?;
-    Ok(out)
+    decode_as::<u8>(stream, layout, 3)
 }
 
 /// Decode one 12-bit (9 to 12 bits) lossy grayscale JPEG frame to native little-endian 16-bit
@@ -184,21 +220,7 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoE
     if layout.samples_per_pixel != 1 {
         return Err(ImageIoError::unsupported(DICOM, "12-bit lossy JPEG in colour"));
     }
-    let pixels = layout.rows * layout.cols;
-    let mut out = vec![0i16; pixels];
-    // SAFETY: `out` holds width × height samples of one channel (pitch 0 = width), which is
-    // what a TJPF_GRAY decode of the header just checked writes.
-    decompress(stream, layout, |h, stream| unsafe {
-        tj::tj3Decompress12(
-            h.0,
-            stream.as_ptr(),
-            stream.len() as tj::size_t,
-            out.as_mut_ptr(),
-            0,
-            tj::TJPF_TJPF_GRAY as c_int,
-        )
-    })?;
-    Ok(out.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect())
+    decode_as::<i16>(stream, layout, 1)
 }
 
 /// Decode one lossless grayscale JPEG frame (Process 14, any predictor: 1.2.840.10008.1.2.4.57
@@ -211,54 +233,10 @@ pub(crate) fn decode_lossless_gray(
     layout: &Layout,
     precision: u8,
 ) -> Result<Vec<u8>, ImageIoError> {
-    let pixels = layout.rows * layout.cols;
-    let gray = tj::TJPF_TJPF_GRAY as c_int;
-    // SAFETY (each call): the output holds rows × cols samples of one channel (pitch 0 =
-    // cols), what a TJPF_GRAY decode of the header just checked writes; the sample type is
-    // the one TurboJPEG's function for that precision writes.
     match precision {
-        0..=8 => {
-            let mut out = vec![0u8; pixels];
-            decompress(stream, layout, |h, s| unsafe {
-                tj::tj3Decompress8(
-                    h.0,
-                    s.as_ptr(),
-                    s.len() as tj::size_t,
-                    out.as_mut_ptr(),
-                    0,
-                    gray,
-                )
-            })?;
-            Ok(out)
-        }
-        9..=12 => {
-            let mut out = vec![0i16; pixels];
-            decompress(stream, layout, |h, s| unsafe {
-                tj::tj3Decompress12(
-                    h.0,
-                    s.as_ptr(),
-                    s.len() as tj::size_t,
-                    out.as_mut_ptr(),
-                    0,
-                    gray,
-                )
-            })?;
-            Ok(out.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect())
-        }
-        _ => {
-            let mut out = vec![0u16; pixels];
-            decompress(stream, layout, |h, s| unsafe {
-                tj::tj3Decompress16(
-                    h.0,
-                    s.as_ptr(),
-                    s.len() as tj::size_t,
-                    out.as_mut_ptr(),
-                    0,
-                    gray,
-                )
-            })?;
-            Ok(out.iter().flat_map(|&v| v.to_le_bytes()).collect())
-        }
+        0..=8 => decode_as::<u8>(stream, layout, 1),
+        9..=12 => decode_as::<i16>(stream, layout, 1),
+        _ => decode_as::<u16>(stream, layout, 1),
     }
 }
 
