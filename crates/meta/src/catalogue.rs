@@ -24,6 +24,9 @@ pub struct StoredBlob {
     pub chunks: Option<Vec<u8>>,
     /// Why the blob is known to be corrupt in storage, if it is.
     pub corrupt: Option<String>,
+    /// The blob's bytes, for a small blob kept in its catalogue row (the fs store's);
+    /// `location` then names no file.
+    pub inline: Option<Vec<u8>>,
 }
 
 /// The catalogue.
@@ -106,15 +109,23 @@ impl Catalogue {
     /// Commit a blob (insert, or replace as `may_replace` allows) with its chunk digests
     /// (stored form) and drop its pending upload, in one transaction: the check of what is
     /// there and the commit cannot be separated by another writer, in this process or any
-    /// other. Durable when this returns `Ok`.
+    /// other. Durable when this returns `Ok`. With `inline`, the blob's bytes are kept in its
+    /// row (and `location` names nothing else).
     pub fn commit_blob(
         &self,
         rec: &BlobRecord,
         location: &str,
         chunks: &[u8],
+        inline: Option<&[u8]>,
         may_replace: impl FnOnce(&str) -> bool + Send + 'static,
     ) -> Result<Commit> {
-        on_backend!(self, c => c.commit_blob(rec, location, chunks, may_replace))
+        on_backend!(self, c => c.commit_blob(rec, location, chunks, inline, may_replace))
+    }
+
+    /// Replace the bytes of the inline blob stored at `location` (fault injection for tests:
+    /// bit rot inside the catalogue). Returns whether such a row existed.
+    pub fn set_inline(&self, name: &str, location: &str, data: &[u8]) -> Result<bool> {
+        on_backend!(self, c => c.set_inline(name, location, data))
     }
 
     /// Record `intent` durably before its bytes are known to be stored, so that
@@ -141,7 +152,7 @@ impl Catalogue {
         match &self.backend {
             Backend::Sqlite(c) => c.commit_intended(intent, may_replace, durability),
             Backend::Postgres(c) => crate::pg::off_executor(|| {
-                c.commit_blob(&intent.record, &intent.location, &intent.chunks, may_replace)
+                c.commit_blob(&intent.record, &intent.location, &intent.chunks, None, may_replace)
             }),
         }
     }

@@ -81,7 +81,7 @@ impl SqliteCatalogue {
     ) -> Result<Commit> {
         let i = intent.clone();
         let op = move |tx: &rusqlite::Connection| {
-            let done = commit_row(tx, &i.record, &i.location, &i.chunks, may_replace)?;
+            let done = commit_row(tx, &i.record, &i.location, &i.chunks, None, may_replace)?;
             // Committed: the name's intents go, this one with them. Refused: only this one.
             let sql = match done {
                 Commit::Done(_) => {
@@ -232,7 +232,7 @@ mod tests {
         cat.intend(&intent("n", "stale", true)).unwrap();
         cat.intend(&intent("other", "keep", true)).unwrap();
         let b = intent("n", "loc-b", true);
-        cat.commit_blob(&b.record, &b.location, &b.chunks, |_| true).unwrap();
+        cat.commit_blob(&b.record, &b.location, &b.chunks, None, |_| true).unwrap();
         let left: Vec<_> = cat.intents().unwrap().into_iter().map(|i| i.location).collect();
         assert_eq!(left, ["keep"]);
         cat.intend(&intent("other", "later", true)).unwrap();

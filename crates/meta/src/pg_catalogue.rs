@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS blobs (
 );
 ALTER TABLE blobs ADD COLUMN IF NOT EXISTS chunks BYTEA;
 ALTER TABLE blobs ADD COLUMN IF NOT EXISTS corrupt TEXT;
+ALTER TABLE blobs ADD COLUMN IF NOT EXISTS inline_data BYTEA;
 CREATE TABLE IF NOT EXISTS uploads (
     name         TEXT COLLATE "C" PRIMARY KEY NOT NULL,
     upload_id    TEXT NOT NULL UNIQUE,
@@ -69,8 +70,10 @@ impl PgCatalogue {
     }
 
     pub fn stored(&self, name: &str) -> Result<Option<StoredBlob>> {
-        let sql =
-            format!("SELECT {BLOB_COLUMNS}, location, chunks, corrupt FROM blobs WHERE name = $1");
+        let sql = format!(
+            "SELECT {BLOB_COLUMNS}, location, chunks, corrupt, inline_data FROM blobs
+             WHERE name = $1"
+        );
         let row = self.pool.retrying(|c| c.query_opt(&sql, &[&name]))?;
         row.map(|r| {
             Ok(StoredBlob {
@@ -78,6 +81,7 @@ impl PgCatalogue {
                 location: r.get(6),
                 chunks: r.get(7),
                 corrupt: r.get(8),
+                inline: r.get(9),
             })
         })
         .transpose()
@@ -91,6 +95,17 @@ impl PgCatalogue {
             )
         })?;
         Ok(())
+    }
+
+    pub fn set_inline(&self, name: &str, location: &str, data: &[u8]) -> Result<bool> {
+        let n = self.pool.retrying(|c| {
+            c.execute(
+                "UPDATE blobs SET inline_data = $3
+                 WHERE name = $1 AND location = $2 AND inline_data IS NOT NULL",
+                &[&name, &location, &data],
+            )
+        })?;
+        Ok(n > 0)
     }
 
     pub fn set_corrupt(&self, name: &str, location: &str, reason: Option<&str>) -> Result<bool> {
@@ -126,6 +141,7 @@ impl PgCatalogue {
         rec: &BlobRecord,
         location: &str,
         chunks: &[u8],
+        inline: Option<&[u8]>,
         may_replace: impl FnOnce(&str) -> bool + Send + 'static,
     ) -> Result<Commit> {
         let mut may_replace = Some(may_replace);
@@ -141,7 +157,7 @@ impl PgCatalogue {
                     &[&rec.name],
                 )
                 .map_err(|e| p.error(e))?;
-            let row: [&(dyn postgres::types::ToSql + Sync); 8] = [
+            let row: [&(dyn postgres::types::ToSql + Sync); 9] = [
                 &rec.name,
                 &location,
                 &size,
@@ -150,6 +166,7 @@ impl PgCatalogue {
                 &rec.created_ms,
                 &metadata,
                 &chunks,
+                &inline,
             ];
             let written = match &old {
                 Some(old) => {
@@ -160,15 +177,16 @@ impl PgCatalogue {
                     tx.execute(
                         "UPDATE blobs SET location = $2, size = $3, content_type = $4,
                          digest = $5, created_ms = $6, metadata = $7, chunks = $8,
-                         corrupt = NULL
+                         corrupt = NULL, inline_data = $9
                          WHERE name = $1",
                         &row,
                     )
                 }
                 None => tx.execute(
                     "INSERT INTO blobs
-                     (name, location, size, content_type, digest, created_ms, metadata, chunks)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                     (name, location, size, content_type, digest, created_ms, metadata, chunks,
+                      inline_data)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                      ON CONFLICT (name) DO NOTHING",
                     &row,
                 ),

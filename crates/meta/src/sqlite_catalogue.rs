@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS blobs (
     created_ms   INTEGER NOT NULL,
     metadata     TEXT NOT NULL,
     chunks       BLOB,
-    corrupt      TEXT
+    corrupt      TEXT,
+    inline_data  BLOB
 );
 CREATE TABLE IF NOT EXISTS uploads (
     name         TEXT PRIMARY KEY NOT NULL,
@@ -61,6 +62,7 @@ CREATE TABLE IF NOT EXISTS intents (
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("blobs", "chunks", "BLOB"),
     ("blobs", "corrupt", "TEXT"),
+    ("blobs", "inline_data", "BLOB"),
     ("uploads", "refuse_digests", "TEXT NOT NULL DEFAULT '[]'"),
 ];
 
@@ -140,18 +142,19 @@ impl SqliteCatalogue {
         let c = self.conn();
         let mut st = c.prepare_cached(
             "SELECT name, size, content_type, digest, created_ms, metadata, location, chunks,
-                    corrupt
+                    corrupt, inline_data
              FROM blobs WHERE name = ?1",
         )?;
         let row = st
             .query_row([name], |r| {
-                Ok((blob_from_row(r), r.get::<_, String>(6)?, r.get(7)?, r.get(8)?))
+                let stored = (r.get::<_, String>(6)?, r.get(7)?, r.get(8)?, r.get(9)?);
+                Ok((blob_from_row(r), stored))
             })
             .optional()?;
         match row {
             None => Ok(None),
-            Some((rec, location, chunks, corrupt)) => {
-                Ok(Some(StoredBlob { record: rec?, location, chunks, corrupt }))
+            Some((rec, (location, chunks, corrupt, inline))) => {
+                Ok(Some(StoredBlob { record: rec?, location, chunks, corrupt, inline }))
             }
         }
     }
@@ -164,6 +167,17 @@ impl SqliteCatalogue {
             params![name, location, chunks],
         )?;
         Ok(())
+    }
+
+    /// Replace the bytes of the inline blob stored at `location` (fault injection for tests:
+    /// bit rot inside the catalogue). Returns whether such a row existed.
+    pub fn set_inline(&self, name: &str, location: &str, data: &[u8]) -> Result<bool> {
+        let n = self.conn().execute(
+            "UPDATE blobs SET inline_data = ?3
+             WHERE name = ?1 AND location = ?2 AND inline_data IS NOT NULL",
+            params![name, location, data],
+        )?;
+        Ok(n > 0)
     }
 
     /// Mark the blob stored at `location` corrupt (`Some(reason)`) or sound again (`None`).
@@ -204,16 +218,19 @@ impl SqliteCatalogue {
     /// Commit a blob (insert, or replace as `may_replace` allows) with its chunk digests
     /// (stored form) and drop its pending upload, in one transaction: the check of what is
     /// there and the commit cannot be separated by another writer.
+    /// With `inline`, the blob's bytes are kept in its row.
     pub fn commit_blob(
         &self,
         rec: &BlobRecord,
         location: &str,
         chunks: &[u8],
+        inline: Option<&[u8]>,
         may_replace: impl FnOnce(&str) -> bool + Send + 'static,
     ) -> Result<Commit> {
         let (rec, location, chunks) = (rec.clone(), location.to_string(), chunks.to_vec());
+        let inline = inline.map(<[u8]>::to_vec);
         self.db.write(move |tx| {
-            let done = commit_row(tx, &rec, &location, &chunks, may_replace)?;
+            let done = commit_row(tx, &rec, &location, &chunks, inline.as_deref(), may_replace)?;
             if matches!(done, Commit::Done(_)) {
                 // Intents of blobs this one replaces are void (see `crate::intent`).
                 tx.prepare_cached("DELETE FROM intents WHERE name = ?1")?.execute([&rec.name])?;
@@ -357,14 +374,15 @@ impl SqliteCatalogue {
     }
 }
 
-/// Insert `rec` at `location`, or replace what the name holds if `may_replace` allows it
-/// (given the digest there), and drop the name's pending upload: the body of a commit,
-/// inside the caller's transaction.
+/// Insert `rec` at `location` (its bytes in the row with `inline`), or replace what the name
+/// holds if `may_replace` allows it (given the digest there), and drop the name's pending
+/// upload: the body of a commit, inside the caller's transaction.
 pub(crate) fn commit_row(
     tx: &rusqlite::Connection,
     rec: &BlobRecord,
     location: &str,
     chunks: &[u8],
+    inline: Option<&[u8]>,
     may_replace: impl FnOnce(&str) -> bool,
 ) -> Result<Commit> {
     let old: Option<(String, String)> = tx
@@ -378,8 +396,9 @@ pub(crate) fn commit_row(
     }
     tx.prepare_cached(
         "INSERT OR REPLACE INTO blobs
-         (name, location, size, content_type, digest, created_ms, metadata, chunks, corrupt)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL)",
+         (name, location, size, content_type, digest, created_ms, metadata, chunks, corrupt,
+          inline_data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, ?9)",
     )?
     .execute(params![
         rec.name,
@@ -389,7 +408,8 @@ pub(crate) fn commit_row(
         rec.digest,
         rec.created_ms,
         to_json(&rec.metadata),
-        chunks
+        chunks,
+        inline
     ])?;
     tx.prepare_cached("DELETE FROM uploads WHERE name = ?1")?.execute([&rec.name])?;
     Ok(Commit::Done(old.map(|(loc, _)| loc)))

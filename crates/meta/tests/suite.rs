@@ -54,20 +54,23 @@ fn rec(name: &str) -> BlobRecord {
 fn commit_replace_list_delete_survive_reopen(p: &dyn Place) {
     {
         let c = p.catalogue();
-        assert_eq!(c.commit_blob(&rec("a/1"), "f1", b"", |_| true).unwrap(), Commit::Done(None));
         assert_eq!(
-            c.commit_blob(&rec("a/1"), "f2", b"", |_| true).unwrap(),
+            c.commit_blob(&rec("a/1"), "f1", b"", None, |_| true).unwrap(),
+            Commit::Done(None)
+        );
+        assert_eq!(
+            c.commit_blob(&rec("a/1"), "f2", b"", None, |_| true).unwrap(),
             Commit::Done(Some("f1".into()))
         );
         assert_eq!(
-            c.commit_blob(&rec("a/1"), "f9", b"", |d| d != "xxh3-128:00").unwrap(),
+            c.commit_blob(&rec("a/1"), "f9", b"", None, |d| d != "xxh3-128:00").unwrap(),
             Commit::Refused,
             "the check runs against what is there"
         );
-        c.commit_blob(&rec("a/2"), "f3", b"", |_| true).unwrap();
-        c.commit_blob(&rec("b/1"), "f4", b"", |_| true).unwrap();
-        c.commit_blob(&rec("a%"), "f5", b"", |_| true).unwrap();
-        c.commit_blob(&rec("B/upper"), "f6", b"", |_| true).unwrap();
+        c.commit_blob(&rec("a/2"), "f3", b"", None, |_| true).unwrap();
+        c.commit_blob(&rec("b/1"), "f4", b"", None, |_| true).unwrap();
+        c.commit_blob(&rec("a%"), "f5", b"", None, |_| true).unwrap();
+        c.commit_blob(&rec("B/upper"), "f6", b"", None, |_| true).unwrap();
     }
     let c = p.catalogue();
     assert_eq!(c.blob("a/1").unwrap().unwrap(), (rec("a/1"), "f2".to_string()));
@@ -107,7 +110,7 @@ fn uploads_are_replaced_and_cleared_on_commit(p: &dyn Place) {
     assert_eq!(p.catalogue().upload("x").unwrap().unwrap(), u, "seen by another handle");
     assert!(c.uploads_created_before(0).unwrap().is_empty());
     assert_eq!(c.upload_ids().unwrap(), ["u2"]);
-    c.commit_blob(&rec("x"), "loc", b"", |_| true).unwrap();
+    c.commit_blob(&rec("x"), "loc", b"", None, |_| true).unwrap();
     assert!(c.upload("x").unwrap().is_none());
     assert!(c.upload_ids().unwrap().is_empty());
     u.name = "y".into();
@@ -118,7 +121,7 @@ fn uploads_are_replaced_and_cleared_on_commit(p: &dyn Place) {
 
 fn chunks_and_corruption_marks(p: &dyn Place) {
     let c = p.catalogue();
-    c.commit_blob(&rec("m"), "f0", b"abcd", |_| true).unwrap();
+    c.commit_blob(&rec("m"), "f0", b"abcd", None, |_| true).unwrap();
     let s = c.stored("m").unwrap().unwrap();
     assert_eq!((s.chunks.as_deref(), s.corrupt), (Some(&b"abcd"[..]), None));
     c.set_chunks("m", "f0", b"efgh").unwrap();
@@ -127,10 +130,31 @@ fn chunks_and_corruption_marks(p: &dyn Place) {
     let s = c.stored("m").unwrap().unwrap();
     assert_eq!(s.chunks.as_deref(), Some(&b"efgh"[..]));
     assert_eq!(c.corrupt().unwrap(), [("m".to_string(), "chunk 0 differs".to_string())]);
-    c.commit_blob(&rec("m"), "f1", b"new", |_| true).unwrap();
+    c.commit_blob(&rec("m"), "f1", b"new", None, |_| true).unwrap();
     let s = c.stored("m").unwrap().unwrap();
     assert_eq!((s.corrupt, s.chunks.as_deref()), (None, Some(&b"new"[..])));
     assert!(c.corrupt().unwrap().is_empty(), "a replacement is not corrupt");
+}
+
+/// A small blob's bytes kept in its row: read back with it, replaced with it by a commit
+/// that keeps them elsewhere, and changed in place only where the row holds bytes.
+fn inline_bytes_live_and_leave_with_their_row(p: &dyn Place) {
+    let c = p.catalogue();
+    c.commit_blob(&rec("s"), "i0", b"ch", Some(b"abc"), |_| true).unwrap();
+    let s = p.catalogue().stored("s").unwrap().unwrap();
+    assert_eq!((s.location.as_str(), s.inline.as_deref()), ("i0", Some(&b"abc"[..])));
+    assert!(c.set_inline("s", "i0", b"abd").unwrap());
+    assert!(!c.set_inline("s", "elsewhere", b"xyz").unwrap(), "only at that location");
+    assert_eq!(c.stored("s").unwrap().unwrap().inline.as_deref(), Some(&b"abd"[..]));
+    assert_eq!(
+        c.commit_blob(&rec("s"), "f1", b"ch", None, |_| true).unwrap(),
+        Commit::Done(Some("i0".into()))
+    );
+    assert_eq!(c.stored("s").unwrap().unwrap().inline, None, "the file's commit drops the bytes");
+    assert!(!c.set_inline("s", "f1", b"abc").unwrap(), "a row without bytes keeps none");
+    c.commit_blob(&rec("s"), "i2", b"ch", Some(b"xyz"), |_| true).unwrap();
+    assert_eq!(c.delete_blob("s").unwrap(), Some("i2".into()));
+    assert!(c.stored("s").unwrap().is_none());
 }
 
 /// Two handles on one database (two front ends) race to commit the same new name without
@@ -144,9 +168,10 @@ fn racing_handles_commit_each_name_once(p: &dyn Place) {
             .flat_map(|(i, c)| {
                 (0..3).map(move |j| {
                     s.spawn(move || {
-                        c.commit_blob(&rec(&format!("own/{i}-{j}")), "own", b"", |_| false)
+                        c.commit_blob(&rec(&format!("own/{i}-{j}")), "own", b"", None, |_| false)
                             .unwrap();
-                        c.commit_blob(&rec("same"), &format!("loc{i}-{j}"), b"", |_| false).unwrap()
+                        c.commit_blob(&rec("same"), &format!("loc{i}-{j}"), b"", None, |_| false)
+                            .unwrap()
                     })
                 })
             })
@@ -316,6 +341,7 @@ suite!(
     commit_replace_list_delete_survive_reopen,
     uploads_are_replaced_and_cleared_on_commit,
     chunks_and_corruption_marks,
+    inline_bytes_live_and_leave_with_their_row,
     racing_handles_commit_each_name_once,
     image_search_each_criterion_narrows,
     image_entries_are_replaced_and_forgotten,
@@ -357,7 +383,7 @@ fn older_image_indexes_gain_the_series_columns() {
 }
 
 #[test]
-fn older_sqlite_databases_gain_chunks_and_corruption_marks() {
+fn older_sqlite_databases_gain_chunks_corruption_marks_and_inline_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("meta.db");
     {
@@ -372,7 +398,7 @@ fn older_sqlite_databases_gain_chunks_and_corruption_marks() {
     }
     let c = Catalogue::open(&path).unwrap();
     let old = c.stored("old").unwrap().unwrap();
-    assert_eq!((old.chunks, old.corrupt), (None, None));
+    assert_eq!((old.chunks, old.corrupt, old.inline), (None, None, None));
     chunks_and_corruption_marks(&Sqlite(dir));
 }
 
@@ -419,7 +445,7 @@ fn postgres_over_tls_with_its_ca_and_not_without() {
     // With its CA: works, and everything behaves as on plain connections.
     let tls = format!("{url}&sslmode=require&sslrootcert={}", ca_file.display());
     let c = Catalogue::connect_postgres(&tls).unwrap();
-    c.commit_blob(&rec("over/tls"), "f", b"", |_| true).unwrap();
+    c.commit_blob(&rec("over/tls"), "f", b"", None, |_| true).unwrap();
     assert_eq!(c.blob("over/tls").unwrap().unwrap().1, "f");
     assert!(!c.describe().contains("sslrootcert"));
     let ix = ImageIndex::connect_postgres(&tls).unwrap();
@@ -435,7 +461,7 @@ fn more_callers_than_connections_are_all_served() {
         for t in 0..96 {
             let c = &c;
             s.spawn(move || {
-                c.commit_blob(&rec(&format!("many/{t}")), "f", b"", |_| true).unwrap();
+                c.commit_blob(&rec(&format!("many/{t}")), "f", b"", None, |_| true).unwrap();
                 assert!(c.blob(&format!("many/{t}")).unwrap().is_some());
             });
         }

@@ -6,6 +6,13 @@
 //! transaction, shared with the blobs committing at the same moment).
 //! A crash before the row leaves an unreferenced file, removed at the next start; a blob is
 //! visible only when all its bytes are durable.
+//!
+//! A small blob (declared size up to [`INLINE_UP_TO`]) has no file: its bytes are held in
+//! memory while they arrive and committed inside its catalogue row, in the same transaction
+//! as the row itself — no file to create, rename and fsync twice, so the many small blobs
+//! committing at one moment share a single fsync. Its reads are checked against its chunk
+//! digests like any other. An upload of one that breaks off leaves its bytes in a staging
+//! file, where a resumed upload finds them (and then commits from that file).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -26,7 +33,7 @@ use crate::name::validate_name;
 use crate::source::{BlobSource, CorruptionMarker};
 use crate::store::{
     RouteSpec, Routed, Store, UploadSink, check_complete, check_write, digest_and_chunks,
-    digest_and_chunks_also, digest_file_range, may_replace,
+    digest_and_chunks_also, digest_and_chunks_of, digest_file_range, may_replace,
 };
 use crate::written::{Tracker, Written, WrittenChunks};
 
@@ -35,6 +42,17 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// Space blob data leaves free for the catalogue: 0.5% of the file system, within these bounds.
 const CATALOGUE_RESERVE_MIN: u64 = 1 << 20;
 const CATALOGUE_RESERVE_MAX: u64 = 64 << 20;
+
+/// Blobs of a declared size up to this are kept in their catalogue row, not in a file of their
+/// own. SQLite reads and writes blobs of this size in its pages faster than a file system
+/// creates, syncs and opens files for them (SQLite's "Internal Versus External BLOBs" puts
+/// the crossing near 100 KB); measured here by `blobstream bench batch` (small blobs).
+pub const INLINE_UP_TO: u64 = 64 << 10;
+
+/// Whether an upload of `size` is kept in its catalogue row.
+fn inline_sized(size: Option<u64>) -> bool {
+    size.is_some_and(|s| s <= INLINE_UP_TO)
+}
 
 /// Pending uploads older than this are removed when the store opens.
 pub const PENDING_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
@@ -114,10 +132,18 @@ impl FsStore {
     }
 
     /// Fault injection for tests: flip the bits of `mask` in byte `offset` of the committed
-    /// blob `name`'s file, in place, keeping its digests — bit rot on disk.
+    /// blob `name`'s file (or catalogue row), in place, keeping its digests — bit rot on disk.
     pub fn damage(&self, name: &str, offset: u64, mask: u8) -> Result<()> {
         use std::os::unix::fs::FileExt;
         let s = self.stored(name)?;
+        if let Some(mut data) = s.inline {
+            let b = data
+                .get_mut(offset as usize)
+                .ok_or_else(|| StoreError::Config(format!("{name:?} has no byte {offset}")))?;
+            *b ^= mask;
+            self.inner.cat.set_inline(name, &s.location, &data)?;
+            return Ok(());
+        }
         let f =
             OpenOptions::new().read(true).write(true).open(self.inner.blob_path(&s.location))?;
         let mut b = [0u8];
@@ -175,6 +201,15 @@ impl Inner {
         data: &[u8],
         needs: u64,
     ) -> Result<()> {
+        self.check_space(name, needs)?;
+        file.write_all_at(data, offset)?;
+        crate::start_writeback(file, offset, data.len() as u64);
+        Ok(())
+    }
+
+    /// [`StoreError::StorageFull`] unless `needs` more bytes of `name` fit (less the
+    /// catalogue's reserve).
+    fn check_space(&self, name: &str, needs: u64) -> Result<()> {
         if needs > 0
             && let Some(free) = self.free_bytes()
             && needs > free
@@ -184,8 +219,6 @@ impl Inner {
                 self.root.display()
             )));
         }
-        file.write_all_at(data, offset)?;
-        crate::start_writeback(file, offset, data.len() as u64);
         Ok(())
     }
 
@@ -337,8 +370,12 @@ impl Store for FsStore {
         // unreferenced file, which the next start removes.
         match i.cat.delete_blob(name)? {
             Some(loc) => {
-                if let Err(e) = fs::remove_file(i.blob_path(&loc)) {
-                    tracing::warn!(%name, error = %e, "blob deleted; its file stays until restart");
+                match fs::remove_file(i.blob_path(&loc)) {
+                    // (A blob kept in its row has no file.)
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        tracing::warn!(%name, error = %e, "blob deleted; its file stays until restart");
+                    }
+                    _ => {}
                 }
                 i.mapped.forget(name);
                 i.listeners.notify(StoreEvent::Deleted(name.to_string()));
@@ -377,7 +414,10 @@ impl Store for FsStore {
             return Ok(Routed { received, received_digest, resumed: true });
         }
         let id = new_id();
-        File::create(i.staging_path(&id))?;
+        // A small blob's bytes are held in memory until its commit: no staging file.
+        if !inline_sized(spec.size) {
+            File::create(i.staging_path(&id))?;
+        }
         let rec = spec.upload_record(id);
         if let Some(old) = i.cat.put_upload(&rec)? {
             i.written.forget(&old);
@@ -398,18 +438,26 @@ impl Store for FsStore {
         let mut sink = FsUpload {
             store: self.inner.clone(),
             rec,
-            file: None,
+            staged: None,
             received: 0,
             chunks: None,
             written,
             checked: None,
         };
         let path = i.staging_path(&sink.rec.upload_id);
-        let file = OpenOptions::new().write(true).read(true).open(path);
-        let file = file.map_err(|e| not_found_as(e, name))?;
+        let file = match OpenOptions::new().write(true).read(true).open(path) {
+            Ok(file) => file,
+            // A small blob's upload, nothing of it kept so far: held in memory.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && inline_sized(sink.rec.size) => {
+                let size = sink.rec.size.unwrap_or_default() as usize;
+                sink.staged = Some(Staged::Memory(Vec::with_capacity(size)));
+                return Ok(Box::new(sink));
+            }
+            Err(e) => return Err(not_found_as(e, name)),
+        };
         sink.received = file.metadata()?.len();
         sink.chunks = (sink.received == 0).then(ChunkHasher::new);
-        sink.file = Some(file);
+        sink.staged = Some(Staged::File(file));
         Ok(Box::new(sink))
     }
 
@@ -417,6 +465,9 @@ impl Store for FsStore {
         validate_name(name)?;
         let i = &self.inner;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
+        if inline_sized(rec.size) && !i.staging_path(&rec.upload_id).exists() {
+            return Ok(None); // held in memory by its one writer, if any
+        }
         let Some(size) = rec.size else {
             return Err(StoreError::Config(format!(
                 "the upload of {name:?} has no declared size: it takes one writer"
@@ -471,7 +522,13 @@ impl Store for FsStore {
         validate_name(name)?;
         let i = &self.inner;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
-        let file = File::open(i.staging_path(&rec.upload_id)).map_err(|e| not_found_as(e, name))?;
+        let file = match File::open(i.staging_path(&rec.upload_id)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && inline_sized(rec.size) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(not_found_as(e, name)),
+        };
         Ok(Some(crate::store::piece_digests(&file, offset, len, piece, algo)?))
     }
 
@@ -564,10 +621,14 @@ impl FsStore {
     }
 
     /// Open a catalogue row's file for verified reading.
-    fn open_stored(&self, s: StoredBlob) -> Result<BlobSource> {
+    fn open_stored(&self, mut s: StoredBlob) -> Result<BlobSource> {
         let i = &self.inner;
         let name = s.record.name.clone();
         let marker = self.marker(&name, &s.location);
+        if let Some(data) = s.inline.take() {
+            let chunks = chunks_of(&s, s.chunks.as_deref().unwrap_or_default())?;
+            return BlobSource::memory(s.record, data.into(), chunks, Some(marker));
+        }
         let file = match File::open(i.blob_path(&s.location)) {
             Ok(f) => f,
             // Listed, but its bytes are gone: as corrupt as can be (unless it was deleted
@@ -594,6 +655,9 @@ impl FsStore {
     /// same file when there is one (see [`crate::mapped`]), else opened — and kept, if worth it.
     fn open_for_reading(&self, s: StoredBlob) -> Result<BlobSource> {
         let i = &self.inner;
+        if s.inline.is_some() {
+            return self.open_stored(s);
+        }
         let path = i.blob_path(&s.location);
         if let Some(src) = i.mapped.get(&s, &path) {
             return Ok(src);
@@ -725,11 +789,18 @@ impl UploadSink for FsRangeUpload {
     }
 }
 
+/// Where a pending upload's bytes wait for their commit.
+enum Staged {
+    File(File),
+    /// A small blob's (see [`INLINE_UP_TO`]).
+    Memory(Vec<u8>),
+}
+
 /// A pending upload open for writing.
 struct FsUpload {
     store: Arc<Inner>,
     rec: UploadRecord,
-    file: Option<File>,
+    staged: Option<Staged>,
     received: u64,
     /// Chunk digests of the bytes written so far, while they were written in order from 0;
     /// `None` once a write or truncation broke that (then commit reads the file once).
@@ -745,6 +816,22 @@ impl Drop for FsUpload {
         // Not committed, nothing written: what range writers vouched for still holds.
         if let Some(w) = self.written.take() {
             self.store.written.put_back(&self.rec.upload_id, w);
+        }
+        // A small blob's bytes not committed go to a staging file, where a resumed upload
+        // finds them as it finds a larger one's (only on this path does it get a file).
+        if let Some(Staged::Memory(held)) = self.staged.take()
+            && !held.is_empty()
+        {
+            let path = self.store.staging_path(&self.rec.upload_id);
+            let kept = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, &held));
+            if let Err(e) = kept {
+                let _ = fs::remove_file(&path);
+                tracing::warn!(upload = %self.rec.name, error = %e, "an interrupted upload's bytes were not kept: it starts again");
+            }
         }
         self.store.busy.release(&self.rec.name);
     }
@@ -763,8 +850,21 @@ impl UploadSink for FsUpload {
         check_write(self.rec.size, self.received, offset, data.len())?;
         // Written in order from 0: only bytes past what it holds take new space.
         let grows = (offset + data.len() as u64).saturating_sub(self.received);
-        let file = self.file.as_ref().expect("open until commit");
-        self.store.write_staged(&self.rec.name, file, offset, data, grows)?;
+        let (store, name) = (&self.store, &self.rec.name);
+        match self.staged.as_mut().expect("open until commit") {
+            Staged::File(file) => store.write_staged(name, file, offset, data, grows)?,
+            Staged::Memory(held) => {
+                store.check_space(name, grows)?;
+                let (at, end) = (offset as usize, offset as usize + data.len());
+                if held.len() < end {
+                    held.resize(end, 0);
+                }
+                held[at..end].copy_from_slice(data);
+                // Digested whole at commit.
+                self.received = self.received.max(end as u64);
+                return Ok(());
+            }
+        }
         self.received = self.received.max(offset + data.len() as u64);
         self.written = None;
         match &mut self.chunks {
@@ -776,7 +876,10 @@ impl UploadSink for FsUpload {
 
     fn truncate(&mut self, len: u64) -> Result<()> {
         if len < self.received {
-            self.file.as_ref().expect("open until commit").set_len(len)?;
+            match self.staged.as_mut().expect("open until commit") {
+                Staged::File(file) => file.set_len(len)?,
+                Staged::Memory(held) => held.truncate(len as usize),
+            }
             self.received = len;
             self.chunks = None;
             self.written = None;
@@ -797,7 +900,10 @@ impl UploadSink for FsUpload {
             // sender's; the sender's digest of the whole covers the same bytes.
             Some(sender) if expected.algo == i.algo => {
                 check_complete(&self.rec.name, self.rec.size, self.received)?;
-                let file = self.file.as_ref().expect("open until commit");
+                let Some(Staged::File(file)) = self.staged.as_ref() else {
+                    // Held in memory, written by this writer alone: digested whole at commit.
+                    return self.commit(Some(expected.clone()));
+                };
                 let name = &self.rec.name;
                 let written = self.written.as_ref();
                 self.checked = Some(i.check_chunks(name, file, self.received, sender, written)?);
@@ -814,20 +920,25 @@ impl UploadSink for FsUpload {
         check_complete(&name, self.rec.size, self.received)?;
         let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
         catalogued::refuse_existing(&i.cat, &name, overwrite, &refuse)?;
-        let file = self.file.take().expect("open until commit");
+        let staged = self.staged.take().expect("open until commit");
         let tracked = match self.checked.take() {
             Some(c) => Some(c),
             None => {
                 self.chunks.take().filter(|c| c.len() == self.received).map(ChunkHasher::finish)
             }
         };
-        let (digest, chunks) = match (whole, tracked) {
-            (Some(d), Some(c)) if d.algo == i.algo => (d, c),
-            (given, _) => {
+        let (digest, chunks) = match (whole, tracked, &staged) {
+            (Some(d), Some(c), Staged::File(_)) if d.algo == i.algo => (d, c),
+            (given, _, staged) => {
                 // The given digest is checked in its own algorithm, in the same read.
-                i.read_back.fetch_add(self.received, Ordering::Relaxed);
                 let also = given.as_ref().map(|g| g.algo).filter(|a| *a != i.algo);
-                let (d, c, other) = digest_and_chunks_also(&file, self.received, i.algo, also)?;
+                let (d, c, other) = match staged {
+                    Staged::File(file) => {
+                        i.read_back.fetch_add(self.received, Ordering::Relaxed);
+                        digest_and_chunks_also(file, self.received, i.algo, also)?
+                    }
+                    Staged::Memory(held) => digest_and_chunks_of(held, i.algo, also),
+                };
                 let read_back =
                     |g: &Digest| if g.algo == i.algo { Some(&d) } else { other.as_ref() };
                 if let Some(g) = given.as_ref()
@@ -844,20 +955,27 @@ impl UploadSink for FsUpload {
         };
         let id = self.rec.upload_id.clone();
         let dest = i.blob_path(&id);
-        let shard = dest.parent().expect("blob paths have a shard directory");
-        fs::create_dir_all(shard)?;
-        // Renamed first, then the file and its directory fsynced: the same two syncs, but a
-        // journaling file system commits the rename with the file's sync, leaving the
-        // directory's sync little or nothing to do. Until the catalogue row exists the file
-        // under blobs/ is unreferenced (removed at the next start), so its being there
-        // before its bytes are durable exposes nothing.
-        fs::rename(i.staging_path(&id), &dest)?;
-        let synced = crate::sync_written(&file).and_then(|()| File::open(shard)?.sync_all());
-        drop(file);
-        if let Err(e) = synced {
-            let _ = fs::rename(&dest, i.staging_path(&id));
-            return Err(e.into());
-        }
+        let inline = match staged {
+            Staged::File(file) => {
+                let shard = dest.parent().expect("blob paths have a shard directory");
+                fs::create_dir_all(shard)?;
+                // Renamed first, then the file and its directory fsynced: the same two syncs,
+                // but a journaling file system commits the rename with the file's sync,
+                // leaving the directory's sync little or nothing to do. Until the catalogue
+                // row exists the file under blobs/ is unreferenced (removed at the next
+                // start), so its being there before its bytes are durable exposes nothing.
+                fs::rename(i.staging_path(&id), &dest)?;
+                let synced =
+                    crate::sync_written(&file).and_then(|()| File::open(shard)?.sync_all());
+                drop(file);
+                if let Err(e) = synced {
+                    let _ = fs::rename(&dest, i.staging_path(&id));
+                    return Err(e.into());
+                }
+                None
+            }
+            Staged::Memory(held) => Some(held),
+        };
         let record = BlobRecord {
             name: name.clone(),
             size: self.received,
@@ -866,9 +984,20 @@ impl UploadSink for FsUpload {
             created_ms: now_ms(),
             metadata: self.rec.metadata.clone(),
         };
-        match i.cat.commit_blob(&record, &id, &chunks.encode(), move |d| {
-            may_replace(overwrite, &refuse, d)
-        }) {
+        let committed =
+            i.cat.commit_blob(&record, &id, &chunks.encode(), inline.as_deref(), move |d| {
+                may_replace(overwrite, &refuse, d)
+            });
+        if !matches!(committed, Ok(Commit::Done(_))) {
+            // Back to staging, bytes the catalogue did not take (as they were).
+            match inline {
+                None => {
+                    let _ = fs::rename(&dest, i.staging_path(&id));
+                }
+                held => self.staged = held.map(Staged::Memory),
+            }
+        }
+        match committed {
             Ok(Commit::Done(Some(old))) => {
                 let (inner, name) = (i.clone(), name.clone());
                 remove_replaced(i.blob_path(&old), move || inner.mapped.forget(&name));
@@ -876,13 +1005,9 @@ impl UploadSink for FsUpload {
             Ok(Commit::Done(None)) => {}
             Ok(Commit::Refused) => {
                 // Another writer committed a blob this upload may not replace meanwhile.
-                let _ = fs::rename(&dest, i.staging_path(&id));
                 return Err(StoreError::AlreadyExists(name));
             }
-            Err(e) => {
-                let _ = fs::rename(&dest, i.staging_path(&id));
-                return Err(e.into());
-            }
+            Err(e) => return Err(e.into()),
         }
         // The upload is the blob now: nothing of it to keep.
         self.written = None;

@@ -35,7 +35,7 @@ pub use bs_meta::{BlobRecord, now_ms};
 pub use error::StoreError;
 pub use events::{Listener, StoreEvent};
 pub use faulty::FaultyStore;
-pub use fs::{FsStore, PENDING_TTL};
+pub use fs::{FsStore, INLINE_UP_TO, PENDING_TTL};
 pub use lru::Lru;
 pub use media::{content_type_of_extension, guess_content_type};
 pub use mem::MemStore;

@@ -147,6 +147,7 @@ mod tests {
             location: "f".into(),
             chunks: Some(chunks.encode()),
             corrupt: None,
+            inline: None,
         };
         let file = std::fs::File::open(&path).unwrap();
         let meta = file.metadata().unwrap();

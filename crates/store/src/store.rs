@@ -87,10 +87,32 @@ pub(crate) fn digest_and_chunks_also(
     algo: DigestAlgo,
     also: Option<DigestAlgo>,
 ) -> std::io::Result<(Digest, ChunkDigests, Option<Digest>)> {
+    digests_of(algo, also, |each| read_file_range(file, 0, len, each))
+}
+
+/// [`digest_and_chunks_also`] of bytes in memory.
+pub(crate) fn digest_and_chunks_of(
+    data: &[u8],
+    algo: DigestAlgo,
+    also: Option<DigestAlgo>,
+) -> (Digest, ChunkDigests, Option<Digest>) {
+    let fed = digests_of(algo, also, |each| {
+        each(data);
+        Ok(())
+    });
+    fed.expect("bytes in memory cannot fail to be read")
+}
+
+/// The digests of whatever `feed` hands its callback, in order.
+fn digests_of(
+    algo: DigestAlgo,
+    also: Option<DigestAlgo>,
+    feed: impl FnOnce(&mut dyn FnMut(&[u8])) -> std::io::Result<()>,
+) -> std::io::Result<(Digest, ChunkDigests, Option<Digest>)> {
     let mut h = algo.hasher();
     let mut c = ChunkHasher::new();
     let mut other = also.map(|a| a.hasher());
-    read_file_range(file, 0, len, |piece| {
+    feed(&mut |piece| {
         h.update(piece);
         c.update(piece);
         if let Some(o) = &mut other {
