@@ -466,7 +466,11 @@ impl Store for FsStore {
         let i = &self.inner;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         if inline_sized(rec.size) && !i.staging_path(&rec.upload_id).exists() {
-            return Ok(None); // held in memory by its one writer, if any
+            return Err(StoreError::Config(format!(
+                "the upload of {name:?} ({} bytes) is kept whole for its catalogue row: it \
+                 takes one writer",
+                rec.size.unwrap_or_default()
+            )));
         }
         let Some(size) = rec.size else {
             return Err(StoreError::Config(format!(
@@ -524,8 +528,9 @@ impl Store for FsStore {
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         let file = match File::open(i.staging_path(&rec.upload_id)) {
             Ok(f) => f,
+            // A small blob's upload holds nothing until its writer is done or interrupted.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && inline_sized(rec.size) => {
-                return Ok(None);
+                return Ok(Some(Vec::new()));
             }
             Err(e) => return Err(not_found_as(e, name)),
         };

@@ -120,6 +120,10 @@ fn a_small_upload_that_breaks_off_is_resumed_and_a_wrong_one_refused() {
     // digest of what it meant to send) are refused and nothing becomes visible.
     let sp = RouteSpec { size: Some(5000), ..spec("wrong") };
     s.route(&sp).unwrap();
+    let e = s.open_upload_range("wrong", 0).err().expect("no range writers");
+    assert!(e.to_string().contains("takes one writer"), "{e}");
+    let held = s.upload_piece_digests("wrong", 0, 5000, 1 << 16, s.digest_algo()).unwrap();
+    assert_eq!(held, Some(Vec::new()), "nothing held yet");
     let mut sink = s.open_upload("wrong").unwrap();
     sink.write_at(0, &data(3000, 9)).unwrap();
     sink.truncate(1000).unwrap();
