@@ -772,7 +772,7 @@ def scenario_fulldisk(sc):
 
 SCENARIOS = [
     ("crash", "SIGKILL during 1,000 concurrent puts, restart same dir", scenario_crash),
-    ("bitrot", "flip 1 byte in 43 KB/3 MiB/64 MiB blob files", scenario_bitrot),
+    ("bitrot", "flip 1 byte in 43 KB (in its catalogue row), 3 MiB and 64 MiB blobs", scenario_bitrot),
     ("idle", "1,000 idle + churning conns at data port", scenario_idle),
     ("fulldisk", "fill 64 MiB tmpfs, rm, restart", scenario_fulldisk),
 ]

@@ -3,6 +3,10 @@
 //! caller's schema applied. Writes that must be durable go through [`Db::write`], which
 //! commits concurrent ones as a group; writes queued behind ([`Db::write_behind`]) run with
 //! the next group, or within [`BEHIND_AT_MOST`] on a thread of the database's own.
+//!
+//! A database in a file has a second connection for reads ([`Db::read`]): WAL lets it read
+//! the last committed state while a group holds the first one through its commit's fsync, so
+//! lookups (a new upload's routing, a reader's open) do not queue behind the disk.
 
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -27,6 +31,9 @@ pub(crate) struct Db {
 
 struct Shared {
     conn: Mutex<Connection>,
+    /// Reads only (`query_only`); `None` in memory, where a second connection would open
+    /// another database.
+    reader: Option<Mutex<Connection>>,
     groups: Groups,
     /// (writes queued behind since the last flush, closing), and its signal.
     behind: (Mutex<(bool, bool)>, Condvar),
@@ -85,20 +92,33 @@ impl Db {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        Self::init(conn, schema)
+        Self::init(conn, schema, Some(path))
     }
 
     /// A throw-away in-memory database with `schema`.
     pub(crate) fn in_memory(schema: &str) -> Result<Self, MetaError> {
-        Self::init(Connection::open_in_memory()?, schema)
+        Self::init(Connection::open_in_memory()?, schema, None)
     }
 
-    fn init(conn: Connection, schema: &str) -> Result<Self, MetaError> {
+    /// With `reader_at`, the file's second connection for reads is opened too.
+    fn init(conn: Connection, schema: &str, reader_at: Option<&Path>) -> Result<Self, MetaError> {
         conn.execute_batch(schema)?;
+        // Opened once the schema exists (and with it the WAL).
+        let reader = match reader_at {
+            Some(path) => {
+                let r = Connection::open(path)?;
+                r.busy_timeout(std::time::Duration::from_secs(10))?;
+                r.pragma_update(None, "query_only", true)?;
+                r.set_prepared_statement_cache_capacity(64);
+                Some(Mutex::new(r))
+            }
+            None => None,
+        };
         // Room for every statement the catalogue runs often, parsed once each.
         conn.set_prepared_statement_cache_capacity(64);
         let shared = Arc::new(Shared {
             conn: Mutex::new(conn),
+            reader,
             groups: Groups::default(),
             behind: (Mutex::new((false, false)), Condvar::new()),
         });
@@ -114,6 +134,15 @@ impl Db {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
         self.shared.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A connection for reads: it sees every write whose group has committed (in this
+    /// process or another), none still in one.
+    pub(crate) fn read(&self) -> MutexGuard<'_, Connection> {
+        match &self.shared.reader {
+            Some(r) => r.lock().unwrap_or_else(|p| p.into_inner()),
+            None => self.lock(),
+        }
     }
 
     #[cfg(test)]
@@ -141,9 +170,14 @@ impl Db {
         self.shared.groups.write(&self.shared.conn, Durability::Lazy, op)
     }
 
-    /// Queue `op` for the next group and return at once (see [`Groups::write_behind`]).
-    pub(crate) fn write_behind(&self, op: impl FnOnce(Option<&Connection>) + Send + 'static) {
-        self.shared.groups.write_behind(Box::new(op));
+    /// Queue `op` for the next group and return at once (see [`Groups::write_behind`]);
+    /// `after` runs once that group's transaction has ended, committed or not.
+    pub(crate) fn write_behind(
+        &self,
+        op: impl FnOnce(Option<&Connection>) + Send + 'static,
+        after: impl FnOnce() + Send + 'static,
+    ) {
+        self.shared.groups.write_behind(Box::new(op), Box::new(after));
         let (state, signal) = &self.shared.behind;
         let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
         if !s.0 {

@@ -138,7 +138,8 @@ impl Groups {
     /// at once: whoever writes next runs it first, in queue order. Its outcome reaches
     /// nobody, so the caller must cope with it never landing (see
     /// `SqliteCatalogue::put_upload`).
-    pub(crate) fn write_behind(&self, op: Behind) {
+    /// `after` runs once the group's transaction has ended, committed or not.
+    pub(crate) fn write_behind(&self, op: Behind, after: Box<dyn FnOnce() + Send>) {
         let op: Op = Box::new(move |conn| {
             match conn {
                 Some(c) => {
@@ -149,7 +150,7 @@ impl Groups {
                 }
                 None => op(None),
             }
-            Box::new(|_| {})
+            Box::new(move |_| after())
         });
         self.queue.lock().unwrap_or_else(|p| p.into_inner()).push((Durability::Lazy, op));
     }

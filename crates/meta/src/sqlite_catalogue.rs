@@ -122,9 +122,14 @@ impl SqliteCatalogue {
         self.db.lock()
     }
 
+    /// The connection for reads (see [`Db::read`]).
+    fn read(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
+        self.db.read()
+    }
+
     /// A committed blob and its store location.
     pub fn blob(&self, name: &str) -> Result<Option<(BlobRecord, String)>> {
-        let c = self.conn();
+        let c = self.read();
         let mut st = c.prepare_cached(
             "SELECT name, size, content_type, digest, created_ms, metadata, location
              FROM blobs WHERE name = ?1",
@@ -139,7 +144,7 @@ impl SqliteCatalogue {
 
     /// A committed blob with its location, chunk digests and corruption mark.
     pub fn stored(&self, name: &str) -> Result<Option<StoredBlob>> {
-        let c = self.conn();
+        let c = self.read();
         let mut st = c.prepare_cached(
             "SELECT name, size, content_type, digest, created_ms, metadata, location, chunks,
                     corrupt, inline_data
@@ -192,7 +197,7 @@ impl SqliteCatalogue {
 
     /// (name, reason) of every blob marked corrupt.
     pub fn corrupt(&self) -> Result<Vec<(String, String)>> {
-        let c = self.conn();
+        let c = self.read();
         let mut st =
             c.prepare("SELECT name, corrupt FROM blobs WHERE corrupt IS NOT NULL ORDER BY name")?;
         let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -201,7 +206,7 @@ impl SqliteCatalogue {
 
     /// Up to `limit` blobs whose names start with `prefix` and sort after `after`.
     pub fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
-        let c = self.conn();
+        let c = self.read();
         let mut st = c.prepare_cached(
             "SELECT name, size, content_type, digest, created_ms, metadata FROM blobs
              WHERE name >= ?1 AND substr(name, 1, length(?1)) = ?1 AND name > ?2
@@ -265,7 +270,7 @@ impl SqliteCatalogue {
     /// snapshot.
     pub fn referenced(&self) -> Result<Vec<String>> {
         self.db.flush();
-        let c = self.conn();
+        let c = self.read();
         let mut st = c.prepare(
             "SELECT location FROM blobs UNION ALL SELECT upload_id FROM uploads
                  UNION ALL SELECT location FROM intents",
@@ -285,7 +290,7 @@ impl SqliteCatalogue {
 
     /// Every location referenced by a blob (for garbage collection of orphan files).
     pub fn locations(&self) -> Result<Vec<String>> {
-        let c = self.conn();
+        let c = self.read();
         let mut st = c.prepare("SELECT location FROM blobs")?;
         let rows = st.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)
@@ -307,27 +312,33 @@ impl SqliteCatalogue {
         let old = match queued {
             Some(id) => Some(id),
             None => self
-                .conn()
+                .read()
                 .prepare_cached("SELECT upload_id FROM uploads WHERE name = ?1")?
                 .query_row([&u.name], |r| r.get(0))
                 .optional()?,
         };
         self.behind_lock().insert(u.name.clone(), u.clone());
         let (u, behind) = (u.clone(), self.behind.clone());
-        self.db.write_behind(move |tx| {
-            if let Some(tx) = tx
-                && let Err(e) = insert_upload(tx, &u)
-            {
-                tracing::warn!(upload = %u.name, error = %e, "a pending upload's row was not written");
-            }
-            // Answered from the table from now on, written or not (this transaction holds
-            // the connection until it commits, so no reader sees a gap; a commit that fails
-            // loses the row as a crash would). A later route's record for the name stays.
-            let mut q = behind.lock().unwrap_or_else(|p| p.into_inner());
-            if q.get(&u.name) == Some(&u) {
-                q.remove(&u.name);
-            }
-        });
+        let row = u.clone();
+        self.db.write_behind(
+            move |tx| {
+                if let Some(tx) = tx
+                    && let Err(e) = insert_upload(tx, &row)
+                {
+                    tracing::warn!(upload = %row.name, error = %e, "a pending upload's row was not written");
+                }
+            },
+            move || {
+                // Answered from the table from now on, written or not: only once the group
+                // has committed, so a reader on the other connection sees no gap (a commit
+                // that failed loses the row as a crash would). A later route's record for
+                // the name stays.
+                let mut q = behind.lock().unwrap_or_else(|p| p.into_inner());
+                if q.get(&u.name) == Some(&u) {
+                    q.remove(&u.name);
+                }
+            },
+        );
         Ok(old)
     }
 
@@ -340,7 +351,7 @@ impl SqliteCatalogue {
         if let Some(queued) = self.behind_lock().get(name) {
             return Ok(Some(queued.clone()));
         }
-        let c = self.conn();
+        let c = self.read();
         let mut st = c.prepare_cached(
             "SELECT name, upload_id, size, content_type, metadata, overwrite, resume_tag, created_ms,
                     refuse_digests
@@ -353,7 +364,7 @@ impl SqliteCatalogue {
     /// Every pending upload id (for garbage collection of orphan staging files).
     pub fn upload_ids(&self) -> Result<Vec<String>> {
         self.db.flush();
-        let c = self.conn();
+        let c = self.read();
         let mut st = c.prepare("SELECT upload_id FROM uploads")?;
         let rows = st.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)
@@ -362,7 +373,7 @@ impl SqliteCatalogue {
     /// (name, upload id) of uploads created before `ms` (Unix milliseconds).
     pub fn uploads_created_before(&self, ms: i64) -> Result<Vec<(String, String)>> {
         self.db.flush();
-        let c = self.conn();
+        let c = self.read();
         let mut st = c.prepare("SELECT name, upload_id FROM uploads WHERE created_ms < ?1")?;
         let rows = st.query_map([ms], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)
@@ -473,6 +484,36 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+
+    #[test]
+    fn lookups_go_on_while_a_group_holds_the_writing_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Arc::new(SqliteCatalogue::open(&dir.path().join("c.db")).unwrap());
+        let rec = BlobRecord {
+            name: "b".into(),
+            size: 1,
+            content_type: String::new(),
+            digest: "d".into(),
+            created_ms: 1,
+            metadata: Default::default(),
+        };
+        cat.commit_blob(&rec, "loc", b"", Some(b"x"), |_| true).unwrap();
+        // Held as a group holds it through its commit's fsync.
+        let writing = cat.conn();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c = cat.clone();
+        std::thread::spawn(move || {
+            let found = (c.stored("b").unwrap(), c.list("", "", 10).unwrap().len());
+            tx.send(found).unwrap();
+        });
+        let (stored, listed) = rx.recv_timeout(Duration::from_secs(60)).expect("not held up");
+        assert_eq!(stored.unwrap().inline.as_deref(), Some(&b"x"[..]));
+        assert_eq!(listed, 1);
+        drop(writing);
+        // The reading connection reads only.
+        let e = cat.read().execute("DELETE FROM blobs", []).unwrap_err();
+        assert!(e.to_string().contains("readonly"), "{e}");
+    }
 
     #[test]
     fn a_pending_upload_written_behind_reaches_the_file_without_another_write() {
