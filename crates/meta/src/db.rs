@@ -1,6 +1,6 @@
 //! One SQLite connection behind a mutex (every statement is short), opened the same way for
-//! the catalogue and the image index: WAL, `synchronous=FULL`, a 10 s busy timeout, and the
-//! caller's schema applied. Writes that must be durable go through [`Db::write`], which
+//! the catalogue and the image index: WAL, `synchronous=FULL`, about 10 s of waiting for a
+//! lock another connection holds ([`wait_for_lock`]), and the caller's schema applied. Writes that must be durable go through [`Db::write`], which
 //! commits concurrent ones as a group; writes queued behind ([`Db::write_behind`]) run with
 //! the next group, or within [`BEHIND_AT_MOST`] on a thread of the database's own.
 //!
@@ -23,6 +23,27 @@ use crate::group::{Durability, Groups};
 /// database's flusher runs it alone (so it reaches the WAL even if nothing else is written,
 /// and survives the process being killed).
 pub(crate) const BEHIND_AT_MOST: Duration = Duration::from_millis(20);
+
+/// Tries of [`wait_for_lock`] with short waits, and how long each is.
+const SHORT_TRIES: i32 = 200;
+const SHORT_WAIT: Duration = Duration::from_micros(50);
+/// Then how long each try waits, and the tries in all (about 10 s).
+const LONG_WAIT: Duration = Duration::from_millis(1);
+const TRIES: i32 = SHORT_TRIES + 10_000;
+
+/// SQLite's busy handler: whether to try again for a lock another connection holds (`tries`
+/// made so far). The other connection is usually this process's own (the catalogue's and the
+/// image index's share one file) holding the write lock through a commit — a fraction of a
+/// millisecond — so the first waits are short: SQLite's own timeout waits 1, 2, 5, 10 … ms,
+/// and a group commit that met the index's write stalled every writer behind it for that long.
+fn wait_for_lock(tries: i32) -> bool {
+    match tries {
+        t if t < SHORT_TRIES => std::thread::sleep(SHORT_WAIT),
+        t if t < TRIES => std::thread::sleep(LONG_WAIT),
+        _ => return false,
+    }
+    true
+}
 
 pub(crate) struct Db {
     shared: Arc<Shared>,
@@ -88,10 +109,10 @@ impl Drop for Db {
 impl Db {
     /// Open (creating if needed) the database at `path` and apply `schema`.
     pub(crate) fn open(path: &Path, schema: &str) -> Result<Self, MetaError> {
-        let conn = Connection::open(path)?;
+        let mut conn = Connection::open(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.busy_handler(Some(wait_for_lock))?;
         Self::init(conn, schema, Some(path))
     }
 
@@ -106,8 +127,8 @@ impl Db {
         // Opened once the schema exists (and with it the WAL).
         let reader = match reader_at {
             Some(path) => {
-                let r = Connection::open(path)?;
-                r.busy_timeout(std::time::Duration::from_secs(10))?;
+                let mut r = Connection::open(path)?;
+                r.busy_handler(Some(wait_for_lock))?;
                 r.pragma_update(None, "query_only", true)?;
                 r.set_prepared_statement_cache_capacity(64);
                 Some(Mutex::new(r))

@@ -224,8 +224,15 @@ pub(crate) struct Search<'a> {
 impl ImageIndex {
     /// Open (creating the table if needed) in the SQLite database at `path`, which may be
     /// the catalogue's own file.
+    ///
+    /// Its writes are not fsynced each (`synchronous=NORMAL`: they become durable with the
+    /// catalogue's next commit or a checkpoint): every row is derived from a blob, and the
+    /// server indexes whatever has no current row when it starts (`bs_web::index_all`), so
+    /// a crash costs a re-index, never a wrong row. An fsync per row would hold the file's
+    /// one write lock through it, stalling the catalogue's commits behind it.
     pub fn open(path: &Path) -> Result<Self> {
         let db = Db::open(path, SCHEMA)?;
+        db.lock().pragma_update(None, "synchronous", "NORMAL")?;
         migrate_sqlite(&db)?;
         Ok(Self { backend: Backend::Sqlite(db) })
     }
@@ -246,34 +253,78 @@ impl ImageIndex {
 
     fn upsert(&self, row: IndexRow<'_>) -> Result<()> {
         match &self.backend {
-            Backend::Sqlite(db) => {
-                db.lock().execute(
-                    "INSERT OR REPLACE INTO images
-                     (name, digest, is_image, patient, modality, study_date, meta, search_text,
-                      indexed_ms, study_uid, series_uid, slice_pos, instance_no)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                    params![
-                        row.name,
-                        row.digest,
-                        row.is_image,
-                        row.patient,
-                        row.modality,
-                        row.study_date,
-                        row.meta,
-                        row.search_text,
-                        now_ms(),
-                        row.study_uid,
-                        row.series_uid,
-                        row.slice_pos,
-                        row.instance_no
-                    ],
-                )?;
-                Ok(())
-            }
+            Backend::Sqlite(db) => upsert_on(&db.lock(), &row),
             Backend::Postgres(pg) => crate::pg::off_executor(|| pg.upsert(&row)),
         }
     }
 
+    /// Record that each of `rows` (name, digest) is not a readable image, for `reason`: in
+    /// one transaction, so that a stream of blobs indexed one by one takes the database's
+    /// write lock once per batch, not once per blob.
+    pub fn put_not_images(&self, rows: &[(String, String)], reason: &str) -> Result<()> {
+        let meta = serde_json::json!({ "error": reason }).to_string();
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                let mut c = db.lock();
+                let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                for (name, digest) in rows {
+                    upsert_on(&tx, &not_image_row(name, digest, &meta))?;
+                }
+                tx.commit()?;
+                Ok(())
+            }
+            Backend::Postgres(pg) => crate::pg::off_executor(|| {
+                rows.iter().try_for_each(|(n, d)| pg.upsert(&not_image_row(n, d, &meta)))
+            }),
+        }
+    }
+}
+
+/// The row of a blob that is not a readable image (`meta`: the reason, as JSON).
+fn not_image_row<'a>(name: &'a str, digest: &'a str, meta: &'a str) -> IndexRow<'a> {
+    IndexRow {
+        name,
+        digest,
+        is_image: false,
+        patient: String::new(),
+        modality: String::new(),
+        study_date: "",
+        meta,
+        search_text: String::new(),
+        study_uid: "",
+        series_uid: "",
+        slice_pos: None,
+        instance_no: None,
+    }
+}
+
+/// Insert or replace `row` on `c`.
+fn upsert_on(c: &rusqlite::Connection, row: &IndexRow<'_>) -> Result<()> {
+    c.prepare_cached(
+        "INSERT OR REPLACE INTO images
+         (name, digest, is_image, patient, modality, study_date, meta, search_text,
+          indexed_ms, study_uid, series_uid, slice_pos, instance_no)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?
+    .execute(params![
+        row.name,
+        row.digest,
+        row.is_image,
+        row.patient,
+        row.modality,
+        row.study_date,
+        row.meta,
+        row.search_text,
+        now_ms(),
+        row.study_uid,
+        row.series_uid,
+        row.slice_pos,
+        row.instance_no
+    ])?;
+    Ok(())
+}
+
+impl ImageIndex {
     /// Record what was extracted from `name` at `digest`. `fields` are the metadata as
     /// strings (for the searchable columns and free text); `meta_json` the same as JSON.
     pub fn put(

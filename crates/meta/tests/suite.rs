@@ -244,6 +244,20 @@ fn image_entries_are_replaced_and_forgotten(p: &dyn Place) {
     assert!(e.is_image && e.digest == "x:5" && e.meta == "{\"width\":1}");
     ix.forget("docs/readme.txt").unwrap();
     assert_eq!(ix.get("docs/readme.txt").unwrap(), None);
+    // Many blobs that are no image, recorded in one write; an image entry among them is
+    // replaced like any other, and nothing else changes.
+    let rows: Vec<(String, String)> =
+        (0..300).map(|i| (format!("raw/{i}"), format!("x:{i}"))).collect();
+    ix.put("raw/7", "x:old", &fields(&[]), "{\"width\":2}").unwrap();
+    ix.put_not_images(&rows, "not an image format").unwrap();
+    let other = p.images();
+    for (name, digest) in [("raw/0", "x:0"), ("raw/7", "x:7"), ("raw/299", "x:299")] {
+        let e = other.get(name).unwrap().unwrap();
+        assert!(!e.is_image && e.digest == digest, "{name}: {e:?}");
+        assert_eq!(e.meta, "{\"error\":\"not an image format\"}");
+    }
+    assert!(other.get("docs/readme.txt").unwrap().is_none());
+    ix.put_not_images(&[], "nothing").unwrap();
 }
 
 /// A CT study of two series (an axial one of three slices put out of order, a scout) and an

@@ -49,10 +49,19 @@ pub(crate) fn follow_store(state: &Arc<AppState>) {
 }
 
 fn run(state: &Weak<AppState>, dirty: &Dirty) {
+    // Blobs found to be no image, recorded together once no name waits or there are
+    // `NOTE_AT_ONCE` of them (see `Images::note_not_images`).
+    let mut not_images = Vec::new();
     loop {
         let name = {
             let mut names = dirty.names.lock().unwrap_or_else(|p| p.into_inner());
             loop {
+                if not_images.len() >= NOTE_AT_ONCE || (names.is_empty() && !not_images.is_empty())
+                {
+                    drop(names);
+                    note(state, &mut not_images);
+                    names = dirty.names.lock().unwrap_or_else(|p| p.into_inner());
+                }
                 if let Some(n) = names.pop_first() {
                     break n;
                 }
@@ -67,15 +76,30 @@ fn run(state: &Weak<AppState>, dirty: &Dirty) {
             }
         };
         let Some(st) = state.upgrade() else { return };
-        settle(&st, &name);
+        settle(&st, &name, &mut not_images);
     }
 }
 
-/// Make the index entry of `name` describe what the store holds now.
-fn settle(st: &AppState, name: &str) {
+/// Most blobs found to be no image that wait to be recorded together.
+const NOTE_AT_ONCE: usize = 256;
+
+/// Record `not_images` in the index, in one write.
+fn note(state: &Weak<AppState>, not_images: &mut Vec<(String, String)>) {
+    let Some(st) = state.upgrade() else { return };
+    if let Err(e) = st.images.note_not_images(not_images) {
+        tracing::warn!("indexing {} blobs that are no image: {e}", not_images.len());
+    }
+    not_images.clear();
+}
+
+/// Make the index entry of `name` describe what the store holds now (or, for a blob that is
+/// no image, add it to `not_images` for the caller to record).
+fn settle(st: &AppState, name: &str, not_images: &mut Vec<(String, String)>) {
+    // Changed again since it was found to be no image: settled afresh, by what it is now.
+    not_images.retain(|(n, _)| n != name);
     match st.store.stat(name) {
         Ok(rec) if st.images.known(&rec).is_some() => {} // indexed already (HTTP uploads do it)
-        Ok(_) => match st.images.refresh(name) {
+        Ok(_) => match st.images.refresh_or_note(name, not_images) {
             Ok(_) | Err(WebError::NotFound(_)) => {}
             Err(e) => tracing::warn!("indexing {name}: {e}"),
         },

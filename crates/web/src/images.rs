@@ -21,6 +21,9 @@ const THUMB_CACHE_BYTES: usize = 64 << 20;
 /// The key under which an image's index entry keeps the user metadata of its blob.
 pub use bs_meta::USER_METADATA;
 
+/// Why a blob is recorded as no image when its first bytes are no image format's.
+const NOT_AN_IMAGE: &str = "not an image format";
+
 /// Access to the store's images.
 pub struct Images {
     store: Arc<dyn Store>,
@@ -151,6 +154,22 @@ impl Images {
     /// Bring the index entry of `key` up to date: decode it if its first bytes or its name say
     /// it is an image, otherwise record that it is not. Returns the fresh metadata, if any.
     pub fn refresh(&self, key: &str) -> Result<Option<serde_json::Value>, WebError> {
+        let mut not_image = Vec::new();
+        let found = self.refresh_or_note(key, &mut not_image)?;
+        if !not_image.is_empty() {
+            self.note_not_images(&not_image)?;
+        }
+        Ok(found)
+    }
+
+    /// [`Images::refresh`], except that a blob found to be in no image format is not
+    /// recorded but added to `not_images` (name, digest), for the caller to record many at
+    /// once with [`Images::note_not_images`].
+    pub fn refresh_or_note(
+        &self,
+        key: &str,
+        not_images: &mut Vec<(String, String)>,
+    ) -> Result<Option<serde_json::Value>, WebError> {
         let rec = self.store.stat(key)?;
         if let Some(m) = self.known(&rec) {
             return Ok(m);
@@ -160,7 +179,7 @@ impl Images {
         let n = src.read_at(&mut head, 0)?;
         drop(src);
         if Format::from_magic(&head[..n]).is_none() && Format::from_name(key).is_none() {
-            self.index.put_not_image(key, &rec.digest, "not an image format")?;
+            not_images.push((key.to_string(), rec.digest));
             return Ok(None);
         }
         match self.decode(key) {
@@ -168,6 +187,11 @@ impl Images {
             Err(WebError::Unprocessable(_) | WebError::TooLarge(_)) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Record that the blobs `rows` (name, digest) are in no image format, in one write.
+    pub fn note_not_images(&self, rows: &[(String, String)]) -> Result<(), WebError> {
+        Ok(self.index.put_not_images(rows, NOT_AN_IMAGE)?)
     }
 
     /// What the index knows about `rec` at its current digest: `Some(Some(meta))` an image,

@@ -605,6 +605,49 @@ async fn uploaded_images_are_indexed_and_searchable() {
     .await;
 }
 
+/// Blobs written to the store by another door (the data plane, the Blob API) are indexed by
+/// the server's follower: the images found by search, the many others recorded as no image
+/// (in batches), and a name re-put as an image between its two looks ends up an image.
+#[tokio::test(flavor = "multi_thread")]
+async fn blobs_stored_behind_the_http_api_are_indexed_images_and_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let index = Arc::new(ImageIndex::open(&dir.path().join("meta.db")).unwrap());
+    let registry = Arc::new(Registry::builtin());
+    let web =
+        WebServer::start(Arc::new(store.clone()), index.clone(), registry, WebConfig::ephemeral())
+            .await
+            .unwrap();
+    let put = |name: &str, data: &[u8]| {
+        let spec = bs_store::RouteSpec { name: name.into(), overwrite: true, ..Default::default() };
+        bs_store::put_bytes(&store, &spec, data).unwrap();
+    };
+    let raw: Vec<String> = (0..600).map(|i| format!("raw/{i:04}")).collect();
+    for (i, name) in raw.iter().enumerate() {
+        put(name, &payload(100 + i));
+    }
+    put("raw/0300", &png(8, 8)); // changed its mind: an image after all
+    put("photos/a.png", &png(16, 16));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let settled = |name: &str| {
+        let rec = store.stat(name).unwrap();
+        index.get(name).unwrap().filter(|e| e.digest == rec.digest)
+    };
+    while raw.iter().chain([&"photos/a.png".to_string()]).any(|n| settled(n).is_none()) {
+        assert!(std::time::Instant::now() < deadline, "the follower never indexed everything");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for name in &raw {
+        let e = settled(name).unwrap();
+        assert_eq!(e.is_image, name == "raw/0300", "{name}: {e:?}");
+    }
+    assert!(settled("photos/a.png").unwrap().is_image);
+    let url = format!("{}api/search?prefix=raw/", web.url());
+    let v: Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+    assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
+    web.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn images_meta_pixels_thumbnails_and_filters() {
     let s = Srv::start(true).await;
