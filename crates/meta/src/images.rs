@@ -397,7 +397,7 @@ impl ImageIndex {
     pub fn get(&self, name: &str) -> Result<Option<ImageEntry>> {
         match &self.backend {
             Backend::Sqlite(db) => {
-                let c = db.lock();
+                let c = db.read();
                 let mut st = c.prepare_cached(
                     "SELECT name, digest, is_image, meta FROM images WHERE name = ?1",
                 )?;
@@ -425,7 +425,7 @@ impl ImageIndex {
         let s = search_of(q);
         match &self.backend {
             Backend::Sqlite(db) => {
-                let c = db.lock();
+                let c = db.read();
                 let mut st = c.prepare_cached(&format!(
                     "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta, g.um FROM (
                        SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
@@ -461,7 +461,7 @@ impl ImageIndex {
     pub fn series(&self, study_uid: &str) -> Result<Vec<SeriesSummary>> {
         match &self.backend {
             Backend::Sqlite(db) => {
-                let c = db.lock();
+                let c = db.read();
                 let mut st = c.prepare_cached(
                     "SELECT g.series_uid, g.n, i.meta FROM (
                        SELECT series_uid, COUNT(*) AS n, MIN(name) AS first FROM images
@@ -486,7 +486,7 @@ impl ImageIndex {
     pub fn instances(&self, series_uid: &str) -> Result<Vec<ImageEntry>> {
         match &self.backend {
             Backend::Sqlite(db) => {
-                let c = db.lock();
+                let c = db.read();
                 let mut st = c.prepare_cached(&format!(
                     "SELECT name, digest, is_image, meta FROM images
                      WHERE series_uid = ?1 {INSTANCE_ORDER}"
@@ -503,7 +503,7 @@ impl ImageIndex {
         let s = search_of(q);
         match &self.backend {
             Backend::Sqlite(db) => {
-                let c = db.lock();
+                let c = db.read();
                 let mut st = c.prepare_cached(&format!(
                     "SELECT name, digest, is_image, meta FROM images
                      WHERE {WHERE_SQLITE} ORDER BY name LIMIT ?7"
