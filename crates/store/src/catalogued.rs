@@ -1,6 +1,6 @@
 //! What the stores that keep a catalogue row per blob (the filesystem and object stores) do
 //! the same way: look a blob up, refuse to replace one, refuse a blob marked corrupt, mark
-//! one corrupt, and expire uploads left pending.
+//! one corrupt, expire uploads left pending, and (for tests) rot a blob kept in its row.
 
 use std::sync::Arc;
 
@@ -19,6 +19,24 @@ pub(crate) fn stat(cat: &Catalogue, name: &str) -> Result<BlobRecord> {
     validate_name(name)?;
     let (rec, _) = cat.blob(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
     Ok(rec)
+}
+
+/// Fault injection for tests: flip the bits of `mask` in byte `offset` of `data`, the bytes
+/// the row `s` keeps, behind the store's back (its digests kept) — bit rot in the catalogue.
+pub(crate) fn damage_inline(
+    cat: &Catalogue,
+    s: &StoredBlob,
+    mut data: Vec<u8>,
+    offset: u64,
+    mask: u8,
+) -> Result<()> {
+    let name = &s.record.name;
+    let b = data
+        .get_mut(offset as usize)
+        .ok_or_else(|| StoreError::Config(format!("{name:?} has no byte {offset}")))?;
+    *b ^= mask;
+    cat.set_inline(name, &s.location, &data)?;
+    Ok(())
 }
 
 /// [`StoreError::AlreadyExists`] if a blob named `name` is there and an upload with these

@@ -135,14 +135,9 @@ impl FsStore {
     /// blob `name`'s file (or catalogue row), in place, keeping its digests — bit rot on disk.
     pub fn damage(&self, name: &str, offset: u64, mask: u8) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        let s = self.stored(name)?;
-        if let Some(mut data) = s.inline {
-            let b = data
-                .get_mut(offset as usize)
-                .ok_or_else(|| StoreError::Config(format!("{name:?} has no byte {offset}")))?;
-            *b ^= mask;
-            self.inner.cat.set_inline(name, &s.location, &data)?;
-            return Ok(());
+        let mut s = self.stored(name)?;
+        if let Some(data) = s.inline.take() {
+            return catalogued::damage_inline(&self.inner.cat, &s, data, offset, mask);
         }
         let f =
             OpenOptions::new().read(true).write(true).open(self.inner.blob_path(&s.location))?;

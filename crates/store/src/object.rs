@@ -16,6 +16,9 @@
 //! than a part is one plain PUT at commit, its digests computed while it is in flight (its
 //! object unreferenced until the row below); on a plain-`http://` endpoint the CRC-32 the
 //! bucket checks that PUT against is taken as its bytes arrive (see `crate::s3http`).
+//! A blob of up to [`INLINE_UP_TO`] bytes makes no request to the bucket at all: it is
+//! committed inside its catalogue row (location `inline:<id>`), read from there, and shared
+//! with every front end through the catalogue like any row.
 //! Commit completes the multipart upload, and only then writes the catalogue row: a blob is
 //! visible only once all its bytes are stored, and a crash between the two leaves an
 //! unreferenced object that [`ObjStore::collect_garbage`] removes (once it is older than
@@ -61,7 +64,7 @@ use crate::catalogued::{self, cutoff_ms};
 use crate::claim::Claims;
 use crate::error::StoreError;
 use crate::events::{Listener, Listeners, StoreEvent};
-use crate::fs::new_id;
+use crate::fs::{INLINE_UP_TO, new_id};
 use crate::name::validate_name;
 use crate::objearly::EarlyGet;
 use crate::objlocal::{LocalClients, MakeBackend};
@@ -278,6 +281,14 @@ impl Staged {
     fn received(&self) -> u64 {
         self.flushed + self.tail.len() as u64
     }
+}
+
+/// How the location of a blob kept in its catalogue row begins (no object has it).
+const INLINE_LOCATION: &str = "inline:";
+
+/// Whether `location` is a blob kept in its catalogue row.
+fn is_inline(location: &str) -> bool {
+    location.starts_with(INLINE_LOCATION)
 }
 
 /// Whether `name` is an object id this store makes (128 random bits in hex).
@@ -507,10 +518,14 @@ impl ObjStore {
     }
 
     /// Fault injection for tests: flip the bits of `mask` in byte `offset` of the object
-    /// of `name`, in the bucket, keeping the catalogue row — bit rot in storage.
+    /// of `name`, in the bucket (or of its catalogue row), keeping the catalogue's digests —
+    /// bit rot in storage.
     pub fn damage(&self, name: &str, offset: u64, mask: u8) -> Result<()> {
         let i = &self.inner;
-        let s = i.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        let mut s = i.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        if let Some(data) = s.inline.take() {
+            return catalogued::damage_inline(&i.cat, &s, data, offset, mask);
+        }
         let key = i.key(&s.location);
         let mut bytes = i
             .block_on(async { i.os.get(&key).await?.bytes().await })
@@ -526,6 +541,9 @@ impl ObjStore {
     pub fn lose(&self, name: &str) -> Result<()> {
         let i = &self.inner;
         let s = i.cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        if s.inline.is_some() {
+            return Err(StoreError::Config(format!("{name:?} is kept in its catalogue row")));
+        }
         i.block_on(i.os.delete(&i.key(&s.location))).map_err(|e| os_error("deleting", e))
     }
 }
@@ -573,6 +591,21 @@ impl Inner {
 
     /// Abort the multipart upload a stored upload id names, if any (best effort: an upload
     /// already gone is fine).
+    /// Delete, in the background, the object of `location`, which a commit of `blob` just
+    /// replaced (nothing references it any more: the writer need not wait for it). If the
+    /// delete fails, or this process stops first, garbage collection takes it.
+    fn drop_replaced(&self, location: &str, blob: &str) {
+        if is_inline(location) {
+            return;
+        }
+        let (os, old, blob) = (self.os.clone(), self.key(location), blob.to_string());
+        self.rt.spawn(async move {
+            if let Err(e) = os.delete(&old).await {
+                tracing::warn!(%blob, error = %e, "replaced object stays until collected");
+            }
+        });
+    }
+
     fn abort_stored(&self, stored_id: &str) {
         if let (id, Some(mp)) = split_upload_id(stored_id) {
             let key = self.key(id);
@@ -681,7 +714,9 @@ impl Store for ObjStore {
         // (an object left behind is an orphan, collected later).
         match i.cat.delete_blob(name)? {
             Some(loc) => {
-                if let Err(e) = i.block_on(i.os.delete(&i.key(&loc))) {
+                if !is_inline(&loc)
+                    && let Err(e) = i.block_on(i.os.delete(&i.key(&loc)))
+                {
                     tracing::warn!(%name, error = %e, "blob deleted; its object stays until collected");
                 }
                 i.listeners.notify(StoreEvent::Deleted(name.to_string()));
@@ -812,6 +847,9 @@ impl Store for ObjStore {
             StoreError::Corrupt { name: name.to_string(), reason: format!("catalogue: {e}") }
         })?;
         let marker = catalogued::marker(i.cat.clone(), name, &s.location);
+        if let Some(data) = s.inline {
+            return BlobSource::memory(s.record, data.into(), chunks, Some(marker));
+        }
         let reader = Arc::new(ObjReader {
             store: self.inner.clone(),
             name: name.to_string(),
@@ -1173,6 +1211,58 @@ impl ObjUpload {
         }
     }
 
+    /// Commit a blob of up to [`INLINE_UP_TO`] bytes, all of them in the tail, inside its
+    /// catalogue row (durable when this returns). A commit that fails starts the upload over.
+    fn commit_inline(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
+        let i = self.store.clone();
+        let name = self.rec.name.clone();
+        let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
+        let s = self.state();
+        let body = s.tail.take();
+        let (mut hasher, mut chunks) = (s.hasher.clone(), s.chunks.clone());
+        hasher.update(&body);
+        chunks.update(&body);
+        let digest = hasher.finish();
+        if let Some(g) = whole.filter(|g| g.algo == i.algo && *g != digest) {
+            self.restart();
+            return Err(StoreError::Corrupt {
+                name,
+                reason: format!("received bytes digest to {digest}, {g} was written"),
+            });
+        }
+        let record = BlobRecord {
+            name: name.clone(),
+            size: body.len() as u64,
+            content_type: self.rec.content_type.clone(),
+            digest: digest.to_string(),
+            created_ms: now_ms(),
+            metadata: self.rec.metadata.clone(),
+        };
+        let location = format!("{INLINE_LOCATION}{}", self.state().upload_id);
+        let chunks = chunks.finish().encode();
+        let committed = i.cat.commit_blob(&record, &location, &chunks, Some(&body), move |d| {
+            may_replace(overwrite, &refuse, d)
+        });
+        match committed {
+            Ok(Commit::Done(old)) => {
+                self.state = None;
+                if let Some(old) = old {
+                    i.drop_replaced(&old, &name);
+                }
+                i.listeners.notify(StoreEvent::Committed(record.clone()));
+                Ok(record)
+            }
+            Ok(Commit::Refused) => {
+                self.restart();
+                Err(StoreError::AlreadyExists(name))
+            }
+            Err(e) => {
+                self.restart();
+                Err(e.into())
+            }
+        }
+    }
+
     /// Take the bytes just arrived into the running CRC-32, if there is one.
     fn feed_crc(&mut self) {
         // Only a blob smaller than a part has one: its tail is the whole blob.
@@ -1317,6 +1407,9 @@ impl UploadSink for ObjUpload {
         let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
         catalogued::refuse_existing(&i.cat, &name, overwrite, &refuse)?;
         let s = self.state();
+        if s.multipart.is_none() && s.received() <= INLINE_UP_TO {
+            return self.commit_inline(whole);
+        }
         let size = s.received();
         let key = s.key.clone();
         let id = s.upload_id.clone();
@@ -1422,17 +1515,9 @@ impl UploadSink for ObjUpload {
             Durability::Lazy,
         );
         match outcome {
-            Ok(Commit::Done(Some(old))) => {
-                // Nothing references the replaced object any more: it goes while the writer
-                // is told, not before (one request to the bucket less on every replace). If
-                // the delete fails, or this process stops first, garbage collection takes it.
-                let (os, old, blob) = (i.os.clone(), i.key(&old), name.clone());
-                i.rt.spawn(async move {
-                    if let Err(e) = os.delete(&old).await {
-                        tracing::warn!(%blob, error = %e, "replaced object stays until collected");
-                    }
-                });
-            }
+            // The replaced object goes while the writer is told, not before (one request
+            // to the bucket less on every replace).
+            Ok(Commit::Done(Some(old))) => i.drop_replaced(&old, &name),
             Ok(Commit::Done(None)) => {}
             Ok(Commit::Refused) => {
                 if let Err(e) = i.block_on(i.os.delete(&key)) {

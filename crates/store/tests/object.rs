@@ -31,6 +31,57 @@ fn write_in_pieces(w: &mut dyn bs_store::UploadSink, bytes: &[u8], from: usize) 
     }
 }
 
+/// A blob of up to `INLINE_UP_TO` bytes is committed in its catalogue row: the bucket never
+/// holds it, it reads back and is checked like any other (rot in the row is caught), and
+/// replacing it by a blob with an object and back leaves no object behind.
+#[test]
+fn a_small_blob_lives_in_its_catalogue_row_and_never_in_the_bucket() {
+    let prefix = common::fresh_prefix();
+    let cfg = common::s3_config(&prefix);
+    let s = ObjStore::open_s3(&cfg, Catalogue::open_in_memory().unwrap()).unwrap();
+    let client = cfg.build().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // The blobs' objects (not the prefix's `.catalogue` mark).
+    let objects = || -> Vec<String> {
+        use futures_util::StreamExt;
+        let p = object_store::path::Path::from(prefix.as_str());
+        rt.block_on(async {
+            let listed: Vec<_> = client.list(Some(&p)).collect().await;
+            let names = listed.into_iter().map(|m| m.unwrap().location.to_string());
+            names.filter(|n| !n.ends_with("/.catalogue")).collect()
+        })
+    };
+    let edge = data(bs_store::INLINE_UP_TO as usize, 5);
+    bs_store::put_bytes(&s, &spec("small", None), &edge).unwrap();
+    bs_store::put_bytes(&s, &spec("empty", None), b"").unwrap();
+    assert!(objects().is_empty(), "{:?}", objects());
+    assert_eq!(read_all(&s, "small"), edge);
+    assert_eq!(read_all(&s, "empty"), b"");
+
+    let over = |d: &[u8]| {
+        let sp = RouteSpec { overwrite: true, ..spec("small", None) };
+        bs_store::put_bytes(&s, &sp, d).unwrap();
+    };
+    let big = data(bs_store::INLINE_UP_TO as usize + 1, 6);
+    over(&big);
+    assert_eq!(objects().len(), 1);
+    assert_eq!(read_all(&s, "small"), big);
+    over(&edge);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !objects().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the replaced object stays: {:?}", objects());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(read_all(&s, "small"), edge);
+
+    s.damage("small", 1000, 0x08).unwrap();
+    let e = s.open_read("small").unwrap().all().unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    assert!(matches!(s.open_read("small"), Err(StoreError::Corrupt { .. })), "marked");
+    s.delete("small").unwrap();
+    assert!(matches!(s.open_read("small"), Err(StoreError::NotFound(_))));
+}
+
 #[test]
 fn a_small_blob_received_in_place_keeps_what_arrived_and_no_more() {
     let s = common::s3_store();
@@ -256,8 +307,11 @@ fn a_lost_object_is_corrupt_not_empty_and_orphans_are_collected() {
     let cfg = common::s3_config(&prefix);
     let s = ObjStore::open_s3(&cfg, Catalogue::open_in_memory().unwrap()).unwrap();
     bs_store::put_bytes(&s, &spec("kept", None), b"kept bytes").unwrap();
-    bs_store::put_bytes(&s, &spec("lost", None), b"lost bytes").unwrap();
+    // (Larger than a blob kept in its catalogue row, which has no object to lose.)
+    let lost = data(bs_store::INLINE_UP_TO as usize + 1, 3);
+    bs_store::put_bytes(&s, &spec("lost", None), &lost).unwrap();
     s.lose("lost").unwrap();
+    assert!(s.lose("kept").is_err(), "kept in its row");
     let e = s.open_read("lost").unwrap().all().unwrap_err();
     assert!(matches!(&e, StoreError::Corrupt { reason, .. } if reason.contains("missing")), "{e}");
     assert!(matches!(s.open_read("lost"), Err(StoreError::Corrupt { .. })), "marked");
