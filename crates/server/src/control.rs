@@ -394,6 +394,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             socket: SocketOptions::default(),
             blob_digest: None,
             range: false,
+            upload_id: None,
             whole_before_use: false,
             bind: BindGrant { id, endpoint, profile: offer.profile.clone(), label, udp },
         };

@@ -426,7 +426,14 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Resul
             .open_upload_range(&g.name, g.offset)?
             .ok_or_else(|| fail(ErrorCode::BadFrame, "this store takes one writer per upload"))?
     } else {
-        shared.store.open_upload(&g.name)?
+        let sink = shared.store.open_upload(&g.name)?;
+        if let Some(id) = &g.upload_id
+            && !bs_store::is_routed(&*sink, id)
+        {
+            // Routed again since this push was granted: that upload is another transfer's.
+            return Err(StoreError::Busy(g.name.clone()).into());
+        }
+        sink
     };
     let mut rules = PushReceiver::new(
         g.offset,

@@ -186,6 +186,7 @@ impl Negotiator {
             socket,
             blob_digest: blob.as_ref().map(|b| b.digest.clone()),
             range: r.range,
+            upload_id: route.as_ref().map(|r| r.upload_id.clone()),
             whole_before_use: direction == Direction::Pull && r.whole_before_use,
             bind: BindGrant {
                 id: self.bindings.next_id(),

@@ -30,6 +30,9 @@ pub struct Grant {
     pub blob_digest: Option<String>,
     /// Push: one range of an upload written next to others (never commits).
     pub range: bool,
+    /// Push routed in the same negotiation: the pending upload it routed. The push is
+    /// refused (`Busy`) if the name has been routed again since, by another transfer.
+    pub upload_id: Option<String>,
     /// Pull: the client uses no byte before the final SUM, so chunks may be sent before
     /// they are checked (`NegotiateRequest.whole_before_use`).
     pub whole_before_use: bool,
@@ -110,6 +113,7 @@ mod tests {
             socket: SocketOptions::default(),
             blob_digest: None,
             range: false,
+            upload_id: None,
             whole_before_use: false,
             bind: crate::bindings::BindGrant {
                 id: 1,

@@ -77,6 +77,9 @@ impl UploadSink for FaultySink {
     fn size(&self) -> Option<u64> {
         self.inner.size()
     }
+    fn upload_id(&self) -> Option<&str> {
+        self.inner.upload_id()
+    }
     fn received(&self) -> u64 {
         self.inner.received()
     }

@@ -406,19 +406,20 @@ impl Store for FsStore {
             let received = f.metadata()?.len();
             let received_digest =
                 (received > 0).then(|| digest_file_range(&f, 0, received, i.algo)).transpose()?;
-            return Ok(Routed { received, received_digest, resumed: true });
+            let upload_id = u.upload_id;
+            return Ok(Routed { upload_id, received, received_digest, resumed: true });
         }
         let id = new_id();
         // A small blob's bytes are held in memory until its commit: no staging file.
         if !inline_sized(spec.size) {
             File::create(i.staging_path(&id))?;
         }
-        let rec = spec.upload_record(id);
+        let rec = spec.upload_record(id.clone());
         if let Some(old) = i.cat.put_upload(&rec)? {
             i.written.forget(&old);
             let _ = fs::remove_file(i.staging_path(&old));
         }
-        Ok(Routed { received: 0, received_digest: None, resumed: false })
+        Ok(Routed { upload_id: id, received: 0, received_digest: None, resumed: false })
     }
 
     fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>> {
@@ -840,6 +841,10 @@ impl Drop for FsUpload {
 impl UploadSink for FsUpload {
     fn size(&self) -> Option<u64> {
         self.rec.size
+    }
+
+    fn upload_id(&self) -> Option<&str> {
+        Some(&self.rec.upload_id)
     }
 
     fn received(&self) -> u64 {

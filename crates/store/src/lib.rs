@@ -46,7 +46,7 @@ pub use source::{
     Arriving, BlobSource, CorruptionMarker, MAP_FROM, Pieces, READ_WHOLE_UP_TO, REMOTE_WINDOW,
     RangeRead, corruption_found,
 };
-pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range, open_routed};
+pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range, is_routed, open_routed};
 pub use tier::Tier;
 pub use whole::put_bytes;
 pub use writeback::{WRITEBACK_STEP, start_writeback, sync_written};

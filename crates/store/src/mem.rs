@@ -220,7 +220,8 @@ impl Store for MemStore {
                     let received = data.received;
                     let held = &data.bytes[..received as usize];
                     let received_digest = (received > 0).then(|| self.digest_algo().digest(held));
-                    return Ok(Routed { received, received_digest, resumed: true });
+                    let upload_id = p.rec.upload_id.clone();
+                    return Ok(Routed { upload_id, received, received_digest, resumed: true });
                 }
                 _ => {}
             }
@@ -228,12 +229,13 @@ impl Store for MemStore {
         // Allocate outside the lock; then install, unless a writer appeared meanwhile.
         let buf = Buf::for_size(spec.size)?;
         let rec = spec.upload_record(crate::fs::new_id());
+        let upload_id = rec.upload_id.clone();
         let mut ups = i.uploads.lock().unwrap();
         if ups.get(&spec.name).is_some_and(|p| p.data.is_none()) {
             return Err(StoreError::Busy(spec.name.clone()));
         }
         ups.insert(spec.name.clone(), Pending { rec, data: Some(buf) });
-        Ok(Routed { received: 0, received_digest: None, resumed: false })
+        Ok(Routed { upload_id, received: 0, received_digest: None, resumed: false })
     }
 
     fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>> {
@@ -349,6 +351,10 @@ impl Drop for MemUpload {
 impl UploadSink for MemUpload {
     fn size(&self) -> Option<u64> {
         self.rec.size
+    }
+
+    fn upload_id(&self) -> Option<&str> {
+        Some(&self.rec.upload_id)
     }
 
     fn received(&self) -> u64 {

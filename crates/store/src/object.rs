@@ -762,9 +762,10 @@ impl Store for ObjStore {
                 h.update(s.tail.as_slice());
                 h.finish()
             });
+            let upload_id = s.upload_id.clone();
             i.put_staged(&spec.name, ours.expect("matched"));
             i.cat.put_upload(&spec.upload_record(u.upload_id.clone()))?;
-            return Ok(Routed { received, received_digest, resumed: true });
+            return Ok(Routed { upload_id, received, received_digest, resumed: true });
         }
         match (&existing, ours) {
             // Ours and idle (we hold the claim): abort it.
@@ -778,7 +779,7 @@ impl Store for ObjStore {
         let rec = spec.upload_record(id.clone());
         i.cat.put_upload(&rec)?;
         i.put_staged(&spec.name, Staged::new(id.clone(), i.key(&id), i.algo));
-        Ok(Routed { received: 0, received_digest: None, resumed: false })
+        Ok(Routed { upload_id: id, received: 0, received_digest: None, resumed: false })
     }
 
     fn open_upload(&self, name: &str) -> Result<Box<dyn UploadSink>> {
@@ -1308,6 +1309,10 @@ impl Drop for ObjUpload {
 impl UploadSink for ObjUpload {
     fn size(&self) -> Option<u64> {
         self.rec.size
+    }
+
+    fn upload_id(&self) -> Option<&str> {
+        Some(&self.rec.upload_id)
     }
 
     fn received(&self) -> u64 {

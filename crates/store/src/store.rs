@@ -50,6 +50,8 @@ impl RouteSpec {
 /// Result of `route`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routed {
+    /// The pending upload routed (see [`UploadSink::upload_id`]).
+    pub upload_id: String,
     /// Bytes already held (non-zero only when resumed).
     pub received: u64,
     /// Digest of those bytes, in the store's algorithm.
@@ -191,6 +193,11 @@ fn read_file_range(
 pub trait UploadSink: Send {
     /// Declared size, if known.
     fn size(&self) -> Option<u64>;
+    /// Which pending upload this is (as [`Routed::upload_id`] named it when it was routed),
+    /// where the store tells.
+    fn upload_id(&self) -> Option<&str> {
+        None
+    }
     /// Bytes held so far: always a contiguous prefix of the blob.
     fn received(&self) -> u64;
     /// Write at `offset`, which must not be past `received()` (no gaps).
@@ -297,16 +304,25 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Open the upload `spec` routed, for a writer that routed it itself a moment ago. A name has
-/// one pending upload, and another put of it routed in between takes it over: an upload of
-/// another declared size is that put's to write, so this writer is told
-/// [`StoreError::Busy`] (not handed it, to fill with its own bytes and be refused as short
-/// or long at commit).
-pub fn open_routed(store: &dyn Store, spec: &RouteSpec) -> Result<Box<dyn UploadSink>> {
+/// one pending upload, and another put of it routed in between takes it over: that upload
+/// (another id, where the store tells; else another declared size) is that put's to write,
+/// so this writer is told [`StoreError::Busy`] (not handed it, to fill with its own bytes
+/// under the other put's metadata and flags, or be refused as short or long at commit).
+pub fn open_routed(
+    store: &dyn Store,
+    spec: &RouteSpec,
+    routed: &Routed,
+) -> Result<Box<dyn UploadSink>> {
     let sink = store.open_upload(&spec.name)?;
-    if sink.size() != spec.size {
+    if !is_routed(&*sink, &routed.upload_id) || sink.size() != spec.size {
         return Err(StoreError::Busy(spec.name.clone()));
     }
     Ok(sink)
+}
+
+/// Whether `sink` is the pending upload `upload_id` names (as far as its store tells).
+pub fn is_routed(sink: &dyn UploadSink, upload_id: &str) -> bool {
+    sink.upload_id().is_none_or(|id| id == upload_id)
 }
 
 /// Whether an upload routed with `overwrite` and `refuse` may replace a blob of `digest`.

@@ -142,8 +142,8 @@ fn write_all(
     mut rx: mpsc::Receiver<Msg>,
 ) -> Result<BlobRecord, WebError> {
     let name = route.name.clone();
-    store.route(&route)?;
-    let mut sink = match bs_store::open_routed(store.as_ref(), &route) {
+    let routed = store.route(&route)?;
+    let mut sink = match bs_store::open_routed(store.as_ref(), &route, &routed) {
         Ok(s) => s,
         Err(e) => {
             if !e.upload_is_anothers() {
