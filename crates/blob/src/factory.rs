@@ -120,7 +120,7 @@ impl Factory {
         let slot = match key.location() {
             Location::Memory => {
                 let st = &self.inner.mem;
-                let routed = st.route(&RouteSpec {
+                let route = RouteSpec {
                     name: key.name().to_string(),
                     size: spec.size,
                     content_type: spec.content_type.clone(),
@@ -128,13 +128,11 @@ impl Factory {
                     overwrite: spec.overwrite,
                     resume_tag: spec.resume_tag.clone(),
                     ..RouteSpec::default()
-                })?;
+                };
+                let routed = st.route(&route)?;
+                let sink = bs_store::open_routed(st, &route, &routed)?;
                 let held = Held { bytes: routed.received, digest: routed.received_digest };
-                Slot::MemWrite {
-                    sink: Some(st.open_upload(key.name())?),
-                    content_type: spec.content_type.clone(),
-                    held,
-                }
+                Slot::MemWrite { sink: Some(sink), content_type: spec.content_type.clone(), held }
             }
             Location::File => {
                 let dest = key.path().expect("file key");
@@ -158,6 +156,7 @@ impl Factory {
                 Slot::RemoteWrite {
                     client,
                     push: None,
+                    upload_id: routed.upload_id,
                     size: spec.size,
                     content_type: spec.content_type.clone(),
                     held,

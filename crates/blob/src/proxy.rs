@@ -58,6 +58,9 @@ pub(crate) enum Slot {
     RemoteWrite {
         client: Client,
         push: Option<PushStream>,
+        /// The upload routed for this writer: its pushes are refused if another put of the
+        /// name routed it again meanwhile (empty from a server that does not say).
+        upload_id: String,
         size: Option<u64>,
         content_type: String,
         held: Held,
@@ -251,11 +254,11 @@ impl BlobProxy {
                 file.write_all_at(data, pos).map_err(|e| BlobError::file(part.clone(), e))?;
                 bs_store::start_writeback(file, pos, data.len() as u64);
             }
-            Slot::RemoteWrite { client, push, size, .. } => {
+            Slot::RemoteWrite { client, push, size, upload_id, .. } => {
                 if push.is_none() {
                     let len = size.map(|s| s.saturating_sub(pos));
                     let c = self.io_limit.map_or_else(|| client.clone(), |t| client.within(t));
-                    let p = c.open_push(self.key.name(), pos, len, None)?;
+                    let p = c.open_push_into(self.key.name(), upload_id, pos, len)?;
                     if let Some(t) = self.io_limit {
                         p.set_io_timeout(t)?;
                     }
@@ -286,14 +289,14 @@ impl BlobProxy {
                 // Progress of an earlier parallel copy into the same file is moot now.
                 let _ = std::fs::remove_file(crate::ranges::ranges_path(dest));
             }
-            Slot::RemoteWrite { client, push, .. } => match push.take() {
+            Slot::RemoteWrite { client, push, upload_id, .. } => match push.take() {
                 Some(p) => {
                     p.finish(true)?;
                 }
                 None => {
                     // Nothing written in this session: commit what the upload holds.
                     let c = self.io_limit.map_or_else(|| client.clone(), |t| client.within(t));
-                    let p = c.open_push(self.key.name(), self.pos, Some(0), None)?;
+                    let p = c.open_push_into(self.key.name(), upload_id, self.pos, Some(0))?;
                     if let Some(t) = self.io_limit {
                         p.set_io_timeout(t)?;
                     }

@@ -371,6 +371,7 @@ impl Client {
             range: false,
             pipelined: false,
             whole_before_use: false,
+            upload_id: String::new(),
         }
     }
 
@@ -537,6 +538,21 @@ impl Client {
     ) -> Result<PushStream> {
         let mut req = self.base_request(name, pb::Direction::Push, offset, length);
         req.route = route;
+        self.push_admitted(req)
+    }
+
+    /// [`Client::open_push`] into the upload a [`Client::route`] answered
+    /// (`RouteResponse.upload_id`): refused by the server (`NotFound`: that upload is gone)
+    /// if another put of `name` routed it again since (empty: whatever upload `name` has).
+    pub fn open_push_into(
+        &self,
+        name: &str,
+        upload_id: &str,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<PushStream> {
+        let mut req = self.base_request(name, pb::Direction::Push, offset, length);
+        req.upload_id = upload_id.to_string();
         self.push_admitted(req)
     }
 

@@ -1221,3 +1221,45 @@ fn a_final_push_commits_only_what_it_verified() {
     assert_eq!(ack.received, 60);
     assert_eq!(pull(&c, "tail", 0, None), data(60), "the unconfirmed tail was dropped");
 }
+
+/// A put that routed its upload, then another put of the same name routing it again before
+/// the first pushes: the first's push names the upload it routed and is refused at once,
+/// that upload being gone (not let fill the other's upload under the other's metadata, nor
+/// made to wait as for a busy one), and the other's lands — on the memory and the
+/// filesystem store, the other of the same size and of another.
+#[test]
+fn a_push_into_an_upload_another_put_routed_again_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores: Vec<Arc<dyn Store>> =
+        vec![Arc::new(MemStore::new()), Arc::new(FsStore::open(dir.path()).unwrap())];
+    for store in stores {
+        let (_s, c) = server_with(store, ServerConfig::ephemeral());
+        for (size, tag) in [(3u64, "same size"), (5, "another size")] {
+            let name = format!("raced/{size}");
+            let mine = RouteRequest { name: name.clone(), size: Some(3), ..Default::default() };
+            let theirs = RouteRequest {
+                size: Some(size),
+                metadata: [("who".to_string(), "them".to_string())].into(),
+                ..mine.clone()
+            };
+            let first = c.route(mine).unwrap();
+            let second = c.route(theirs).unwrap();
+            assert_ne!(first.upload_id, second.upload_id, "{tag}");
+            let e = c.open_push_into(&name, &first.upload_id, 0, Some(3)).err().expect(tag);
+            let gone = |m: &str| m.contains("routed it again");
+            assert!(
+                matches!(&e, ClientError::Transfer(TransportError::Remote {
+                    code: ErrorCode::NotFound,
+                    message
+                }) if gone(message)),
+                "{tag}: {e}"
+            );
+            let bytes = &data(size as usize);
+            let mut p = c.open_push_into(&name, &second.upload_id, 0, Some(size)).unwrap();
+            p.write(bytes).unwrap();
+            p.finish(true).unwrap();
+            assert_eq!(pull(&c, &name, 0, None), *bytes, "{tag}");
+            assert_eq!(c.stat(&name).unwrap().metadata["who"], "them", "{tag}");
+        }
+    }
+}

@@ -121,6 +121,7 @@ pub(crate) fn routed(r: bs_store::Routed) -> pb::RouteResponse {
         received: r.received,
         received_digest: r.received_digest.map(|d| d.to_string()).unwrap_or_default(),
         resumed: r.resumed,
+        upload_id: r.upload_id,
     }
 }
 

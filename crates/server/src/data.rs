@@ -420,21 +420,27 @@ impl Drop for Waiting<'_> {
 }
 
 fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Result<(), Failure> {
-    let mut sink = if g.range {
+    let sink = if g.range {
         shared
             .store
             .open_upload_range(&g.name, g.offset)?
             .ok_or_else(|| fail(ErrorCode::BadFrame, "this store takes one writer per upload"))?
     } else {
-        let sink = shared.store.open_upload(&g.name)?;
-        if let Some(id) = &g.upload_id
-            && !bs_store::is_routed(&*sink, id)
-        {
-            // Routed again since this push was granted: that upload is another transfer's.
-            return Err(StoreError::Busy(g.name.clone()).into());
-        }
-        sink
+        shared.store.open_upload(&g.name)?
     };
+    if let Some(id) = &g.upload_id
+        && !bs_store::is_routed(&*sink, id)
+    {
+        // Routed again since this push's route: that upload is another put's, for good (not
+        // Busy, which a client waits out and asks again).
+        let message = format!(
+            "the upload routed for {:?} is gone: another put of the name routed it again; \
+             put it again",
+            g.name
+        );
+        return Err(fail(ErrorCode::NotFound, message));
+    }
+    let mut sink = sink;
     let mut rules = PushReceiver::new(
         g.offset,
         g.length,

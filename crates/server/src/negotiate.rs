@@ -186,7 +186,14 @@ impl Negotiator {
             socket,
             blob_digest: blob.as_ref().map(|b| b.digest.clone()),
             range: r.range,
-            upload_id: route.as_ref().map(|r| r.upload_id.clone()),
+            // The upload this push routed, or the one the client's Route answered.
+            upload_id: match &route {
+                Some(rt) => Some(rt.upload_id.clone()),
+                None if direction == Direction::Push && !r.upload_id.is_empty() => {
+                    Some(r.upload_id.clone())
+                }
+                None => None,
+            },
             whole_before_use: direction == Direction::Pull && r.whole_before_use,
             bind: BindGrant {
                 id: self.bindings.next_id(),

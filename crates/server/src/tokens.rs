@@ -30,8 +30,9 @@ pub struct Grant {
     pub blob_digest: Option<String>,
     /// Push: one range of an upload written next to others (never commits).
     pub range: bool,
-    /// Push routed in the same negotiation: the pending upload it routed. The push is
-    /// refused (`Busy`) if the name has been routed again since, by another transfer.
+    /// Push: the pending upload its route named (routed in the same negotiation, or by a
+    /// Route the client names). The push is refused (`NotFound`) if the name has been routed
+    /// again since, by another put.
     pub upload_id: Option<String>,
     /// Pull: the client uses no byte before the final SUM, so chunks may be sent before
     /// they are checked (`NegotiateRequest.whole_before_use`).

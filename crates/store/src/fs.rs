@@ -759,6 +759,10 @@ impl UploadSink for FsRangeUpload {
         Some(self.size)
     }
 
+    fn upload_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+
     fn received(&self) -> u64 {
         self.received
     }
