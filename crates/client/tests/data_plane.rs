@@ -1245,7 +1245,9 @@ fn a_push_into_an_upload_another_put_routed_again_is_refused() {
             let first = c.route(mine).unwrap();
             let second = c.route(theirs).unwrap();
             assert_ne!(first.upload_id, second.upload_id, "{tag}");
-            let e = c.open_push_into(&name, &first.upload_id, 0, Some(3)).err().expect(tag);
+            let Err(e) = c.open_push_into(&name, &first.upload_id, 0, Some(3)) else {
+                panic!("{tag}: admitted into the other put's upload");
+            };
             let gone = |m: &str| m.contains("routed it again");
             assert!(
                 matches!(&e, ClientError::Transfer(TransportError::Remote {
