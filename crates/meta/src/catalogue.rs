@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use bytes::Bytes;
+
 use crate::error::MetaError;
 use crate::group::Durability;
 use crate::intent::CommitIntent;
@@ -116,7 +118,7 @@ impl Catalogue {
         rec: &BlobRecord,
         location: &str,
         chunks: &[u8],
-        inline: Option<&[u8]>,
+        inline: Option<Bytes>,
         may_replace: impl FnOnce(&str) -> bool + Send + 'static,
     ) -> Result<Commit> {
         on_backend!(self, c => c.commit_blob(rec, location, chunks, inline, may_replace))

@@ -1,8 +1,9 @@
 //! One SQLite connection behind a mutex (every statement is short), opened the same way for
 //! the catalogue and the image index: WAL, `synchronous=FULL`, about 10 s of waiting for a
-//! lock another connection holds ([`wait_for_lock`]), and the caller's schema applied. Writes that must be durable go through [`Db::write`], which
-//! commits concurrent ones as a group; writes queued behind ([`Db::write_behind`]) run with
-//! the next group, or within [`BEHIND_AT_MOST`] on a thread of the database's own.
+//! lock another connection holds ([`wait_for_lock`]), and the caller's schema applied.
+//! Writes that must be durable go through [`Db::write`], which commits concurrent ones as a
+//! group; writes queued behind ([`Db::write_behind`]) run with the next group, or within
+//! [`BEHIND_AT_MOST`] on a thread of the database's own.
 //!
 //! A database in a file has a second connection for reads ([`Db::read`]): WAL lets it read
 //! the last committed state while a group holds the first one through its commit's fsync, so

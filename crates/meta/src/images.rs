@@ -372,19 +372,11 @@ impl ImageIndex {
             meta.insert(k.clone(), v.clone().into());
         }
         let get = |k: &str| fields.get(k).map(String::as_str).unwrap_or("");
+        let meta = serde_json::Value::Object(meta).to_string();
         self.upsert(IndexRow {
-            name,
-            digest,
-            is_image: false,
-            patient: String::new(),
-            modality: String::new(),
-            study_date: "",
-            meta: &serde_json::Value::Object(meta).to_string(),
-            search_text: String::new(),
             study_uid: get("study_instance_uid"),
             series_uid: get("series_instance_uid"),
-            slice_pos: None,
-            instance_no: None,
+            ..not_image_row(name, digest, &meta)
         })
     }
 

@@ -6,6 +6,7 @@
 //! end's, and two front ends inserting the same new name meet at the primary key: the loser
 //! retries and then sees the winner's row.
 
+use bytes::Bytes;
 use postgres::Row;
 
 use crate::catalogue::StoredBlob;
@@ -141,13 +142,14 @@ impl PgCatalogue {
         rec: &BlobRecord,
         location: &str,
         chunks: &[u8],
-        inline: Option<&[u8]>,
+        inline: Option<Bytes>,
         may_replace: impl FnOnce(&str) -> bool + Send + 'static,
     ) -> Result<Commit> {
         let mut may_replace = Some(may_replace);
         let p = &self.pool;
         let mut c = p.get()?;
         let (size, metadata) = (rec.size as i64, to_json(&rec.metadata));
+        let inline = inline.as_deref();
         // Twice at most: the second time the row another front end inserted is there.
         for _ in 0..2 {
             let mut tx = c.transaction().map_err(|e| p.error(e))?;

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use rusqlite::{OptionalExtension, Row, params};
 
 use crate::catalogue::StoredBlob;
@@ -229,11 +230,10 @@ impl SqliteCatalogue {
         rec: &BlobRecord,
         location: &str,
         chunks: &[u8],
-        inline: Option<&[u8]>,
+        inline: Option<Bytes>,
         may_replace: impl FnOnce(&str) -> bool + Send + 'static,
     ) -> Result<Commit> {
         let (rec, location, chunks) = (rec.clone(), location.to_string(), chunks.to_vec());
-        let inline = inline.map(<[u8]>::to_vec);
         self.db.write(move |tx| {
             let done = commit_row(tx, &rec, &location, &chunks, inline.as_deref(), may_replace)?;
             if matches!(done, Commit::Done(_)) {
@@ -497,7 +497,7 @@ mod tests {
             created_ms: 1,
             metadata: Default::default(),
         };
-        cat.commit_blob(&rec, "loc", b"", Some(b"x"), |_| true).unwrap();
+        cat.commit_blob(&rec, "loc", b"", Some(b"x"[..].into()), |_| true).unwrap();
         // Held as a group holds it through its commit's fsync.
         let writing = cat.conn();
         let (tx, rx) = std::sync::mpsc::channel();

@@ -140,7 +140,7 @@ fn chunks_and_corruption_marks(p: &dyn Place) {
 /// that keeps them elsewhere, and changed in place only where the row holds bytes.
 fn inline_bytes_live_and_leave_with_their_row(p: &dyn Place) {
     let c = p.catalogue();
-    c.commit_blob(&rec("s"), "i0", b"ch", Some(b"abc"), |_| true).unwrap();
+    c.commit_blob(&rec("s"), "i0", b"ch", Some(b"abc"[..].into()), |_| true).unwrap();
     let s = p.catalogue().stored("s").unwrap().unwrap();
     assert_eq!((s.location.as_str(), s.inline.as_deref()), ("i0", Some(&b"abc"[..])));
     assert!(c.set_inline("s", "i0", b"abd").unwrap());
@@ -152,7 +152,7 @@ fn inline_bytes_live_and_leave_with_their_row(p: &dyn Place) {
     );
     assert_eq!(c.stored("s").unwrap().unwrap().inline, None, "the file's commit drops the bytes");
     assert!(!c.set_inline("s", "f1", b"abc").unwrap(), "a row without bytes keeps none");
-    c.commit_blob(&rec("s"), "i2", b"ch", Some(b"xyz"), |_| true).unwrap();
+    c.commit_blob(&rec("s"), "i2", b"ch", Some(b"xyz"[..].into()), |_| true).unwrap();
     assert_eq!(c.delete_blob("s").unwrap(), Some("i2".into()));
     assert!(c.stored("s").unwrap().is_none());
 }

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use bs_meta::{BlobRecord, Catalogue, Commit, StoredBlob, UploadRecord, now_ms};
 use bs_wire::{CHUNK_SIZE, ChunkDigests, ChunkHasher, Digest, DigestAlgo};
+use bytes::Bytes;
 
 use crate::catalogued;
 use crate::claim::Claims;
@@ -864,11 +865,11 @@ impl UploadSink for FsUpload {
             Staged::File(file) => store.write_staged(name, file, offset, data, grows)?,
             Staged::Memory(held) => {
                 store.check_space(name, grows)?;
+                // Over what it holds (a rewrite, no gaps), then appended.
                 let (at, end) = (offset as usize, offset as usize + data.len());
-                if held.len() < end {
-                    held.resize(end, 0);
-                }
-                held[at..end].copy_from_slice(data);
+                let over = end.min(held.len()) - at;
+                held[at..at + over].copy_from_slice(&data[..over]);
+                held.extend_from_slice(&data[over..]);
                 // Digested whole at commit.
                 self.received = self.received.max(end as u64);
                 return Ok(());
@@ -983,7 +984,7 @@ impl UploadSink for FsUpload {
                 }
                 None
             }
-            Staged::Memory(held) => Some(held),
+            Staged::Memory(held) => Some(Bytes::from(held)),
         };
         let record = BlobRecord {
             name: name.clone(),
@@ -994,7 +995,7 @@ impl UploadSink for FsUpload {
             metadata: self.rec.metadata.clone(),
         };
         let committed =
-            i.cat.commit_blob(&record, &id, &chunks.encode(), inline.as_deref(), move |d| {
+            i.cat.commit_blob(&record, &id, &chunks.encode(), inline.clone(), move |d| {
                 may_replace(overwrite, &refuse, d)
             });
         if !matches!(committed, Ok(Commit::Done(_))) {
@@ -1003,7 +1004,7 @@ impl UploadSink for FsUpload {
                 None => {
                     let _ = fs::rename(&dest, i.staging_path(&id));
                 }
-                held => self.staged = held.map(Staged::Memory),
+                held => self.staged = held.map(|b| Staged::Memory(Vec::from(b))),
             }
         }
         match committed {

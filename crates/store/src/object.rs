@@ -1214,7 +1214,11 @@ impl ObjUpload {
 
     /// Commit a blob of up to [`INLINE_UP_TO`] bytes, all of them in the tail, inside its
     /// catalogue row (durable when this returns). A commit that fails starts the upload over.
-    fn commit_inline(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
+    /// `wrong`: the error for bytes of that digest, if they are not what was written.
+    fn commit_inline(
+        mut self: Box<Self>,
+        wrong: &dyn Fn(&Digest) -> Option<StoreError>,
+    ) -> Result<BlobRecord> {
         let i = self.store.clone();
         let name = self.rec.name.clone();
         let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
@@ -1224,12 +1228,9 @@ impl ObjUpload {
         hasher.update(&body);
         chunks.update(&body);
         let digest = hasher.finish();
-        if let Some(g) = whole.filter(|g| g.algo == i.algo && *g != digest) {
+        if let Some(e) = wrong(&digest) {
             self.restart();
-            return Err(StoreError::Corrupt {
-                name,
-                reason: format!("received bytes digest to {digest}, {g} was written"),
-            });
+            return Err(e);
         }
         let record = BlobRecord {
             name: name.clone(),
@@ -1241,7 +1242,7 @@ impl ObjUpload {
         };
         let location = format!("{INLINE_LOCATION}{}", self.state().upload_id);
         let chunks = chunks.finish().encode();
-        let committed = i.cat.commit_blob(&record, &location, &chunks, Some(&body), move |d| {
+        let committed = i.cat.commit_blob(&record, &location, &chunks, Some(body), move |d| {
             may_replace(overwrite, &refuse, d)
         });
         match committed {
@@ -1412,18 +1413,20 @@ impl UploadSink for ObjUpload {
         let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
         catalogued::refuse_existing(&i.cat, &name, overwrite, &refuse)?;
         let s = self.state();
-        if s.multipart.is_none() && s.received() <= INLINE_UP_TO {
-            return self.commit_inline(whole);
-        }
         let size = s.received();
         let key = s.key.clone();
         let id = s.upload_id.clone();
         let wrong = |digest: &Digest| {
-            whole.filter(|g| g.algo == i.algo && g != digest).map(|g| StoreError::Corrupt {
-                name: name.clone(),
-                reason: format!("received bytes digest to {digest}, {g} was written"),
+            whole.as_ref().filter(|g| g.algo == i.algo && *g != digest).map(|g| {
+                StoreError::Corrupt {
+                    name: name.clone(),
+                    reason: format!("received bytes digest to {digest}, {g} was written"),
+                }
             })
         };
+        if s.multipart.is_none() && size <= INLINE_UP_TO {
+            return self.commit_inline(&wrong);
+        }
         // Store every byte: one PUT for a small blob, else the last part and completion.
         let (digest, chunks, storing) = if s.multipart.is_none() {
             // The PUT leaves first and the digests are computed from the same bytes while it
