@@ -85,6 +85,16 @@ impl Catalogue {
         on_backend!(self, c => c.stored(name))
     }
 
+    /// [`Catalogue::stored`] if it can be answered without waiting — for a caller on an async
+    /// executor: `None` when it would wait (PostgreSQL is a network round trip; SQLite's
+    /// reading connection may be another reader's just now).
+    pub fn stored_at_once(&self, name: &str) -> Option<Result<Option<StoredBlob>>> {
+        match &self.backend {
+            Backend::Sqlite(c) => c.stored_at_once(name),
+            Backend::Postgres(_) => None,
+        }
+    }
+
     /// Record the chunk digests of a blob committed without them, if it is still stored at
     /// `location`.
     pub fn set_chunks(&self, name: &str, location: &str, chunks: &[u8]) -> Result<()> {

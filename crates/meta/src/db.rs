@@ -167,6 +167,16 @@ impl Db {
         }
     }
 
+    /// [`Db::read`] if the connection is free now: `None` while another reader holds it.
+    pub(crate) fn try_read(&self) -> Option<MutexGuard<'_, Connection>> {
+        let m = self.shared.reader.as_ref().unwrap_or(&self.shared.conn);
+        match m.try_lock() {
+            Ok(c) => Some(c),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn groups(&self) -> &Groups {
         &self.shared.groups

@@ -145,7 +145,17 @@ impl SqliteCatalogue {
 
     /// A committed blob with its location, chunk digests and corruption mark.
     pub fn stored(&self, name: &str) -> Result<Option<StoredBlob>> {
-        let c = self.read();
+        Self::stored_on(&self.read(), name)
+    }
+
+    /// [`SqliteCatalogue::stored`] if the reading connection is free now (`None`: another
+    /// reader holds it).
+    pub fn stored_at_once(&self, name: &str) -> Option<Result<Option<StoredBlob>>> {
+        let c = self.db.try_read()?;
+        Some(Self::stored_on(&c, name))
+    }
+
+    fn stored_on(c: &rusqlite::Connection, name: &str) -> Result<Option<StoredBlob>> {
         let mut st = c.prepare_cached(
             "SELECT name, size, content_type, digest, created_ms, metadata, location, chunks,
                     corrupt, inline_data

@@ -62,7 +62,24 @@ pub(crate) fn refuse_existing(
 /// The row of a blob to read; a blob already known to be corrupt is refused at once.
 pub(crate) fn readable(cat: &Catalogue, name: &str) -> Result<StoredBlob> {
     validate_name(name)?;
-    let stored = cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+    refuse_unreadable(name, cat.stored(name)?)
+}
+
+/// [`readable`] if the catalogue can answer without waiting (see
+/// [`Catalogue::stored_at_once`]).
+pub(crate) fn readable_at_once(cat: &Catalogue, name: &str) -> Option<Result<StoredBlob>> {
+    if let Err(e) = validate_name(name) {
+        return Some(Err(e));
+    }
+    Some(
+        cat.stored_at_once(name)?
+            .map_err(StoreError::from)
+            .and_then(|s| refuse_unreadable(name, s)),
+    )
+}
+
+fn refuse_unreadable(name: &str, stored: Option<StoredBlob>) -> Result<StoredBlob> {
+    let stored = stored.ok_or_else(|| StoreError::NotFound(name.to_string()))?;
     if let Some(reason) = &stored.corrupt {
         return Err(StoreError::Corrupt {
             name: name.to_string(),

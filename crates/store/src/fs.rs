@@ -550,6 +550,21 @@ impl Store for FsStore {
         self.open_for_reading(catalogued::readable(&self.inner.cat, name)?)
     }
 
+    /// At once: a blob kept in its catalogue row, or one whose file a recent reader left
+    /// open and mapped (see [`crate::mapped`]); opening any other file is left to
+    /// `open_read`.
+    fn open_read_at_once(&self, name: &str) -> Option<Result<BlobSource>> {
+        let s = match catalogued::readable_at_once(&self.inner.cat, name)? {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        if s.inline.is_some() {
+            return Some(self.open_stored(s));
+        }
+        let path = self.inner.blob_path(&s.location);
+        self.inner.mapped.get(&s, &path).map(Ok)
+    }
+
     fn subscribe(&self, listener: Listener) {
         self.inner.listeners.add(listener);
     }

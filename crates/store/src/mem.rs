@@ -263,6 +263,10 @@ impl Store for MemStore {
         self.open(name, false)
     }
 
+    fn open_read_at_once(&self, name: &str) -> Option<Result<BlobSource>> {
+        Some(self.open(name, false))
+    }
+
     fn subscribe(&self, listener: Listener) {
         self.inner.listeners.add(listener);
     }

@@ -169,6 +169,19 @@ fn populate(data: &[u8]) -> std::io::Result<bool> {
     Err(e)
 }
 
+/// Whether every page of `data`, a page-aligned part of a file mapping, is in the page cache.
+fn pages_resident(data: &[u8]) -> bool {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let mut pages = vec![0u8; data.len().div_ceil(page)];
+    // SAFETY: `data` lies inside a live mapping and starts on a page boundary (chunks start at
+    // multiples of 1 MiB from the mapping's start); `pages` holds one byte per page of it.
+    let rc = unsafe {
+        libc::mincore(data.as_ptr() as *mut libc::c_void, data.len(), pages.as_mut_ptr())
+    };
+    rc == 0 && pages.iter().all(|p| p & 1 == 1)
+}
+
 /// Map all `len` bytes of `file` read-only; `once`: for one reader going through in order
 /// (else kept for many readers, whose use of the pages should keep them cached).
 fn map(file: &File, len: u64, once: bool) -> Result<Bytes> {
@@ -359,6 +372,26 @@ impl BlobSource {
     /// Whether the bytes are a mapping of the file (see [`MAP_FROM`] and `crate::mapped`).
     pub fn is_mapped(&self) -> bool {
         matches!(*self.inner.data, Data::File { map: Some(_), .. })
+    }
+
+    /// Whether reading `len` bytes from `offset` (and checking the chunks they fall in) needs
+    /// no disk or network read: a blob in memory, or a mapped file whose pages for those
+    /// chunks are all in the page cache now (`mincore`). A caller on an async executor reads
+    /// at once what is resident, and hands the rest to a thread it may block.
+    pub fn resident(&self, offset: u64, len: u64) -> bool {
+        let i = &self.inner;
+        match &*i.data {
+            Data::Memory(_) => true,
+            Data::File { map: Some(map), .. } if self.check_range(offset, len).is_ok() => {
+                let c = i.chunks.covering(offset, len);
+                if c.is_empty() {
+                    return true;
+                }
+                let (start, end) = (i.chunks.range(c.start).start, i.chunks.range(c.end - 1).end);
+                pages_resident(&map[start as usize..end as usize])
+            }
+            _ => false,
+        }
     }
 
     fn check_range(&self, offset: u64, len: u64) -> Result<()> {

@@ -289,6 +289,14 @@ pub trait Store: Send + Sync + 'static {
     /// against the blob's chunk digests; a blob already known to be corrupt is refused with
     /// [`StoreError::Corrupt`] at once.
     fn open_read(&self, name: &str) -> Result<BlobSource>;
+    /// [`Store::open_read`] if it takes no waiting — no disk or network read, no lock another
+    /// reader holds — for a caller on an async executor, which saves a trip to a thread it may
+    /// block. `None`: it would wait, or this store cannot tell; the caller then calls
+    /// `open_read` where it may block. Reading the source may still wait: see
+    /// [`BlobSource::resident`].
+    fn open_read_at_once(&self, _name: &str) -> Option<Result<BlobSource>> {
+        None
+    }
     /// Re-read every byte of `name` and check it (the scrubber's step), calling `pace` with
     /// the bytes of each chunk read (it may stop the check: then `Ok(false)`). A bad blob is
     /// marked corrupt; a blob marked corrupt that now reads back whole (restored) is cleared.

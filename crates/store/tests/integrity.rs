@@ -154,6 +154,66 @@ fn a_blob_read_again_is_read_through_its_kept_mapping_and_still_checked() {
     assert_eq!(held_open(&path), 0, "let go once deleted");
 }
 
+#[test]
+fn a_read_that_needs_no_waiting_is_opened_at_once_and_any_other_is_left_to_open_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FsStore::open(dir.path()).unwrap();
+    assert!(matches!(s.open_read_at_once("missing"), Some(Err(StoreError::NotFound(_)))));
+    assert!(matches!(s.open_read_at_once("../up"), Some(Err(StoreError::InvalidName { .. }))));
+
+    // Kept in its catalogue row: at once, and in memory.
+    let small = data(1000, 1);
+    bs_store::put_bytes(&s, &spec("small"), &small).unwrap();
+    let src = s.open_read_at_once("small").unwrap().unwrap();
+    assert!(src.resident(0, 1000));
+    assert_eq!(&src.all().unwrap()[..], &small[..]);
+
+    // A blob file: not before a reader has left it open and mapped.
+    let size = CHUNK_SIZE as usize;
+    let hot = data(size, 2);
+    bs_store::put_bytes(&s, &spec("hot"), &hot).unwrap();
+    assert!(s.open_read_at_once("hot").is_none(), "its file is still to be opened");
+    let copied = s.open_read("hot").unwrap();
+    assert!(!copied.is_mapped() && !copied.resident(0, 1), "read with pread: never resident");
+    assert_eq!(&s.open_read("hot").unwrap().all().unwrap()[..], &hot[..]);
+    let src = s.open_read_at_once("hot").expect("kept by the second reader").unwrap();
+    assert!(src.is_mapped() && src.resident(0, size as u64));
+    assert_eq!(&src.all().unwrap()[..], &hot[..]);
+
+    // Rot under the kept mapping is still caught when opened at once, and marks the blob.
+    s.damage("hot", 7, 0x10).unwrap();
+    let e = s.open_read_at_once("hot").unwrap().unwrap().all().unwrap_err();
+    assert!(e.to_string().contains("chunk 0"), "{e}");
+    let e = s.open_read_at_once("hot").unwrap().unwrap_err();
+    assert!(e.to_string().contains("marked corrupt"), "{e}");
+
+    // Pages not in the page cache are not resident: a mapped file whose pages were dropped
+    // (committed blob files are synced, so a disk file system drops them when asked), until
+    // read.
+    let size = 6 * CHUNK_SIZE as usize;
+    let big = data(size, 3);
+    bs_store::put_bytes(&s, &spec("big"), &big).unwrap();
+    let path = std::fs::read_dir(dir.path().join("blobs"))
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|f| f.unwrap().path())
+        .find(|p| std::fs::metadata(p).unwrap().len() == size as u64)
+        .unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    // SAFETY: advice on an open descriptor; no memory is touched.
+    let rc = unsafe {
+        libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, libc::POSIX_FADV_DONTNEED)
+    };
+    assert_eq!(rc, 0);
+    let src = s.open_read("big").unwrap();
+    assert!(src.is_mapped(), "large enough to be mapped on its first read");
+    let last = (size - CHUNK_SIZE as usize) as u64;
+    assert!(!src.resident(0, 1) && !src.resident(last, 1), "dropped");
+    assert_eq!(&src.bytes(0, 10).unwrap()[..], &big[..10]);
+    assert!(src.resident(0, CHUNK_SIZE), "read (and the kernel's readahead, if any)");
+    assert!(!src.resident(size as u64, 1), "past the end");
+}
+
 /// Whether any of this process's descriptors or mappings refers to `path` (deleted or not):
 /// 1 or 0.
 fn held_open(path: &std::path::Path) -> usize {

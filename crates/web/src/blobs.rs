@@ -9,7 +9,8 @@ use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bs_meta::BlobRecord;
-use bs_store::RouteSpec;
+use bs_store::{BlobSource, RouteSpec};
+use bytes::Bytes;
 use serde::Deserialize;
 
 use crate::body::{CHECK_FIRST_MAX, checked_body, verified_stream};
@@ -20,31 +21,38 @@ use crate::{AppState, blocking, info};
 
 pub const ROUTE: &str = "/blobs/";
 
-/// Stored blobs may be anything, HTML included: never let one run script in our origin.
-const BLOB_CSP: &str = "default-src 'none'; sandbox";
+/// Ranges up to one chunk whose bytes are in memory (or the page cache) are checked on the
+/// connection's task: hashing them takes about as long as the copy into the socket.
+const CHECK_AT_ONCE_MAX: u64 = bs_wire::CHUNK_SIZE;
 
-pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    let head = req.method() == Method::HEAD;
-    let key = key_from_path(req.uri().path(), ROUTE)?;
-    let store = st.store.clone();
-    let h = req.headers();
-    let inm = h.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let not_modified = move |etag: &str| {
-        inm.as_deref().is_some_and(|inm| {
-            inm.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
-        })
-    };
-    let range_header = h.get(header::RANGE).map(|v| v.to_str().map(str::to_string).map_err(|_| ()));
-    let if_range = h.get(header::IF_RANGE).and_then(|v| v.to_str().ok()).map(str::to_string);
-    // One trip to the blocking pool: look the blob up, settle the range, and read and verify
-    // its bytes when they are few enough to check before the response starts.
-    let (src, fresh, range, checked) = blocking(move || {
-        let src = store.open_read(&key)?;
+/// What a GET or HEAD asks of the blob it names.
+struct Ask {
+    head: bool,
+    if_none_match: Option<String>,
+    /// The Range header (`Err`: not ASCII).
+    range: Option<Result<String, ()>>,
+    if_range: Option<String>,
+}
+
+/// The answer settled: the blob, whether the client's copy is fresh, the range to send, and
+/// its bytes already checked when they are few enough to check before the response starts.
+struct Settled {
+    src: BlobSource,
+    fresh: bool,
+    /// Whether bytes are sent (not for HEAD, nor when the client's copy is fresh).
+    sends: bool,
+    range: Option<(u64, u64)>,
+    checked: Option<Vec<Bytes>>,
+}
+
+impl Ask {
+    fn settle(self, src: BlobSource) -> Result<Settled, WebError> {
         let (size, etag) = (src.size(), format!("\"{}\"", src.record().digest));
-        if not_modified(&etag) {
-            return Ok((src, true, None, None));
-        }
-        let range = match range_header {
+        let fresh = self.if_none_match.as_deref().is_some_and(|inm| {
+            inm.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
+        });
+        let range = match self.range {
+            _ if fresh => None,
             None => None,
             Some(Err(())) => {
                 return Err(WebError::RangeNotSatisfiable {
@@ -53,18 +61,69 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
                 });
             }
             // If-Range with a different validator: send everything.
-            Some(Ok(v)) if if_range.as_deref().is_none_or(|ir| ir.trim() == etag) => {
+            Some(Ok(v)) if self.if_range.as_deref().is_none_or(|ir| ir.trim() == etag) => {
                 Some(crate::range::parse(&v, size)?)
             }
             Some(Ok(_)) => None,
         };
-        let (start, len) = range.map_or((0, size), |(a, b)| (a, b - a + 1));
-        let checked = (!head && len <= CHECK_FIRST_MAX)
-            .then(|| src.pieces(start, len)?.collect::<Result<Vec<_>, _>>())
-            .transpose()?;
-        Ok((src, false, range, checked))
-    })
-    .await?;
+        let sends = !(self.head || fresh);
+        Ok(Settled { src, fresh, sends, range, checked: None })
+    }
+}
+
+impl Settled {
+    /// (start, length) of what is sent.
+    fn span(&self) -> (u64, u64) {
+        self.range.map_or((0, self.src.size()), |(a, b)| (a, b - a + 1))
+    }
+
+    /// Whether the bytes are to be checked before the response starts (else streamed, each
+    /// chunk checked as it is sent).
+    fn checks_first(&self) -> bool {
+        self.sends && self.span().1 <= CHECK_FIRST_MAX
+    }
+
+    /// Whether [`Settled::check`] needs no disk: nothing to check first, or a little that is
+    /// resident.
+    fn checks_at_once(&self) -> bool {
+        let (start, len) = self.span();
+        !self.checks_first() || (len <= CHECK_AT_ONCE_MAX && self.src.resident(start, len))
+    }
+
+    /// Read and check the bytes to check first (may read the disk).
+    fn check(mut self) -> Result<Self, WebError> {
+        if self.checks_first() {
+            let (start, len) = self.span();
+            self.checked = Some(self.src.pieces(start, len)?.collect::<Result<Vec<_>, _>>()?);
+        }
+        Ok(self)
+    }
+}
+
+/// Stored blobs may be anything, HTML included: never let one run script in our origin.
+const BLOB_CSP: &str = "default-src 'none'; sandbox";
+
+pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    let head = req.method() == Method::HEAD;
+    let key = key_from_path(req.uri().path(), ROUTE)?;
+    let store = st.store.clone();
+    let h = req.headers();
+    let ask = Ask {
+        head,
+        if_none_match: h.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(Into::into),
+        range: h.get(header::RANGE).map(|v| v.to_str().map(str::to_string).map_err(|_| ())),
+        if_range: h.get(header::IF_RANGE).and_then(|v| v.to_str().ok()).map(str::to_string),
+    };
+    // A hot blob is looked up, settled and checked on this task (no hand-off to a thread and
+    // back); anything that may wait — the catalogue busy, a file to open, pages to read from
+    // disk — takes one trip to the blocking pool.
+    let Settled { src, fresh, range, checked, .. } = match store.open_read_at_once(&key) {
+        Some(src) => {
+            let s = ask.settle(src?)?;
+            if s.checks_at_once() { s.check()? } else { blocking(move || s.check()).await? }
+        }
+        None => blocking(move || ask.settle(store.open_read(&key)?)?.check()).await?,
+    };
     let rec = src.record().clone();
     let etag = format!("\"{}\"", rec.digest);
     if fresh {

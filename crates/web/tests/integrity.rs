@@ -52,13 +52,21 @@ async fn rot_never_served_as_success(store: Arc<dyn Store>, damage: Damage) {
     let http = reqwest::Client::new();
     let big = data(80 << 20, 1);
     let small = data(43_000, 2);
-    for (k, b) in [("big.bin", &big), ("small.bin", &small)] {
+    let hot = data(CHUNK_SIZE as usize, 3);
+    for (k, b) in [("big.bin", &big), ("small.bin", &small), ("hot.bin", &hot)] {
         let r = http.put(format!("{base}/blobs/{k}")).body(b.clone()).send().await.unwrap();
         assert!(r.status().is_success(), "{k}: {}", r.status());
+    }
+    // Read, and read again: a hot blob, served from pages already in memory, checked at once.
+    for _ in 0..3 {
+        let r = http.get(format!("{base}/blobs/hot.bin")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(&r.bytes().await.unwrap()[..], &hot[..]);
     }
     let bad_at = 30 * CHUNK_SIZE + 1234;
     damage("big.bin", bad_at);
     damage("small.bin", 100);
+    damage("hot.bin", CHUNK_SIZE - 1);
 
     // A range that avoids the bad chunk is still served, exactly.
     let r = http
@@ -87,9 +95,11 @@ async fn rot_never_served_as_success(store: Arc<dyn Store>, damage: Damage) {
     assert_eq!(&got[..], &big[..got.len()], "what got through is the true prefix");
 
     // Small blobs and ranges over the bad byte: a 500 that says why, no body.
-    for (key, range) in
-        [("small.bin", None), ("big.bin", Some(format!("bytes={bad_at}-{}", bad_at + 10)))]
-    {
+    for (key, range) in [
+        ("small.bin", None),
+        ("hot.bin", None),
+        ("big.bin", Some(format!("bytes={bad_at}-{}", bad_at + 10))),
+    ] {
         let mut req = http.get(format!("{base}/blobs/{key}"));
         if let Some(r) = &range {
             req = req.header("range", r);
@@ -110,7 +120,7 @@ async fn rot_never_served_as_success(store: Arc<dyn Store>, damage: Damage) {
         .find(|l| l.starts_with("blobstream_http_corrupt_chunks_found_total"))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse::<u64>().ok());
-    assert!(found.is_some_and(|n| n >= 3), "{metrics}");
+    assert!(found.is_some_and(|n| n >= 4), "{metrics}");
     web.shutdown().await;
 }
 
