@@ -356,10 +356,10 @@ impl BlobProxy {
         }
     }
 
-    /// The client behind a remote writer.
-    pub(crate) fn remote_writer(&self) -> Option<&Client> {
+    /// The client behind a remote writer, and the upload its route answered.
+    pub(crate) fn remote_writer(&self) -> Option<(&Client, &str)> {
         match &self.slot {
-            Slot::RemoteWrite { client, push: None, .. } => Some(client),
+            Slot::RemoteWrite { client, push: None, upload_id, .. } => Some((client, upload_id)),
             _ => None,
         }
     }

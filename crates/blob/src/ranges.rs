@@ -631,6 +631,15 @@ fn follow(j: &Job, ranges: &Ranges, size: u64) -> Result<Option<Digest>> {
 }
 
 /// What a parallel push did.
+/// The routed upload a parallel push fills: its name, and the id its route answered
+/// (`RouteResponse.upload_id`), so a range never lands in an upload another put of the name
+/// routed again meanwhile.
+#[derive(Clone, Copy)]
+pub(crate) struct Upload<'a> {
+    pub name: &'a str,
+    pub id: &'a str,
+}
+
 pub(crate) struct Pushed {
     pub connections: usize,
     pub reconnects: usize,
@@ -652,13 +661,14 @@ pub(crate) struct Pushed {
 /// those `n` gives now.
 pub(crate) fn push(
     client: &Client,
-    name: &str,
+    upload: Upload<'_>,
     data: &[u8],
     n: usize,
     resume: bool,
     deadline: &Deadline,
     o: &Options,
 ) -> Result<Option<Pushed>> {
+    let Upload { name, id: upload_id } = upload;
     let size = data.len() as u64;
     let bounds = split(size, n);
     let algo = DigestAlgo::default();
@@ -687,6 +697,7 @@ pub(crate) fn push(
                             s.spawn(move || {
                                 client.within(deadline.left(IO_WAIT)).open_push_range(
                                     name,
+                                    upload_id,
                                     start,
                                     end - start,
                                 )
@@ -760,7 +771,7 @@ pub(crate) fn push(
                 let (cancel, finished) = (&cancel, &finished);
                 let ranges = &ranges;
                 s.spawn(move || {
-                    let job = PushJob { client, name, data, cancel, deadline };
+                    let job = PushJob { client, name, upload_id, data, cancel, deadline };
                     let res = (|| {
                         let kept = if resume {
                             let part = &data[r.start as usize..r.end() as usize];
@@ -894,6 +905,7 @@ fn commit(
 struct PushJob<'a> {
     client: &'a Client,
     name: &'a str,
+    upload_id: &'a str,
     /// All of the file.
     data: &'a [u8],
     cancel: &'a AtomicBool,
@@ -924,7 +936,7 @@ fn push_range(
                 Some(p) => p,
                 None => {
                     let c = j.client.within(j.deadline.left(IO_WAIT));
-                    c.open_push_range(j.name, at, r.end() - at)?
+                    c.open_push_range(j.name, j.upload_id, at, r.end() - at)?
                 }
             };
             push.set_io_timeout(j.deadline.left(IO_WAIT))?;

@@ -219,13 +219,13 @@ fn copy_keys(
             r => r?,
         };
         routed.set(true);
-        if let (Some(client), Slot::FileRead { .. }) = (out.remote_writer(), src.slot())
+        if let (Some((client, id)), Slot::FileRead { .. }) = (out.remote_writer(), src.slot())
             && let n = crate::ranges::connections(client, dst.name(), size, o.connections)
             && n > 1
             && let Some(data) = src.slice()?
             && let resume = (o.resume && out.held(DigestAlgo::default())?.bytes > 0)
-            && let Some(p) =
-                crate::ranges::push(client, dst.name(), &data, n, resume, &deadline, o)?
+            && let upload = (crate::ranges::Upload { name: dst.name(), id })
+            && let Some(p) = crate::ranges::push(client, upload, &data, n, resume, &deadline, o)?
         {
             out.committed_elsewhere(size);
             return Ok(Copied {

@@ -264,6 +264,49 @@ fn four_connections_push_the_whole_file_as_one_blob() {
     pushed(&w, "up/scan", &bytes);
 }
 
+/// A range push names the upload its put's route answered: once another put of the name
+/// routed it again (the same size, so only the id tells them apart), the range is refused at
+/// once (`NotFound`: that upload is gone), never written into the other put's upload.
+#[test]
+fn a_range_into_an_upload_another_put_routed_again_is_refused() {
+    let w = world_with("unrelated", b"x");
+    let bytes = data(2 * MIB);
+    let size = bytes.len() as u64;
+    let c = bs_client::Client::connect(&w.server.control_addr().to_string()).unwrap();
+    let route = |who: &str| {
+        let metadata = [("who".to_string(), who.to_string())].into();
+        let r = bs_client::RouteRequest {
+            name: "up/raced".into(),
+            size: Some(size),
+            metadata,
+            ..Default::default()
+        };
+        c.route(r).unwrap().upload_id
+    };
+    let (mine, theirs) = (route("me"), route("them"));
+    assert_ne!(mine, theirs);
+    let Err(e) = c.open_push_range("up/raced", &mine, 0, MIB) else {
+        panic!("a range admitted into the other put's upload");
+    };
+    let gone = |m: &str| m.contains("routed it again");
+    assert!(
+        matches!(&e, bs_client::ClientError::Transfer(bs_transport::TransportError::Remote {
+            code: bs_wire::ErrorCode::NotFound,
+            message
+        }) if gone(message)),
+        "{e}"
+    );
+    for (start, end) in [(0, MIB), (MIB, size)] {
+        let mut p = c.open_push_range("up/raced", &theirs, start, end - start).unwrap();
+        p.write(&bytes[start as usize..end as usize]).unwrap();
+        p.finish(false).unwrap();
+    }
+    let algo = bs_wire::DigestAlgo::default();
+    c.commit("up/raced", &algo.digest(&bytes), Some(&bs_wire::ChunkDigests::of(&bytes))).unwrap();
+    pushed(&w, "up/raced", &bytes);
+    assert_eq!(c.stat("up/raced").unwrap().metadata["who"], "them");
+}
+
 #[test]
 fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole() {
     let w = world_with("unrelated", b"x");
@@ -273,7 +316,7 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
     // Two ranges meeting in the middle of chunk 1: neither writer saw all of it.
     let half = MIB + MIB / 2;
     for (start, end) in [(half, size), (0, half)] {
-        let mut p = c.open_push_range("up/split", start, end - start).unwrap();
+        let mut p = c.open_push_range("up/split", "", start, end - start).unwrap();
         p.write(&bytes[start as usize..end as usize]).unwrap();
         p.finish(false).unwrap();
     }
@@ -306,7 +349,7 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
         ..Default::default()
     })
     .unwrap();
-    let mut p = c.open_push_range("up/whole", 0, size).unwrap();
+    let mut p = c.open_push_range("up/whole", "", 0, size).unwrap();
     p.write(&bytes).unwrap();
     p.finish(false).unwrap();
     let before = w.fs.commit_read_back();
@@ -323,7 +366,7 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
         ..Default::default()
     })
     .unwrap();
-    let mut p = c.open_push_range("up/liar", 0, size).unwrap();
+    let mut p = c.open_push_range("up/liar", "", 0, size).unwrap();
     p.write(&bytes).unwrap();
     p.finish(false).unwrap();
     let lie = algo.digest(b"not these bytes");
@@ -346,7 +389,7 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
     })
     .unwrap();
     for (start, end) in [(0, half), (half, size)] {
-        let mut p = c.open_push_range("up/split2", start, end - start).unwrap();
+        let mut p = c.open_push_range("up/split2", "", start, end - start).unwrap();
         p.write(&bytes[start as usize..end as usize]).unwrap();
         p.finish(false).unwrap();
     }
@@ -375,7 +418,7 @@ fn ranges_committed_with_a_wrong_digest_leave_no_blob() {
     let bytes = data(2 * MIB);
     let c = routed(&w, "up/bad", bytes.len() as u64, String::new());
     for (start, end) in [(MIB, 2 * MIB), (0, MIB)] {
-        let mut p = c.open_push_range("up/bad", start, end - start).unwrap();
+        let mut p = c.open_push_range("up/bad", "", start, end - start).unwrap();
         p.write(&bytes[start as usize..end as usize]).unwrap();
         assert_eq!(p.finish(false).unwrap().received, end);
     }
@@ -401,7 +444,7 @@ fn ranges_committed_with_a_wrong_digest_leave_no_blob() {
         ..Default::default()
     })
     .unwrap();
-    let mut p = c.open_push_range("up/final", 0, n).unwrap();
+    let mut p = c.open_push_range("up/final", "", 0, n).unwrap();
     p.write(&vec![1; n as usize]).unwrap();
     assert!(p.finish(true).is_err(), "FINAL on a range push is refused");
 }
@@ -439,7 +482,7 @@ fn a_push_connection_done_early_takes_over_half_of_a_slower_ones_rest() {
     let t = paced(8_000_000);
     let key = BlobKey::file(&src);
     let c = routed(&w, "up/split", size, t.resume_tag_of(&key).unwrap());
-    let mut p = c.open_push_range("up/split", 0, 24 * MIB).unwrap();
+    let mut p = c.open_push_range("up/split", "", 0, 24 * MIB).unwrap();
     p.write(&bytes[..(24 * MIB) as usize]).unwrap();
     p.finish(false).unwrap();
     let opts = Options::blocking().connections(2).resume(true);
@@ -462,7 +505,7 @@ fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
     let key = BlobKey::file(&src);
     let c = routed(&w, "up/resumed", size, t.resume_tag_of(&key).unwrap());
     let push = |start: u64, part: &[u8]| {
-        let mut p = c.open_push_range("up/resumed", start, part.len() as u64).unwrap();
+        let mut p = c.open_push_range("up/resumed", "", start, part.len() as u64).unwrap();
         p.write(part).unwrap();
         p.finish(false).unwrap();
     };

@@ -560,10 +560,18 @@ impl Client {
     /// size) next to pushes of its other ranges on other connections. Finish it with
     /// `finish(false)`; once every range is in, [`Client::commit`] makes the blob.
     /// [`ClientError::Rpc`] with code `Unimplemented` where the server's store takes one
-    /// writer per upload.
-    pub fn open_push_range(&self, name: &str, offset: u64, length: u64) -> Result<PushStream> {
+    /// writer per upload. `upload_id`: as for [`Client::open_push_into`] (empty: whatever
+    /// upload `name` has).
+    pub fn open_push_range(
+        &self,
+        name: &str,
+        upload_id: &str,
+        offset: u64,
+        length: u64,
+    ) -> Result<PushStream> {
         let mut req = self.base_request(name, pb::Direction::Push, offset, Some(length));
         req.range = true;
+        req.upload_id = upload_id.to_string();
         self.push_admitted(req)
     }
 
