@@ -20,28 +20,44 @@ pub struct TransferPlan {
     pub sizes: Vec<u64>,
     /// Socket buffer sizes; 0 = kernel default.
     pub buffers: Vec<u32>,
-    /// Timed runs per measurement (blobs of 256 MB and more get `large_runs`).
+    /// Timed runs per measurement (blobs of up to 8 MB get `small_runs`, of 256 MB and more
+    /// `large_runs`).
     pub runs: u32,
     pub large_runs: u32,
+    /// A transfer of a few MB takes a millisecond or so, where one descheduling of either
+    /// end on a shared machine moves a run by half: many runs cost little and steady the
+    /// median.
+    pub small_runs: u32,
 }
 
 impl TransferPlan {
     pub fn new(quick: bool) -> Self {
         if quick {
-            Self { sizes: vec![MB, 32 * MB], buffers: vec![0], runs: 3, large_runs: 3 }
+            Self {
+                sizes: vec![MB, 32 * MB],
+                buffers: vec![0],
+                runs: 3,
+                large_runs: 3,
+                small_runs: 11,
+            }
         } else {
             Self {
                 sizes: vec![MB, 8 * MB, 32 * MB, 256 * MB],
                 buffers: vec![0, CHOSEN_SOCKET_BUFFER],
                 runs: 11,
                 large_runs: 7,
+                small_runs: 41,
             }
         }
     }
 
     /// Timed runs for blobs of `size` bytes.
     pub fn runs_for(&self, size: u64) -> u32 {
-        if size >= 256 * MB { self.large_runs } else { self.runs }
+        match size {
+            s if s <= 8 * MB => self.small_runs,
+            s if s >= 256 * MB => self.large_runs,
+            _ => self.runs,
+        }
     }
 }
 
@@ -137,6 +153,6 @@ mod tests {
         let f = TransferPlan::new(false);
         assert_eq!(f.sizes, [MB, 8 * MB, 32 * MB, 256 * MB]);
         assert_eq!(f.buffers, [0, 4 << 20]);
-        assert_eq!((f.runs_for(32 * MB), f.runs_for(256 * MB)), (11, 7));
+        assert_eq!((f.runs_for(MB), f.runs_for(32 * MB), f.runs_for(256 * MB)), (41, 11, 7));
     }
 }
