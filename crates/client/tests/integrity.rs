@@ -4,7 +4,8 @@
 //! for rotten bytes (so a resume cannot keep them), and the scrub RPC names the blob. A small
 //! blob in an S3 bucket pulled by a reader that uses nothing before the end is sent on as its
 //! bytes arrive from the bucket: its pull still ends with the "corrupt" error, never with
-//! success; a reader passing bytes on as they come still gets only checked chunks.
+//! success; a reader passing bytes on as they come still gets only checked chunks. A blob in
+//! memory or a file, pulled by such a reader, fails the same way.
 
 use std::sync::Arc;
 
@@ -69,6 +70,69 @@ fn corrupt_pull_stops_at_the_bad_chunk(store: Arc<dyn Store>, damage: &dyn Fn(u6
     let mut out = vec![0u8; 5000];
     p.read_exact_to_end(&mut out).unwrap();
     assert_eq!(out, data(5000), "other blobs are served as before");
+}
+
+/// A small blob in memory or a file (read once, then mapped), pulled by a reader that uses
+/// nothing before the end: it arrives whole when it is sound, and its pull ends with the
+/// "corrupt" error, never with success, when it is not — a range too, when the rot is
+/// elsewhere in its chunk.
+#[test]
+fn a_local_blob_pulled_whole_before_use_is_never_rot_with_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsStore::open(dir.path()).unwrap();
+    let mem = MemStore::new();
+    let (f, m) = (fs.clone(), mem.clone());
+    let stores: [(Arc<dyn Store>, Box<dyn Fn(&str, u64)>); 2] = [
+        (Arc::new(fs), Box::new(move |n, at| f.damage(n, at, 0x01).unwrap())),
+        (Arc::new(mem), Box::new(move |n, at| m.damage(n, at, 0x01).unwrap())),
+    ];
+    for (store, damage) in stores {
+        let s = BackgroundServer::start(store, ServerConfig::ephemeral()).unwrap();
+        let c = Client::connect(&s.control_addr().to_string()).unwrap();
+        let good = data(3 * CHUNK_SIZE as usize + 100);
+        put(&c, "whole", &good);
+        let mut whole = vec![0u8; good.len()];
+        for _ in 0..3 {
+            whole.fill(0);
+            c.open_pull_whole("whole", 0, None).unwrap().read_exact_to_end(&mut whole).unwrap();
+            assert!(whole == good);
+        }
+        let mut part = vec![0u8; 1000];
+        let at = CHUNK_SIZE + 10;
+        c.open_pull_whole("whole", at, Some(1000)).unwrap().read_exact_to_end(&mut part).unwrap();
+        assert_eq!(&part[..], &good[at as usize..at as usize + 1000], "a range of it");
+
+        damage("whole", 2 * CHUNK_SIZE - 5);
+        let mut p = c.open_pull_whole("whole", 0, None).unwrap();
+        let err = p.read_exact_to_end(&mut whole).unwrap_err();
+        let chunk_1 = |m: &str| m.contains("chunk 1");
+        assert!(
+            matches!(&err, ClientError::Transfer(TransportError::Remote {
+                code: ErrorCode::Corrupt,
+                message
+            }) if chunk_1(message)),
+            "{err}"
+        );
+        // A range ending before the bad byte, inside its chunk: refused too (its chunk is
+        // checked whole before the SUM). Read twice first: a file blob is mapped from then on.
+        put(&c, "tail", &good);
+        for _ in 0..2 {
+            c.open_pull_whole("tail", 0, None).unwrap().read_exact_to_end(&mut whole).unwrap();
+        }
+        damage("tail", CHUNK_SIZE + 500);
+        // (Here the whole answer is the error: nothing of the range goes out before it.)
+        let err = c
+            .open_pull_whole("tail", CHUNK_SIZE, Some(100))
+            .and_then(|mut p| p.read_exact_to_end(&mut part[..100]))
+            .unwrap_err();
+        assert!(
+            matches!(&err, ClientError::Transfer(TransportError::Remote {
+                code: ErrorCode::Corrupt,
+                message
+            }) if chunk_1(message)),
+            "{err}"
+        );
+    }
 }
 
 #[test]
