@@ -72,6 +72,9 @@ fn corrupt_pull_stops_at_the_bad_chunk(store: Arc<dyn Store>, damage: &dyn Fn(u6
     assert_eq!(out, data(5000), "other blobs are served as before");
 }
 
+/// What flips a byte of a stored blob: (blob name, byte offset).
+type Damage = Box<dyn Fn(&str, u64)>;
+
 /// A small blob in memory or a file (read once, then mapped), pulled by a reader that uses
 /// nothing before the end: it arrives whole when it is sound, and its pull ends with the
 /// "corrupt" error, never with success, when it is not — a range too, when the rot is
@@ -82,7 +85,7 @@ fn a_local_blob_pulled_whole_before_use_is_never_rot_with_success() {
     let fs = FsStore::open(dir.path()).unwrap();
     let mem = MemStore::new();
     let (f, m) = (fs.clone(), mem.clone());
-    let stores: [(Arc<dyn Store>, Box<dyn Fn(&str, u64)>); 2] = [
+    let stores: [(Arc<dyn Store>, Damage); 2] = [
         (Arc::new(fs), Box::new(move |n, at| f.damage(n, at, 0x01).unwrap())),
         (Arc::new(mem), Box::new(move |n, at| m.damage(n, at, 0x01).unwrap())),
     ];
