@@ -85,9 +85,10 @@ impl Catalogue {
         on_backend!(self, c => c.stored(name))
     }
 
-    /// [`Catalogue::stored`] if it can be answered without waiting — for a caller on an async
-    /// executor: `None` when it would wait (PostgreSQL is a network round trip; SQLite's
-    /// reading connection may be another reader's just now).
+    /// [`Catalogue::stored`] if it can be answered without waiting on another — for a caller
+    /// on an async executor: `None` when it would (PostgreSQL is a network round trip;
+    /// SQLite's reading connection may be another reader's just now). SQLite may still read
+    /// a page of its file it does not hold, normally from the kernel's page cache.
     pub fn stored_at_once(&self, name: &str) -> Option<Result<Option<StoredBlob>>> {
         match &self.backend {
             Backend::Sqlite(c) => c.stored_at_once(name),

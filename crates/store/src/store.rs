@@ -289,8 +289,9 @@ pub trait Store: Send + Sync + 'static {
     /// against the blob's chunk digests; a blob already known to be corrupt is refused with
     /// [`StoreError::Corrupt`] at once.
     fn open_read(&self, name: &str) -> Result<BlobSource>;
-    /// [`Store::open_read`] if it takes no waiting — no disk or network read, no lock another
-    /// reader holds — for a caller on an async executor, which saves a trip to a thread it may
+    /// [`Store::open_read`] if it takes no waiting — no network read, no lock another reader
+    /// holds, no file to open; only a catalogue lookup (SQLite, whose pages are normally in
+    /// memory) — for a caller on an async executor, which saves a trip to a thread it may
     /// block. `None`: it would wait, or this store cannot tell; the caller then calls
     /// `open_read` where it may block. Reading the source may still wait: see
     /// [`BlobSource::resident`].
