@@ -523,6 +523,16 @@ mod tests {
         // The reading connection reads only.
         let e = cat.read().execute("DELETE FROM blobs", []).unwrap_err();
         assert!(e.to_string().contains("readonly"), "{e}");
+        // At once: answered while the writing connection is held, not while another reader
+        // holds the reading one.
+        let writing = cat.conn();
+        let found = cat.stored_at_once("b").expect("the reading connection is free");
+        assert_eq!(found.unwrap().unwrap().inline.as_deref(), Some(&b"x"[..]));
+        assert!(cat.stored_at_once("nothing").unwrap().unwrap().is_none());
+        drop(writing);
+        let reading = cat.read();
+        assert!(cat.stored_at_once("b").is_none(), "another reader holds it");
+        drop(reading);
     }
 
     #[test]
