@@ -292,7 +292,7 @@ impl Client {
         let key = Key { endpoint: resp.endpoint.clone(), tls: resp.tls };
         let keepalive = Duration::from_millis(u64::from(resp.keepalive_ms));
         if reuse && let Some(mut conn) = self.pool.take(&key) {
-            let ready = conn.tcp().map_or(Ok(()), |t| opts.apply(t)).map_err(TransportError::from);
+            let ready = conn.apply(&opts).map_err(TransportError::from);
             if ready.is_ok() && conn.write_frame(&Frame::Hello { token }).is_ok() {
                 return Ok(Pooled::new(conn, self.pool.clone(), key, keepalive, true));
             }
@@ -518,9 +518,7 @@ impl Client {
             // Closed meanwhile, or out of step: the control plane's way, on a new connection.
             Granted::Gone => return None,
         };
-        if let Some(t) = conn.tcp()
-            && let Err(e) = self.socket_options(&resp).apply(t)
-        {
+        if let Err(e) = conn.apply(&self.socket_options(&resp)) {
             return Some(Err(TransportError::from(e).into()));
         }
         let keepalive = Duration::from_millis(u64::from(resp.keepalive_ms));

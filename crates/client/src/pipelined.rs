@@ -92,9 +92,7 @@ impl Client {
             nodelay: true,
             io_timeout: Some(self.settings.io_timeout),
         };
-        if let Some(t) = conn.tcp() {
-            socket.apply(t).ok()?;
-        }
+        conn.apply(&socket).ok()?;
         let sent = if n < HASH_AFTER_SENDING {
             let sum = sum_of(data);
             if n == 0 {
@@ -224,16 +222,14 @@ impl Client {
         'ahead: {
             let conn = if self.pulls_ahead() { self.pool.take_any() } else { None };
             let Some((key, mut conn, keepalive)) = conn else { break 'ahead };
-            if let Some(t) = conn.tcp() {
-                let socket = SocketOptions {
-                    send_buffer: None,
-                    recv_buffer: None,
-                    nodelay: true,
-                    io_timeout: Some(self.settings.io_timeout),
-                };
-                if socket.apply(t).is_err() {
-                    break 'ahead;
-                }
+            let socket = SocketOptions {
+                send_buffer: None,
+                recv_buffer: None,
+                nodelay: true,
+                io_timeout: Some(self.settings.io_timeout),
+            };
+            if conn.apply(&socket).is_err() {
+                break 'ahead;
             }
             let mut sent = next;
             let mut in_step = true;

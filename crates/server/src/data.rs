@@ -221,9 +221,7 @@ fn one_transfer(shared: &Shared, conn: &mut Conn, grant: &Grant) -> bool {
     let res = (|| -> Result<(), Failure> {
         let mut socket = grant.socket;
         socket.io_timeout = Some(shared.io_timeout);
-        if let Some(tcp) = conn.tcp() {
-            socket.apply(tcp).map_err(TransportError::from)?;
-        }
+        conn.apply(&socket).map_err(TransportError::from)?;
         match b.endpoint {
             Endpoint::Push => push(shared, conn, grant, &counters),
             _ => pull(shared, conn, grant, &counters),
@@ -350,7 +348,7 @@ fn in_band(
             tonic::Status::unavailable("server is at its data transfer limit; retry later"),
         );
     };
-    let local = conn.tcp().and_then(|t| t.local_addr().ok());
+    let local = conn.local_addr();
     match shared.negotiator.grant(req, local) {
         Ok((grant, answer)) => {
             // Held back to leave with the transfer's first frame: one wake-up for the peer.

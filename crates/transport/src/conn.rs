@@ -8,6 +8,7 @@
 //! - socket → memory: `read` straight into the destination slice, hashed while hot (0 extra);
 //! - socket → anything else: `read` into a pooled buffer handed to a sink (1 copy).
 
+use std::cell::{Cell, OnceCell};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -19,6 +20,7 @@ use std::time::Duration;
 use bs_wire::{BufferPool, Frame, HEADER_LEN, Hasher, Header};
 
 use crate::error::TransportError;
+use crate::socket::SocketOptions;
 use crate::tls::{TlsClient, TlsServer};
 
 type Result<T> = std::result::Result<T, TransportError>;
@@ -92,6 +94,18 @@ pub struct Conn {
     read_ahead: bool,
     /// Control frames held back to go out with the next write ([`Conn::hold_frame`]).
     held: Vec<u8>,
+    /// The socket options last applied but for their timeouts ([`Conn::apply`]), and the read
+    /// and write timeouts last set (`None`: not known): a connection carrying many small
+    /// transfers back to back makes no system call to set again what is set already.
+    applied: Option<SocketOptions>,
+    timeouts: Cell<[Option<Option<Duration>>; 2]>,
+    /// A deadline read ([`Conn::read_by`]) shortened the read timeout, which was this (`None`
+    /// inside: not known) before; put back by [`Conn::disarm`].
+    armed: Option<Option<Option<Duration>>>,
+    /// Reads from a plain or Unix socket do not wait ([`Conn::read_by`]).
+    nowait: bool,
+    /// The peer's and our own address, looked up once (for logs and negotiations).
+    addrs: OnceCell<(Option<SocketAddr>, Option<SocketAddr>)>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -112,6 +126,11 @@ impl Conn {
             unread_end: 0,
             read_ahead: false,
             held: Vec::new(),
+            applied: None,
+            timeouts: Cell::new([None; 2]),
+            armed: None,
+            nowait: false,
+            addrs: OnceCell::new(),
         }
     }
 
@@ -208,22 +227,70 @@ impl Conn {
 
     /// How long a read may wait for the peer (`None`: forever).
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match &self.stream {
+        self.set_timeout(0, t, |t| match &self.stream {
             Io::Unix(s) => s.set_read_timeout(t),
             _ => self.tcp().expect("not unix").set_read_timeout(t),
-        }
+        })
     }
 
     /// How long a write may wait for the peer (`None`: forever).
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match &self.stream {
+        self.set_timeout(1, t, |t| match &self.stream {
             Io::Unix(s) => s.set_write_timeout(t),
             _ => self.tcp().expect("not unix").set_write_timeout(t),
+        })
+    }
+
+    /// Set timeout `which` (0 read, 1 write) with `set`, unless it is `t` already.
+    fn set_timeout(
+        &self,
+        which: usize,
+        t: Option<Duration>,
+        set: impl FnOnce(Option<Duration>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut now = self.timeouts.get();
+        if now[which] == Some(t) {
+            return Ok(());
         }
+        now[which] = None; // unknown if the call fails
+        self.timeouts.set(now);
+        set(t)?;
+        now[which] = Some(t);
+        self.timeouts.set(now);
+        Ok(())
+    }
+
+    /// Apply `opts` for the next transfer: what the connection has already (socket buffers,
+    /// `TCP_NODELAY`, the send buffer sized for a far peer) is not set again; the timeouts are
+    /// set unless they are these already. Nothing to do on a Unix socket.
+    pub fn apply(&mut self, opts: &SocketOptions) -> io::Result<()> {
+        if self.tcp().is_none() {
+            return Ok(());
+        }
+        let rest = SocketOptions { io_timeout: None, ..*opts };
+        if self.applied != Some(rest) {
+            self.applied = None;
+            rest.apply_all_but_timeouts(self.tcp().expect("checked above"))?;
+            self.applied = Some(rest);
+        }
+        self.set_read_timeout(opts.io_timeout)?;
+        self.set_write_timeout(opts.io_timeout)
+    }
+
+    fn addrs(&self) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        *self.addrs.get_or_init(|| match self.tcp() {
+            Some(t) => (t.peer_addr().ok(), t.local_addr().ok()),
+            None => (None, None),
+        })
     }
 
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.tcp()?.peer_addr().ok()
+        self.addrs().0
+    }
+
+    /// Our own address on a TCP connection.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.addrs().1
     }
 
     /// Is there something to read within `wait` (a frame, the peer's close)? Bytes already
@@ -310,10 +377,11 @@ impl Conn {
 
     /// [`Conn::read_frame`], but the whole frame must arrive within `limit` — however slowly
     /// a peer trickles bytes (a per-read timeout alone would let it hold the connection).
+    /// The socket's read timeout is as it was before, afterwards.
     pub fn read_frame_within(&mut self, limit: std::time::Duration) -> Result<Frame> {
         let deadline = std::time::Instant::now() + limit;
         let res = self.read_frame_by(Some(deadline));
-        let _ = self.set_read_timeout(None);
+        self.disarm();
         res
     }
 
@@ -321,8 +389,7 @@ impl Conn {
         let mut head = [0u8; HEADER_LEN];
         let mut got = 0;
         while got < HEADER_LEN {
-            self.arm(deadline)?;
-            match self.read_ahead(&mut head[got..]) {
+            match self.read_by(deadline, &mut head[got..], true) {
                 Ok(0) if got == 0 => return Err(TransportError::Closed),
                 Ok(0) => return Err(TransportError::Truncated { expected: 24, got: got as u64 }),
                 Ok(n) => got += n,
@@ -334,37 +401,82 @@ impl Conn {
         let mut body = vec![0u8; h.body_len as usize];
         let (total, mut got) = (body.len(), 0);
         while got < total {
-            self.arm(deadline)?;
-            got += self.read_some(&mut body[got..], total as u64, got as u64)?;
+            got += self.read_some_by(deadline, &mut body[got..], total as u64, got as u64)?;
         }
         Ok(Frame::from_parts(h, &body)?)
     }
 
     /// Read and drop `len` announced payload bytes, all by `deadline` however slowly they
-    /// trickle in (each read waits at most what is left).
+    /// trickle in (each read waits at most what is left). The socket's read timeout is as it
+    /// was before, afterwards.
     pub fn discard_by(&mut self, len: u64, deadline: std::time::Instant) -> Result<()> {
         let mut scratch = [0u8; 16 << 10];
         let mut got = 0u64;
         let res = (|| {
             while got < len {
-                self.arm(Some(deadline))?;
                 let want = (len - got).min(scratch.len() as u64) as usize;
-                got += self.read_some(&mut scratch[..want], len, got)? as u64;
+                got += self.read_some_by(Some(deadline), &mut scratch[..want], len, got)? as u64;
             }
             Ok(())
         })();
-        let _ = self.set_read_timeout(None);
+        self.disarm();
         res
     }
 
-    /// Before a read: shorten the socket's read timeout to what is left until `deadline`.
-    fn arm(&self, deadline: Option<std::time::Instant>) -> Result<()> {
-        let Some(d) = deadline else { return Ok(()) };
+    /// One read (of a frame header, `ahead`: see [`Conn::read_ahead`]) that waits at most
+    /// until `deadline`, if any. A plain or Unix socket is asked first without waiting — the
+    /// bytes are usually there already — so a timer is set only for a read that has to wait:
+    /// the socket's read timeout shortened to what is left, until [`Conn::disarm`].
+    fn read_by(
+        &mut self,
+        deadline: Option<std::time::Instant>,
+        buf: &mut [u8],
+        ahead: bool,
+    ) -> io::Result<usize> {
+        let read =
+            |c: &mut Self, buf: &mut [u8]| if ahead { c.read_ahead(buf) } else { c.read_raw(buf) };
+        let Some(d) = deadline else { return read(self, buf) };
+        if matches!(self.stream, Io::Plain(_) | Io::Unix(_)) {
+            self.nowait = true;
+            let r = read(self, buf);
+            self.nowait = false;
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return r,
+            }
+        }
         let left = d.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            return Err(TransportError::Timeout);
+            return Err(io::ErrorKind::TimedOut.into());
         }
-        self.set_read_timeout(Some(left)).map_err(TransportError::from_io)
+        if self.armed.is_none() {
+            self.armed = Some(self.timeouts.get()[0]);
+        }
+        self.set_read_timeout(Some(left))?;
+        read(self, buf)
+    }
+
+    /// After deadline reads: the read timeout as it was before them (`None` if that is not
+    /// known).
+    fn disarm(&mut self) {
+        if let Some(before) = self.armed.take() {
+            let _ = self.set_read_timeout(before.flatten());
+        }
+    }
+
+    /// A read from the stream, without waiting when [`Conn::nowait`] says so.
+    fn stream_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.nowait {
+            return self.stream.read(buf);
+        }
+        let fd = match &self.stream {
+            Io::Plain(s) => s.as_raw_fd(),
+            Io::Unix(s) => s.as_raw_fd(),
+            _ => return self.stream.read(buf),
+        };
+        // SAFETY: `buf` is valid for `buf.len()` bytes of writing for the whole call.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
     }
 
     /// Read the next frame (for `DATA`, its header) but leave it to be read again: the next
@@ -383,7 +495,7 @@ impl Conn {
         let left = &self.unread[self.unread_at..self.unread_end];
         if left.is_empty() {
             self.flush_held()?;
-            return self.stream.read(buf);
+            return self.stream_read(buf);
         }
         let n = buf.len().min(left.len());
         buf[..n].copy_from_slice(&left[..n]);
@@ -406,7 +518,10 @@ impl Conn {
             self.unread.resize(READ_AHEAD, 0);
         }
         self.flush_held()?;
-        let n = self.stream.read(&mut self.unread)?;
+        let mut unread = std::mem::take(&mut self.unread);
+        let read = self.stream_read(&mut unread);
+        self.unread = unread;
+        let n = read?;
         (self.unread_at, self.unread_end) = (0, n);
         if n == 0 {
             return Ok(0);
@@ -551,8 +666,19 @@ impl Conn {
 
     /// One `read`, mapping EOF to a truncation report naming how far the payload got.
     fn read_some(&mut self, buf: &mut [u8], expected: u64, got: u64) -> Result<usize> {
+        self.read_some_by(None, buf, expected, got)
+    }
+
+    /// [`Conn::read_some`] waiting at most until `deadline` (see [`Conn::read_by`]).
+    fn read_some_by(
+        &mut self,
+        deadline: Option<std::time::Instant>,
+        buf: &mut [u8],
+        expected: u64,
+        got: u64,
+    ) -> Result<usize> {
         loop {
-            match self.read_raw(buf) {
+            match self.read_by(deadline, buf, false) {
                 Ok(0) => return Err(TransportError::Truncated { expected, got }),
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -693,6 +819,56 @@ mod tests {
         let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (s, _) = l.accept().unwrap();
         (Conn::new(c), Conn::new(s))
+    }
+
+    /// Options applied transfer after transfer on one connection are in force each time,
+    /// whatever deadline reads did in between (the connection skips only what is set
+    /// already); a deadline read that had to wait leaves the read timeout as it found it.
+    #[test]
+    fn options_applied_again_hold_whatever_was_set_in_between() {
+        let (mut a, mut b) = pair();
+        let timeouts = |c: &Conn| {
+            let t = c.tcp().unwrap();
+            (t.read_timeout().unwrap(), t.write_timeout().unwrap())
+        };
+        let io = Some(Duration::from_secs(30));
+        let opts = SocketOptions { io_timeout: io, ..Default::default() };
+        for round in 0..3 {
+            b.apply(&opts).unwrap();
+            assert_eq!(timeouts(&b), (io, io), "round {round}");
+            assert!(b.tcp().unwrap().nodelay().unwrap());
+            // A negotiation read within a deadline, as the server's keep-alive does.
+            a.write_frame(&Frame::Hello { token: [round; 32] }).unwrap();
+            assert!(matches!(
+                b.read_frame_within(Duration::from_secs(5)).unwrap(),
+                Frame::Hello { token } if token == [round; 32]
+            ));
+            assert_eq!(timeouts(&b).0, io, "a deadline read leaves the timeout as it was");
+        }
+        // A frame that comes only after a while: the read waits (its timer set), then the
+        // timeout is put back.
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            a.write_frame(&Frame::Hello { token: [9; 32] }).unwrap();
+            a
+        });
+        assert!(matches!(
+            b.read_frame_within(Duration::from_secs(5)).unwrap(),
+            Frame::Hello { .. }
+        ));
+        assert_eq!(timeouts(&b).0, io);
+        let a = late.join().unwrap();
+        // Another transfer's options on the same connection.
+        let other =
+            SocketOptions { io_timeout: Some(Duration::from_secs(7)), nodelay: false, ..opts };
+        b.apply(&other).unwrap();
+        assert_eq!(timeouts(&b), (other.io_timeout, other.io_timeout));
+        assert!(!b.tcp().unwrap().nodelay().unwrap());
+        b.set_write_timeout(None).unwrap();
+        b.apply(&other).unwrap();
+        assert_eq!(timeouts(&b), (other.io_timeout, other.io_timeout));
+        let peer = a.tcp().unwrap().local_addr().unwrap();
+        assert_eq!((b.peer_addr(), a.local_addr()), (Some(peer), Some(peer)));
     }
 
     #[test]

@@ -30,15 +30,21 @@ impl SocketOptions {
     /// Apply to a connected (or accepted) socket. With no send buffer chosen, a far peer's
     /// connection gets a larger one than autotuning gives (see [`crate::far`]).
     pub fn apply(&self, s: &TcpStream) -> io::Result<()> {
+        self.apply_all_but_timeouts(s)?;
+        s.set_read_timeout(self.io_timeout)?;
+        s.set_write_timeout(self.io_timeout)?;
+        Ok(())
+    }
+
+    /// [`SocketOptions::apply`] but for the timeouts (which a connection also sets for
+    /// deadlines of its own: see `Conn::apply`).
+    pub(crate) fn apply_all_but_timeouts(&self, s: &TcpStream) -> io::Result<()> {
         let sock = socket2::SockRef::from(s);
         self.apply_buffers(&sock)?;
         if self.send_buffer.is_none() {
             crate::far::size_for_path(s);
         }
-        s.set_nodelay(self.nodelay)?;
-        s.set_read_timeout(self.io_timeout)?;
-        s.set_write_timeout(self.io_timeout)?;
-        Ok(())
+        s.set_nodelay(self.nodelay)
     }
 
     /// Set only the socket buffers (best effort is the caller's choice: the kernel caps them).
