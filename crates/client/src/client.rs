@@ -327,7 +327,7 @@ impl Client {
             let stream = opts.connect(addr, self.settings.connect_timeout).map_err(|e| {
                 ClientError::Connect { addr: address.into(), reason: format!("data plane: {e}") }
             })?;
-            match (&self.security.tls, tls) {
+            let mut conn = match (&self.security.tls, tls) {
                 (None, false) => Conn::new(stream),
                 (Some(t), true) => Conn::tls_client(stream, t, bs_transport::host_of(address))?,
                 (None, true) => {
@@ -343,7 +343,11 @@ impl Client {
                             .into(),
                     ));
                 }
-            }
+            };
+            // A transfer's answer and small frames come in one read each (a small blob's
+            // whole pull too); a bulk payload pays one copy of at most 8 KiB per frame.
+            conn.set_read_ahead(true);
+            conn
         };
         conn.write_frame(&Frame::Hello { token })?;
         Ok(conn)

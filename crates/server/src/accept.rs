@@ -136,7 +136,7 @@ impl Greeted {
             s.set_nonblocking(false)?;
             Ok(s)
         };
-        Ok(match self {
+        let mut conn = match self {
             Greeted::Plain(s) => Conn::new(blocking(s)?),
             Greeted::Tls(s) => {
                 let (tcp, session) = s.into_inner();
@@ -147,7 +147,11 @@ impl Greeted {
                 s.set_nonblocking(false)?;
                 Conn::unix(s)
             }
-        })
+        };
+        // A request and the small frames around a transfer come in one read each (a small
+        // blob's whole push too); a bulk payload pays one copy of at most 8 KiB per frame.
+        conn.set_read_ahead(true);
+        Ok(conn)
     }
 }
 
