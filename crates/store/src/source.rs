@@ -177,13 +177,19 @@ fn populate(data: &[u8]) -> std::io::Result<bool> {
 fn pages_resident(data: &[u8]) -> bool {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
-    let mut pages = vec![0u8; data.len().div_ceil(page)];
-    // SAFETY: `data` lies inside a live mapping and starts on a page boundary (chunks start at
-    // multiples of 1 MiB from the mapping's start); `pages` holds one byte per page of it.
-    let rc = unsafe {
-        libc::mincore(data.as_ptr() as *mut libc::c_void, data.len(), pages.as_mut_ptr())
-    };
-    rc == 0 && pages.iter().all(|p| p & 1 == 1)
+    // Asked a window at a time into a buffer on the stack (one 1 MiB chunk of 4 KiB pages
+    // is one window): no allocation on a read's path.
+    let mut pages = [0u8; 256];
+    data.chunks(pages.len() * page).all(|window| {
+        let n = window.len().div_ceil(page);
+        // SAFETY: `window` lies inside a live mapping and starts on a page boundary (chunks
+        // start at multiples of 1 MiB from the mapping's start, windows at multiples of a
+        // page from there); `pages` holds one byte for each of its `n` pages.
+        let rc = unsafe {
+            libc::mincore(window.as_ptr() as *mut libc::c_void, window.len(), pages.as_mut_ptr())
+        };
+        rc == 0 && pages[..n].iter().all(|p| p & 1 == 1)
+    })
 }
 
 /// Map all `len` bytes of `file` read-only; `once`: for one reader going through in order
