@@ -1,5 +1,8 @@
 //! `blobstream check`: local files against their blobs, by size and digest — did the study
-//! arrive whole, is the local copy still what the store holds.
+//! arrive whole, is the local copy still what the store holds. The local files are compared
+//! with the digests recorded when the blobs were stored; then (unless `--recorded-only`) the
+//! server re-reads its copies of those found the same, checking every chunk against its
+//! digest (a scrub of the prefix), so a blob rotted on the server's disk is not called "same".
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -19,6 +22,8 @@ enum Verdict {
     OnlyLocal,
     OnlyOnServer,
     Unreadable(String),
+    /// The local copy matches the recorded digest, but the server's copy no longer does.
+    CorruptOnServer(String),
 }
 
 impl Verdict {
@@ -29,6 +34,7 @@ impl Verdict {
             Self::OnlyLocal => "MISSING on the server".into(),
             Self::OnlyOnServer => "MISSING locally".into(),
             Self::Unreadable(e) => format!("UNREADABLE ({e})"),
+            Self::CorruptOnServer(why) => format!("CORRUPT on the server ({why})"),
         }
     }
 }
@@ -98,6 +104,34 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
         let v = compare(&a.file, b.size, &b.digest);
         rows.push((a.key.clone(), a.file.clone(), v));
     }
+    if !a.recorded_only && rows.iter().any(|r| r.2 == Verdict::Same) {
+        let prefix = if a.recursive { bs_blob::folder_prefix(&a.key) } else { a.key.clone() };
+        let mut server: BTreeMap<String, Verdict> = BTreeMap::new();
+        let spinner = crate::scrub::spinner(g, a.json, "check: the server re-reads its copies");
+        client
+            .scrub(&prefix, 0, |ev| {
+                use bs_client::scrub_event::Outcome;
+                let v = match Outcome::try_from(ev.outcome).unwrap_or(Outcome::Failed) {
+                    Outcome::Ok => Verdict::Same,
+                    Outcome::Corrupt => Verdict::CorruptOnServer(ev.error.clone()),
+                    Outcome::Failed => Verdict::Unreadable(format!("on the server: {}", ev.error)),
+                };
+                server.insert(ev.name.clone(), v);
+                if let Some(pb) = &spinner {
+                    pb.set_message(ev.name.clone());
+                }
+            })
+            .with_context(|| {
+                format!("having the server re-read {prefix:?} (--recorded-only skips this)")
+            })?;
+        if let Some(pb) = spinner {
+            pb.finish_and_clear();
+        }
+        for (name, _, v) in rows.iter_mut().filter(|r| r.2 == Verdict::Same) {
+            // Not scrubbed: deleted since it was compared.
+            *v = server.remove(name.as_str()).unwrap_or(Verdict::OnlyLocal);
+        }
+    }
     rows.sort_by(|x, y| x.0.cmp(&y.0));
     let bad = rows.iter().filter(|r| r.2 != Verdict::Same).count();
     let mut out = std::io::stdout().lock();
@@ -125,7 +159,12 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
         bail!("check: {bad} of {} differ or are missing", rows.len());
     }
     if !g.quiet && !a.json {
-        eprintln!("check: all {} the same (size and digest)", rows.len());
+        let how = if a.recorded_only {
+            "size and recorded digest"
+        } else {
+            "size and digest; the server's copies re-read"
+        };
+        eprintln!("check: all {} the same ({how})", rows.len());
     }
     Ok(())
 }

@@ -44,7 +44,63 @@ impl Cli {
             cmd = cmd.mut_subcommand(name, |sub| with_hidden(sub, &hidden));
         }
         let matches = cmd.get_matches();
-        Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+        let mut cli = Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        if let (Command::Serve(a), Some(m)) =
+            (&mut cli.command, matches.subcommand_matches("serve"))
+        {
+            a.settle_sources(m).unwrap_or_else(|e| e.exit());
+        }
+        cli
+    }
+}
+
+/// Was argument `id` given on the command line (not taken from the environment or a default)?
+fn typed(m: &clap::ArgMatches, id: &str) -> bool {
+    m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+}
+
+impl ServeArgs {
+    /// Settle arguments that only make sense together, by where each came from: a flag typed
+    /// with one it cannot go with is a usage error, while a value from the environment (set
+    /// for other commands, e.g. `BLOBSTREAM_DPSS_TOKEN` for `dpss`) that the typed flags make
+    /// pointless is left unused. (Clap's own `requires`/`conflicts_with` count environment
+    /// values as given, so `BLOBSTREAM_DATA` would refuse `serve --memory`.)
+    pub fn settle_sources(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        let usage = |kind, msg: String| {
+            let mut cmd = Cli::command();
+            let serve = cmd.find_subcommand_mut("serve").expect("serve is a command");
+            Err(serve.error(kind, msg))
+        };
+        if self.memory {
+            if typed(m, "data") {
+                return usage(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "--memory keeps blobs in this process: it takes no --data".into(),
+                );
+            }
+            self.data = None;
+            if !typed(m, "s3_bucket") {
+                self.s3_bucket = None;
+            }
+            if !typed(m, "catalogue") {
+                self.catalogue = None;
+            }
+        }
+        if self.dpss_master.is_none() {
+            for (id, flag) in [("dpss_token", "--dpss-token"), ("dpss_ca", "--dpss-ca")] {
+                if typed(m, id) {
+                    return usage(
+                        clap::error::ErrorKind::MissingRequiredArgument,
+                        format!(
+                            "{flag} is for --dpss-master (the block store to serve tiles from)"
+                        ),
+                    );
+                }
+            }
+            self.dpss_token = None;
+            self.dpss_ca = None;
+        }
+        Ok(())
     }
 }
 
@@ -583,8 +639,9 @@ pub struct ServeArgs {
     /// [default: data].
     #[arg(long, env = "BLOBSTREAM_DATA")]
     pub data: Option<PathBuf>,
-    /// Keep blobs in memory instead (nothing survives a restart).
-    #[arg(long, conflicts_with = "data")]
+    /// Keep blobs in memory instead (nothing survives a restart). Not with --data; a data
+    /// directory, bucket or catalogue from the environment is left unused.
+    #[arg(long)]
     pub memory: bool,
     /// With --memory: most bytes held [default: half the machine's memory].
     #[arg(long, requires = "memory")]
@@ -680,12 +737,13 @@ pub struct ServeArgs {
     /// tiled viewer at /dpss.html.
     #[arg(long, value_name = "ADDR")]
     pub dpss_master: Option<String>,
-    /// The token the block store (its master and servers) requires.
+    /// With --dpss-master: the token the block store (its master and servers) requires.
     /// @FILE reads it from FILE (keeps it out of the process list).
-    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", requires = "dpss_master", value_parser = secret)]
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
     pub dpss_token: Option<String>,
-    /// CA certificate (PEM) to trust: the block store speaks TLS (started with --tls-cert).
-    #[arg(long, env = "BLOBSTREAM_DPSS_CA", requires = "dpss_master", value_name = "FILE")]
+    /// With --dpss-master: CA certificate (PEM) to trust: the block store speaks TLS (started
+    /// with --tls-cert).
+    #[arg(long, env = "BLOBSTREAM_DPSS_CA", value_name = "FILE")]
     pub dpss_ca: Option<PathBuf>,
     /// Unix domain socket for bindings and transfers from processes on this host.
     #[arg(long, value_name = "PATH")]
@@ -784,6 +842,10 @@ pub struct CheckArgs {
     /// With -r: leave out files and blobs matching GLOB, repeatable; wins over --include.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Compare only with the digests recorded when the blobs were stored: the server does not
+    /// re-read its copies (faster, but a blob rotted on the server's disk since would pass).
+    #[arg(long)]
+    pub recorded_only: bool,
 }
 
 /// Many blobs at once.

@@ -8,16 +8,22 @@ use bs_client::scrub_event::Outcome;
 
 use crate::cli::{Global, ScrubArgs};
 
+/// A spinner on stderr headed `what` while the server scrubs, on a terminal only (not with
+/// `--quiet` or `--json`).
+pub fn spinner(g: &Global, json: bool, what: &str) -> Option<indicatif::ProgressBar> {
+    (!g.quiet && !json && std::io::stderr().is_terminal()).then(|| {
+        let pb = indicatif::ProgressBar::new_spinner();
+        let style =
+            indicatif::ProgressStyle::with_template(&format!("{{spinner}} {what}: {{msg}}"))
+                .expect("a template with only {spinner} and {msg}");
+        pb.set_style(style);
+        pb
+    })
+}
+
 pub fn run(g: &Global, a: ScrubArgs) -> Result<()> {
     let client = crate::commands::client(g)?;
-    let spinner = (!g.quiet && !a.json && std::io::stderr().is_terminal()).then(|| {
-        let pb = indicatif::ProgressBar::new_spinner();
-        pb.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} scrub: {msg}")
-                .expect("static template"),
-        );
-        pb
-    });
+    let spinner = spinner(g, a.json, "scrub");
     let (mut blobs, mut bytes) = (0u64, 0u64);
     let (mut corrupt, mut failed) = (Vec::new(), Vec::new());
     client.scrub(&a.prefix, a.rate << 20, |ev| {

@@ -23,9 +23,14 @@ impl Serve {
     }
 
     fn start_with(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let data = data.to_str().unwrap();
+        Self::spawn(&[&["--data", data], args].concat(), env)
+    }
+
+    /// `serve` on port 0 with `args` (and no data directory unless they name one).
+    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(BIN)
-            .args(["serve", "--addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data"])
-            .arg(data)
+            .args(["serve", "--addr", "127.0.0.1:0", "--http", "127.0.0.1:0"])
             .args(args)
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
@@ -77,6 +82,95 @@ fn fails_with(o: &Output, needle: &str) {
 
 fn content(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+#[test]
+fn serve_leaves_unused_what_the_environment_sets_for_other_commands_but_refuses_typed_misfits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, elsewhere) = (dir.path().join("data"), dir.path().join("elsewhere"));
+    let missing_ca = dir.path().join("no-such-ca.pem");
+    // Set for `dpss` commands: without --dpss-master, serve has no use for them (the CA file
+    // does not even exist), and starts.
+    let s = Serve::start_with(
+        &data,
+        &["--no-samples"],
+        &[
+            ("BLOBSTREAM_DPSS_TOKEN", "secret"),
+            ("BLOBSTREAM_DPSS_CA", missing_ca.to_str().unwrap()),
+        ],
+    );
+    let file = dir.path().join("f");
+    std::fs::write(&file, content(1000)).unwrap();
+    ok(&s.run(&["put", file.to_str().unwrap(), "k"]));
+    drop(s);
+    // --memory typed wins over a data directory from the environment: nothing is made there.
+    let m = Serve::spawn(
+        &["--memory", "--no-samples"],
+        &[("BLOBSTREAM_DATA", elsewhere.to_str().unwrap())],
+    );
+    ok(&m.run(&["put", file.to_str().unwrap(), "k"]));
+    let cat = m.run(&["cat", "k"]);
+    assert!(cat.status.success());
+    assert_eq!(cat.stdout, content(1000));
+    drop(m);
+    assert!(!elsewhere.exists(), "--memory wrote into BLOBSTREAM_DATA's directory");
+    // Typed on the command line, the same misfits are usage errors (exit 2), named.
+    let d = data.to_str().unwrap();
+    for (args, says) in [
+        (
+            &["--memory", "--data", d][..],
+            "--memory keeps blobs in this process: it takes no --data",
+        ),
+        (&["--data", d, "--dpss-token", "t"], "--dpss-token is for --dpss-master"),
+        (&["--data", d, "--dpss-ca", "ca.pem"], "--dpss-ca is for --dpss-master"),
+    ] {
+        let o = Command::new(BIN).arg("serve").args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// The one file under `dir` (recursively).
+fn only_file(dir: &Path) -> std::path::PathBuf {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() { todo.push(p) } else { found.push(p) }
+        }
+    }
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.pop().unwrap()
+}
+
+#[test]
+fn check_has_the_server_reread_its_copy_so_a_blob_rotted_there_is_not_called_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let s = Serve::start(&data);
+    let file = dir.path().join("scan.raw");
+    std::fs::write(&file, content(2 << 20)).unwrap();
+    let f = file.to_str().unwrap();
+    ok(&s.run(&["put", f, "scans/a.raw"]));
+    let o = s.run(&["check", f, "scans/a.raw"]);
+    assert!(ok(&o).starts_with("same"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the server's copies re-read"));
+
+    // Bit rot in the server's copy: the local file still matches the recorded digest.
+    let stored = only_file(&data.join("blobs"));
+    let mut bytes = std::fs::read(&stored).unwrap();
+    bytes[1 << 20] ^= 0x10;
+    std::fs::write(&stored, &bytes).unwrap();
+    let o = s.run(&["check", f, "scans/a.raw"]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("CORRUPT on the server"), "{out}");
+    // What --recorded-only compares, and says it did.
+    let o = s.run(&["check", f, "scans/a.raw", "--recorded-only"]);
+    assert!(ok(&o).starts_with("same"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("recorded digest"));
 }
 
 #[test]

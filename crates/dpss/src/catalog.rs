@@ -31,6 +31,11 @@ CREATE TABLE IF NOT EXISTS placements (
     server INTEGER NOT NULL, disk INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (dataset, level, x, y, copy)
 ) WITHOUT ROWID;
+-- The mark of each name's latest load, kept after a drop: the next load's is larger.
+CREATE TABLE IF NOT EXISTS loads (
+    name TEXT PRIMARY KEY,
+    published_ns INTEGER NOT NULL
+);
 ";
 
 /// What the name server knows of one block.
@@ -111,13 +116,26 @@ impl Catalog {
                 }
             }
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let encoded = pb::DpssLayout::from(layout).encode_to_vec();
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        // This load's mark: after any earlier load of the name (a clock set back still gives
+        // a new value).
+        let last: Option<i64> = tx
+            .query_row("SELECT published_ns FROM loads WHERE name = ?1", [&layout.dataset], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        let ns = (now.as_nanos().min(i64::MAX as u128) as i64).max(last.map_or(1, |l| l + 1));
+        let mut p = pb::DpssLayout::from(layout);
+        p.published_ns = ns as u64;
         tx.execute(
             "INSERT INTO datasets (name, layout, published_unix) VALUES (?1, ?2, ?3)",
-            params![layout.dataset, encoded, now],
+            params![layout.dataset, p.encode_to_vec(), now.as_secs() as i64],
+        )?;
+        tx.execute(
+            "INSERT INTO loads (name, published_ns) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET published_ns = excluded.published_ns",
+            params![layout.dataset, ns],
         )?;
         tx.commit()?;
         Ok(())
@@ -246,7 +264,9 @@ mod tests {
         assert!(matches!(c.publish(&l, &rows(&l)), Err(DpssError::DatasetExists(_))));
         drop(c);
         let c = Catalog::open(&path).unwrap();
-        assert_eq!(c.lookup("f").unwrap(), l);
+        let first = c.lookup("f").unwrap();
+        assert!(first.published_ns > 0, "a published layout carries its load's mark");
+        assert_eq!(Layout { published_ns: 0, ..first.clone() }, l);
         assert_eq!(c.list().unwrap().len(), 1);
         let b = c.block("f", BlockId::new(0, 2, 0)).unwrap();
         assert_eq!((b.len, b.digest, b.copies.len()), (1000, [2; 16], 2));
@@ -259,5 +279,7 @@ mod tests {
         assert!(matches!(c.lookup("f"), Err(DpssError::UnknownDataset(_))));
         assert!(c.block("f", BlockId::new(0, 2, 0)).is_err());
         c.publish(&l, &rows(&l)).unwrap(); // the name is free again
+        let again = c.lookup("f").unwrap().published_ns;
+        assert!(again > first.published_ns, "a new load of the name is told apart: {again}");
     }
 }

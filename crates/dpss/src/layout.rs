@@ -38,6 +38,9 @@ pub struct Layout {
     pub servers: Vec<ServerRef>,
     pub blocks: u64,
     pub bytes: u64,
+    /// When the name server published this load (ns since the Unix epoch); 0 before. A data
+    /// set dropped and loaded again under its name has a new value.
+    pub published_ns: u64,
 }
 
 impl Layout {
@@ -82,6 +85,7 @@ impl Layout {
             servers,
             blocks: 0,
             bytes: 0,
+            published_ns: 0,
         };
         let (tx, ty) = l.grid(0);
         if tx > u32::MAX as u64 || ty > u32::MAX as u64 {
@@ -214,6 +218,7 @@ impl From<&Layout> for pb::DpssLayout {
             blocks: l.blocks,
             bytes: l.bytes,
             channels: l.channels,
+            published_ns: l.published_ns,
         }
     }
 }
@@ -246,6 +251,7 @@ impl TryFrom<pb::DpssLayout> for Layout {
             servers,
             blocks: p.blocks,
             bytes: p.bytes,
+            published_ns: p.published_ns,
         })
     }
 }

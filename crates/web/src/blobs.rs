@@ -48,9 +48,7 @@ struct Settled {
 impl Ask {
     fn settle(self, src: BlobSource) -> Result<Settled, WebError> {
         let (size, etag) = (src.size(), format!("\"{}\"", src.record().digest));
-        let fresh = self.if_none_match.as_deref().is_some_and(|inm| {
-            inm.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
-        });
+        let fresh = self.if_none_match.as_deref().is_some_and(|inm| client_has(inm, &etag));
         let range = match self.range {
             _ if fresh => None,
             None => None,
@@ -368,6 +366,12 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
         return Err(WebError::BadRequest("the form holds no file".into()));
     }
     Ok((StatusCode::CREATED, axum::Json(serde_json::json!({ "stored": out }))).into_response())
+}
+
+/// Does a read's `If-None-Match` value name `etag` (or `*`), so the client's copy is fresh?
+/// (Weak tags compared by their opaque part, RFC 9110 §13.1.2.)
+pub(crate) fn client_has(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == etag)
 }
 
 /// `*` → `None`; otherwise the listed entity tags (weak ones compared by their opaque part).

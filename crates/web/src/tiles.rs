@@ -15,14 +15,23 @@
 //! the last seconds, its eight neighbours medium (sent when the block servers have time),
 //! since a viewer that asks for one tile asks for the tiles around it next: a IIIF client
 //! that sends no viewport gets the ISS paper's prefetching too.
+//!
+//! A data set dropped, or dropped and loaded again under its name, must not go on being
+//! served from what the pump kept: beside each pump a watcher asks the master for the data
+//! set's layout every [`LAYOUT_CHECK`], and when the data set is gone or its load mark
+//! (`published_ns`) changed, it empties the pump's cache and ends it; the next request starts
+//! a pump on the new load (or answers 404). Tiles go out with their digest as `ETag` and
+//! `Cache-Control: no-cache`, so a browser asks again (a 304 when unchanged) rather than
+//! showing a kept tile of an earlier load.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, RawPathParams, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bs_dpss::cache::{Cache, Cached};
 use bs_dpss::layout::Layout;
@@ -46,10 +55,18 @@ const VIEW_GUIDES: Duration = Duration::from_secs(10);
 /// Most neighbours of wanted tiles a list holds at medium priority (the oldest go first):
 /// every list sent carries them all.
 const AROUND_TILES: usize = 256;
+/// How often a pump's watcher asks the master whether its data set is still the same load:
+/// the longest a dropped or reloaded data set's tiles are still served from the pump's cache.
+pub const LAYOUT_CHECK: Duration = Duration::from_secs(1);
+
+/// A tile's bytes and digest, or why it cannot be had.
+type TileAnswer = Result<(Bytes, [u8; 16]), String>;
 
 enum Cmd {
     View(Vec<(BlockId, Priority)>),
-    Want(BlockId, oneshot::Sender<Result<Bytes, String>>),
+    Want(BlockId, oneshot::Sender<TileAnswer>),
+    /// The data set is gone or was loaded again: fail the waiters with this and end.
+    End(String),
 }
 
 struct Pump {
@@ -58,6 +75,19 @@ struct Pump {
     waker: bs_dpss::Waker,
     /// Verified tiles, shared so a request for one already here never waits on the pump.
     cache: Arc<Mutex<Cache>>,
+    /// Set (and the cache emptied) when the data set is gone or loaded again: the pump is
+    /// not handed out any more.
+    ended: Arc<AtomicBool>,
+}
+
+impl Pump {
+    /// Stop handing this pump out, forget its tiles, and tell its thread why.
+    fn end(&self, why: String) {
+        self.ended.store(true, Ordering::SeqCst);
+        *self.cache.lock().unwrap() = Cache::new(CACHE_BYTES);
+        let _ = self.tx.send(Cmd::End(why));
+        self.waker.wake();
+    }
 }
 
 /// The block store as the web server sees it.
@@ -77,7 +107,13 @@ impl Tiles {
     }
 
     fn existing(&self, dataset: &str) -> Option<Arc<Pump>> {
-        self.pumps.lock().unwrap().get(dataset).cloned()
+        let mut pumps = self.pumps.lock().unwrap();
+        let p = pumps.get(dataset)?;
+        if p.ended.load(Ordering::SeqCst) {
+            pumps.remove(dataset);
+            return None;
+        }
+        Some(p.clone())
     }
 
     /// The pump of `dataset`, started on first use (again if the last one ended).
@@ -110,12 +146,22 @@ impl Tiles {
         let waker = client.waker();
         let cache = Arc::new(Mutex::new(Cache::new(CACHE_BYTES)));
         let (tx, rx) = mpsc::channel();
-        let c = cache.clone();
+        let ended = Arc::new(AtomicBool::new(false));
+        let (c, e) = (cache.clone(), ended.clone());
         std::thread::Builder::new()
             .name(format!("dpss-pump-{dataset}"))
-            .spawn(move || pump(client, rx, &c))
+            .spawn(move || {
+                pump(client, rx, &c);
+                // However it ended, it is not handed out any more.
+                e.store(true, Ordering::SeqCst);
+            })
             .map_err(WebError::internal)?;
-        let p = Arc::new(Pump { layout, tx, waker, cache });
+        let p = Arc::new(Pump { layout, tx, waker, cache, ended });
+        let (master, opts, watched) = (self.master.clone(), self.opts.clone(), Arc::downgrade(&p));
+        std::thread::Builder::new()
+            .name(format!("dpss-watch-{dataset}"))
+            .spawn(move || watch(&master, &opts, &watched))
+            .map_err(WebError::internal)?;
         self.pumps.lock().unwrap().insert(dataset.to_string(), p.clone());
         Ok(p)
     }
@@ -132,6 +178,38 @@ impl Tiles {
     }
 }
 
+/// The watcher of pump `p`: every [`LAYOUT_CHECK`], is its data set still the load it serves?
+/// Ends the pump when the master says the data set is unknown or has another load mark; a
+/// master that cannot be reached ends nothing (the tiles in hand are still that load's).
+/// Returns when the pump has ended or nobody holds it any more (the web server stopped).
+fn watch(master: &str, opts: &ClientOptions, p: &std::sync::Weak<Pump>) {
+    let mut unreachable = false;
+    loop {
+        std::thread::sleep(LAYOUT_CHECK);
+        let Some(p) = p.upgrade().filter(|p| !p.ended.load(Ordering::SeqCst)) else { return };
+        let dataset = &p.layout.dataset;
+        let why = match bs_dpss::client::lookup(master, dataset, opts) {
+            Ok(l) if l.published_ns == p.layout.published_ns => None,
+            Ok(_) => Some(format!("{dataset:?} was loaded again; retry")),
+            Err(e) => match dpss_error(e) {
+                WebError::NoRoute(_) => Some(format!("{dataset:?} was dropped")),
+                e => {
+                    if !unreachable {
+                        tracing::warn!(%dataset, error = %e, "cannot ask the block store's master");
+                    }
+                    unreachable = true;
+                    continue;
+                }
+            },
+        };
+        unreachable = false;
+        if let Some(why) = why {
+            tracing::info!(%dataset, %why, "forgetting the data set's tiles");
+            p.end(why);
+        }
+    }
+}
+
 fn dpss_error(e: bs_dpss::DpssError) -> WebError {
     use bs_dpss::DpssError as D;
     match e {
@@ -144,7 +222,7 @@ fn dpss_error(e: bs_dpss::DpssError) -> WebError {
 
 fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
     let dataset = client.layout().dataset.clone();
-    let mut waiters: HashMap<BlockId, Vec<oneshot::Sender<Result<Bytes, String>>>> = HashMap::new();
+    let mut waiters: HashMap<BlockId, Vec<oneshot::Sender<TileAnswer>>> = HashMap::new();
     let mut list: Vec<(BlockId, Priority)> = Vec::new();
     // When a viewer last said what it shows.
     let mut last_view: Option<std::time::Instant> = None;
@@ -159,7 +237,7 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                 }
                 Ok(Cmd::Want(id, tx)) => {
                     if let Some(c) = Cache::get_verified(cache, &dataset, id) {
-                        let _ = tx.send(Ok(c.data));
+                        let _ = tx.send(Ok((c.data, c.digest)));
                         continue;
                     }
                     waiters.entry(id).or_default().push(tx);
@@ -171,6 +249,12 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                     if last_view.is_none_or(|t| t.elapsed() > VIEW_GUIDES) {
                         ask_around(&mut list, client.layout(), id);
                     }
+                }
+                Ok(Cmd::End(why)) => {
+                    for tx in waiters.into_values().flatten() {
+                        let _ = tx.send(Err(why.clone()));
+                    }
+                    return;
                 }
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => return,
@@ -199,7 +283,7 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                 let digest = data.digest();
                 let data = Bytes::copy_from_slice(&data);
                 for tx in waiters.remove(&id).into_iter().flatten() {
-                    let _ = tx.send(Ok(data.clone()));
+                    let _ = tx.send(Ok((data.clone(), digest)));
                 }
                 list.retain(|(b, _)| *b != id);
                 cache.lock().unwrap().insert(&dataset, id, Cached { data, digest });
@@ -343,6 +427,7 @@ pub fn tile_of(l: &Layout, region: &str, size: &str) -> Result<BlockId, String> 
 pub async fn tile(
     State(s): State<Arc<AppState>>,
     params: RawPathParams,
+    headers: HeaderMap,
 ) -> Result<Response, WebError> {
     // Borrowed from the router's parameters (`Path<(String, ...)>` copied each into a String).
     let [mut dataset, mut region, mut size, mut rotation, mut file] = [""; 5];
@@ -367,17 +452,38 @@ pub async fn tile(
     }
     let id = tile_of(l, region, size).map_err(WebError::BadRequest)?;
     // Checked against the tile's digest on every read, not only when it arrived.
-    let hit = Cache::get_verified(&p.cache, dataset, id).map(|c| c.data);
-    let data = match hit {
+    let hit = Cache::get_verified(&p.cache, dataset, id).map(|c| (c.data, c.digest));
+    let (data, digest) = match hit {
         Some(d) => d,
         None => want(&s, dataset, &p, id).await?,
     };
-    let mime = if ext == "jpg" { "image/jpeg" } else { "image/png" };
-    let mut r = data.into_response();
+    let etag = tile_etag(&digest);
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|inm| crate::blobs::client_has(inm, etag.to_str().unwrap_or("")));
+    let mut r = if fresh { StatusCode::NOT_MODIFIED.into_response() } else { data.into_response() };
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=3600"));
+    if !fresh {
+        let mime = if ext == "jpg" { "image/jpeg" } else { "image/png" };
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+    }
+    h.insert(header::ETAG, etag);
+    // Kept by the browser, but asked for again each time (a 304 while unchanged): the data
+    // set may be dropped or loaded again under the same name.
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
     Ok(r)
+}
+
+/// A tile's `ETag`: its digest in hex, quoted.
+fn tile_etag(digest: &[u8; 16]) -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut v = [b'"'; 34];
+    for (i, b) in digest.iter().enumerate() {
+        v[1 + 2 * i] = HEX[usize::from(b >> 4)];
+        v[2 + 2 * i] = HEX[usize::from(b & 15)];
+    }
+    HeaderValue::from_bytes(&v).expect("hex digits and quotes are a valid header value")
 }
 
 /// Ask the pump for a tile not in the cache and wait for it.
@@ -426,7 +532,12 @@ fn ask_around(list: &mut Vec<(BlockId, Priority)>, layout: &Layout, id: BlockId)
     changed
 }
 
-async fn want(s: &Arc<AppState>, dataset: &str, p: &Pump, id: BlockId) -> Result<Bytes, WebError> {
+async fn want(
+    s: &Arc<AppState>,
+    dataset: &str,
+    p: &Pump,
+    id: BlockId,
+) -> Result<(Bytes, [u8; 16]), WebError> {
     let (tx, rx) = oneshot::channel();
     tiles(s)?.send(dataset, p, Cmd::Want(id, tx))?;
     Ok(match tokio::time::timeout(TILE_WAIT, rx).await {

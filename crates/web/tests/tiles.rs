@@ -1,5 +1,6 @@
 //! The web server as a block-store client (IIIF) against a real master and block server on
-//! port 0: the first requests of a data set, arriving together, start one client between them.
+//! port 0: the first requests of a data set, arriving together, start one client between them;
+//! a data set dropped and loaded again is never served from the earlier load's tiles for long.
 
 use std::sync::Arc;
 
@@ -10,6 +11,114 @@ use bs_imaging::registry::Registry;
 use bs_meta::ImageIndex;
 use bs_store::MemStore;
 use bs_web::{WebConfig, WebServer};
+use std::time::{Duration, Instant};
+
+/// Load `src` as data set `name` (one server, one copy) through the master at `maddr`.
+fn load(maddr: &str, srv: &BlockServer, name: &str, src: &Synthetic) {
+    let servers =
+        vec![ServerRef { name: srv.name().into(), addr: srv.addr().to_string(), disks: 1 }];
+    let layout =
+        Layout::plan(name, "image", (src.width, src.height), src.tile, servers, 1).unwrap();
+    bs_dpss::loader::load(maddr, layout, src, &ClientOptions::default(), &mut |_, _| {}).unwrap();
+}
+
+#[test]
+fn a_data_set_dropped_or_loaded_again_is_not_served_from_the_earlier_loads_tiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let maddr = master::start(&rt, "127.0.0.1:0", &dir.path().join("names.db")).unwrap();
+    let srv =
+        BlockServer::start("127.0.0.1:0", ServerConfig::new(vec![dir.path().join("s0")])).unwrap();
+    // Reporting to the master, which tells `remove` whom to ask to drop the blocks.
+    let opts = ClientOptions::default();
+    master::heartbeat(maddr.clone(), opts.clone(), Duration::from_millis(50), srv.stats_source())
+        .unwrap();
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while bs_dpss::loader::live_servers(&maddr, &opts).unwrap().is_empty() {
+        assert!(Instant::now() < give_up, "the block server never reported to the master");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (a, b) = (
+        Synthetic { width: 1024, height: 768, tile: 256 },
+        Synthetic { width: 2048, height: 1536, tile: 256 },
+    );
+    let first = BlockId::new(0, 0, 0);
+    let (tile_a, tile_b) = (a.block(first).unwrap(), b.block(first).unwrap());
+    assert_ne!(tile_a, tile_b, "the two loads differ in the tile asked for");
+    load(&maddr, &srv, "re", &a);
+    let web = rt
+        .block_on(WebServer::start(
+            Arc::new(MemStore::new()),
+            Arc::new(ImageIndex::open_in_memory().unwrap()),
+            Arc::new(Registry::builtin()),
+            WebConfig { dpss_master: Some(maddr.clone()), ..WebConfig::ephemeral() },
+        ))
+        .unwrap();
+    let url = format!("{}iiif/re/0,0,256,256/256,256/0/default.png", web.url());
+    let http = reqwest::Client::new();
+    let get = |if_none_match: Option<&str>| {
+        let mut r = http.get(&url);
+        if let Some(t) = if_none_match {
+            r = r.header("if-none-match", t);
+        }
+        rt.block_on(async {
+            let r = r.send().await.unwrap();
+            let h = r.headers().clone();
+            (r.status().as_u16(), h, r.bytes().await.unwrap())
+        })
+    };
+
+    let (status, h, body) = get(None);
+    assert_eq!((status, &body[..]), (200, &tile_a[..]));
+    let etag = h["etag"].to_str().unwrap().to_string();
+    assert_eq!(h["cache-control"], "private, no-cache", "a browser asks again before reuse");
+    let (status, h, body) = get(Some(&etag));
+    assert_eq!((status, body.len(), h["etag"].to_str().unwrap()), (304, 0, etag.as_str()));
+
+    // Dropped: within a few checks of the master, the kept tile is no longer served.
+    bs_dpss::loader::remove(&maddr, "re", &opts).unwrap();
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _, body) = get(None);
+        match status {
+            404 => break,
+            200 => assert_eq!(&body[..], &tile_a[..], "only the kept tile, until it is forgotten"),
+            s => panic!("a dropped data set's tile answered {s}"),
+        }
+        assert!(Instant::now() < give_up, "the dropped data set is still served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Loaded again from other pixels while a pump holds the first load: the new load's tile
+    // (and size) replace the old within a few checks, and the old never comes back.
+    load(&maddr, &srv, "re", &a);
+    assert_eq!(get(None).2[..], tile_a[..]);
+    bs_dpss::loader::remove(&maddr, "re", &opts).unwrap();
+    load(&maddr, &srv, "re", &b);
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _, body) = get(None);
+        if status == 200 && body[..] == tile_b[..] {
+            break;
+        }
+        assert!(
+            (status == 200 && body[..] == tile_a[..]) || status == 503,
+            "while the change is noticed: the kept tile or a retry, got {status}"
+        );
+        assert!(Instant::now() < give_up, "the reloaded data set's old tile is still served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, h, body) = get(Some(&etag));
+    assert_eq!((status, &body[..]), (200, &tile_b[..]), "the old ETag no longer matches");
+    assert_ne!(h["etag"].to_str().unwrap(), etag);
+    let info: serde_json::Value = rt.block_on(async {
+        let u = format!("{}iiif/re/info.json", web.url());
+        http.get(u).send().await.unwrap().json().await.unwrap()
+    });
+    assert_eq!(info["width"], 2048, "the description is the new load's");
+    rt.block_on(web.shutdown());
+}
 
 #[test]
 fn concurrent_first_requests_start_one_block_store_client() {
