@@ -201,11 +201,15 @@ impl FlowHandler for ToFiles {
     }
 
     fn on_stop(&mut self, total: u64) -> Result<(), String> {
-        let (f, part, done) = self.current.take().ok_or("no file for this run")?;
+        let current = self.current.take();
+        // Why the run failed, if it did: what went wrong first (its file perhaps never made).
         if let Some(e) = self.error.take() {
-            let _ = std::fs::remove_file(&part);
+            if let Some((_, part, _)) = current {
+                let _ = std::fs::remove_file(&part);
+            }
             return Err(e);
         }
+        let (f, part, done) = current.ok_or("no file for this run")?;
         f.sync_all().map_err(|e| format!("syncing {}: {e}", part.display()))?;
         std::fs::rename(&part, &done).map_err(|e| format!("renaming {}: {e}", part.display()))?;
         let secs = self.started.elapsed().as_secs_f64();
@@ -217,11 +221,11 @@ impl FlowHandler for ToFiles {
         Ok(())
     }
 
-    fn on_error(&mut self, reason: &str) {
+    // The reason is said by receive_runs, with the failures at the stop.
+    fn on_error(&mut self, _reason: &str) {
         if let Some((_, part, _)) = self.current.take() {
             let _ = std::fs::remove_file(&part);
         }
-        eprintln!("run {} failed: {reason} (nothing kept)", self.run);
     }
 }
 
@@ -269,11 +273,16 @@ impl FlowHandler for IntoStore {
     }
 
     fn on_stop(&mut self, total: u64) -> Result<(), String> {
-        let (key, push) = self.current.take().ok_or("no blob for this run")?;
+        let current = self.current.take();
+        // Why the run failed, if it did: what went wrong first (its upload perhaps never
+        // opened).
         if let Some(e) = self.error.take() {
-            let _ = self.client.abort(&key);
+            if let Some((key, _)) = current {
+                let _ = self.client.abort(&key);
+            }
             return Err(e);
         }
+        let (key, push) = current.ok_or("no blob for this run")?;
         match push.finish(true) {
             Ok(ack) if ack.received == total && ack.committed.is_some() => {
                 println!("{key}: {total} bytes, digest verified, committed");
@@ -290,12 +299,12 @@ impl FlowHandler for IntoStore {
         }
     }
 
-    fn on_error(&mut self, reason: &str) {
+    // The reason is said by receive_runs, with the failures at the stop.
+    fn on_error(&mut self, _reason: &str) {
         if let Some((key, push)) = self.current.take() {
             drop(push);
             let _ = self.client.abort(&key);
         }
-        eprintln!("run {} failed: {reason} (nothing committed)", self.run);
     }
 }
 
@@ -314,7 +323,7 @@ pub fn receive(g: &Global, a: ReceiveArgs) -> Result<()> {
         let client = crate::commands::client(g)?;
         let mut h =
             IntoStore { client, prefix: a.prefix.clone(), run: 0, current: None, error: None };
-        return receive_runs(&mut r, &mut h, a.runs, |h| h.run);
+        return receive_runs(&mut r, &mut h, a.runs, |h| h.run, "nothing committed");
     }
     let mut h = ToFiles {
         dir: a.out.clone(),
@@ -323,22 +332,27 @@ pub fn receive(g: &Global, a: ReceiveArgs) -> Result<()> {
         current: None,
         error: None,
     };
-    receive_runs(&mut r, &mut h, a.runs, |h| h.run)
+    receive_runs(&mut r, &mut h, a.runs, |h| h.run, "nothing kept")
 }
 
-/// Runs until the distributer closes (or `runs` of them); fails if any run failed.
+/// Runs until the distributer closes (or `runs` of them), each failure said on stderr with
+/// its reason (`left`: what is left of the run); fails if any run failed.
 fn receive_runs<H: FlowHandler>(
     r: &mut Receiver,
     h: &mut H,
     runs: u64,
     count: impl Fn(&H) -> u64,
+    left: &str,
 ) -> Result<()> {
     let mut failed = 0;
     loop {
         match r.run_once(h, None)? {
             RunEnd::Closed => break,
             RunEnd::Stopped(_) => {}
-            RunEnd::Failed(_) => failed += 1,
+            RunEnd::Failed(why) => {
+                failed += 1;
+                eprintln!("run {} failed: {why} ({left})", count(h));
+            }
         }
         if runs > 0 && count(h) >= runs {
             break;

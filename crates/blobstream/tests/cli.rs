@@ -599,7 +599,8 @@ fn distributer_send_and_receive_as_processes() {
 }
 
 /// The archive receiver: each verified run becomes a blob (with its parameters as metadata);
-/// a run whose sender dies leaves no blob at all.
+/// a run whose sender dies leaves no blob at all, and one the store refuses is reported to the
+/// sender with the store's reason.
 #[test]
 fn the_archive_receiver_commits_verified_runs_only() {
     use std::io::Write;
@@ -612,7 +613,7 @@ fn the_archive_receiver_commits_verified_runs_only() {
     let mut archive = Command::new(BIN)
         .args(["--server", &s.addr, "receive"])
         .args(flow)
-        .args(["--name", "archive", "--into-store", "--prefix", "obs/", "--runs", "2"])
+        .args(["--name", "archive", "--into-store", "--prefix", "obs/", "--runs", "3"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -638,10 +639,19 @@ fn the_archive_receiver_commits_verified_runs_only() {
     dying.kill().unwrap();
     dying.wait().unwrap();
 
-    // A good run.
+    // A run named so that no blob may have its name: refused by the store, and the sender
+    // hears why (not merely that there was no blob).
     let file = dir.path().join("scan.bin");
     let bytes = content(3_000_000);
     std::fs::write(&file, &bytes).unwrap();
+    let refused =
+        Command::new(BIN).arg("send").arg(&file).args(flow).args(["--param", "name=a\\b"]).output();
+    let refused = refused.unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stdout) + String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("cannot store obs/a\\b") && said.contains("contains '\\'"), "{said}");
+
+    // A good run.
     let sent = ok(&Command::new(BIN)
         .args(["-q", "send"])
         .arg(&file)
@@ -653,9 +663,10 @@ fn the_archive_receiver_commits_verified_runs_only() {
     let line = out.next().unwrap().unwrap();
     assert!(line.contains("obs/scan-7.bin: 3000000 bytes, digest verified, committed"), "{line}");
     let status = archive.wait_with_output().unwrap();
-    assert!(!status.status.success(), "one of its two runs failed");
+    assert!(!status.status.success(), "two of its three runs failed");
     let err = String::from_utf8_lossy(&status.stderr);
     assert!(err.contains("sender left mid-flow") && err.contains("nothing committed"), "{err}");
+    assert!(err.contains("cannot store obs/a\\b"), "{err}");
 
     let listed = ok(&s.run(&["ls", "obs/"]));
     assert_eq!(listed.lines().count(), 1, "no trace of the lost run: {listed}");
