@@ -410,6 +410,21 @@ impl ImageIndex {
         }
     }
 
+    /// Drop the entry for `name` only if it was made from `digest` (an entry written for bytes
+    /// that were deleted or replaced while they were decoded; a newer entry stays).
+    pub fn forget_at(&self, name: &str, digest: &str) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                db.lock().execute(
+                    "DELETE FROM images WHERE name = ?1 AND digest = ?2",
+                    [name, digest],
+                )?;
+                Ok(())
+            }
+            Backend::Postgres(pg) => crate::pg::off_executor(|| pg.forget_at(name, digest)),
+        }
+    }
+
     /// The studies with at least one image matching every criterion of `q` (its `limit`
     /// bounds the studies), by Study Instance UID, with counts over all their images; images
     /// without one are not in any study.

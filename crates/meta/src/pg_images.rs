@@ -110,6 +110,13 @@ impl PgImages {
         Ok(())
     }
 
+    pub fn forget_at(&self, name: &str, digest: &str) -> Result<()> {
+        self.pool.retrying(|c| {
+            c.execute("DELETE FROM images WHERE name = $1 AND digest = $2", &[&name, &digest])
+        })?;
+        Ok(())
+    }
+
     pub fn search(&self, s: &Search<'_>) -> Result<Vec<ImageEntry>> {
         let sql = format!(
             "SELECT name, digest, is_image, meta FROM images WHERE {WHERE_PG}

@@ -166,8 +166,35 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
 }
 
 pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    let key = key_from_path(req.uri().path(), ROUTE)?;
-    let h = req.headers();
+    let (parts, body) = req.into_parts();
+    let body = body.into_data_stream();
+    // Refused before its body is read (412, 503, …): the body is read and dropped first, up to
+    // a bound, so the answer is not lost to the reset that unread bytes cause.
+    let (spec, slot) = match put_spec(&st, &parts).await {
+        Ok(s) => s,
+        Err(e) => {
+            crate::upload::drain(&mut std::pin::pin!(body)).await;
+            return Err(e);
+        }
+    };
+    let rec = store_stream(st.store.clone(), spec, body).await?;
+    st.metrics.uploaded(rec.size);
+    let info = stored(&st, rec).await;
+    drop(slot);
+    let mut r = (StatusCode::CREATED, axum::Json(&info)).into_response();
+    r.headers_mut().insert(header::LOCATION, hv(&path_of(ROUTE, &info.key)));
+    r.headers_mut().insert(header::ETAG, hv(&format!("\"{}\"", info.digest)));
+    Ok(r)
+}
+
+/// What a PUT asks for, checked before its body is read: the upload, and the upload slot it
+/// holds.
+async fn put_spec(
+    st: &Arc<AppState>,
+    parts: &axum::http::request::Parts,
+) -> Result<(UploadSpec, tokio::sync::OwnedSemaphorePermit), WebError> {
+    let key = key_from_path(parts.uri.path(), ROUTE)?;
+    let h = &parts.headers;
     let ct = header_str(h, header::CONTENT_TYPE);
     if ct.to_ascii_lowercase().starts_with("multipart/") {
         return Err(WebError::UnsupportedMediaType(
@@ -218,7 +245,7 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
     let content_type =
         if ct.is_empty() { bs_store::guess_content_type(&key).to_string() } else { ct };
     let metadata = user_metadata(h)?;
-    let _slot = st.upload_slot()?;
+    let slot = st.upload_slot()?;
     let spec = UploadSpec {
         route: RouteSpec {
             name: key,
@@ -232,13 +259,7 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
         max_bytes: st.cfg.max_upload,
         idle: st.cfg.idle_timeout,
     };
-    let rec = store_stream(st.store.clone(), spec, req.into_body().into_data_stream()).await?;
-    st.metrics.uploaded(rec.size);
-    let info = stored(&st, rec).await;
-    let mut r = (StatusCode::CREATED, axum::Json(&info)).into_response();
-    r.headers_mut().insert(header::LOCATION, hv(&path_of(ROUTE, &info.key)));
-    r.headers_mut().insert(header::ETAG, hv(&format!("\"{}\"", info.digest)));
-    Ok(r)
+    Ok((spec, slot))
 }
 
 /// Index a freshly stored blob and describe it. The blob is stored whatever happens here:
@@ -247,7 +268,11 @@ async fn stored(st: &Arc<AppState>, rec: BlobRecord) -> info::BlobInfo {
     let st2 = st.clone();
     let name = rec.name.clone();
     // An entry for these very bytes (same digest) is already right; any other is redone.
+    // Indexing may decode: one of the server's turns at decoding, as a read's (so uploads of
+    // small files that decode to huge images do not all decode at once).
+    let turn = st.image_turn().await;
     let indexed = blocking(move || st2.images.refresh(&name).map(drop)).await;
+    drop(turn);
     if let Err(e) = indexed {
         tracing::warn!("indexing {} after upload: {e}", rec.name);
     }

@@ -91,36 +91,41 @@ impl Images {
         let decoded = match bs_imageio::decode(&bytes, Some(key), &self.limits) {
             Ok(d) => Arc::new(d),
             Err(e) => {
-                // Over a limit is not "not an image": with other limits it may decode.
                 let over_limit = matches!(
                     e,
                     bs_imageio::ImageIoError::TooLarge { .. }
                         | bs_imageio::ImageIoError::TooManyBytes { .. }
                 );
-                if !over_limit {
-                    // A DICOM instance whose pixels cannot be decoded keeps its study and series,
-                    // so DICOMweb still finds and serves it.
-                    let _ = match bs_imageio::dicom_ids(&bytes, &self.limits) {
-                        Ok(ids) => {
-                            let fields = [
-                                ("study_instance_uid", ids.study_instance_uid),
-                                ("series_instance_uid", ids.series_instance_uid),
-                                ("sop_instance_uid", ids.sop_instance_uid),
-                                ("sop_class_uid", ids.sop_class_uid),
-                                ("transfer_syntax_uid", ids.transfer_syntax_uid),
-                            ]
-                            .into_iter()
-                            .map(|(k, v)| (k.to_string(), v))
-                            .collect();
-                            self.index.put_undecodable_dicom(
-                                key,
-                                &rec.digest,
-                                &fields,
-                                &e.to_string(),
-                            )
-                        }
-                        Err(_) => self.index.put_not_image(key, &rec.digest, &e.to_string()),
-                    };
+                // A DICOM instance whose pixels cannot be decoded (or not within the limits)
+                // keeps its study and series, so DICOMweb still finds and serves it.
+                let written = match bs_imageio::dicom_ids(&bytes, &self.limits) {
+                    Ok(ids) => {
+                        let fields = [
+                            ("study_instance_uid", ids.study_instance_uid),
+                            ("series_instance_uid", ids.series_instance_uid),
+                            ("sop_instance_uid", ids.sop_instance_uid),
+                            ("sop_class_uid", ids.sop_class_uid),
+                            ("transfer_syntax_uid", ids.transfer_syntax_uid),
+                        ]
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect();
+                        Some(self.index.put_undecodable_dicom(
+                            key,
+                            &rec.digest,
+                            &fields,
+                            &e.to_string(),
+                        ))
+                    }
+                    // Over a limit is not "not an image": with other limits it may decode.
+                    Err(_) if over_limit => None,
+                    Err(_) => Some(self.index.put_not_image(key, &rec.digest, &e.to_string())),
+                };
+                if let Some(w) = written {
+                    match w {
+                        Ok(()) => self.still_current(&rec),
+                        Err(ie) => tracing::warn!("indexing {key}: {ie}"),
+                    }
                 }
                 return Err(e.into());
             }
@@ -146,8 +151,28 @@ impl Images {
             }
         }
         let json = meta.to_string();
-        if let Err(e) = self.index.put(&rec.name, &rec.digest, &fields, &json) {
-            tracing::warn!("indexing {}: {e}", rec.name);
+        match self.index.put(&rec.name, &rec.digest, &fields, &json) {
+            Ok(()) => self.still_current(rec),
+            Err(e) => tracing::warn!("indexing {}: {e}", rec.name),
+        }
+    }
+
+    /// After writing the index row of `rec`: were its bytes deleted or replaced while they
+    /// were decoded (which can take seconds)? Then the row would outlive the blob — a study
+    /// listed that cannot be opened — or stand in for the new bytes' row. It is dropped (only
+    /// if it is still this digest's), and a replacement is indexed anew.
+    fn still_current(&self, rec: &BlobRecord) {
+        let gone = match self.store.stat(&rec.name) {
+            Ok(now) if now.digest == rec.digest => return,
+            Ok(_) => false,
+            Err(bs_store::StoreError::NotFound(_)) => true,
+            Err(e) => return tracing::warn!("checking {} after indexing it: {e}", rec.name),
+        };
+        if let Err(e) = self.index.forget_at(&rec.name, &rec.digest) {
+            return tracing::warn!("dropping the stale index entry of {}: {e}", rec.name);
+        }
+        if !gone && let Err(e) = self.refresh(&rec.name) {
+            tracing::warn!("indexing {} again: {e}", rec.name);
         }
     }
 
@@ -329,6 +354,64 @@ pub fn shrink(img: &Image<u8>, size: usize) -> Image<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decode that ends after its blob was deleted, or replaced, writes its row late; the
+    /// row must not outlive the blob nor stand in for the new bytes' row (the worklist and
+    /// QIDO-RS read rows without opening the blobs).
+    #[test]
+    fn a_row_written_for_bytes_deleted_or_replaced_while_they_decoded_does_not_stand() {
+        let store: Arc<dyn Store> = Arc::new(bs_store::MemStore::new());
+        let index = Arc::new(ImageIndex::open_in_memory().unwrap());
+        let images = Images::new(store.clone(), index.clone(), Limits::default());
+        let key = "ct/1.dcm";
+        let put = |b: Vec<u8>| {
+            let spec = bs_store::RouteSpec {
+                name: key.into(),
+                overwrite: true,
+                ..bs_store::RouteSpec::default()
+            };
+            bs_store::put_bytes(store.as_ref(), &spec, &b).unwrap()
+        };
+        put(crate::samples::ct_series_slice(0));
+        let (first, decoded) = images.decode(key).unwrap();
+        assert_eq!(index.get(key).unwrap().unwrap().digest, first.digest);
+
+        // Deleted (and its row forgotten) while a decode of it ran: the late row goes.
+        store.delete(key).unwrap();
+        index.forget(key).unwrap();
+        images.put_index(&first, &decoded);
+        assert!(index.get(key).unwrap().is_none(), "a row for a deleted blob");
+
+        // Replaced, and the new bytes indexed, while a decode of the old ran: the new row
+        // stands (written again if the late one overwrote it).
+        put(crate::samples::ct_series_slice(1));
+        let second = store.stat(key).unwrap();
+        assert_ne!(second.digest, first.digest);
+        images.refresh(key).unwrap();
+        images.put_index(&first, &decoded);
+        let row = index.get(key).unwrap().unwrap();
+        assert_eq!(row.digest, second.digest, "the replaced bytes' row stood in for the new");
+        assert!(row.is_image);
+    }
+
+    /// A DICOM instance too big to decode within the limits is still filed under its study
+    /// and series (so DICOMweb finds and serves it), with why it was not decoded.
+    #[test]
+    fn an_instance_over_the_decode_limits_keeps_its_study_and_series() {
+        let store: Arc<dyn Store> = Arc::new(bs_store::MemStore::new());
+        let index = Arc::new(ImageIndex::open_in_memory().unwrap());
+        let small = Limits { max_pixels: 100, ..Limits::default() };
+        let images = Images::new(store.clone(), index.clone(), small);
+        let bytes = crate::samples::ct_series_slice(0);
+        let ids = bs_imageio::dicom_ids(&bytes, &Limits::default()).unwrap();
+        let spec = bs_store::RouteSpec { name: "ct/big.dcm".into(), ..Default::default() };
+        bs_store::put_bytes(store.as_ref(), &spec, &bytes).unwrap();
+        assert!(matches!(images.refresh("ct/big.dcm"), Ok(None)), "not decoded");
+        let found = index.instances(&ids.series_instance_uid).unwrap();
+        assert_eq!(found.len(), 1, "filed under its series");
+        assert_eq!(found[0].name, "ct/big.dcm");
+        assert!(!found[0].is_image && found[0].meta.contains("pixels"), "{}", found[0].meta);
+    }
 
     #[test]
     fn shrink_averages_blocks_and_keeps_aspect() {

@@ -80,7 +80,10 @@ where
                     )));
                 }
                 if tx.send(Msg::Data(chunk)).await.is_err() {
-                    break Ok(()); // the writer failed; its error is reported below
+                    // The writer failed (storage full, the name busy, …); its error is
+                    // reported below, after the rest of the body is read (see `drain`).
+                    drain(&mut body).await;
+                    break Ok(());
                 }
             }
             Ok(None) => {
@@ -111,7 +114,7 @@ const DRAIN_MAX: u64 = 1 << 20;
 /// Read and drop what is left of a refused body — at most [`DRAIN_MAX`] bytes, for at most two
 /// seconds. Closing a connection with unread bytes makes the kernel reset it, and a reset can
 /// destroy the error response before the client reads it.
-async fn drain<E, S: Stream<Item = Result<Bytes, E>>>(body: &mut std::pin::Pin<&mut S>) {
+pub(crate) async fn drain<E, S: Stream<Item = Result<Bytes, E>>>(body: &mut std::pin::Pin<&mut S>) {
     let work = async {
         let mut n = 0u64;
         while let Some(Ok(chunk)) = body.next().await {

@@ -80,32 +80,46 @@ async fn store(
     let boundary = boundary(&content_type)?;
     let _slot = st.upload_slot()?;
     let max = st.cfg.max_upload;
+    // A part is held in memory to be identified: no bigger than an image may be here (the
+    // decode limit on input bytes), whatever the upload limit.
+    let max_part = max.min(st.images.limits().max_bytes);
     let limits = multer::Constraints::new()
-        .size_limit(multer::SizeLimit::new().whole_stream(max).per_field(max));
+        .size_limit(multer::SizeLimit::new().whole_stream(max).per_field(max_part));
     let mut mp =
         multer::Multipart::with_constraints(req.into_body().into_data_stream(), boundary, limits);
     let mut stored = Vec::new();
     let mut failed = Vec::new();
     let mut parts = 0usize;
+    // What ends the body early: too big, or not multipart as announced.
+    let broken = |e: multer::Error, part: usize| match e {
+        multer::Error::StreamSizeExceeded { .. } => {
+            WebError::TooLarge(format!("STOW-RS body over the {max}-byte upload limit"))
+        }
+        multer::Error::FieldSizeExceeded { .. } => WebError::TooLarge(format!(
+            "part {part} is over the {max_part} bytes a DICOM instance may have here"
+        )),
+        other => WebError::BadRequest(format!("multipart body, part {part}: {other}")),
+    };
     loop {
-        let field = match mp.next_field().await {
-            Ok(Some(f)) => f,
+        let read = match mp.next_field().await {
             Ok(None) => break,
-            Err(e) => {
-                return Err(match e {
-                    multer::Error::StreamSizeExceeded { .. }
-                    | multer::Error::FieldSizeExceeded { .. } => {
-                        WebError::TooLarge(format!("STOW-RS body over the {max}-byte upload limit"))
-                    }
-                    other => WebError::BadRequest(format!("multipart body: {other}")),
-                });
+            Ok(Some(field)) => {
+                parts += 1;
+                let part_type = field.content_type().map(|m| m.essence_str().to_string());
+                field.bytes().await.map(|b| (part_type, b))
             }
+            Err(e) => Err(e),
         };
-        parts += 1;
-        let part_type = field.content_type().map(|m| m.essence_str().to_string());
-        let bytes = match field.bytes().await {
-            Ok(b) => b,
-            Err(e) => return Err(WebError::BadRequest(format!("multipart part {parts}: {e}"))),
+        let (part_type, bytes) = match read {
+            Ok(r) => r,
+            // Nothing stored yet: the request fails as a whole. Otherwise the instances
+            // before the break are stored, and the answer says so (202) with the rest failed.
+            Err(e) if stored.is_empty() && failed.is_empty() => return Err(broken(e, parts)),
+            Err(e) => {
+                let why = broken(e, parts).to_string();
+                failed.push((None, CANNOT_UNDERSTAND, format!("the body broke off: {why}")));
+                break;
+            }
         };
         if part_type.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("application/dicom")) {
             failed.push((
@@ -117,7 +131,10 @@ async fn store(
         }
         let st2 = st.clone();
         let study = study.clone();
+        // Indexing decodes the instance: one of the server's turns at decoding, as a read's.
+        let turn = st.image_turn().await;
         let outcome = blocking(move || Ok(store_one(&st2, study.as_deref(), &bytes))).await?;
+        drop(turn);
         match outcome {
             Ok(ids) => stored.push(ids),
             Err(refusal) => failed.push(*refusal),
@@ -251,7 +268,7 @@ fn store_one(
     bytes: &[u8],
 ) -> Result<bs_imageio::DicomIds, Box<Refusal>> {
     let bytes = &*part10(bytes);
-    let ids = bs_imageio::dicom_ids(bytes, &bs_imageio::Limits::default())
+    let ids = bs_imageio::dicom_ids(bytes, st.images.limits())
         .map_err(|e| Box::new((None, CANNOT_UNDERSTAND, e.to_string())))?;
     let refuse = |reason, why: String| Box::new((Some(ids.clone()), reason, why));
     for (what, uid) in [
