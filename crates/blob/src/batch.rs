@@ -258,6 +258,10 @@ pub fn plan_upload(dir: &Path, server: &str, prefix: &str) -> (Vec<Job>, Vec<Pro
                 problems.push(Problem::skipped(what, "not a regular file"));
                 continue;
             }
+            if crate::proxy::is_progress_file(&path) {
+                problems.push(Problem::skipped(what, "a download in progress (blobstream's own)"));
+                continue;
+            }
             let rel = path.strip_prefix(dir).expect("walked from dir");
             let Some(rel) = rel.to_str() else {
                 problems.push(Problem::failure(what, "the file name is not UTF-8"));
@@ -498,12 +502,24 @@ mod tests {
         std::fs::write(dir.path().join("se1/i1.dcm"), b"abc").unwrap();
         std::fs::write(dir.path().join("top.png"), b"x").unwrap();
         std::os::unix::fs::symlink(dir.path(), dir.path().join("se1/loop")).unwrap();
+        // What an interrupted get -r leaves: skipped, never uploaded as blobs.
+        std::fs::write(dir.path().join("se1/i2.dcm.blobstream-part"), b"ab").unwrap();
+        std::fs::write(dir.path().join("big.raw.blobstream-ranges"), b"r").unwrap();
         let (jobs, problems) = plan_upload(dir.path(), "h:1", "studies/ct-1/");
         let names: Vec<_> = jobs.iter().map(|j| j.name.as_str()).collect();
         assert_eq!(names, ["studies/ct-1/se1/i1.dcm", "studies/ct-1/top.png"]);
         assert_eq!(jobs[0].size, 3);
         assert_eq!(jobs[1].spec.content_type, "image/png");
-        assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].reason.contains("not followed"));
+        let mut reasons: Vec<_> = problems.iter().map(|p| p.reason.as_str()).collect();
+        reasons.sort();
+        assert_eq!(
+            reasons,
+            [
+                "a download in progress (blobstream's own)",
+                "a download in progress (blobstream's own)",
+                "a link to a folder (not followed)"
+            ]
+        );
+        assert!(problems.iter().all(|p| !p.failed), "skipped, not failed");
     }
 }

@@ -95,8 +95,19 @@ impl std::ops::Deref for SliceSource {
 /// The part file a local-file destination is written to before it is renamed into place.
 pub fn part_path(dest: &std::path::Path) -> PathBuf {
     let mut p = dest.as_os_str().to_owned();
-    p.push(".blobstream-part");
+    p.push(PART_SUFFIX);
     PathBuf::from(p)
+}
+
+/// What [`part_path`] adds to a destination's name.
+pub const PART_SUFFIX: &str = ".blobstream-part";
+
+/// Is `path` a file this tool keeps beside a download in progress (its part file, or a
+/// parallel pull's progress), not a file of the user's?
+pub fn is_progress_file(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(PART_SUFFIX) || n.ends_with(crate::ranges::RANGES_SUFFIX))
 }
 
 impl BlobProxy {

@@ -84,9 +84,12 @@ const TICK: Duration = Duration::from_millis(200);
 /// The file that keeps a parallel pull's progress between runs.
 pub fn ranges_path(dest: &Path) -> PathBuf {
     let mut p = dest.as_os_str().to_owned();
-    p.push(".blobstream-ranges");
+    p.push(RANGES_SUFFIX);
     PathBuf::from(p)
 }
+
+/// What [`ranges_path`] adds to a destination's name.
+pub const RANGES_SUFFIX: &str = ".blobstream-ranges";
 
 /// How many connections to move `size` bytes of blob `name` over: `asked` (capped by the
 /// blob's chunks and [`MAX_CONNECTIONS`]), or for 0 the automatic choice described at the top

@@ -51,7 +51,7 @@ pub fn sync(g: &Global, a: SyncArgs) -> Result<()> {
             let dir = dst.path().expect("a file key has a path");
             b.download(server, src.name(), &dir)
         }
-        _ => bail!(
+        _ => crate::commands::usage!(
             "sync copies between a local folder and a prefix (bs:PREFIX or \
              blob://HOST:PORT/PREFIX); got {src} and {dst}"
         ),
@@ -85,7 +85,7 @@ impl Batch<'_> {
         if !dir.is_dir() {
             bail!("{verb}: {} is not a folder", dir.display());
         }
-        let selection = Selection::new(&many.include, &many.exclude)?;
+        let selection = crate::commands::selection(&many.include, &many.exclude)?;
         let (mut jobs, problems) = bs_blob::plan_upload(dir, server, prefix);
         let mut extra = Extra { excluded: selection.apply(&mut jobs, prefix), ..Extra::default() };
         for j in &mut jobs {
@@ -122,7 +122,10 @@ impl Batch<'_> {
 
     fn download(&self, server: &str, prefix: &str, dir: &Path) -> Result<()> {
         let Self { g, many, delete, verb, .. } = *self;
-        let selection = Selection::new(&many.include, &many.exclude)?;
+        let selection = crate::commands::selection(&many.include, &many.exclude)?;
+        if dir.exists() && !dir.is_dir() {
+            bail!("{verb}: {} is not a folder", dir.display());
+        }
         let prefix = folder(prefix);
         let listed = commands::client_for(g, server)?
             .list(&prefix)

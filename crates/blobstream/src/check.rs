@@ -68,7 +68,7 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
             bail!("check -r: {} is not a folder", a.file.display());
         }
         let prefix = bs_blob::folder_prefix(&a.key);
-        let selection = bs_blob::Selection::new(&a.include, &a.exclude)?;
+        let selection = crate::commands::selection(&a.include, &a.exclude)?;
         let taken = |name: &str| selection.takes(name.strip_prefix(&prefix).unwrap_or(name));
         let mut remote: BTreeMap<String, (u64, String)> = client
             .list(&prefix)
@@ -98,10 +98,21 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
         }
     } else {
         if !a.include.is_empty() || !a.exclude.is_empty() {
-            bail!("--include and --exclude go with -r (a folder against a prefix)");
+            crate::commands::usage!(
+                "--include and --exclude go with -r (a folder against a prefix)"
+            );
         }
-        let b = client.stat(&a.key).with_context(|| format!("reading {}", a.key))?;
-        let v = compare(&a.file, b.size, &b.digest);
+        if a.file.is_dir() {
+            crate::commands::usage!(
+                "check: {} is a folder (check -r compares a folder)",
+                a.file.display()
+            );
+        }
+        let v = match client.stat(&a.key) {
+            Ok(b) => compare(&a.file, b.size, &b.digest),
+            Err(bs_client::ClientError::NotFound(_)) => Verdict::OnlyLocal,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", a.key)),
+        };
         rows.push((a.key.clone(), a.file.clone(), v));
     }
     if !a.recorded_only && rows.iter().any(|r| r.2 == Verdict::Same) {

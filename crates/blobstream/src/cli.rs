@@ -236,7 +236,7 @@ pub enum DpssCommand {
         /// Require this token on every call (gRPC and /metrics): the block store's token,
         /// the one its block servers require too.
         /// @FILE reads it from FILE (keeps it out of the process list).
-        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
+        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret, hide_env_values = true)]
         token: Option<String>,
         #[command(flatten)]
         tls: ServerTls,
@@ -265,7 +265,7 @@ pub enum DpssCommand {
         cache_mb: usize,
         /// Require this token on the master and every block server.
         /// @FILE reads it from FILE (keeps it out of the process list).
-        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
+        #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret, hide_env_values = true)]
         token: Option<String>,
         /// The master and the block servers speak TLS with this certificate and key (the
         /// servers trust the certificate itself when reporting to the master: self-signed,
@@ -347,7 +347,7 @@ pub enum DpssCommand {
 pub struct DpssAuth {
     /// The token the master and the block servers require (their --token).
     /// @FILE reads it from FILE (keeps it out of the process list).
-    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret, hide_env_values = true)]
     pub token: Option<String>,
     /// CA certificate (PEM) to trust: speak TLS to a master and block servers started with
     /// --tls-cert.
@@ -374,7 +374,7 @@ pub struct DpssServerArgs {
     pub cache_mb: usize,
     /// Require this token from clients and loaders (and present it to the master).
     /// @FILE reads it from FILE (keeps it out of the process list).
-    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret, hide_env_values = true)]
     pub token: Option<String>,
     #[command(flatten)]
     pub tls: ServerTls,
@@ -439,7 +439,7 @@ pub struct DistributerArgs {
     /// Require this token on the status service (gRPC and /metrics); with --tls-cert it
     /// speaks TLS too.
     /// @FILE reads it from FILE (keeps it out of the process list).
-    #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", value_parser = secret)]
+    #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", value_parser = secret, hide_env_values = true)]
     pub status_token: Option<String>,
 }
 
@@ -456,7 +456,7 @@ pub enum DistributerCommand {
         json: bool,
         /// The status service's token (the distributer's --status-token).
         /// @FILE reads it from FILE (keeps it out of the process list).
-        #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", value_parser = secret)]
+        #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", value_parser = secret, hide_env_values = true)]
         token: Option<String>,
         /// CA certificate (PEM) to trust: the distributer was started with --tls-cert.
         #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_CA", value_name = "FILE")]
@@ -476,7 +476,7 @@ pub struct FlowArgs {
     pub flow: String,
     /// The stream's token, if its configuration sets one.
     /// @FILE reads it from FILE (keeps it out of the process list).
-    #[arg(long, env = "BLOBSTREAM_STREAM_TOKEN", value_parser = secret)]
+    #[arg(long, env = "BLOBSTREAM_STREAM_TOKEN", value_parser = secret, hide_env_values = true)]
     pub token: Option<String>,
     /// CA certificate (PEM) to trust: speak TLS to the distributer (started with
     /// --tls-cert). Its certificate must name the host of --distributer.
@@ -739,7 +739,7 @@ pub struct ServeArgs {
     pub dpss_master: Option<String>,
     /// With --dpss-master: the token the block store (its master and servers) requires.
     /// @FILE reads it from FILE (keeps it out of the process list).
-    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret)]
+    #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret, hide_env_values = true)]
     pub dpss_token: Option<String>,
     /// With --dpss-master: CA certificate (PEM) to trust: the block store speaks TLS (started
     /// with --tls-cert).

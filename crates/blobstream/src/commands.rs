@@ -37,7 +37,7 @@ pub fn factory(g: &Global, t: &TransferFlags) -> Result<Factory> {
         .iter()
         .map(|l| l.parse::<bs_binding::LayerSpec>())
         .collect::<Result<Vec<_>, _>>()
-        .context("--layer")?;
+        .map_err(|e| Usage(format!("--layer: {e}")))?;
     let settings = TransferSettings { layers, ..TransferSettings::default() };
     Ok(Factory::with_config(settings, security::client(g)?))
 }
@@ -56,7 +56,7 @@ pub fn operand(g: &Global, s: &str) -> Result<BlobKey> {
 /// Refuse flags that only mean something for many blobs on a single copy.
 fn single(many: &crate::cli::ManyFlags) -> Result<()> {
     if many.given() {
-        bail!("--jobs, --json, --include and --exclude go with -r (a folder or a prefix)");
+        usage!("--jobs, --json, --include and --exclude go with -r (a folder or a prefix)");
     }
     Ok(())
 }
@@ -87,8 +87,44 @@ fn copy(
 }
 
 /// A blob that exists with other bytes: say so, and which flag replaces it.
+/// A command line that cannot work (options that do not go together, a malformed glob or
+/// layer): the process exits with 2, as for clap's own usage errors.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// `--include` and `--exclude` as a selection; a malformed pattern is a usage error naming it.
+pub fn selection(include: &[String], exclude: &[String]) -> Result<bs_blob::Selection> {
+    bs_blob::Selection::new(include, exclude).map_err(|e| match e {
+        bs_blob::BlobError::InvalidKey { key, reason } => {
+            Usage(format!("--include/--exclude: the pattern {key:?} is malformed: {reason}")).into()
+        }
+        e => e.into(),
+    })
+}
+
+/// Fail with a usage error (exit status 2).
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err($crate::commands::Usage(format!($($t)*)).into())
+    };
+}
+pub(crate) use usage;
+
 fn name_overwrite(dst: &BlobKey) -> impl FnOnce(anyhow::Error) -> anyhow::Error + '_ {
     move |e| match e.downcast_ref::<bs_blob::BlobError>() {
+        // The same bytes over a stored copy that rotted: say so, not "other content".
+        Some(bs_blob::BlobError::AlreadyExists(m)) if m.contains("the stored copy is corrupt") => {
+            let m = m.replace("replace it with overwrite", "--overwrite replaces it");
+            anyhow::anyhow!("{dst} already exists: {m}")
+        }
         Some(bs_blob::BlobError::AlreadyExists(_)) => {
             anyhow::anyhow!("{dst} already exists with other content (--overwrite replaces it)")
         }
@@ -255,8 +291,19 @@ pub fn stat(g: &Global, key: &str, json: bool) -> Result<()> {
 pub fn rm(g: &Global, keys: &[String], recursive: bool) -> Result<()> {
     let c = client(g)?;
     if !recursive {
+        // Like rm(1): every name is tried, each failure said, and the exit is 1 if any failed.
+        if let [k] = keys {
+            return c.delete(k).with_context(|| format!("removing {k}"));
+        }
+        let mut failed = 0;
         for k in keys {
-            c.delete(k).with_context(|| format!("removing {k}"))?;
+            if let Err(e) = c.delete(k) {
+                eprintln!("FAILED {k}: {e}");
+                failed += 1;
+            }
+        }
+        if failed > 0 {
+            bail!("rm: {failed} of {} blobs could not be removed (named above)", keys.len());
         }
         return Ok(());
     }
@@ -264,7 +311,7 @@ pub fn rm(g: &Global, keys: &[String], recursive: bool) -> Result<()> {
     for k in keys {
         let prefix = bs_blob::folder_prefix(k);
         if prefix.is_empty() {
-            bail!("rm -r: refusing to remove every blob (give a prefix)");
+            usage!("rm -r: refusing to remove every blob (give a prefix)");
         }
         for b in c.list(&prefix).with_context(|| format!("listing {prefix}"))? {
             match c.delete(&b.name) {

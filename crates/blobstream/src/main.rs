@@ -28,11 +28,28 @@ fn main() -> ExitCode {
         // A reader that closed the pipe (`cat … | head`) is a normal end for a Unix filter.
         Err(e) if commands::stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            // One clear line: the error and its causes.
-            eprintln!("blobstream: error: {e:#}");
-            ExitCode::FAILURE
+            eprintln!("blobstream: error: {}", one_line(&e));
+            // A command line that cannot work is a usage error, as clap's own (exit 2).
+            if e.downcast_ref::<commands::Usage>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
+}
+
+/// One clear line: the error and its causes, each said once (an error whose message already
+/// holds its cause's, as many I/O errors do, would otherwise repeat it).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if !parts.last().is_some_and(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+    }
+    parts.join(": ")
 }
 
 fn run(cli: cli::Cli) -> anyhow::Result<()> {

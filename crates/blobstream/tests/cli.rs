@@ -80,6 +80,14 @@ fn fails_with(o: &Output, needle: &str) {
     assert_eq!(err.trim_end().lines().count(), 1, "one clear line: {err:?}");
 }
 
+/// A command line that cannot work: exit 2 (as clap's usage errors), one line naming why.
+fn usage_error(o: &Output, needle: &str) {
+    assert_eq!(o.status.code(), Some(2), "stdout: {}", String::from_utf8_lossy(&o.stdout));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(needle), "stderr {err:?} lacks {needle:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one clear line: {err:?}");
+}
+
 fn content(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 31 % 251) as u8).collect()
 }
@@ -167,10 +175,42 @@ fn check_has_the_server_reread_its_copy_so_a_blob_rotted_there_is_not_called_the
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.starts_with("CORRUPT on the server"), "{out}");
+    // Putting the same bytes again names the corrupt stored copy, not "other content".
+    let o = s.run(&["put", f, "scans/a.raw"]);
+    fails_with(&o, "the stored copy is corrupt");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--overwrite replaces it"));
     // What --recorded-only compares, and says it did.
     let o = s.run(&["check", f, "scans/a.raw", "--recorded-only"]);
     assert!(ok(&o).starts_with("same"));
     assert!(String::from_utf8_lossy(&o.stderr).contains("recorded digest"));
+}
+
+/// Command lines that cannot work exit 2 (as clap's own usage errors) with one line saying
+/// why; causes are said once; check and get -r name what is wrong with their operands.
+#[test]
+fn misfit_command_lines_are_usage_errors_and_causes_are_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let file = dir.path().join("a.txt");
+    std::fs::write(&file, b"hello").unwrap();
+    let (f, d) = (file.to_str().unwrap(), dir.path().to_str().unwrap());
+    ok(&s.run(&["put", f, "p/a.txt"]));
+    let usage = |args: &[&str], says: &str| usage_error(&s.run(args), says);
+    usage(&["put", f, "x", "--jobs", "4"], "go with -r");
+    usage(&["sync", d, d], "sync copies between a local folder and a prefix");
+    usage(&["rm", "-r", ""], "refusing to remove every blob");
+    usage(&["put", f, "x", "--layer", "bogus"], "--layer");
+    usage(&["get", "-r", "p/", d, "--include", "["], "the pattern \"[\" is malformed");
+    usage(&["check", d, "p/a.txt"], "is a folder (check -r compares a folder)");
+    // A blob that is not there is a verdict, as with -r.
+    let o = s.run(&["check", f, "p/none.txt"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("MISSING on the server"));
+    fails_with(&s.run(&["get", "-r", "p/", f]), "is not a folder");
+    // An I/O error whose message holds its cause's is said once.
+    let o = Command::new(BIN).args(["image-info", "/no/such.png"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
 
 #[test]
@@ -212,7 +252,7 @@ fn put_list_stat_get_cat_cp_rm_and_errors() {
     let lz = dir.path().join("layered.dcm");
     ok(&s.run(&["get", "layered/ct-1.dcm", lz.to_str().unwrap(), "--layer", "compress:lz4"]));
     assert_eq!(std::fs::read(&lz).unwrap(), bytes);
-    fails_with(&s.run(&["put", f, "x", "--layer", "gzip"]), "unknown layer \"gzip\"");
+    usage_error(&s.run(&["put", f, "x", "--layer", "gzip"]), "unknown layer \"gzip\"");
     ok(&s.run(&["rm", "layered/ct-1.dcm"]));
 
     // Putting the same bytes again (a retry after a lost confirmation) succeeds; other
@@ -230,8 +270,12 @@ fn put_list_stat_get_cat_cp_rm_and_errors() {
     fails_with(&s.run(&["get", "no/such", out.to_str().unwrap()]), "not found");
     fails_with(&s.run(&["put", "/no/such/file", "x"]), "not found");
 
-    ok(&s.run(&["rm", "studies/ct-1.dcm", "copies/ct-1.dcm"]));
-    assert_eq!(ok(&s.run(&["ls"])), "");
+    // Several names: each tried, each failure named, exit 1 if any failed (as rm(1)).
+    let o = s.run(&["rm", "studies/ct-1.dcm", "no/such", "copies/ct-1.dcm"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("FAILED no/such") && err.contains("1 of 3 blobs"), "{err}");
+    assert_eq!(ok(&s.run(&["ls"])), "", "the names after the missing one were removed too");
     fails_with(&s.run(&["rm", "studies/ct-1.dcm"]), "not found");
 }
 
@@ -865,7 +909,7 @@ fn folders_up_and_down_with_check_and_rm_r() {
     let args = ["check", "-r", back_s, "studies/ct-1", "--exclude", "i0.dcm", "--exclude", "i1.*"];
     ok(&s.run(&args));
     let o = s.run(&["check", back_s, "studies/ct-1/se1/i0.dcm", "--include", "*.dcm"]);
-    assert_eq!(o.status.code(), Some(1), "globs without -r are refused");
+    assert_eq!(o.status.code(), Some(2), "globs without -r are refused");
     let o = s.run(&["get", "-r", "studies/ct-1", back_s]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success() && err.contains("2 copied, 28 already there"), "{err}");
@@ -946,9 +990,9 @@ fn sync_moves_only_what_differs_and_deletes_only_when_safe() {
     assert_eq!(o.status.code(), Some(1), "the dangling link still fails");
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!((count(&j, "copied"), count(&j, "excluded")), (3, 2), "{j}");
-    fails_with(&s.run(&["put", study_s, "k", "--jobs", "2"]), "go with -r");
-    fails_with(&s.run(&["sync", "bs:p/", "bs:q/"]), "between a local folder and a prefix");
-    fails_with(&s.run(&["sync", study_s, "bs:p", "--include", "a["]), "a[");
+    usage_error(&s.run(&["put", study_s, "k", "--jobs", "2"]), "go with -r");
+    usage_error(&s.run(&["sync", "bs:p/", "bs:q/"]), "between a local folder and a prefix");
+    usage_error(&s.run(&["sync", study_s, "bs:p", "--include", "a["]), "a[");
 }
 
 /// What a new user meets first: a filter closing the pipe ends `cat` quietly; the HTTP port
@@ -1011,4 +1055,16 @@ fn help_of_commands_that_are_not_clients_leaves_out_client_options() {
     ok(&Command::new(BIN).args(["filters", "--server", "127.0.0.1:1"]).output().unwrap());
     let nested = ["bench", "transfer", "-q", "--server", "127.0.0.1:1", "--help"];
     ok(&Command::new(BIN).args(nested).output().unwrap());
+    // Tokens set in the environment are not shown by --help (a pasted help text, a CI log).
+    let secrets = [
+        ("BLOBSTREAM_DPSS_TOKEN", &["serve"][..]),
+        ("BLOBSTREAM_DPSS_TOKEN", &["dpss", "status"]),
+        ("BLOBSTREAM_STREAM_TOKEN", &["send"]),
+        ("BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", &["distributer"]),
+    ];
+    for (var, cmd) in secrets {
+        let o = Command::new(BIN).args(cmd).arg("--help").env(var, "s3cret-value").output();
+        let text = ok(&o.unwrap());
+        assert!(text.contains(var) && !text.contains("s3cret-value"), "{cmd:?} --help shows {var}");
+    }
 }
