@@ -1,7 +1,7 @@
 //! The client commands: thin shells over the Blob API and the client library.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use bs_blob::{BlobKey, Factory, Location, NewBlob, Options, Transporter};
@@ -196,39 +196,117 @@ pub fn get(g: &Global, a: GetArgs) -> Result<()> {
     single(&a.batch.many)?;
     let src = BlobKey::remote(&g.server, &a.key);
     if a.file == "-" {
-        let mut p = factory(g, &a.transfer)?.bind(&src)?;
-        let mut out = std::io::stdout().lock();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = p.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            out.write_all(&buf[..n]).context(STDOUT)?;
-        }
-        out.flush().context(STDOUT)?;
-        return Ok(());
+        return stream_into(g, &a.transfer, &src, std::io::stdout().lock(), STDOUT);
     }
-    let parent = Path::new(&a.file).parent().filter(|p| !p.as_os_str().is_empty());
-    if let Some(dir) = parent.filter(|d| !d.is_dir()) {
-        bail!("get: the folder {} does not exist", dir.display());
-    }
-    let dst = BlobKey::file(&a.file);
+    let dest = match local_destination(&a.file, &a.key)? {
+        Dest::File(p) => p,
+        Dest::Special(p) => return stream_to_special(g, &a.transfer, &src, &p),
+    };
     let c = copy(
         g,
         &a.transfer,
         &src,
-        &dst,
+        &BlobKey::file(&dest),
         &NewBlob::default(),
         Options::blocking().resume(!a.no_resume).overwrite(true),
     )?;
-    report(g, &format!("get {} -> {}", a.key, a.file), &c);
+    report(g, &format!("get {} -> {}", a.key, dest.display()), &c);
+    Ok(())
+}
+
+/// Where a blob named `key` goes when asked into the local path `file`, as cp(1) puts it.
+enum Dest {
+    /// A regular file (made or replaced through its part file).
+    File(PathBuf),
+    /// A device, FIFO or socket: written into as it is, never replaced.
+    Special(PathBuf),
+}
+
+/// Resolve `file` for blob `key`: an existing folder takes the blob under its last name; a
+/// symbolic link is followed (its target replaced, the link kept); a device or FIFO is
+/// written into. Checked before any byte moves, so a transfer never ends in "is a directory".
+fn local_destination(file: &str, key: &str) -> Result<Dest> {
+    if file.is_empty() {
+        usage!("an empty destination (give a file, a folder, or - for stdout)");
+    }
+    let base = key.rsplit('/').next().unwrap_or(key);
+    let mut p = PathBuf::from(file);
+    for _ in 0..2 {
+        if p.is_dir() {
+            p = p.join(base);
+        } else if file.ends_with('/') {
+            bail!("the folder {file} does not exist");
+        }
+        // Through a link to what it names (also a link that names nothing yet).
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&p).with_context(|| p.display().to_string())?;
+                p = match p.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+            }
+            _ => break,
+        }
+    }
+    match std::fs::metadata(&p) {
+        Ok(m) if m.is_dir() => bail!("{} is a folder", p.display()),
+        Ok(m) if !m.is_file() => Ok(Dest::Special(p)),
+        _ => {
+            let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+            if let Some(dir) = parent.filter(|d| !d.is_dir()) {
+                bail!("the folder {} does not exist", dir.display());
+            }
+            Ok(Dest::File(p))
+        }
+    }
+}
+
+/// Write blob `src` into `out` as it arrives (every chunk checked by the server before it is
+/// sent; the end-to-end digest after the last byte: a failure then is the exit status).
+fn stream_into(
+    g: &Global,
+    t: &TransferFlags,
+    src: &BlobKey,
+    mut out: impl Write,
+    what: &'static str,
+) -> Result<()> {
+    let mut p = factory(g, t)?.bind(src)?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = p.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n]).context(what)?;
+    }
+    out.flush().context(what)?;
+    Ok(())
+}
+
+/// [`stream_into`] a device, FIFO or socket at `path` (opened for writing, not replaced).
+fn stream_to_special(g: &Global, t: &TransferFlags, src: &BlobKey, path: &Path) -> Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    stream_into(g, t, src, f, "writing into the special file")?;
+    if !g.quiet {
+        eprintln!("get {src} -> {}: written into it (not a regular file)", path.display());
+    }
     Ok(())
 }
 
 pub fn cp(g: &Global, a: CpArgs) -> Result<()> {
     let src = operand(g, &a.src)?;
-    let dst = operand(g, &a.dst)?;
+    let mut dst = operand(g, &a.dst)?;
+    if let (Location::Remote(_), Some(path)) = (src.location(), dst.path()) {
+        // Into a local path: a folder, a link or a special file as `get` takes them.
+        match local_destination(&path.to_string_lossy(), src.name())? {
+            Dest::File(p) => dst = BlobKey::file(&p),
+            Dest::Special(p) => return stream_to_special(g, &a.transfer, &src, &p),
+        }
+    }
     // Local files are replaced like cp(1) does; blobs only when asked.
     let overwrite = a.overwrite || *dst.location() == Location::File;
     // A blob keeps its user metadata: the transporter takes the source's when none is given.

@@ -213,6 +213,56 @@ fn misfit_command_lines_are_usage_errors_and_causes_are_said_once() {
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
 
+/// `get` and `cp` into a local path put the blob where cp(1) would: into a folder under its
+/// last name, through a link (the link kept), into a FIFO as it is — never replacing a folder,
+/// a link or a special file with a regular file, and never leaving a part file behind.
+#[test]
+fn get_puts_a_blob_where_cp_would() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let file = dir.path().join("src.bin");
+    let bytes = content(300_000);
+    std::fs::write(&file, &bytes).unwrap();
+    ok(&s.run(&["put", file.to_str().unwrap(), "scans/a.bin"]));
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let o = out.to_str().unwrap();
+
+    ok(&s.run(&["get", "scans/a.bin", o]));
+    assert_eq!(std::fs::read(out.join("a.bin")).unwrap(), bytes);
+    ok(&s.run(&["cp", "bs:scans/a.bin", &format!("{o}/")]));
+    assert_eq!(std::fs::read(out.join("a.bin")).unwrap(), bytes);
+    // Through a link: its target gets the bytes, the link stays a link.
+    let target = out.join("target.bin");
+    std::fs::write(&target, b"old").unwrap();
+    let link = out.join("link.bin");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    ok(&s.run(&["get", "scans/a.bin", link.to_str().unwrap()]));
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read(&target).unwrap(), bytes);
+    // Into a FIFO: written into it, the FIFO left a FIFO.
+    let fifo = out.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    ok(&s.run(&["get", "scans/a.bin", fifo.to_str().unwrap()]));
+    assert_eq!(reader.join().unwrap(), bytes);
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    // Nothing left behind but what was asked for.
+    let mut names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.bin", "fifo", "link.bin", "target.bin"]);
+    usage_error(&s.run(&["get", "scans/a.bin", ""]), "an empty destination");
+    fails_with(&s.run(&["get", "scans/a.bin", &format!("{o}/none/")]), "does not exist");
+}
+
 #[test]
 fn put_list_stat_get_cat_cp_rm_and_errors() {
     let dir = tempfile::tempdir().unwrap();
