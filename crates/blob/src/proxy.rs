@@ -92,6 +92,26 @@ impl std::ops::Deref for SliceSource {
     }
 }
 
+impl SliceSource {
+    /// Make `piece` (part of this source) safe to read: a mapped file's pages are faulted in
+    /// first, so a file another program truncated meanwhile is an error here — where reading
+    /// a page past its new end would kill the process with `SIGBUS`. Call just before the
+    /// piece is read (hashed, sent); `name` names the file in the error.
+    pub(crate) fn readable(&self, piece: &[u8], name: &str) -> Result<()> {
+        match self {
+            Self::Map(_) => match bs_store::populate(piece) {
+                Ok(_) => Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Err(BlobError::file(
+                    name,
+                    std::io::Error::other("it was truncated while being read"),
+                )),
+                Err(e) => Err(BlobError::file(name, e)),
+            },
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The part file a local-file destination is written to before it is renamed into place.
 pub fn part_path(dest: &std::path::Path) -> PathBuf {
     let mut p = dest.as_os_str().to_owned();
@@ -433,7 +453,9 @@ impl BlobProxy {
             }
             _ => {
                 let s = self.slice()?.expect("local readers are slices");
-                Ok(algo.digest(&s[..len as usize]))
+                let piece = &s[..len as usize];
+                s.readable(piece, self.key.name())?;
+                Ok(algo.digest(piece))
             }
         }
     }

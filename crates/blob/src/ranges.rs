@@ -666,6 +666,7 @@ pub(crate) fn push(
     client: &Client,
     upload: Upload<'_>,
     data: &[u8],
+    readable: &Readable<'_>,
     n: usize,
     resume: bool,
     deadline: &Deadline,
@@ -774,10 +775,11 @@ pub(crate) fn push(
                 let (cancel, finished) = (&cancel, &finished);
                 let ranges = &ranges;
                 s.spawn(move || {
-                    let job = PushJob { client, name, upload_id, data, cancel, deadline };
+                    let job = PushJob { client, name, upload_id, data, readable, cancel, deadline };
                     let res = (|| {
                         let kept = if resume {
                             let part = &data[r.start as usize..r.end() as usize];
+                            readable(part)?;
                             // Nothing splits the range before this (it is not checked yet):
                             // its end is the one `part` was cut to.
                             let kept = held(client, name, r.start, part, checked, deadline);
@@ -905,12 +907,17 @@ fn commit(
 }
 
 /// What every range of one parallel push shares.
+/// Makes a piece of the data safe to read just before it is read (see
+/// `SliceSource::readable`: a mapped file truncated meanwhile is an error, not `SIGBUS`).
+pub(crate) type Readable<'a> = dyn Fn(&[u8]) -> Result<()> + Sync + 'a;
+
 struct PushJob<'a> {
     client: &'a Client,
     name: &'a str,
     upload_id: &'a str,
     /// All of the file.
     data: &'a [u8],
+    readable: &'a Readable<'a>,
     cancel: &'a AtomicBool,
     deadline: &'a Deadline,
 }
@@ -959,7 +966,9 @@ fn push_range(
                 if n == 0 {
                     break;
                 }
-                push.write(&j.data[at as usize..(at + n) as usize])?;
+                let piece = &j.data[at as usize..(at + n) as usize];
+                (j.readable)(piece)?;
+                push.write(piece)?;
             }
             // The range ends here now; what a split took is another connection's.
             let ack = push.finish(false)?;

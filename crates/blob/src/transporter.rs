@@ -225,7 +225,10 @@ fn copy_keys(
             && let Some(data) = src.slice()?
             && let resume = (o.resume && out.held(DigestAlgo::default())?.bytes > 0)
             && let upload = (crate::ranges::Upload { name: dst.name(), id })
-            && let Some(p) = crate::ranges::push(client, upload, &data, n, resume, &deadline, o)?
+            && let file = src.key().name()
+            && let readable = (|piece: &[u8]| data.readable(piece, file))
+            && let Some(p) =
+                crate::ranges::push(client, upload, &data, &readable, n, resume, &deadline, o)?
         {
             out.committed_elsewhere(size);
             return Ok(Copied {
@@ -305,6 +308,7 @@ fn pipelined(
         return Ok(None);
     }
     let Some(data) = src.slice()? else { return Ok(None) };
+    data.readable(&data, src.key().name())?;
     deadline.check()?;
     let client = client.within(deadline.left(IO_WAIT));
     let Some(done) =
@@ -374,6 +378,7 @@ fn transfer(
         for piece in data.chunks(PIECE) {
             deadline.check()?;
             dst.limit_io(deadline.left(IO_WAIT))?;
+            slice.readable(piece, src.key().name())?;
             dst.write(piece)?;
             done += piece.len() as u64;
             report(done);

@@ -286,6 +286,33 @@ fn an_interrupted_upload_resumes_after_its_prefix_checks_out() {
     }
 }
 
+/// A file another program truncates while it is being put: the copy fails naming it — the
+/// process does not die of SIGBUS reading its mapped pages past the new end — and nothing is
+/// committed.
+#[test]
+fn a_file_truncated_while_it_is_put_fails_the_copy_and_commits_nothing() {
+    use std::sync::atomic::AtomicBool;
+    let w = world();
+    let path = w.root.join("shrinking.bin");
+    for (i, remote) in w.remotes.iter().enumerate() {
+        std::fs::write(&path, data(24 << 20)).unwrap();
+        let dst = BlobKey::remote(remote, &format!("shrunk/{i}"));
+        let (cut, file) = (Arc::new(AtomicBool::new(false)), path.clone());
+        let c = cut.clone();
+        // After the first bytes went: cut the file to 1 MiB, behind the copy's back.
+        let opts = Options::blocking().progress(move |done, _| {
+            if done > 0 && !c.swap(true, Ordering::SeqCst) {
+                let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+                f.set_len(1 << 20).unwrap();
+            }
+        });
+        let err = w.t.copy(&BlobKey::file(&path), &dst, &opts).wait().unwrap_err();
+        assert!(cut.load(Ordering::SeqCst), "the file was cut mid-copy");
+        assert!(err.to_string().contains("truncated while being read"), "{err}");
+        assert!(matches!(w.t.factory().bind(&dst), Err(BlobError::NotFound(_))), "{remote}");
+    }
+}
+
 #[test]
 fn an_interrupted_download_resumes_and_a_wrong_prefix_starts_over() {
     let w = world();

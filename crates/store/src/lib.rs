@@ -44,7 +44,7 @@ pub use object::{Backend as ObjectBackend, ORPHAN_AGE, ObjStore, PART_SIZE, S3Co
 pub use scrub::{ScrubOptions, ScrubReport, scrub};
 pub use source::{
     Arriving, BlobSource, CorruptionMarker, MAP_FROM, Pieces, READ_WHOLE_UP_TO, REMOTE_WINDOW,
-    RangeRead, corruption_found,
+    RangeRead, corruption_found, populate,
 };
 pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range, is_routed, open_routed};
 pub use tier::Tier;

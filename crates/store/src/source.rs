@@ -149,17 +149,29 @@ pub const MAP_FROM: u64 = 4 * CHUNK_SIZE;
 /// Whether `MADV_POPULATE_READ` works here (cleared on the first EINVAL: an old kernel).
 static POPULATE_WORKS: AtomicBool = AtomicBool::new(true);
 
-/// Fault in `data` (part of a file mapping) so reading it cannot raise `SIGBUS`. `Ok(false)`:
-/// the kernel cannot do this; read the file with `pread` instead.
-fn populate(data: &[u8]) -> std::io::Result<bool> {
+/// Fault in `data` (part of a file mapping, or any readable memory) so reading it cannot
+/// raise `SIGBUS`: a page the file no longer has (truncated by another program) or cannot
+/// read from disk is an error here instead (`EFAULT`, `EIO`). `Ok(false)`: the kernel cannot
+/// do this (before Linux 5.14); read the file with `pread` instead. Reading is safe from
+/// `SIGBUS` from then on unless the file shrinks, or a page is reclaimed and fails as it is
+/// read back, in between.
+pub fn populate(data: &[u8]) -> std::io::Result<bool> {
     if data.is_empty() || !POPULATE_WORKS.load(Ordering::Relaxed) {
         return Ok(!data.is_empty());
     }
-    // SAFETY: `data` lies inside a live read-only file mapping whose start is page-aligned
-    // (chunks start at multiples of 1 MiB from the mapping's start); madvise only faults the
-    // pages in.
+    // madvise takes page-aligned addresses: from the start of `data`'s first page.
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let start = data.as_ptr() as usize;
+    let from = start / page * page;
+    // SAFETY: [from, start + len) lies in pages that hold `data`, part of a live mapping;
+    // madvise only faults the pages in.
     let rc = unsafe {
-        libc::madvise(data.as_ptr() as *mut libc::c_void, data.len(), libc::MADV_POPULATE_READ)
+        libc::madvise(
+            from as *mut libc::c_void,
+            start - from + data.len(),
+            libc::MADV_POPULATE_READ,
+        )
     };
     if rc == 0 {
         return Ok(true);
