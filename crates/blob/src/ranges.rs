@@ -665,14 +665,14 @@ pub(crate) struct Pushed {
 pub(crate) fn push(
     client: &Client,
     upload: Upload<'_>,
-    data: &[u8],
-    readable: &Readable<'_>,
+    source: Source<'_>,
     n: usize,
     resume: bool,
     deadline: &Deadline,
     o: &Options,
 ) -> Result<Option<Pushed>> {
     let Upload { name, id: upload_id } = upload;
+    let Source { data, readable } = source;
     let size = data.len() as u64;
     let bounds = split(size, n);
     let algo = DigestAlgo::default();
@@ -910,6 +910,13 @@ fn commit(
 /// Makes a piece of the data safe to read just before it is read (see
 /// `SliceSource::readable`: a mapped file truncated meanwhile is an error, not `SIGBUS`).
 pub(crate) type Readable<'a> = dyn Fn(&[u8]) -> Result<()> + Sync + 'a;
+
+/// What a parallel push sends: all of the file's bytes, and how to make a piece of them safe
+/// to read.
+pub(crate) struct Source<'a> {
+    pub(crate) data: &'a [u8],
+    pub(crate) readable: &'a Readable<'a>,
+}
 
 struct PushJob<'a> {
     client: &'a Client,

@@ -227,8 +227,8 @@ fn copy_keys(
             && let upload = (crate::ranges::Upload { name: dst.name(), id })
             && let file = src.key().name()
             && let readable = (|piece: &[u8]| data.readable(piece, file))
-            && let Some(p) =
-                crate::ranges::push(client, upload, &data, &readable, n, resume, &deadline, o)?
+            && let source = (crate::ranges::Source { data: &data, readable: &readable })
+            && let Some(p) = crate::ranges::push(client, upload, source, n, resume, &deadline, o)?
         {
             out.committed_elsewhere(size);
             return Ok(Copied {
