@@ -38,8 +38,12 @@ pub fn factory(g: &Global, t: &TransferFlags) -> Result<Factory> {
         .map(|l| l.parse::<bs_binding::LayerSpec>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| Usage(format!("--layer: {e}")))?;
+    let security = security::client(g)?;
+    if security.tls.is_none() && layers.contains(&bs_binding::LayerSpec::Encrypt) {
+        usage!("--layer encrypt is TLS: give --tls-ca (the server's CA; it serves TLS)");
+    }
     let settings = TransferSettings { layers, ..TransferSettings::default() };
-    Ok(Factory::with_config(settings, security::client(g)?))
+    Ok(Factory::with_config(settings, security))
 }
 
 /// A `cp` operand: `bs:NAME` on --server, `blob://HOST:PORT/NAME`, or a local path.

@@ -200,6 +200,8 @@ fn misfit_command_lines_are_usage_errors_and_causes_are_said_once() {
     usage(&["sync", d, d], "sync copies between a local folder and a prefix");
     usage(&["rm", "-r", ""], "refusing to remove every blob");
     usage(&["put", f, "x", "--layer", "bogus"], "--layer");
+    // Encryption is TLS: never silently sent in the clear.
+    usage(&["put", f, "x", "--layer", "encrypt"], "--layer encrypt is TLS");
     usage(&["get", "-r", "p/", d, "--include", "["], "the pattern \"[\" is malformed");
     usage(&["check", d, "p/a.txt"], "is a folder (check -r compares a folder)");
     // A blob that is not there is a verdict, as with -r.

@@ -379,6 +379,13 @@ impl Client {
         }
     }
 
+    /// Were transfers asked to be encrypted (layer `encrypt`) by a client that does not speak
+    /// TLS? They are refused then, never sent in the clear.
+    pub(crate) fn encryption_unmet(&self) -> bool {
+        self.security.tls.is_none()
+            && self.settings.layers.contains(&bs_binding::LayerSpec::Encrypt)
+    }
+
     /// The QoS a transfer proposes: the settings' chunk size, buffers and digests, and
     /// encryption when this client speaks TLS.
     pub(crate) fn transfer_profile(&self) -> bs_binding::Profile {
@@ -446,6 +453,14 @@ impl Client {
         req: pb::NegotiateRequest,
         mut start: impl FnMut(Pooled, pb::NegotiateResponse) -> Result<T>,
     ) -> Result<T> {
+        if self.encryption_unmet() {
+            return Err(ClientError::InvalidArgument(
+                "layer encrypt asked for, but this client does not speak TLS to the server \
+                 (encryption is TLS: give the client the server's CA, and the server a \
+                 certificate)"
+                    .into(),
+            ));
+        }
         match self.in_band(&req, &mut start) {
             Some(Err(e)) if turned_away(&e) => {} // the control plane's way waits and retries
             Some(done) => return done,

@@ -42,6 +42,7 @@ impl Client {
             && len <= self.pipeline_up_to.load(Relaxed)
             && self.pool.len() > 0
             && !bs_binding::carry::has_message_layers(&self.transfer_profile())
+            && !self.encryption_unmet()
     }
 
     /// Whether pull requests may go ahead of their answers now: in band, on a kept-alive
@@ -50,6 +51,7 @@ impl Client {
         self.in_band.load(Relaxed)
             && self.pool.len() > 0
             && !bs_binding::carry::has_message_layers(&self.transfer_profile())
+            && !self.encryption_unmet()
     }
 
     /// [`Client::push_all`] pipelined, or `None` when it cannot be now: no kept-alive data

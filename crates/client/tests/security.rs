@@ -100,3 +100,28 @@ fn tls_alone_needs_no_token() {
     let plain = Client::connect(&s.control_addr().to_string());
     assert!(plain.map(|c| c.stat("tls").is_err()).unwrap_or(true));
 }
+
+/// A client asked to encrypt its transfers (layer `encrypt`) that does not speak TLS refuses
+/// them, small and large, pushes and pulls, rather than sending the bytes in the clear.
+#[test]
+fn encryption_asked_without_tls_is_refused_not_dropped() {
+    let server =
+        BackgroundServer::start(Arc::new(MemStore::new()), ServerConfig::ephemeral()).unwrap();
+    let plain = Client::connect(&server.control_addr().to_string()).unwrap();
+    let route = RouteRequest { size: Some(8), ..Default::default() };
+    plain.push_all("clear", b"readable", Some(route)).unwrap();
+    let settings = bs_client::TransferSettings {
+        layers: vec![bs_binding::LayerSpec::Encrypt],
+        ..Default::default()
+    };
+    let c = plain.clone().with_settings(settings);
+    let refused = |e: ClientError| {
+        assert!(matches!(&e, ClientError::InvalidArgument(m) if m.contains("encrypt")), "{e}");
+    };
+    for n in [10usize, 3 << 20] {
+        let route = RouteRequest { size: Some(n as u64), ..Default::default() };
+        refused(c.push_all("secret", &vec![1u8; n], Some(route)).unwrap_err());
+    }
+    refused(c.open_pull("clear", 0, None).unwrap_err());
+    assert!(plain.stat("secret").is_err(), "nothing stored");
+}
