@@ -376,6 +376,17 @@ impl Client {
             pipelined: false,
             whole_before_use: false,
             upload_id: String::new(),
+            auth: String::new(),
+        }
+    }
+
+    /// `req` as the body of an in-band `NEGOTIATE` frame: with the control plane's token,
+    /// which the server asks of in-band requests as of its calls.
+    pub(crate) fn in_band_body(&self, req: &pb::NegotiateRequest) -> Vec<u8> {
+        use prost::Message;
+        match &self.security.auth_token {
+            Some(t) => pb::NegotiateRequest { auth: t.clone(), ..req.clone() }.encode_to_vec(),
+            None => req.encode_to_vec(),
         }
     }
 
@@ -509,12 +520,11 @@ impl Client {
         req: &pb::NegotiateRequest,
         start: &mut impl FnMut(Pooled, pb::NegotiateResponse) -> Result<T>,
     ) -> Option<Result<T>> {
-        use prost::Message;
         use std::sync::atomic::Ordering;
         if !self.in_band.load(Ordering::Relaxed) {
             return None;
         }
-        let body = req.encode_to_vec();
+        let body = self.in_band_body(req);
         if body.len() > bs_wire::MAX_BODY_LEN as usize {
             return None;
         }

@@ -9,8 +9,6 @@ use bs_proto as pb;
 use bs_transport::SocketOptions;
 use bs_wire::{Frame, Header};
 
-use prost::Message;
-
 use crate::client::{Client, Granted, read_grant};
 use crate::error::ClientError;
 use crate::pool::Pooled;
@@ -71,7 +69,7 @@ impl Client {
         let mut req = self.base_request(name, pb::Direction::Push, 0, Some(n));
         req.route = route;
         req.pipelined = true;
-        let body = req.encode_to_vec();
+        let body = self.in_band_body(&req);
         if body.len() > bs_wire::MAX_BODY_LEN as usize {
             return None;
         }
@@ -242,7 +240,7 @@ impl Client {
                     let mut req = self.base_request(names[sent], pb::Direction::Pull, 0, None);
                     // Each answer is read whole and handed over only once verified.
                     req.whole_before_use = true;
-                    let body = req.encode_to_vec();
+                    let body = self.in_band_body(&req);
                     if body.len() > bs_wire::MAX_BODY_LEN as usize
                         || conn.write_frame(&Frame::Negotiate { body: body.into() }).is_err()
                     {

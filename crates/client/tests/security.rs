@@ -125,3 +125,63 @@ fn encryption_asked_without_tls_is_refused_not_dropped() {
     refused(c.open_pull("clear", 0, None).unwrap_err());
     assert!(plain.stat("secret").is_err(), "nothing stored");
 }
+
+/// With a token required, a data connection once admitted by a one-time token grants nothing
+/// more to whoever holds it: an in-band request on it must carry the token, as a control-plane
+/// call does (the client's own requests do, and go through); one without is refused, the
+/// connection closed, and nothing written.
+#[test]
+fn in_band_requests_carry_the_token_a_call_would() {
+    use bs_wire::{ErrorCode, Frame};
+    use prost::Message;
+    let cfg = ServerConfig { auth_token: Some("tok-123".into()), ..ServerConfig::ephemeral() };
+    let s = BackgroundServer::start(Arc::new(MemStore::new()), cfg).unwrap();
+    let sec = Security { auth_token: Some("tok-123".into()), tls: None };
+    let c = Client::connect_with(&s.control_addr().to_string(), sec).unwrap();
+    // Back to back: after the first, these go in band on the kept connection.
+    for i in 0..4u8 {
+        let route = RouteRequest { size: Some(3), ..Default::default() };
+        c.push_all(&format!("p/{i}"), &[i; 3], Some(route)).unwrap();
+        let mut back = vec![0u8; 3];
+        c.open_pull(&format!("p/{i}"), 0, None).unwrap().read_exact_to_end(&mut back).unwrap();
+        assert_eq!(back, [i; 3]);
+    }
+
+    // One token got hold of (here: asked with the credential), redeemed for a pull.
+    let token: [u8; bs_wire::TOKEN_LEN] = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let url = format!("http://{}", s.control_addr());
+        let mut g = bs_proto::blob_store_client::BlobStoreClient::connect(url).await.unwrap();
+        let mut req = tonic::Request::new(bs_proto::NegotiateRequest {
+            name: "p/0".into(),
+            direction: bs_proto::Direction::Pull as i32,
+            ..Default::default()
+        });
+        req.metadata_mut().insert("authorization", "Bearer tok-123".parse().unwrap());
+        g.negotiate(req).await.unwrap().into_inner().token.try_into().unwrap()
+    });
+    let tcp = std::net::TcpStream::connect(s.data_addr()).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut conn = bs_transport::Conn::new(tcp);
+    conn.write_frame(&Frame::Hello { token }).unwrap();
+    let Frame::Data { len, .. } = conn.read_frame().unwrap() else { panic!("no DATA") };
+    let mut got = vec![0u8; len as usize];
+    conn.recv_data_into(&mut got, None).unwrap();
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Sum { .. }));
+    // The same connection, asked in band without the token: refused and closed.
+    let evil = bs_proto::NegotiateRequest {
+        name: "p/evil".into(),
+        direction: bs_proto::Direction::Push as i32,
+        route: Some(bs_proto::RouteRequest { name: "p/evil".into(), ..Default::default() }),
+        ..Default::default()
+    };
+    conn.write_frame(&Frame::Negotiate { body: evil.encode_to_vec().into() }).unwrap();
+    match conn.read_frame().unwrap() {
+        Frame::Error { code, message } => {
+            assert_eq!(code, ErrorCode::BadToken);
+            assert!(message.contains("needs the server's token"), "{message}");
+        }
+        other => panic!("expected ERROR, got {other:?}"),
+    }
+    assert!(conn.read_frame().is_err(), "the connection is closed");
+    assert!(matches!(c.stat("p/evil"), Err(ClientError::NotFound(_))));
+}

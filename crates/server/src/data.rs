@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     closing: AtomicBool,
     /// Grants in-band requests (`NEGOTIATE` frames) as the control plane grants its calls.
     negotiator: Arc<Negotiator>,
+    /// The control plane's token, which in-band requests must carry as its calls do.
+    auth: Option<Vec<u8>>,
 }
 
 impl Shared {
@@ -85,6 +87,7 @@ impl Shared {
             idle: AtomicUsize::new(0),
             max_idle: cfg.max_idle_data_connections,
             closing: AtomicBool::new(false),
+            auth: cfg.auth_token.as_ref().map(|t| t.as_bytes().to_vec()),
         }
     }
 
@@ -325,6 +328,17 @@ fn in_band(
             return Err(());
         }
     };
+    // What a control-plane call must prove, an in-band request proves too: a connection a
+    // one-time token admitted is no open-ended session for whoever holds it. Without it the
+    // connection ends (coming back takes a token, from a call that checks the credential).
+    if let Some(expected) = &shared.auth
+        && !bool::from(subtle::ConstantTimeEq::ct_eq(req.auth.as_bytes(), expected.as_slice()))
+    {
+        let message = "an in-band request needs the server's token, as its calls do".to_string();
+        let _ = conn.write_frame(&Frame::Error { code: ErrorCode::BadToken, message });
+        conn.shutdown_write();
+        return Err(());
+    }
     // Only a push of a known length sends its frames along (anything else marked pipelined
     // is refused by the grant, and sent none the client would wait on).
     let pipelined = req.pipelined

@@ -43,8 +43,10 @@
 //! exactly as after a `HELLO`. A refusal is a `GRANT` with the gRPC status code the call
 //! would have returned and its reason; the connection then waits for the next request. The
 //! connection was admitted by a one-time token that only an authenticated `Negotiate`
-//! hands out, so a request on it is as authenticated as that call; a connection that has not
-//! yet carried a token's transfer cannot negotiate in band. This saves the control plane's
+//! hands out, and a server that requires a token of its control plane requires it in every
+//! in-band request too (`NegotiateRequest.auth`; `ERROR(BadToken)` and the connection closed
+//! without it); a connection that has not yet carried a token's transfer cannot negotiate in
+//! band. This saves the control plane's
 //! round trip, and the server's admission `ACK` of a push follows the `GRANT` at once.
 //!
 //! **Pipelined pushes.** A request marked `pipelined` (a push of a known length of at most
