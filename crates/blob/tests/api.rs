@@ -296,7 +296,7 @@ fn a_file_truncated_while_it_is_put_fails_the_copy_and_commits_nothing() {
     let path = w.root.join("shrinking.bin");
     for (i, remote) in w.remotes.iter().enumerate() {
         std::fs::write(&path, data(24 << 20)).unwrap();
-        let dst = BlobKey::remote(remote, &format!("shrunk/{i}"));
+        let dst = BlobKey::remote(remote, format!("shrunk/{i}"));
         let (cut, file) = (Arc::new(AtomicBool::new(false)), path.clone());
         let c = cut.clone();
         // After the first bytes went: cut the file to 1 MiB, behind the copy's back.
