@@ -5,6 +5,8 @@
 //! [[stream]]
 //! name = "correlator"
 //! token = "s3cret"            # optional: senders and receivers must present it
+//! sender_token = "0th3r"      # optional: a sender must present this one instead (the
+//!                             # receivers' token then admits no sender)
 //!
 //! [[stream.flow]]
 //! name = "spectra"
@@ -117,6 +119,9 @@ pub struct FlowSpec {
 pub struct StreamSpec {
     pub name: String,
     pub token: Option<String>,
+    /// A sender's token, when senders need one of their own (receivers' `token` then admits
+    /// no sender: a receiver cannot feed its own bytes to the others).
+    pub sender_token: Option<String>,
     pub flows: Vec<FlowSpec>,
 }
 
@@ -148,6 +153,7 @@ struct File {
 struct RawStream {
     name: Spanned<String>,
     token: Option<String>,
+    sender_token: Option<String>,
     #[serde(default)]
     flow: Vec<Spanned<RawFlow>>,
 }
@@ -212,7 +218,8 @@ impl Config {
                 }
                 flows.push(flow(f, fname, &err)?);
             }
-            streams.push(StreamSpec { name, token: s.token, flows });
+            let sender_token = s.sender_token;
+            streams.push(StreamSpec { name, token: s.token, sender_token, flows });
         }
         Ok(Config { streams })
     }

@@ -77,6 +77,7 @@ struct Flow {
     stream: String,
     spec: FlowSpec,
     token: Option<String>,
+    sender_token: Option<String>,
     state: Mutex<FlowState>,
 }
 
@@ -208,6 +209,7 @@ impl Distributer {
                     stream: s.name.clone(),
                     spec: f.clone(),
                     token: s.token.clone(),
+                    sender_token: s.sender_token.clone(),
                     state: Mutex::default(),
                 };
                 flows.insert(key(&s.name, &f.name), Arc::new(flow));
@@ -384,7 +386,13 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
         Err(e) => return refuse(b, ErrorCode::NotFound, e.to_string()),
     };
     let Some(flow) = flow else { return };
-    if let Some(t) = &flow.token
+    // A sender presents the stream's sender token when it has one (the receivers' token then
+    // admits no sender), else the stream's token; a receiver the stream's token.
+    let needed = match &flow.sender_token {
+        Some(t) if role == msg::ROLE_SENDER => Some(t),
+        _ => flow.token.as_ref(),
+    };
+    if let Some(t) = needed
         && !bool::from(t.as_bytes().ct_eq(join.token.as_bytes()))
     {
         return refuse(b, ErrorCode::BadToken, DistribError::BadToken(join.stream).to_string());

@@ -310,6 +310,23 @@ fn a_sender_that_dies_mid_flow_ends_the_run_with_an_error_never_a_stop() {
     assert_eq!(r.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(4));
 }
 
+/// A stream with a sender token of its own: the receivers' token admits no sender (a receiver
+/// cannot feed its own bytes to the others), the sender's admits no receiver, each its own.
+#[test]
+fn a_sender_token_keeps_receivers_from_sending() {
+    let cfg = "[[stream]]\nname = \"obs\"\ntoken = \"r-t0k\"\nsender_token = \"s-t0k\"\n\n\
+               [[stream.flow]]\nname = \"f\"\n";
+    let cfg = Config::parse(cfg, "roles.toml").unwrap();
+    let d = Distributer::start(cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = d.addr().to_string();
+    let wrong = |e: DistribError| assert!(e.to_string().contains("wrong token"), "{e}");
+    wrong(Sender::connect(&addr, "obs", "f", Some("r-t0k")).unwrap_err());
+    wrong(Receiver::connect(&addr, "obs", "f", "rx", Some("s-t0k")).unwrap_err());
+    let _r = Receiver::connect(&addr, "obs", "f", "rx", Some("r-t0k")).unwrap();
+    let mut s = Sender::connect(&addr, "obs", "f", Some("s-t0k")).unwrap();
+    s.start(&params("roles")).unwrap();
+}
+
 #[test]
 fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     let (d, addr) = distributer();
