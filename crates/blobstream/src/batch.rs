@@ -247,7 +247,11 @@ fn finish(
     }
     if failed > 0 {
         let all = report.outcomes.len() + not_planned + extra.not_deleted.len();
-        bail!("{what}: {failed} of {all} failed (each named above); run it again to finish");
+        let named = if many.json { "each in the JSON summary" } else { "each named above" };
+        // Running again finishes copies that failed on the way (a server gone, a connection
+        // lost); it does not mend a name that is not valid or a file that cannot be read.
+        let again = if report.failed().next().is_some() { "; run it again to finish" } else { "" };
+        bail!("{what}: {failed} of {all} failed ({named}){again}");
     }
     Ok(())
 }

@@ -18,6 +18,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The server client commands talk to unless told otherwise.
+const DEFAULT_SERVER: &str = "127.0.0.1:7070";
+
 /// Commands that are not clients of a blobstream server, and the global options each still
 /// takes: their help leaves the others out (they are still accepted, and ignored).
 const NOT_CLIENTS: &[(&str, &[&str])] = &[
@@ -45,6 +48,10 @@ impl Cli {
         }
         let matches = cmd.get_matches();
         let mut cli = Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        // BLOBSTREAM_SERVER set but empty (`BLOBSTREAM_SERVER= cmd`) means "not set".
+        if cli.global.server.trim().is_empty() {
+            cli.global.server = DEFAULT_SERVER.into();
+        }
         if let (Command::Serve(a), Some(m)) =
             (&mut cli.command, matches.subcommand_matches("serve"))
         {
@@ -121,7 +128,7 @@ fn with_hidden(mut cmd: clap::Command, hidden: &[clap::Arg]) -> clap::Command {
 #[derive(Args)]
 pub struct Global {
     /// Control-plane address of the blobstream server for client commands.
-    #[arg(long, global = true, env = "BLOBSTREAM_SERVER", default_value = "127.0.0.1:7070")]
+    #[arg(long, global = true, env = "BLOBSTREAM_SERVER", default_value = DEFAULT_SERVER)]
     pub server: String,
     /// No progress bars.
     #[arg(long, short, global = true)]

@@ -209,6 +209,27 @@ fn misfit_command_lines_are_usage_errors_and_causes_are_said_once() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("MISSING on the server"));
     fails_with(&s.run(&["get", "-r", "p/", f]), "is not a folder");
+    // A batch whose failures running it again cannot mend does not say it would.
+    let folder = dir.path().join("names");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(folder.join("ok.txt"), b"1").unwrap();
+    std::fs::write(folder.join("back\\slash.txt"), b"2").unwrap();
+    let fo = folder.to_str().unwrap();
+    let o = s.run(&["put", "-r", fo, "n/"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("1 of 2 failed (each named above)"), "{err}");
+    assert!(!err.contains("run it again"), "{err}");
+    let o = s.run(&["put", "-r", fo, "n2/", "--json"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("(each in the JSON summary)"));
+    // The server's address: an empty BLOBSTREAM_SERVER is the default, a port is checked.
+    // (Whether or not a server runs there: reached, or named as not reached.)
+    let o = Command::new(BIN).args(["ls"]).env("BLOBSTREAM_SERVER", "").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() || err.contains("at 127.0.0.1:7070"), "{err}");
+    fails_with(
+        &Command::new(BIN).args(["--server", "h:99999", "ls"]).output().unwrap(),
+        "99999 is not a port",
+    );
     // An I/O error whose message holds its cause's is said once.
     let o = Command::new(BIN).args(["image-info", "/no/such.png"]).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);

@@ -58,6 +58,14 @@ impl Client {
     /// [`DEFAULT_PORT`]) with `security`.
     pub fn connect_with(addr: &str, security: Security) -> Result<Self> {
         let bad = |reason: String| ClientError::Connect { addr: addr.into(), reason };
+        if addr.trim().is_empty() {
+            return Err(bad("no address given".into()));
+        }
+        if let Some(port) = with_default_port(addr).rsplit_once(':').map(|(_, p)| p)
+            && port.parse::<u16>().map_or(true, |p| p == 0)
+        {
+            return Err(bad(format!("{port} is not a port (1 to 65535)")));
+        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("blobstream-client")
