@@ -268,11 +268,11 @@ async fn stored(st: &Arc<AppState>, rec: BlobRecord) -> info::BlobInfo {
     let st2 = st.clone();
     let name = rec.name.clone();
     // An entry for these very bytes (same digest) is already right; any other is redone.
-    // Indexing may decode: one of the server's turns at decoding, as a read's (so uploads of
-    // small files that decode to huge images do not all decode at once).
-    let turn = st.image_turn().await;
-    let indexed = blocking(move || st2.images.refresh(&name).map(drop)).await;
-    drop(turn);
+    // A decode waits for one of the server's turns at decoding, as a read's does (so uploads
+    // of small files that decode to huge images do not all decode at once).
+    let indexed =
+        blocking(move || st2.images.refresh_in_turn(&name, || st2.image_turn_here()).map(drop))
+            .await;
     if let Err(e) = indexed {
         tracing::warn!("indexing {} after upload: {e}", rec.name);
     }

@@ -99,7 +99,7 @@ fn settle(st: &AppState, name: &str, not_images: &mut Vec<(String, String)>) {
     not_images.retain(|(n, _)| n != name);
     match st.store.stat(name) {
         Ok(rec) if st.images.known(&rec).is_some() => {} // indexed already (HTTP uploads do it)
-        Ok(_) => match st.images.refresh_or_note(name, not_images) {
+        Ok(_) => match st.images.refresh_or_note(name, not_images, || ()) {
             Ok(_) | Err(WebError::NotFound(_)) => {}
             Err(e) => tracing::warn!("indexing {name}: {e}"),
         },

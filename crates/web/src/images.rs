@@ -179,8 +179,19 @@ impl Images {
     /// Bring the index entry of `key` up to date: decode it if its first bytes or its name say
     /// it is an image, otherwise record that it is not. Returns the fresh metadata, if any.
     pub fn refresh(&self, key: &str) -> Result<Option<serde_json::Value>, WebError> {
+        self.refresh_in_turn(key, || ())
+    }
+
+    /// [`Images::refresh`] that decodes (if it must) only once `turn()` has returned, holding
+    /// what it returned meanwhile: the caller's share of the server's decoding (a blob that is
+    /// no image, or indexed already, waits for none).
+    pub fn refresh_in_turn<T>(
+        &self,
+        key: &str,
+        turn: impl FnOnce() -> T,
+    ) -> Result<Option<serde_json::Value>, WebError> {
         let mut not_image = Vec::new();
-        let found = self.refresh_or_note(key, &mut not_image)?;
+        let found = self.refresh_or_note(key, &mut not_image, turn)?;
         if !not_image.is_empty() {
             self.note_not_images(&not_image)?;
         }
@@ -190,10 +201,11 @@ impl Images {
     /// [`Images::refresh`], except that a blob found to be in no image format is not
     /// recorded but added to `not_images` (name, digest), for the caller to record many at
     /// once with [`Images::note_not_images`].
-    pub fn refresh_or_note(
+    pub fn refresh_or_note<T>(
         &self,
         key: &str,
         not_images: &mut Vec<(String, String)>,
+        turn: impl FnOnce() -> T,
     ) -> Result<Option<serde_json::Value>, WebError> {
         let rec = self.store.stat(key)?;
         if let Some(m) = self.known(&rec) {
@@ -207,6 +219,7 @@ impl Images {
             not_images.push((key.to_string(), rec.digest));
             return Ok(None);
         }
+        let _turn = turn();
         match self.decode(key) {
             Ok((_, d)) => Ok(serde_json::to_value(&d.meta).ok()),
             Err(WebError::Unprocessable(_) | WebError::TooLarge(_)) => Ok(None),
@@ -392,6 +405,29 @@ mod tests {
         let row = index.get(key).unwrap().unwrap();
         assert_eq!(row.digest, second.digest, "the replaced bytes' row stood in for the new");
         assert!(row.is_image);
+    }
+
+    /// Indexing waits for a turn at decoding only when it decodes: not for a blob that is no
+    /// image, nor for one indexed already.
+    #[test]
+    fn indexing_takes_a_decode_turn_only_to_decode() {
+        let store: Arc<dyn Store> = Arc::new(bs_store::MemStore::new());
+        let index = Arc::new(ImageIndex::open_in_memory().unwrap());
+        let images = Images::new(store.clone(), index, Limits::default());
+        let put = |name: &str, b: &[u8]| {
+            let spec = bs_store::RouteSpec { name: name.into(), ..Default::default() };
+            bs_store::put_bytes(store.as_ref(), &spec, b).unwrap();
+        };
+        put("notes/a", b"plain words, no image");
+        put("ct/1.dcm", &crate::samples::ct_series_slice(0));
+        let turns = std::cell::Cell::new(0);
+        let turn = || turns.set(turns.get() + 1);
+        assert!(images.refresh_in_turn("notes/a", turn).unwrap().is_none());
+        assert_eq!(turns.get(), 0, "no image: no turn");
+        assert!(images.refresh_in_turn("ct/1.dcm", turn).unwrap().is_some());
+        assert_eq!(turns.get(), 1, "decoded in a turn");
+        images.refresh_in_turn("ct/1.dcm", turn).unwrap();
+        assert_eq!(turns.get(), 1, "indexed already: no turn");
     }
 
     /// A DICOM instance too big to decode within the limits is still filed under its study

@@ -166,6 +166,11 @@ impl AppState {
     pub(crate) async fn image_turn(&self) -> tokio::sync::SemaphorePermit<'_> {
         self.image_work.acquire().await.expect("the semaphore is never closed")
     }
+
+    /// [`AppState::image_turn`] from blocking code (a thread of the blocking pool).
+    pub(crate) fn image_turn_here(&self) -> tokio::sync::SemaphorePermit<'_> {
+        tokio::runtime::Handle::current().block_on(self.image_turn())
+    }
 }
 
 /// The router over `state`.

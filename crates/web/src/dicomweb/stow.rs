@@ -131,10 +131,7 @@ async fn store(
         }
         let st2 = st.clone();
         let study = study.clone();
-        // Indexing decodes the instance: one of the server's turns at decoding, as a read's.
-        let turn = st.image_turn().await;
         let outcome = blocking(move || Ok(store_one(&st2, study.as_deref(), &bytes))).await?;
-        drop(turn);
         match outcome {
             Ok(ids) => stored.push(ids),
             Err(refusal) => failed.push(*refusal),
@@ -304,7 +301,8 @@ fn store_one(
     };
     bs_store::put_bytes(st.store.as_ref(), &spec, bytes)
         .map_err(|e| refuse(PROCESSING_FAILURE, format!("storing {key}: {e}")))?;
-    if let Err(e) = st.images.refresh(&key) {
+    // Indexing decodes the instance: in one of the server's turns at decoding, as a read.
+    if let Err(e) = st.images.refresh_in_turn(&key, || st.image_turn_here()) {
         tracing::warn!("indexing {key}: {e}");
     }
     Ok(ids)
