@@ -151,7 +151,7 @@ impl Tiles {
         std::thread::Builder::new()
             .name(format!("dpss-pump-{dataset}"))
             .spawn(move || {
-                pump(client, rx, &c);
+                pump(client, rx, &c, &e);
                 // However it ended, it is not handed out any more.
                 e.store(true, Ordering::SeqCst);
             })
@@ -220,7 +220,7 @@ fn dpss_error(e: bs_dpss::DpssError) -> WebError {
     }
 }
 
-fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
+fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>, ended: &AtomicBool) {
     let dataset = client.layout().dataset.clone();
     let mut waiters: HashMap<BlockId, Vec<oneshot::Sender<TileAnswer>>> = HashMap::new();
     let mut list: Vec<(BlockId, Priority)> = Vec::new();
@@ -286,7 +286,11 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>) {
                     let _ = tx.send(Ok((data.clone(), digest)));
                 }
                 list.retain(|(b, _)| *b != id);
-                cache.lock().unwrap().insert(&dataset, id, Cached { data, digest });
+                let mut kept = cache.lock().unwrap();
+                // Once ended (the data set gone or loaded again), its emptied cache stays so.
+                if !ended.load(Ordering::SeqCst) {
+                    kept.insert(&dataset, id, Cached { data, digest });
+                }
             }
             Some(Event::Lost { id, reason }) => {
                 list.retain(|(b, _)| *b != id);
