@@ -2,7 +2,8 @@
 //! arrive whole, is the local copy still what the store holds. The local files are compared
 //! with the digests recorded when the blobs were stored; then (unless `--recorded-only`) the
 //! server re-reads its copies of those found the same, checking every chunk against its
-//! digest (a scrub of the prefix), so a blob rotted on the server's disk is not called "same".
+//! digest (with -r a scrub of the prefix, else a digest of the one blob read whole), so a
+//! blob rotted on the server's disk is not called "same".
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -36,6 +37,17 @@ impl Verdict {
             Self::Unreadable(e) => format!("UNREADABLE ({e})"),
             Self::CorruptOnServer(why) => format!("CORRUPT on the server ({why})"),
         }
+    }
+}
+
+/// How the server's copy of blob `key` (`size` bytes) reads back now: the server reads it
+/// whole, checking every chunk against its digest (a corrupt one is marked).
+fn server_copy(client: &bs_client::Client, key: &str, size: u64) -> Verdict {
+    match client.range_digest(key, 0, size, bs_wire::DigestAlgo::default()) {
+        Ok(_) => Verdict::Same,
+        Err(bs_client::ClientError::Corrupt(why)) => Verdict::CorruptOnServer(why),
+        Err(bs_client::ClientError::NotFound(_)) => Verdict::OnlyLocal,
+        Err(e) => Verdict::Unreadable(format!("on the server: {e}")),
     }
 }
 
@@ -109,14 +121,18 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
             );
         }
         let v = match client.stat(&a.key) {
-            Ok(b) => compare(&a.file, b.size, &b.digest),
+            Ok(b) => match compare(&a.file, b.size, &b.digest) {
+                // The server re-reads this one blob, every chunk against its digest.
+                Verdict::Same if !a.recorded_only => server_copy(&client, &a.key, b.size),
+                v => v,
+            },
             Err(bs_client::ClientError::NotFound(_)) => Verdict::OnlyLocal,
             Err(e) => return Err(e).with_context(|| format!("reading {}", a.key)),
         };
         rows.push((a.key.clone(), a.file.clone(), v));
     }
-    if !a.recorded_only && rows.iter().any(|r| r.2 == Verdict::Same) {
-        let prefix = if a.recursive { bs_blob::folder_prefix(&a.key) } else { a.key.clone() };
+    if a.recursive && !a.recorded_only && rows.iter().any(|r| r.2 == Verdict::Same) {
+        let prefix = bs_blob::folder_prefix(&a.key);
         let mut server: BTreeMap<String, Verdict> = BTreeMap::new();
         let spinner = crate::scrub::spinner(g, a.json, "check: the server re-reads its copies");
         client
