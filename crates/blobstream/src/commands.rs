@@ -235,13 +235,14 @@ fn local_destination(file: &str, key: &str) -> Result<Dest> {
     }
     let base = key.rsplit('/').next().unwrap_or(key);
     let mut p = PathBuf::from(file);
-    for _ in 0..2 {
-        if p.is_dir() {
-            p = p.join(base);
-        } else if file.ends_with('/') {
-            bail!("the folder {file} does not exist");
-        }
-        // Through a link to what it names (also a link that names nothing yet).
+    if p.is_dir() {
+        p = p.join(base);
+    } else if file.ends_with('/') {
+        bail!("the folder {file} does not exist");
+    }
+    // Through links to what they name (also a link that names nothing yet); as many as the
+    // kernel follows in one path.
+    for _ in 0..40 {
         match std::fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {
                 let target = std::fs::read_link(&p).with_context(|| p.display().to_string())?;
