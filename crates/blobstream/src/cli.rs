@@ -778,6 +778,14 @@ pub struct ServeArgs {
     /// Most HTTP uploads in progress at once (more get 503).
     #[arg(long, default_value_t = 64)]
     pub max_uploads: usize,
+    /// An HTTP upload slower than this on average (after its first 30 s) is dropped, so a
+    /// client trickling bytes cannot hold an upload slot (k/m/g suffixes; 0: no floor).
+    #[arg(long, default_value = "1k", value_parser = parse_rate, value_name = "BYTES_PER_SEC")]
+    pub min_upload_rate: u64,
+    /// Most HTTP connections open at once (more wait until one closes); a connection must
+    /// send each request's headers within 30 s.
+    #[arg(long, default_value_t = 1024)]
+    pub max_http_connections: usize,
     /// Do not put the sample images into an empty store.
     #[arg(long)]
     pub no_samples: bool,

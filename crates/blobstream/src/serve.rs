@@ -38,6 +38,11 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         addr: a.http,
         max_upload: a.max_upload,
         max_uploads: a.max_uploads,
+        min_upload_rate: a.min_upload_rate,
+        http: bs_plane::HttpLimits {
+            max_connections: a.max_http_connections,
+            ..bs_plane::HttpLimits::default()
+        },
         auth_token: security::token(g)?,
         tls: security::server_tls(&a.tls)?,
         dpss_master: a.dpss_master.clone(),

@@ -10,7 +10,6 @@
 //! HTTP request with 401 and `WWW-Authenticate: Bearer`.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,25 +67,14 @@ pub async fn serve(
             }))
         }
     };
-    match secure.tls {
-        None => {
-            // `axum::serve` leaves Nagle's algorithm on: a gRPC answer written as headers,
-            // then data, then trailers would wait on the client's delayed ACK (40 ms a call).
-            use axum::serve::ListenerExt;
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            let app = router.into_make_service_with_connect_info::<SocketAddr>();
-            axum::serve(listener, app).with_graceful_shutdown(shutdown).await
-        }
-        Some(tls) => {
-            // gRPC clients insist on HTTP/2 being agreed in the handshake (ALPN).
-            let mut config = (*tls.config()).clone();
-            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            serve_tls(listener, router, Arc::new(config), shutdown).await;
-            Ok(())
-        }
-    }
+    let tls = secure.tls.map(|tls| {
+        // gRPC clients insist on HTTP/2 being agreed in the handshake (ALPN).
+        let mut config = (*tls.config()).clone();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Arc::new(config)
+    });
+    serve_http(listener, router, tls, shutdown, HttpLimits::default()).await;
+    Ok(())
 }
 
 async fn authorized(expected: &[u8], req: Request, next: Next) -> Response {
@@ -111,35 +99,65 @@ async fn authorized(expected: &[u8], req: Request, next: Next) -> Response {
     }
 }
 
-/// Accept TCP, complete the TLS handshake (10 s at most), serve HTTP/1.1 or HTTP/2 on it (as
-/// `config`'s ALPN allows).
-pub async fn serve_tls(
+/// What every HTTP plane holds each client to, so that none holds more than its share: a
+/// connection must send a request's headers within `header_timeout` (and an idle keep-alive
+/// connection is closed after as long: a client trickling a header a byte at a time, or
+/// opening connections and saying nothing, holds them no longer), and at most
+/// `max_connections` are open at once (the next ones wait in the kernel's backlog until one
+/// closes, rather than the process running out of descriptors for everyone).
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self { max_connections: 1024, header_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// Serve `app` on `listener` — HTTP/1.1 or HTTP/2, in TLS when `tls` is given (handshake
+/// within 10 s; HTTP/2 as its ALPN allows) — within `limits`, until `shutdown` completes;
+/// then every connection is asked to finish the requests it has and close, and this returns
+/// once they have (as `axum::serve`'s graceful shutdown does). Each request carries the peer
+/// address (`ConnectInfo`). Written here rather than with `axum::serve`, which takes no
+/// header timeout and no connection limit.
+pub async fn serve_http(
     listener: tokio::net::TcpListener,
     app: Router,
-    config: Arc<rustls::ServerConfig>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: HttpLimits,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        let permit = tokio::select! {
+            p = open.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            _ = &mut shutdown => break,
+        };
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
                     // Out of descriptors, say: pause rather than spin (as `axum::serve` does).
-                    tracing::warn!("TLS accept: {e}");
+                    tracing::warn!("HTTP accept: {e}");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
-            _ = &mut shutdown => return,
+            _ = &mut shutdown => break,
         };
+        // Nagle's algorithm off: a response written as headers, then body (or a gRPC answer's
+        // headers, data and trailers) would wait on the client's delayed ACK.
         let _ = tcp.set_nodelay(true);
-        let (acceptor, app) = (acceptor.clone(), app.clone());
+        let (acceptor, app, watcher) = (acceptor.clone(), app.clone(), graceful.watcher());
         tokio::spawn(async move {
-            let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
-            let Ok(Ok(stream)) = handshake.await else { return };
-            // As `axum::serve` does for plain HTTP: the peer address goes with each request.
+            let _open = permit;
+            // The peer address goes with each request (failed logins count per address).
             let app = tower::ServiceExt::map_request(
                 app,
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
@@ -148,14 +166,37 @@ pub async fn serve_tls(
                 },
             );
             let svc = hyper_util::service::TowerToHyperService::new(app);
-            let builder =
+            let mut builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            let io = hyper_util::rt::TokioIo::new(stream);
-            if let Err(e) = builder.serve_connection_with_upgrades(io, svc).await {
-                tracing::debug!("TLS connection: {e}");
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout);
+            let done = match acceptor {
+                None => {
+                    // The first bytes, too, within the header timeout: hyper's starts only
+                    // once it knows the protocol, and it waits for a byte to tell.
+                    // (A peek: readiness alone may be reported before any byte is there.)
+                    let mut byte = [0u8; 1];
+                    let first = tokio::time::timeout(limits.header_timeout, tcp.peek(&mut byte));
+                    let Ok(Ok(1..)) = first.await else { return };
+                    let io = hyper_util::rt::TokioIo::new(tcp);
+                    watcher.watch(builder.serve_connection(io, svc).into_owned()).await
+                }
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
+                    let Ok(Ok(stream)) = handshake.await else { return };
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    watcher.watch(builder.serve_connection(io, svc).into_owned()).await
+                }
+            };
+            if let Err(e) = done {
+                tracing::debug!(%peer, "HTTP connection: {e}");
             }
         });
     }
+    graceful.shutdown().await;
 }
 
 /// Adds the bearer token to every call of a gRPC client.
@@ -261,6 +302,7 @@ pub async fn connect(addr: &str, creds: &Credentials) -> Result<(Channel, Bearer
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
+    use std::net::SocketAddr;
 
     use super::*;
 

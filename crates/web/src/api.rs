@@ -317,17 +317,14 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     let steps_header: Vec<String> = times.iter().map(|(n, ms)| format!("{n}={ms:.3}")).collect();
     if let Some(target) = fr.store_as {
         let f = out_format.expect("raw was refused with store_as");
-        let spec = UploadSpec {
-            route: bs_store::RouteSpec {
-                name: target,
-                size: Some(encoded.len() as u64),
-                content_type: mime_of(f).into(),
-                overwrite: true,
-                ..Default::default()
-            },
-            max_bytes: st.cfg.max_upload,
-            idle: st.cfg.idle_timeout,
+        let route = bs_store::RouteSpec {
+            name: target,
+            size: Some(encoded.len() as u64),
+            content_type: mime_of(f).into(),
+            overwrite: true,
+            ..Default::default()
         };
+        let spec = UploadSpec::new(&st, route);
         let body = tokio_stream::iter([Ok::<_, std::convert::Infallible>(encoded)]);
         let rec = store_stream(st.store.clone(), spec, body).await?;
         let st2 = st.clone();

@@ -246,19 +246,16 @@ async fn put_spec(
         if ct.is_empty() { bs_store::guess_content_type(&key).to_string() } else { ct };
     let metadata = user_metadata(h)?;
     let slot = st.upload_slot()?;
-    let spec = UploadSpec {
-        route: RouteSpec {
-            name: key,
-            size,
-            content_type,
-            metadata,
-            overwrite,
-            refuse_digests,
-            ..RouteSpec::default()
-        },
-        max_bytes: st.cfg.max_upload,
-        idle: st.cfg.idle_timeout,
+    let route = RouteSpec {
+        name: key,
+        size,
+        content_type,
+        metadata,
+        overwrite,
+        refuse_digests,
+        ..RouteSpec::default()
     };
+    let spec = UploadSpec::new(st, route);
     Ok((spec, slot))
 }
 
@@ -375,11 +372,8 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
             Some(t) if t != "application/octet-stream" => t.to_string(),
             _ => bs_store::guess_content_type(&key).to_string(),
         };
-        let spec = UploadSpec {
-            route: RouteSpec { name: key, content_type, overwrite: true, ..RouteSpec::default() },
-            max_bytes: st.cfg.max_upload,
-            idle: st.cfg.idle_timeout,
-        };
+        let route = RouteSpec { name: key, content_type, overwrite: true, ..RouteSpec::default() };
+        let spec = UploadSpec::new(&st, route);
         let rec = match store_stream(st.store.clone(), spec, &mut field).await {
             Ok(r) => r,
             Err(e) => return Err(with_stored(e, &out)),

@@ -91,6 +91,11 @@ pub struct WebConfig {
     pub max_uploads: usize,
     /// An upload that sends nothing for this long is dropped (and nothing is stored).
     pub idle_timeout: std::time::Duration,
+    /// An upload slower than this many bytes a second on average, once `idle_timeout` has
+    /// passed, is dropped (and nothing is stored); 0: no floor.
+    pub min_upload_rate: u64,
+    /// Connections and header timeout of the HTTP server.
+    pub http: bs_plane::HttpLimits,
     /// Wrong tokens one source address may present in a row before its token checks are
     /// answered 429; the allowance then comes back at one per `auth_failure_refill`.
     pub auth_failure_burst: u32,
@@ -115,6 +120,8 @@ impl Default for WebConfig {
             tls: None,
             max_uploads: 64,
             idle_timeout: std::time::Duration::from_secs(30),
+            min_upload_rate: 1024,
+            http: bs_plane::HttpLimits::default(),
             auth_failure_burst: 10,
             auth_failure_refill: std::time::Duration::from_secs(6),
             session_ttl: std::time::Duration::from_secs(12 * 3600),
@@ -283,29 +290,17 @@ impl WebServer {
         follow::follow_store(&state);
         let app = router(state.clone());
         let (shutdown, mut rx) = watch::channel(false);
-        let task = match tls {
-            None => tokio::spawn(async move {
-                use axum::serve::ListenerExt;
-                let listener = listener.tap_io(|tcp| {
-                    let _ = tcp.set_nodelay(true);
-                });
-                // The peer address goes with each request (failed logins count per address).
-                let app = app.into_make_service_with_connect_info::<SocketAddr>();
-                let res = axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = rx.wait_for(|s| *s).await;
-                    })
-                    .await;
-                if let Err(e) = res {
-                    tracing::error!("HTTP server stopped: {e}");
-                }
-            }),
-            Some(tls) => {
-                tokio::spawn(bs_plane::serve_tls(listener, app, tls.config(), async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                }))
-            }
+        let stop = async move {
+            let _ = rx.wait_for(|s| *s).await;
         };
+        let limits = state.cfg.http;
+        let task = tokio::spawn(bs_plane::serve_http(
+            listener,
+            app,
+            tls.map(|t| t.config()),
+            stop,
+            limits,
+        ));
         Ok(Self { addr, https: state.cfg.tls.is_some(), shutdown, task, state })
     }
 

@@ -22,6 +22,22 @@ pub struct UploadSpec {
     pub max_bytes: u64,
     /// Give up when the client sends nothing for this long.
     pub idle: std::time::Duration,
+    /// Give up when, past the first `idle`, fewer bytes than this a second (on average since
+    /// the start) have come: a client trickling a byte now and then holds an upload slot and a
+    /// thread no longer. 0: no floor.
+    pub min_rate: u64,
+}
+
+impl UploadSpec {
+    /// The limits of `st`'s uploads for `route`.
+    pub(crate) fn new(st: &crate::AppState, route: RouteSpec) -> Self {
+        Self {
+            route,
+            max_bytes: st.cfg.max_upload,
+            idle: st.cfg.idle_timeout,
+            min_rate: st.cfg.min_upload_rate,
+        }
+    }
 }
 
 enum Msg {
@@ -55,6 +71,7 @@ where
         tokio::task::spawn_blocking(move || write_all(store, route, rx))
     };
     let mut total = 0u64;
+    let started = std::time::Instant::now();
     let outcome = loop {
         let next = match tokio::time::timeout(spec.idle, body.next()).await {
             Ok(n) => n,
@@ -68,6 +85,17 @@ where
         match next.transpose() {
             Ok(Some(chunk)) => {
                 total += chunk.len() as u64;
+                let secs = started.elapsed().as_secs();
+                if spec.min_rate > 0
+                    && started.elapsed() > spec.idle
+                    && total < spec.min_rate.saturating_mul(secs)
+                {
+                    break Err(WebError::BadRequest(format!(
+                        "upload too slow: {total} bytes in {secs} s, under the {} bytes/s \
+                         an upload must keep to",
+                        spec.min_rate
+                    )));
+                }
                 if total > spec.max_bytes {
                     drain(&mut body).await;
                     break Err(too_large(total, spec.max_bytes));
