@@ -54,6 +54,21 @@ test('errors: a corrupt image and a bad filter parameter', { timeout: 120_000 },
   assert.equal(await page.getAttribute('#view', 'data-state'), 'ready', 'the image stays on screen');
   await screenshot(page, 'error-filter-param');
 
+  // An image that fails to open after one that opened: nothing of the first stays beside the
+  // second's name — not its patient (overlay, metadata), its filters, its save name, its link.
+  await page.click('#error-close');
+  await page.selectOption('#filter-select', 'invert');
+  await page.click('#apply-filter');
+  await page.waitForSelector('#filter-panel[data-state="done"]');
+  assert.equal(await page.isVisible('#overlay'), true, 'the CT shows its overlay');
+  await page.locator('#listing .tile[data-key="samples/bad.png"]').click();
+  await page.waitForSelector('#view[data-state="error"]');
+  assert.equal(await page.isVisible('#overlay'), false, 'no overlay of the CT');
+  assert.equal((await page.textContent('#meta-body')).trim(), '', 'no metadata of the CT');
+  assert.doesNotMatch(await page.inputValue('#save-name'), /ct-phantom/);
+  assert.equal(await page.getAttribute('#filter-panel', 'data-state'), 'idle');
+  assert.match(await page.evaluate(() => location.hash), /bad\.png/);
+
   // A missing blob: the server's not_found message.
   const res = await fetch(new URL('api/meta/samples/missing.png', server.url));
   assert.equal(res.status, 404);

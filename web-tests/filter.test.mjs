@@ -101,13 +101,17 @@ test('filter: blur, timing, compare, save', { timeout: 180_000 }, async () => {
   await page.waitForFunction(() => window.blobstream.lastProgress?.done);
   assert.match(await page.evaluate(() => window.blobstream.lastProgress.label), /^Filtered /);
 
-  // On CT, a filter that makes grey levels (edge) shows no Hounsfield units; the original does.
-  await openImage(page, 'samples/ct-phantom.dcm');
-  assert.match(await page.textContent('#wl-readout'), / HU$/);
-  await page.selectOption('#filter-select', 'edge');
-  await page.click('#apply-filter');
-  await page.waitForSelector('#filter-panel[data-state="done"]');
-  await page.waitForFunction(() => !/HU/.test(document.querySelector('#wl-readout').textContent));
+  // On CT, a filter that makes grey levels (edge) shows no Hounsfield units; the original
+  // does. Nor does invert, whose result keeps the scale (and the window) but not the meaning.
+  for (const filter of ['edge', 'invert']) {
+    await openImage(page, 'samples/test-card.png');
+    await openImage(page, 'samples/ct-phantom.dcm');
+    assert.match(await page.textContent('#wl-readout'), / HU$/);
+    await page.selectOption('#filter-select', filter);
+    await page.click('#apply-filter');
+    await page.waitForSelector('#filter-panel[data-state="done"]');
+    await page.waitForFunction(() => !/HU/.test(document.querySelector('#wl-readout').textContent));
+  }
   // The metadata panel shows clinical tags, not how the decoder stored the pixels.
   const metaText = await page.textContent('#meta-table');
   assert.match(metaText, /Patient/);

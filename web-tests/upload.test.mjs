@@ -79,6 +79,27 @@ test('upload: file picker and drag-and-drop', { timeout: 120_000 }, async () => 
   assert.equal(await page.locator('#listing .tile').count(), 4);
   await screenshot(page, 'upload-dropped');
 
+  // From search results too, a name already taken is asked about before it is replaced
+  // (the results are no listing of the folder: the server is asked); declined, nothing moves.
+  const etag = async () => (await fetch(new URL('blobs/samples/test-card.png', server.url), { method: 'HEAD' })).headers.get('etag');
+  const before = await etag();
+  await page.fill('#search-q', 'card');
+  await page.click('#search-submit');
+  await page.locator('#results-bar').waitFor({ state: 'visible' });
+  const other = await page.evaluateHandle(() => {
+    const t = new DataTransfer();
+    t.items.add(new File([new Uint8Array([1, 2, 3])], 'test-card.png', { type: 'image/png' }));
+    return t;
+  });
+  const asked = page.waitForEvent('dialog');
+  await page.dispatchEvent('#canvas', 'drop', { dataTransfer: other });
+  const dialog = await asked;
+  assert.match(dialog.message(), /Replace samples\/test-card\.png/);
+  await dialog.dismiss();
+  assert.equal(await etag(), before, 'declined: the stored card is unchanged');
+  await page.click('#clear-search');
+  await page.locator('#results-bar').waitFor({ state: 'hidden' });
+
   // The uploaded image opens, and can be deleted (after confirming).
   await openImage(page, 'samples/dropped.png');
   page.once('dialog', (d) => d.accept());

@@ -124,12 +124,20 @@ export async function openImage(key, opts = {}) {
     setHash(state.stack?.info.kind === 'series' ? `series/${state.stack.info.uid}` : key);
   } catch (e) {
     if (e?.name === 'AbortError' || seq !== state.loadSeq) return;
+    // Nothing of the image shown before stays beside this one's name: not its patient and
+    // study (overlay, metadata), its window, its filters or save name, nor its link.
+    resetFilterUi();
     state.img = null;
+    el.overlay.hidden = true;
+    el.metaBody.replaceChildren();
+    el.pixelReadout.textContent = '';
+    if (state.saveNameAuto) el.saveName.value = '';
     buildPresets();
     updateWlReadout();
     updateZoomReadout();
     updateFilterButtons();
     draw();
+    if (!inStack) setHash(key);
     const msg = e instanceof Error ? e.message : String(e);
     setViewState('error', `Could not open ${basename(key)}: ${msg}`);
     showError(`Could not open ${key}: ${msg}`);

@@ -1,6 +1,6 @@
 // Upload: the file picker and dropping files anywhere on the page, into the current folder.
 
-import { fmtBytes } from './util.js';
+import { encodeKey, fmtBytes } from './util.js';
 import { el, state } from './state.js';
 import { clearError, progress, putBlob, setStatus, showError } from './status.js';
 import { navigate, tileFor } from './browse.js';
@@ -10,8 +10,16 @@ async function uploadFiles(fileList) {
   if (!files.length) return;
   clearError();
   const prefix = state.prefix;
-  // PUT replaces silently: ask first for names the folder already has.
-  const clash = state.mode === 'folder' ? files.filter((f) => state.items.has(prefix + f.name)) : [];
+  // PUT replaces silently: ask first for names already taken — the folder's listing knows
+  // them; shown search results do not, so the server is asked.
+  let clash;
+  if (state.mode === 'folder') {
+    clash = files.filter((f) => state.items.has(prefix + f.name));
+  } else {
+    const head = (f) => fetch(`/blobs/${encodeKey(prefix + f.name)}`, { method: 'HEAD' }).then((r) => r.ok, () => false);
+    const taken = await Promise.all(files.map(head));
+    clash = files.filter((_, i) => taken[i]);
+  }
   if (clash.length && !confirm(`Replace ${clash.map((f) => prefix + f.name).join(', ')}?`)) {
     files = files.filter((f) => !clash.includes(f));
     if (!files.length) return;

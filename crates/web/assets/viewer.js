@@ -75,8 +75,9 @@ export function updateZoomReadout() {
 }
 
 function unit() {
-  // A filter that makes grey levels (window, edge, emboss) leaves Hounsfield units behind.
-  if (state.img?.filt?.ownWindow) return '';
+  // A filter that makes grey levels (window, edge, emboss), or that keeps the scale but not
+  // the meaning (invert), leaves Hounsfield units behind.
+  if (state.img?.filt?.ownWindow || state.img?.filt?.unitless) return '';
   const u = state.img?.display?.unit;
   return u ? ` ${u}` : '';
 }
@@ -227,6 +228,13 @@ function canvasPoint(e) {
   return { x: e.clientX - r.left, y: e.clientY - r.top };
 }
 
+/** A wheel event this far (pixels) or more is a mouse notch: one slice. */
+const NOTCH_PX = 50;
+/** Smaller (trackpad) deltas add up: one slice per this many pixels. */
+const SLICE_PX = 100;
+/** Trackpad scrolling not yet a whole slice (its sign the direction). */
+let wheelAcc = 0;
+
 /** Display units moved per screen pixel of a window/level drag. */
 function wlSensitivity() {
   const img = state.img;
@@ -289,8 +297,21 @@ export function setupCanvas() {
       if (!state.img) return;
       e.preventDefault();
       if (state.stack && state.stack.length > 1 && !e.ctrlKey && !e.metaKey) {
-        // Within a series or frame stack the wheel scrolls slices, as radiologists expect.
-        if (e.deltaY !== 0) stepSlice(e.deltaY > 0 ? 1 : -1);
+        // Within a series or frame stack the wheel scrolls slices, as radiologists expect:
+        // one slice per mouse notch; a trackpad's many small deltas add up to one per
+        // SLICE_PX (a small flick does not fly through the series).
+        const px = e.deltaY * (e.deltaMode === 1 ? 40 : e.deltaMode === 2 ? 800 : 1);
+        if (Math.sign(px) !== Math.sign(wheelAcc)) wheelAcc = 0;
+        if (Math.abs(px) >= NOTCH_PX) {
+          wheelAcc = 0;
+          stepSlice(Math.sign(px));
+          return;
+        }
+        wheelAcc += px;
+        if (Math.abs(wheelAcc) >= SLICE_PX) {
+          stepSlice(Math.sign(wheelAcc));
+          wheelAcc = 0;
+        }
         return;
       }
       const p = canvasPoint(e);
