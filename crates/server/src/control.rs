@@ -23,6 +23,9 @@ pub(crate) struct ControlService {
     store: Arc<dyn Store>,
     /// On-demand scrubs running (at most one).
     scrubs: Arc<tokio::sync::Semaphore>,
+    /// Range digests computed at once (each reads its range whole on the blocking pool, which
+    /// the data transfers share): more wait their turn rather than crowd the pool.
+    digests: Arc<tokio::sync::Semaphore>,
     data_addr: SocketAddr,
     cfg: ServerConfig,
     /// Grants transfers; also holds the token table and the live bindings.
@@ -40,6 +43,9 @@ impl ControlService {
         Self {
             store,
             scrubs: Arc::new(tokio::sync::Semaphore::new(1)),
+            digests: Arc::new(tokio::sync::Semaphore::new(
+                2 * std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )),
             data_addr,
             cfg,
             negotiator,
@@ -279,6 +285,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
         let wanted: Vec<String> =
             std::iter::once(r.algo.clone()).filter(|a| !a.is_empty()).collect();
         let algo = pick_digest(&wanted)?;
+        let _turn = self.digests.acquire().await.expect("the semaphore is never closed");
         if r.upload {
             // At most a million pieces of at least 64 KiB: the answer stays a few tens of MB.
             if r.piece < 64 << 10 || r.length / r.piece > 1 << 20 {
@@ -321,7 +328,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             tokio::task::spawn_blocking(move || n.grant(r, local))
                 .await
                 .map_err(|e| Status::internal(format!("store task failed: {e}")))??;
-        answer.token = self.negotiator.tokens.issue(grant).to_vec();
+        answer.token = self.negotiator.tokens.issue(grant).map_err(full)?.to_vec();
         Ok(Response::new(answer))
     }
 
@@ -399,7 +406,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             whole_before_use: false,
             bind: BindGrant { id, endpoint, profile: offer.profile.clone(), label, udp },
         };
-        let token = self.negotiator.tokens.issue(grant);
+        let token = self.negotiator.tokens.issue(grant).map_err(full)?;
         Ok(Response::new(pb::BindResponse {
             refused: String::new(),
             offer: Some(offer.profile.to_pb()),
@@ -420,4 +427,9 @@ impl pb::blob_store_server::BlobStore for ControlService {
     ) -> Result<Response<pb::BindingsResponse>, Status> {
         Ok(Response::new(pb::BindingsResponse { bindings: self.negotiator.bindings.status() }))
     }
+}
+
+/// The token table is full: the call is refused with why (the client may ask again later).
+fn full(f: crate::tokens::Full) -> Status {
+    Status::resource_exhausted(f.0)
 }
