@@ -25,7 +25,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bs_binding::{Binding, BindingError, Floor, Limits, Msg, Profile, Role, Session};
-use bs_transport::{Conn, TlsServer};
+use bs_transport::{Conn, TlsServer, Unproven};
 use bs_wire::ErrorCode;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
@@ -41,6 +41,12 @@ const QUEUE_DEPTH: usize = 16;
 pub const STOP_PATIENCE: Duration = Duration::from_secs(30);
 /// How long a new connection has to say `JOIN`.
 const JOIN_WAIT: Duration = Duration::from_secs(10);
+/// Most connections at once that have not said `JOIN` yet (each holds a thread): peers that
+/// connect and say nothing, or trickle, hold no more; further ones are closed at once.
+pub const MAX_JOINING: usize = 64;
+/// Largest first message: a `JOIN` is a few hundred bytes (a body this size or larger is
+/// refused before it is read, not buffered for a peer that has proven nothing).
+const JOIN_MAX: u64 = 64 << 10;
 /// A peer whose host stops answering is given up after this long.
 const DEAD_PEER: Duration = Duration::from_secs(30);
 
@@ -67,6 +73,8 @@ struct Inner {
     flows: Mutex<HashMap<String, Arc<Flow>>>,
     next_id: AtomicU64,
     closing: AtomicBool,
+    /// Connections that have not said JOIN yet (each a thread): at most [`MAX_JOINING`].
+    joining: Arc<std::sync::atomic::AtomicUsize>,
     /// Every open connection, to end them all when the distributer stops.
     conns: Mutex<HashMap<u64, TcpStream>>,
     /// Serve every connection in TLS with this identity.
@@ -219,6 +227,7 @@ impl Distributer {
             cfg,
             flows: Mutex::new(flows),
             next_id: AtomicU64::new(1),
+            joining: Arc::default(),
             closing: AtomicBool::new(false),
             conns: Mutex::default(),
             tls,
@@ -319,11 +328,18 @@ fn accept_loop(inner: &Arc<Inner>, listener: TcpListener) {
             return;
         }
         let Ok(tcp) = conn else { continue };
+        // Counted until it has joined (or gone).
+        let Some(joining) = Unproven::take(&inner.joining, MAX_JOINING) else {
+            tracing::warn!(
+                "distributer: {MAX_JOINING} connections have not joined yet; closing a new one"
+            );
+            continue;
+        };
         let inner = inner.clone();
         let spawned = thread::Builder::new()
             .name("distributer-conn".into())
             .stack_size(512 * 1024)
-            .spawn(move || serve(&inner, tcp));
+            .spawn(move || serve(&inner, tcp, joining));
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start a connection thread");
         }
@@ -336,16 +352,16 @@ fn refuse(b: Binding, code: ErrorCode, reason: String) {
     b.end_with(code, reason);
 }
 
-fn serve(inner: &Arc<Inner>, tcp: TcpStream) {
+fn serve(inner: &Arc<Inner>, tcp: TcpStream, joining: Unproven) {
     let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
     if let Ok(s) = tcp.try_clone() {
         inner.conns.lock().unwrap().insert(id, s);
     }
-    serve_conn(inner, tcp, id);
+    serve_conn(inner, tcp, id, joining);
     inner.conns.lock().unwrap().remove(&id);
 }
 
-fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
+fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
     let _ = tcp.set_nodelay(true);
     let kill = tcp.try_clone().ok();
     let mut conn = match &inner.tls {
@@ -366,6 +382,18 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     if let Err(e) = conn.handshake() {
         tracing::info!(error = %e, "distributer: TLS handshake failed");
         return;
+    }
+    // The first frame's size before its body is read.
+    match bs_transport::first_message_at_most(&mut conn, JOIN_MAX) {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => {
+            return refuse(binding(conn, Role::Responder, id), ErrorCode::BadFrame, why);
+        }
+        Err(e) => {
+            let why = format!("expected JOIN: {e}");
+            let code = BindingError::from(e).code();
+            return refuse(binding(conn, Role::Responder, id), code, why);
+        }
     }
     let mut b = binding(conn, Role::Responder, id);
     let first = match b.recv_within(JOIN_WAIT) {
@@ -397,6 +425,8 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64) {
     {
         return refuse(b, ErrorCode::BadToken, DistribError::BadToken(join.stream).to_string());
     }
+    // Joined: no longer among the connections that have proven nothing.
+    drop(joining);
     // A receiver of a udp flow gets its datagrams from a socket of its own, on the address
     // its connection came to.
     let udp = match flow.spec.transport {

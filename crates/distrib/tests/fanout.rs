@@ -327,6 +327,43 @@ fn a_sender_token_keeps_receivers_from_sending() {
     s.start(&params("roles")).unwrap();
 }
 
+/// Peers that have proven nothing hold little: a first message announcing more than a JOIN can
+/// be is refused before its body is read; past `MAX_JOINING` connections that have not joined,
+/// further ones are closed at once (no thread each); once they go, peers join again.
+#[test]
+fn peers_that_have_not_joined_hold_little() {
+    use std::io::{Read, Write};
+    let (_d, addr) = distributer();
+    let mut big = std::net::TcpStream::connect(&addr).unwrap();
+    let head = bs_wire::Header { kind: bs_wire::FrameKind::Msg, body_len: 0, a: 0, b: 16 << 20 };
+    big.write_all(&head.encode()).unwrap();
+    let mut conn = bs_transport::Conn::new(big);
+    match conn.read_frame().unwrap() {
+        bs_wire::Frame::Error { message, .. } => {
+            assert!(message.contains("a greeting is at most"), "{message}")
+        }
+        other => panic!("expected ERROR, got {other:?}"),
+    }
+
+    let silent: Vec<_> = (0..bs_distrib::distributer::MAX_JOINING)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    // One more: closed without a word (not held until the JOIN wait ends, then told).
+    let mut extra = std::net::TcpStream::connect(&addr).unwrap();
+    extra.set_read_timeout(Some(WAIT)).unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(extra.read(&mut buf).unwrap_or(0), 0, "closed at once, no ERROR frame");
+    drop(silent);
+    let give_up = std::time::Instant::now() + WAIT;
+    loop {
+        match Receiver::connect(&addr, "obs", "hold", "after", Some("t0k")) {
+            Ok(_) => break,
+            Err(e) => assert!(std::time::Instant::now() < give_up, "cannot join again: {e}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     let (d, addr) = distributer();

@@ -19,7 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bs_binding::{Binding, Role};
-use bs_transport::{Conn, TlsServer};
+use bs_transport::{Conn, TlsServer, Unproven};
 use bytes::Bytes;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
@@ -142,6 +142,9 @@ struct Inner {
     order: AtomicU64,
     closing: AtomicBool,
     conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Connections that have not presented their HELLO and token yet (each a thread): at most
+    /// [`MAX_UNPROVEN`].
+    unproven: Arc<std::sync::atomic::AtomicUsize>,
     next_id: AtomicU64,
     cache_hits: AtomicU64,
     sent_blocks: AtomicU64,
@@ -181,6 +184,7 @@ impl BlockServer {
             closing: AtomicBool::new(false),
             conns: Mutex::default(),
             next_id: AtomicU64::new(0),
+            unproven: Arc::default(),
             cache_hits: AtomicU64::new(0),
             sent_blocks: AtomicU64::new(0),
             sent_bytes: AtomicU64::new(0),
@@ -341,12 +345,26 @@ fn reader(i: &Arc<Inner>, disk: usize) {
     }
 }
 
+/// Most connections at once that have not said HELLO with the token yet (each holds a
+/// thread): peers that connect and say nothing, or trickle, hold no more; further ones are
+/// closed at once.
+pub const MAX_UNPROVEN: usize = 64;
+/// Largest first message: a HELLO is a few hundred bytes.
+const HELLO_MAX: u64 = 64 << 10;
+
 fn accept(i: &Arc<Inner>, listener: TcpListener) {
     for conn in listener.incoming() {
         if i.closing.load(Ordering::SeqCst) {
             return;
         }
         let Ok(tcp) = conn else { continue };
+        // Counted until its HELLO and token check out (or it goes).
+        let Some(unproven) = Unproven::take(&i.unproven, MAX_UNPROVEN) else {
+            tracing::warn!(
+                "block server: {MAX_UNPROVEN} connections have not said HELLO; closing a new one"
+            );
+            continue;
+        };
         let inner = i.clone();
         let spawned = thread::Builder::new().name("dpss-conn".into()).stack_size(512 * 1024).spawn(
             move || {
@@ -354,7 +372,7 @@ fn accept(i: &Arc<Inner>, listener: TcpListener) {
                 if let Ok(s) = tcp.try_clone() {
                     inner.conns.lock().unwrap().insert(id, s);
                 }
-                serve(&inner, tcp, id);
+                serve(&inner, tcp, id, unproven);
                 inner.conns.lock().unwrap().remove(&id);
             },
         );
@@ -369,7 +387,7 @@ fn refuse(b: Binding, e: &DpssError) {
     b.end_with(e.code(), e.to_string());
 }
 
-fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64) {
+fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64, unproven: Unproven) {
     let _ = tcp.set_nodelay(true);
     let mut conn = match &i.cfg.tls {
         None => Conn::new(tcp),
@@ -383,6 +401,17 @@ fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64) {
     // CONNECT_WAIT trying to send a refusal over a connection that has no TLS session.
     if let Err(e) = conn.handshake() {
         return tracing::info!(error = %e, "block server: TLS handshake failed");
+    }
+    // The first frame's size before its body is read.
+    match bs_transport::first_message_at_most(&mut conn, HELLO_MAX) {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => {
+            return refuse(binding(conn, Role::Responder, id), &DpssError::Malformed(why));
+        }
+        Err(e) => {
+            let e = DpssError::Malformed(format!("expected HELLO: {e}"));
+            return refuse(binding(conn, Role::Responder, id), &e);
+        }
     }
     let mut b = binding(conn, Role::Responder, id);
     let first = match b.recv_within(CONNECT_WAIT) {
@@ -403,6 +432,8 @@ fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64) {
     {
         return refuse(b, &DpssError::BadToken);
     }
+    // Proven: no longer among the connections that have shown nothing.
+    drop(unproven);
     let _ = b.conn().set_read_timeout(None);
     let _ = b.conn().watch_for_dead_peer(DEAD_PEER);
     let welcome = msg::Welcome {

@@ -11,8 +11,10 @@ pub mod far;
 pub mod socket;
 pub mod sockopt;
 pub mod tls;
+pub mod unproven;
 
 pub use conn::{Conn, FileSource, send_vectored};
 pub use error::TransportError;
 pub use socket::{SocketOptions, connect_any};
 pub use tls::{TlsClient, TlsError, TlsServer, host_of};
+pub use unproven::{Unproven, first_message_at_most};
