@@ -60,5 +60,14 @@ test('browse: samples folder, three tiles with thumbnails, breadcrumbs', { timeo
   await page.locator('#crumbs a[data-prefix=""]').click();
   await folder.waitFor();
   assert.deepEqual(await page.locator('#crumbs a').allTextContents(), ['store']);
+
+  // A folder that happens to be named series: a link into it opens its image, not the
+  // series viewer (whose links name a UID: digits and dots).
+  const card = await (await fetch(new URL('blobs/samples/test-card.png', server.url))).arrayBuffer();
+  const put = await fetch(new URL('blobs/series/a.png', server.url), { method: 'PUT', body: card, headers: { 'Content-Type': 'image/png' } });
+  assert.equal(put.status, 201);
+  await page.goto(`${server.url.replace(/\/$/, '')}/#/series/a.png`);
+  await page.waitForSelector('#view[data-state="ready"]');
+  assert.equal(await page.textContent('#view-key'), 'series/a.png');
   await assertNoErrors(page);
 });

@@ -106,8 +106,9 @@ function start() {
   }
   loadFilters();
   // #series/UID opens a series in the series viewer (a link to share, or a benchmark's).
-  if (path.startsWith('series/')) {
-    openSeries(path.slice('series/'.length), path.slice('series/'.length));
+  const series = seriesOf(path);
+  if (series) {
+    openSeries(series, series);
     navigate('');
     return;
   }
@@ -121,6 +122,12 @@ function start() {
   navigate(prefix).then(() => {
     if (image) selectKey(image);
   });
+}
+
+/** The Series Instance UID a `series/UID` link names (a UID is digits and dots), or null:
+ * `series/…` with anything else is a blob path in a folder that happens to be named series. */
+function seriesOf(path) {
+  return /^series\/([0-9]+(\.[0-9]+)*)$/.exec(path)?.[1] ?? null;
 }
 
 /** With `--auth-token-file` on the server, ask for the token once and keep it in an
@@ -156,8 +163,8 @@ window.addEventListener('hashchange', () => {
   } catch {
     return;
   }
-  if (path.startsWith('series/')) {
-    const uid = path.slice('series/'.length);
+  const uid = seriesOf(path);
+  if (uid) {
     if (state.stack?.info.uid !== uid) openSeries(uid, uid);
   } else if (path.endsWith('/') || !path) {
     if (path !== state.prefix) navigate(path);
