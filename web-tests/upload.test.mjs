@@ -110,4 +110,18 @@ test('upload: file picker and drag-and-drop', { timeout: 120_000 }, async () => 
   const gone = await fetch(new URL('blobs/samples/dropped.png', server.url));
   assert.equal(gone.status, 404);
   await assertNoErrors(page);
+
+  // The server unreachable as an upload goes: the upload's failure stays readable, and the
+  // listing's that follows is said after it, not instead.
+  await page.route('**/blobs/**', (r) => r.abort());
+  await page.route('**/api/list?**', (r) => r.abort());
+  const lost = await page.evaluateHandle(() => {
+    const t = new DataTransfer();
+    t.items.add(new File([new Uint8Array([9, 9, 9])], 'lost.png', { type: 'image/png' }));
+    return t;
+  });
+  await page.dispatchEvent('#canvas', 'drop', { dataTransfer: lost });
+  await page.waitForFunction(() => /then: Could not list/.test(document.querySelector('#error-message').textContent));
+  assert.match(await page.textContent('#error-message'), /^Upload failed: lost\.png/);
+  await page.unrouteAll();
 });

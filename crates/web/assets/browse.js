@@ -194,7 +194,8 @@ export async function navigate(prefix, { keepError = false } = {}) {
     if (!state.img) setHash(state.prefix);
   } catch (e) {
     if (seq !== state.listSeq) return;
-    fail(`Could not list ${prefix || 'the store'}`, e);
+    // After an error the caller keeps (an upload's), this one is said after it.
+    fail(`Could not list ${prefix || 'the store'}`, e, { add: keepError });
   } finally {
     if (seq === state.listSeq && !bs.ready) bs.ready = true;
   }

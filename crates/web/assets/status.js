@@ -126,7 +126,10 @@ export const progress = {
   },
 };
 
-export function showError(message) {
+/** Show `message` in the error banner; with `add`, after what the banner already shows (an
+ * upload's failure stays readable when the listing that follows fails too). */
+export function showError(message, { add = false } = {}) {
+  if (add && !el.error.hidden && el.errorMessage.textContent) message = `${el.errorMessage.textContent} — then: ${message}`;
   bs.lastError = message;
   el.errorMessage.textContent = message;
   el.error.title = message;
@@ -148,8 +151,8 @@ export function setStatus(message) {
 }
 
 /** Report a failure: ignore aborted requests, show the rest in the error banner. */
-export function fail(context, e) {
+export function fail(context, e, opts = {}) {
   if (e?.name === 'AbortError') return;
   const msg = e instanceof Error ? e.message : String(e);
-  showError(context ? `${context}: ${msg}` : msg);
+  showError(context ? `${context}: ${msg}` : msg, opts);
 }
