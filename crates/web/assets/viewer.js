@@ -89,7 +89,10 @@ export function updateWlReadout() {
   }
   const w = Math.round(state.wl.w);
   const c = Math.round(state.wl.c) + 0; // + 0 turns -0 into 0
-  el.wlReadout.textContent = `W ${w} / L ${c}${unit()}`;
+  // A grey-level result (edge, emboss, window) is shown on its own full scale: the window
+  // moves only the original (seen with the before/after slider), and the readout says so.
+  const grey = state.img.filt?.ownWindow ? ' (original; result on its own scale)' : '';
+  el.wlReadout.textContent = `W ${w} / L ${c}${unit()}${grey}`;
   renderOverlay();
 }
 
