@@ -40,11 +40,16 @@ impl Verdict {
     }
 }
 
-/// How the server's copy of blob `key` (`size` bytes) reads back now: the server reads it
-/// whole, checking every chunk against its digest (a corrupt one is marked).
-fn server_copy(client: &bs_client::Client, key: &str, size: u64) -> Verdict {
-    match client.range_digest(key, 0, size, bs_wire::DigestAlgo::default()) {
-        Ok(_) => Verdict::Same,
+/// How the server's copy of blob `key` (`size` bytes, recorded as `digest`, which the local
+/// file matched) reads back now: the server reads it whole, checking every chunk against its
+/// digest (a corrupt one is marked), and the digest of the whole must be the recorded one.
+fn server_copy(client: &bs_client::Client, key: &str, size: u64, digest: &str) -> Verdict {
+    let Ok(recorded) = digest.parse::<Digest>() else {
+        return Verdict::Unreadable(format!("the server's digest {digest:?}"));
+    };
+    match client.range_digest(key, 0, size, recorded.algo) {
+        Ok(d) if d == recorded => Verdict::Same,
+        Ok(d) => Verdict::CorruptOnServer(format!("reads back as {d}, recorded as {recorded}")),
         Err(bs_client::ClientError::Corrupt(why)) => Verdict::CorruptOnServer(why),
         Err(bs_client::ClientError::NotFound(_)) => Verdict::OnlyLocal,
         Err(e) => Verdict::Unreadable(format!("on the server: {e}")),
@@ -123,7 +128,9 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
         let v = match client.stat(&a.key) {
             Ok(b) => match compare(&a.file, b.size, &b.digest) {
                 // The server re-reads this one blob, every chunk against its digest.
-                Verdict::Same if !a.recorded_only => server_copy(&client, &a.key, b.size),
+                Verdict::Same if !a.recorded_only => {
+                    server_copy(&client, &a.key, b.size, &b.digest)
+                }
                 v => v,
             },
             Err(bs_client::ClientError::NotFound(_)) => Verdict::OnlyLocal,

@@ -479,14 +479,10 @@ pub async fn tile(
     Ok(r)
 }
 
-/// A tile's `ETag`: its digest in hex, quoted.
+/// A tile's `ETag`: its digest in hex, quoted (built on the stack: one per tile served).
 fn tile_etag(digest: &[u8; 16]) -> HeaderValue {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut v = [b'"'; 34];
-    for (i, b) in digest.iter().enumerate() {
-        v[1 + 2 * i] = HEX[usize::from(b >> 4)];
-        v[2 + 2 * i] = HEX[usize::from(b & 15)];
-    }
+    hex::encode_to_slice(digest, &mut v[1..33]).expect("32 hex digits fit 32 bytes");
     HeaderValue::from_bytes(&v).expect("hex digits and quotes are a valid header value")
 }
 

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use std::time::{Duration, Instant};
+
 use bs_dpss::layout::Layout;
 use bs_dpss::pyramid::{Synthetic, TileSource};
 use bs_dpss::{BlockId, BlockServer, ClientOptions, ServerConfig, ServerRef, master};
@@ -11,7 +13,39 @@ use bs_imaging::registry::Registry;
 use bs_meta::ImageIndex;
 use bs_store::MemStore;
 use bs_web::{WebConfig, WebServer};
-use std::time::{Duration, Instant};
+
+/// A master and one block server on port 0, with the runtime the master runs on.
+struct Store {
+    _dir: tempfile::TempDir,
+    rt: tokio::runtime::Runtime,
+    maddr: String,
+    srv: BlockServer,
+}
+
+fn block_store() -> Store {
+    let dir = tempfile::tempdir().unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let maddr = master::start(&rt, "127.0.0.1:0", &dir.path().join("names.db")).unwrap();
+    let srv =
+        BlockServer::start("127.0.0.1:0", ServerConfig::new(vec![dir.path().join("s0")])).unwrap();
+    Store { _dir: dir, rt, maddr, srv }
+}
+
+impl Store {
+    /// A web server on port 0 serving this block store's tiles.
+    fn web(&self) -> WebServer {
+        let cfg = WebConfig { dpss_master: Some(self.maddr.clone()), ..WebConfig::ephemeral() };
+        self.rt
+            .block_on(WebServer::start(
+                Arc::new(MemStore::new()),
+                Arc::new(ImageIndex::open_in_memory().unwrap()),
+                Arc::new(Registry::builtin()),
+                cfg,
+            ))
+            .unwrap()
+    }
+}
 
 /// Load `src` as data set `name` (one server, one copy) through the master at `maddr`.
 fn load(maddr: &str, srv: &BlockServer, name: &str, src: &Synthetic) {
@@ -24,12 +58,8 @@ fn load(maddr: &str, srv: &BlockServer, name: &str, src: &Synthetic) {
 
 #[test]
 fn a_data_set_dropped_or_loaded_again_is_not_served_from_the_earlier_loads_tiles() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let maddr = master::start(&rt, "127.0.0.1:0", &dir.path().join("names.db")).unwrap();
-    let srv =
-        BlockServer::start("127.0.0.1:0", ServerConfig::new(vec![dir.path().join("s0")])).unwrap();
+    let store = block_store();
+    let Store { rt, maddr, srv, .. } = &store;
     // Reporting to the master, which tells `remove` whom to ask to drop the blocks.
     let opts = ClientOptions::default();
     master::heartbeat(maddr.clone(), opts.clone(), Duration::from_millis(50), srv.stats_source())
@@ -47,15 +77,8 @@ fn a_data_set_dropped_or_loaded_again_is_not_served_from_the_earlier_loads_tiles
     let first = BlockId::new(0, 0, 0);
     let (tile_a, tile_b) = (a.block(first).unwrap(), b.block(first).unwrap());
     assert_ne!(tile_a, tile_b, "the two loads differ in the tile asked for");
-    load(&maddr, &srv, "re", &a);
-    let web = rt
-        .block_on(WebServer::start(
-            Arc::new(MemStore::new()),
-            Arc::new(ImageIndex::open_in_memory().unwrap()),
-            Arc::new(Registry::builtin()),
-            WebConfig { dpss_master: Some(maddr.clone()), ..WebConfig::ephemeral() },
-        ))
-        .unwrap();
+    load(maddr, srv, "re", &a);
+    let web = store.web();
     let url = format!("{}iiif/re/0,0,256,256/256,256/0/default.png", web.url());
     let http = reqwest::Client::new();
     let get = |if_none_match: Option<&str>| {
@@ -125,27 +148,13 @@ fn a_data_set_dropped_or_loaded_again_is_not_served_from_the_earlier_loads_tiles
 
 #[test]
 fn concurrent_first_requests_start_one_block_store_client() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let maddr = master::start(&rt, "127.0.0.1:0", &dir.path().join("names.db")).unwrap();
-    let srv =
-        BlockServer::start("127.0.0.1:0", ServerConfig::new(vec![dir.path().join("s0")])).unwrap();
-    let servers =
-        vec![ServerRef { name: srv.name().into(), addr: srv.addr().to_string(), disks: 1 }];
-    let layout = Layout::plan("tiles", "image", (1024, 768), 256, servers, 1).unwrap();
+    let store = block_store();
+    let Store { rt, maddr, srv, .. } = &store;
     let src = Synthetic { width: 1024, height: 768, tile: 256 };
-    bs_dpss::loader::load(&maddr, layout, &src, &ClientOptions::default(), &mut |_, _| {}).unwrap();
+    load(maddr, srv, "tiles", &src);
     assert_eq!(srv.stats().clients, 0, "the loader's connection is no client session");
 
-    let web = rt
-        .block_on(WebServer::start(
-            Arc::new(MemStore::new()),
-            Arc::new(ImageIndex::open_in_memory().unwrap()),
-            Arc::new(Registry::builtin()),
-            WebConfig { dpss_master: Some(maddr.clone()), ..WebConfig::ephemeral() },
-        ))
-        .unwrap();
+    let web = store.web();
     let base = web.url().trim_end_matches('/').to_string();
     let http = reqwest::Client::new();
     let answers = rt.block_on(async {
