@@ -66,7 +66,7 @@ fn a_data_set_dropped_or_loaded_again_is_not_served_from_the_earlier_loads_tiles
         .unwrap();
     let give_up = Instant::now() + Duration::from_secs(30);
     // (Until the first report the master answers "no live block server", an error.)
-    while !bs_dpss::loader::live_servers(&maddr, &opts).is_ok_and(|s| !s.is_empty()) {
+    while !bs_dpss::loader::live_servers(maddr, &opts).is_ok_and(|s| !s.is_empty()) {
         assert!(Instant::now() < give_up, "the block server never reported to the master");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -101,7 +101,7 @@ fn a_data_set_dropped_or_loaded_again_is_not_served_from_the_earlier_loads_tiles
     assert_eq!((status, body.len(), h["etag"].to_str().unwrap()), (304, 0, etag.as_str()));
 
     // Dropped: within a few checks of the master, the kept tile is no longer served.
-    bs_dpss::loader::remove(&maddr, "re", &opts).unwrap();
+    bs_dpss::loader::remove(maddr, "re", &opts).unwrap();
     let give_up = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, _, body) = get(None);
@@ -118,10 +118,10 @@ fn a_data_set_dropped_or_loaded_again_is_not_served_from_the_earlier_loads_tiles
 
     // Loaded again from other pixels while a pump holds the first load: the new load's tile
     // (and size) replace the old within a few checks, and the old never comes back.
-    load(&maddr, &srv, "re", &a);
+    load(maddr, srv, "re", &a);
     assert_eq!(get(None).2[..], tile_a[..]);
-    bs_dpss::loader::remove(&maddr, "re", &opts).unwrap();
-    load(&maddr, &srv, "re", &b);
+    bs_dpss::loader::remove(maddr, "re", &opts).unwrap();
+    load(maddr, srv, "re", &b);
     let give_up = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, _, body) = get(None);
