@@ -448,16 +448,56 @@ const LOOKUP_WAIT: Duration = Duration::from_secs(30);
 
 /// A data set's layout from the master at `master` (host:port).
 pub fn lookup(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Layout, DpssError> {
-    block_on(async {
-        let mut c = crate::master::connect(master, opts).await?;
-        let ask = c.lookup(bs_proto::DpssLookupRequest { dataset: dataset.into() });
-        let l = tokio::time::timeout(LOOKUP_WAIT, ask).await.map_err(|_| {
-            DpssError::Master(format!(
-                "the master at {master} did not answer within {LOOKUP_WAIT:?}"
-            ))
-        })??;
-        Layout::try_from(l.into_inner())
-    })
+    Lookups::new(master, opts)?.lookup(dataset)
+}
+
+/// Layouts asked of one master again and again (the web server's watcher asks every second):
+/// one runtime and one connection for them all, connected again only after one failed.
+pub struct Lookups {
+    master: String,
+    opts: ClientOptions,
+    rt: tokio::runtime::Runtime,
+    conn: Option<crate::master::MasterClient>,
+}
+
+impl Lookups {
+    pub fn new(master: &str, opts: &ClientOptions) -> Result<Self, DpssError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| DpssError::Master(format!("no runtime to ask the master: {e}")))?;
+        Ok(Self { master: master.into(), opts: opts.clone(), rt, conn: None })
+    }
+
+    /// `dataset`'s layout now.
+    pub fn lookup(&mut self, dataset: &str) -> Result<Layout, DpssError> {
+        let Self { master, opts, rt, conn } = self;
+        rt.block_on(async {
+            let c = match conn {
+                Some(c) => c,
+                None => conn.insert(crate::master::connect(master, opts).await?),
+            };
+            let ask = c.lookup(bs_proto::DpssLookupRequest { dataset: dataset.into() });
+            let answer = match tokio::time::timeout(LOOKUP_WAIT, ask).await {
+                Ok(Ok(l)) => l.into_inner(),
+                Ok(Err(s)) => {
+                    // The master's own answer keeps the connection; anything else may have
+                    // broken it.
+                    if s.code() != tonic::Code::NotFound {
+                        *conn = None;
+                    }
+                    return Err(s.into());
+                }
+                Err(_) => {
+                    *conn = None;
+                    return Err(DpssError::Master(format!(
+                        "the master at {master} did not answer within {LOOKUP_WAIT:?}"
+                    )));
+                }
+            };
+            Layout::try_from(answer)
+        })
+    }
 }
 
 /// Run `f` to completion from blocking code (a runtime of its own on this thread).

@@ -184,11 +184,16 @@ impl Tiles {
 /// Returns when the pump has ended or nobody holds it any more (the web server stopped).
 fn watch(master: &str, opts: &ClientOptions, p: &std::sync::Weak<Pump>) {
     let mut unreachable = false;
+    let mut lookups = match bs_dpss::client::Lookups::new(master, opts) {
+        Ok(l) => l,
+        // Unwatched, a pump could serve a dropped load's tiles: it ends instead.
+        Err(e) => return p.upgrade().into_iter().for_each(|p| p.end(format!("{e}; retry"))),
+    };
     loop {
         std::thread::sleep(LAYOUT_CHECK);
         let Some(p) = p.upgrade().filter(|p| !p.ended.load(Ordering::SeqCst)) else { return };
         let dataset = &p.layout.dataset;
-        let why = match bs_dpss::client::lookup(master, dataset, opts) {
+        let why = match lookups.lookup(dataset) {
             Ok(l) if l.published_ns == p.layout.published_ns => None,
             Ok(_) => Some(format!("{dataset:?} was loaded again; retry")),
             Err(e) => match dpss_error(e) {
