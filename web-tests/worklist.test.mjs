@@ -173,5 +173,30 @@ test('worklist: studies, series, slice scrolling, prefetch, cine', { timeout: 18
   await page.fill('#search-q', 'ward 8');
   await page.click('#search-submit');
   await page.waitForFunction(() => /No studies match/.test(document.querySelector('#worklist').textContent));
+
+  // A study uploaded while the Studies tab is open shows up in it without leaving the tab:
+  // a copy of a slice with the study UID changed (same length, so the file stays valid).
+  await page.fill('#search-q', '');
+  await page.click('#search-submit');
+  await page.waitForFunction(() => document.querySelectorAll('#worklist-table tr.study').length === 1);
+  const { uid, bytes } = await page.evaluate(async () => {
+    const st = await (await fetch('/api/studies')).json();
+    const b = new Uint8Array(await (await fetch('/blobs/samples/ct-series/slice-01.dcm')).arrayBuffer());
+    return { uid: st.studies[0].study_uid, bytes: [...b] };
+  });
+  const file = Buffer.from(bytes);
+  const other = uid.slice(0, -1) + (uid.endsWith('9') ? '8' : '9');
+  let replaced = 0;
+  for (let at = file.indexOf(uid); at >= 0; at = file.indexOf(uid, at + 1)) {
+    const next = file[at + uid.length];
+    if (next === 0x2e || (next >= 0x30 && next <= 0x39)) continue; // a longer UID it begins
+    file.write(other, at, 'latin1');
+    replaced++;
+  }
+  assert.ok(replaced >= 1, 'the study UID is in the file');
+  await page.setInputFiles('#file-input', { name: 'other-study.dcm', mimeType: 'application/dicom', buffer: file });
+  await page.waitForFunction(() => document.querySelectorAll('#worklist-table tr.study').length === 2);
+  assert.match(await page.textContent('#worklist-range'), /1–2 of 2 studies/);
+  assert.equal(await page.locator('#worklist').isVisible(), true, 'the Studies tab stays open');
   await assertNoErrors(page);
 });

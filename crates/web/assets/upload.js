@@ -54,6 +54,9 @@ async function uploadFiles(fileList) {
   // with the image the viewer shows; the new tile is only marked as new.
   state.selectedKey = state.img?.key ?? null;
   await navigate(prefix, { keepError: true });
+  // On the Studies tab, the worklist shows what the upload added (the listing, hidden, is
+  // already fresh for when the Files tab comes back).
+  if (!el.worklist.hidden) state.worklist.reload();
   const fresh = lastKey && tileFor(lastKey);
   if (fresh) {
     fresh.classList.add('fresh');
