@@ -712,6 +712,7 @@ fn serve_process_with(n: usize, extra: &[&str]) -> Result<Option<ServeProcess>, 
     let mut child = std::process::Command::new(exe)
         .args(["serve", "--memory", "--no-http", "--addr", "127.0.0.1:0", "--no-udp"])
         .args(["--max-connections", &(n + 100).to_string()])
+        .args(["--max-bindings", &(n + 100).to_string()])
         .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -708,6 +708,15 @@ pub struct ServeArgs {
     /// Most concurrent data transfers; more are told to retry (clients do, for a while).
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Most bindings open at once (each a connection and a thread, often idle); they do not
+    /// count among --max-connections. More are told to retry.
+    #[arg(long, default_value_t = 1024)]
+    pub max_bindings: usize,
+    /// A push over the data plane slower than this on average (after its first --io-timeout
+    /// seconds) is ended, so a client trickling bytes cannot hold a transfer slot (k/m/g
+    /// suffixes; 0: no floor).
+    #[arg(long, default_value = "1k", value_parser = parse_rate, value_name = "BYTES_PER_SEC")]
+    pub min_transfer_rate: u64,
     /// Seconds a data connection waits after a transfer for the client's next token (one
     /// more transfer without a new handshake); 0: one transfer per connection.
     #[arg(long, default_value_t = 3, value_name = "SECS")]

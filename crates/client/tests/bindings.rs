@@ -661,3 +661,34 @@ fn udp_is_only_for_lossy_streams_into_the_sink() {
     let b = c.bind(BindEndpoint::Source, &falls_back, &Floor::default(), "", None).unwrap();
     assert_eq!(b.transport, "tcp");
 }
+
+#[test]
+fn idle_bindings_hold_no_transfer_slot_and_have_a_limit_of_their_own() {
+    let cfg = ServerConfig { max_connections: 1, max_bindings: 2, ..ServerConfig::ephemeral() };
+    let (_s, c) = server_with(cfg);
+    let p = layers(&[]);
+    let mut held: Vec<_> = (0..2).map(|_| echo(&c, &p).binding).collect();
+    for b in &mut held {
+        assert_eq!(&b.request(b"here").unwrap()[..], b"here");
+    }
+    // Both bindings open and idle: a transfer still finds the one transfer slot.
+    let route = bs_client::RouteRequest { size: Some(5), ..Default::default() };
+    c.push_all("blob", b"bytes", Some(route)).unwrap();
+    let mut back = c.open_pull("blob", 0, None).unwrap();
+    let mut out = vec![0; 5];
+    back.read_exact_to_end(&mut out).unwrap();
+    assert_eq!(out, b"bytes");
+    // A third binding is turned away as busy, and the two stay.
+    let mut third = echo(&c, &p).binding;
+    let e = third.request(b"room?").unwrap_err();
+    assert!(
+        matches!(&e, BindingError::Remote { code: ErrorCode::Busy, message } if message.contains("binding limit")),
+        "{e:?}"
+    );
+    assert_eq!(&held[0].request(b"still").unwrap()[..], b"still");
+    // One closed makes room.
+    held.pop().unwrap().close();
+    wait_bindings(&c, 1);
+    let mut next = echo(&c, &p).binding;
+    assert_eq!(&next.request(b"in").unwrap()[..], b"in");
+}

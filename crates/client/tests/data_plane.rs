@@ -1075,6 +1075,50 @@ fn transfers_beyond_the_limit_are_told_busy_and_the_client_waits_for_room() {
 }
 
 #[test]
+fn a_push_trickling_under_the_rate_floor_is_ended_and_frees_its_slot() {
+    let cfg = ServerConfig {
+        io_timeout: Duration::from_secs(1),
+        min_transfer_rate: 100_000,
+        max_connections: 1,
+        ..ServerConfig::ephemeral()
+    };
+    let (s, c) = server_with(Arc::new(MemStore::new()), cfg);
+    c.route(RouteRequest { name: "slow".into(), size: Some(1_000_000), ..Default::default() })
+        .unwrap();
+    let token = raw_token(&s, "slow", bs_proto::Direction::Push);
+    let mut t = TcpStream::connect(s.data_addr()).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    t.write_all(&Frame::Hello { token }.encode()).unwrap();
+    let mut conn = bs_transport::Conn::new(t.try_clone().unwrap());
+    assert!(matches!(conn.read_frame().unwrap(), Frame::Ack { committed: None, .. }));
+    t.write_all(&Frame::Data { offset: 0, len: 1_000_000 }.encode()).unwrap();
+    // A kilobyte every 100 ms: each read comes well within the 1 s timeout, but 10 kB/s is
+    // under the 100 kB/s floor.
+    let trickle = thread::spawn(move || {
+        for _ in 0..600 {
+            if t.write_all(&[7; 1000]).is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the server took a minute of trickling");
+    });
+    match conn.read_frame().unwrap() {
+        Frame::Error { code, message } => {
+            assert_eq!(code, ErrorCode::TooSlow, "{message}");
+            assert!(message.contains("under the 100000 bytes/s"), "{message}");
+        }
+        f => panic!("expected ERROR(TooSlow), got {f:?}"),
+    }
+    drop(conn);
+    trickle.join().unwrap();
+    assert!(matches!(c.stat("slow"), Err(ClientError::NotFound(_))));
+    // The one transfer slot is free again.
+    push(&c, "next", b"fine");
+    assert_eq!(pull(&c, "next", 0, None), b"fine");
+}
+
+#[test]
 fn a_busy_server_met_on_a_kept_alive_connection_is_waited_for() {
     let cfg = ServerConfig { max_connections: 1, ..ServerConfig::ephemeral() };
     let (s, c) = server_with(Arc::new(MemStore::new()), cfg);

@@ -35,6 +35,13 @@ pub struct ServerConfig {
     /// Most concurrent data transfers (connections whose token was accepted); further ones
     /// are told BUSY, which clients retry.
     pub max_connections: usize,
+    /// Most bindings open at once (each a connection and a thread, often idle for long);
+    /// they do not count among [`ServerConfig::max_connections`]. Further ones are told BUSY.
+    pub max_bindings: usize,
+    /// A push averaging fewer bytes a second than this, once past its first
+    /// [`ServerConfig::io_timeout`], is ended with `ERROR(TooSlow)`, so a client trickling
+    /// bytes cannot hold a transfer slot; 0: no floor.
+    pub min_transfer_rate: u64,
     /// After a transfer, how long its data connection waits for the client's next token
     /// (one more transfer on the same connection, without a new TCP or TLS handshake); zero:
     /// one transfer per connection.
@@ -84,6 +91,8 @@ impl Default for ServerConfig {
             max_unauthenticated: 4096,
             max_unauthenticated_per_ip: 64,
             max_connections: 256,
+            max_bindings: 1024,
+            min_transfer_rate: 1024,
             data_keepalive: Duration::from_secs(3),
             max_idle_data_connections: 64,
             max_unsized_upload: 1 << 40,

@@ -37,6 +37,12 @@ pub(crate) struct Shared {
     pub(crate) tokens: Arc<TokenTable>,
     /// Transfers admitted by a token.
     pub(crate) slots: Arc<Semaphore>,
+    /// Bindings admitted by a token: long-lived and often idle, so they have slots of their
+    /// own and never keep a transfer out.
+    binding_slots: Arc<Semaphore>,
+    /// A push averaging under this many bytes a second, once past its first `io_timeout`,
+    /// is ended (0: no floor), so a trickling client cannot hold a transfer slot.
+    min_rate: u64,
     /// Permits `slots` was created with.
     slot_count: u32,
     io_timeout: Duration,
@@ -74,6 +80,8 @@ impl Shared {
             store,
             tokens: negotiator.tokens.clone(),
             slots: Arc::new(Semaphore::new(slot_count as usize)),
+            binding_slots: Arc::new(Semaphore::new(cfg.max_bindings)),
+            min_rate: cfg.min_transfer_rate,
             slot_count,
             io_timeout: cfg.io_timeout,
             max_unsized_upload: cfg.max_unsized_upload,
@@ -100,9 +108,13 @@ impl Shared {
     ) -> Result<(Grant, OwnedSemaphorePermit), (ErrorCode, String)> {
         // The slot first: a busy server leaves the token unredeemed, so the client may
         // present it again (on a new connection, say) rather than negotiate anew.
-        let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
-            tracing::info!(%peer, "data transfer refused: at the transfer limit");
-            (ErrorCode::Busy, "server is at its data transfer limit; retry later".to_string())
+        let (slots, what) = match self.tokens.direction(token) {
+            Some(Direction::Bind) => (&self.binding_slots, "binding"),
+            _ => (&self.slots, "data transfer"),
+        };
+        let slot = slots.clone().try_acquire_owned().map_err(|_| {
+            tracing::info!(%peer, "{what} refused: at the {what} limit");
+            (ErrorCode::Busy, format!("server is at its {what} limit; retry later"))
         })?;
         let grant = self.tokens.redeem(token).map_err(|code| {
             let why = match code {
@@ -144,6 +156,8 @@ impl From<TransportError> for Failure {
                 (ErrorCode::BadFrame, false)
             }
             TransportError::Remote { code, .. } => (*code, true),
+            // Slow, not gone: it hears why it was cut off.
+            TransportError::TooSlow { .. } => (ErrorCode::TooSlow, false),
             _ => (ErrorCode::Internal, true),
         };
         Self { code, message: e.to_string(), peer_gone }
@@ -226,7 +240,14 @@ fn one_transfer(shared: &Shared, conn: &mut Conn, grant: &Grant) -> bool {
         socket.io_timeout = Some(shared.io_timeout);
         conn.apply(&socket).map_err(TransportError::from)?;
         match b.endpoint {
-            Endpoint::Push => push(shared, conn, grant, &counters),
+            Endpoint::Push => {
+                let floor = (shared.min_rate > 0)
+                    .then(|| bs_transport::ReadFloor::new(shared.min_rate, shared.io_timeout));
+                conn.set_read_floor(floor);
+                let res = push(shared, conn, grant, &counters);
+                conn.set_read_floor(None);
+                res
+            }
             _ => pull(shared, conn, grant, &counters),
         }
     })();

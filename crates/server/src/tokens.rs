@@ -126,6 +126,12 @@ impl TokenTable {
         Ok(token)
     }
 
+    /// What a live token grants, without redeeming it: a connection's kind decides which
+    /// slots it needs before its token is spent.
+    pub fn direction(&self, token: &[u8; TOKEN_LEN]) -> Option<Direction> {
+        self.inner.lock().unwrap().live.get(token).map(|(g, _)| g.direction)
+    }
+
     /// Redeem a token, once. Errors say whether it was unknown, expired or already used.
     pub fn redeem(&self, token: &[u8; TOKEN_LEN]) -> Result<Grant, ErrorCode> {
         let mut i = self.inner.lock().unwrap();

@@ -106,6 +106,8 @@ pub struct Conn {
     nowait: bool,
     /// The peer's and our own address, looked up once (for logs and negotiations).
     addrs: OnceCell<(Option<SocketAddr>, Option<SocketAddr>)>,
+    /// A floor on the rate the peer sends at, while set ([`Conn::set_read_floor`]).
+    floor: Option<crate::floor::ReadFloor>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -131,6 +133,7 @@ impl Conn {
             armed: None,
             nowait: false,
             addrs: OnceCell::new(),
+            floor: None,
         }
     }
 
@@ -466,6 +469,14 @@ impl Conn {
 
     /// A read from the stream, without waiting when [`Conn::nowait`] says so.
     fn stream_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.stream_read_unfloored(buf)?;
+        if let Some(f) = &mut self.floor {
+            f.count(n)?;
+        }
+        Ok(n)
+    }
+
+    fn stream_read_unfloored(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if !self.nowait {
             return self.stream.read(buf);
         }
@@ -477,6 +488,13 @@ impl Conn {
         // SAFETY: `buf` is valid for `buf.len()` bytes of writing for the whole call.
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
         if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+    }
+
+    /// Hold the peer to a floor on the rate it sends at (`None`: none): once past the
+    /// floor's grace, a read that leaves the average under it fails with
+    /// [`TransportError::TooSlow`]. Counts from the moment it is set.
+    pub fn set_read_floor(&mut self, floor: Option<crate::floor::ReadFloor>) {
+        self.floor = floor;
     }
 
     /// Read the next frame (for `DATA`, its header) but leave it to be read again: the next

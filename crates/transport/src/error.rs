@@ -12,6 +12,8 @@ pub enum TransportError {
     Io(#[from] io::Error),
     #[error("data connection timed out waiting for the peer")]
     Timeout,
+    #[error("the peer sent too slowly: {0}")]
+    TooSlow(crate::floor::BelowFloor),
     #[error("peer closed the data connection after {got} of {expected} announced bytes")]
     Truncated { expected: u64, got: u64 },
     #[error("peer closed the data connection before the next frame")]
@@ -29,6 +31,10 @@ pub enum TransportError {
 impl TransportError {
     /// Classify an I/O error: read/write timeouts become [`TransportError::Timeout`].
     pub fn from_io(e: io::Error) -> Self {
+        if let Some(below) = e.get_ref().and_then(|i| i.downcast_ref::<crate::floor::BelowFloor>())
+        {
+            return Self::TooSlow(*below);
+        }
         match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Self::Timeout,
             // rustls reports handshake and record failures as InvalidData carrying its error.

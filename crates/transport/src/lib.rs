@@ -8,6 +8,7 @@
 pub mod conn;
 pub mod error;
 pub mod far;
+pub mod floor;
 pub mod socket;
 pub mod sockopt;
 pub mod tls;
@@ -15,6 +16,7 @@ pub mod unproven;
 
 pub use conn::{Conn, FileSource, send_vectored};
 pub use error::TransportError;
+pub use floor::{BelowFloor, ReadFloor};
 pub use socket::{SocketOptions, connect_any};
 pub use tls::{TlsClient, TlsError, TlsServer, host_of};
 pub use unproven::{Unproven, first_message_at_most};

@@ -201,6 +201,8 @@ pub enum ErrorCode {
     BadMessage = 13,
     /// A renegotiation broke the protocol (e.g. during a fragmented message).
     BadRenegotiation = 14,
+    /// The peer sent too slowly: a push averaged under the server's floor on its rate.
+    TooSlow = 15,
 }
 
 impl ErrorCode {
@@ -220,6 +222,7 @@ impl ErrorCode {
             12 => Self::Corrupt,
             13 => Self::BadMessage,
             14 => Self::BadRenegotiation,
+            15 => Self::TooSlow,
             _ => Self::Internal,
         }
     }
