@@ -708,6 +708,10 @@ pub struct ServeArgs {
     /// Most concurrent data transfers; more are told to retry (clients do, for a while).
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Most control-plane (gRPC) connections open at once; the next wait until one closes.
+    /// Each must say something within 30 s of connecting.
+    #[arg(long, default_value_t = 1024)]
+    pub max_control_connections: usize,
     /// Most bindings open at once (each a connection and a thread, often idle); they do not
     /// count among --max-connections. More are told to retry.
     #[arg(long, default_value_t = 1024)]

@@ -58,6 +58,7 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         io_timeout: Duration::from_secs(a.io_timeout),
         max_connections: a.max_connections,
         max_bindings: a.max_bindings,
+        max_control_connections: a.max_control_connections,
         min_transfer_rate: a.min_transfer_rate,
         data_keepalive: Duration::from_secs(a.data_keepalive),
         max_idle_data_connections: a.max_idle_data_connections,
@@ -101,7 +102,13 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
             );
         }
     }
-    raise_fd_limit(cfg.max_unauthenticated + cfg.max_connections + cfg.max_bindings + 1024);
+    raise_fd_limit(
+        cfg.max_unauthenticated
+            + cfg.max_connections
+            + cfg.max_bindings
+            + cfg.max_control_connections
+            + 1024,
+    );
     let grace = Duration::from_secs(a.shutdown_grace);
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let res = rt.block_on(async move {

@@ -1,7 +1,8 @@
 //! A server on port 0 under a stranger's attack. On the data plane: a thousand connections
 //! that never present a token, and a thread that keeps opening more, while legitimate 64 MiB
 //! puts and gets must all succeed — with and without TLS and a token. On the control plane:
-//! guessing the bearer token in parallel is cut off after a small budget.
+//! guessing the bearer token in parallel is cut off after a small budget, and connections
+//! past the limit wait for one to close.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -206,4 +207,33 @@ fn guessing_the_token_in_parallel_gets_only_the_budgeted_answers() {
         matches!(&e, ClientError::Rpc { code: tonic::Code::Unavailable, message } if message.contains("too many wrong tokens")),
         "{e:?}"
     );
+}
+
+/// The control plane holds at most `max_control_connections` open: the next ones wait in the
+/// kernel's backlog (unserved, not refused) until one closes, instead of the process running
+/// out of descriptors for everyone.
+#[test]
+fn control_plane_connections_past_the_limit_wait_for_one_to_close() {
+    let cfg = ServerConfig { max_control_connections: 2, ..ServerConfig::ephemeral() };
+    let s = BackgroundServer::start(Arc::new(MemStore::new()), cfg).unwrap();
+    let addr = s.control_addr();
+    // One client served (it keeps its connection), one stranger connected and silent.
+    let first = Client::connect(&addr.to_string()).unwrap();
+    assert!(first.list("").unwrap().is_empty());
+    let stranger = TcpStream::connect(addr).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let second = thread::spawn(move || {
+        let c = Client::connect(&addr.to_string())?;
+        let listed = c.list("");
+        d.store(true, Ordering::SeqCst);
+        listed
+    });
+    // Not served while both places are taken (however long this waits, it cannot be)...
+    thread::sleep(Duration::from_millis(500));
+    assert!(!done.load(Ordering::SeqCst), "a third control connection was served");
+    assert!(first.list("").unwrap().is_empty(), "the connections held are served");
+    // ...and served once one closes.
+    drop(stranger);
+    assert!(second.join().unwrap().unwrap().is_empty());
 }

@@ -67,14 +67,17 @@ pub async fn serve(
             }))
         }
     };
-    let tls = secure.tls.map(|tls| {
-        // gRPC clients insist on HTTP/2 being agreed in the handshake (ALPN).
-        let mut config = (*tls.config()).clone();
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Arc::new(config)
-    });
+    let tls = secure.tls.as_ref().map(grpc_tls);
     serve_http(listener, router, tls, shutdown, HttpLimits::default()).await;
     Ok(())
+}
+
+/// `tls` for a plane that serves gRPC: gRPC clients insist on HTTP/2 being agreed in the
+/// handshake (ALPN).
+pub fn grpc_tls(tls: &TlsServer) -> Arc<rustls::ServerConfig> {
+    let mut config = (*tls.config()).clone();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Arc::new(config)
 }
 
 async fn authorized(expected: &[u8], req: Request, next: Next) -> Response {
@@ -155,13 +158,19 @@ pub async fn serve_http(
         // headers, data and trailers) would wait on the client's delayed ACK.
         let _ = tcp.set_nodelay(true);
         let (acceptor, app, watcher) = (acceptor.clone(), app.clone(), graceful.watcher());
+        let local = tcp.local_addr().ok();
         tokio::spawn(async move {
             let _open = permit;
-            // The peer address goes with each request (failed logins count per address).
+            // The peer address goes with each request (failed logins count per address), as
+            // axum's `ConnectInfo` and as tonic's (`Request::remote_addr`, `local_addr`).
             let app = tower::ServiceExt::map_request(
                 app,
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                    req.extensions_mut().insert(tonic::transport::server::TcpConnectInfo {
+                        local_addr: local,
+                        remote_addr: Some(peer),
+                    });
                     req
                 },
             );

@@ -35,6 +35,9 @@ pub struct ServerConfig {
     /// Most concurrent data transfers (connections whose token was accepted); further ones
     /// are told BUSY, which clients retry.
     pub max_connections: usize,
+    /// Most control-plane (gRPC) connections open at once; the next wait in the kernel's
+    /// backlog until one closes. Each must say something within 30 s of connecting.
+    pub max_control_connections: usize,
     /// Most bindings open at once (each a connection and a thread, often idle for long);
     /// they do not count among [`ServerConfig::max_connections`]. Further ones are told BUSY.
     pub max_bindings: usize,
@@ -92,6 +95,7 @@ impl Default for ServerConfig {
             max_unauthenticated_per_ip: 64,
             max_connections: 256,
             max_bindings: 1024,
+            max_control_connections: 1024,
             min_transfer_rate: 1024,
             data_keepalive: Duration::from_secs(3),
             max_idle_data_connections: 64,

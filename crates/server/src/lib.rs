@@ -77,30 +77,20 @@ impl Server {
         let svc = control::ControlService::new(store, data_addr, cfg.clone(), negotiator);
         let svc = BlobStoreServer::with_interceptor(svc, auth::Auth::new(&cfg));
         let mut rx1 = rx.clone();
-        // `serve_with_incoming` ignores the builder's nodelay setting: set it per connection,
-        // so small control replies are never held back by Nagle's algorithm.
-        let incoming = tokio_stream::StreamExt::map(
-            tokio_stream::wrappers::TcpListenerStream::new(control),
-            |s| s.inspect(|s| drop(s.set_nodelay(true))),
-        );
-        let mut builder = tonic::transport::Server::builder();
-        if let Some(tls) = &cfg.tls {
-            let (cert, key) = tls.pem();
-            let identity = tonic::transport::Identity::from_pem(cert, key);
-            builder = builder
-                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
-                .map_err(|e| ServerError::Tls(e.to_string()))?;
-        }
+        // Served as every other plane is: at most `max_control_connections` open at once,
+        // each to say something within 30 s (a TLS handshake within 10 s), Nagle's algorithm
+        // off so small replies are never held back.
+        let router = tonic::service::Routes::new(svc).into_axum_router();
+        let tls = cfg.tls.as_ref().map(bs_plane::grpc_tls);
+        let limits = bs_plane::HttpLimits {
+            max_connections: cfg.max_control_connections,
+            ..bs_plane::HttpLimits::default()
+        };
         let grpc = tokio::spawn(async move {
-            let res = builder
-                .add_service(svc)
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = rx1.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = res {
-                tracing::error!(error = %e, "control plane stopped");
-            }
+            let stop = async move {
+                let _ = rx1.wait_for(|s| *s).await;
+            };
+            bs_plane::serve_http(control, router, tls, stop, limits).await;
         });
         let door = accept::FrontDoor::new(shared.clone(), &cfg);
         if let Some(path) = &cfg.unix_socket {
