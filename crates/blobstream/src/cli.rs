@@ -379,6 +379,10 @@ pub struct DpssServerArgs {
     /// Block cache, MiB.
     #[arg(long, default_value_t = 256)]
     pub cache_mb: usize,
+    /// Most client and loader connections served at once (each a thread); more are told
+    /// the server is busy.
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
     /// Require this token from clients and loaders (and present it to the master).
     /// @FILE reads it from FILE (keeps it out of the process list).
     #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret, hide_env_values = true)]

@@ -114,6 +114,7 @@ fn start_server(a: &DpssServerArgs) -> Result<(BlockServer, String)> {
     let mut cfg = ServerConfig::new(a.disks.clone());
     cfg.name = a.name.clone().unwrap_or_default();
     cfg.cache_bytes = a.cache_mb << 20;
+    cfg.max_connections = a.max_connections;
     cfg.token = a.token.clone();
     cfg.tls = crate::security::server_tls(&a.tls)?;
     let offers = bs_plane::Secure { tls: cfg.tls.clone(), token: a.token.clone() }.describe();
@@ -183,6 +184,7 @@ fn local(
             master: bound.clone(),
             name: Some(format!("server{s}")),
             cache_mb,
+            max_connections: bs_dpss::server::ServerConfig::new(Vec::new()).max_connections,
             token: token.clone(),
             tls: crate::cli::ServerTls {
                 tls_cert: tls.tls_cert.clone(),

@@ -35,6 +35,12 @@ pub enum DpssError {
     /// No server holding a copy of this block could deliver it.
     #[error("block {block}: no replica could deliver it ({reasons})")]
     Unavailable { block: String, reasons: String },
+    /// A server at its limit (of connections, say): ask again later.
+    #[error("busy: {0}")]
+    Busy(String),
+    /// A client that leaves its answers unread while it goes on asking.
+    #[error("too slow: {0}")]
+    TooSlow(String),
     #[error("bad image: {0}")]
     Image(String),
     #[error("bad layout: {0}")]
@@ -87,7 +93,8 @@ impl DpssError {
             | Self::Image(_) => Status::invalid_argument(self.to_string()),
             Self::BadToken => Status::unauthenticated(self.to_string()),
             Self::Corrupt(_) => Status::data_loss(self.to_string()),
-            Self::Unavailable { .. } => Status::unavailable(self.to_string()),
+            Self::Unavailable { .. } | Self::Busy(_) => Status::unavailable(self.to_string()),
+            Self::TooSlow(_) => Status::resource_exhausted(self.to_string()),
             _ => Status::internal(self.to_string()),
         }
     }
@@ -100,6 +107,8 @@ impl DpssError {
             Self::UnknownDataset(_) | Self::UnknownBlock { .. } => ErrorCode::NotFound,
             Self::Corrupt(_) => ErrorCode::Corrupt,
             Self::Malformed(_) | Self::ListTooLong { .. } | Self::BadName(_) => ErrorCode::BadFrame,
+            Self::Busy(_) => ErrorCode::Busy,
+            Self::TooSlow(_) => ErrorCode::TooSlow,
             _ => ErrorCode::Internal,
         }
     }

@@ -121,6 +121,11 @@ impl Lists {
         reads
     }
 
+    /// Failures and `DONE`s waiting to go out.
+    pub fn unsent(&self) -> usize {
+        self.outbox.len()
+    }
+
     /// Whether the current list still waits for any read.
     pub fn waiting(&self) -> bool {
         self.entries.iter().any(|e| matches!(e.state, State::Wanted))

@@ -47,6 +47,10 @@ pub struct ServerConfig {
     /// (default: the bound address). Needed when it listens on 0.0.0.0, and with TLS, whose
     /// certificate names a host rather than an address.
     pub advertise_host: Option<String>,
+    /// Most connections served at once once they have said HELLO with the token (clients'
+    /// requests and blocks connections, loaders); each holds a thread. Past it a new one is
+    /// told the server is busy.
+    pub max_connections: usize,
 }
 
 impl ServerConfig {
@@ -58,6 +62,7 @@ impl ServerConfig {
             token: None,
             tls: None,
             advertise_host: None,
+            max_connections: 512,
         }
     }
 }
@@ -145,6 +150,8 @@ struct Inner {
     /// Connections that have not presented their HELLO and token yet (each a thread): at most
     /// [`MAX_UNPROVEN`].
     unproven: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections that have (each a thread): at most [`ServerConfig::max_connections`].
+    proven: Arc<std::sync::atomic::AtomicUsize>,
     next_id: AtomicU64,
     cache_hits: AtomicU64,
     sent_blocks: AtomicU64,
@@ -185,6 +192,7 @@ impl BlockServer {
             conns: Mutex::default(),
             next_id: AtomicU64::new(0),
             unproven: Arc::default(),
+            proven: Arc::default(),
             cache_hits: AtomicU64::new(0),
             sent_blocks: AtomicU64::new(0),
             sent_bytes: AtomicU64::new(0),
@@ -432,8 +440,13 @@ fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64, unproven: Unproven) {
     {
         return refuse(b, &DpssError::BadToken);
     }
-    // Proven: no longer among the connections that have shown nothing.
+    // Proven: no longer among the connections that have shown nothing, but among those
+    // served.
     drop(unproven);
+    let max = i.cfg.max_connections;
+    let Some(_proven) = Unproven::take(&i.proven, max) else {
+        return refuse(b, &DpssError::Busy(format!("{max} connections are served already")));
+    };
     let _ = b.conn().set_read_timeout(None);
     let _ = b.conn().watch_for_dead_peer(DEAD_PEER);
     let welcome = msg::Welcome {
@@ -486,6 +499,10 @@ fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64, unproven: Unproven) {
     }
 }
 
+/// Most answers other than blocks (failures and `DONE`s) one session may leave unread before
+/// its next list is refused: a few full lists' worth.
+const MAX_UNSENT: usize = 4 * MAX_LIST;
+
 fn session(i: &Inner, id: &str) -> Arc<Sess> {
     i.sessions.lock().unwrap().entry(id.to_string()).or_default().clone()
 }
@@ -504,6 +521,14 @@ fn requests(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> 
         // The session's lists stay locked until the new list's reads are queued, so a second
         // connection of the same session cannot slip its list in between.
         let mut l = s.lists.lock().unwrap();
+        // A client that reads none of its answers cannot pile them up without end.
+        if l.unsent() > MAX_UNSENT {
+            return Err(DpssError::TooSlow(format!(
+                "{} answers (failures and DONEs) wait unread on this session's blocks \
+                 connection; read them before sending more lists",
+                l.unsent()
+            )));
+        }
         let had_reads = l.waiting();
         let reads = {
             let mut cache = i.cache.lock().unwrap();

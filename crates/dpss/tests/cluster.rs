@@ -425,3 +425,50 @@ fn a_loader_that_died_between_commit_and_publish_leaves_a_name_that_rm_frees() {
     let got = c.fetch(&ids, WAIT).unwrap();
     assert!(ids.iter().all(|id| got[id] == src.block(*id).unwrap()));
 }
+
+#[test]
+fn a_client_holds_no_more_than_the_server_gives() {
+    let cl = Cluster::start_with(1, 1, None, |c| c.max_connections = 3);
+    cl.load("img", 512, 1, &ClientOptions::default()).1.unwrap();
+    let peer = Peer::new(cl.servers[0].as_ref().unwrap().addr().to_string(), None);
+    let hello = |n: usize| msg::Hello {
+        role: "requests".into(),
+        session: format!("{n:032x}"),
+        token: String::new(),
+    };
+    // Opened until three are served (the loader's connection may still be ending).
+    let open = |n: usize| {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            match peer.open(&hello(n)) {
+                Ok((b, _)) => return b,
+                Err(e) => assert!(std::time::Instant::now() < deadline, "never served: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mut held: Vec<_> = (0..3).map(open).collect();
+    // A fourth is told the server is busy.
+    let e = peer.open(&hello(3)).unwrap_err();
+    assert!(e.to_string().contains("3 connections are served already"), "{e}");
+
+    // A session that asks and never reads its answers: each list of blocks the data set does
+    // not have leaves a failure per block to send; past a few lists' worth, the next list
+    // ends the session with the reason.
+    let mut greedy = held.pop().unwrap();
+    let unknown: Vec<_> = (0..bs_dpss::conn::MAX_LIST as u32)
+        .map(|x| (BlockId::new(0, 1000 + x, 0), Priority::High))
+        .collect();
+    for seq in 1..=6 {
+        let _ = greedy.send(&msg::list(seq, "img", &unknown));
+    }
+    let e = DpssError::from(greedy.recv().unwrap_err()).to_string();
+    assert!(e.contains("wait unread on this session's blocks connection"), "{e}");
+    drop(greedy);
+    // Its place is free again, and the server serves.
+    drop(held);
+    let _served = open(4);
+    let mut c = Client::open(&cl.master, "img", ClientOptions::default()).unwrap();
+    let all = all(&c);
+    assert_eq!(c.fetch(&all, WAIT).unwrap().len(), all.len());
+}

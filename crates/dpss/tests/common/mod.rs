@@ -24,6 +24,16 @@ pub const HEARTBEAT: Duration = Duration::from_millis(100);
 impl Cluster {
     /// A master and `k` servers of `disks` disks each, all up.
     pub fn start(k: usize, disks: usize, token: Option<&str>) -> Self {
+        Self::start_with(k, disks, token, |_| {})
+    }
+
+    /// [`Cluster::start`], each server's configuration changed by `tweak` first.
+    pub fn start_with(
+        k: usize,
+        disks: usize,
+        token: Option<&str>,
+        tweak: impl Fn(&mut ServerConfig),
+    ) -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -38,6 +48,7 @@ impl Cluster {
             let mut cfg = ServerConfig::new(d);
             cfg.name = format!("server-{s}");
             cfg.token = token.map(String::from);
+            tweak(&mut cfg);
             servers.push(Some(Self::server(&master, cfg)));
         }
         let c = Self { master, servers, dirs, _rt: rt };
