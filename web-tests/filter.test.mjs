@@ -1,5 +1,6 @@
 // Browser test: blur the test card on the server, see the step time and the changed pixels,
-// compare before/after with the split slider, and save the result as a new PNG in the store.
+// compare before/after with the split slider, and save the result as a new PNG in the store;
+// save a CT result as its 16-bit values or as the 8-bit picture shown.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -119,4 +120,48 @@ test('filter: blur, timing, compare, save', { timeout: 180_000 }, async () => {
   assert.match(metaText, /Patient/);
   assert.doesNotMatch(metaText, /Pixel offset|Frames decoded|pixel scale/i);
   await assertNoErrors(page);
+});
+
+test('filter: save a CT result as values or as shown', { timeout: 120_000 }, async () => {
+  await openApp(page, server.url);
+  await openFolder(page, 'samples/');
+  await openImage(page, 'samples/ct-phantom.dcm');
+  await page.selectOption('#filter-select', 'blur');
+  await page.click('#apply-filter');
+  await page.waitForSelector('#filter-panel[data-state="done"]');
+  await page.click('.preset[data-preset="lung"]');
+  await nextFrame(page);
+  const save = async (name, what) => {
+    await page.fill('#save-name', name);
+    await page.selectOption('#save-what', what);
+    await page.click('#save-result');
+    await page.waitForFunction((n) => document.querySelector('#status').textContent.includes(`Saved ${n}`) || !document.querySelector('#error').hidden, name);
+    assert.match(await page.textContent('#status'), new RegExp(`Saved ${name}`), await page.textContent('#error'));
+    return Buffer.from(await (await fetch(new URL(`blobs/${name}`, server.url))).arrayBuffer());
+  };
+  // Values: the 16-bit samples (PNG bit depth, byte 24 of the file, is 16).
+  const values = await save('samples/ct-blur-values.png', 'values');
+  assert.equal(values[24], 16, 'the values are saved at full depth');
+  // As shown: an 8-bit picture whose every pixel is the one on screen (the lung window).
+  const shown = await save('samples/ct-blur-shown.png', 'shown');
+  assert.equal(shown[24], 8, 'the picture is 8-bit');
+  const mismatched = await page.evaluate(async (bytes) => {
+    const want = window.blobstream.resultPicture();
+    const bitmap = await createImageBitmap(new Blob([new Uint8Array(bytes)], { type: 'image/png' }));
+    const c = new OffscreenCanvas(bitmap.width, bitmap.height);
+    const ctx = c.getContext('2d');
+    ctx.drawImage(bitmap, 0, 0);
+    const got = ctx.getImageData(0, 0, c.width, c.height);
+    if (got.width !== want.width || got.height !== want.height) return -1;
+    let n = 0;
+    for (let i = 0; i < got.data.length; i++) if (got.data[i] !== want.data[i]) n++;
+    return n;
+  }, [...shown]);
+  assert.equal(mismatched, 0, 'the saved picture differs from the one shown');
+  // A picture cannot be saved as TIFF: said, nothing stored.
+  await page.fill('#save-name', 'samples/ct-blur-shown.tif');
+  await page.click('#save-result');
+  await page.waitForFunction(() => !document.querySelector('#error').hidden);
+  assert.match(await page.textContent('#error'), /As shown" saves a PNG or JPEG/);
+  assert.equal((await fetch(new URL('blobs/samples/ct-blur-shown.tif', server.url))).status, 404);
 });

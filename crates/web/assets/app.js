@@ -47,6 +47,11 @@ import { loadFilters, setupFilterPanel, updateFilterButtons } from './filters.js
 // The test hooks that read the viewer and the open stack (state.js imports no view).
 bs.view = () => viewInfo();
 bs.stack = () => stackInfo();
+// The filtered result's picture as the viewer shows it (window applied, one pixel a sample).
+bs.resultPicture = () => {
+  const r = state.img?.filt;
+  return r?.canvas ? r.ctx.getImageData(0, 0, r.w, r.h) : null;
+};
 
 function setupKeys() {
   window.addEventListener('keydown', (e) => {

@@ -75,6 +75,7 @@ export function updateFilterButtons() {
   el.applyFilter.disabled = !img || running || !selectedFilter();
   el.resetFilter.disabled = !img || running || !img.chain.length;
   el.saveResult.disabled = !img || running || !img.chain.length;
+  el.saveWhat.disabled = el.saveResult.disabled;
   el.compare.disabled = !img?.filt;
   el.compareBar.hidden = !(el.compare.checked && img?.filt);
 }
@@ -233,15 +234,33 @@ async function saveResult() {
   if (state.items.has(name) && !confirm(`Replace ${name}?`)) return;
   clearError();
   const { format, type } = formatFor(name);
+  // As shown: the result's picture through the window on screen (its raster's own canvas,
+  // one pixel per sample), which only PNG and JPEG hold here.
+  const shown = el.saveWhat.value === 'shown';
+  if (shown && format !== 'png' && format !== 'jpeg') {
+    showError(`"As shown" saves a PNG or JPEG picture: name it .png or .jpg (or save the values as ${format.toUpperCase()})`);
+    el.saveName.focus();
+    return;
+  }
   const seq = ++state.filterSeq;
   setFilterState('running');
   try {
-    const { bytes } = await fetchBytes(
-      '/api/filter',
-      { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: img.key, frame: img.frame, steps: img.chain, format }) },
-      `Encoding ${format.toUpperCase()}`,
-    );
-    await putBlob(name, new Blob([bytes], { type }), `Uploading ${basename(name)}`);
+    let blob;
+    if (shown) {
+      const canvas = img.filt?.canvas;
+      if (!canvas) throw new Error('the result is not on screen yet');
+      blob = await new Promise((resolve, reject) =>
+        canvas.toBlob((b) => (b ? resolve(b) : reject(new Error('the browser could not encode the picture'))), type, 0.95),
+      );
+    } else {
+      const { bytes } = await fetchBytes(
+        '/api/filter',
+        { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: img.key, frame: img.frame, steps: img.chain, format }) },
+        `Encoding ${format.toUpperCase()}`,
+      );
+      blob = new Blob([bytes], { type });
+    }
+    await putBlob(name, blob, `Uploading ${basename(name)}`);
     if (seq === state.filterSeq) setFilterState('done');
     setStatus(`Saved ${name}`);
     state.selectedKey = name;

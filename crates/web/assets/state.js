@@ -74,6 +74,7 @@ export const el = {
   compare: $('#compare'),
   saveName: $('#save-name'),
   saveResult: $('#save-result'),
+  saveWhat: $('#save-what'),
   metaBody: $('#meta-body'),
   dropOverlay: $('#drop-overlay'),
   dropTarget: $('#drop-target'),
