@@ -145,7 +145,8 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         "JPEG 2000 decodes on both cores (OpenJPEG's threads); the other codecs on one".into(),
         "codecs: blobstream uses libjpeg-turbo (TurboJPEG; its SIMD code is built when NASM is on \
          the build machine, which scripts/build-deps.sh, part of the test command, installs) for \
-         grey JPEG (lossy at 8 and 12 bits, and lossless), jpeg-decoder for colour, CharLS \
+         grey JPEG (lossy at 8 and 12 bits, and lossless) and for colour where its colour \
+         conversion is the one DICOM asks for (jpeg-decoder for other colour), CharLS \
          (JPEG-LS), OpenJPEG (JPEG 2000) and its own RLE decoder; pydicom uses \
          pylibjpeg-libjpeg, pyjpegls (CharLS), pylibjpeg-openjpeg and pylibjpeg-rle"
             .into(),
