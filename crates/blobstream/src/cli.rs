@@ -245,6 +245,10 @@ pub enum DpssCommand {
         /// @FILE reads it from FILE (keeps it out of the process list).
         #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret, hide_env_values = true)]
         token: Option<String>,
+        /// Require this token instead on the calls that change what the store serves (block
+        /// servers' reports, loading, dropping); the --token then only reads. @FILE as above.
+        #[arg(long, env = "BLOBSTREAM_DPSS_ADMIN_TOKEN", value_parser = secret, hide_env_values = true)]
+        admin_token: Option<String>,
         #[command(flatten)]
         tls: ServerTls,
     },
@@ -352,7 +356,8 @@ pub enum DpssCommand {
 
 #[derive(Args, Clone)]
 pub struct DpssAuth {
-    /// The token the master and the block servers require (their --token).
+    /// The token the master and the block servers require (their --token; to load or drop,
+    /// their --admin-token when they have one).
     /// @FILE reads it from FILE (keeps it out of the process list).
     #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret, hide_env_values = true)]
     pub token: Option<String>,
@@ -387,6 +392,10 @@ pub struct DpssServerArgs {
     /// @FILE reads it from FILE (keeps it out of the process list).
     #[arg(long, env = "BLOBSTREAM_DPSS_TOKEN", value_parser = secret, hide_env_values = true)]
     pub token: Option<String>,
+    /// Require this token instead from loaders (loading, dropping), and present it to the
+    /// master (the one its --admin-token names); the --token then only reads. @FILE as above.
+    #[arg(long, env = "BLOBSTREAM_DPSS_ADMIN_TOKEN", value_parser = secret, hide_env_values = true)]
+    pub admin_token: Option<String>,
     #[command(flatten)]
     pub tls: ServerTls,
     /// CA certificate (PEM) to trust when reporting to a master started with --tls-cert.

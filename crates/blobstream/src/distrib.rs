@@ -21,7 +21,8 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
     let addr = a.addr.parse().with_context(|| format!("--addr {:?}", a.addr))?;
     let tls = crate::security::server_tls(&a.tls)?;
     let over = if tls.is_some() { "TLS" } else { "plain TCP" };
-    let secure = bs_plane::Secure { tls: tls.clone(), token: a.status_token.clone() };
+    let secure =
+        bs_plane::Secure { tls: tls.clone(), token: a.status_token.clone(), ..Default::default() };
     let status_offers = secure.describe();
     let d = Distributer::start_with_tls(cfg, addr, tls)
         .with_context(|| format!("listening on {addr}"))?;

@@ -20,8 +20,9 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 
 pub fn run(g: &Global, c: DpssCommand) -> Result<()> {
     match c {
-        DpssCommand::Master { addr, catalog, token, tls } => {
-            let secure = bs_plane::Secure { tls: crate::security::server_tls(&tls)?, token };
+        DpssCommand::Master { addr, catalog, token, admin_token, tls } => {
+            let tls = crate::security::server_tls(&tls)?;
+            let secure = bs_plane::Secure { tls, token, admin_token, ..Default::default() };
             run_master(&addr, &catalog, secure)
         }
         DpssCommand::Server(a) => server(a),
@@ -116,13 +117,21 @@ fn start_server(a: &DpssServerArgs) -> Result<(BlockServer, String)> {
     cfg.cache_bytes = a.cache_mb << 20;
     cfg.max_connections = a.max_connections;
     cfg.token = a.token.clone();
+    cfg.admin_token = a.admin_token.clone();
     cfg.tls = crate::security::server_tls(&a.tls)?;
-    let offers = bs_plane::Secure { tls: cfg.tls.clone(), token: a.token.clone() }.describe();
+    let offers = bs_plane::Secure {
+        tls: cfg.tls.clone(),
+        token: a.token.clone(),
+        admin_token: a.admin_token.clone(),
+        ..Default::default()
+    }
+    .describe();
     cfg.advertise_host = a.advertise_host.clone();
     let srv =
         BlockServer::start(&a.addr, cfg).with_context(|| format!("block server on {}", a.addr))?;
+    // A server's report of itself is a change the master's admin token guards, when set.
     let to_master = ClientOptions {
-        token: a.token.clone(),
+        token: a.admin_token.clone().or_else(|| a.token.clone()),
         tls: crate::security::trust(a.master_ca.as_deref(), None)?,
     };
     master::heartbeat(a.master.clone(), to_master, HEARTBEAT, srv.stats_source())?;
@@ -163,7 +172,8 @@ fn local(
         bail!("--servers and --disks must be at least 1");
     }
     let rt = runtime()?;
-    let secure = bs_plane::Secure { tls: crate::security::server_tls(&tls)?, token: token.clone() };
+    let tls_server = crate::security::server_tls(&tls)?;
+    let secure = bs_plane::Secure { tls: tls_server, token: token.clone(), ..Default::default() };
     let offered = secure.describe();
     let with_tls = secure.tls.is_some();
     let mut bound = start_master(&rt, master, &dir.join("names.db"), secure)?;
@@ -186,6 +196,7 @@ fn local(
             cache_mb,
             max_connections: bs_dpss::server::ServerConfig::new(Vec::new()).max_connections,
             token: token.clone(),
+            admin_token: None,
             tls: crate::cli::ServerTls {
                 tls_cert: tls.tls_cert.clone(),
                 tls_key: tls.tls_key.clone(),

@@ -598,6 +598,7 @@ fn the_status_service_answers_only_trusted_tls_with_the_token() {
     let secure = bs_plane::Secure {
         tls: Some(TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap()),
         token: Some("status-t0k".into()),
+        ..Default::default()
     };
     rt.spawn(bs_distrib::service::serve(listener, d.status_source(), secure));
     let trust = TlsClient::from_pem(cert.as_bytes(), None).unwrap();

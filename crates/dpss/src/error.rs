@@ -29,6 +29,10 @@ pub enum DpssError {
     Malformed(String),
     #[error("wrong token")]
     BadToken,
+    /// A role that changes what a server holds (loading, dropping), asked for without the
+    /// admin token.
+    #[error("loading and dropping need the block store's admin token")]
+    NeedsAdmin,
     /// A block whose bytes do not match the digest it was stored with.
     #[error("block {0} fails its digest")]
     Corrupt(String),
@@ -92,6 +96,7 @@ impl DpssError {
             | Self::Layout(_)
             | Self::Image(_) => Status::invalid_argument(self.to_string()),
             Self::BadToken => Status::unauthenticated(self.to_string()),
+            Self::NeedsAdmin => Status::permission_denied(self.to_string()),
             Self::Corrupt(_) => Status::data_loss(self.to_string()),
             Self::Unavailable { .. } | Self::Busy(_) => Status::unavailable(self.to_string()),
             Self::TooSlow(_) => Status::resource_exhausted(self.to_string()),
@@ -103,7 +108,7 @@ impl DpssError {
     pub fn code(&self) -> bs_wire::ErrorCode {
         use bs_wire::ErrorCode;
         match self {
-            Self::BadToken => ErrorCode::BadToken,
+            Self::BadToken | Self::NeedsAdmin => ErrorCode::BadToken,
             Self::UnknownDataset(_) | Self::UnknownBlock { .. } => ErrorCode::NotFound,
             Self::Corrupt(_) => ErrorCode::Corrupt,
             Self::Malformed(_) | Self::ListTooLong { .. } | Self::BadName(_) => ErrorCode::BadFrame,

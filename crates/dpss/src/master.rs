@@ -280,11 +280,21 @@ pub fn render_metrics(servers: &[pb::DpssServerStatus]) -> String {
 
 /// Serve the master on `listener` (TLS and a token as `secure` says) until the future is
 /// dropped.
+/// The calls that change what the block store serves (a server's report of itself, a load's
+/// plan and publication, a drop): with an admin token set, only it opens them.
+pub const ADMIN_CALLS: &[&str] = &[
+    "/blobstream.v1.Dpss/Heartbeat",
+    "/blobstream.v1.Dpss/Plan",
+    "/blobstream.v1.Dpss/Publish",
+    "/blobstream.v1.Dpss/Unpublish",
+];
+
 pub async fn serve(
     listener: tokio::net::TcpListener,
     master: Arc<Master>,
     secure: bs_plane::Secure,
 ) -> std::io::Result<()> {
+    let secure = bs_plane::Secure { admin_paths: ADMIN_CALLS, ..secure };
     let m = master.clone();
     let svc = pb::dpss_server::DpssServer::new(Service(master))
         .max_decoding_message_size(256 << 20)

@@ -42,6 +42,9 @@ pub struct ServerConfig {
     pub cache_bytes: usize,
     /// Peers must say this in their `HELLO` (none: anyone may connect).
     pub token: Option<String>,
+    /// When set, only this opens the loader role (loading and dropping data sets); the other
+    /// roles take it as well as `token`.
+    pub admin_token: Option<String>,
     pub tls: Option<TlsServer>,
     /// The host name the master is told clients reach this server by, with the bound port
     /// (default: the bound address). Needed when it listens on 0.0.0.0, and with TLS, whose
@@ -60,6 +63,7 @@ impl ServerConfig {
             disks,
             cache_bytes: 256 << 20,
             token: None,
+            admin_token: None,
             tls: None,
             advertise_host: None,
             max_connections: 512,
@@ -435,9 +439,17 @@ fn serve(i: &Arc<Inner>, tcp: TcpStream, id: u64, unproven: Unproven) {
         }
         Err(e) => return refuse(b, &e),
     };
-    if let Some(t) = &i.cfg.token
-        && !bool::from(t.as_bytes().ct_eq(hello.token.as_bytes()))
-    {
+    // A loader changes what the server holds: with an admin token set, only it opens that
+    // role; the others take the token (or the admin's), or nothing when there is none.
+    let is = |t: &Option<String>| {
+        t.as_ref().is_some_and(|t| bool::from(t.as_bytes().ct_eq(hello.token.as_bytes())))
+    };
+    let (token, admin) = (&i.cfg.token, &i.cfg.admin_token);
+    if hello.role == "loader" && admin.is_some() {
+        if !is(admin) {
+            return refuse(b, &DpssError::NeedsAdmin);
+        }
+    } else if token.is_some() && !is(token) && !is(admin) {
         return refuse(b, &DpssError::BadToken);
     }
     // Proven: no longer among the connections that have shown nothing, but among those

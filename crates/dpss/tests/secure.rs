@@ -18,6 +18,7 @@ fn the_master_answers_only_trusted_tls_with_the_token() {
     let secure = bs_plane::Secure {
         tls: Some(TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap()),
         token: Some("s3cret".into()),
+        ..Default::default()
     };
     let bound =
         master::start_secure(&rt, "127.0.0.1:0", &dir.path().join("names.db"), secure).unwrap();
@@ -65,4 +66,76 @@ fn the_master_answers_only_trusted_tls_with_the_token() {
     let names: Vec<String> =
         fetch_status(&addr, &good).unwrap().servers.into_iter().map(|s| s.name).collect();
     assert_eq!(names, ["member"]);
+}
+
+/// With an admin token, the reader's token reads and nothing more: a block server's report,
+/// a load and a drop need the admin token, at the master and at the block servers alike.
+#[test]
+fn the_readers_token_reads_and_only_the_admin_token_changes_what_is_served() {
+    use bs_dpss::layout::Layout;
+    use bs_dpss::pyramid::Synthetic;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let secure = bs_plane::Secure {
+        token: Some("reader".into()),
+        admin_token: Some("admin".into()),
+        ..Default::default()
+    };
+    let addr =
+        master::start_secure(&rt, "127.0.0.1:0", &dir.path().join("names.db"), secure).unwrap();
+    let reader = ClientOptions { token: Some("reader".into()), tls: None };
+    let admin = ClientOptions { token: Some("admin".into()), tls: None };
+    let mut cfg = ServerConfig::new(vec![dir.path().join("d0")]);
+    cfg.token = Some("reader".into());
+    cfg.admin_token = Some("admin".into());
+    let srv = BlockServer::start("127.0.0.1:0", cfg).unwrap();
+    // A report with the reader's token is refused; with the admin's, the server comes up.
+    let intruder = bs_proto::DpssServerStatus {
+        name: "intruder".into(),
+        addr: "127.0.0.1:9".into(),
+        ..Default::default()
+    };
+    let refused = bs_dpss::client::block_on(async {
+        let mut c = master::connect(&addr, &reader).await.unwrap();
+        c.heartbeat(intruder).await.unwrap_err()
+    });
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    assert!(refused.message().contains("admin token"), "{}", refused.message());
+    master::heartbeat(addr.clone(), admin.clone(), Duration::from_millis(50), srv.stats_source())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let servers = loop {
+        // Status is reading: the reader's token does.
+        let s = loader::live_servers(&addr, &reader).unwrap();
+        if !s.is_empty() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the server never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let src = Synthetic { width: 512, height: 512, tile: 256 };
+    let plan = || Layout::plan("img", "image", (512, 512), 256, servers.clone(), 1).unwrap();
+    // Loading with the reader's token: refused, nothing published.
+    let e = loader::load(&addr, plan(), &src, &reader, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("admin token"), "{e}");
+    assert!(bs_dpss::client::lookup(&addr, "img", &reader).is_err());
+    // Nor may a reader take the loader role at the block server itself.
+    let hello = |token: &str| bs_dpss::msg::Hello {
+        role: "loader".into(),
+        session: String::new(),
+        token: token.into(),
+    };
+    let peer = bs_dpss::conn::Peer::new(srv.addr().to_string(), None);
+    let e = peer.open(&hello("reader")).unwrap_err().to_string();
+    assert!(e.contains("admin token"), "{e}");
+    // The admin loads; the reader reads every block back; the reader cannot drop it.
+    loader::load(&addr, plan(), &src, &admin, &mut |_, _| {}).unwrap();
+    let mut c = bs_dpss::Client::open(&addr, "img", reader.clone()).unwrap();
+    let all: Vec<_> = c.layout().all_blocks().collect();
+    assert_eq!(c.fetch(&all, Duration::from_secs(30)).unwrap().len(), all.len());
+    assert!(loader::remove(&addr, "img", &reader).is_err());
+    assert!(bs_dpss::client::lookup(&addr, "img", &reader).is_ok());
+    loader::remove(&addr, "img", &admin).unwrap();
+    assert!(bs_dpss::client::lookup(&addr, "img", &reader).is_err());
 }

@@ -27,18 +27,29 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 pub struct Secure {
     /// Serve TLS with this certificate and key (clients then need the CA).
     pub tls: Option<TlsServer>,
-    /// Require `authorization: Bearer <token>` on every request.
+    /// Require `authorization: Bearer <token>` on every request (the admin token, if any,
+    /// is taken too).
     pub token: Option<String>,
+    /// Require this token instead on the requests to `admin_paths` (the calls that change
+    /// what the plane serves); every other request takes it as well as `token`.
+    pub admin_token: Option<String>,
+    /// The paths (gRPC methods: `/package.Service/Method`) only the admin token opens, when
+    /// there is one.
+    pub admin_paths: &'static [&'static str],
 }
 
 impl Secure {
     /// What the plane offers, for the line a server prints when it starts.
     pub fn describe(&self) -> &'static str {
-        match (&self.tls, &self.token) {
-            (Some(_), Some(_)) => "TLS, token required",
-            (Some(_), None) => "TLS, no token",
-            (None, Some(_)) => "plain TCP, token required",
-            (None, None) => "plain TCP, no token",
+        match (&self.tls, &self.token, &self.admin_token) {
+            (Some(_), Some(_), Some(_)) => "TLS, token required, admin token for changes",
+            (Some(_), None, Some(_)) => "TLS, admin token for changes",
+            (Some(_), Some(_), None) => "TLS, token required",
+            (Some(_), None, None) => "TLS, no token",
+            (None, Some(_), Some(_)) => "plain TCP, token required, admin token for changes",
+            (None, None, Some(_)) => "plain TCP, admin token for changes",
+            (None, Some(_), None) => "plain TCP, token required",
+            (None, None, None) => "plain TCP, no token",
         }
     }
 }
@@ -57,15 +68,29 @@ pub async fn serve(
     secure: Secure,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = match secure.token {
-        None => router,
-        Some(t) => {
-            let expected: Arc<[u8]> = format!("Bearer {t}").into_bytes().into();
-            router.layer(axum::middleware::from_fn(move |req: Request, next: Next| {
-                let expected = expected.clone();
-                async move { authorized(&expected, req, next).await }
-            }))
-        }
+    let router = if secure.token.is_none() && secure.admin_token.is_none() {
+        router
+    } else {
+        let bearer = |t: &Option<String>| -> Option<Arc<[u8]>> {
+            t.as_ref().map(|t| format!("Bearer {t}").into_bytes().into())
+        };
+        let (token, admin) = (bearer(&secure.token), bearer(&secure.admin_token));
+        let admin_paths = secure.admin_paths;
+        router.layer(axum::middleware::from_fn(move |req: Request, next: Next| {
+            let for_admin = admin.is_some() && admin_paths.contains(&req.uri().path());
+            // What opens this request: the admin token alone for a change, else either.
+            let keys: Vec<Arc<[u8]>> = if for_admin {
+                admin.iter().cloned().collect()
+            } else {
+                token.iter().chain(admin.iter().filter(|_| token.is_some())).cloned().collect()
+            };
+            async move {
+                if keys.is_empty() {
+                    return next.run(req).await;
+                }
+                authorized(&keys, for_admin, req, next).await
+            }
+        }))
     };
     let tls = secure.tls.as_ref().map(grpc_tls);
     serve_http(listener, router, tls, shutdown, HttpLimits::default()).await;
@@ -80,12 +105,20 @@ pub fn grpc_tls(tls: &TlsServer) -> Arc<rustls::ServerConfig> {
     Arc::new(config)
 }
 
-async fn authorized(expected: &[u8], req: Request, next: Next) -> Response {
+async fn authorized(keys: &[Arc<[u8]>], for_admin: bool, req: Request, next: Next) -> Response {
     let given = req.headers().get(axum::http::header::AUTHORIZATION);
-    if given.is_some_and(|v| bool::from(v.as_bytes().ct_eq(expected))) {
+    // Every key compared, in constant time each.
+    let matches =
+        given.map_or(0u8, |v| keys.iter().fold(0u8, |m, k| m | v.as_bytes().ct_eq(k).unwrap_u8()));
+    if matches == 1 {
         return next.run(req).await;
     }
-    let why = if given.is_some() { "wrong token" } else { "this plane requires a token" };
+    let why = match (given.is_some(), for_admin) {
+        (true, false) => "wrong token",
+        (true, true) => "this call changes what the plane serves: it needs the admin token",
+        (false, false) => "this plane requires a token",
+        (false, true) => "this call needs the admin token",
+    };
     let grpc = req
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
@@ -331,7 +364,7 @@ mod tests {
         let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
         let router = Router::new().route("/metrics", axum::routing::get(|| async { "# EOF\n" }));
-        let secure = Secure { tls: None, token: Some("t0k".into()) };
+        let secure = Secure { tls: None, token: Some("t0k".into()), ..Secure::default() };
         assert_eq!(secure.describe(), "plain TCP, token required");
         rt.spawn(serve(listener, router, secure, std::future::pending()));
         let page = get(addr, None);
@@ -341,6 +374,54 @@ mod tests {
         assert!(get(addr, Some("Bearer nope")).starts_with("HTTP/1.1 401"));
         let page = get(addr, Some("Bearer t0k"));
         assert!(page.starts_with("HTTP/1.1 200") && page.ends_with("# EOF\n"), "{page}");
+    }
+
+    #[test]
+    fn calls_that_change_things_need_the_admin_token_when_there_is_one() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let ok = || async { "# EOF\n" };
+        let router = || {
+            Router::new()
+                .route("/metrics", axum::routing::get(ok))
+                .route("/drop", axum::routing::get(ok))
+        };
+        let status = |addr, path: &str, auth: Option<&str>| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            let auth = auth.map(|a| format!("authorization: Bearer {a}\r\n")).unwrap_or_default();
+            let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n");
+            s.write_all(req.as_bytes()).unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out[9..12].to_string()
+        };
+        let start = |secure: Secure| {
+            let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+            let addr = listener.local_addr().unwrap();
+            rt.spawn(serve(listener, router(), secure, std::future::pending()));
+            addr
+        };
+        // Both tokens: reading takes either, a change only the admin's.
+        let both = start(Secure {
+            token: Some("reader".into()),
+            admin_token: Some("admin".into()),
+            admin_paths: &["/drop"],
+            ..Secure::default()
+        });
+        assert_eq!(status(both, "/metrics", Some("reader")), "200");
+        assert_eq!(status(both, "/metrics", Some("admin")), "200");
+        assert_eq!(status(both, "/metrics", None), "401");
+        assert_eq!(status(both, "/drop", Some("reader")), "401");
+        assert_eq!(status(both, "/drop", None), "401");
+        assert_eq!(status(both, "/drop", Some("admin")), "200");
+        // An admin token alone: reading is open, a change is not.
+        let admin_only = start(Secure {
+            admin_token: Some("admin".into()),
+            admin_paths: &["/drop"],
+            ..Secure::default()
+        });
+        assert_eq!(status(admin_only, "/metrics", None), "200");
+        assert_eq!(status(admin_only, "/drop", None), "401");
+        assert_eq!(status(admin_only, "/drop", Some("admin")), "200");
     }
 
     #[test]
