@@ -40,15 +40,32 @@ pub struct Problem {
     /// A failure (the batch is incomplete), or only something skipped on purpose (a link to
     /// a folder, a device file).
     pub failed: bool,
+    /// The blob name it stands for (prefix + relative path), when it is in the folder: what
+    /// `sync --delete` keeps, with every name under it — a folder skipped is not a folder
+    /// emptied.
+    pub name: Option<String>,
 }
 
 impl Problem {
-    fn failure(what: impl Into<String>, reason: impl ToString) -> Self {
-        Self { what: what.into(), reason: reason.to_string(), failed: true }
+    /// Something the batch could not do (it is incomplete).
+    pub fn failure(what: impl Into<String>, reason: impl ToString) -> Self {
+        Self { what: what.into(), reason: reason.to_string(), failed: true, name: None }
     }
 
     fn skipped(what: impl Into<String>, reason: impl ToString) -> Self {
-        Self { what: what.into(), reason: reason.to_string(), failed: false }
+        Self { what: what.into(), reason: reason.to_string(), failed: false, name: None }
+    }
+
+    /// Standing for the blob (or folder of blobs) `name`.
+    fn at(self, name: Option<String>) -> Self {
+        Self { name, ..self }
+    }
+
+    /// Whether `blob` is the name this stands for or one under it.
+    fn covers(&self, blob: &str) -> bool {
+        self.name.as_deref().is_some_and(|n| {
+            blob == n || blob.strip_prefix(n).is_some_and(|rest| rest.starts_with('/'))
+        })
     }
 }
 
@@ -186,10 +203,11 @@ impl Selection {
 }
 
 /// What `sync --delete` removes from the destination: the names (`prefix` + relative path)
-/// of `present` the selection takes that no job of `copied` will write. Nothing when the
-/// source could not be read in full (a failed problem: a folder that failed to list must
-/// not look like a folder that is empty) or holds nothing at all (a mistyped source must
-/// not empty the destination).
+/// of `present` the selection takes that no job of `copied` will write and no problem
+/// stands for (a folder or file skipped — a link not followed, a device — keeps its blobs).
+/// Nothing when the source could not be read in full (a failed problem: a folder that
+/// failed to list must not look like a folder that is empty) or holds nothing at all (a
+/// mistyped source must not empty the destination).
 pub fn plan_delete<'a>(
     present: impl IntoIterator<Item = &'a str>,
     copied: &[Job],
@@ -198,7 +216,7 @@ pub fn plan_delete<'a>(
     selection: &Selection,
 ) -> Result<Vec<String>, String> {
     if let Some(p) = problems.iter().find(|p| p.failed) {
-        return Err(format!("the source could not be read in full ({}: {})", p.what, p.reason));
+        return Err(format!("not everything could be read or planned ({}: {})", p.what, p.reason));
     }
     if copied.is_empty() {
         return Err("the source holds nothing to copy; empty the destination with rm".into());
@@ -208,6 +226,7 @@ pub fn plan_delete<'a>(
     Ok(present
         .into_iter()
         .filter(|n| !wanted.contains(n))
+        .filter(|n| !problems.iter().any(|p| p.covers(n)))
         .filter(|n| n.strip_prefix(&prefix).is_some_and(|rel| selection.takes(rel)))
         .map(str::to_string)
         .collect())
@@ -220,11 +239,17 @@ pub fn folder_prefix(prefix: &str) -> String {
 }
 
 /// Jobs putting every file under `dir` on `server` as `prefix` + its path relative to `dir`
-/// (`/`-separated). Symbolic links to files are followed; links to folders are not (a link
-/// loop cannot trap the walk) and are reported.
+/// (`/`-separated). Symbolic links to files in the folder are followed; links to files
+/// outside it are not (a link must not send a file from elsewhere — `~/.ssh/id_rsa` — to a
+/// server), nor links to folders (a link loop cannot trap the walk); both are reported.
 pub fn plan_upload(dir: &Path, server: &str, prefix: &str) -> (Vec<Job>, Vec<Problem>) {
     let prefix = folder_prefix(prefix);
     let (mut jobs, mut problems) = (Vec::new(), Vec::new());
+    // Where the folder really is, for telling where links lead.
+    let real_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let blob_name = |path: &Path| {
+        path.strip_prefix(dir).ok().and_then(Path::to_str).map(|rel| format!("{prefix}{rel}"))
+    };
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let entries = match std::fs::read_dir(&d) {
@@ -238,28 +263,36 @@ pub fn plan_upload(dir: &Path, server: &str, prefix: &str) -> (Vec<Job>, Vec<Pro
         entries.sort();
         for path in entries {
             let what = path.display().to_string();
+            let name = blob_name(&path);
             let link = path.symlink_metadata().map(|m| m.file_type().is_symlink());
             let meta = match std::fs::metadata(&path) {
                 Ok(m) => m,
                 Err(e) => {
-                    problems.push(Problem::failure(what, e));
+                    problems.push(Problem::failure(what, e).at(name));
                     continue;
                 }
             };
+            let skip = |why: &str| Problem::skipped(what.clone(), why).at(name.clone());
             if meta.is_dir() {
                 if matches!(link, Ok(true)) {
-                    problems.push(Problem::skipped(what, "a link to a folder (not followed)"));
+                    problems.push(skip("a link to a folder (not followed)"));
                 } else {
                     stack.push(path);
                 }
                 continue;
             }
             if !meta.is_file() {
-                problems.push(Problem::skipped(what, "not a regular file"));
+                problems.push(skip("not a regular file"));
+                continue;
+            }
+            if matches!(link, Ok(true))
+                && !std::fs::canonicalize(&path).is_ok_and(|real| real.starts_with(&real_dir))
+            {
+                problems.push(skip("a link to a file outside the folder (not followed)"));
                 continue;
             }
             if crate::proxy::is_progress_file(&path) {
-                problems.push(Problem::skipped(what, "a download in progress (blobstream's own)"));
+                problems.push(skip("a download in progress (blobstream's own)"));
                 continue;
             }
             let rel = path.strip_prefix(dir).expect("walked from dir");
@@ -306,6 +339,13 @@ pub fn plan_download(
             continue;
         };
         match local_path(dir, rel) {
+            // The names of blobstream's own files beside a download in progress: a blob so
+            // named would be mistaken for (or overwrite) another download's progress.
+            Some(path) if crate::proxy::is_progress_file(&path) => problems.push(Problem::failure(
+                name,
+                "its name is one blobstream gives a download in progress; get it on its own \
+                 under another name",
+            )),
             Some(path) => jobs.push(Job {
                 src: BlobKey::remote(server, &name),
                 dst: BlobKey::file(path),
@@ -505,21 +545,79 @@ mod tests {
         // What an interrupted get -r leaves: skipped, never uploaded as blobs.
         std::fs::write(dir.path().join("se1/i2.dcm.blobstream-part"), b"ab").unwrap();
         std::fs::write(dir.path().join("big.raw.blobstream-ranges"), b"r").unwrap();
+        std::fs::write(dir.path().join("big.raw.blobstream-ranges.tmp"), b"r").unwrap();
+        // A link to a file in the folder is followed; one to a file elsewhere is not.
+        std::os::unix::fs::symlink(dir.path().join("top.png"), dir.path().join("alias.png"))
+            .unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("id_rsa"), b"secret").unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join("id_rsa"), dir.path().join("leak"))
+            .unwrap();
         let (jobs, problems) = plan_upload(dir.path(), "h:1", "studies/ct-1/");
         let names: Vec<_> = jobs.iter().map(|j| j.name.as_str()).collect();
-        assert_eq!(names, ["studies/ct-1/se1/i1.dcm", "studies/ct-1/top.png"]);
-        assert_eq!(jobs[0].size, 3);
-        assert_eq!(jobs[1].spec.content_type, "image/png");
-        let mut reasons: Vec<_> = problems.iter().map(|p| p.reason.as_str()).collect();
+        assert_eq!(
+            names,
+            ["studies/ct-1/alias.png", "studies/ct-1/se1/i1.dcm", "studies/ct-1/top.png"]
+        );
+        assert_eq!(jobs[1].size, 3);
+        assert_eq!(jobs[2].spec.content_type, "image/png");
+        let mut reasons: Vec<_> =
+            problems.iter().map(|p| (p.reason.as_str(), p.name.as_deref().unwrap())).collect();
         reasons.sort();
         assert_eq!(
             reasons,
             [
-                "a download in progress (blobstream's own)",
-                "a download in progress (blobstream's own)",
-                "a link to a folder (not followed)"
+                (
+                    "a download in progress (blobstream's own)",
+                    "studies/ct-1/big.raw.blobstream-ranges"
+                ),
+                (
+                    "a download in progress (blobstream's own)",
+                    "studies/ct-1/big.raw.blobstream-ranges.tmp"
+                ),
+                (
+                    "a download in progress (blobstream's own)",
+                    "studies/ct-1/se1/i2.dcm.blobstream-part"
+                ),
+                ("a link to a file outside the folder (not followed)", "studies/ct-1/leak"),
+                ("a link to a folder (not followed)", "studies/ct-1/se1/loop"),
             ]
         );
         assert!(problems.iter().all(|p| !p.failed), "skipped, not failed");
+    }
+
+    #[test]
+    fn delete_keeps_the_blobs_of_whatever_the_walk_skipped() {
+        let job = |n: &str| Job {
+            src: BlobKey::file(n),
+            dst: BlobKey::remote("h:1", n),
+            spec: NewBlob::default(),
+            size: 0,
+            name: n.to_string(),
+        };
+        let copied = [job("p/a")];
+        // A folder moved elsewhere and linked back, a FIFO where a blob's file was.
+        let skipped = [
+            Problem::skipped("study/se2", "a link to a folder (not followed)")
+                .at(Some("p/se2".into())),
+            Problem::skipped("study/pipe", "not a regular file").at(Some("p/pipe".into())),
+        ];
+        let present = ["p/a", "p/se2/c.dcm", "p/se2/d/e.dcm", "p/se20", "p/pipe", "p/old"];
+        let gone = plan_delete(present, &copied, &skipped, "p", &Selection::all()).unwrap();
+        assert_eq!(gone, ["p/se20", "p/old"]);
+    }
+
+    #[test]
+    fn blobs_named_like_a_download_in_progress_are_not_downloaded() {
+        let blobs = [
+            ("p/x".to_string(), 1),
+            ("p/x.blobstream-part".to_string(), 1),
+            ("p/y.blobstream-ranges".to_string(), 1),
+            ("p/y.blobstream-ranges.tmp".to_string(), 1),
+        ];
+        let (jobs, problems) = plan_download(blobs, "h:1", "p", Path::new("/tmp/out"));
+        assert_eq!(jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["p/x"]);
+        assert_eq!(problems.len(), 3);
+        assert!(problems.iter().all(|p| p.failed && p.reason.contains("download in progress")));
     }
 }

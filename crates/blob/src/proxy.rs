@@ -125,9 +125,11 @@ pub const PART_SUFFIX: &str = ".blobstream-part";
 /// Is `path` a file this tool keeps beside a download in progress (its part file, or a
 /// parallel pull's progress), not a file of the user's?
 pub fn is_progress_file(path: &std::path::Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.ends_with(PART_SUFFIX) || n.ends_with(crate::ranges::RANGES_SUFFIX))
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        let ranges = crate::ranges::RANGES_SUFFIX;
+        // (The ranges file is written to `NAME.tmp` first, then renamed.)
+        n.ends_with(PART_SUFFIX) || n.ends_with(ranges) || n.ends_with(&format!("{ranges}.tmp"))
+    })
 }
 
 impl BlobProxy {

@@ -283,6 +283,12 @@ fn split(size: u64, n: usize) -> Vec<(u64, u64)> {
 
 /// The ranges the ranges file records — (start, end, done) each — if it is about this blob
 /// (`digest`, `size`) and they cover it exactly, one after the other.
+/// Whether an interrupted parallel pull of the blob (`digest`, `size`) into `dest` left its
+/// ranges: a resumed copy takes them, however many connections it would choose now.
+pub(crate) fn recorded(dest: &Path, digest: &str, size: u64) -> bool {
+    read_ranges(&ranges_path(dest), digest, size).is_some()
+}
+
 fn read_ranges(path: &Path, digest: &str, size: u64) -> Option<Vec<(u64, u64, u64)>> {
     let text = std::fs::read_to_string(path).ok()?;
     let mut lines = text.lines();

@@ -243,7 +243,8 @@ fn copy_keys(
         }
         if let (Some((client, info)), Some((file, dest))) = (src.remote(), out.file_dest()) {
             let n = crate::ranges::connections(client, &info.name, info.size, o.connections);
-            if n > 1 {
+            let recorded = o.resume && crate::ranges::recorded(dest, &info.digest, info.size);
+            if n > 1 || recorded {
                 let p = crate::ranges::pull(client, info, file, dest, n, &deadline, o)?;
                 out.seek_unchecked(size);
                 out.close()?;

@@ -155,6 +155,13 @@ fn a_range_whose_connection_is_cut_continues_on_a_new_one() {
 
 #[test]
 fn a_resumed_copy_keeps_only_ranges_that_check_out() {
+    resumed_copy_keeps_only_ranges_that_check_out(4);
+    // Copied again with one connection (the automatic choice for a near server): the ranges
+    // recorded are still taken, not thrown away with the part file.
+    resumed_copy_keeps_only_ranges_that_check_out(0);
+}
+
+fn resumed_copy_keeps_only_ranges_that_check_out(connections: usize) {
     // 13 chunks in 4 ranges: 4, 4 and 4 MiB, and the last 100 bytes.
     let bytes = data(12 * MIB + 100);
     let w = world_with("study", &bytes);
@@ -181,8 +188,9 @@ fn a_resumed_copy_keeps_only_ranges_that_check_out() {
     );
     std::fs::write(ranges_path(&dest), ranges).unwrap();
     let t = Transporter::new(Factory::new());
-    let opts = Options::blocking().connections(4).resume(true);
+    let opts = Options::blocking().connections(connections).resume(true);
     let c = t.copy(&w.remote("study"), &BlobKey::file(&dest), &opts).wait().unwrap();
+    assert!(matches!(c.path, CopyPath::Parallel { .. }), "{:?}", c.path);
     assert_eq!(c.resumed_from, 6 * MIB, "range 1 and half of range 2 kept, range 3 redone");
     assert_eq!(c.bytes, size - 6 * MIB);
     assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");

@@ -102,20 +102,29 @@ impl Batch<'_> {
             format!("{verb} {} -> {}", dir.display(), BlobKey::remote(server, folder(prefix)));
         let report = self.copy(&what, &jobs)?;
         if delete {
-            let c = commands::client_for(g, server)?;
-            let present: Vec<String> = c
-                .list(&folder(prefix))
-                .with_context(|| format!("listing {:?} on {server}", folder(prefix)))?
-                .into_iter()
-                .map(|b| b.name)
-                .collect();
-            remove(&mut extra, &present, &jobs, &problems, prefix, &selection, |name| {
-                match c.delete(name) {
-                    // Removed meanwhile by someone else: gone either way.
-                    Ok(()) | Err(bs_client::ClientError::NotFound(_)) => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                }
+            // A server gone by now removes nothing, and the copies' failures are still told.
+            let listed = commands::client_for(g, server).and_then(|c| {
+                let names = c.list(&folder(prefix)).map_err(anyhow::Error::from)?;
+                Ok((c, names))
             });
+            match listed {
+                Ok((c, names)) => {
+                    let present: Vec<String> = names.into_iter().map(|b| b.name).collect();
+                    remove(&mut extra, &present, &jobs, &problems, prefix, &selection, |name| {
+                        match c.delete(name) {
+                            // Removed meanwhile by someone else: gone either way.
+                            Ok(()) | Err(bs_client::ClientError::NotFound(_)) => Ok(()),
+                            Err(e) => Err(e.to_string()),
+                        }
+                    });
+                }
+                Err(e) => {
+                    extra.delete_asked = true;
+                    let why =
+                        format!("nothing removed: listing {:?} failed: {e:#}", folder(prefix));
+                    extra.not_deleted.push(("--delete".into(), why));
+                }
+            }
         }
         finish(g, &what, many, report, &problems, &extra)
     }
@@ -135,14 +144,17 @@ impl Batch<'_> {
         }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let blobs = listed.into_iter().map(|b| (b.name, b.size));
-        let (mut jobs, problems) = bs_blob::plan_download(blobs, server, &prefix, dir);
+        let (mut jobs, mut problems) = bs_blob::plan_download(blobs, server, &prefix, dir);
         let mut extra = Extra { excluded: selection.apply(&mut jobs, &prefix), ..Extra::default() };
-        for j in &jobs {
-            if let Some(parent) = j.dst.path().and_then(|p| p.parent().map(Path::to_path_buf)) {
-                std::fs::create_dir_all(&parent)
-                    .with_context(|| format!("creating {}", parent.display()))?;
+        // Each file's folder, made here: one that cannot be (a file in its way, no permission,
+        // a link on the way out of DIR) fails that file alone.
+        jobs.retain(|j| match j.dst.path().map(|p| folders_for(dir, &p)) {
+            Some(Err(why)) => {
+                problems.push(Problem::failure(j.name.clone(), why));
+                false
             }
-        }
+            _ => true,
+        });
         let what = format!("{verb} {} -> {}", BlobKey::remote(server, &prefix), dir.display());
         let report = self.copy(&what, &jobs)?;
         if delete {
@@ -204,6 +216,33 @@ fn remove(
         }
         Err(why) => extra.not_deleted.push(("--delete".into(), format!("nothing removed: {why}"))),
     }
+}
+
+/// Make the folders `file` (a path under `dir`) goes into, following no link below `dir`: a
+/// folder on the way that is a link could lead the file out of `dir`.
+fn folders_for(dir: &Path, file: &Path) -> Result<(), String> {
+    let Some(parent) = file.parent() else { return Ok(()) };
+    let rel = parent
+        .strip_prefix(dir)
+        .map_err(|_| format!("{} is not under {}", file.display(), dir.display()))?;
+    let mut at = dir.to_path_buf();
+    for part in rel.components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!("{} is a link (not followed)", at.display()));
+            }
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(format!("{} is in the way: not a folder", at.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&at)
+                    .or_else(|e| if at.is_dir() { Ok(()) } else { Err(e) })
+                    .map_err(|e| format!("creating {}: {e}", at.display()))?;
+            }
+            Err(e) => return Err(format!("{}: {e}", at.display())),
+        }
+    }
+    Ok(())
 }
 
 fn folder(prefix: &str) -> String {

@@ -988,6 +988,27 @@ fn folders_up_and_down_with_check_and_rm_r() {
     assert!(o.status.success() && err.contains("2 copied, 28 already there"), "{err}");
     ok(&s.run(&["check", "-r", back_s, "studies/ct-1"]));
 
+    // A file where a folder should be, and a folder that is a link out of the target: the
+    // files under them fail alone (nothing written through the link), the rest lands.
+    let blocked = dir.path().join("blocked");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(blocked.join("se2")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(blocked.join("se2/sub"), b"a file in the way").unwrap();
+    std::os::unix::fs::symlink(&outside, blocked.join("se1")).unwrap();
+    let o = s.run(&["get", "-r", "studies/ct-1", blocked.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("se2/sub/i2.dcm") && err.contains("in the way"), "{err}");
+    assert!(err.contains("se1/i0.dcm") && err.contains("is a link (not followed)"), "{err}");
+    assert!(err.contains("0 copied, 0 already there, 0 skipped, 30 failed"), "{err}");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "written through the link");
+    std::fs::remove_file(blocked.join("se1")).unwrap();
+    let o = s.run(&["get", "-r", "studies/ct-1", blocked.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("20 copied, 0 already there, 0 skipped, 10 failed"), "{err}");
+    assert_eq!(std::fs::read(blocked.join("se1/i0.dcm")).unwrap(), content(1000));
+
     ok(&s.run(&["rm", "-r", "studies/ct-1"]));
     assert_eq!(ok(&s.run(&["ls", "studies/"])), "");
     fails_with(&s.run(&["get", "-r", "studies/ct-1", back_s]), "no blobs under");
