@@ -142,7 +142,7 @@ def bench(runs):
         for p in ps.values():
             p.stdout.readline()  # "receiving …"
         for _ in range(runs):
-            s = send(path, "hold", "run.bin")
+            s = send(path, "hold", f"run-{len(rates[names[0]])}.bin")
             out, err = s.communicate(timeout=300)
             if s.returncode != 0:
                 raise RuntimeError(f"send failed: {out}{err}")

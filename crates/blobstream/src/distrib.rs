@@ -166,14 +166,20 @@ struct ToFiles {
     error: Option<String>,
 }
 
-/// A run's file name: its `name` parameter's last path component, else `run-N`.
-fn run_name(p: &Params, run: u64) -> String {
+/// A run's name from its `name` parameter (the last path component), if it has one.
+fn named(p: &Params) -> Option<String> {
     p.get("name")
         .and_then(|v| v.as_str())
         .and_then(|n| Path::new(n).file_name())
         .and_then(|n| n.to_str())
         .filter(|n| !n.starts_with('.'))
-        .map_or_else(|| format!("run-{run}"), str::to_string)
+        .map(str::to_string)
+}
+
+/// An unnamed run's name: the first `run-N` (N from `run` up) not `taken` — a receiver
+/// started again counts from 1 again, and must not replace the runs it kept before.
+fn unnamed(run: u64, taken: impl Fn(&str) -> bool) -> String {
+    (run..).map(|n| format!("run-{n}")).find(|n| !taken(n)).expect("a free number")
 }
 
 impl FlowHandler for ToFiles {
@@ -181,9 +187,21 @@ impl FlowHandler for ToFiles {
         self.run += 1;
         self.error = None;
         self.started = std::time::Instant::now();
-        let name = run_name(p, self.run);
+        let dir = &self.dir;
+        let name = named(p).unwrap_or_else(|| {
+            unnamed(self.run, |n| dir.join(n).exists() || dir.join(format!("{n}.part")).exists())
+        });
         let done = self.dir.join(&name);
         let part = self.dir.join(format!("{name}.part"));
+        // A run replaces no file: one kept before (a verified run, say) stays as it is.
+        if done.exists() {
+            self.error = Some(format!(
+                "{} already exists (a run replaces no file): move it away, or send the run \
+                 under another name",
+                done.display()
+            ));
+            return;
+        }
         match File::create(&part) {
             Ok(f) => self.current = Some((f, part, done)),
             Err(e) => self.error = Some(format!("cannot create {}: {e}", part.display())),
@@ -212,7 +230,20 @@ impl FlowHandler for ToFiles {
         }
         let (f, part, done) = current.ok_or("no file for this run")?;
         f.sync_all().map_err(|e| format!("syncing {}: {e}", part.display()))?;
-        std::fs::rename(&part, &done).map_err(|e| format!("renaming {}: {e}", part.display()))?;
+        // Linked, then unlinked, rather than renamed: a rename would replace a file that
+        // took the name meanwhile; a link fails instead (the run's bytes stay in the part).
+        std::fs::hard_link(&part, &done).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => format!(
+                "{} appeared during the run (a run replaces no file); the run is kept in {}",
+                done.display(),
+                part.display()
+            ),
+            _ => format!("keeping {} as {}: {e}", part.display(), done.display()),
+        })?;
+        let _ = std::fs::remove_file(&part);
+        if let Some(d) = done.parent().and_then(|d| File::open(d).ok()) {
+            let _ = d.sync_all();
+        }
         let secs = self.started.elapsed().as_secs_f64();
         println!(
             "{}: {total} bytes, digest verified ({secs:.3} s, {:.1} Mbit/s)",
@@ -244,7 +275,16 @@ impl FlowHandler for IntoStore {
     fn on_start(&mut self, p: &Params) {
         self.run += 1;
         self.error = None;
-        let key = format!("{}{}", self.prefix, run_name(p, self.run));
+        let (client, prefix) = (&self.client, &self.prefix);
+        let name = named(p).unwrap_or_else(|| {
+            unnamed(self.run, |n| {
+                !matches!(
+                    client.stat(&format!("{prefix}{n}")),
+                    Err(bs_client::ClientError::NotFound(_))
+                )
+            })
+        });
+        let key = format!("{prefix}{name}");
         let text = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
         let route = RouteRequest {
             name: key.clone(),
@@ -348,7 +388,15 @@ fn receive_runs<H: FlowHandler>(
     let mut failed = 0;
     loop {
         match r.run_once(h, None)? {
-            RunEnd::Closed => break,
+            // Between runs: the distributer stopped, or dropped this receiver. Said, and an
+            // error (a supervisor restarts on it), unless the runs asked for are all in.
+            RunEnd::Closed => {
+                bail!(
+                    "the distributer closed the connection after {} run(s){}",
+                    count(h),
+                    if failed > 0 { format!(", {failed} of them failed") } else { String::new() }
+                );
+            }
             RunEnd::Stopped(_) => {}
             RunEnd::Failed(why) => {
                 failed += 1;

@@ -712,7 +712,47 @@ fn distributer_send_and_receive_as_processes() {
         page.contains("blobstream_distributer_flow_running{stream=\"obs\",flow=\"raw\"} 0"),
         "{page}"
     );
+
+    // A receiver started again into the same folder replaces none of the runs kept there:
+    // the same name again fails that run (the file stays), an unnamed run takes a free name;
+    // and a distributer that goes away before the runs asked for is an error, said.
+    let out = dir.path().join("archive");
+    let mut again = Command::new(BIN)
+        .arg("receive")
+        .args(flow)
+        .args(["--name", "archive-2", "--runs", "3", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut l = BufReader::new(again.stdout.take().unwrap()).lines();
+    assert!(l.next().unwrap().unwrap().contains("receiving obs/raw"));
+    wait_status(&status_addr, |s| s.contains("archive-2"));
+    std::fs::write(out.join("run-1"), b"kept from before").unwrap();
+    let other = dir.path().join("other.bin");
+    std::fs::write(&other, content(1000)).unwrap();
+    let send = |param: &[&str]| {
+        Command::new(BIN).args(["-q", "send"]).arg(&other).args(flow).args(param).output().unwrap()
+    };
+    let o = send(&["--param", "name=scan-7.bin"]);
+    assert_eq!(o.status.code(), Some(1));
+    let told = String::from_utf8_lossy(&o.stdout);
+    assert!(told.contains("archive-2") && told.contains("already exists"), "{told}");
+    assert_eq!(std::fs::read(out.join("scan-7.bin")).unwrap(), bytes, "a kept run replaced");
+    ok(&send(&[]));
+    let line = l.next().unwrap().unwrap();
+    assert!(line.contains("run-2: 1000 bytes, digest verified"), "{line}");
+    assert_eq!(std::fs::read(out.join("run-1")).unwrap(), b"kept from before");
     drop(d);
+    let o = again.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("already exists"), "{err}");
+    assert!(
+        err.contains("the distributer closed the connection after 2 run(s), 1 of them failed"),
+        "{err}"
+    );
 }
 
 /// The archive receiver: each verified run becomes a blob (with its parameters as metadata);
