@@ -316,7 +316,13 @@ impl Binding {
     /// Process whatever frames are already waiting (without blocking); messages are queued
     /// for [`Binding::recv`]. Returns false once the peer has closed.
     pub fn poll(&mut self) -> Result<bool> {
-        while self.conn.readable(Duration::ZERO)? {
+        self.poll_up_to(usize::MAX)
+    }
+
+    /// [`Binding::poll`], but reading no more once `max` messages wait to be received (a
+    /// peer that sends without end cannot grow them without end).
+    pub fn poll_up_to(&mut self, max: usize) -> Result<bool> {
+        while self.inbox.len() < max && self.conn.readable(Duration::ZERO)? {
             match self.read_one()? {
                 Read::Msg(m) => self.inbox.push_back(m),
                 Read::Closed => return Ok(false),
@@ -324,6 +330,11 @@ impl Binding {
             }
         }
         Ok(true)
+    }
+
+    /// Messages read (by [`Binding::poll`], say) and not received yet.
+    pub fn waiting(&self) -> usize {
+        self.inbox.len()
     }
 
     /// Send a request and wait for its reply (request/reply flows).
@@ -406,6 +417,21 @@ impl Binding {
     pub fn end_with(mut self, code: bs_wire::ErrorCode, message: String) {
         let _ = self.conn.write_frame(&Frame::Error { code, message });
         self.conn.shutdown_write();
+    }
+
+    /// [`Binding::end_with`], then read and drop what the peer still sends (for at most
+    /// `within`, `max` bytes) before closing: closing on bytes unread resets the connection,
+    /// and the reset can destroy the `ERROR` before the peer has read it.
+    pub fn end_lingering(
+        mut self,
+        code: bs_wire::ErrorCode,
+        message: String,
+        within: Duration,
+        max: usize,
+    ) {
+        let _ = self.conn.write_frame(&Frame::Error { code, message });
+        self.conn.shutdown_write();
+        self.conn.linger(within, max);
     }
 
     /// Close our sending side; the peer's `recv` returns `None`.

@@ -590,6 +590,13 @@ fn receiver_port(b: &mut Binding, peer: Option<SocketAddr>) -> Result<SocketAddr
     }
 }
 
+/// Most messages a receiver's writer keeps unread from it: a receiver sends a few after each
+/// STOP (LOST, PORT, CONFIRM), and nothing else.
+const IDLE_MESSAGES: usize = 16;
+
+/// How long a receiver dropped for what it sent is read past before its connection closes.
+const LINGER: Duration = Duration::from_secs(2);
+
 /// The receiver's writer: its queue onto its binding (and its datagram socket, on a udp
 /// flow: the socket and the largest datagram payload), until the connection ends.
 fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usize)>) {
@@ -616,7 +623,20 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
                 q = g;
                 if q.items.is_empty() && q.gone.is_none() {
                     drop(q);
-                    match b.poll() {
+                    // What a receiver sends (LOST, PORT, CONFIRM) is a few messages after a
+                    // STOP; one that sends more is not kept on reading.
+                    match b.poll_up_to(IDLE_MESSAGES) {
+                        Ok(true) if b.waiting() >= IDLE_MESSAGES => {
+                            let why = format!(
+                                "it sent {IDLE_MESSAGES} messages unasked (a receiver answers a \
+                                 STOP, and sends nothing else)"
+                            );
+                            // Told first (being gone shuts the socket), and what it still
+                            // sends read past for a moment, so the telling is not reset away.
+                            let told = format!("dropped: {why}");
+                            b.end_lingering(ErrorCode::BadFrame, told, LINGER, 4 << 20);
+                            return r.gone(why);
+                        }
                         Ok(true) => {}
                         Ok(false) => return r.gone("it left (closed its connection)".into()),
                         Err(e) => return r.gone(format!("its connection failed: {e}")),

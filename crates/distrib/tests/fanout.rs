@@ -901,3 +901,40 @@ fn stragglers_of_an_aborted_udp_run_do_not_leak_into_the_next() {
     let got: Vec<u8> = h2.pieces.iter().flat_map(|(_, b)| b.clone()).collect();
     assert_eq!((got, h2.lost), (two, vec![]), "run 2 exactly, nothing of run 1");
 }
+
+/// A receiver sends a few messages after each STOP and nothing else: one that sends without
+/// end, with no run going, is dropped and told why (not read into memory without end).
+#[test]
+fn a_receiver_that_sends_unasked_is_dropped() {
+    let (d, addr) = distributer();
+    let tcp = std::net::TcpStream::connect(&addr).unwrap();
+    let mut b = bs_distrib::distributer::binding(
+        bs_transport::Conn::new(tcp),
+        bs_binding::Role::Initiator,
+        0,
+    );
+    let j = bs_distrib::msg::Join {
+        stream: "obs".into(),
+        flow: "hold".into(),
+        name: "chatty".into(),
+        token: "t0k".into(),
+    };
+    b.send(&bs_distrib::msg::join(bs_distrib::msg::ROLE_RECEIVER, &j)).unwrap();
+    b.recv_within(WAIT).unwrap().expect("WELCOME");
+    wait_names(&d, "hold", &["chatty"]);
+    let junk = vec![7u8; 64 << 10];
+    for _ in 0..32 {
+        b.send(&junk).unwrap();
+    }
+    let e = b.recv_within(WAIT).unwrap_err().to_string();
+    assert!(e.contains("16 messages unasked"), "{e}");
+    wait_names(&d, "hold", &[]);
+    // The flow still serves a proper receiver.
+    let rx = receiver(&addr, "hold", "proper", None);
+    wait_names(&d, "hold", &["proper"]);
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    s.start(&params("uid://after")).unwrap();
+    s.send(b"after the chatty one").unwrap();
+    assert!(s.stop().unwrap().all_delivered());
+    assert_eq!(rx.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(20));
+}
