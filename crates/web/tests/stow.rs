@@ -1,7 +1,8 @@
 //! STOW-RS against a real server on port 0, where the body goes wrong: a body that breaks
 //! off after instances were stored answers 202 naming what was stored and that the rest
 //! failed (the stored ones are found by QIDO-RS); a part bigger than an instance may be here
-//! (the server's image byte limit) is a 413 naming the part, and nothing of it is stored.
+//! (the server's image byte limit) is refused alone (A700), the parts after it stored; a body
+//! whose boundary never comes is refused early, not held whole.
 
 use std::sync::Arc;
 
@@ -86,14 +87,57 @@ async fn a_body_that_breaks_off_keeps_and_names_the_instances_before_the_break()
 }
 
 #[tokio::test]
-async fn a_part_over_what_an_instance_may_be_is_refused_by_name_and_not_stored() {
+async fn a_part_over_what_an_instance_may_be_is_refused_alone_and_the_others_stored() {
     let slice = samples::ct_series_slice(0);
-    let (web, base) = start(slice.len() as u64 / 2).await;
-    let (status, text) = stow(&base, body(&[slice], None)).await;
-    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
-    assert!(text.contains("part 1 is over the"), "{text}");
+    let (web, base) = start(slice.len() as u64 + 4096).await;
+    // Alone: nothing stored, the part refused as out of resources (A700).
+    let junk = vec![7u8; 2 * slice.len()];
+    let (status, text) = stow(&base, body(std::slice::from_ref(&junk), None)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let failed = answer["00081198"]["Value"].as_array().unwrap();
+    assert_eq!(failed[0]["00081197"]["Value"][0], 0xA700, "{text}");
     let found = reqwest::get(format!("{base}/dicomweb/studies")).await.unwrap();
     let studies: serde_json::Value = found.json().await.unwrap_or(serde_json::json!([]));
     assert_eq!(studies, serde_json::json!([]), "nothing of it stored");
+    // Before a good one: that one is stored all the same.
+    let (status, text) = stow(&base, body(&[junk, slice], None)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["00081199"]["Value"].as_array().unwrap().len(), 1, "{text}");
+    assert_eq!(answer["00081198"]["Value"][0]["00081197"]["Value"][0], 0xA700, "{text}");
+    web.shutdown().await;
+}
+
+/// A body whose boundary never comes (the header names another) is refused once a few
+/// megabytes have gone by, not read (and held) to its end.
+#[tokio::test]
+async fn a_body_without_its_boundary_is_refused_early() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio_stream::StreamExt;
+    let (web, base) = start(64 << 20).await;
+    let pulled = Arc::new(AtomicUsize::new(0));
+    let p = pulled.clone();
+    // 256 MiB in 64 KiB chunks, none of it a boundary.
+    let chunks = tokio_stream::iter(0..4096).map(move |_| {
+        p.fetch_add(1, Ordering::Relaxed);
+        Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'x'; 64 << 10]))
+    });
+    let ct = "multipart/related; type=\"application/dicom\"; boundary=not-in-this-body";
+    let sent = reqwest::Client::new()
+        .post(format!("{base}/dicomweb/studies"))
+        .header("content-type", ct)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await;
+    // The answer comes while the body is still being sent (or the connection is closed on
+    // the rest of it); either way the server stopped reading early.
+    if let Ok(r) = sent {
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        let text = r.text().await.unwrap_or_default();
+        assert!(text.is_empty() || text.contains("no boundary or part headers"), "{text}");
+    }
+    let n = pulled.load(Ordering::Relaxed);
+    assert!(n < 1024, "{n} chunks of 64 KiB were taken");
     web.shutdown().await;
 }

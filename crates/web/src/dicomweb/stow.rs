@@ -23,6 +23,8 @@ use crate::{AppState, blocking};
 
 /// Failure reasons (PS3.4 Annex B / PS3.18 Table 10.5.3-2).
 const PROCESSING_FAILURE: i64 = 0x0110;
+/// Refused: out of resources (PS3.18 Table I.2-2), for a part larger than an instance may be.
+const OUT_OF_RESOURCES: i64 = 0xA700;
 const CANNOT_UNDERSTAND: i64 = 0xC000;
 const STUDY_MISMATCH: i64 = 0xA900;
 
@@ -83,10 +85,14 @@ async fn store(
     // A part is held in memory to be identified: no bigger than an image may be here (the
     // decode limit on input bytes), whatever the upload limit.
     let max_part = max.min(st.images.limits().max_bytes);
-    let limits = multer::Constraints::new()
-        .size_limit(multer::SizeLimit::new().whole_stream(max).per_field(max_part));
-    let mut mp =
-        multer::Multipart::with_constraints(req.into_body().into_data_stream(), boundary, limits);
+    let limits = multer::Constraints::new().size_limit(multer::SizeLimit::new().whole_stream(max));
+    // Bytes of parts' contents handed out so far: whatever else the parser holds (text before
+    // the first boundary, a part's headers) is held to a small allowance, so a body whose
+    // boundary never comes is refused early rather than kept whole in memory.
+    let handed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let body =
+        Guarded { inner: req.into_body().into_data_stream(), received: 0, handed: handed.clone() };
+    let mut mp = multer::Multipart::with_constraints(body, boundary, limits);
     let mut stored = Vec::new();
     let mut failed = Vec::new();
     let mut parts = 0usize;
@@ -95,22 +101,41 @@ async fn store(
         multer::Error::StreamSizeExceeded { .. } => {
             WebError::TooLarge(format!("STOW-RS body over the {max}-byte upload limit"))
         }
-        multer::Error::FieldSizeExceeded { .. } => WebError::TooLarge(format!(
-            "part {part} is over the {max_part} bytes a DICOM instance may have here"
-        )),
+        // (Its own text says only that reading failed: the reason is the source's.)
+        multer::Error::StreamReadFailed(e) => {
+            WebError::BadRequest(format!("multipart body, part {part}: {e}"))
+        }
         other => WebError::BadRequest(format!("multipart body, part {part}: {other}")),
     };
     loop {
         let read = match mp.next_field().await {
             Ok(None) => break,
-            Ok(Some(field)) => {
+            Ok(Some(mut field)) => {
                 parts += 1;
                 let part_type = field.content_type().map(|m| m.essence_str().to_string());
-                field.bytes().await.map(|b| (part_type, b))
+                // Read in chunks, counted: a part over the limit is read past (its bytes let
+                // go) and refused alone, the parts after it still stored.
+                let mut buf = bytes::BytesMut::new();
+                let mut over = false;
+                loop {
+                    match field.chunk().await {
+                        Ok(Some(c)) => {
+                            handed.fetch_add(c.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                            if over || (buf.len() + c.len()) as u64 > max_part {
+                                over = true;
+                                buf = bytes::BytesMut::new();
+                            } else {
+                                buf.extend_from_slice(&c);
+                            }
+                        }
+                        Ok(None) => break Ok((part_type, over, buf.freeze())),
+                        Err(e) => break Err(e),
+                    }
+                }
             }
             Err(e) => Err(e),
         };
-        let (part_type, bytes) = match read {
+        let (part_type, over, bytes) = match read {
             Ok(r) => r,
             // Nothing stored yet: the request fails as a whole. Otherwise the instances
             // before the break are stored, and the answer says so (202) with the rest failed.
@@ -121,6 +146,12 @@ async fn store(
                 break;
             }
         };
+        if over {
+            let why =
+                format!("part {parts} is over the {max_part} bytes a DICOM instance may have here");
+            failed.push((None, OUT_OF_RESOURCES, why));
+            continue;
+        }
         if part_type.as_deref().is_some_and(|t| !t.eq_ignore_ascii_case("application/dicom")) {
             failed.push((
                 None,
@@ -343,5 +374,50 @@ mod tests {
             boundary("multipart/related; type=application/dicom"),
             Err(WebError::BadRequest(_))
         ));
+    }
+}
+
+/// Bytes of a body that are not parts' contents (before the first boundary, part headers,
+/// boundaries) that the parser may hold at once.
+const NOT_CONTENT: u64 = 4 << 20;
+
+/// The request body, refused (an error the parser reports) once it has given the parser more
+/// than [`NOT_CONTENT`] bytes beyond the parts' contents handed out: multer keeps everything
+/// it has not matched to a boundary or a header's end, however long the wait.
+struct Guarded<S> {
+    inner: S,
+    received: u64,
+    handed: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<S> tokio_stream::Stream for Guarded<S>
+where
+    S: tokio_stream::Stream<Item = Result<bytes::Bytes, axum::Error>> + Unpin,
+{
+    type Item = Result<bytes::Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let handed = self.handed.load(std::sync::atomic::Ordering::Relaxed);
+        if self.received.saturating_sub(handed) > NOT_CONTENT {
+            let why = format!(
+                "no boundary or part headers in {NOT_CONTENT} bytes: is the boundary the body's?"
+            );
+            return Poll::Ready(Some(Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                why,
+            ))));
+        }
+        match std::pin::Pin::new(&mut self.inner).poll_next(cx) {
+            Poll::Ready(Some(Ok(b))) => {
+                self.received += b.len() as u64;
+                Poll::Ready(Some(Ok(b)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(std::io::Error::other(e)))),
+            other => other.map(|o| o.map(|r| r.map_err(std::io::Error::other))),
+        }
     }
 }
