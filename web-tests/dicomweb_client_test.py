@@ -111,6 +111,37 @@ check(
     "… with the image pixel attributes",
 )
 check((float(m.RescaleIntercept), float(m.RescaleSlope)) == (-1024.0, 1.0), "… and the rescale")
+check(m.BitsAllocated == 16, "… and the frames' sample width (BitsAllocated)")
+
+# A colour instance stored as YBR_FULL: its frames go out decoded as RGB, and its metadata
+# says so (a viewer reading YBR_FULL there would convert them a second time).
+from pydicom.pixels import convert_color_space
+colour = ct_slice(9)
+colour.SOPInstanceUID = generate_uid()
+colour.file_meta.MediaStorageSOPInstanceUID = colour.SOPInstanceUID
+colour.StudyInstanceUID = COLOUR_STUDY = generate_uid()
+colour.SeriesInstanceUID = COLOUR_SERIES = generate_uid()
+colour.Modality = "US"
+del colour.RescaleIntercept, colour.RescaleSlope
+colour.SamplesPerPixel, colour.PlanarConfiguration = 3, 0
+colour.PhotometricInterpretation = "YBR_FULL"
+colour.BitsAllocated, colour.BitsStored, colour.HighBit = 8, 8, 7
+rgb = np.zeros((8, 12, 3), dtype=np.uint8)
+rgb[..., 0], rgb[..., 1], rgb[..., 2] = 200, np.arange(12) * 20, np.arange(8)[:, None] * 30
+ybr = convert_color_space(rgb, "RGB", "YBR_FULL")
+colour.PixelData = ybr.tobytes()
+answer = client.store_instances([colour])
+check(len(answer.get("ReferencedSOPSequence", [])) == 1, "STOW-RS stores a YBR_FULL colour instance")
+cm = Dataset.from_json(client.retrieve_series_metadata(COLOUR_STUDY, COLOUR_SERIES)[0])
+check(
+    (cm.PhotometricInterpretation, cm.SamplesPerPixel, cm.PlanarConfiguration, cm.BitsAllocated)
+    == ("RGB", 3, 0, 8),
+    f"… its metadata describes the frames as sent: RGB, interleaved, 8 bits ({cm.PhotometricInterpretation})",
+)
+cf = client.retrieve_instance_frames(COLOUR_STUDY, COLOUR_SERIES, colour.SOPInstanceUID, frame_numbers=[1])
+want = convert_color_space(ybr, "YBR_FULL", "RGB").astype(int)
+got_rgb = np.frombuffer(cf[0], dtype=np.uint8).reshape(8, 12, 3).astype(int)
+check(np.abs(got_rgb - want).max() <= 1, "… and frame 1 is those RGB samples")
 frames = client.retrieve_instance_frames(STUDY, SERIES, first.SOPInstanceUID, frame_numbers=[1])
 want = (np.frombuffer(first.PixelData, dtype="<u2") & 0x0FFF).astype("<u2").tobytes()
 check(len(frames) == 1 and frames[0] == want, "WADO-RS frame 1: the 12-bit samples")

@@ -236,6 +236,16 @@ pub async fn metadata(
                 .decimals("00200037", &numbers(&i.meta, "image_orientation_patient"))
                 .with_meta(&i.meta, PIXEL_FIELDS)
                 .int("00280002", "US", samples_per_pixel(&i.meta))
+                .int("00280100", "US", bits_allocated(&i.meta))
+                // Colour frames go out decoded, as interleaved RGB (whatever the file holds:
+                // YBR_FULL_422, YBR_ICT, …): the metadata says what the frames are, or a
+                // viewer would convert them again.
+                .text(
+                    "00280004",
+                    "CS",
+                    if samples_per_pixel(&i.meta) == Some(3) { "RGB" } else { "" },
+                )
+                .int("00280006", "US", (samples_per_pixel(&i.meta) == Some(3)).then_some(0))
                 .int("00280103", "US", i.meta.get("signed").and_then(Value::as_bool).map(i64::from))
                 .decimals("00281050", &numbers(&i.meta, "window_center"))
                 .decimals("00281051", &numbers(&i.meta, "window_width"))
@@ -263,6 +273,16 @@ fn numbers(meta: &Value, field: &str) -> Vec<f64> {
 }
 
 /// Samples per Pixel: 3 for colour images, 1 for grey ones (from the decoded pixel kind).
+/// Bits per sample of the frames as sent: the decoded width (8 or 16).
+fn bits_allocated(meta: &Value) -> Option<i64> {
+    let kind = meta.get("pixel_kind")?.as_str()?;
+    match () {
+        _ if kind.ends_with("16") => Some(16),
+        _ if kind.ends_with('8') => Some(8),
+        _ => None,
+    }
+}
+
 fn samples_per_pixel(meta: &Value) -> Option<i64> {
     let kind = meta.get("pixel_kind")?.as_str()?;
     Some(if kind.starts_with("rgb") { 3 } else { 1 })
