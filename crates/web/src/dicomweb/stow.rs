@@ -339,44 +339,6 @@ fn store_one(
     Ok(ids)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_meta_group_without_preamble_becomes_a_part_10_file() {
-        // (0002,0010) UI "1.2" then a data set element.
-        let mut bare = vec![0x02, 0x00, 0x10, 0x00, b'U', b'I', 4, 0, b'1', b'.', b'2', 0];
-        bare.extend([0x08, 0x00, 0x60, 0x00, b'C', b'S', 2, 0, b'C', b'T']);
-        let fixed = part10(&bare);
-        assert_eq!(&fixed[128..132], b"DICM");
-        assert_eq!(&fixed[132..144], &[0x02, 0, 0, 0, b'U', b'L', 4, 0, 12, 0, 0, 0]);
-        assert_eq!(&fixed[144..], &bare[..]);
-        assert!(matches!(part10(b"not dicom"), std::borrow::Cow::Borrowed(_)));
-        // A length past the end leaves the bytes as they are (and the reader refuses them).
-        let cut = [0x02, 0x00, 0x10, 0x00, b'U', b'I', 99, 0];
-        assert!(matches!(part10(&cut), std::borrow::Cow::Borrowed(_)));
-    }
-
-    #[test]
-    fn boundaries_and_types() {
-        assert_eq!(
-            boundary(r#"multipart/related; type="application/dicom"; boundary=abc"#).unwrap(),
-            "abc"
-        );
-        assert_eq!(boundary("Multipart/Related; boundary=\"x y\"").unwrap(), "x y");
-        assert!(matches!(boundary("application/dicom"), Err(WebError::UnsupportedMediaType(_))));
-        assert!(matches!(
-            boundary("multipart/related; type=\"application/dicom+xml\"; boundary=a"),
-            Err(WebError::UnsupportedMediaType(_))
-        ));
-        assert!(matches!(
-            boundary("multipart/related; type=application/dicom"),
-            Err(WebError::BadRequest(_))
-        ));
-    }
-}
-
 /// Bytes of a body that are not parts' contents (before the first boundary, part headers,
 /// boundaries) that the parser may hold at once.
 const NOT_CONTENT: u64 = 4 << 20;
@@ -419,5 +381,43 @@ where
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(std::io::Error::other(e)))),
             other => other.map(|o| o.map(|r| r.map_err(std::io::Error::other))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_meta_group_without_preamble_becomes_a_part_10_file() {
+        // (0002,0010) UI "1.2" then a data set element.
+        let mut bare = vec![0x02, 0x00, 0x10, 0x00, b'U', b'I', 4, 0, b'1', b'.', b'2', 0];
+        bare.extend([0x08, 0x00, 0x60, 0x00, b'C', b'S', 2, 0, b'C', b'T']);
+        let fixed = part10(&bare);
+        assert_eq!(&fixed[128..132], b"DICM");
+        assert_eq!(&fixed[132..144], &[0x02, 0, 0, 0, b'U', b'L', 4, 0, 12, 0, 0, 0]);
+        assert_eq!(&fixed[144..], &bare[..]);
+        assert!(matches!(part10(b"not dicom"), std::borrow::Cow::Borrowed(_)));
+        // A length past the end leaves the bytes as they are (and the reader refuses them).
+        let cut = [0x02, 0x00, 0x10, 0x00, b'U', b'I', 99, 0];
+        assert!(matches!(part10(&cut), std::borrow::Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn boundaries_and_types() {
+        assert_eq!(
+            boundary(r#"multipart/related; type="application/dicom"; boundary=abc"#).unwrap(),
+            "abc"
+        );
+        assert_eq!(boundary("Multipart/Related; boundary=\"x y\"").unwrap(), "x y");
+        assert!(matches!(boundary("application/dicom"), Err(WebError::UnsupportedMediaType(_))));
+        assert!(matches!(
+            boundary("multipart/related; type=\"application/dicom+xml\"; boundary=a"),
+            Err(WebError::UnsupportedMediaType(_))
+        ));
+        assert!(matches!(
+            boundary("multipart/related; type=application/dicom"),
+            Err(WebError::BadRequest(_))
+        ));
     }
 }
