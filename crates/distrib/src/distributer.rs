@@ -120,6 +120,9 @@ struct RcvQ {
     lost: u64,
     /// Told the sender it is gone.
     reported: bool,
+    /// This run's STOP is written to it: from then on it only has to confirm (a commit may
+    /// take a while), not to keep up.
+    stopped: bool,
 }
 
 /// A receiver's `CONFIRM`.
@@ -502,6 +505,7 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
             confirm: None,
             lost: 0,
             reported: false,
+            stopped: false,
         }),
         cv: Condvar::new(),
         kill,
@@ -664,7 +668,13 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
             .map(|()| {
                 let mut q = r.q.lock().unwrap();
                 q.queued_bytes -= len;
+                // Counted from the START written: an aborted run's DATA still queued before it
+                // (written after the run was given up) is not the new run's.
+                if m.payload().first() == Some(&msg::START) {
+                    q.sent = 0;
+                }
                 q.sent += len;
+                q.stopped |= *stop;
                 q.last_progress = Instant::now();
                 r.cv.notify_all();
                 *stop
@@ -678,7 +688,7 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
                 // after its LOST on a udp flow.
                 let mut lost = 0;
                 let answer = loop {
-                    break match b.recv_within(patience) {
+                    break match b.recv_within(patience.max(STOP_PATIENCE)) {
                         Ok(Some(m)) => match Message::parse(m.payload()) {
                             Ok(Message::Lost(n)) if udp.is_some() => {
                                 lost = n;
@@ -694,8 +704,8 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
                             Err(e) => Err(e.to_string()),
                         },
                         Ok(None) => Err(format!(
-                            "did not confirm the stop within {} ms",
-                            patience.as_millis()
+                            "had every byte but did not confirm the stop within {} ms",
+                            patience.max(STOP_PATIENCE).as_millis()
                         )),
                         Err(e) => Err(format!("its connection failed: {e}")),
                     };
@@ -739,7 +749,7 @@ fn forward(flow: &Flow, mut b: Binding) {
                     let m = Arc::new(m);
                     for r in &run {
                         let mut q = r.q.lock().unwrap();
-                        (q.sent, q.confirm, q.reported) = (0, None, false);
+                        (q.confirm, q.reported, q.stopped) = (None, false, false);
                         (q.run_started, q.last_progress) = (Instant::now(), Instant::now());
                         q.items.push_back(Item::Forward { m: m.clone(), len: 0, stop: false });
                         r.cv.notify_all();
@@ -880,10 +890,17 @@ fn settle(flow: &Flow, r: &Rcv, total: u64) -> msg::Outcome {
         if let Some(o) = q.outcome(&r.name, total) {
             return o;
         }
+        // Before its STOP is written, the policy's patience with a receiver not keeping up;
+        // after, the time a confirmation (a commit, an fsync) may take.
+        let (patience, why) = if q.stopped {
+            let p = patience.max(STOP_PATIENCE);
+            (p, format!("had every byte but did not confirm the stop within {} ms", p.as_millis()))
+        } else {
+            (patience, format!("made no progress for {} ms before the stop", patience.as_millis()))
+        };
         let idle = q.last_progress.elapsed();
         if idle >= patience {
-            let ms = patience.as_millis();
-            r.gone_locked(&mut q, format!("made no progress for {ms} ms before the stop"));
+            r.gone_locked(&mut q, why);
             continue;
         }
         q = r.cv.wait_timeout(q, patience - idle).unwrap().0;

@@ -938,3 +938,44 @@ fn a_receiver_that_sends_unasked_is_dropped() {
     assert!(s.stop().unwrap().all_delivered());
     assert_eq!(rx.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(20));
 }
+
+/// A receiver that had every byte and takes a while to commit at the stop (an fsync, a
+/// store's commit) is not a stalled one: under `timeout`, the policy's patience is with
+/// receivers that do not keep up, and a confirmation may take longer.
+#[test]
+fn under_timeout_a_slow_commit_after_the_stop_is_no_stall() {
+    struct SlowCommit(Keep);
+    impl FlowHandler for SlowCommit {
+        fn on_start(&mut self, p: &Params) {
+            self.0.on_start(p)
+        }
+        fn on_data(&mut self, offset: u64, d: &[u8]) {
+            self.0.on_data(offset, d)
+        }
+        fn on_stop(&mut self, total: u64) -> Result<(), String> {
+            // Longer than the flow's 1000 ms timeout.
+            thread::sleep(Duration::from_millis(1500));
+            self.0.on_stop(total)
+        }
+        fn on_error(&mut self, reason: &str) {
+            self.0.on_error(reason)
+        }
+    }
+    let (d, addr) = distributer();
+    let mut r = Receiver::connect(&addr, "obs", "timeout", "archive", Some("t0k")).unwrap();
+    let run = thread::spawn(move || {
+        let mut h = SlowCommit(Keep::default());
+        let end = r.run_once(&mut h, None).unwrap();
+        (end, h.0)
+    });
+    wait_names(&d, "timeout", &["archive"]);
+    let mut s = Sender::connect(&addr, "obs", "timeout", Some("t0k")).unwrap();
+    s.start(&params("slow-commit")).unwrap();
+    let bytes = data(1 << 20, 5);
+    s.send(&bytes).unwrap();
+    let report = s.stop().unwrap();
+    assert!(report.all_delivered(), "{report:?}");
+    let (end, kept) = run.join().unwrap();
+    assert_eq!(end, RunEnd::Stopped(1 << 20));
+    assert!(kept.bytes == bytes);
+}
