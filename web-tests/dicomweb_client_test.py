@@ -78,10 +78,24 @@ check(len(client.search_for_studies(search_filters={"PatientName": "client*"})) 
 check(len(client.search_for_studies(search_filters={"StudyDate": "20251101-20251130"})) == 1, "StudyDate range")
 check(client.search_for_studies(search_filters={"StudyDate": "20240101-20240131", "PatientID": "DWC-0001"}) == [], "a range that excludes it")
 
+# UID lists (the key repeated, as dicomweb-client sends a list, or separated by commas) and a
+# multi-valued ModalitiesInStudy match any of their values.
+check(len(client.search_for_studies(search_filters={"StudyInstanceUID": [STUDY, generate_uid()]})) == 1,
+      "StudyInstanceUID given as a list")
+r = requests.get(f"{BASE}/studies", params={"StudyInstanceUID": f"{STUDY},1.2.3"})
+check(r.status_code == 200 and len(r.json()) == 1, "… and as a comma-separated list")
+r = requests.get(f"{BASE}/studies", params={"ModalitiesInStudy": "MR\\CT", "PatientID": "DWC-0001"})
+check(r.status_code == 200 and len(r.json()) == 1, "ModalitiesInStudy with two values")
+r = requests.get(f"{BASE}/studies", params={"ModalitiesInStudy": "MR\\US", "PatientID": "DWC-0001"})
+check(r.status_code == 200 and r.json() == [], "… neither of them the study's: no match")
+r = requests.get(f"{BASE}/studies", params=[("PatientID", "a"), ("PatientID", "b")])
+check(r.status_code == 400, "another key given twice is refused")
+
 series = client.search_for_series(STUDY)
 check(len(series) == 1 and Dataset.from_json(series[0]).SeriesInstanceUID == SERIES, "QIDO-RS series of the study")
 instances = client.search_for_instances(STUDY, SERIES)
 order = [Dataset.from_json(i).InstanceNumber for i in instances]
+check(all(Dataset.from_json(i).SOPClassUID == CTImageStorage for i in instances), "… each with its SOP Class UID")
 check(order == [1, 2, 3], f"QIDO-RS instances in slice order ({order})")
 
 first = slices[1]

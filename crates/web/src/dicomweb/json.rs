@@ -106,6 +106,7 @@ pub(crate) const SERIES_FIELDS: &[(&str, &str, &str)] = &[
 
 /// Instance attributes.
 pub(crate) const INSTANCE_FIELDS: &[(&str, &str, &str)] = &[
+    ("00080016", "UI", "sop_class_uid"),
     ("00080018", "UI", "sop_instance_uid"),
     ("00200013", "IS", "instance_number"),
     ("00280008", "IS", "number_of_frames"),

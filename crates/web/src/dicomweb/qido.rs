@@ -81,14 +81,63 @@ fn parse(params: Vec<(String, String)>, allowed: &[&str]) -> Result<Matching, We
                         "QIDO-RS query key {k:?} does not apply at this level (see docs/dicomweb.md)"
                     )));
                 }
-                m.keys.insert(kw, v);
+                match m.keys.get_mut(kw) {
+                    // A UID key given again is a list (as dicomweb-client sends one).
+                    Some(was) if UID_KEYS.contains(kw) => {
+                        was.push(',');
+                        was.push_str(&v);
+                    }
+                    Some(_) => {
+                        return Err(WebError::BadRequest(format!(
+                            "QIDO-RS query key {k:?} is given twice"
+                        )));
+                    }
+                    None => {
+                        m.keys.insert(kw, v);
+                    }
+                }
             }
         }
     }
     if let Some(d) = m.keys.get("StudyDate") {
         dates(d)?;
     }
+    for k in UID_KEYS {
+        if let Some(list) = m.keys.get(k) {
+            uids(k, list)?;
+        }
+    }
     Ok(m)
+}
+
+/// Keys whose value may be a list of UIDs (PS3.18 8.3.4.1: separated by `,` or `\`, or the
+/// key repeated).
+const UID_KEYS: &[&str] = &["StudyInstanceUID", "SeriesInstanceUID", "SOPInstanceUID"];
+
+/// The UIDs of a UID key's value (empty: matches anything), each checked.
+fn uids<'a>(key: &str, list: &'a str) -> Result<Vec<&'a str>, WebError> {
+    list.split([',', '\\'])
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| check_uid(key, u).map(|()| u))
+        .collect()
+}
+
+/// Does `uid` match the UID key `key` of `m` (absent or empty: anything; else one of its list)?
+fn uid_matches(m: &Matching, key: &str, uid: &str) -> bool {
+    match m.keys.get(key).map(|l| uids(key, l)) {
+        Some(Ok(list)) => list.is_empty() || list.contains(&uid),
+        // (Checked when parsed.)
+        Some(Err(_)) => false,
+        None => true,
+    }
+}
+
+/// Does one of `have` match the value of a CS key with several values (`CT\\MR`, each perhaps
+/// a wildcard), as ModalitiesInStudy does?
+fn any_of(pattern: &str, have: &[String]) -> bool {
+    let wanted: Vec<&str> = pattern.split('\\').map(str::trim).filter(|p| !p.is_empty()).collect();
+    wanted.is_empty() || wanted.iter().any(|p| have.iter().any(|h| wildcard(p, h)))
 }
 
 /// A StudyDate match as an inclusive range (either end open).
@@ -148,7 +197,7 @@ fn study_matches(m: &Matching, meta: &Value, uid: &str) -> bool {
         && ok("PatientID", text(meta, "patient_id"))
         && ok("AccessionNumber", text(meta, "accession_number"))
         && ok("StudyDescription", text(meta, "study_description"))
-        && ok("StudyInstanceUID", uid)
+        && uid_matches(m, "StudyInstanceUID", uid)
 }
 
 fn answer(items: Vec<Value>, m: &Matching) -> Response {
@@ -168,8 +217,10 @@ pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Re
     let m = parse(params(&req)?, STUDY_KEYS)?;
     let (from, to) = m.keys.get("StudyDate").map(|d| dates(d)).transpose()?.unwrap_or_default();
     let modality = m.keys.get("ModalitiesInStudy").or(m.keys.get("Modality")).cloned();
+    // One plain modality is matched by the index; a list or a wildcard here, below.
+    let plain = |p: &String| !p.is_empty() && !p.contains(['\\', '*', '?']);
     let iq = ImageQuery {
-        modality: modality.filter(|s| !s.is_empty()),
+        modality: modality.clone().filter(plain),
         date_from: from,
         date_to: to,
         limit: 100_000,
@@ -180,7 +231,8 @@ pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Re
         .into_iter()
         .filter_map(|s| {
             let meta: Value = serde_json::from_str(&s.meta).unwrap_or(Value::Null);
-            study_matches(&m, &meta, &s.study_uid).then(|| {
+            let modalities_ok = modality.as_ref().is_none_or(|p| any_of(p, &s.modalities));
+            (modalities_ok && study_matches(&m, &meta, &s.study_uid)).then(|| {
                 Object::default()
                     .with_meta(&meta, STUDY_FIELDS)
                     .text("0020000D", "UI", &s.study_uid)
@@ -210,9 +262,8 @@ pub async fn series(
         .filter_map(|s| {
             let meta: Value = serde_json::from_str(&s.meta).unwrap_or(Value::Null);
             let modality = m.keys.get("Modality").filter(|p| !p.is_empty());
-            let series_uid = m.keys.get("SeriesInstanceUID").filter(|p| !p.is_empty());
             let keep = modality.is_none_or(|p| wildcard(p, text(&meta, "modality")))
-                && series_uid.is_none_or(|p| p == &s.series_uid);
+                && uid_matches(&m, "SeriesInstanceUID", &s.series_uid);
             keep.then(|| {
                 Object::default()
                     .with_meta(&meta, STUDY_FIELDS)
@@ -247,10 +298,9 @@ pub async fn instances_of(
         Err(e) => Err(e),
     })
     .await?;
-    let want = m.keys.get("SOPInstanceUID").filter(|p| !p.is_empty());
     let items = found
         .into_iter()
-        .filter(|i| want.is_none_or(|w| w == i.uid("sop_instance_uid")))
+        .filter(|i| uid_matches(&m, "SOPInstanceUID", i.uid("sop_instance_uid")))
         .map(|i| {
             Object::instance(&i.meta)
                 .text(
@@ -288,6 +338,19 @@ mod tests {
         assert!(parse(vec![("Colour".into(), "red".into())], STUDY_KEYS).is_err());
         assert!(parse(vec![("limit".into(), "x".into())], STUDY_KEYS).is_err());
         assert!(parse(vec![("PatientName".into(), "x".into())], SERIES_KEYS).is_err());
+        // UID lists: repeated or separated; anything else repeated is refused.
+        let two = |k: &str, a: &str, b: &str| {
+            parse(vec![(k.into(), a.into()), (k.into(), b.into())], STUDY_KEYS)
+        };
+        let m = two("StudyInstanceUID", "1.2.3", "1.2.4\\1.2.5").unwrap();
+        assert!(
+            uid_matches(&m, "StudyInstanceUID", "1.2.5")
+                && !uid_matches(&m, "StudyInstanceUID", "1.2")
+        );
+        assert!(two("StudyInstanceUID", "1.2.3", "x").is_err());
+        assert!(two("PatientID", "a", "b").is_err());
+        assert!(any_of("MR\\CT", &["CT".into()]) && any_of("C*", &["CT".into()]));
+        assert!(!any_of("MR\\US", &["CT".into()]));
         let q = vec![("00100010".into(), "Doe*".into()), ("limit".into(), "5".into())];
         let m = parse(q, STUDY_KEYS).unwrap();
         assert_eq!((m.keys.get("PatientName").map(String::as_str), m.limit), (Some("Doe*"), 5));
