@@ -478,19 +478,32 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
     // is in every run that starts from then on), a udp one once its PORT says where its
     // datagrams go (a run never waits for a receiver still joining).
     let fk = key(&flow.stream, &flow.spec.name);
-    let free = |st: &FlowState| -> Result<(), DistribError> {
+    // The name is free, or its receiver's connection has closed (a receiver started again
+    // at once: its writer, idle, may not have noticed yet): that one is taken out, and
+    // returned to be marked gone once the flow is unlocked.
+    let free = |st: &mut FlowState| -> Result<Option<Arc<Rcv>>, DistribError> {
         if join.name.is_empty() {
             return Err(DistribError::Order("a receiver must have a name".into()));
         }
-        if st.receivers.iter().any(|o| o.name == join.name) {
-            return Err(DistribError::NameTaken { flow: fk.clone(), name: join.name.clone() });
+        match st.receivers.iter().position(|o| o.name == join.name) {
+            None => Ok(None),
+            Some(i) if st.receivers[i].closed() => Ok(Some(st.receivers.remove(i))),
+            Some(_) => Err(DistribError::NameTaken { flow: fk.clone(), name: join.name.clone() }),
         }
-        Ok(())
+    };
+    let left = |old: Option<Arc<Rcv>>| {
+        if let Some(old) = old {
+            old.gone("it left (closed its connection)".into());
+        }
     };
     let register = |r: &Arc<Rcv>| -> Result<(), DistribError> {
-        let mut st = flow.state.lock().unwrap();
-        free(&st)?;
-        st.receivers.push(r.clone());
+        let old = {
+            let mut st = flow.state.lock().unwrap();
+            let old = free(&mut st)?;
+            st.receivers.push(r.clone());
+            old
+        };
+        left(old);
         Ok(())
     };
     let rcv = Arc::new(Rcv {
@@ -512,7 +525,10 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
     });
     let first = match udp {
         None => register(&rcv),
-        Some(_) => free(&flow.state.lock().unwrap()),
+        Some(_) => {
+            let old = free(&mut flow.state.lock().unwrap());
+            old.map(left)
+        }
     };
     if let Err(e) = first {
         return refuse(b, ErrorCode::Busy, e.to_string());
@@ -543,6 +559,28 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
 }
 
 impl Rcv {
+    /// Whether its peer has closed the connection (end of stream, or an error, seen without
+    /// waiting or taking anything from it).
+    fn closed(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(s) = &self.kill else { return false };
+        let mut byte = 0u8;
+        // SAFETY: a one-byte buffer valid for the call; MSG_PEEK leaves the byte for the writer.
+        let n = unsafe {
+            libc::recv(
+                s.as_raw_fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            0 => true,
+            n if n > 0 => false,
+            _ => std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+
     /// Take it out of the run with `reason` (first reason wins) and unblock its writer.
     fn gone(&self, reason: String) {
         let mut q = self.q.lock().unwrap();

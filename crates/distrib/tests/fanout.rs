@@ -979,3 +979,32 @@ fn under_timeout_a_slow_commit_after_the_stop_is_no_stall() {
     assert_eq!(end, RunEnd::Stopped(1 << 20));
     assert!(kept.bytes == bytes);
 }
+
+/// A receiver started again at once under its name (after a crash, say) takes the name back
+/// from its predecessor, whose connection has closed, instead of being told the name is taken
+/// until the distributer notices; a live receiver's name stays taken.
+#[test]
+fn a_receiver_started_again_at_once_takes_its_name_back() {
+    let (d, addr) = distributer();
+    let first = Receiver::connect(&addr, "obs", "hold", "archive", Some("t0k")).unwrap();
+    wait_names(&d, "hold", &["archive"]);
+    let e = Receiver::connect(&addr, "obs", "hold", "archive", Some("t0k")).err().unwrap();
+    assert!(e.to_string().contains("already on flow"), "{e}");
+    first.close();
+    let rx = {
+        let mut r = Receiver::connect(&addr, "obs", "hold", "archive", Some("t0k")).unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut k = Keep::default();
+            let end = r.run_once(&mut k, None).unwrap();
+            let _ = tx.send((end, k));
+        });
+        rx
+    };
+    wait_names(&d, "hold", &["archive"]);
+    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    s.start(&params("again")).unwrap();
+    s.send(b"to the one started again").unwrap();
+    assert!(s.stop().unwrap().all_delivered());
+    assert_eq!(rx.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(24));
+}
