@@ -472,15 +472,33 @@ impl std::fmt::Debug for BlobProxy {
     }
 }
 
-/// Open (creating or continuing) the part file of a local destination.
+/// Open (creating or continuing) the part file of a local destination, locked for this
+/// download alone (an exclusive lock held while the file is open): a second download into the
+/// same file — another `get -r` into the same folder — is refused, rather than both writing
+/// one part file and one renaming the other's into place.
 pub(crate) fn open_part(dest: &std::path::Path, keep: bool) -> Result<(PathBuf, File)> {
     let part = part_path(dest);
     let file = OpenOptions::new()
         .create(true)
         .read(true)
         .write(true)
-        .truncate(!keep)
+        .truncate(false)
         .open(&part)
         .map_err(|e| BlobError::file(part.clone(), e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let why = format!("another download into {} is running", dest.display());
+            return Err(BlobError::file(
+                part,
+                std::io::Error::new(std::io::ErrorKind::ResourceBusy, why),
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(BlobError::file(part, e)),
+    }
+    // Emptied only once it is ours.
+    if !keep {
+        file.set_len(0).map_err(|e| BlobError::file(part.clone(), e))?;
+    }
     Ok((part, file))
 }

@@ -335,6 +335,29 @@ fn an_interrupted_download_resumes_and_a_wrong_prefix_starts_over() {
     assert_eq!(std::fs::read(&dest).unwrap(), bytes);
 }
 
+/// A download into a file another download is writing (its part file locked: another
+/// `get -r` into the same folder) is refused, and leaves that part file alone.
+#[test]
+fn a_second_download_into_the_same_file_is_refused_while_the_first_runs() {
+    let w = world();
+    let bytes = data(1_500_000);
+    let src = BlobKey::remote(&w.remotes[0], "dl/locked");
+    w.write(&src, &bytes);
+    let dest = w.root.join("locked.bin");
+    let part = bs_blob::part_path(&dest);
+    std::fs::write(&part, b"the other download's bytes").unwrap();
+    let other = std::fs::OpenOptions::new().write(true).open(&part).unwrap();
+    other.lock().unwrap();
+    let e = w.t.copy(&src, &BlobKey::file(&dest), &Options::blocking()).wait().unwrap_err();
+    assert!(e.to_string().contains("another download into"), "{e}");
+    assert_eq!(std::fs::read(&part).unwrap(), b"the other download's bytes", "left alone");
+    assert!(!dest.exists());
+    // Once that one is done (its lock gone), the download runs.
+    drop(other);
+    w.t.copy(&src, &BlobKey::file(&dest), &Options::blocking()).wait().unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), bytes);
+}
+
 #[test]
 fn corruption_on_the_server_is_caught_by_the_receiver() {
     let dir = tempfile::tempdir().unwrap();
