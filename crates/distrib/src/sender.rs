@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use bs_binding::{Binding, Role};
+use bs_binding::{Binding, BindingError, Role};
+use bs_transport::TransportError;
 
 use bs_wire::{DigestAlgo, Hasher};
 
@@ -82,6 +83,8 @@ pub(crate) fn join(
 /// One flow's sender.
 pub struct Sender {
     b: Binding,
+    /// The distributer's address, for errors.
+    addr: String,
     welcome: msg::Welcome,
     /// Bytes/s this sender keeps to (the flow's pace, or its own), and when the run began.
     pace: Option<u64>,
@@ -116,9 +119,11 @@ impl Sender {
             name: String::new(),
             token: token.unwrap_or_default().into(),
         };
-        let (b, welcome) = join(&target.into(), msg::ROLE_SENDER, &j)?;
+        let target = target.into();
+        let (b, welcome) = join(&target, msg::ROLE_SENDER, &j)?;
         Ok(Self {
             b,
+            addr: target.addr.clone(),
             pace: (welcome.pace > 0).then_some(welcome.pace),
             started: std::time::Instant::now(),
             welcome,
@@ -178,7 +183,7 @@ impl Sender {
         }
         for piece in data.chunks(self.welcome.chunk.max(1) as usize) {
             let head = msg::data_head(self.offset);
-            self.b.send_parts(&head, piece).map_err(DistribError::from_binding)?;
+            self.b.send_parts(&head, piece).map_err(|e| self.lost(e))?;
             self.hasher.update(piece);
             self.offset += piece.len() as u64;
             if let Some(rate) = self.pace {
@@ -193,10 +198,10 @@ impl Sender {
 
     /// Reports that arrived without waiting for them.
     fn collect_reports(&mut self) -> Result<(), DistribError> {
-        self.b.poll().map_err(DistribError::from_binding)?;
-        while let Some(m) =
-            self.b.recv_within(Duration::ZERO).map_err(DistribError::from_binding)?
-        {
+        if !self.b.poll().map_err(|e| self.lost(e))? {
+            return Err(self.lost(BindingError::Transport(TransportError::Closed)));
+        }
+        while let Some(m) = self.b.recv_within(Duration::ZERO).map_err(|e| self.lost(e))? {
             match Message::parse(m.payload())? {
                 Message::Dropped(d) => self.dropped.push(d),
                 other => {
@@ -220,19 +225,48 @@ impl Sender {
             return Err(DistribError::Order("stop before start".into()));
         }
         let digest = msg::digest_bytes(&self.hasher.finish());
-        self.b.send(&msg::stop(self.offset, &digest)).map_err(DistribError::from_binding)?;
-        self.running = false;
-        loop {
-            let m = self.b.recv().map_err(DistribError::from_binding)?.ok_or_else(|| {
-                DistribError::Remote("the distributer closed before STOPPED".into())
-            })?;
-            match Message::parse(m.payload())? {
-                Message::Dropped(d) => self.dropped.push(d),
-                Message::Stopped(s) => {
-                    return Ok(StopReport { total: s.total, receivers: s.receivers });
+        self.b.send(&msg::stop(self.offset, &digest)).map_err(|e| self.lost(e))?;
+        // Still the run's until its report is in: a connection lost now loses the run.
+        let report = loop {
+            let m = match self.b.recv() {
+                Ok(Some(m)) => m,
+                Ok(None) => break Err(self.lost(BindingError::Transport(TransportError::Closed))),
+                Err(e) => break Err(self.lost(e)),
+            };
+            match Message::parse(m.payload()) {
+                Ok(Message::Dropped(d)) => self.dropped.push(d),
+                Ok(Message::Stopped(s)) => {
+                    break Ok(StopReport { total: s.total, receivers: s.receivers });
                 }
-                other => return Err(DistribError::Malformed(format!("unexpected {other:?}"))),
+                Ok(other) => break Err(DistribError::Malformed(format!("unexpected {other:?}"))),
+                Err(e) => break Err(e),
             }
+        };
+        self.running = false;
+        report
+    }
+
+    /// What a failed call on the connection means to the user: the distributer's own word
+    /// (an ERROR it sent) as it is; the connection gone, the run lost, said so.
+    fn lost(&self, e: BindingError) -> DistribError {
+        match e {
+            BindingError::Remote { message, .. } => DistribError::Remote(message),
+            e @ BindingError::Transport(_) => {
+                let run = if self.running {
+                    format!(
+                        " after {} bytes of the run: the run is lost for every receiver; \
+                         connect again and send it again",
+                        self.offset
+                    )
+                } else {
+                    String::new()
+                };
+                DistribError::Remote(format!(
+                    "the distributer at {} closed the connection{run} ({e})",
+                    self.addr
+                ))
+            }
+            e => DistribError::from_binding(e),
         }
     }
 

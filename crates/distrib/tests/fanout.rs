@@ -460,7 +460,10 @@ fn a_distributer_restart_is_a_clear_error_and_everyone_reconnects() {
         }
     }
     let e = failed.expect("the sender notices the distributer is gone");
-    assert!(matches!(e, DistribError::Binding(_) | DistribError::Remote(_)), "{e}");
+    assert!(matches!(e, DistribError::Remote(_)), "{e}");
+    let said = e.to_string();
+    assert!(said.contains(&format!("the distributer at {addr} closed the connection")), "{said}");
+    assert!(said.contains("the run is lost for every receiver"), "{said}");
 
     // Its successor on the same address: a test running alongside may hold the port a
     // moment (as a connection's own port), so the bind is tried again until a deadline.
