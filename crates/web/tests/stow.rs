@@ -141,3 +141,18 @@ async fn a_body_without_its_boundary_is_refused_early() {
     assert!(n < 1024, "{n} chunks of 64 KiB were taken");
     web.shutdown().await;
 }
+
+/// A body sent as fast as the connection takes it: while an instance is being stored, the
+/// parser pulls megabytes of what follows at once, and that is no missing boundary.
+#[tokio::test]
+async fn a_fast_body_of_large_parts_is_taken_whole() {
+    let (web, base) = start(64 << 20).await;
+    let big = vec![b'x'; 12 << 20];
+    let parts = [samples::ct_series_slice(0), big, samples::ct_series_slice(1)];
+    let (status, text) = stow(&base, body(&parts, None)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["00081199"]["Value"].as_array().unwrap().len(), 2, "{text}");
+    assert_eq!(answer["00081198"]["Value"].as_array().unwrap().len(), 1, "{text}");
+    web.shutdown().await;
+}

@@ -90,8 +90,12 @@ async fn store(
     // the first boundary, a part's headers) is held to a small allowance, so a body whose
     // boundary never comes is refused early rather than kept whole in memory.
     let handed = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let body =
-        Guarded { inner: req.into_body().into_data_stream(), received: 0, handed: handed.clone() };
+    let body = Guarded {
+        inner: req.into_body().into_data_stream(),
+        received: 0,
+        handed: handed.clone(),
+        over_at: None,
+    };
     let mut mp = multer::Multipart::with_constraints(body, boundary, limits);
     let mut stored = Vec::new();
     let mut failed = Vec::new();
@@ -344,12 +348,17 @@ fn store_one(
 const NOT_CONTENT: u64 = 4 << 20;
 
 /// The request body, refused (an error the parser reports) once it has given the parser more
-/// than [`NOT_CONTENT`] bytes beyond the parts' contents handed out: multer keeps everything
-/// it has not matched to a boundary or a header's end, however long the wait.
+/// than [`NOT_CONTENT`] bytes beyond the parts' contents handed out and the parser, given the
+/// chance, hands out nothing more: multer keeps everything it has not matched to a boundary
+/// or a header's end, however long the wait. (It also pulls whatever has arrived before it
+/// cuts out a part's content, so crossing the allowance alone proves nothing: the first time,
+/// the stream says "nothing yet", and the parser hands out what it holds.)
 struct Guarded<S> {
     inner: S,
     received: u64,
     handed: Arc<std::sync::atomic::AtomicU64>,
+    /// What had been handed out when the allowance was last found crossed.
+    over_at: Option<u64>,
 }
 
 impl<S> tokio_stream::Stream for Guarded<S>
@@ -365,14 +374,21 @@ where
         use std::task::Poll;
         let handed = self.handed.load(std::sync::atomic::Ordering::Relaxed);
         if self.received.saturating_sub(handed) > NOT_CONTENT {
-            let why = format!(
-                "no boundary or part headers in {NOT_CONTENT} bytes: is the boundary the body's?"
-            );
-            return Poll::Ready(Some(Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                why,
-            ))));
+            if self.over_at == Some(handed) {
+                let why = format!(
+                    "no boundary or part headers in {NOT_CONTENT} bytes: is the boundary the \
+                     body's?"
+                );
+                return Poll::Ready(Some(Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    why,
+                ))));
+            }
+            self.over_at = Some(handed);
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
+        self.over_at = None;
         match std::pin::Pin::new(&mut self.inner).poll_next(cx) {
             Poll::Ready(Some(Ok(b))) => {
                 self.received += b.len() as u64;
