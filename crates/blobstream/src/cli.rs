@@ -729,9 +729,9 @@ pub struct ServeArgs {
     /// count among --max-connections. More are told to retry.
     #[arg(long, default_value_t = 1024)]
     pub max_bindings: usize,
-    /// A push over the data plane slower than this on average (after its first --io-timeout
-    /// seconds) is ended, so a client trickling bytes cannot hold a transfer slot (k/m/g
-    /// suffixes; 0: no floor).
+    /// A push of a known length over the data plane slower than this on average (after its
+    /// first --io-timeout seconds, unless it asked to be paced) is ended, so a client
+    /// trickling bytes cannot hold a transfer slot (k/m/g suffixes; 0: no floor).
     #[arg(long, default_value = "1k", value_parser = parse_rate, value_name = "BYTES_PER_SEC")]
     pub min_transfer_rate: u64,
     /// Seconds a data connection waits after a transfer for the client's next token (one

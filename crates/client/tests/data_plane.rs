@@ -1116,6 +1116,18 @@ fn a_push_trickling_under_the_rate_floor_is_ended_and_frees_its_slot() {
     // The one transfer slot is free again.
     push(&c, "next", b"fine");
     assert_eq!(pull(&c, "next", 0, None), b"fine");
+
+    // An upload of unknown length (a pipe, an instrument's stream) may come as slowly as it
+    // is made: the same trickle, past the grace, is taken whole.
+    c.route(RouteRequest { name: "stream".into(), size: None, ..Default::default() }).unwrap();
+    let mut p = c.open_push("stream", 0, None, None).unwrap();
+    let piece = [5u8; 1000];
+    for _ in 0..20 {
+        p.write(&piece).unwrap();
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(p.finish(true).unwrap().committed.is_some());
+    assert_eq!(pull(&c, "stream", 0, None), vec![5u8; 20_000]);
 }
 
 #[test]

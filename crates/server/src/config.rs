@@ -41,9 +41,10 @@ pub struct ServerConfig {
     /// Most bindings open at once (each a connection and a thread, often idle for long);
     /// they do not count among [`ServerConfig::max_connections`]. Further ones are told BUSY.
     pub max_bindings: usize,
-    /// A push averaging fewer bytes a second than this, once past its first
-    /// [`ServerConfig::io_timeout`], is ended with `ERROR(TooSlow)`, so a client trickling
-    /// bytes cannot hold a transfer slot; 0: no floor.
+    /// A push of a known length (not paced by its own asking) averaging fewer bytes a second
+    /// than this from its admission, once past its first [`ServerConfig::io_timeout`], is
+    /// ended with `ERROR(TooSlow)`, so a client trickling bytes cannot hold a transfer slot;
+    /// an upload of unknown length may come as slowly as it is made; 0: no floor.
     pub min_transfer_rate: u64,
     /// After a transfer, how long its data connection waits for the client's next token
     /// (one more transfer on the same connection, without a new TCP or TLS handshake); zero:

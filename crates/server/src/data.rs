@@ -241,9 +241,6 @@ fn one_transfer(shared: &Shared, conn: &mut Conn, grant: &Grant) -> bool {
         conn.apply(&socket).map_err(TransportError::from)?;
         match b.endpoint {
             Endpoint::Push => {
-                let floor = (shared.min_rate > 0)
-                    .then(|| bs_transport::ReadFloor::new(shared.min_rate, shared.io_timeout));
-                conn.set_read_floor(floor);
                 let res = push(shared, conn, grant, &counters);
                 conn.set_read_floor(None);
                 res
@@ -484,6 +481,14 @@ fn push(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Resul
     // Admitted: say so (with the bytes the upload holds) before the client sends anything,
     // so a refusal up to here reaches it while it can still simply try again.
     conn.write_frame(&Frame::Ack { received: sink.received(), committed: None })?;
+    // From here the bytes must keep coming — for a push of a known length, whose bytes the
+    // client has (a file, a buffer), and that did not ask to be paced: an upload of unknown
+    // length (a pipe, an instrument's stream) may come as slowly as it is made.
+    let paced = g.bind.profile.layers.iter().any(|l| matches!(l, bs_binding::LayerSpec::Pace(_)))
+        || g.bind.profile.throughput_bps > 0;
+    if shared.min_rate > 0 && sink.size().is_some() && !paced {
+        conn.set_read_floor(Some(bs_transport::ReadFloor::new(shared.min_rate, shared.io_timeout)));
+    }
     let mut hasher = g.algo.hasher();
     // Message layers asked for (compress, checksum, …): each DATA frame's bytes arrive as
     // one layered message, checked by its layers before a byte of it reaches the store.

@@ -31,6 +31,10 @@ impl ReadFloor {
 
     /// Count `n` bytes read; an error once the average is under the floor.
     pub(crate) fn count(&mut self, n: usize) -> io::Result<()> {
+        if n == 0 {
+            // The peer closed: that is said as such, not as slowness.
+            return Ok(());
+        }
         self.bytes += n as u64;
         self.check(self.since.elapsed())
     }
