@@ -179,7 +179,11 @@ fn named(p: &Params) -> Option<String> {
 /// An unnamed run's name: the first `run-N` (N from `run` up) not `taken` — a receiver
 /// started again counts from 1 again, and must not replace the runs it kept before.
 fn unnamed(run: u64, taken: impl Fn(&str) -> bool) -> String {
-    (run..).map(|n| format!("run-{n}")).find(|n| !taken(n)).expect("a free number")
+    // (Bounded: past so many, the run takes the last and is refused by name, said.)
+    (run..run + 100_000)
+        .map(|n| format!("run-{n}"))
+        .find(|n| !taken(n))
+        .unwrap_or_else(|| format!("run-{}", run + 100_000))
 }
 
 impl FlowHandler for ToFiles {
@@ -232,15 +236,23 @@ impl FlowHandler for ToFiles {
         f.sync_all().map_err(|e| format!("syncing {}: {e}", part.display()))?;
         // Linked, then unlinked, rather than renamed: a rename would replace a file that
         // took the name meanwhile; a link fails instead (the run's bytes stay in the part).
-        std::fs::hard_link(&part, &done).map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => format!(
-                "{} appeared during the run (a run replaces no file); the run is kept in {}",
-                done.display(),
-                part.display()
-            ),
-            _ => format!("keeping {} as {}: {e}", part.display(), done.display()),
-        })?;
-        let _ = std::fs::remove_file(&part);
+        match std::fs::hard_link(&part, &done) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&part);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(format!(
+                    "{} appeared during the run (a run replaces no file); the run is kept in {}",
+                    done.display(),
+                    part.display()
+                ));
+            }
+            // A file system without hard links (vfat, some network shares): renamed, the
+            // name checked just before.
+            Err(_) if !done.exists() => std::fs::rename(&part, &done)
+                .map_err(|e| format!("keeping {} as {}: {e}", part.display(), done.display()))?,
+            Err(e) => return Err(format!("keeping {} as {}: {e}", part.display(), done.display())),
+        }
         if let Some(d) = done.parent().and_then(|d| File::open(d).ok()) {
             let _ = d.sync_all();
         }
@@ -277,12 +289,9 @@ impl FlowHandler for IntoStore {
         self.error = None;
         let (client, prefix) = (&self.client, &self.prefix);
         let name = named(p).unwrap_or_else(|| {
-            unnamed(self.run, |n| {
-                !matches!(
-                    client.stat(&format!("{prefix}{n}")),
-                    Err(bs_client::ClientError::NotFound(_))
-                )
-            })
+            // Only a blob there takes the number: a store that cannot be asked leaves it to
+            // the push, which says why.
+            unnamed(self.run, |n| client.stat(&format!("{prefix}{n}")).is_ok())
         });
         let key = format!("{prefix}{name}");
         let text = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);

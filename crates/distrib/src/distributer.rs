@@ -673,8 +673,17 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
                                 "it sent {IDLE_MESSAGES} messages unasked (a receiver answers a \
                                  STOP, and sends nothing else)"
                             );
-                            // Told first (being gone shuts the socket), and what it still
-                            // sends read past for a moment, so the telling is not reset away.
+                            // Out of the run at once (a run starting now must not wait on
+                            // it); told, and what it still sends read past for a moment, so
+                            // the telling is not reset away; then its socket is shut.
+                            {
+                                let mut q = r.q.lock().unwrap();
+                                q.gone = Some(why.clone());
+                                q.items.clear();
+                                q.queued_bytes = 0;
+                                r.cv.notify_all();
+                            }
+                            tracing::info!(receiver = %r.name, reason = %why, "receiver dropped");
                             let told = format!("dropped: {why}");
                             b.end_lingering(ErrorCode::BadFrame, told, LINGER, 4 << 20);
                             return r.gone(why);

@@ -129,7 +129,8 @@ impl Shared {
     }
 
     /// Wait up to `grace` for the running transfers to end, admitting no new ones; returns
-    /// how many were still running when the time ran out.
+    /// how many were still running when the time ran out. Bindings (long-lived, on slots of
+    /// their own) are not waited for: they end with the process.
     pub(crate) async fn drain(&self, grace: Duration) -> usize {
         self.closing.store(true, Ordering::Relaxed);
         match tokio::time::timeout(grace, self.slots.acquire_many(self.slot_count)).await {

@@ -87,6 +87,11 @@ fn parse(params: Vec<(String, String)>, allowed: &[&str]) -> Result<Matching, We
                         was.push(',');
                         was.push_str(&v);
                     }
+                    // Several modalities: one value with several (`CT\\MR`).
+                    Some(was) if *kw == "ModalitiesInStudy" => {
+                        was.push('\\');
+                        was.push_str(&v);
+                    }
                     Some(_) => {
                         return Err(WebError::BadRequest(format!(
                             "QIDO-RS query key {k:?} is given twice"
@@ -349,6 +354,8 @@ mod tests {
         );
         assert!(two("StudyInstanceUID", "1.2.3", "x").is_err());
         assert!(two("PatientID", "a", "b").is_err());
+        let mods = two("ModalitiesInStudy", "MR", "CT").unwrap();
+        assert!(any_of(&mods.keys["ModalitiesInStudy"], &["CT".into()]));
         assert!(any_of("MR\\CT", &["CT".into()]) && any_of("C*", &["CT".into()]));
         assert!(!any_of("MR\\US", &["CT".into()]));
         let q = vec![("00100010".into(), "Doe*".into()), ("limit".into(), "5".into())];
