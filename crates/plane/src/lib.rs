@@ -140,16 +140,54 @@ async fn authorized(keys: &[Arc<[u8]>], for_admin: bool, req: Request, next: Nex
 /// connection is closed after as long: a client trickling a header a byte at a time, or
 /// opening connections and saying nothing, holds them no longer), and at most
 /// `max_connections` are open at once (the next ones wait in the kernel's backlog until one
-/// closes, rather than the process running out of descriptors for everyone).
+/// closes, rather than the process running out of descriptors for everyone), of which one
+/// address holds at most `per_address` (its next ones are closed at once: one client cannot
+/// take every place). An HTTP/2 connection is pinged when idle and closed when its peer stops
+/// answering, so a peer that vanished holds no place either.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
     pub max_connections: usize,
     pub header_timeout: Duration,
+    pub per_address: usize,
+}
+
+/// How often an idle HTTP/2 connection is pinged, and how long its answer may take.
+const H2_PING: Duration = Duration::from_secs(30);
+const H2_PING_WAIT: Duration = Duration::from_secs(20);
+
+/// Connections open per peer address, each counted while its guard lives.
+#[derive(Default)]
+struct PerAddress(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+struct AddressPlace(Arc<PerAddress>, std::net::IpAddr);
+
+impl PerAddress {
+    fn take(self: &Arc<Self>, ip: std::net::IpAddr, most: usize) -> Option<AddressPlace> {
+        let mut m = self.0.lock().unwrap();
+        let n = m.entry(ip).or_default();
+        if *n >= most {
+            return None;
+        }
+        *n += 1;
+        Some(AddressPlace(self.clone(), ip))
+    }
+}
+
+impl Drop for AddressPlace {
+    fn drop(&mut self) {
+        let mut m = (self.0).0.lock().unwrap();
+        if let Some(n) = m.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.1);
+            }
+        }
+    }
 }
 
 impl Default for HttpLimits {
     fn default() -> Self {
-        Self { max_connections: 1024, header_timeout: Duration::from_secs(30) }
+        Self { max_connections: 1024, header_timeout: Duration::from_secs(30), per_address: 256 }
     }
 }
 
@@ -168,6 +206,7 @@ pub async fn serve_http(
 ) {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let per_address = Arc::new(PerAddress::default());
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -187,13 +226,18 @@ pub async fn serve_http(
             },
             _ = &mut shutdown => break,
         };
+        let Some(place) = per_address.take(peer.ip(), limits.per_address.max(1)) else {
+            tracing::debug!(%peer, "connection closed: its address holds its share already");
+            drop(permit);
+            continue;
+        };
         // Nagle's algorithm off: a response written as headers, then body (or a gRPC answer's
         // headers, data and trailers) would wait on the client's delayed ACK.
         let _ = tcp.set_nodelay(true);
         let (acceptor, app, watcher) = (acceptor.clone(), app.clone(), graceful.watcher());
         let local = tcp.local_addr().ok();
         tokio::spawn(async move {
-            let _open = permit;
+            let _open = (permit, place);
             // The peer address goes with each request (failed logins count per address), as
             // axum's `ConnectInfo` and as tonic's (`Request::remote_addr`, `local_addr`).
             let app = tower::ServiceExt::map_request(
@@ -214,6 +258,11 @@ pub async fn serve_http(
                 .http1()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(limits.header_timeout);
+            builder
+                .http2()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .keep_alive_interval(H2_PING)
+                .keep_alive_timeout(H2_PING_WAIT);
             let done = match acceptor {
                 None => {
                     // The first bytes, too, within the header timeout: hyper's starts only
@@ -422,6 +471,50 @@ mod tests {
         assert_eq!(status(admin_only, "/metrics", None), "200");
         assert_eq!(status(admin_only, "/drop", None), "401");
         assert_eq!(status(admin_only, "/drop", Some("admin")), "200");
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share_of_the_connections() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/metrics", axum::routing::get(|| async { "# EOF\n" }));
+        let limits = HttpLimits { max_connections: 8, per_address: 2, ..HttpLimits::default() };
+        rt.spawn(serve_http(listener, router, None, std::future::pending(), limits));
+        // Two silent connections from 127.0.0.1 take its share...
+        let held: Vec<_> = (0..2).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+        // ...so a third from it is closed at once, unanswered (however long it waits).
+        let mut third = std::net::TcpStream::connect(addr).unwrap();
+        third.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let _ = third.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n");
+        let mut buf = [0u8; 64];
+        assert_eq!(third.read(&mut buf).unwrap_or(0), 0, "closed without an answer");
+        // Another address is served, and so is this one once a place is given back.
+        let from = |ip: &str| {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind(std::net::SocketAddr::new(ip.parse().unwrap(), 0)).unwrap();
+            let s = rt.block_on(s.connect(addr)).unwrap().into_std().unwrap();
+            s.set_nonblocking(false).unwrap();
+            s
+        };
+        // (A connection closed at once may be reset under the request: an empty answer.)
+        let ask = |mut s: std::net::TcpStream| {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            out
+        };
+        assert!(ask(from("127.0.0.2")).starts_with("HTTP/1.1 200"));
+        drop(held);
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let page = ask(std::net::TcpStream::connect(addr).unwrap());
+            if page.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            assert!(std::time::Instant::now() < until, "never served again: {page:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]

@@ -23,7 +23,11 @@ async fn start(cfg: WebConfig) -> (WebServer, Arc<dyn Store>) {
 
 #[tokio::test]
 async fn silent_and_trickling_connections_are_closed_and_the_next_client_is_served() {
-    let http = bs_plane::HttpLimits { max_connections: 2, header_timeout: Duration::from_secs(1) };
+    let http = bs_plane::HttpLimits {
+        max_connections: 2,
+        header_timeout: Duration::from_secs(1),
+        ..bs_plane::HttpLimits::default()
+    };
     let (web, _) = start(WebConfig { http, ..WebConfig::ephemeral() }).await;
     // Both connections the limit allows: one says nothing, one half a request line.
     let mut silent = tokio::net::TcpStream::connect(web.addr()).await.unwrap();
