@@ -471,6 +471,17 @@ impl Transporter {
 mod tests {
     use super::*;
 
+    /// A job putting the local file `n` as the blob `n`.
+    fn job(n: &str) -> Job {
+        Job {
+            src: BlobKey::file(n),
+            dst: BlobKey::remote("h:1", n),
+            spec: NewBlob::default(),
+            size: 0,
+            name: n.to_string(),
+        }
+    }
+
     #[test]
     fn globs_without_a_slash_match_file_names_and_with_one_whole_paths() {
         let s = |inc: &[&str], exc: &[&str]| {
@@ -494,13 +505,6 @@ mod tests {
 
     #[test]
     fn delete_takes_only_what_the_source_lacks_and_nothing_after_a_failed_read() {
-        let job = |n: &str| Job {
-            src: BlobKey::file(n),
-            dst: BlobKey::remote("h:1", n),
-            spec: NewBlob::default(),
-            size: 0,
-            name: n.to_string(),
-        };
         let copied = [job("p/a"), job("p/b")];
         let present = ["p/a", "p/old", "p/keep.txt", "p/b"];
         let sel = Selection::new(&[], &["*.txt".to_string()]).unwrap();
@@ -588,13 +592,6 @@ mod tests {
 
     #[test]
     fn delete_keeps_the_blobs_of_whatever_the_walk_skipped() {
-        let job = |n: &str| Job {
-            src: BlobKey::file(n),
-            dst: BlobKey::remote("h:1", n),
-            spec: NewBlob::default(),
-            size: 0,
-            name: n.to_string(),
-        };
         let copied = [job("p/a")];
         // A folder moved elsewhere and linked back, a FIFO where a blob's file was.
         let skipped = [

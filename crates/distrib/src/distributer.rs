@@ -588,15 +588,20 @@ impl Rcv {
     }
 
     fn gone_locked(&self, q: &mut MutexGuard<'_, RcvQ>, reason: String) {
+        self.out_locked(q, reason);
+        if let Some(s) = &self.kill {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Out of the run (its queue emptied, no run waits on it), its connection left as it is.
+    fn out_locked(&self, q: &mut MutexGuard<'_, RcvQ>, reason: String) {
         if q.gone.is_none() {
             tracing::info!(receiver = %self.name, %reason, "receiver dropped");
             q.gone = Some(reason);
         }
         q.items.clear();
         q.queued_bytes = 0;
-        if let Some(s) = &self.kill {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
         self.cv.notify_all();
     }
 }
@@ -676,14 +681,7 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
                             // Out of the run at once (a run starting now must not wait on
                             // it); told, and what it still sends read past for a moment, so
                             // the telling is not reset away; then its socket is shut.
-                            {
-                                let mut q = r.q.lock().unwrap();
-                                q.gone = Some(why.clone());
-                                q.items.clear();
-                                q.queued_bytes = 0;
-                                r.cv.notify_all();
-                            }
-                            tracing::info!(receiver = %r.name, reason = %why, "receiver dropped");
+                            r.out_locked(&mut r.q.lock().unwrap(), why.clone());
                             let told = format!("dropped: {why}");
                             b.end_lingering(ErrorCode::BadFrame, told, LINGER, 4 << 20);
                             return r.gone(why);

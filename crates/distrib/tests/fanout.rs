@@ -131,6 +131,36 @@ fn params(obs: &str) -> Params {
     p
 }
 
+/// A receiver spoken by hand: connected and its JOIN to `flow` as `name` sent (its answer not
+/// read yet).
+fn raw_receiver(addr: &str, flow: &str, name: &str) -> bs_binding::Binding {
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    let mut b = bs_distrib::distributer::binding(
+        bs_transport::Conn::new(tcp),
+        bs_binding::Role::Initiator,
+        0,
+    );
+    let j = bs_distrib::msg::Join {
+        stream: "obs".into(),
+        flow: flow.into(),
+        name: name.into(),
+        token: "t0k".into(),
+    };
+    b.send(&bs_distrib::msg::join(bs_distrib::msg::ROLE_RECEIVER, &j)).unwrap();
+    b
+}
+
+/// A run of `bytes` on `flow` reaches `name`, a receiver joining now: the flow still serves.
+fn a_run_reaches(d: &Distributer, addr: &str, flow: &str, name: &str, bytes: &[u8]) {
+    let rx = receiver(addr, flow, name, None);
+    wait_names(d, flow, &[name]);
+    let mut s = Sender::connect(addr, "obs", flow, Some("t0k")).unwrap();
+    s.start(&params("uid://after")).unwrap();
+    s.send(bytes).unwrap();
+    assert!(s.stop().unwrap().all_delivered());
+    assert_eq!(rx.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(bytes.len() as u64));
+}
+
 /// Wait until the distributer lists exactly these receivers on `flow` (they join and leave
 /// asynchronously).
 fn wait_names(d: &Distributer, flow: &str, names: &[&str]) {
@@ -795,19 +825,7 @@ fn udp_flows_refuse_tls_and_a_receiver_without_a_port() {
     assert!(e.to_string().contains("obs/display is udp"), "{e}");
 
     let (d, addr) = udp_distributer();
-    let tcp = std::net::TcpStream::connect(&addr).unwrap();
-    let mut b = bs_distrib::distributer::binding(
-        bs_transport::Conn::new(tcp),
-        bs_binding::Role::Initiator,
-        0,
-    );
-    let j = bs_distrib::msg::Join {
-        stream: "obs".into(),
-        flow: "display".into(),
-        name: "portless".into(),
-        token: "t0k".into(),
-    };
-    b.send(&bs_distrib::msg::join(bs_distrib::msg::ROLE_RECEIVER, &j)).unwrap();
+    let mut b = raw_receiver(&addr, "display", "portless");
     let w = b.recv_within(WAIT).unwrap().unwrap();
     let bs_distrib::msg::Message::Welcome(w) =
         bs_distrib::msg::Message::parse(w.payload()).unwrap()
@@ -820,14 +838,7 @@ fn udp_flows_refuse_tls_and_a_receiver_without_a_port() {
     let e = b.recv_within(WAIT).unwrap_err().to_string();
     assert!(e.contains("expected PORT"), "{e}");
     wait_names(&d, "display", &[]);
-    // The flow still serves a proper receiver.
-    let rx = receiver(&addr, "display", "proper", None);
-    wait_names(&d, "display", &["proper"]);
-    let mut s = Sender::connect(&addr, "obs", "display", Some("t0k")).unwrap();
-    s.start(&params("uid://after")).unwrap();
-    s.send(b"after the portless one").unwrap();
-    assert!(s.stop().unwrap().all_delivered());
-    assert_eq!(rx.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(22));
+    a_run_reaches(&d, &addr, "display", "proper", b"after the portless one");
 }
 
 /// Datagrams of an aborted udp run that arrive after its end are an earlier run's: the
@@ -910,19 +921,7 @@ fn stragglers_of_an_aborted_udp_run_do_not_leak_into_the_next() {
 #[test]
 fn a_receiver_that_sends_unasked_is_dropped() {
     let (d, addr) = distributer();
-    let tcp = std::net::TcpStream::connect(&addr).unwrap();
-    let mut b = bs_distrib::distributer::binding(
-        bs_transport::Conn::new(tcp),
-        bs_binding::Role::Initiator,
-        0,
-    );
-    let j = bs_distrib::msg::Join {
-        stream: "obs".into(),
-        flow: "hold".into(),
-        name: "chatty".into(),
-        token: "t0k".into(),
-    };
-    b.send(&bs_distrib::msg::join(bs_distrib::msg::ROLE_RECEIVER, &j)).unwrap();
+    let mut b = raw_receiver(&addr, "hold", "chatty");
     b.recv_within(WAIT).unwrap().expect("WELCOME");
     wait_names(&d, "hold", &["chatty"]);
     let junk = vec![7u8; 64 << 10];
@@ -932,14 +931,7 @@ fn a_receiver_that_sends_unasked_is_dropped() {
     let e = b.recv_within(WAIT).unwrap_err().to_string();
     assert!(e.contains("16 messages unasked"), "{e}");
     wait_names(&d, "hold", &[]);
-    // The flow still serves a proper receiver.
-    let rx = receiver(&addr, "hold", "proper", None);
-    wait_names(&d, "hold", &["proper"]);
-    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
-    s.start(&params("uid://after")).unwrap();
-    s.send(b"after the chatty one").unwrap();
-    assert!(s.stop().unwrap().all_delivered());
-    assert_eq!(rx.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(20));
+    a_run_reaches(&d, &addr, "hold", "proper", b"after the chatty one");
 }
 
 /// A receiver that had every byte and takes a while to commit at the stop (an fsync, a
@@ -994,20 +986,5 @@ fn a_receiver_started_again_at_once_takes_its_name_back() {
     let e = Receiver::connect(&addr, "obs", "hold", "archive", Some("t0k")).err().unwrap();
     assert!(e.to_string().contains("already on flow"), "{e}");
     first.close();
-    let rx = {
-        let mut r = Receiver::connect(&addr, "obs", "hold", "archive", Some("t0k")).unwrap();
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut k = Keep::default();
-            let end = r.run_once(&mut k, None).unwrap();
-            let _ = tx.send((end, k));
-        });
-        rx
-    };
-    wait_names(&d, "hold", &["archive"]);
-    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
-    s.start(&params("again")).unwrap();
-    s.send(b"to the one started again").unwrap();
-    assert!(s.stop().unwrap().all_delivered());
-    assert_eq!(rx.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(24));
+    a_run_reaches(&d, &addr, "hold", "archive", b"to the one started again");
 }

@@ -404,6 +404,47 @@ where
 mod tests {
     use super::*;
 
+    /// Past the allowance the guard first says "nothing yet" (the parser then hands out
+    /// what it holds, and reading goes on); only when nothing more was handed out by the next
+    /// poll does it refuse.
+    #[test]
+    fn the_body_guard_waits_once_for_the_parser_then_refuses() {
+        use std::task::{Context, Poll, Waker};
+        use tokio_stream::Stream;
+        let chunks = || {
+            let c = bytes::Bytes::from(vec![b'x'; 1 << 20]);
+            tokio_stream::iter((0..6).map(move |_| Ok::<_, axum::Error>(c.clone())))
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        let guarded = |handed: &Arc<std::sync::atomic::AtomicU64>| Guarded {
+            inner: chunks(),
+            received: 0,
+            handed: handed.clone(),
+            over_at: None,
+        };
+        let poll = |g: &mut Guarded<_>, cx: &mut Context<'_>| std::pin::Pin::new(g).poll_next(cx);
+        // The parser hands out content once asked to wait: reading goes on.
+        let handed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut g = guarded(&handed);
+        for _ in 0..5 {
+            assert!(matches!(poll(&mut g, &mut cx), Poll::Ready(Some(Ok(_)))));
+        }
+        assert!(poll(&mut g, &mut cx).is_pending(), "5 MiB held: the parser's turn first");
+        handed.fetch_add(3 << 20, std::sync::atomic::Ordering::Relaxed);
+        assert!(matches!(poll(&mut g, &mut cx), Poll::Ready(Some(Ok(_)))));
+        // The parser hands out nothing: refused at the next poll.
+        let handed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut g = guarded(&handed);
+        for _ in 0..5 {
+            assert!(matches!(poll(&mut g, &mut cx), Poll::Ready(Some(Ok(_)))));
+        }
+        assert!(poll(&mut g, &mut cx).is_pending());
+        match poll(&mut g, &mut cx) {
+            Poll::Ready(Some(Err(e))) => assert!(e.to_string().contains("no boundary"), "{e}"),
+            other => panic!("expected a refusal, got {:?}", other.map(|o| o.map(|r| r.is_ok()))),
+        }
+    }
+
     #[test]
     fn a_meta_group_without_preamble_becomes_a_part_10_file() {
         // (0002,0010) UI "1.2" then a data set element.

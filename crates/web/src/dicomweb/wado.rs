@@ -276,10 +276,12 @@ fn numbers(meta: &Value, field: &str) -> Vec<f64> {
 /// Bits per sample of the frames as sent: the decoded width (8 or 16).
 fn bits_allocated(meta: &Value) -> Option<i64> {
     let kind = meta.get("pixel_kind")?.as_str()?;
-    match () {
-        _ if kind.ends_with("16") => Some(16),
-        _ if kind.ends_with('8') => Some(8),
-        _ => None,
+    if kind.ends_with("16") {
+        Some(16)
+    } else if kind.ends_with('8') {
+        Some(8)
+    } else {
+        None
     }
 }
 
