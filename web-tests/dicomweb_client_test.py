@@ -4,7 +4,9 @@ scripts/dicomweb-tests with the server's /dicomweb URL as the argument).
 Checks: STOW-RS of a 3-slice CT series made with pydicom; QIDO-RS at study, series and
 instance level, with matching keys and refusal of unknown ones; WADO-RS of an instance (its
 bytes and pixels unchanged), a series, study metadata, frames and a rendered PNG; WADO-URI;
-an instance whose pixels cannot be decoded stored, found and retrieved all the same;
+an instance whose pixels cannot be decoded stored, found and retrieved all the same, and a
+study of only a structured report found by patient and modality; paging with PS3.18's Warning;
+406 for a search or metadata request that takes only XML;
 STOW-RS of a body with a non-DICOM part (the good part kept, the bad one listed as failed), of
 a part for another study, and of a body without a boundary; 404 for unknown UIDs.
 """
@@ -230,4 +232,43 @@ for name, signed, photometric in (("signed", 1, "MONOCHROME2"), ("MONOCHROME1", 
     check(len(client.store_instances([ds]).get("ReferencedSOPSequence", [])) == 1, f"STOW-RS of a {name} instance")
     got = client.retrieve_instance_frames(ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.SOPInstanceUID, frame_numbers=[1])
     check(got[0] == ds.PixelData, f"… WADO-RS frame 1 holds its stored values")
+# A study of nothing but a structured report (no pixels at all) is a study all the same: found
+# by its patient and modality, with its instance counted.
+sr = Dataset()
+sr.file_meta = FileMetaDataset()
+sr.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+sr.file_meta.MediaStorageSOPClassUID = sr.SOPClassUID = "1.2.840.10008.5.1.4.1.1.88.11"  # Basic Text SR
+sr.SOPInstanceUID = sr.file_meta.MediaStorageSOPInstanceUID = generate_uid()
+sr.StudyInstanceUID, sr.SeriesInstanceUID = generate_uid(), generate_uid()
+sr.PatientName, sr.PatientID, sr.StudyDate, sr.Modality = "Report^Only", "DWC-SR-01", "20251125", "SR"
+sr.StudyDescription = "REPORT ONLY"
+check(len(client.store_instances([sr]).get("ReferencedSOPSequence", [])) == 1, "STOW-RS of a structured report")
+found = client.search_for_studies(search_filters={"PatientID": "DWC-SR-01"})
+check(len(found) == 1, "QIDO-RS finds a study made only of a report, by PatientID")
+report_study = Dataset.from_json(found[0])
+check(report_study.StudyInstanceUID == sr.StudyInstanceUID and report_study.NumberOfStudyRelatedInstances == 1,
+      "… with its one instance counted")
+check(str(report_study.PatientName) == "Report^Only" and report_study.StudyDescription == "REPORT ONLY",
+      "… and the report's patient and description")
+check(len(client.search_for_studies(search_filters={"ModalitiesInStudy": "SR", "PatientID": "DWC-SR-01"})) == 1,
+      "… and by its modality")
+check(len(client.search_for_studies(search_filters={"PatientName": "report*"})) == 1, "… and by the patient's name")
+check(len(client.search_for_series(sr.StudyInstanceUID)) == 1, "QIDO-RS lists the report's series")
+
+# Paging: more matches than the page holds are announced (PS3.18's Warning), and only then.
+r = requests.get(f"{BASE}/studies", params={"PatientID": "DWC-0001", "limit": "1"})
+check(r.status_code == 200 and len(r.json()) == 1 and "additional results" in r.headers.get("Warning", ""),
+      "a page smaller than the matches says there are more")
+r = requests.get(f"{BASE}/studies", params={"PatientID": "DWC-0001", "limit": "100"})
+check(r.status_code == 200 and len(r.json()) > 1 and "Warning" not in r.headers, "… and a page that holds them all does not")
+r2 = requests.get(f"{BASE}/studies", params={"PatientID": "DWC-0001", "limit": "1", "offset": "1"})
+check(r2.json()[0] == r.json()[1], "offset pages through the same order")
+
+# Search answers are JSON only: a client that takes only XML is told so.
+r = requests.get(f"{BASE}/studies", headers={"Accept": "multipart/related; type=\"application/dicom+xml\""})
+check(r.status_code == 406, f"QIDO-RS asked for XML only: 406 ({r.status_code})")
+r = requests.get(f"{BASE}/studies/{STUDY}/metadata", headers={"Accept": "application/dicom+xml"})
+check(r.status_code == 406, f"WADO-RS metadata asked for XML only: 406 ({r.status_code})")
+r = requests.get(f"{BASE}/studies", params={"PatientID": "DWC-SR-01"}, headers={"Accept": "application/dicom+json"})
+check(r.status_code == 200 and len(r.json()) == 1, "… and for application/dicom+json: answered")
 print("dicomweb-client: all checks passed")

@@ -86,11 +86,14 @@ DELETE FROM images WHERE is_image = 0 AND (meta LIKE '%not supported%' OR meta L
 ";
 
 /// One study of the worklist: counts over its instances, the metadata (JSON) of its first
-/// instance by name, which carries the patient and study attributes, and the user metadata
+/// decoded image by name (of its first instance when none decodes), which carries the patient and study attributes, and the user metadata
 /// given at upload with any of its instances.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StudySummary {
     pub study_uid: String,
+    /// Every instance, whether or not its pixels can be decoded.
+    pub instances: u64,
+    /// The decoded images among them.
     pub images: u64,
     pub series: u64,
     /// Distinct modalities of its series, sorted.
@@ -127,10 +130,14 @@ pub(crate) fn merge_user_metadata(json: Option<&str>) -> BTreeMap<String, Vec<St
     out
 }
 
-/// One series of a study: how many images, and the metadata of its first instance.
+/// One series of a study: how many instances and decoded images, and the metadata of its first
+/// image by name (of its first instance when none decodes).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeriesSummary {
     pub series_uid: String,
+    /// Every instance, whether or not its pixels can be decoded.
+    pub instances: u64,
+    /// The decoded images among them.
     pub images: u64,
     pub meta: String,
 }
@@ -182,6 +189,9 @@ pub struct ImageQuery {
     /// Only names starting with this.
     pub prefix: String,
     pub limit: usize,
+    /// [`ImageIndex::studies`] only: the studies whose UIDs sort after this one (the next
+    /// page after a study).
+    pub study_after: Option<String>,
 }
 
 /// The index, on whichever database the catalogue is on.
@@ -219,6 +229,7 @@ pub(crate) struct Search<'a> {
     pub date_from: Option<String>,
     pub date_to: Option<String>,
     pub limit: i64,
+    pub study_after: Option<String>,
 }
 
 impl ImageIndex {
@@ -280,6 +291,38 @@ impl ImageIndex {
     }
 }
 
+/// The row of a blob described by `fields` (metadata as strings, keyed as [`ImageIndex::put`]
+/// takes them): the searchable columns and the free text come from them.
+fn described_row<'a>(
+    name: &'a str,
+    digest: &'a str,
+    is_image: bool,
+    fields: &'a BTreeMap<String, String>,
+    meta: &'a str,
+) -> IndexRow<'a> {
+    let get = |k: &str| fields.get(k).map(String::as_str).unwrap_or("");
+    let patient = format!("{}\u{1f}{}", get("patient_name"), get("patient_id"));
+    let mut text = name.to_lowercase();
+    for v in fields.values() {
+        text.push('\u{1f}');
+        text.push_str(&v.to_lowercase());
+    }
+    IndexRow {
+        name,
+        digest,
+        is_image,
+        patient: patient.to_lowercase(),
+        modality: get("modality").to_uppercase(),
+        study_date: get("study_date"),
+        meta,
+        search_text: text,
+        study_uid: get("study_instance_uid"),
+        series_uid: get("series_instance_uid"),
+        slice_pos: slice_position(fields),
+        instance_no: get("instance_number").parse().ok(),
+    }
+}
+
 /// The row of a blob that is not a readable image (`meta`: the reason, as JSON).
 fn not_image_row<'a>(name: &'a str, digest: &'a str, meta: &'a str) -> IndexRow<'a> {
     IndexRow {
@@ -334,31 +377,12 @@ impl ImageIndex {
         fields: &BTreeMap<String, String>,
         meta_json: &str,
     ) -> Result<()> {
-        let get = |k: &str| fields.get(k).map(String::as_str).unwrap_or("");
-        let patient = format!("{}\u{1f}{}", get("patient_name"), get("patient_id"));
-        let mut text = name.to_lowercase();
-        for v in fields.values() {
-            text.push('\u{1f}');
-            text.push_str(&v.to_lowercase());
-        }
-        self.upsert(IndexRow {
-            name,
-            digest,
-            is_image: true,
-            patient: patient.to_lowercase(),
-            modality: get("modality").to_uppercase(),
-            study_date: get("study_date"),
-            meta: meta_json,
-            search_text: text,
-            study_uid: get("study_instance_uid"),
-            series_uid: get("series_instance_uid"),
-            slice_pos: slice_position(fields),
-            instance_no: get("instance_number").parse().ok(),
-        })
+        self.upsert(described_row(name, digest, true, fields, meta_json))
     }
 
     /// Record a DICOM instance whose pixels cannot be decoded (`reason`), under its study and
-    /// series (`fields`: the UIDs, as strings), so it is still found and retrieved by UID.
+    /// series: `fields` are its UIDs and descriptive attributes as strings, keyed as an image's
+    /// are, so it is found by UID, patient, date and modality and counted in its study.
     pub fn put_undecodable_dicom(
         &self,
         name: &str,
@@ -371,13 +395,8 @@ impl ImageIndex {
         for (k, v) in fields {
             meta.insert(k.clone(), v.clone().into());
         }
-        let get = |k: &str| fields.get(k).map(String::as_str).unwrap_or("");
         let meta = serde_json::Value::Object(meta).to_string();
-        self.upsert(IndexRow {
-            study_uid: get("study_instance_uid"),
-            series_uid: get("series_instance_uid"),
-            ..not_image_row(name, digest, &meta)
-        })
+        self.upsert(described_row(name, digest, false, fields, &meta))
     }
 
     /// Record that `name` at `digest` is not a readable image, and why.
@@ -425,35 +444,44 @@ impl ImageIndex {
         }
     }
 
-    /// The studies with at least one image matching every criterion of `q` (its `limit`
-    /// bounds the studies), by Study Instance UID, with counts over all their images; images
-    /// without one are not in any study.
+    /// The studies with at least one instance matching every criterion of `q` (its `limit`
+    /// bounds the studies; `study_after` starts past a study), by Study Instance UID, with
+    /// counts over all their instances. Instances whose pixels cannot be decoded (a structured
+    /// report, an encapsulated PDF) count as instances and may be what matched; the metadata
+    /// shown is a decoded image's where the study has one. Instances without a Study
+    /// Instance UID are not in any study.
     pub fn studies(&self, q: &ImageQuery) -> Result<Vec<StudySummary>> {
         let s = search_of(q);
         match &self.backend {
             Backend::Sqlite(db) => {
                 let c = db.read();
                 let mut st = c.prepare_cached(&format!(
-                    "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta, g.um FROM (
-                       SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
-                              group_concat(DISTINCT modality) AS mods, MIN(name) AS first,
+                    "SELECT g.study_uid, g.n, g.ni, g.ns, g.mods, i.meta, g.um FROM (
+                       SELECT study_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image = 1) AS ni,
+                              COUNT(DISTINCT series_uid) AS ns,
+                              group_concat(DISTINCT modality) AS mods,
+                              coalesce(MIN(name) FILTER (WHERE is_image = 1), MIN(name)) AS first,
                               json_group_array(DISTINCT json_extract(meta, '$.{USER_METADATA}'))
                                 FILTER (WHERE json_valid(meta)
                                   AND json_type(meta, '$.{USER_METADATA}') = 'object') AS um
-                       FROM images WHERE is_image = 1 AND study_uid IN (
-                         SELECT study_uid FROM images WHERE study_uid != '' AND {WHERE_SQLITE})
+                       FROM images WHERE study_uid IN (
+                         SELECT study_uid FROM images WHERE study_uid != '' AND {MATCH_SQLITE}
+                           AND (?8 IS NULL OR study_uid > ?8))
                        GROUP BY study_uid ORDER BY study_uid LIMIT ?7
                      ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
                 ))?;
-                let rows = st.query_map(&s.sqlite_params()[..], |r| {
+                let mut params = s.sqlite_params().to_vec();
+                params.push(&s.study_after);
+                let rows = st.query_map(&params[..], |r| {
                     Ok(StudySummary {
                         study_uid: r.get(0)?,
-                        images: r.get::<_, i64>(1)? as u64,
-                        series: r.get::<_, i64>(2)? as u64,
-                        modalities: modalities(&r.get::<_, Option<String>>(3)?.unwrap_or_default()),
-                        meta: r.get(4)?,
+                        instances: r.get::<_, i64>(1)? as u64,
+                        images: r.get::<_, i64>(2)? as u64,
+                        series: r.get::<_, i64>(3)? as u64,
+                        modalities: modalities(&r.get::<_, Option<String>>(4)?.unwrap_or_default()),
+                        meta: r.get(5)?,
                         user_metadata: merge_user_metadata(
-                            r.get::<_, Option<String>>(5)?.as_deref(),
+                            r.get::<_, Option<String>>(6)?.as_deref(),
                         ),
                     })
                 })?;
@@ -470,16 +498,18 @@ impl ImageIndex {
             Backend::Sqlite(db) => {
                 let c = db.read();
                 let mut st = c.prepare_cached(
-                    "SELECT g.series_uid, g.n, i.meta FROM (
-                       SELECT series_uid, COUNT(*) AS n, MIN(name) AS first FROM images
-                       WHERE study_uid = ?1 GROUP BY series_uid
+                    "SELECT g.series_uid, g.n, g.ni, i.meta FROM (
+                       SELECT series_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image = 1) AS ni,
+                              coalesce(MIN(name) FILTER (WHERE is_image = 1), MIN(name)) AS first
+                       FROM images WHERE study_uid = ?1 GROUP BY series_uid
                      ) g JOIN images i ON i.name = g.first ORDER BY g.series_uid",
                 )?;
                 let rows = st.query_map([study_uid], |r| {
                     Ok(SeriesSummary {
                         series_uid: r.get(0)?,
-                        images: r.get::<_, i64>(1)? as u64,
-                        meta: r.get(2)?,
+                        instances: r.get::<_, i64>(1)? as u64,
+                        images: r.get::<_, i64>(2)? as u64,
+                        meta: r.get(3)?,
                     })
                 })?;
                 Ok(rows.collect::<std::result::Result<_, _>>()?)
@@ -513,7 +543,7 @@ impl ImageIndex {
                 let c = db.read();
                 let mut st = c.prepare_cached(&format!(
                     "SELECT name, digest, is_image, meta FROM images
-                     WHERE {WHERE_SQLITE} ORDER BY name LIMIT ?7"
+                     WHERE is_image = 1 AND {MATCH_SQLITE} ORDER BY name LIMIT ?7"
                 ))?;
                 let rows = st.query_map(&s.sqlite_params()[..], entry_from_row)?;
                 Ok(rows.collect::<std::result::Result<_, _>>()?)
@@ -523,9 +553,9 @@ impl ImageIndex {
     }
 }
 
-/// The search criteria as SQLite parameters ?1–?6 (prefix, text, patient, modality, dates).
-const WHERE_SQLITE: &str = "is_image = 1
-    AND substr(name, 1, length(?1)) = ?1
+/// The search criteria as SQLite parameters ?1–?6 (prefix, text, patient, modality, dates),
+/// over every row: decoded images and instances whose pixels cannot be decoded.
+const MATCH_SQLITE: &str = "substr(name, 1, length(?1)) = ?1
     AND (?2 IS NULL OR search_text LIKE ?2 ESCAPE '\\')
     AND (?3 IS NULL OR patient LIKE ?3 ESCAPE '\\')
     AND (?4 IS NULL OR modality = ?4)
@@ -533,7 +563,7 @@ const WHERE_SQLITE: &str = "is_image = 1
     AND (?6 IS NULL OR (study_date != '' AND study_date <= ?6))";
 
 impl Search<'_> {
-    /// The criteria as SQLite parameters ?1–?7 ([`WHERE_SQLITE`] and the limit).
+    /// The criteria as SQLite parameters ?1–?7 ([`MATCH_SQLITE`] and the limit).
     fn sqlite_params(&self) -> [&dyn rusqlite::ToSql; 7] {
         [
             &self.prefix,
@@ -576,6 +606,7 @@ fn search_of(q: &ImageQuery) -> Search<'_> {
         date_from: nonempty(&q.date_from),
         date_to: nonempty(&q.date_to),
         limit: q.limit.min(i64::MAX as usize) as i64,
+        study_after: q.study_after.clone(),
     }
 }
 

@@ -50,8 +50,7 @@ DELETE FROM images WHERE NOT is_image AND (meta LIKE '%not supported%' OR meta L
 "#;
 
 /// The search criteria as PostgreSQL parameters $1–$6, as the SQLite index has them.
-const WHERE_PG: &str = r"is_image
-    AND left(name, length($1::text)) = $1::text
+const MATCH_PG: &str = r"left(name, length($1::text)) = $1::text
     AND ($2::text IS NULL OR search_text LIKE $2::text ESCAPE '\')
     AND ($3::text IS NULL OR patient LIKE $3::text ESCAPE '\')
     AND ($4::text IS NULL OR modality = $4::text)
@@ -119,7 +118,7 @@ impl PgImages {
 
     pub fn search(&self, s: &Search<'_>) -> Result<Vec<ImageEntry>> {
         let sql = format!(
-            "SELECT name, digest, is_image, meta FROM images WHERE {WHERE_PG}
+            "SELECT name, digest, is_image, meta FROM images WHERE is_image AND {MATCH_PG}
              ORDER BY name LIMIT $7"
         );
         let rows = self.pool.retrying(|c| c.query(&sql, &pg_params(s)))?;
@@ -128,29 +127,35 @@ impl PgImages {
 
     pub fn studies(&self, s: &Search<'_>) -> Result<Vec<StudySummary>> {
         let sql = format!(
-            "SELECT g.study_uid, g.n, g.ns, g.mods, i.meta, g.um::text FROM (
-               SELECT study_uid, COUNT(*) AS n, COUNT(DISTINCT series_uid) AS ns,
-                      string_agg(DISTINCT modality, ',') AS mods, MIN(name) AS first,
+            "SELECT g.study_uid, g.n, g.ni, g.ns, g.mods, i.meta, g.um::text FROM (
+               SELECT study_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image) AS ni,
+                      COUNT(DISTINCT series_uid) AS ns,
+                      string_agg(DISTINCT modality, ',') AS mods,
+                      coalesce(MIN(name) FILTER (WHERE is_image), MIN(name)) AS first,
                       json_agg(DISTINCT um) FILTER (WHERE um IS NOT NULL) AS um
                FROM (SELECT name, study_uid, series_uid, modality, is_image,
                             CASE WHEN jsonb_typeof(j -> 'user_metadata') = 'object'
                                  THEN (j -> 'user_metadata')::text END AS um
                      FROM (SELECT *, blobstream_jsonb(meta) AS j FROM images) parsed) x
-               WHERE is_image AND study_uid IN (
-                 SELECT study_uid FROM images WHERE study_uid != '' AND {WHERE_PG})
+               WHERE study_uid IN (
+                 SELECT study_uid FROM images WHERE study_uid != '' AND {MATCH_PG}
+                   AND ($8::text IS NULL OR study_uid > $8::text))
                GROUP BY study_uid ORDER BY study_uid LIMIT $7
              ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
         );
-        let rows = self.pool.retrying(|c| c.query(&sql, &pg_params(s)))?;
+        let mut params = pg_params(s).to_vec();
+        params.push(&s.study_after);
+        let rows = self.pool.retrying(|c| c.query(&sql, &params))?;
         Ok(rows
             .iter()
             .map(|r| StudySummary {
                 study_uid: r.get(0),
-                images: r.get::<_, i64>(1) as u64,
-                series: r.get::<_, i64>(2) as u64,
-                modalities: modalities(&r.get::<_, Option<String>>(3).unwrap_or_default()),
-                meta: r.get(4),
-                user_metadata: merge_user_metadata(r.get::<_, Option<String>>(5).as_deref()),
+                instances: r.get::<_, i64>(1) as u64,
+                images: r.get::<_, i64>(2) as u64,
+                series: r.get::<_, i64>(3) as u64,
+                modalities: modalities(&r.get::<_, Option<String>>(4).unwrap_or_default()),
+                meta: r.get(5),
+                user_metadata: merge_user_metadata(r.get::<_, Option<String>>(6).as_deref()),
             })
             .collect())
     }
@@ -158,9 +163,10 @@ impl PgImages {
     pub fn series(&self, study_uid: &str) -> Result<Vec<SeriesSummary>> {
         let rows = self.pool.retrying(|c| {
             c.query(
-                "SELECT g.series_uid, g.n, i.meta FROM (
-                   SELECT series_uid, COUNT(*) AS n, MIN(name) AS first FROM images
-                   WHERE study_uid = $1 GROUP BY series_uid
+                "SELECT g.series_uid, g.n, g.ni, i.meta FROM (
+                   SELECT series_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image) AS ni,
+                          coalesce(MIN(name) FILTER (WHERE is_image), MIN(name)) AS first
+                   FROM images WHERE study_uid = $1 GROUP BY series_uid
                  ) g JOIN images i ON i.name = g.first ORDER BY g.series_uid",
                 &[&study_uid],
             )
@@ -169,8 +175,9 @@ impl PgImages {
             .iter()
             .map(|r| SeriesSummary {
                 series_uid: r.get(0),
-                images: r.get::<_, i64>(1) as u64,
-                meta: r.get(2),
+                instances: r.get::<_, i64>(1) as u64,
+                images: r.get::<_, i64>(2) as u64,
+                meta: r.get(3),
             })
             .collect())
     }
@@ -185,7 +192,7 @@ impl PgImages {
     }
 }
 
-/// The criteria as parameters $1–$7 ([`WHERE_PG`] and the limit).
+/// The criteria as parameters $1–$7 ([`MATCH_PG`] and the limit).
 fn pg_params<'a>(s: &'a Search<'_>) -> [&'a (dyn postgres::types::ToSql + Sync); 7] {
     [&s.prefix, &s.text, &s.patient, &s.modality, &s.date_from, &s.date_to, &s.limit]
 }

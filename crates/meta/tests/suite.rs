@@ -340,6 +340,81 @@ fn studies_series_and_slice_order(p: &dyn Place) {
     assert_eq!(ix.instances("1.2.3.2").unwrap().len(), 2);
 }
 
+/// Instances whose pixels cannot be decoded (a report, a PDF) belong to their study: a study
+/// made only of them is listed and matched by patient, modality and date, counts cover them,
+/// and a decoded image's metadata speaks for a study that has one. Studies are read in pages.
+fn studies_count_and_match_undecodable_instances(p: &dyn Place) {
+    let ix = p.images();
+    let instance = |study: &str, series: &str, modality: &str, patient: &str| {
+        fields(&[
+            ("patient_name", patient),
+            ("patient_id", "PID-9"),
+            ("modality", modality),
+            ("study_date", "20250102"),
+            ("study_instance_uid", study),
+            ("series_instance_uid", series),
+        ])
+    };
+    let why = "no Pixel Data";
+    // Study 1.5: only a structured report.
+    ix.put_undecodable_dicom("sr/a.dcm", "x:1", &instance("1.5", "1.5.1", "SR", "Roe^Rick"), why)
+        .unwrap();
+    // Study 1.6: a report named before its image, and the image.
+    ix.put_undecodable_dicom("a/report.dcm", "x:2", &instance("1.6", "1.6.2", "SR", "Roe^R"), why)
+        .unwrap();
+    ix.put("b/ct.dcm", "x:3", &instance("1.6", "1.6.1", "CT", "Roe^Rick"), r#"{"img":1}"#).unwrap();
+    // And a file that is not DICOM at all: in no study.
+    ix.put_not_image("notes.txt", "x:4", "not an image").unwrap();
+
+    let ix = p.images();
+    let all = ix.studies(&ImageQuery { limit: 100, ..Default::default() }).unwrap();
+    let got: Vec<_> =
+        all.iter().map(|s| (s.study_uid.as_str(), s.series, s.instances, s.images)).collect();
+    assert_eq!(got, [("1.5", 1, 1, 0), ("1.6", 2, 2, 1)]);
+    assert_eq!(all[0].modalities, ["SR"]);
+    assert_eq!(all[1].modalities, ["CT", "SR"]);
+    assert_eq!(all[1].meta, r#"{"img":1}"#, "the decoded image speaks for its study");
+    let meta: serde_json::Value = serde_json::from_str(&all[0].meta).unwrap();
+    assert_eq!(
+        (meta["patient_name"].as_str(), meta["error"].as_str()),
+        (Some("Roe^Rick"), Some(why))
+    );
+    // Matched by what the report says.
+    let by = |q: ImageQuery| -> Vec<String> {
+        let q = ImageQuery { limit: 100, ..q };
+        ix.studies(&q).unwrap().into_iter().map(|s| s.study_uid).collect()
+    };
+    assert_eq!(
+        by(ImageQuery { modality: Some("sr".into()), ..Default::default() }),
+        ["1.5", "1.6"]
+    );
+    assert_eq!(by(ImageQuery { modality: Some("CT".into()), ..Default::default() }), ["1.6"]);
+    assert_eq!(by(ImageQuery { patient: Some("pid-9".into()), ..Default::default() }).len(), 2);
+    let day = Some("20250102".to_string());
+    let on_the_day = ImageQuery { date_from: day.clone(), date_to: day, ..Default::default() };
+    assert_eq!(by(on_the_day).len(), 2);
+    assert!(by(ImageQuery { date_from: Some("20250103".into()), ..Default::default() }).is_empty());
+    // The image search still returns images only.
+    let found = ix.search(&ImageQuery { limit: 100, ..Default::default() }).unwrap();
+    assert_eq!(found.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["b/ct.dcm"]);
+    // Series: instances and images counted apart.
+    let series: Vec<_> = ix
+        .series("1.6")
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.series_uid, s.instances, s.images))
+        .collect();
+    assert_eq!(series, [("1.6.1".to_string(), 1, 1), ("1.6.2".to_string(), 1, 0)]);
+    // Pages: one study at a time, each after the last.
+    let page = |after: Option<&str>| -> Vec<String> {
+        let q = ImageQuery { limit: 1, study_after: after.map(String::from), ..Default::default() };
+        ix.studies(&q).unwrap().into_iter().map(|s| s.study_uid).collect()
+    };
+    assert_eq!(page(None), ["1.5"]);
+    assert_eq!(page(Some("1.5")), ["1.6"]);
+    assert!(page(Some("1.6")).is_empty());
+}
+
 macro_rules! suite {
     ($($t:ident),*) => {
         mod sqlite { $( #[test] fn $t() {
@@ -359,7 +434,8 @@ suite!(
     racing_handles_commit_each_name_once,
     image_search_each_criterion_narrows,
     image_entries_are_replaced_and_forgotten,
-    studies_series_and_slice_order
+    studies_series_and_slice_order,
+    studies_count_and_match_undecodable_instances
 );
 
 #[test]

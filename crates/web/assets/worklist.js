@@ -96,7 +96,11 @@ export function setupWorklist(root, deps) {
       const list = h('ul');
       for (const se of v.series) {
         const label = [se.series_number && `#${se.series_number}`, se.modality, se.series_description].filter(Boolean).join(' ');
-        const b = h('button', { type: 'button', class: 'series', 'data-series': se.series_uid }, `${label || se.series_uid} — ${se.images} image${se.images === 1 ? '' : 's'}`);
+        const plural = (n, what) => `${n} ${what}${n === 1 ? '' : 's'}`;
+        // A series of reports or documents only (nothing the viewer can draw) is listed, not opened.
+        const count = se.images ? plural(se.images, 'image') : `${plural(se.instances, 'instance')}, none viewable`;
+        const b = h('button', { type: 'button', class: 'series', 'data-series': se.series_uid }, `${label || se.series_uid} — ${count}`);
+        b.disabled = !se.images;
         b.addEventListener('click', (e) => {
           e.stopPropagation();
           deps.openSeries(se.series_uid, `${fmtPersonName(s.patient_name)} · ${label}`);

@@ -135,6 +135,7 @@ impl Criteria {
             date_to: self.date_to,
             prefix,
             limit,
+            study_after: None,
         })
     }
 }

@@ -100,16 +100,17 @@ impl Images {
                 // keeps its study and series, so DICOMweb still finds and serves it.
                 let written = match bs_imageio::dicom_ids(&bytes, &self.limits) {
                     Ok(ids) => {
-                        let fields = [
-                            ("study_instance_uid", ids.study_instance_uid),
-                            ("series_instance_uid", ids.series_instance_uid),
-                            ("sop_instance_uid", ids.sop_instance_uid),
-                            ("sop_class_uid", ids.sop_class_uid),
-                            ("transfer_syntax_uid", ids.transfer_syntax_uid),
-                        ]
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), v))
-                        .collect();
+                        let mut fields = ids.descriptive;
+                        fields.extend(
+                            [
+                                ("study_instance_uid", ids.study_instance_uid),
+                                ("series_instance_uid", ids.series_instance_uid),
+                                ("sop_instance_uid", ids.sop_instance_uid),
+                                ("sop_class_uid", ids.sop_class_uid),
+                                ("transfer_syntax_uid", ids.transfer_syntax_uid),
+                            ]
+                            .map(|(k, v)| (k.to_string(), v)),
+                        );
                         Some(self.index.put_undecodable_dicom(
                             key,
                             &rec.digest,

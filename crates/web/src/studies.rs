@@ -47,7 +47,9 @@ pub struct Study {
     pub study_description: String,
     pub modalities: Vec<String>,
     pub series: u64,
+    /// Decoded images, and every instance (reports and documents too).
     pub images: u64,
+    pub instances: u64,
     /// The user metadata given at upload with any of the study's instances (`put --meta`): a
     /// key whose instances disagree lists every value, sorted, separated by ", ".
     pub user_metadata: BTreeMap<String, String>,
@@ -76,6 +78,7 @@ fn study(s: StudySummary) -> Study {
         modalities: s.modalities,
         series: s.series,
         images: s.images,
+        instances: s.instances,
         user_metadata: s.user_metadata.into_iter().map(|(k, v)| (k, v.join(", "))).collect(),
     }
 }
@@ -164,6 +167,7 @@ pub async fn series(
                 "modality": text(&meta, "modality"),
                 "body_part_examined": text(&meta, "body_part_examined"),
                 "images": s.images,
+                "instances": s.instances,
             })
         })
         .collect();
@@ -227,6 +231,7 @@ mod tests {
             modalities: vec![],
             series: 1,
             images,
+            instances: images,
             user_metadata: BTreeMap::new(),
         }
     }

@@ -168,7 +168,30 @@ pub struct DicomIds {
     pub study_instance_uid: String,
     pub series_instance_uid: String,
     pub transfer_syntax_uid: String,
+    /// The patient, study and series attributes a worklist and a study search show, those of
+    /// `DESCRIPTIVE` the file has, keyed as the fields of [`ImageMeta`] are.
+    pub descriptive: std::collections::BTreeMap<String, String>,
 }
+
+/// The descriptive attributes [`dicom_ids`] reads, by their [`ImageMeta`] field names, so an
+/// instance whose pixels cannot be decoded (a structured report, an encapsulated PDF) is
+/// found by patient, date or modality as its study's images are.
+const DESCRIPTIVE: &[(&str, Tag)] = &[
+    ("patient_name", tags::PATIENT_NAME),
+    ("patient_id", tags::PATIENT_ID),
+    ("patient_birth_date", tags::PATIENT_BIRTH_DATE),
+    ("patient_sex", tags::PATIENT_SEX),
+    ("study_date", tags::STUDY_DATE),
+    ("study_time", tags::STUDY_TIME),
+    ("study_description", tags::STUDY_DESCRIPTION),
+    ("study_id", tags::STUDY_ID),
+    ("accession_number", tags::ACCESSION_NUMBER),
+    ("series_number", tags::SERIES_NUMBER),
+    ("series_description", tags::SERIES_DESCRIPTION),
+    ("modality", tags::MODALITY),
+    ("body_part_examined", tags::BODY_PART_EXAMINED),
+    ("instance_number", tags::INSTANCE_NUMBER),
+];
 
 /// A checked Part 10 file: its body (from "DICM"), its transfer syntax, and where a
 /// defined-length Pixel Data value lies in the body (not known for deflated files).
@@ -223,6 +246,10 @@ pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError
         study_instance_uid: uid(tags::STUDY_INSTANCE_UID, "Study Instance UID")?,
         series_instance_uid: uid(tags::SERIES_INSTANCE_UID, "Series Instance UID")?,
         transfer_syntax_uid: ts.uid().to_string(),
+        descriptive: DESCRIPTIVE
+            .iter()
+            .filter_map(|&(k, tag)| Some((k.to_string(), text(&obj, tag)?)))
+            .collect(),
     })
 }
 

@@ -1,6 +1,7 @@
-//! Media types with their parameters (STOW-RS's Content-Type too), and the `Accept` header of
+//! Media types with their parameters (STOW-RS's Content-Type too), the `Accept` header of
 //! a WADO-RS instance retrieval (PS3.18 8.7.3.5): which transfer syntaxes the client takes for
-//! its `application/dicom` parts.
+//! its `application/dicom` parts, and that of a search or metadata request, answered only as
+//! `application/dicom+json` (a client that takes only XML gets 406).
 //!
 //! blobstream sends instances as stored (it does not transcode), so the question is only
 //! whether the client takes each instance's stored transfer syntax. It does when its Accept
@@ -68,6 +69,41 @@ pub(crate) fn dicom_syntaxes(accept: Option<&str>) -> Result<Syntaxes, WebError>
         )));
     }
     Ok(Syntaxes::Only(only))
+}
+
+/// Does the request's `Accept` take `application/dicom+json` (absent, `*/*`, `application/*`,
+/// `application/json` or itself, with a `q` above 0)? 406 when it does not: a client that asks
+/// for `multipart/related; type="application/dicom+xml"` is told, not sent JSON it cannot read.
+pub(crate) fn dicom_json(headers: &axum::http::HeaderMap) -> Result<(), WebError> {
+    let accept = headers.get_all(axum::http::header::ACCEPT);
+    let mut given = Vec::new();
+    for value in accept {
+        let value = value.to_str().map_err(|_| {
+            WebError::BadRequest("the Accept header is not visible ASCII".to_string())
+        })?;
+        given.push(value.to_string());
+    }
+    let accept = given.join(", ");
+    if accept.trim().is_empty() {
+        return Ok(());
+    }
+    let json = split(&accept, ',').any(|range| {
+        let (media, params) = media_type(range);
+        let refused = params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0));
+        let takes = matches!(
+            media.as_str(),
+            "*/*" | "application/*" | "application/json" | "application/dicom+json"
+        );
+        takes && !refused
+    });
+    if json {
+        Ok(())
+    } else {
+        Err(WebError::NotAcceptable(format!(
+            "this is answered as application/dicom+json, which Accept: {accept} does not take \
+             (the XML form is not supported)"
+        )))
+    }
 }
 
 /// A media type (lower case) and its parameters (names lower case, values unquoted), as in
@@ -146,6 +182,37 @@ mod tests {
         ] {
             let e = dicom_syntaxes(Some(a)).unwrap_err();
             assert!(matches!(e, WebError::NotAcceptable(_)), "{a}: {e}");
+        }
+    }
+
+    #[test]
+    fn searches_and_metadata_are_json_or_refused() {
+        let with = |values: &[&str]| {
+            let mut h = axum::http::HeaderMap::new();
+            for v in values {
+                h.append(axum::http::header::ACCEPT, v.parse().unwrap());
+            }
+            dicom_json(&h)
+        };
+        for ok in [
+            &[][..],
+            &[""],
+            &["*/*"],
+            &["application/dicom+json"],
+            &["application/json; q=0.5"],
+            &["text/html, application/*;q=0.8"],
+            &["application/dicom+xml", "application/dicom+json"],
+        ] {
+            assert!(with(ok).is_ok(), "{ok:?}");
+        }
+        for refused in [
+            &["application/dicom+xml"][..],
+            &["multipart/related; type=\"application/dicom+xml\""],
+            &["application/dicom+json; q=0"],
+            &["text/html"],
+        ] {
+            let e = with(refused).unwrap_err();
+            assert!(matches!(e, WebError::NotAcceptable(_)), "{refused:?}: {e}");
         }
     }
 }

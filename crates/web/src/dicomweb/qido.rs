@@ -205,11 +205,23 @@ fn study_matches(m: &Matching, meta: &Value, uid: &str) -> bool {
         && uid_matches(m, "StudyInstanceUID", uid)
 }
 
+/// The page of `items` that `m` asks for, with PS3.18's Warning when more matched than the
+/// page holds (`items` holds every match up to the page's end, and one past it if there is
+/// one).
 fn answer(items: Vec<Value>, m: &Matching) -> Response {
+    let more = items.len() > m.offset.saturating_add(m.limit);
     let page: Vec<Value> = items.into_iter().skip(m.offset).take(m.limit).collect();
     let mut r = Response::new(Body::from(Value::Array(page).to_string()));
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/dicom+json"));
+    if more {
+        r.headers_mut().insert(
+            header::WARNING,
+            HeaderValue::from_static(
+                "299 blobstream \"There are additional results that can be requested\"",
+            ),
+        );
+    }
     r
 }
 
@@ -217,38 +229,60 @@ fn params(req: &Request) -> Result<Vec<(String, String)>, WebError> {
     query::<Vec<(String, String)>>(req.uri())
 }
 
+/// Studies asked of the index at a time while matching a query.
+const STUDY_BATCH: usize = 2_000;
+
 /// `GET /dicomweb/studies`.
 pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    super::accept::dicom_json(req.headers())?;
     let m = parse(params(&req)?, STUDY_KEYS)?;
     let (from, to) = m.keys.get("StudyDate").map(|d| dates(d)).transpose()?.unwrap_or_default();
     let modality = m.keys.get("ModalitiesInStudy").or(m.keys.get("Modality")).cloned();
     // One plain modality is matched by the index; a list or a wildcard here, below.
     let plain = |p: &String| !p.is_empty() && !p.contains(['\\', '*', '?']);
-    let iq = ImageQuery {
+    let mut iq = ImageQuery {
         modality: modality.clone().filter(plain),
         date_from: from,
         date_to: to,
-        limit: 100_000,
+        limit: STUDY_BATCH,
         ..ImageQuery::default()
     };
-    let rows = blocking(move || Ok(st.images.index().studies(&iq)?)).await?;
-    let items = rows
-        .into_iter()
-        .filter_map(|s| {
-            let meta: Value = serde_json::from_str(&s.meta).unwrap_or(Value::Null);
-            let modalities_ok = modality.as_ref().is_none_or(|p| any_of(p, &s.modalities));
-            (modalities_ok && study_matches(&m, &meta, &s.study_uid)).then(|| {
-                Object::default()
-                    .with_meta(&meta, STUDY_FIELDS)
-                    .text("0020000D", "UI", &s.study_uid)
-                    .texts("00080061", "CS", &s.modalities)
-                    .int("00201206", "IS", Some(s.series as i64))
-                    .int("00201208", "IS", Some(s.images as i64))
-                    .text("00081190", "UR", &format!("/dicomweb/studies/{}", s.study_uid))
-                    .build()
-            })
-        })
-        .collect();
+    // Every match up to the page's end and one more (to tell whether there are more): the
+    // index is read in batches of studies in UID order, each after the last one read, so a
+    // query matches over the whole index however large.
+    let wanted = m.offset.saturating_add(m.limit).saturating_add(1);
+    let (items, m) = blocking(move || {
+        let mut items = Vec::new();
+        loop {
+            let rows = st.images.index().studies(&iq)?;
+            let last_batch = rows.len() < STUDY_BATCH;
+            iq.study_after = rows.last().map(|s| s.study_uid.clone());
+            for s in rows {
+                let meta: Value = serde_json::from_str(&s.meta).unwrap_or(Value::Null);
+                let modalities_ok = modality.as_ref().is_none_or(|p| any_of(p, &s.modalities));
+                if !(modalities_ok && study_matches(&m, &meta, &s.study_uid)) {
+                    continue;
+                }
+                items.push(
+                    Object::default()
+                        .with_meta(&meta, STUDY_FIELDS)
+                        .text("0020000D", "UI", &s.study_uid)
+                        .texts("00080061", "CS", &s.modalities)
+                        .int("00201206", "IS", Some(s.series as i64))
+                        .int("00201208", "IS", Some(s.instances as i64))
+                        .text("00081190", "UR", &format!("/dicomweb/studies/{}", s.study_uid))
+                        .build(),
+                );
+                if items.len() == wanted {
+                    return Ok((items, m));
+                }
+            }
+            if last_batch {
+                return Ok((items, m));
+            }
+        }
+    })
+    .await?;
     Ok(answer(items, &m))
 }
 
@@ -258,6 +292,7 @@ pub async fn series(
     Path(study): Path<String>,
     req: Request,
 ) -> Result<Response, WebError> {
+    super::accept::dicom_json(req.headers())?;
     check_uid("study", &study)?;
     let m = parse(params(&req)?, SERIES_KEYS)?;
     let uid = study.clone();
@@ -274,7 +309,7 @@ pub async fn series(
                     .with_meta(&meta, STUDY_FIELDS)
                     .with_meta(&meta, SERIES_FIELDS)
                     .text("0020000E", "UI", &s.series_uid)
-                    .int("00201209", "IS", Some(s.images as i64))
+                    .int("00201209", "IS", Some(s.instances as i64))
                     .text(
                         "00081190",
                         "UR",
@@ -293,6 +328,7 @@ pub async fn instances_of(
     Path((study, series)): Path<(String, String)>,
     req: Request,
 ) -> Result<Response, WebError> {
+    super::accept::dicom_json(req.headers())?;
     check_uid("study", &study)?;
     check_uid("series", &series)?;
     let m = parse(params(&req)?, INSTANCE_KEYS)?;

@@ -215,7 +215,9 @@ const READ_AHEAD_READS: usize = 4;
 pub async fn metadata(
     State(st): State<Arc<AppState>>,
     Path(ids): Path<Ids>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Response, WebError> {
+    super::accept::dicom_json(&headers)?;
     ids.check()?;
     let found = blocking(move || {
         instances(&st, &ids.study, ids.series.as_deref(), ids.instance.as_deref())
