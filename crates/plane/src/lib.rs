@@ -9,6 +9,10 @@
 //! constant time). A gRPC request without it is answered with status UNAUTHENTICATED, an
 //! HTTP request with 401 and `WWW-Authenticate: Bearer`.
 
+mod deadline;
+
+pub use deadline::grpc_deadlines;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,7 +97,7 @@ pub async fn serve(
         }))
     };
     let tls = secure.tls.as_ref().map(grpc_tls);
-    serve_http(listener, router, tls, shutdown, HttpLimits::default()).await;
+    serve_http(listener, grpc_deadlines(router), tls, shutdown, HttpLimits::default()).await;
     Ok(())
 }
 

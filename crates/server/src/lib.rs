@@ -80,7 +80,8 @@ impl Server {
         // Served as every other plane is: at most `max_control_connections` open at once,
         // each to say something within 30 s (a TLS handshake within 10 s), Nagle's algorithm
         // off so small replies are never held back.
-        let router = tonic::service::Routes::new(svc).into_axum_router();
+        // Each call bounded by its client's deadline (`grpc-timeout`), as tonic's server does.
+        let router = bs_plane::grpc_deadlines(tonic::service::Routes::new(svc).into_axum_router());
         let tls = cfg.tls.as_ref().map(bs_plane::grpc_tls);
         let limits = bs_plane::HttpLimits {
             max_connections: cfg.max_control_connections,
