@@ -107,7 +107,11 @@ struct Rcv {
 
 struct RcvQ {
     items: VecDeque<Item>,
+    /// Payload bytes in `items`.
     queued_bytes: u64,
+    /// What `items` hold for it: each message's bytes and [`ITEM_COST`] (the `buffer`
+    /// policy's bound is on this, so a flood of tiny messages is bounded as large ones are).
+    held: u64,
     /// Payload bytes of the current run written to the receiver.
     sent: u64,
     run_started: Instant,
@@ -159,6 +163,20 @@ enum Item {
         stop: bool,
     },
     Abort(String),
+}
+
+/// What a queued message costs a receiver's queue besides its bytes (the queue's slot, the
+/// shared buffer's count and allocation), as the `buffer` policy counts it.
+const ITEM_COST: u64 = 64;
+
+impl Item {
+    /// Its weight against the `buffer` policy's bound.
+    fn cost(&self) -> u64 {
+        match self {
+            Item::Forward { m, .. } => m.payload().len() as u64 + ITEM_COST,
+            Item::Abort(r) => r.len() as u64 + ITEM_COST,
+        }
+    }
 }
 
 /// A flow's state, for status.
@@ -511,6 +529,7 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
         q: Mutex::new(RcvQ {
             items: VecDeque::new(),
             queued_bytes: 0,
+            held: 0,
             sent: 0,
             run_started: Instant::now(),
             last_progress: Instant::now(),
@@ -594,6 +613,20 @@ impl Rcv {
         }
     }
 
+    /// Out of the run for what the flow's policy says: its writer tells it why once the message
+    /// it is writing is written (a slow receiver reads that message, then the reason); a
+    /// connection that takes nothing more within [`DROP_GRACE`] (a receiver stopped, its
+    /// socket full) is shut then.
+    fn dropped_locked(&self, q: &mut MutexGuard<'_, RcvQ>, reason: String) {
+        self.out_locked(q, reason);
+        if let Some(s) = self.kill.as_ref().and_then(|s| s.try_clone().ok()) {
+            std::thread::spawn(move || {
+                std::thread::sleep(DROP_GRACE);
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    }
+
     /// Out of the run (its queue emptied, no run waits on it), its connection left as it is.
     fn out_locked(&self, q: &mut MutexGuard<'_, RcvQ>, reason: String) {
         if q.gone.is_none() {
@@ -602,6 +635,7 @@ impl Rcv {
         }
         q.items.clear();
         q.queued_bytes = 0;
+        q.held = 0;
         self.cv.notify_all();
     }
 }
@@ -643,6 +677,10 @@ const IDLE_MESSAGES: usize = 16;
 
 /// How long a receiver dropped for what it sent is read past before its connection closes.
 const LINGER: Duration = Duration::from_secs(2);
+
+/// How long a receiver dropped by the flow's policy has to take the message being written to
+/// it (and then the reason it was dropped) before its connection is shut.
+const DROP_GRACE: Duration = Duration::from_secs(5);
 
 /// The receiver's writer: its queue onto its binding (and its datagram socket, on a udp
 /// flow: the socket and the largest datagram payload), until the connection ends.
@@ -713,6 +751,7 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
             .map(|()| {
                 let mut q = r.q.lock().unwrap();
                 q.queued_bytes -= len;
+                q.held -= item.cost();
                 // Counted from the START written: an aborted run's DATA still queued before it
                 // (written after the run was given up) is not the new run's.
                 if m.payload().first() == Some(&msg::START) {
@@ -796,7 +835,9 @@ fn forward(flow: &Flow, mut b: Binding) {
                         let mut q = r.q.lock().unwrap();
                         (q.confirm, q.reported, q.stopped) = (None, false, false);
                         (q.run_started, q.last_progress) = (Instant::now(), Instant::now());
-                        q.items.push_back(Item::Forward { m: m.clone(), len: 0, stop: false });
+                        let start = Item::Forward { m: m.clone(), len: 0, stop: false };
+                        q.held += start.cost();
+                        q.items.push_back(start);
                         r.cv.notify_all();
                     }
                     (running, expected) = (true, 0);
@@ -810,6 +851,11 @@ fn forward(flow: &Flow, mut b: Binding) {
                         return Err(DistribError::Order(format!(
                             "DATA at offset {offset}, expected {expected}"
                         )));
+                    }
+                    // An empty one moves nothing and would still take a slot in every
+                    // receiver's queue.
+                    if len == 0 {
+                        return Err(DistribError::Order("an empty DATA (no bytes)".into()));
                     }
                     if len as u64 > flow.spec.chunk {
                         return Err(DistribError::Order(format!(
@@ -900,9 +946,10 @@ fn push(flow: &Flow, r: &Rcv, item: Item) {
             }
         }
         Policy::Buffer(bound) => {
-            if q.gone.is_none() && q.queued_bytes + len > bound {
-                let behind = q.queued_bytes + len;
-                r.gone_locked(&mut q, format!("fell {behind} bytes behind (the bound is {bound})"));
+            if q.gone.is_none() && q.held + item.cost() > bound {
+                let behind = q.held + item.cost();
+                let why = format!("fell {behind} bytes behind (the bound is {bound})");
+                r.dropped_locked(&mut q, why);
             }
         }
         Policy::Timeout(t) => {
@@ -910,7 +957,7 @@ fn push(flow: &Flow, r: &Rcv, item: Item) {
                 let idle = q.last_progress.elapsed();
                 if idle >= t {
                     let ms = t.as_millis();
-                    r.gone_locked(&mut q, format!("took nothing for {ms} ms"));
+                    r.dropped_locked(&mut q, format!("took nothing for {ms} ms"));
                     break;
                 }
                 q = r.cv.wait_timeout(q, t - idle).unwrap().0;
@@ -918,6 +965,7 @@ fn push(flow: &Flow, r: &Rcv, item: Item) {
         }
     }
     if q.gone.is_none() {
+        q.held += item.cost();
         q.items.push_back(item);
         q.queued_bytes += len;
         r.cv.notify_all();
@@ -945,7 +993,7 @@ fn settle(flow: &Flow, r: &Rcv, total: u64) -> msg::Outcome {
         };
         let idle = q.last_progress.elapsed();
         if idle >= patience {
-            r.gone_locked(&mut q, why);
+            r.dropped_locked(&mut q, why);
             continue;
         }
         q = r.cv.wait_timeout(q, patience - idle).unwrap().0;

@@ -134,6 +134,11 @@ fn params(obs: &str) -> Params {
 /// A receiver spoken by hand: connected and its JOIN to `flow` as `name` sent (its answer not
 /// read yet).
 fn raw_receiver(addr: &str, flow: &str, name: &str) -> bs_binding::Binding {
+    raw_peer(addr, bs_distrib::msg::ROLE_RECEIVER, flow, name)
+}
+
+/// A peer of `role` spoken by hand, its JOIN sent (its answer not read yet).
+fn raw_peer(addr: &str, role: u8, flow: &str, name: &str) -> bs_binding::Binding {
     let tcp = std::net::TcpStream::connect(addr).unwrap();
     let mut b = bs_distrib::distributer::binding(
         bs_transport::Conn::new(tcp),
@@ -146,7 +151,7 @@ fn raw_receiver(addr: &str, flow: &str, name: &str) -> bs_binding::Binding {
         name: name.into(),
         token: "t0k".into(),
     };
-    b.send(&bs_distrib::msg::join(bs_distrib::msg::ROLE_RECEIVER, &j)).unwrap();
+    b.send(&bs_distrib::msg::join(role, &j)).unwrap();
     b
 }
 
@@ -278,6 +283,50 @@ fn a_stalled_receiver_is_dropped_and_reported_under_buffer_and_timeout() {
         drop(stalled);
         s.close();
     }
+}
+
+/// A receiver that reads, but too slowly for the `buffer` flow's bound, is dropped; it is told
+/// why (after what was already on its way to it), not left with a closed connection to guess
+/// at, and the sender is told the same.
+#[test]
+fn a_receiver_dropped_by_the_policy_is_told_why() {
+    let (d, addr) = distributer();
+    let slow = receiver(&addr, "buffer", "slow", Some(Duration::from_millis(20)));
+    wait_names(&d, "buffer", &["slow"]);
+    let mut s = Sender::connect(&addr, "obs", "buffer", Some("t0k")).unwrap();
+    s.start(&Params::new()).unwrap();
+    for piece in data(32 << 20, 8).chunks(1 << 20) {
+        s.send(piece).unwrap();
+    }
+    let report = s.stop().unwrap();
+    let o = report.receivers.iter().find(|o| o.name == "slow").unwrap();
+    assert!(!o.ok && o.reason.contains("bytes behind"), "{report:?}");
+    let (end, k) = slow.recv_timeout(WAIT).unwrap();
+    let RunEnd::Failed(why) = end else { panic!("the slow receiver's run: {end:?}") };
+    assert!(why.contains("dropped: fell") && why.contains("bytes behind"), "{why}");
+    assert_eq!(k.error.as_deref(), Some(why.as_str()), "its handler heard the same");
+    assert!((k.bytes.len() as u64) < 32 << 20);
+    s.close();
+}
+
+/// The `buffer` bound counts what a queued message costs, not only its payload: a flood of
+/// one-byte messages to a receiver that never reads drops it long before 4 MB of payload.
+#[test]
+fn a_flood_of_tiny_messages_is_bounded_as_large_ones_are() {
+    let (d, addr) = distributer();
+    let stalled = Receiver::connect(&addr, "obs", "buffer", "stalled", Some("t0k")).unwrap();
+    wait_names(&d, "buffer", &["stalled"]);
+    let mut s = Sender::connect(&addr, "obs", "buffer", Some("t0k")).unwrap();
+    s.start(&Params::new()).unwrap();
+    for i in 0..200_000u32 {
+        s.send(&[i as u8]).unwrap();
+    }
+    let report = s.stop().unwrap();
+    let o = report.receivers.iter().find(|o| o.name == "stalled").unwrap();
+    assert!(!o.ok && o.reason.contains("bytes behind"), "{report:?}");
+    assert!(o.delivered < 200_000, "{report:?}");
+    drop(stalled);
+    s.close();
 }
 
 /// A receiver that leaves mid-run is reported; one that joins mid-run waits for the next
@@ -434,6 +483,21 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     let bs_wire::Frame::Error { code, message } = f else { panic!("{f:?}") };
     assert_eq!(code, bs_wire::ErrorCode::BadFrame, "{message}");
     assert!(message.contains("expected JOIN"), "{message}");
+
+    // A sender spoken by hand whose DATA carries nothing: refused (it would only take a slot
+    // in every receiver's queue). The flow's sender is busy, so it joins another flow.
+    let mut empty = raw_peer(&addr, bs_distrib::msg::ROLE_SENDER, "buffer", "");
+    empty.recv().unwrap().expect("WELCOME");
+    empty.send(&bs_distrib::msg::start(&Params::new())).unwrap();
+    empty.send(&bs_distrib::msg::data_head(0)).unwrap();
+    let e = loop {
+        match empty.recv() {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("closed without a word"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(e.contains("an empty DATA"), "{e}");
 
     s.send(b"still fine").unwrap();
     let report = s.stop().unwrap();
