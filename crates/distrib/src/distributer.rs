@@ -378,8 +378,17 @@ fn serve(inner: &Arc<Inner>, tcp: TcpStream, joining: Unproven) {
     if let Ok(s) = tcp.try_clone() {
         inner.conns.lock().unwrap().insert(id, s);
     }
+    // Out of the table however the connection ends — a panic too, or its second handle would
+    // keep it open and its peer waiting for ever.
+    struct Forget<'a>(&'a Inner, u64);
+    impl Drop for Forget<'_> {
+        fn drop(&mut self) {
+            let mut conns = self.0.conns.lock().unwrap_or_else(|p| p.into_inner());
+            conns.remove(&self.1);
+        }
+    }
+    let _forget = Forget(inner, id);
     serve_conn(inner, tcp, id, joining);
-    inner.conns.lock().unwrap().remove(&id);
 }
 
 fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
@@ -750,8 +759,11 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
             }
             .map(|()| {
                 let mut q = r.q.lock().unwrap();
-                q.queued_bytes -= len;
-                q.held -= item.cost();
+                // (A receiver dropped while this was written has its queue counted out.)
+                if q.gone.is_none() {
+                    q.queued_bytes -= len;
+                    q.held -= item.cost();
+                }
                 // Counted from the START written: an aborted run's DATA still queued before it
                 // (written after the run was given up) is not the new run's.
                 if m.payload().first() == Some(&msg::START) {
