@@ -103,9 +103,17 @@ impl BatchReport {
             .count()
     }
 
-    /// Jobs that failed, with their errors.
+    /// Jobs that failed, with their errors (not those a stop kept from starting).
     pub fn failed(&self) -> impl Iterator<Item = (&str, &BlobError)> {
-        self.outcomes.iter().filter_map(|o| o.result.as_ref().err().map(|e| (o.name.as_str(), e)))
+        self.outcomes.iter().filter_map(|o| match &o.result {
+            Err(BlobError::NotStarted) | Ok(_) => None,
+            Err(e) => Some((o.name.as_str(), e)),
+        })
+    }
+
+    /// Jobs a stop kept from starting ([`crate::Options::stop`]).
+    pub fn not_started(&self) -> usize {
+        self.outcomes.iter().filter(|o| matches!(o.result, Err(BlobError::NotStarted))).count()
     }
 
     /// Bytes the batch's blobs hold in all (moved, kept or already there).
@@ -439,6 +447,10 @@ impl Transporter {
             for _ in 0..in_flight.clamp(1, units.len().max(1)) {
                 s.spawn(|| {
                     loop {
+                        // Asked to stop: nothing more starts (what runs finishes).
+                        if opts.stopped() {
+                            return;
+                        }
                         let Some(unit) = units.get(next.fetch_add(1, Ordering::Relaxed)) else {
                             return;
                         };
@@ -460,7 +472,10 @@ impl Transporter {
         let outcomes: Vec<Outcome> = jobs
             .into_iter()
             .zip(results.into_inner().unwrap())
-            .map(|(j, r)| Outcome { name: j.name, result: r.unwrap_or(Err(BlobError::Lost)) })
+            .map(|(j, r)| {
+                let never = if opts.stopped() { BlobError::NotStarted } else { BlobError::Lost };
+                Outcome { name: j.name, result: r.unwrap_or(Err(never)) }
+            })
             .collect();
         let bytes = outcomes.iter().filter_map(|o| o.result.as_ref().ok()).map(|c| c.bytes).sum();
         BatchReport { outcomes, bytes, elapsed: started.elapsed() }
@@ -517,6 +532,18 @@ mod tests {
         assert!(e.contains("permission denied"), "{e}");
         let e = plan_delete(present, &[], &[], "p/", &sel).unwrap_err();
         assert!(e.contains("nothing to copy"), "{e}");
+    }
+
+    /// A batch asked to stop before it starts starts nothing: every job is "not started",
+    /// none is a failure (no server is even asked: `h:1` does not exist).
+    #[test]
+    fn a_stopped_batch_starts_nothing_and_fails_nothing() {
+        let t = Transporter::new(crate::Factory::new());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let opts = Options::blocking().stop_when(stop);
+        let r = t.copy_batch(vec![job("p/a"), job("p/b"), job("p/c")], 2, &opts, |_| {});
+        assert_eq!((r.not_started(), r.failed().count(), r.copied()), (3, 0, 0));
+        assert!(r.outcomes.iter().all(|o| matches!(o.result, Err(BlobError::NotStarted))));
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub enum BlobError {
     WrongState { key: String, state: &'static str, wanted: &'static str, needed: &'static str },
     #[error("the copy task ended without a result")]
     Lost,
+    #[error("not started: the batch was stopped")]
+    NotStarted,
 }
 
 impl BlobError {

@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,10 @@ pub struct Options {
     /// the file, or pushed from it), each carrying a range (see [`crate::ranges`]); 0 lets the
     /// copy choose (several only for a large blob and a far server), 1 is one connection.
     pub connections: usize,
+    /// A batch ([`crate::Transporter::copy_batch`]) starts no further copy once this is set
+    /// (a Ctrl-C, say): the copies running finish, those not started are reported as
+    /// [`BlobError::NotStarted`].
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Options {
@@ -60,6 +65,7 @@ impl Options {
             overwrite: false,
             if_different: false,
             connections: 0,
+            stop: None,
         }
     }
 
@@ -105,6 +111,17 @@ impl Options {
     pub fn if_different(mut self, yes: bool) -> Self {
         self.if_different = yes;
         self
+    }
+
+    /// Stop a batch from starting further copies once `flag` is set (see [`Options::stop`]).
+    pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.stop = Some(flag);
+        self
+    }
+
+    /// Is the batch asked to stop?
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire))
     }
 
     pub(crate) fn deadline(&self) -> Deadline {

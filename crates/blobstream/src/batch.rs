@@ -67,6 +67,8 @@ struct Extra {
     deleted: Vec<String>,
     not_deleted: Vec<(String, String)>,
     delete_asked: bool,
+    /// Stopped by a signal (Ctrl-C) before every copy had started.
+    interrupted: bool,
 }
 
 /// One folder or prefix command: how its copies run and what it is called in messages.
@@ -100,8 +102,11 @@ impl Batch<'_> {
         }
         let what =
             format!("{verb} {} -> {}", dir.display(), BlobKey::remote(server, folder(prefix)));
-        let report = self.copy(&what, &jobs)?;
-        if delete {
+        let report = self.copy(&what, &jobs, &mut extra)?;
+        if delete && extra.interrupted {
+            extra.delete_asked = true;
+            extra.not_deleted.push(("--delete".into(), "nothing removed: interrupted".into()));
+        } else if delete {
             // A server gone by now removes nothing, and the copies' failures are still told.
             let listed = commands::client_for(g, server).and_then(|c| {
                 let names = c.list(&folder(prefix)).map_err(anyhow::Error::from)?;
@@ -156,8 +161,11 @@ impl Batch<'_> {
             _ => true,
         });
         let what = format!("{verb} {} -> {}", BlobKey::remote(server, &prefix), dir.display());
-        let report = self.copy(&what, &jobs)?;
-        if delete {
+        let report = self.copy(&what, &jobs, &mut extra)?;
+        if delete && extra.interrupted {
+            extra.delete_asked = true;
+            extra.not_deleted.push(("--delete".into(), "nothing removed: interrupted".into()));
+        } else if delete {
             // The folder's files, named as blobs would be, so they compare with the listing.
             let (local, local_problems) = bs_blob::plan_upload(dir, server, &prefix);
             let paths: BTreeMap<String, PathBuf> =
@@ -172,17 +180,22 @@ impl Batch<'_> {
         finish(g, &what, many, report, &problems, &extra)
     }
 
-    /// Run the copies with one progress bar for the whole job.
-    fn copy(&self, what: &str, jobs: &[Job]) -> Result<BatchReport> {
+    /// Run the copies with one progress bar for the whole job. A first Ctrl-C (or SIGTERM)
+    /// lets the copies under way finish and starts no more (`extra.interrupted`); a second
+    /// exits at once.
+    fn copy(&self, what: &str, jobs: &[Job], extra: &mut Extra) -> Result<BatchReport> {
         let transporter = Transporter::new(commands::factory(self.g, self.t)?);
+        let stop = crate::signals::batch_stop().context("installing the Ctrl-C handler")?;
+        let opts = self.opts.clone().stop_when(stop.clone());
         let pb = progress::bar(what);
         let quiet = self.g.quiet || self.many.json;
         let in_flight = self.many.jobs.unwrap_or(DEFAULT_JOBS);
-        let report = transporter.copy_batch(jobs.to_vec(), in_flight, &self.opts, |p| {
+        let report = transporter.copy_batch(jobs.to_vec(), in_flight, &opts, |p| {
             pb.set_message(format!("{what} ({}/{} files)", p.jobs_done, p.jobs));
             progress::update(&pb, p.bytes_done, p.bytes, quiet);
         });
         pb.finish_and_clear();
+        extra.interrupted = stop.load(std::sync::atomic::Ordering::Acquire);
         Ok(report)
     }
 }
@@ -280,9 +293,18 @@ fn finish(
                 eprintln!("deleted {name}");
             }
         }
-        if !g.quiet || failed > 0 {
+        if !g.quiet || failed > 0 || extra.interrupted {
             eprintln!("{what}: {}", summary_line(&report, skipped, failed, extra));
         }
+    }
+    if extra.interrupted {
+        let again = "run the same command again to copy the rest";
+        let msg = match (report.not_started(), failed) {
+            (0, 0) => format!("{what}: interrupted after every copy had started; {again}"),
+            (n, 0) => format!("{what}: interrupted: {n} not started; {again}"),
+            (n, f) => format!("{what}: interrupted: {n} not started, {f} failed; {again}"),
+        };
+        return Err(commands::Interrupted(msg).into());
     }
     if failed > 0 {
         let all = report.outcomes.len() + not_planned + extra.not_deleted.len();
@@ -312,7 +334,11 @@ fn summary_line(r: &BatchReport, skipped: usize, failed: usize, extra: &Extra) -
     if extra.delete_asked {
         line += &format!(", {} deleted", extra.deleted.len());
     }
-    line + &format!(", {failed} failed")
+    line += &format!(", {failed} failed");
+    if extra.interrupted {
+        line += &format!(", {} not started (interrupted)", r.not_started());
+    }
+    line
 }
 
 fn summary_json(r: &BatchReport, problems: &[Problem], extra: &Extra) -> serde_json::Value {
@@ -340,6 +366,8 @@ fn summary_json(r: &BatchReport, problems: &[Problem], extra: &Extra) -> serde_j
         "excluded": extra.excluded,
         "deleted": extra.deleted,
         "failed": failed,
+        "interrupted": extra.interrupted,
+        "not_started": r.not_started(),
         "bytes_moved": r.bytes,
         "bytes_total": r.total_bytes(),
         "seconds": secs,

@@ -90,7 +90,6 @@ fn copy(
     res.with_context(|| format!("copying {src} to {dst}"))
 }
 
-/// A blob that exists with other bytes: say so, and which flag replaces it.
 /// A command line that cannot work (options that do not go together, a malformed glob or
 /// layer): the process exits with 2, as for clap's own usage errors.
 #[derive(Debug)]
@@ -103,6 +102,19 @@ impl std::fmt::Display for Usage {
 }
 
 impl std::error::Error for Usage {}
+
+/// A command stopped by a signal before it was done (a folder copy after Ctrl-C): the process
+/// exits with 130, as a shell reports a program ended by SIGINT.
+#[derive(Debug)]
+pub struct Interrupted(pub String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 /// `--include` and `--exclude` as a selection; a malformed pattern is a usage error naming it.
 pub fn selection(include: &[String], exclude: &[String]) -> Result<bs_blob::Selection> {

@@ -32,6 +32,8 @@ fn main() -> ExitCode {
             // A command line that cannot work is a usage error, as clap's own (exit 2).
             if e.downcast_ref::<commands::Usage>().is_some() {
                 ExitCode::from(2)
+            } else if e.downcast_ref::<commands::Interrupted>().is_some() {
+                ExitCode::from(signals::INTERRUPTED)
             } else {
                 ExitCode::FAILURE
             }

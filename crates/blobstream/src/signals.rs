@@ -1,5 +1,8 @@
-//! The signals that stop `serve`: SIGTERM (service managers, `kill`) and SIGINT (Ctrl-C). The
-//! first asks for a graceful stop; a second one means "now".
+//! The signals that stop `serve` and the folder copies: SIGTERM (service managers, `kill`) and
+//! SIGINT (Ctrl-C). The first asks for a graceful stop; a second one means "now".
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -22,4 +25,34 @@ impl Signals {
             _ = self.int.recv() => "SIGINT",
         }
     }
+}
+
+/// What a second signal during a folder copy exits with (128 + SIGINT, as shells report it).
+pub const INTERRUPTED: u8 = 130;
+
+/// For a folder copy: a flag the first SIGINT or SIGTERM sets (the batch then starts no more
+/// copies, lets those running finish and says what was not started); a second one exits at
+/// once with [`INTERRUPTED`]. The handlers are in place when this returns.
+pub fn batch_stop() -> std::io::Result<Arc<AtomicBool>> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let mut signals = {
+        let _in = rt.enter();
+        Signals::install()?
+    };
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        rt.block_on(async {
+            let name = signals.next().await;
+            set.store(true, Ordering::Release);
+            eprintln!(
+                "\n{name}: finishing the copies under way and starting no more (again to stop at \
+                 once); running the command again copies the rest"
+            );
+            let name = signals.next().await;
+            eprintln!("{name} again: stopping now; running the command again finishes the copies");
+            std::process::exit(i32::from(INTERRUPTED));
+        })
+    })?;
+    Ok(flag)
 }

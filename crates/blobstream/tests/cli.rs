@@ -969,6 +969,49 @@ fn wait_status_with(addr: &str, args: &[&str], done: impl Fn(&str) -> bool) -> S
     panic!("the distributer's status never got there: {last}");
 }
 
+/// Ctrl-C during `put -r`: the copies under way finish, no more start, the summary says how
+/// many were not started and the exit status is 130; the same command run again copies the
+/// rest (what was copied is "already there").
+#[test]
+fn an_interrupted_folder_copy_says_what_was_not_started_and_finishes_when_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let folder = dir.path().join("many");
+    std::fs::create_dir_all(&folder).unwrap();
+    const FILES: usize = 400;
+    for i in 0..FILES {
+        std::fs::write(folder.join(format!("f{i:03}")), content(64 << 10)).unwrap();
+    }
+    let args = ["--server", &s.addr, "put", "-r", folder.to_str().unwrap(), "p/", "--jobs", "1"];
+    let child = Command::new(BIN).args(args).stderr(Stdio::piped()).spawn().unwrap();
+    // Once the first file is there, Ctrl-C.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ok(&s.run(&["ls", "p/"])).trim().is_empty() {
+        assert!(std::time::Instant::now() < give_up, "no file arrived");
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("SIGINT: finishing the copies under way"), "{err}");
+    assert!(err.contains("not started (interrupted)"), "the summary says so: {err}");
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(
+        last.contains("interrupted:") && last.contains("not started") && last.contains("again"),
+        "{last}"
+    );
+    assert!(!err.contains("FAILED"), "nothing is a failure: {err}");
+    let copied = ok(&s.run(&["ls", "p/"])).lines().count();
+    assert!((1..FILES).contains(&copied), "{copied} of {FILES} copied before the stop");
+
+    let again = ok(&s.run(&["put", "-r", folder.to_str().unwrap(), "p/", "--json"]));
+    let j: serde_json::Value = serde_json::from_str(&again).unwrap();
+    assert_eq!(j["already_there"].as_u64(), Some(copied as u64), "{j}");
+    assert_eq!(j["copied"].as_u64(), Some((FILES - copied) as u64), "{j}");
+    assert_eq!((j["interrupted"].as_bool(), j["not_started"].as_u64()), (Some(false), Some(0)));
+}
+
 /// A study folder up and down: `put -r` names every failure and continues, re-running is
 /// idempotent (everything "already there"), `get -r` rebuilds the folder, `check -r` finds a
 /// changed file and a missing one, `get -r` repairs it, `rm -r` removes the prefix.
