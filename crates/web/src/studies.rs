@@ -17,8 +17,9 @@ use crate::api::Criteria;
 use crate::error::WebError;
 use crate::{AppState, blocking, query};
 
-/// Most studies one worklist request looks at (before paging), and the largest page.
-const MAX_STUDIES: usize = 100_000;
+/// Studies read from the index at a time (in UID order) while a worklist page is chosen, and
+/// the largest page.
+const BATCH: usize = 2_000;
 const MAX_PAGE: usize = 1000;
 const DEFAULT_PAGE: usize = 50;
 
@@ -127,15 +128,29 @@ pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Re
         Some(n) if (1..=MAX_PAGE).contains(&n) => n,
         Some(n) => return Err(WebError::BadRequest(format!("limit {n} is not in 1..={MAX_PAGE}"))),
     };
-    let iq = q.criteria.image_query(String::new(), MAX_STUDIES)?;
-    let mut all: Vec<Study> = blocking(move || Ok(st.images.index().studies(&iq)?))
-        .await?
-        .into_iter()
-        .map(study)
-        .collect();
-    sort(&mut all, &column, descending);
-    let total = all.len();
-    let page: Vec<Study> = all.into_iter().skip(q.offset).take(limit).collect();
+    let mut iq = q.criteria.image_query(String::new(), BATCH)?;
+    // Every matching study is looked at, in batches, keeping only the first `offset + limit`
+    // in the order asked: the page is right however many studies there are, in memory bounded
+    // by the page's end, not by the archive.
+    let keep = q.offset.saturating_add(limit);
+    let sort_by = column.clone();
+    let (total, first) = blocking(move || {
+        let (mut total, mut first) = (0usize, Vec::<Study>::new());
+        loop {
+            let rows = st.images.index().studies(&iq)?;
+            let last_batch = rows.len() < BATCH;
+            iq.study_after = rows.last().map(|s| s.study_uid.clone());
+            total += rows.len();
+            first.extend(rows.into_iter().map(study));
+            sort(&mut first, &sort_by, descending);
+            first.truncate(keep);
+            if last_batch {
+                return Ok((total, first));
+            }
+        }
+    })
+    .await?;
+    let page: Vec<Study> = first.into_iter().skip(q.offset).take(limit).collect();
     Ok(Json(serde_json::json!({
         "total": total,
         "offset": q.offset,

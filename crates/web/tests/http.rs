@@ -1238,6 +1238,53 @@ async fn user_metadata_of_an_upload_is_shown_and_searchable() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
 
+/// A worklist over more studies than the index is read in at a time: the page is chosen among
+/// all of them (the newest study is the last by UID), and the total counts all of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worklist_of_thousands_of_studies_pages_over_all_of_them() {
+    let s = Srv::start(false).await;
+    const N: usize = 2_500;
+    let st = s.web.state().clone();
+    tokio::task::spawn_blocking(move || {
+        let index = st.images.index();
+        for i in 0..N {
+            // Dates rise with the UID's number, which sorts as text: 1.2.999 after 1.2.2499.
+            let (uid, date) = (format!("1.2.{i}"), format!("{}", 20_000_000 + i));
+            let fields: std::collections::BTreeMap<String, String> = [
+                ("study_instance_uid", uid.as_str()),
+                ("series_instance_uid", &format!("{uid}.1")),
+                ("study_date", &date),
+                ("patient_name", &format!("P^{i}")),
+                ("modality", "CT"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            let meta = serde_json::to_string(&fields).unwrap();
+            index.put(&format!("w/{i}.dcm"), &format!("x:{i}"), &fields, &meta).unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    let (code, v) = s.get_json("/api/studies?limit=3").await;
+    assert_eq!((code, v["total"].as_u64()), (StatusCode::OK, Some(N as u64)), "{v}");
+    let dates: Vec<&str> = v["studies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["study_date"].as_str().unwrap())
+        .collect();
+    assert_eq!(dates, ["20002499", "20002498", "20002497"], "newest first, among all");
+    let (_, v) = s.get_json("/api/studies?sort=patient&order=asc&offset=2498&limit=10").await;
+    let names: Vec<&str> = v["studies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["patient_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["P^998", "P^999"], "the last page holds what is left");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn worklist_studies_series_instances_and_frames() {
     let s = Srv::start(true).await;
