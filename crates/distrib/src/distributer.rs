@@ -524,11 +524,27 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
         }
     };
     let register = |r: &Arc<Rcv>| -> Result<(), DistribError> {
-        let old = {
+        // Over TLS a receiver's close comes as bytes (its close_notify), not as an end its
+        // socket shows: its writer, idle, reads them within half a second and takes it out.
+        // So while the name's holder has bytes unread, the name is waited for that long.
+        let until = Instant::now() + NAME_WAIT;
+        let old = loop {
             let mut st = flow.state.lock().unwrap();
-            let old = free(&mut st)?;
-            st.receivers.push(r.clone());
-            old
+            match free(&mut st) {
+                Ok(old) => {
+                    st.receivers.push(r.clone());
+                    break old;
+                }
+                Err(e @ DistribError::NameTaken { .. }) => {
+                    let unread = st.receivers.iter().any(|o| o.name == join.name && o.unread());
+                    drop(st);
+                    if !unread || Instant::now() >= until {
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
+            }
         };
         left(old);
         Ok(())
@@ -590,8 +606,19 @@ impl Rcv {
     /// Whether its peer has closed the connection (end of stream, or an error, seen without
     /// waiting or taking anything from it).
     fn closed(&self) -> bool {
+        self.peek() == Some(0)
+    }
+
+    /// Whether bytes from its peer wait unread (over TLS, its close_notify when it left).
+    fn unread(&self) -> bool {
+        self.peek().is_some_and(|n| n > 0)
+    }
+
+    /// What its socket holds, without waiting or taking anything: `Some(0)` at its end (or an
+    /// error), `Some(1)` with a byte waiting, `None` with nothing yet.
+    fn peek(&self) -> Option<isize> {
         use std::os::fd::AsRawFd;
-        let Some(s) = &self.kill else { return false };
+        let s = self.kill.as_ref()?;
         let mut byte = 0u8;
         // SAFETY: a one-byte buffer valid for the call; MSG_PEEK leaves the byte for the writer.
         let n = unsafe {
@@ -603,9 +630,9 @@ impl Rcv {
             )
         };
         match n {
-            0 => true,
-            n if n > 0 => false,
-            _ => std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock,
+            n if n >= 0 => Some(n),
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock => None,
+            _ => Some(0),
         }
     }
 
@@ -683,6 +710,11 @@ fn receiver_port(b: &mut Binding, peer: Option<SocketAddr>) -> Result<SocketAddr
 /// Most messages a receiver's writer keeps unread from it: a receiver sends a few after each
 /// STOP (LOST, PORT, CONFIRM), and nothing else.
 const IDLE_MESSAGES: usize = 16;
+
+/// How long a joining receiver waits for its name while the receiver holding it has bytes
+/// unread (over TLS, the close of a receiver started again: see `register`), a little more
+/// than an idle writer takes to notice.
+const NAME_WAIT: Duration = Duration::from_millis(1500);
 
 /// How long a receiver dropped for what it sent is read past before its connection closes.
 const LINGER: Duration = Duration::from_secs(2);

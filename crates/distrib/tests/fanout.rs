@@ -1052,3 +1052,30 @@ fn a_receiver_started_again_at_once_takes_its_name_back() {
     first.close();
     a_run_reaches(&d, &addr, "hold", "archive", b"to the one started again");
 }
+
+/// The same over TLS, where a receiver's close arrives as bytes (its close_notify) before the
+/// end of its stream: the name is taken back all the same.
+#[test]
+fn over_tls_a_receiver_started_again_at_once_takes_its_name_back() {
+    let id = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (id.cert.pem(), id.signing_key.serialize_pem());
+    let server = TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+    let cfg = Config::parse(CONFIG, "test.toml").unwrap();
+    let d = Distributer::start_with_tls(cfg, "127.0.0.1:0".parse().unwrap(), Some(server)).unwrap();
+    let addr = format!("localhost:{}", d.addr().port());
+    let trust = TlsClient::from_pem(cert.as_bytes(), None).unwrap();
+    let tls = || Target::from(&addr).with_tls(trust.clone());
+    let first = Receiver::connect(tls(), "obs", "hold", "archive", Some("t0k")).unwrap();
+    wait_names(&d, "hold", &["archive"]);
+    let e = Receiver::connect(tls(), "obs", "hold", "archive", Some("t0k")).err().unwrap();
+    assert!(e.to_string().contains("already on flow"), "{e}");
+    first.close();
+    // Joined on the first try, right after the close.
+    let again = receiver(tls(), "hold", "archive", None);
+    let mut s = Sender::connect(tls(), "obs", "hold", Some("t0k")).unwrap();
+    s.start(&params("uid://tls-again")).unwrap();
+    s.send(b"to the one started again").unwrap();
+    assert!(s.stop().unwrap().all_delivered());
+    let (end, k) = again.recv_timeout(WAIT).unwrap();
+    assert_eq!((end, k.bytes), (RunEnd::Stopped(24), b"to the one started again".to_vec()));
+}
