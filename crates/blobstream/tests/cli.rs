@@ -969,6 +969,44 @@ fn wait_status_with(addr: &str, args: &[&str], done: impl Fn(&str) -> bool) -> S
     panic!("the distributer's status never got there: {last}");
 }
 
+/// A file the user may not read fails alone, named with why; the rest of the folder goes up.
+/// (As root, permission bits do not stop a read: the command then runs without the
+/// capabilities that override them, through util-linux's `setpriv`.)
+#[test]
+fn an_unreadable_file_fails_alone_and_is_named() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let folder = dir.path().join("study");
+    std::fs::create_dir_all(&folder).unwrap();
+    for n in ["a.dcm", "secret.dcm", "c.dcm"] {
+        std::fs::write(folder.join(n), content(5000)).unwrap();
+    }
+    let secret = folder.join("secret.dcm");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let args = ["--server", &s.addr, "put", "-r", folder.to_str().unwrap(), "p/"];
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let out = if root {
+        Command::new("setpriv")
+            .args(["--bounding-set=-dac_override,-dac_read_search", BIN])
+            .args(args)
+            .output()
+            .expect("setpriv (util-linux) runs the command without root's file access")
+    } else {
+        Command::new(BIN).args(args).output().unwrap()
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err.lines().find(|l| l.starts_with("FAILED")).unwrap_or_default();
+    assert!(line.contains("secret.dcm") && line.contains("ermission denied"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("FAILED")).count(), 1, "{err}");
+    assert!(err.contains("2 copied"), "{err}");
+    let listed = ok(&s.run(&["ls", "p/"]));
+    assert!(listed.contains("p/a.dcm") && listed.contains("p/c.dcm"), "{listed}");
+    assert!(!listed.contains("secret"), "{listed}");
+}
+
 /// Ctrl-C during `put -r`: the copies under way finish, no more start, the summary says how
 /// many were not started and the exit status is 130; the same command run again copies the
 /// rest (what was copied is "already there").
