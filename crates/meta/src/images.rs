@@ -74,7 +74,9 @@ fn migrate_sqlite(db: &Db) -> Result<()> {
 
 /// Rows indexed before the series columns existed get them from their metadata; verdicts of
 /// "not an image" that only meant "not decoded yet" are dropped, so those blobs are looked at
-/// again. Cheap and idempotent: it touches only such rows.
+/// again, and so are rows of undecodable DICOM instances written before they kept their
+/// patient, date and modality (their `patient` column is empty; it is at least the separator
+/// now). Cheap and idempotent: it touches only such rows.
 const FILL_SERIES_SQLITE: &str = "
 UPDATE images SET
     study_uid = coalesce(json_extract(meta, '$.study_instance_uid'), ''),
@@ -83,6 +85,7 @@ UPDATE images SET
 WHERE is_image = 1 AND study_uid = '' AND json_valid(meta)
   AND json_extract(meta, '$.study_instance_uid') IS NOT NULL;
 DELETE FROM images WHERE is_image = 0 AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
+DELETE FROM images WHERE is_image = 0 AND study_uid != '' AND patient = '';
 ";
 
 /// One study of the worklist: counts over its instances, the metadata (JSON) of its first
@@ -465,9 +468,10 @@ impl ImageIndex {
                                 FILTER (WHERE json_valid(meta)
                                   AND json_type(meta, '$.{USER_METADATA}') = 'object') AS um
                        FROM images WHERE study_uid IN (
-                         SELECT study_uid FROM images WHERE study_uid != '' AND {MATCH_SQLITE}
-                           AND (?8 IS NULL OR study_uid > ?8))
-                       GROUP BY study_uid ORDER BY study_uid LIMIT ?7
+                         SELECT DISTINCT study_uid FROM images
+                         WHERE study_uid > coalesce(?8, '') AND {MATCH_SQLITE}
+                         ORDER BY study_uid LIMIT ?7)
+                       GROUP BY study_uid ORDER BY study_uid
                      ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
                 ))?;
                 let mut params = s.sqlite_params().to_vec();

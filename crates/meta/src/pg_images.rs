@@ -47,6 +47,7 @@ UPDATE images SET
     instance_no = (blobstream_jsonb(meta)->>'instance_number')::bigint
 WHERE is_image AND study_uid = '' AND blobstream_jsonb(meta) ? 'study_instance_uid';
 DELETE FROM images WHERE NOT is_image AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
+DELETE FROM images WHERE NOT is_image AND study_uid != '' AND patient = '';
 "#;
 
 /// The search criteria as PostgreSQL parameters $1–$6, as the SQLite index has them.
@@ -138,9 +139,10 @@ impl PgImages {
                                  THEN (j -> 'user_metadata')::text END AS um
                      FROM (SELECT *, blobstream_jsonb(meta) AS j FROM images) parsed) x
                WHERE study_uid IN (
-                 SELECT study_uid FROM images WHERE study_uid != '' AND {MATCH_PG}
-                   AND ($8::text IS NULL OR study_uid > $8::text))
-               GROUP BY study_uid ORDER BY study_uid LIMIT $7
+                 SELECT DISTINCT study_uid FROM images
+                 WHERE study_uid > coalesce($8::text, '') AND {MATCH_PG}
+                 ORDER BY study_uid LIMIT $7)
+               GROUP BY study_uid ORDER BY study_uid
              ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
         );
         let mut params = pg_params(s).to_vec();

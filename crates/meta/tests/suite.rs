@@ -472,6 +472,25 @@ fn older_image_indexes_gain_the_series_columns() {
     studies_series_and_slice_order(&Sqlite(dir));
 }
 
+/// Undecodable DICOM rows written before they kept patient, date and modality (an empty
+/// `patient` column) are dropped on open, so the blobs are indexed again; rows written now stay.
+#[test]
+fn older_undecodable_rows_are_indexed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.db");
+    let ix = ImageIndex::open(&path).unwrap();
+    let ids = fields(&[("study_instance_uid", "7.1"), ("series_instance_uid", "7.1.1")]);
+    ix.put_undecodable_dicom("new.dcm", "x:1", &ids, "no pixel data").unwrap();
+    ix.put_undecodable_dicom("old.dcm", "x:2", &ids, "no pixel data").unwrap();
+    drop(ix);
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute("UPDATE images SET patient = '' WHERE name = 'old.dcm'", []).unwrap();
+    drop(c);
+    let ix = ImageIndex::open(&path).unwrap();
+    assert!(ix.get("new.dcm").unwrap().is_some(), "a row written now stays");
+    assert_eq!(ix.get("old.dcm").unwrap(), None, "an older one is dropped, to be indexed again");
+}
+
 #[test]
 fn older_sqlite_databases_gain_chunks_corruption_marks_and_inline_bytes() {
     let dir = tempfile::tempdir().unwrap();
