@@ -103,6 +103,8 @@ struct Rcv {
     cv: Condvar,
     /// A second handle on its socket, to unblock the writer when the receiver is dropped.
     kill: Option<TcpStream>,
+    /// Set once its writer has ended (its connection closed or handed back).
+    ended: Arc<AtomicBool>,
 }
 
 struct RcvQ {
@@ -566,6 +568,7 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
         }),
         cv: Condvar::new(),
         kill,
+        ended: Arc::default(),
     });
     let first = match udp {
         None => register(&rcv),
@@ -599,6 +602,7 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
             rcv.gone(why);
         }
     }
+    rcv.ended.store(true, Ordering::Release);
     flow.state.lock().unwrap().receivers.retain(|r| !Arc::ptr_eq(r, &rcv));
 }
 
@@ -650,16 +654,42 @@ impl Rcv {
     }
 
     /// Out of the run for what the flow's policy says: its writer tells it why once the message
-    /// it is writing is written (a slow receiver reads that message, then the reason); a
-    /// connection that takes nothing more within [`DROP_GRACE`] (a receiver stopped, its
-    /// socket full) is shut then.
+    /// it is writing is written (a slow receiver reads that message, then the reason). Until
+    /// the writer ends, its socket is watched: one that sends nothing out for [`DROP_GRACE`]
+    /// (a receiver stopped, its socket full), or still has not taken it all after
+    /// [`DROP_MOST`], is shut, which unblocks the writer.
     fn dropped_locked(&self, q: &mut MutexGuard<'_, RcvQ>, reason: String) {
         self.out_locked(q, reason);
-        if let Some(s) = self.kill.as_ref().and_then(|s| s.try_clone().ok()) {
-            std::thread::spawn(move || {
-                std::thread::sleep(DROP_GRACE);
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            });
+        let Some(s) = self.kill.as_ref().and_then(|s| s.try_clone().ok()) else { return };
+        let ended = self.ended.clone();
+        let shut = |s: &TcpStream| {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        };
+        let watch = move || {
+            let (began, mut moved) = (Instant::now(), Instant::now());
+            let mut last = unsent(&s);
+            while !ended.load(Ordering::Acquire) {
+                if moved.elapsed() >= DROP_GRACE || began.elapsed() >= DROP_MOST {
+                    return shut(&s);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                let now = unsent(&s);
+                if now.is_none() {
+                    return; // (the socket is gone already)
+                }
+                if now < last {
+                    moved = Instant::now();
+                }
+                last = now;
+            }
+        };
+        if let Err(e) = std::thread::Builder::new().name("dropped".into()).spawn(watch) {
+            tracing::warn!(
+                "no thread to watch a dropped receiver ({e}): its connection is shut now"
+            );
+            if let Some(s) = &self.kill {
+                shut(s);
+            }
         }
     }
 
@@ -719,9 +749,21 @@ const NAME_WAIT: Duration = Duration::from_millis(1500);
 /// How long a receiver dropped for what it sent is read past before its connection closes.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// How long a receiver dropped by the flow's policy has to take the message being written to
-/// it (and then the reason it was dropped) before its connection is shut.
+/// How long the connection of a receiver dropped by the flow's policy may send nothing out
+/// while its writer still has the message being written and the reason to write, and how long
+/// it may take in all, before it is shut.
 const DROP_GRACE: Duration = Duration::from_secs(5);
+const DROP_MOST: Duration = Duration::from_secs(60);
+
+/// Bytes written to `s` that its peer has not yet taken (`SIOCOUTQ`); `None` if the socket
+/// cannot say (closed).
+fn unsent(s: &TcpStream) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer, which is valid.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    (r == 0).then_some(n)
+}
 
 /// The receiver's writer: its queue onto its binding (and its datagram socket, on a udp
 /// flow: the socket and the largest datagram payload), until the connection ends.
@@ -990,7 +1032,10 @@ fn push(flow: &Flow, r: &Rcv, item: Item) {
             }
         }
         Policy::Buffer(bound) => {
-            if q.gone.is_none() && q.held + item.cost() > bound {
+            // A message always goes in when no payload waits before it: a receiver keeping up
+            // is never dropped for one message larger than the bound (its bookkeeping
+            // included, a START not yet written ahead of it).
+            if q.gone.is_none() && q.queued_bytes > 0 && q.held + item.cost() > bound {
                 let behind = q.held + item.cost();
                 let why = format!("fell {behind} bytes behind (the bound is {bound})");
                 r.dropped_locked(&mut q, why);

@@ -29,6 +29,12 @@ policy = "buffer"
 buffer = "4m"
 
 [[stream.flow]]
+name = "tight"
+policy = "buffer"
+chunk = "256k"
+buffer = "256k"
+
+[[stream.flow]]
 name = "timeout"
 policy = "timeout"
 timeout_ms = 1000
@@ -307,6 +313,29 @@ fn a_receiver_dropped_by_the_policy_is_told_why() {
     assert_eq!(k.error.as_deref(), Some(why.as_str()), "its handler heard the same");
     assert!((k.bytes.len() as u64) < 32 << 20);
     s.close();
+}
+
+/// A `buffer` bound of one chunk: a receiver that keeps up (the sender waits for it after each
+/// chunk) is never dropped, though each message with its header and bookkeeping is a little
+/// over the bound.
+#[test]
+fn a_receiver_keeping_up_is_never_dropped_by_a_bound_of_one_chunk() {
+    let (d, addr) = distributer();
+    let progress = Arc::new(AtomicU64::new(0));
+    let rx = watched_receiver(&addr, "tight", "steady", None, progress.clone());
+    wait_names(&d, "tight", &["steady"]);
+    let mut s = Sender::connect(&addr, "obs", "tight", Some("t0k")).unwrap();
+    let bytes = data(8 << 20, 12);
+    s.start(&Params::new()).unwrap();
+    for (i, piece) in bytes.chunks(256 << 10).enumerate() {
+        s.send(piece).unwrap();
+        wait_progress(&progress, ((i + 1) << 18) as u64);
+    }
+    let report = s.stop().unwrap();
+    assert!(report.all_delivered(), "{report:?}");
+    let (end, k) = rx.recv_timeout(WAIT).unwrap();
+    assert_eq!(end, RunEnd::Stopped(bytes.len() as u64));
+    assert!(k.bytes == bytes);
 }
 
 /// The `buffer` bound counts what a queued message costs, not only its payload: a flood of
