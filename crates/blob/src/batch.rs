@@ -469,11 +469,19 @@ impl Transporter {
                 });
             }
         });
+        // Jobs of units no worker took were kept from starting by a stop; any other job
+        // without a result was lost (a worker that died, a run given up).
+        let taken = next.into_inner().min(units.len());
+        let mut not_started = vec![false; jobs.len()];
+        for unit in &units[taken..] {
+            not_started[unit.clone()].fill(true);
+        }
         let outcomes: Vec<Outcome> = jobs
             .into_iter()
             .zip(results.into_inner().unwrap())
-            .map(|(j, r)| {
-                let never = if opts.stopped() { BlobError::NotStarted } else { BlobError::Lost };
+            .zip(not_started)
+            .map(|((j, r), kept)| {
+                let never = if kept { BlobError::NotStarted } else { BlobError::Lost };
                 Outcome { name: j.name, result: r.unwrap_or(Err(never)) }
             })
             .collect();

@@ -67,8 +67,10 @@ struct Extra {
     deleted: Vec<String>,
     not_deleted: Vec<(String, String)>,
     delete_asked: bool,
-    /// Stopped by a signal (Ctrl-C) before every copy had started.
+    /// Stopped by a signal (Ctrl-C) while the copies ran; then `--delete` removes nothing
+    /// (`delete_skipped`).
     interrupted: bool,
+    delete_skipped: bool,
 }
 
 /// One folder or prefix command: how its copies run and what it is called in messages.
@@ -103,10 +105,8 @@ impl Batch<'_> {
         let what =
             format!("{verb} {} -> {}", dir.display(), BlobKey::remote(server, folder(prefix)));
         let report = self.copy(&what, &jobs, &mut extra)?;
-        if delete && extra.interrupted {
-            extra.delete_asked = true;
-            extra.not_deleted.push(("--delete".into(), "nothing removed: interrupted".into()));
-        } else if delete {
+        extra.delete_skipped = delete && extra.interrupted;
+        if delete && !extra.interrupted {
             // A server gone by now removes nothing, and the copies' failures are still told.
             let listed = commands::client_for(g, server).and_then(|c| {
                 let names = c.list(&folder(prefix)).map_err(anyhow::Error::from)?;
@@ -162,10 +162,8 @@ impl Batch<'_> {
         });
         let what = format!("{verb} {} -> {}", BlobKey::remote(server, &prefix), dir.display());
         let report = self.copy(&what, &jobs, &mut extra)?;
-        if delete && extra.interrupted {
-            extra.delete_asked = true;
-            extra.not_deleted.push(("--delete".into(), "nothing removed: interrupted".into()));
-        } else if delete {
+        extra.delete_skipped = delete && extra.interrupted;
+        if delete && !extra.interrupted {
             // The folder's files, named as blobs would be, so they compare with the listing.
             let (local, local_problems) = bs_blob::plan_upload(dir, server, &prefix);
             let paths: BTreeMap<String, PathBuf> =
@@ -185,8 +183,9 @@ impl Batch<'_> {
     /// exits at once.
     fn copy(&self, what: &str, jobs: &[Job], extra: &mut Extra) -> Result<BatchReport> {
         let transporter = Transporter::new(commands::factory(self.g, self.t)?);
-        let stop = crate::signals::batch_stop().context("installing the Ctrl-C handler")?;
-        let opts = self.opts.clone().stop_when(stop.clone());
+        let signals =
+            crate::signals::BatchStop::install().context("installing the Ctrl-C handler")?;
+        let opts = self.opts.clone().stop_when(signals.stop.clone());
         let pb = progress::bar(what);
         let quiet = self.g.quiet || self.many.json;
         let in_flight = self.many.jobs.unwrap_or(DEFAULT_JOBS);
@@ -195,7 +194,8 @@ impl Batch<'_> {
             progress::update(&pb, p.bytes_done, p.bytes, quiet);
         });
         pb.finish_and_clear();
-        extra.interrupted = stop.load(std::sync::atomic::Ordering::Acquire);
+        signals.copies_over();
+        extra.interrupted = signals.asked();
         Ok(report)
     }
 }
@@ -338,6 +338,9 @@ fn summary_line(r: &BatchReport, skipped: usize, failed: usize, extra: &Extra) -
     if extra.interrupted {
         line += &format!(", {} not started (interrupted)", r.not_started());
     }
+    if extra.delete_skipped {
+        line += ", --delete skipped (interrupted)";
+    }
     line
 }
 
@@ -367,6 +370,7 @@ fn summary_json(r: &BatchReport, problems: &[Problem], extra: &Extra) -> serde_j
         "deleted": extra.deleted,
         "failed": failed,
         "interrupted": extra.interrupted,
+        "delete_skipped": extra.delete_skipped,
         "not_started": r.not_started(),
         "bytes_moved": r.bytes,
         "bytes_total": r.total_bytes(),

@@ -30,29 +30,52 @@ impl Signals {
 /// What a second signal during a folder copy exits with (128 + SIGINT, as shells report it).
 pub const INTERRUPTED: u8 = 130;
 
-/// For a folder copy: a flag the first SIGINT or SIGTERM sets (the batch then starts no more
-/// copies, lets those running finish and says what was not started); a second one exits at
-/// once with [`INTERRUPTED`]. The handlers are in place when this returns.
-pub fn batch_stop() -> std::io::Result<Arc<AtomicBool>> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut signals = {
-        let _in = rt.enter();
-        Signals::install()?
-    };
-    let flag = Arc::new(AtomicBool::new(false));
-    let set = flag.clone();
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        rt.block_on(async {
-            let name = signals.next().await;
-            set.store(true, Ordering::Release);
-            eprintln!(
-                "\n{name}: finishing the copies under way and starting no more (again to stop at \
-                 once); running the command again copies the rest"
-            );
-            let name = signals.next().await;
-            eprintln!("{name} again: stopping now; running the command again finishes the copies");
-            std::process::exit(i32::from(INTERRUPTED));
-        })
-    })?;
-    Ok(flag)
+/// For a folder copy: `stop` is set by the first SIGINT or SIGTERM while the copies run (the
+/// batch then starts no more, lets those running finish and says what was not started); a
+/// second one, or a first one once [`BatchStop::copies_over`] was called (a `--delete` after
+/// the copies, say), exits at once with [`INTERRUPTED`].
+pub struct BatchStop {
+    pub stop: Arc<AtomicBool>,
+    over: Arc<AtomicBool>,
+}
+
+impl BatchStop {
+    /// Install the handlers (in place when this returns).
+    pub fn install() -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let mut signals = {
+            let _in = rt.enter();
+            Signals::install()?
+        };
+        let (stop, over) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (set, after) = (stop.clone(), over.clone());
+        std::thread::Builder::new().name("signals".into()).spawn(move || {
+            rt.block_on(async {
+                let name = signals.next().await;
+                if !after.load(Ordering::Acquire) {
+                    set.store(true, Ordering::Release);
+                    eprintln!(
+                        "\n{name}: finishing the copies under way and starting no more (again \
+                         to stop at once); running the command again copies the rest"
+                    );
+                    let again = signals.next().await;
+                    eprintln!("{again} again: stopping now; running the command again finishes");
+                } else {
+                    eprintln!("\n{name}: stopping now");
+                }
+                std::process::exit(i32::from(INTERRUPTED));
+            })
+        })?;
+        Ok(Self { stop, over })
+    }
+
+    /// Was a stop asked for while the copies ran?
+    pub fn asked(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// The copies are over: a signal from now on stops the command at once.
+    pub fn copies_over(&self) {
+        self.over.store(true, Ordering::Release);
+    }
 }

@@ -1021,16 +1021,28 @@ fn an_interrupted_folder_copy_says_what_was_not_started_and_finishes_when_run_ag
         std::fs::write(folder.join(format!("f{i:03}")), content(64 << 10)).unwrap();
     }
     let args = ["--server", &s.addr, "put", "-r", folder.to_str().unwrap(), "p/", "--jobs", "1"];
-    let child = Command::new(BIN).args(args).stderr(Stdio::piped()).spawn().unwrap();
-    // Once the first file is there, Ctrl-C.
+    let mut child = Command::new(BIN).args(args).stderr(Stdio::piped()).spawn().unwrap();
+    // Once the first file is there, Ctrl-C — with the server stopped meanwhile, so the copy
+    // cannot run on to its end before the signal is taken.
     let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while ok(&s.run(&["ls", "p/"])).trim().is_empty() {
         assert!(std::time::Instant::now() < give_up, "no file arrived");
     }
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let signal = |pid: u32, sig: i32| {
+        // SAFETY: kill(2) on a child of this test.
+        assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+    };
+    signal(s.child.id(), libc::SIGSTOP);
+    signal(child.id(), libc::SIGINT);
+    // The handler's word on stderr says the stop is taken; then the server goes on.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    while !err.contains("finishing the copies under way") {
+        assert!(stderr.read_line(&mut err).unwrap() > 0, "no word of the stop: {err}");
+    }
+    signal(s.child.id(), libc::SIGCONT);
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
     let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("SIGINT: finishing the copies under way"), "{err}");
     assert!(err.contains("not started (interrupted)"), "the summary says so: {err}");

@@ -1,7 +1,7 @@
 //! The deadline a gRPC client sends (`grpc-timeout`, gRPC over HTTP/2: an integer of at most 8
 //! digits and a unit, `H` `M` `S` `m` `u` `n`), kept by the server: a call that has not
-//! answered by then is ended with DEADLINE_EXCEEDED and its work dropped, as tonic's own server
-//! does. Written here because tonic keeps its layer private to `tonic::transport::Server`,
+//! answered by then is ended with DEADLINE_EXCEEDED and its future dropped, as tonic's own
+//! server does (work it handed to a blocking thread still runs to its end). Written here because tonic keeps its layer private to `tonic::transport::Server`,
 //! which the planes do not use (they are served by [`crate::serve_http`]).
 
 use std::time::Duration;

@@ -87,15 +87,23 @@ pub(crate) fn dicom_json(headers: &axum::http::HeaderMap) -> Result<(), WebError
     if accept.trim().is_empty() {
         return Ok(());
     }
-    let json = split(&accept, ',').any(|range| {
-        let (media, params) = media_type(range);
-        let refused = params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0));
-        let takes = matches!(
-            media.as_str(),
-            "*/*" | "application/*" | "application/json" | "application/dicom+json"
-        );
-        takes && !refused
-    });
+    let ranges: Vec<(String, bool)> = split(&accept, ',')
+        .map(|range| {
+            let (media, params) = media_type(range);
+            let q0 = params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0));
+            (media, q0)
+        })
+        .collect();
+    // Refused by name (`application/dicom+json;q=0`), it is refused whatever else is taken.
+    let named_refused = ranges.iter().any(|(m, q0)| m == "application/dicom+json" && *q0);
+    let json = !named_refused
+        && ranges.iter().any(|(media, q0)| {
+            let takes = matches!(
+                media.as_str(),
+                "*/*" | "application/*" | "application/json" | "application/dicom+json"
+            );
+            takes && !q0
+        });
     if json {
         Ok(())
     } else {
@@ -209,6 +217,7 @@ mod tests {
             &["application/dicom+xml"][..],
             &["multipart/related; type=\"application/dicom+xml\""],
             &["application/dicom+json; q=0"],
+            &["application/dicom+json;q=0, */*"],
             &["text/html"],
         ] {
             let e = with(refused).unwrap_err();
