@@ -195,6 +195,8 @@ pub struct ImageQuery {
     /// [`ImageIndex::studies`] only: the studies whose UIDs sort after this one (the next
     /// page after a study).
     pub study_after: Option<String>,
+    /// [`ImageIndex::studies`] only: just these studies, looked up by UID (empty: any).
+    pub study_uids: Vec<String>,
 }
 
 /// The index, on whichever database the catalogue is on.
@@ -233,6 +235,9 @@ pub(crate) struct Search<'a> {
     pub date_to: Option<String>,
     pub limit: i64,
     pub study_after: Option<String>,
+    /// The study UIDs asked for, as a JSON array (SQLite's `json_each`) and as a list.
+    pub study_uids_json: Option<String>,
+    pub study_uids: Vec<String>,
 }
 
 impl ImageIndex {
@@ -448,7 +453,8 @@ impl ImageIndex {
     }
 
     /// The studies with at least one instance matching every criterion of `q` (its `limit`
-    /// bounds the studies; `study_after` starts past a study), by Study Instance UID, with
+    /// bounds the studies; `study_after` starts past a study; `study_uids`, when given, are
+    /// looked up by UID rather than searched for), by Study Instance UID, with
     /// counts over all their instances. Instances whose pixels cannot be decoded (a structured
     /// report, an encapsulated PDF) count as instances and may be what matched; the metadata
     /// shown is a decoded image's where the study has one. Instances without a Study
@@ -458,6 +464,11 @@ impl ImageIndex {
         match &self.backend {
             Backend::Sqlite(db) => {
                 let c = db.read();
+                // Only the studies named, through the index on study_uid.
+                let named = match s.study_uids_json {
+                    Some(_) => "AND study_uid IN (SELECT value FROM json_each(?9))",
+                    None => "",
+                };
                 let mut st = c.prepare_cached(&format!(
                     "SELECT g.study_uid, g.n, g.ni, g.ns, g.mods, i.meta, g.um FROM (
                        SELECT study_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image = 1) AS ni,
@@ -469,13 +480,16 @@ impl ImageIndex {
                                   AND json_type(meta, '$.{USER_METADATA}') = 'object') AS um
                        FROM images WHERE study_uid IN (
                          SELECT DISTINCT study_uid FROM images
-                         WHERE study_uid > coalesce(?8, '') AND {MATCH_SQLITE}
+                         WHERE study_uid > coalesce(?8, '') {named} AND {MATCH_SQLITE}
                          ORDER BY study_uid LIMIT ?7)
                        GROUP BY study_uid ORDER BY study_uid
                      ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
                 ))?;
                 let mut params = s.sqlite_params().to_vec();
                 params.push(&s.study_after);
+                if s.study_uids_json.is_some() {
+                    params.push(&s.study_uids_json);
+                }
                 let rows = st.query_map(&params[..], |r| {
                     Ok(StudySummary {
                         study_uid: r.get(0)?,
@@ -611,6 +625,9 @@ fn search_of(q: &ImageQuery) -> Search<'_> {
         date_to: nonempty(&q.date_to),
         limit: q.limit.min(i64::MAX as usize) as i64,
         study_after: q.study_after.clone(),
+        study_uids_json: (!q.study_uids.is_empty())
+            .then(|| serde_json::Value::from(q.study_uids.clone()).to_string()),
+        study_uids: q.study_uids.clone(),
     }
 }
 

@@ -127,6 +127,8 @@ impl PgImages {
     }
 
     pub fn studies(&self, s: &Search<'_>) -> Result<Vec<StudySummary>> {
+        // Only the studies named, through the index on study_uid.
+        let named = if s.study_uids.is_empty() { "" } else { "AND study_uid = ANY($9::text[])" };
         let sql = format!(
             "SELECT g.study_uid, g.n, g.ni, g.ns, g.mods, i.meta, g.um::text FROM (
                SELECT study_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image) AS ni,
@@ -140,13 +142,16 @@ impl PgImages {
                      FROM (SELECT *, blobstream_jsonb(meta) AS j FROM images) parsed) x
                WHERE study_uid IN (
                  SELECT DISTINCT study_uid FROM images
-                 WHERE study_uid > coalesce($8::text, '') AND {MATCH_PG}
+                 WHERE study_uid > coalesce($8::text, '') {named} AND {MATCH_PG}
                  ORDER BY study_uid LIMIT $7)
                GROUP BY study_uid ORDER BY study_uid
              ) g JOIN images i ON i.name = g.first ORDER BY g.study_uid"
         );
         let mut params = pg_params(s).to_vec();
         params.push(&s.study_after);
+        if !s.study_uids.is_empty() {
+            params.push(&s.study_uids);
+        }
         let rows = self.pool.retrying(|c| c.query(&sql, &params))?;
         Ok(rows
             .iter()

@@ -405,6 +405,19 @@ fn studies_count_and_match_undecodable_instances(p: &dyn Place) {
         .map(|s| (s.series_uid, s.instances, s.images))
         .collect();
     assert_eq!(series, [("1.6.1".to_string(), 1, 1), ("1.6.2".to_string(), 1, 0)]);
+    // Studies named by UID (one unknown): only those, criteria still applying.
+    let named = |uids: &[&str], modality: Option<&str>| -> Vec<String> {
+        let q = ImageQuery {
+            limit: 100,
+            study_uids: uids.iter().map(|u| u.to_string()).collect(),
+            modality: modality.map(String::from),
+            ..Default::default()
+        };
+        ix.studies(&q).unwrap().into_iter().map(|s| s.study_uid).collect()
+    };
+    assert_eq!(named(&["1.6", "9.9"], None), ["1.6"]);
+    assert_eq!(named(&["1.5", "1.6"], None), ["1.5", "1.6"]);
+    assert_eq!(named(&["1.5", "1.6"], Some("CT")), ["1.6"]);
     // Pages: one study at a time, each after the last.
     let page = |after: Option<&str>| -> Vec<String> {
         let q = ImageQuery { limit: 1, study_after: after.map(String::from), ..Default::default() };

@@ -136,6 +136,7 @@ impl Criteria {
             prefix,
             limit,
             study_after: None,
+            study_uids: Vec::new(),
         })
     }
 }

@@ -240,11 +240,17 @@ pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Re
     let modality = m.keys.get("ModalitiesInStudy").or(m.keys.get("Modality")).cloned();
     // One plain modality is matched by the index; a list or a wildcard here, below.
     let plain = |p: &String| !p.is_empty() && !p.contains(['\\', '*', '?']);
+    // Studies named by UID are looked up, not searched for.
+    let study_uids = match m.keys.get("StudyInstanceUID") {
+        Some(list) => uids("StudyInstanceUID", list)?.into_iter().map(String::from).collect(),
+        None => Vec::new(),
+    };
     let mut iq = ImageQuery {
         modality: modality.clone().filter(plain),
         date_from: from,
         date_to: to,
         limit: STUDY_BATCH,
+        study_uids,
         ..ImageQuery::default()
     };
     // Every match up to the page's end and one more (to tell whether there are more): the
