@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { assertNoErrors, nextFrame, openApp, openFolder, openImage, screenshot, snap, snapDiff, useApp } from './lib/browser.mjs';
+import { element, part10, us } from './lib/dicom.mjs';
 
 let server;
 let page;
@@ -12,21 +13,6 @@ useApp((app) => ({ server, page } = app));
 
 const FRAMES = 6;
 const SIDE = 64;
-
-/** One data element, explicit VR little endian. */
-function element(group, elem, vr, value) {
-  const long = ['OB', 'OW', 'UN', 'SQ', 'UT'].includes(vr);
-  let body = Buffer.isBuffer(value) ? value : Buffer.from(value, 'latin1');
-  if (body.length % 2) body = Buffer.concat([body, Buffer.from(vr === 'UI' || vr === 'OB' ? [0] : [0x20])]);
-  const head = Buffer.alloc(long ? 12 : 8);
-  head.writeUInt16LE(group, 0);
-  head.writeUInt16LE(elem, 2);
-  head.write(vr, 4, 'latin1');
-  if (long) head.writeUInt32LE(body.length, 8);
-  else head.writeUInt16LE(body.length, 6);
-  return Buffer.concat([head, body]);
-}
-const us = (n) => { const b = Buffer.alloc(2); b.writeUInt16LE(n); return b; };
 
 /**
  * A multi-frame 8-bit MONOCHROME2 DICOM file: frame f is a bright square at a place of its
@@ -39,23 +25,9 @@ function multiFrameDicom() {
       for (let x = 0; x < 16; x++) pixels[f * SIDE * SIDE + y * SIDE + 4 + f * 8 + x] = 240;
     }
   }
-  const ts = '1.2.840.10008.1.2.1';
   const sop = '1.2.840.10008.5.1.4.1.1.7.2'; // Multi-frame Grayscale Byte SC
   const uid = '1.2.826.0.1.3680043.10.543.7';
-  const metaBody = Buffer.concat([
-    element(0x0002, 0x0001, 'OB', Buffer.from([0, 1])),
-    element(0x0002, 0x0002, 'UI', sop),
-    element(0x0002, 0x0003, 'UI', `${uid}.3`),
-    element(0x0002, 0x0010, 'UI', ts),
-    element(0x0002, 0x0012, 'UI', `${uid}.99`),
-  ]);
-  const metaLen = Buffer.alloc(4);
-  metaLen.writeUInt32LE(metaBody.length);
-  return Buffer.concat([
-    Buffer.alloc(128),
-    Buffer.from('DICM', 'latin1'),
-    element(0x0002, 0x0000, 'UL', metaLen),
-    metaBody,
+  return part10({ sop, instance: `${uid}.3`, elements: [
     element(0x0008, 0x0016, 'UI', sop),
     element(0x0008, 0x0018, 'UI', `${uid}.3`),
     element(0x0008, 0x0060, 'CS', 'OT'),
@@ -75,7 +47,7 @@ function multiFrameDicom() {
     element(0x0028, 0x0102, 'US', us(7)),
     element(0x0028, 0x0103, 'US', us(0)),
     element(0x7fe0, 0x0010, 'OB', pixels),
-  ]);
+  ] });
 }
 
 const stack = () => page.evaluate(() => window.blobstream.stack());

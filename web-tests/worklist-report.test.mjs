@@ -5,42 +5,17 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { assertNoErrors, openApp, useApp } from './lib/browser.mjs';
+import { element, part10 } from './lib/dicom.mjs';
 
 let server;
 let page;
 useApp((app) => ({ server, page } = app));
 
-/** One data element, explicit VR little endian; strings padded to an even length. */
-function element(group, elem, vr, value) {
-  let body = typeof value === 'string' ? Buffer.from(value, 'latin1') : value;
-  if (body.length % 2) body = Buffer.concat([body, Buffer.from(vr === 'UI' ? '\0' : ' ')]);
-  const long = ['OB', 'OW', 'SQ', 'UN', 'UT'].includes(vr);
-  const head = Buffer.alloc(long ? 12 : 8);
-  head.writeUInt16LE(group, 0);
-  head.writeUInt16LE(elem, 2);
-  head.write(vr, 4, 'latin1');
-  if (long) head.writeUInt32LE(body.length, 8);
-  else head.writeUInt16LE(body.length, 6);
-  return Buffer.concat([head, body]);
-}
-
 /** A Part 10 Basic Text SR with the given UIDs and patient, and no pixel data. */
 function report({ study, series, instance }) {
-  const sopClass = '1.2.840.10008.5.1.4.1.1.88.11';
-  const meta = Buffer.concat([
-    element(0x0002, 0x0001, 'OB', Buffer.from([0, 1])),
-    element(0x0002, 0x0002, 'UI', sopClass),
-    element(0x0002, 0x0003, 'UI', instance),
-    element(0x0002, 0x0010, 'UI', '1.2.840.10008.1.2.1'),
-  ]);
-  const length = Buffer.alloc(4);
-  length.writeUInt32LE(meta.length);
-  return Buffer.concat([
-    Buffer.alloc(128),
-    Buffer.from('DICM'),
-    element(0x0002, 0x0000, 'UL', length),
-    meta,
-    element(0x0008, 0x0016, 'UI', sopClass),
+  const sop = '1.2.840.10008.5.1.4.1.1.88.11';
+  return part10({ sop, instance, elements: [
+    element(0x0008, 0x0016, 'UI', sop),
     element(0x0008, 0x0018, 'UI', instance),
     element(0x0008, 0x0020, 'DA', '20251126'),
     element(0x0008, 0x0060, 'CS', 'SR'),
@@ -49,7 +24,7 @@ function report({ study, series, instance }) {
     element(0x0010, 0x0020, 'LO', 'RPT-0001'),
     element(0x0020, 0x000d, 'UI', study),
     element(0x0020, 0x000e, 'UI', series),
-  ]);
+  ] });
 }
 
 test('worklist: a study of only a report is listed, its series not opened', { timeout: 120_000 }, async () => {

@@ -201,6 +201,17 @@ fn wait_progress(p: &AtomicU64, n: u64) {
     panic!("the receiver stayed at {} of {n} bytes", p.load(Ordering::SeqCst));
 }
 
+/// Send `bytes` in pieces of `piece` bytes, each once the receiver counting `progress` has had
+/// the ones before: a sender keeping pace with that receiver.
+fn send_in_step(s: &mut Sender, bytes: &[u8], piece: usize, progress: &AtomicU64) {
+    let mut sent = 0;
+    for p in bytes.chunks(piece) {
+        s.send(p).unwrap();
+        sent += p.len() as u64;
+        wait_progress(progress, sent);
+    }
+}
+
 const WAIT: Duration = Duration::from_secs(60);
 
 #[test]
@@ -268,10 +279,7 @@ fn a_stalled_receiver_is_dropped_and_reported_under_buffer_and_timeout() {
         let bytes = data(64 << 20, 5);
         s.start(&Params::new()).unwrap();
         // Keep pace with the healthy receiver, so only the stalled one falls behind.
-        for (i, piece) in bytes.chunks(1 << 20).enumerate() {
-            s.send(piece).unwrap();
-            wait_progress(&progress, ((i + 1) << 20) as u64);
-        }
+        send_in_step(&mut s, &bytes, 1 << 20, &progress);
         let report = s.stop().unwrap();
         let mut dropped = s.take_dropped();
         dropped.retain(|o| o.name == "stalled");
@@ -327,10 +335,7 @@ fn a_receiver_keeping_up_is_never_dropped_by_a_bound_of_one_chunk() {
     let mut s = Sender::connect(&addr, "obs", "tight", Some("t0k")).unwrap();
     let bytes = data(8 << 20, 12);
     s.start(&Params::new()).unwrap();
-    for (i, piece) in bytes.chunks(256 << 10).enumerate() {
-        s.send(piece).unwrap();
-        wait_progress(&progress, ((i + 1) << 18) as u64);
-    }
+    send_in_step(&mut s, &bytes, 256 << 10, &progress);
     let report = s.stop().unwrap();
     assert!(report.all_delivered(), "{report:?}");
     let (end, k) = rx.recv_timeout(WAIT).unwrap();
