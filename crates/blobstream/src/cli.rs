@@ -192,6 +192,7 @@ pub enum Command {
     Filter(FilterArgs),
     /// Show an image file's dimensions, pixel type and metadata (DICOM tags included).
     ImageInfo {
+        /// The image file to read.
         file: PathBuf,
         /// Print JSON.
         #[arg(long)]
@@ -235,6 +236,7 @@ pub enum DpssCommand {
     /// Run the master and name server: membership and statistics of the block servers, the
     /// catalogue of data sets (SQLite), request-list planning; gRPC and GET /metrics.
     Master {
+        /// Address the master listens on (gRPC and GET /metrics).
         #[arg(long, default_value = "127.0.0.1:7090")]
         addr: String,
         /// The name server's catalogue.
@@ -266,6 +268,7 @@ pub enum DpssCommand {
         /// Where the catalogue and the servers' disks live.
         #[arg(long, default_value = "data/dpss")]
         dir: PathBuf,
+        /// The master's address.
         #[arg(long, default_value = "127.0.0.1:7090")]
         master: String,
         /// The first server's port; the others follow it (0: any free ports).
@@ -290,6 +293,7 @@ pub enum DpssCommand {
     Load(DpssLoadArgs),
     /// Every block server (up, disk and send MB/s, cache hits, queues) and every data set.
     Status {
+        /// The master's address.
         #[arg(long, default_value = "127.0.0.1:7090")]
         master: String,
         /// Print JSON.
@@ -302,8 +306,10 @@ pub enum DpssCommand {
     /// second of about fifty tiles, with prediction; per list requested / read / cache hits /
     /// sent / flushed / lost and the latency of high-priority tiles.
     Simulate {
+        /// The data set's name.
         #[arg(long)]
         dataset: String,
+        /// The master's address.
         #[arg(long, default_value = "127.0.0.1:7090")]
         master: String,
         /// Request lists per second.
@@ -327,7 +333,9 @@ pub enum DpssCommand {
     /// Remove a data set: unpublished from the name server, then its blocks from every live
     /// server (run again for servers that were down).
     Drop {
+        /// The data set to remove.
         dataset: String,
+        /// The master's address.
         #[arg(long, default_value = "127.0.0.1:7090")]
         master: String,
         #[command(flatten)]
@@ -335,8 +343,10 @@ pub enum DpssCommand {
     },
     /// Read blocks of a data set, verified, into files (`LEVEL/X_Y.png` for images).
     Get {
+        /// The data set's name.
         #[arg(long)]
         dataset: String,
+        /// The master's address.
         #[arg(long, default_value = "127.0.0.1:7090")]
         master: String,
         /// Only this level (default: every level).
@@ -418,8 +428,10 @@ pub struct DpssLoadArgs {
     /// Load a flat file in blocks of --block-size bytes instead.
     #[arg(long, conflicts_with = "image")]
     pub file: Option<PathBuf>,
+    /// The data set's name (the one viewers and `dpss get` ask for).
     #[arg(long)]
     pub dataset: String,
+    /// The master's address.
     #[arg(long, default_value = "127.0.0.1:7090")]
     pub master: String,
     /// Tile edge in pixels.
@@ -490,8 +502,10 @@ pub struct FlowArgs {
     /// The distributer's address.
     #[arg(long, default_value = "127.0.0.1:7080")]
     pub distributer: String,
+    /// The stream, as the distributer's configuration names it.
     #[arg(long)]
     pub stream: String,
+    /// The flow of that stream.
     #[arg(long)]
     pub flow: String,
     /// The stream's token, if its configuration sets one.
@@ -619,6 +633,7 @@ pub struct FiltersArgs {
 pub struct FilterArgs {
     /// Filter or chain name (see `blobstream filters`).
     pub name: String,
+    /// The image file to filter.
     pub input: PathBuf,
     /// Output file; its extension picks the format.
     pub output: PathBuf,
@@ -1115,6 +1130,32 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::secret;
+
+    /// Every command, flag and argument says what it is for in `--help` (none listed bare).
+    #[test]
+    fn every_command_flag_and_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, bare: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    bare.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                let here = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    bare.push(here.clone());
+                }
+                walk(sub, &here, bare);
+            }
+        }
+        let mut bare = Vec::new();
+        walk(&<super::Cli as clap::CommandFactory>::command(), "blobstream", &mut bare);
+        assert!(bare.is_empty(), "without help text: {bare:#?}");
+    }
 
     #[test]
     fn a_token_is_taken_as_given_or_read_from_the_file_after_an_at_sign() {
