@@ -720,12 +720,26 @@ fn unsupported_pixels_and_missing_attributes() {
     assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
     assert!(err.to_string().contains("unsupported: Bits Allocated 24"), "{err}");
 
-    // No pixel data at all.
+    // No pixel data at all, though the image's attributes are there: a broken image.
     let mut elems = patient_elements();
     elems.extend(PixelSpec::gray(2, 2, 8, 8, false).elements());
     let err = decode(&dicom_file(EXPLICIT_LE, elems), None, &Limits::default()).unwrap_err();
     assert!(matches!(err, ImageIoError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("Pixel Data"));
+    // No image at all (a structured report, a PDF): not corrupt, only not an image.
+    let mut elems = patient_elements();
+    elems.push(DataElement::new(
+        tags::SOP_CLASS_UID,
+        dicom_core::VR::UI,
+        dicom_core::PrimitiveValue::from("1.2.840.10008.5.1.4.1.1.88.11"),
+    ));
+    let err = decode(&dicom_file(EXPLICIT_LE, elems), None, &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+    let says = err.to_string();
+    assert!(
+        says.contains("not an image") && says.contains("1.2.840.10008.5.1.4.1.1.88.11"),
+        "{says}"
+    );
 
     // Pixel data shorter than Rows × Columns.
     let err = decode(

@@ -301,7 +301,7 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         obj.get(tags::PIXEL_DATA)
             .or_else(|| obj.get(tags::FLOAT_PIXEL_DATA))
             .or_else(|| obj.get(tags::DOUBLE_FLOAT_PIXEL_DATA))
-            .ok_or_else(|| ImageIoError::corrupt(DICOM, "no Pixel Data: not an image"))
+            .ok_or_else(|| not_an_image(&obj))
     };
     let (mut images, mapping) = if codec == PixelCodec::Native {
         let bytes = match native_pixels {
@@ -534,6 +534,17 @@ fn parse_error(e: &dyn std::error::Error) -> ImageIoError {
     if eof { ImageIoError::truncated(DICOM, reason) } else { ImageIoError::corrupt(DICOM, reason) }
 }
 
+/// An instance without Pixel Data. One with an image's Rows is a broken image (corrupt); one
+/// without (a structured report, an encapsulated PDF, a key object selection) is not corrupt,
+/// only not an image, named by its SOP class.
+fn not_an_image(obj: &DefaultDicomObject) -> ImageIoError {
+    if obj.get(tags::ROWS).is_some() {
+        return ImageIoError::corrupt(DICOM, "no Pixel Data, though Rows says it is an image");
+    }
+    let class = text(obj, tags::SOP_CLASS_UID).unwrap_or_else(|| "not given".into());
+    ImageIoError::unsupported(DICOM, format!("not an image: no Pixel Data (SOP class {class})"))
+}
+
 fn text(obj: &DefaultDicomObject, tag: Tag) -> Option<String> {
     let value = obj.get(tag)?.to_str().ok()?;
     let value = value.trim_matches(|c: char| c == '\0' || c.is_whitespace());
@@ -574,7 +585,7 @@ fn layout(obj: &DefaultDicomObject, pixel_data_after: bool) -> Result<Layout, Im
     {
         true
     } else {
-        return Err(ImageIoError::corrupt(DICOM, "no Pixel Data: not an image"));
+        return Err(not_an_image(obj));
     };
     let rows = in_u16(required(tags::ROWS, "Rows")?, "Rows")?;
     let cols = in_u16(required(tags::COLUMNS, "Columns")?, "Columns")?;
