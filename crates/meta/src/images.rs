@@ -73,8 +73,9 @@ fn migrate_sqlite(db: &Db) -> Result<()> {
 }
 
 /// Rows indexed before the series columns existed get them from their metadata; verdicts of
-/// "not an image" that only meant "not decoded yet" are dropped, so those blobs are looked at
-/// again, and so are rows of undecodable DICOM instances written before they kept their
+/// "not an image" that only meant "not decoded yet" (an encoding unsupported then) are dropped,
+/// so those blobs are looked at again (not an instance with no pixels at all, which no decoder
+/// will show), and so are rows of undecodable DICOM instances written before they kept their
 /// patient, date and modality (their `patient` column is empty; it is at least the separator
 /// now). Cheap and idempotent: it touches only such rows.
 const FILL_SERIES_SQLITE: &str = "
@@ -84,7 +85,8 @@ UPDATE images SET
     instance_no = json_extract(meta, '$.instance_number')
 WHERE is_image = 1 AND study_uid = '' AND json_valid(meta)
   AND json_extract(meta, '$.study_instance_uid') IS NOT NULL;
-DELETE FROM images WHERE is_image = 0 AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
+DELETE FROM images WHERE is_image = 0 AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%')
+  AND meta NOT LIKE '%not an image: no Pixel Data%';
 DELETE FROM images WHERE is_image = 0 AND study_uid != '' AND patient = '';
 ";
 

@@ -46,7 +46,8 @@ UPDATE images SET
     series_uid = coalesce(blobstream_jsonb(meta)->>'series_instance_uid', ''),
     instance_no = (blobstream_jsonb(meta)->>'instance_number')::bigint
 WHERE is_image AND study_uid = '' AND blobstream_jsonb(meta) ? 'study_instance_uid';
-DELETE FROM images WHERE NOT is_image AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%');
+DELETE FROM images WHERE NOT is_image AND (meta LIKE '%not supported%' OR meta LIKE '%unsupported%')
+  AND meta NOT LIKE '%not an image: no Pixel Data%';
 DELETE FROM images WHERE NOT is_image AND study_uid != '' AND patient = '';
 "#;
 

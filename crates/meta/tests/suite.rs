@@ -502,6 +502,17 @@ fn older_undecodable_rows_are_indexed_again() {
     let ix = ImageIndex::open(&path).unwrap();
     assert!(ix.get("new.dcm").unwrap().is_some(), "a row written now stays");
     assert_eq!(ix.get("old.dcm").unwrap(), None, "an older one is dropped, to be indexed again");
+    // An encoding unsupported is looked at again on the next open (a newer decoder may
+    // decode it); an instance with no pixels at all is not.
+    let sr =
+        "DICOM: unsupported: not an image: no Pixel Data (SOP class 1.2.840.10008.5.1.4.1.1.88.11)";
+    ix.put_undecodable_dicom("report.dcm", "x:3", &ids, sr).unwrap();
+    let j2k = "DICOM: unsupported: transfer syntax JPEG 2000 Part 2 (1.2.840.10008.1.2.4.92)";
+    ix.put_undecodable_dicom("part2.dcm", "x:4", &ids, j2k).unwrap();
+    drop(ix);
+    let ix = ImageIndex::open(&path).unwrap();
+    assert!(ix.get("report.dcm").unwrap().is_some());
+    assert_eq!(ix.get("part2.dcm").unwrap(), None);
 }
 
 #[test]
