@@ -79,6 +79,9 @@ check(str(study.PatientName) == "Client^Test", "… and the patient's name")
 check(len(client.search_for_studies(search_filters={"PatientName": "client*"})) == 1, "PatientName with a wildcard")
 check(len(client.search_for_studies(search_filters={"StudyDate": "20251101-20251130"})) == 1, "StudyDate range")
 check(client.search_for_studies(search_filters={"StudyDate": "20240101-20240131", "PatientID": "DWC-0001"}) == [], "a range that excludes it")
+check(len(client.search_for_studies(search_filters={"AccessionNumber": "dwc-a*"})) == 1, "AccessionNumber with a wildcard")
+check(len(client.search_for_studies(search_filters={"StudyDescription": "*CLIENT TEST"})) == 1, "StudyDescription with a wildcard")
+check(client.search_for_studies(search_filters={"PatientID": "DWC-00?2"}) == [], "a PatientID pattern that matches nothing")
 
 # UID lists (the key repeated, as dicomweb-client sends a list, or separated by commas) and a
 # multi-valued ModalitiesInStudy match any of their values.

@@ -245,12 +245,22 @@ pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Re
         Some(list) => uids("StudyInstanceUID", list)?.into_iter().map(String::from).collect(),
         None => Vec::new(),
     };
+    // The longest literal run of a patient, accession or description pattern narrows the
+    // index's search (a substring of the instance's patient column or of its text); the
+    // pattern itself is matched below.
+    let literal = |key: &str| {
+        let p = m.keys.get(key)?;
+        let run = p.split(['*', '?']).max_by_key(|r| r.len()).filter(|r| !r.is_empty())?;
+        Some(run.to_string())
+    };
     let mut iq = ImageQuery {
         modality: modality.clone().filter(plain),
         date_from: from,
         date_to: to,
         limit: STUDY_BATCH,
         study_uids,
+        patient: literal("PatientID").or_else(|| literal("PatientName")),
+        text: literal("AccessionNumber").or_else(|| literal("StudyDescription")),
         ..ImageQuery::default()
     };
     // Every match up to the page's end and one more (to tell whether there are more): the
