@@ -201,6 +201,24 @@ fn wait_progress(p: &AtomicU64, n: u64) {
     panic!("the receiver stayed at {} of {n} bytes", p.load(Ordering::SeqCst));
 }
 
+/// The next run of the receiver behind `rx` ended with every byte of `bytes`, in order.
+fn got_all(rx: &mpsc::Receiver<(RunEnd, Keep)>, bytes: &[u8]) {
+    let (end, k) = rx.recv_timeout(WAIT).unwrap();
+    assert_eq!(end, RunEnd::Stopped(bytes.len() as u64));
+    assert!(k.bytes == bytes, "every byte, in order");
+}
+
+/// A receiver on its own thread (as [`receiver`]) whose bytes so far are counted, for a sender
+/// that keeps pace with it.
+fn counted_receiver(
+    addr: &str,
+    flow: &str,
+    name: &str,
+) -> (mpsc::Receiver<(RunEnd, Keep)>, Arc<AtomicU64>) {
+    let progress = Arc::new(AtomicU64::new(0));
+    (watched_receiver(addr, flow, name, None, progress.clone()), progress)
+}
+
 /// Send `bytes` in pieces of `piece` bytes, each once the receiver counting `progress` has had
 /// the ones before: a sender keeping pace with that receiver.
 fn send_in_step(s: &mut Sender, bytes: &[u8], piece: usize, progress: &AtomicU64) {
@@ -259,9 +277,7 @@ fn hold_waits_for_the_slowest_receiver_and_loses_nothing() {
     let report = s.stop().unwrap();
     assert!(report.all_delivered(), "{report:?}");
     for r in [fast, slow] {
-        let (end, k) = r.recv_timeout(WAIT).unwrap();
-        assert_eq!(end, RunEnd::Stopped(bytes.len() as u64));
-        assert!(k.bytes == bytes);
+        got_all(&r, &bytes);
     }
 }
 
@@ -271,8 +287,7 @@ fn hold_waits_for_the_slowest_receiver_and_loses_nothing() {
 fn a_stalled_receiver_is_dropped_and_reported_under_buffer_and_timeout() {
     let (d, addr) = distributer();
     for (flow, reason) in [("buffer", "bytes behind"), ("timeout", "took nothing for 1000 ms")] {
-        let progress = Arc::new(AtomicU64::new(0));
-        let ok = watched_receiver(&addr, flow, "healthy", None, progress.clone());
+        let (ok, progress) = counted_receiver(&addr, flow, "healthy");
         let stalled = Receiver::connect(&addr, "obs", flow, "stalled", Some("t0k")).unwrap();
         wait_names(&d, flow, &["healthy", "stalled"]);
         let mut s = Sender::connect(&addr, "obs", flow, Some("t0k")).unwrap();
@@ -289,9 +304,7 @@ fn a_stalled_receiver_is_dropped_and_reported_under_buffer_and_timeout() {
         let by = |n: &str| report.receivers.iter().find(|o| o.name == n).unwrap().clone();
         assert!(by("healthy").ok, "{flow}: {report:?}");
         assert!(!by("stalled").ok && by("stalled").reason.contains(reason), "{report:?}");
-        let (end, k) = ok.recv_timeout(WAIT).unwrap();
-        assert_eq!(end, RunEnd::Stopped(bytes.len() as u64));
-        assert!(k.bytes == bytes, "{flow}: healthy receiver got every byte");
+        got_all(&ok, &bytes);
         // The dropped receiver is out of the table; the healthy one stays.
         wait_names(&d, flow, &["healthy"]);
         drop(stalled);
@@ -329,8 +342,7 @@ fn a_receiver_dropped_by_the_policy_is_told_why() {
 #[test]
 fn a_receiver_keeping_up_is_never_dropped_by_a_bound_of_one_chunk() {
     let (d, addr) = distributer();
-    let progress = Arc::new(AtomicU64::new(0));
-    let rx = watched_receiver(&addr, "tight", "steady", None, progress.clone());
+    let (rx, progress) = counted_receiver(&addr, "tight", "steady");
     wait_names(&d, "tight", &["steady"]);
     let mut s = Sender::connect(&addr, "obs", "tight", Some("t0k")).unwrap();
     let bytes = data(8 << 20, 12);
@@ -338,9 +350,7 @@ fn a_receiver_keeping_up_is_never_dropped_by_a_bound_of_one_chunk() {
     send_in_step(&mut s, &bytes, 256 << 10, &progress);
     let report = s.stop().unwrap();
     assert!(report.all_delivered(), "{report:?}");
-    let (end, k) = rx.recv_timeout(WAIT).unwrap();
-    assert_eq!(end, RunEnd::Stopped(bytes.len() as u64));
-    assert!(k.bytes == bytes);
+    got_all(&rx, &bytes);
 }
 
 /// The `buffer` bound counts what a queued message costs, not only its payload: a flood of
@@ -368,8 +378,7 @@ fn a_flood_of_tiny_messages_is_bounded_as_large_ones_are() {
 #[test]
 fn receivers_join_and_leave_while_the_stream_runs() {
     let (d, addr) = distributer();
-    let progress = Arc::new(AtomicU64::new(0));
-    let stays = watched_receiver(&addr, "hold", "stays", None, progress.clone());
+    let (stays, progress) = counted_receiver(&addr, "hold", "stays");
     let leaver = Receiver::connect(&addr, "obs", "hold", "leaver", Some("t0k")).unwrap();
     wait_names(&d, "hold", &["stays", "leaver"]);
     let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
@@ -670,19 +679,26 @@ fn a_paced_flow_tells_its_sender_the_pace() {
     assert_ne!(hold.socket_buffer(), s.socket_buffer(), "a flow without one keeps the kernel's");
 }
 
-/// A distributer started with a certificate speaks only TLS: a sender and receivers that trust
-/// its CA run a flow byte-exact; a plain client, a client trusting another CA, and a TLS client
-/// facing a plain distributer are each refused with an error, and the run goes on.
-#[test]
-fn over_tls_every_byte_arrives_and_untrusting_peers_are_refused() {
+/// A distributer speaking TLS with a self-signed certificate naming localhost, its address by
+/// that name (the certificate is checked against the host of the address), and a client's
+/// trust in the certificate.
+fn tls_distributer() -> (Distributer, String, TlsClient) {
     let id = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let (cert, key) = (id.cert.pem(), id.signing_key.serialize_pem());
     let server = TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
     let cfg = Config::parse(CONFIG, "test.toml").unwrap();
     let d = Distributer::start_with_tls(cfg, "127.0.0.1:0".parse().unwrap(), Some(server)).unwrap();
-    // Reached by name: the certificate is checked against the host of the address.
     let addr = format!("localhost:{}", d.addr().port());
     let trust = TlsClient::from_pem(cert.as_bytes(), None).unwrap();
+    (d, addr, trust)
+}
+
+/// A distributer started with a certificate speaks only TLS: a sender and receivers that trust
+/// its CA run a flow byte-exact; a plain client, a client trusting another CA, and a TLS client
+/// facing a plain distributer are each refused with an error, and the run goes on.
+#[test]
+fn over_tls_every_byte_arrives_and_untrusting_peers_are_refused() {
+    let (d, addr, trust) = tls_distributer();
     let tls = || Target::from(&addr).with_tls(trust.clone());
 
     let e = Receiver::connect(&addr, "obs", "hold", "plain", Some("t0k")).unwrap_err();
@@ -1091,13 +1107,7 @@ fn a_receiver_started_again_at_once_takes_its_name_back() {
 /// end of its stream: the name is taken back all the same.
 #[test]
 fn over_tls_a_receiver_started_again_at_once_takes_its_name_back() {
-    let id = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let (cert, key) = (id.cert.pem(), id.signing_key.serialize_pem());
-    let server = TlsServer::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
-    let cfg = Config::parse(CONFIG, "test.toml").unwrap();
-    let d = Distributer::start_with_tls(cfg, "127.0.0.1:0".parse().unwrap(), Some(server)).unwrap();
-    let addr = format!("localhost:{}", d.addr().port());
-    let trust = TlsClient::from_pem(cert.as_bytes(), None).unwrap();
+    let (d, addr, trust) = tls_distributer();
     let tls = || Target::from(&addr).with_tls(trust.clone());
     let first = Receiver::connect(tls(), "obs", "hold", "archive", Some("t0k")).unwrap();
     wait_names(&d, "hold", &["archive"]);
