@@ -1007,6 +1007,44 @@ fn an_unreadable_file_fails_alone_and_is_named() {
     assert!(!listed.contains("secret"), "{listed}");
 }
 
+/// Files in the folder a Ctrl-C test puts.
+const FILES: usize = 400;
+
+/// kill(2) `sig` to `pid`, a child of this test.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a child of this test.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+}
+
+/// `put -r` of a folder of [`FILES`] files, one at a time, Ctrl-C'd once the first file is
+/// there — with the server stopped meanwhile, so the copy cannot run on to its end before the
+/// signal is taken (the caller sends SIGCONT). Returns the command, its stderr after the
+/// handler's word that the stop is taken, what it said so far, and the folder.
+fn put_r_then_ctrl_c(
+    s: &Serve,
+    dir: &Path,
+) -> (Child, BufReader<std::process::ChildStderr>, String, std::path::PathBuf) {
+    let folder = dir.join("many");
+    std::fs::create_dir_all(&folder).unwrap();
+    for i in 0..FILES {
+        std::fs::write(folder.join(format!("f{i:03}")), content(64 << 10)).unwrap();
+    }
+    let args = ["--server", &s.addr, "put", "-r", folder.to_str().unwrap(), "p/", "--jobs", "1"];
+    let mut child = Command::new(BIN).args(args).stderr(Stdio::piped()).spawn().unwrap();
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ok(&s.run(&["ls", "p/"])).trim().is_empty() {
+        assert!(std::time::Instant::now() < give_up, "no file arrived");
+    }
+    signal(s.child.id(), libc::SIGSTOP);
+    signal(child.id(), libc::SIGINT);
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    while !err.contains("finishing the copies under way") {
+        assert!(stderr.read_line(&mut err).unwrap() > 0, "no word of the stop: {err}");
+    }
+    (child, stderr, err, folder)
+}
+
 /// Ctrl-C during `put -r`: the copies under way finish, no more start, the summary says how
 /// many were not started and the exit status is 130; the same command run again copies the
 /// rest (what was copied is "already there").
@@ -1014,32 +1052,7 @@ fn an_unreadable_file_fails_alone_and_is_named() {
 fn an_interrupted_folder_copy_says_what_was_not_started_and_finishes_when_run_again() {
     let dir = tempfile::tempdir().unwrap();
     let s = Serve::start(&dir.path().join("data"));
-    let folder = dir.path().join("many");
-    std::fs::create_dir_all(&folder).unwrap();
-    const FILES: usize = 400;
-    for i in 0..FILES {
-        std::fs::write(folder.join(format!("f{i:03}")), content(64 << 10)).unwrap();
-    }
-    let args = ["--server", &s.addr, "put", "-r", folder.to_str().unwrap(), "p/", "--jobs", "1"];
-    let mut child = Command::new(BIN).args(args).stderr(Stdio::piped()).spawn().unwrap();
-    // Once the first file is there, Ctrl-C — with the server stopped meanwhile, so the copy
-    // cannot run on to its end before the signal is taken.
-    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while ok(&s.run(&["ls", "p/"])).trim().is_empty() {
-        assert!(std::time::Instant::now() < give_up, "no file arrived");
-    }
-    let signal = |pid: u32, sig: i32| {
-        // SAFETY: kill(2) on a child of this test.
-        assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
-    };
-    signal(s.child.id(), libc::SIGSTOP);
-    signal(child.id(), libc::SIGINT);
-    // The handler's word on stderr says the stop is taken; then the server goes on.
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut err = String::new();
-    while !err.contains("finishing the copies under way") {
-        assert!(stderr.read_line(&mut err).unwrap() > 0, "no word of the stop: {err}");
-    }
+    let (child, mut stderr, mut err, folder) = put_r_then_ctrl_c(&s, dir.path());
     signal(s.child.id(), libc::SIGCONT);
     std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
     let out = child.wait_with_output().unwrap();
@@ -1060,6 +1073,27 @@ fn an_interrupted_folder_copy_says_what_was_not_started_and_finishes_when_run_ag
     assert_eq!(j["already_there"].as_u64(), Some(copied as u64), "{j}");
     assert_eq!(j["copied"].as_u64(), Some((FILES - copied) as u64), "{j}");
     assert_eq!((j["interrupted"].as_bool(), j["not_started"].as_u64()), (Some(false), Some(0)));
+}
+
+/// A second Ctrl-C stops at once, the copy under way cut short (the server is stopped, so it
+/// cannot have finished): exit status 130, nothing partial is a blob, and running the command
+/// again copies everything, each blob checked against its file.
+#[test]
+fn a_second_ctrl_c_stops_at_once_and_leaves_nothing_partial() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let (child, mut stderr, mut err, folder) = put_r_then_ctrl_c(&s, dir.path());
+    signal(child.id(), libc::SIGINT);
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    let out = child.wait_with_output().unwrap();
+    signal(s.child.id(), libc::SIGCONT);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("SIGINT again: stopping now"), "{err}");
+    let copied = ok(&s.run(&["ls", "p/"])).lines().count();
+    assert!((1..FILES).contains(&copied), "{copied} of {FILES}");
+    ok(&s.run(&["-q", "put", "-r", folder.to_str().unwrap(), "p/"]));
+    ok(&s.run(&["check", "-r", folder.to_str().unwrap(), "p/"]));
+    assert_eq!(ok(&s.run(&["ls", "p/"])).lines().count(), FILES);
 }
 
 /// A study folder up and down: `put -r` names every failure and continues, re-running is
