@@ -92,29 +92,15 @@ fn copy(
 
 /// A command line that cannot work (options that do not go together, a malformed glob or
 /// layer): the process exits with 2, as for clap's own usage errors.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Usage(pub String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Usage {}
 
 /// A command stopped by a signal before it was done (a folder copy after Ctrl-C): the process
 /// exits with 130, as a shell reports a program ended by SIGINT.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Interrupted(pub String);
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Interrupted {}
 
 /// `--include` and `--exclude` as a selection; a malformed pattern is a usage error naming it.
 pub fn selection(include: &[String], exclude: &[String]) -> Result<bs_blob::Selection> {

@@ -68,6 +68,26 @@ impl Drop for Serve {
     }
 }
 
+/// `blobstream ARGS LAST` with stdout and stderr piped, once the first line it prints says
+/// `first`; the rest of its stdout is read line by line.
+fn spawn_saying(
+    args: &[&str],
+    last: impl AsRef<std::ffi::OsStr>,
+    first: &str,
+) -> (Child, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+    let mut c = Command::new(BIN)
+        .args(args)
+        .arg(last)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
+    let said = lines.next().unwrap().unwrap();
+    assert!(said.contains(first), "{said}");
+    (c, lines)
+}
+
 fn ok(o: &Output) -> String {
     assert!(o.status.success(), "failed: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout.clone()).unwrap()
@@ -661,16 +681,8 @@ fn distributer_send_and_receive_as_processes() {
         .iter()
         .map(|n| {
             let out = dir.path().join(n);
-            let mut c = Command::new(BIN)
-                .arg("receive")
-                .args(flow)
-                .args(["--name", n, "--runs", "1", "--out"])
-                .arg(&out)
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut l = BufReader::new(c.stdout.take().unwrap()).lines();
-            assert!(l.next().unwrap().unwrap().contains("receiving obs/raw"));
+            let args = [&["receive"][..], &flow, &["--name", n, "--runs", "1", "--out"]].concat();
+            let (c, l) = spawn_saying(&args, &out, "receiving obs/raw");
             (c, l, out)
         })
         .collect();
@@ -717,17 +729,8 @@ fn distributer_send_and_receive_as_processes() {
     // the same name again fails that run (the file stays), an unnamed run takes a free name;
     // and a distributer that goes away before the runs asked for is an error, said.
     let out = dir.path().join("archive");
-    let mut again = Command::new(BIN)
-        .arg("receive")
-        .args(flow)
-        .args(["--name", "archive-2", "--runs", "3", "--out"])
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut l = BufReader::new(again.stdout.take().unwrap()).lines();
-    assert!(l.next().unwrap().unwrap().contains("receiving obs/raw"));
+    let args = [&["receive"][..], &flow, &["--name", "archive-2", "--runs", "3", "--out"]].concat();
+    let (again, mut l) = spawn_saying(&args, &out, "receiving obs/raw");
     wait_status(&status_addr, |s| s.contains("archive-2"));
     std::fs::write(out.join("run-1"), b"kept from before").unwrap();
     let other = dir.path().join("other.bin");
@@ -767,16 +770,13 @@ fn the_archive_receiver_commits_verified_runs_only() {
     std::fs::write(&cfg, "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"raw\"\n").unwrap();
     let (d, addr, status_addr) = start_distributer(&cfg);
     let flow = ["--distributer", &addr, "--stream", "obs", "--flow", "raw"];
-    let mut archive = Command::new(BIN)
-        .args(["--server", &s.addr, "receive"])
-        .args(flow)
-        .args(["--name", "archive", "--into-store", "--prefix", "obs/", "--runs", "3"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(archive.stdout.take().unwrap()).lines();
-    assert!(out.next().unwrap().unwrap().contains("into the store at"));
+    let args = [
+        &["--server", &s.addr, "receive"][..],
+        &flow,
+        &["--name", "archive", "--into-store", "--prefix", "obs/", "--runs"],
+    ]
+    .concat();
+    let (archive, mut out) = spawn_saying(&args, "3", "into the store at");
     wait_status(&status_addr, |s| s.contains("archive"));
 
     // A sender that dies mid-run: nothing of that run is committed.

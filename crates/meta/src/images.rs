@@ -237,8 +237,7 @@ pub(crate) struct Search<'a> {
     pub date_to: Option<String>,
     pub limit: i64,
     pub study_after: Option<String>,
-    /// The study UIDs asked for, as a JSON array (SQLite's `json_each`) and as a list.
-    pub study_uids_json: Option<String>,
+    /// The study UIDs asked for (empty: any).
     pub study_uids: Vec<String>,
 }
 
@@ -467,7 +466,10 @@ impl ImageIndex {
             Backend::Sqlite(db) => {
                 let c = db.read();
                 // Only the studies named, through the index on study_uid.
-                let named = match s.study_uids_json {
+                // (The UIDs go in as one JSON array, taken apart by `json_each`.)
+                let uids = (!s.study_uids.is_empty())
+                    .then(|| serde_json::Value::from(s.study_uids.clone()).to_string());
+                let named = match uids {
                     Some(_) => "AND study_uid IN (SELECT value FROM json_each(?9))",
                     None => "",
                 };
@@ -489,8 +491,8 @@ impl ImageIndex {
                 ))?;
                 let mut params = s.sqlite_params().to_vec();
                 params.push(&s.study_after);
-                if s.study_uids_json.is_some() {
-                    params.push(&s.study_uids_json);
+                if uids.is_some() {
+                    params.push(&uids);
                 }
                 let rows = st.query_map(&params[..], |r| {
                     Ok(StudySummary {
@@ -627,8 +629,6 @@ fn search_of(q: &ImageQuery) -> Search<'_> {
         date_to: nonempty(&q.date_to),
         limit: q.limit.min(i64::MAX as usize) as i64,
         study_after: q.study_after.clone(),
-        study_uids_json: (!q.study_uids.is_empty())
-            .then(|| serde_json::Value::from(q.study_uids.clone()).to_string()),
         study_uids: q.study_uids.clone(),
     }
 }

@@ -402,9 +402,14 @@ mod tests {
     use super::*;
 
     fn get(addr: SocketAddr, auth: Option<&str>) -> String {
+        get_path(addr, "/metrics", auth)
+    }
+
+    /// The whole answer to a GET of `path` with `auth` as its authorization header, if any.
+    fn get_path(addr: SocketAddr, path: &str, auth: Option<&str>) -> String {
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         let auth = auth.map(|a| format!("authorization: {a}\r\n")).unwrap_or_default();
-        let req = format!("GET /metrics HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n");
+        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n");
         s.write_all(req.as_bytes()).unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
@@ -439,13 +444,7 @@ mod tests {
                 .route("/drop", axum::routing::get(ok))
         };
         let status = |addr, path: &str, auth: Option<&str>| {
-            let mut s = std::net::TcpStream::connect(addr).unwrap();
-            let auth = auth.map(|a| format!("authorization: Bearer {a}\r\n")).unwrap_or_default();
-            let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n");
-            s.write_all(req.as_bytes()).unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).unwrap();
-            out[9..12].to_string()
+            get_path(addr, path, auth.map(|a| format!("Bearer {a}")).as_deref())[9..12].to_string()
         };
         let start = |secure: Secure| {
             let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
