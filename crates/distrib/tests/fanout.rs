@@ -161,6 +161,22 @@ fn raw_peer(addr: &str, role: u8, flow: &str, name: &str) -> bs_binding::Binding
     b
 }
 
+/// The peer spoken by hand through `b` is refused with an error saying `told`, leaves the
+/// flow's receivers, and the flow still serves (a run of `bytes` reaches a new receiver).
+fn told_and_flow_serves(
+    b: &mut bs_binding::Binding,
+    d: &Distributer,
+    addr: &str,
+    flow: &str,
+    told: &str,
+    bytes: &[u8],
+) {
+    let e = b.recv_within(WAIT).unwrap_err().to_string();
+    assert!(e.contains(told), "{e}");
+    wait_names(d, flow, &[]);
+    a_run_reaches(d, addr, flow, "proper", bytes);
+}
+
 /// A run of `bytes` on `flow` reaches `name`, a receiver joining now: the flow still serves.
 fn a_run_reaches(d: &Distributer, addr: &str, flow: &str, name: &str, bytes: &[u8]) {
     let rx = receiver(addr, flow, name, None);
@@ -951,10 +967,7 @@ fn udp_flows_refuse_tls_and_a_receiver_without_a_port() {
     assert_eq!((w.transport.as_str(), w.datagram), ("udp", 8192));
     assert_ne!(w.udp_port, 0);
     b.send(&bs_distrib::msg::confirm(0, true, "")).unwrap();
-    let e = b.recv_within(WAIT).unwrap_err().to_string();
-    assert!(e.contains("expected PORT"), "{e}");
-    wait_names(&d, "display", &[]);
-    a_run_reaches(&d, &addr, "display", "proper", b"after the portless one");
+    told_and_flow_serves(&mut b, &d, &addr, "display", "expected PORT", b"after the portless one");
 }
 
 /// Datagrams of an aborted udp run that arrive after its end are an earlier run's: the
@@ -1044,10 +1057,7 @@ fn a_receiver_that_sends_unasked_is_dropped() {
     for _ in 0..32 {
         b.send(&junk).unwrap();
     }
-    let e = b.recv_within(WAIT).unwrap_err().to_string();
-    assert!(e.contains("16 messages unasked"), "{e}");
-    wait_names(&d, "hold", &[]);
-    a_run_reaches(&d, &addr, "hold", "proper", b"after the chatty one");
+    told_and_flow_serves(&mut b, &d, &addr, "hold", "16 messages unasked", b"after the chatty one");
 }
 
 /// A receiver that had every byte and takes a while to commit at the stop (an fsync, a

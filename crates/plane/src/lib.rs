@@ -401,6 +401,11 @@ mod tests {
 
     use super::*;
 
+    /// A router answering only `/metrics`, with an empty OpenMetrics page.
+    fn metrics_only() -> Router {
+        Router::new().route("/metrics", axum::routing::get(|| async { "# EOF\n" }))
+    }
+
     fn get(addr: SocketAddr, auth: Option<&str>) -> String {
         get_path(addr, "/metrics", auth)
     }
@@ -421,7 +426,7 @@ mod tests {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
-        let router = Router::new().route("/metrics", axum::routing::get(|| async { "# EOF\n" }));
+        let router = metrics_only();
         let secure = Secure { tls: None, token: Some("t0k".into()), ..Secure::default() };
         assert_eq!(secure.describe(), "plain TCP, token required");
         rt.spawn(serve(listener, router, secure, std::future::pending()));
@@ -481,7 +486,7 @@ mod tests {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
-        let router = Router::new().route("/metrics", axum::routing::get(|| async { "# EOF\n" }));
+        let router = metrics_only();
         let limits = HttpLimits { max_connections: 8, per_address: 2, ..HttpLimits::default() };
         rt.spawn(serve_http(listener, router, None, std::future::pending(), limits));
         // Two silent connections from 127.0.0.1 take its share...
