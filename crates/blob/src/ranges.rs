@@ -826,7 +826,31 @@ pub(crate) fn push(
     let reconnects = done.iter().map(|d| d.0).sum();
     let kept = done.iter().map(|d| d.1).sum();
     let (whole, chunks) = whole?;
-    let info = commit(client, name, &whole, &chunks, size, deadline)?;
+    let info = match commit(client, name, &whole, &chunks, size, deadline) {
+        // Bytes the upload does not hold after all: a store that sends an upload's parts as
+        // they fill (S3) forgets a part sent when bytes of it are written again, so a range
+        // that a resume pushed again can take with it bytes of the range beside it. What
+        // each range misses is pushed once more, one range after another, and the commit
+        // asked again.
+        Err(BlobError::Remote(ClientError::Rpc {
+            code: tonic::Code::FailedPrecondition, ..
+        })) => {
+            let job =
+                PushJob { client, name, upload_id, data, readable, cancel: &cancel, deadline };
+            for &(start, end) in &bounds {
+                let kept =
+                    held(client, name, start, &data[start as usize..end as usize], None, deadline);
+                if kept < end - start {
+                    tracing::debug!(blob = %name, start, end, kept, "a range is pushed again before the commit");
+                    let r = Range::new(start, end, kept);
+                    r.claimed.store(true, Ordering::Release);
+                    push_range(&job, &r, kept, None)?;
+                }
+            }
+            commit(client, name, &whole, &chunks, size, deadline)?
+        }
+        other => other?,
+    };
     // The server checked its chunks against ours and keeps our digest of the whole: in our
     // algorithm its stored digest must be that one.
     if let Ok(stored) = info.digest.parse::<Digest>()

@@ -1,18 +1,20 @@
 //! One blob pulled over several connections at once (`Options::connections`), against a real
 //! server on port 0: the bytes arrive whole, a connection cut mid-range is continued on a new
 //! one, a connection done early takes over half of a slower one's rest (pulls and pushes),
-//! and an interrupted copy resumes only the ranges whose bytes check out.
+//! and an interrupted copy resumes only the ranges whose bytes check out. Pushes run against
+//! a filesystem store and against an S3 one (a real Garage server), whose range writers
+//! assemble the parts of one multipart upload.
 
 use std::os::fd::RawFd;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bs_blob::ranges::ranges_path;
 use bs_blob::{BlobKey, CopyPath, Factory, NewBlob, Options, Transporter, part_path};
 use bs_client::TransferSettings;
 use bs_server::{BackgroundServer, ServerConfig};
-use bs_store::{FsStore, Store};
+use bs_store::{FsStore, ObjStore, S3Config, Store};
 
 const MIB: u64 = 1 << 20;
 
@@ -23,14 +25,43 @@ fn data(n: u64) -> Vec<u8> {
 struct World {
     dir: tempfile::TempDir,
     server: BackgroundServer,
-    /// The server's store.
-    fs: FsStore,
+    /// The server's store, when it is a filesystem one.
+    fs: Option<FsStore>,
 }
 
 fn world_with(name: &str, bytes: &[u8]) -> World {
     let dir = tempfile::tempdir().unwrap();
     let fs = FsStore::open(dir.path().join("store")).unwrap();
-    let store: Arc<dyn Store> = Arc::new(fs.clone());
+    world_on(dir, Arc::new(fs.clone()), Some(fs), name, bytes)
+}
+
+/// A server whose blobs live in S3: a key prefix of its own in a real Garage server's
+/// bucket, the catalogue in memory.
+fn s3_world() -> World {
+    static GARAGE: OnceLock<bs_peers::Garage> = OnceLock::new();
+    let e = GARAGE.get_or_init(|| bs_peers::Garage::start("ranges").unwrap()).endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().file_name().unwrap().to_string_lossy().replace('.', "-");
+    let cfg = S3Config {
+        endpoint: Some(e.url.clone()),
+        region: e.region.clone(),
+        bucket: e.bucket.clone(),
+        prefix,
+        access_key_id: e.key_id.clone(),
+        secret_access_key: e.secret.clone(),
+        timeout: None,
+    };
+    let s3 = ObjStore::open_s3(&cfg, bs_meta::Catalogue::open_in_memory().unwrap()).unwrap();
+    world_on(dir, Arc::new(s3), None, "unrelated", b"x")
+}
+
+fn world_on(
+    dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    fs: Option<FsStore>,
+    name: &str,
+    bytes: &[u8],
+) -> World {
     let server = BackgroundServer::start(store, ServerConfig::ephemeral()).unwrap();
     let t = Transporter::new(Factory::new());
     let key = BlobKey::remote(server.control_addr().to_string(), name);
@@ -44,6 +75,11 @@ fn world_with(name: &str, bytes: &[u8]) -> World {
 impl World {
     fn remote(&self, name: &str) -> BlobKey {
         BlobKey::remote(self.server.control_addr().to_string(), name)
+    }
+
+    /// The server's filesystem store.
+    fn fs(&self) -> &FsStore {
+        self.fs.as_ref().expect("a server on a filesystem store")
     }
 }
 
@@ -254,6 +290,7 @@ fn pushed(w: &World, name: &str, bytes: &[u8]) {
     let t = Transporter::new(Factory::new());
     t.copy(&w.remote(name), &BlobKey::file(&back), &Options::blocking()).wait().unwrap();
     assert!(std::fs::read(&back).unwrap() == bytes, "the blob's bytes differ from the file's");
+    std::fs::remove_file(&back).unwrap();
 }
 
 #[test]
@@ -268,8 +305,30 @@ fn four_connections_push_the_whole_file_as_one_blob() {
     assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
     assert_eq!(c.bytes, bytes.len() as u64);
     // Every chunk was vouched for by the range writer that wrote it: nothing read back.
-    assert_eq!(w.fs.commit_read_back(), 0);
+    assert_eq!(w.fs().commit_read_back(), 0);
     pushed(&w, "up/scan", &bytes);
+}
+
+/// Into S3: 40 MiB and a bit in 4 ranges of about 10 MiB, none on a part boundary, go up as
+/// the 6 parts of one multipart upload (those where two ranges meet assembled from both).
+#[test]
+fn four_connections_push_a_file_into_s3_as_one_blob() {
+    let w = s3_world();
+    let bytes = data(40 * MIB + 777);
+    let src = w.dir.path().join("up.bin");
+    std::fs::write(&src, &bytes).unwrap();
+    let t = Transporter::new(Factory::new());
+    let opts = Options::blocking().connections(4);
+    let c = t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
+    assert_eq!(c.bytes, bytes.len() as u64);
+    pushed(&w, "up/scan", &bytes);
+    // Put again over it, by 2 connections: the blob is replaced whole.
+    let other = data(17 * MIB + 5).into_iter().map(|b| b ^ 0x5A).collect::<Vec<u8>>();
+    std::fs::write(&src, &other).unwrap();
+    let opts = Options::blocking().connections(2).overwrite(true);
+    t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
+    pushed(&w, "up/scan", &other);
 }
 
 /// A range push names the upload its put's route answered: once another put of the name
@@ -345,11 +404,11 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
     // The first attempt read chunk 1 back (the second did not fit before any read); the
     // writers' records outlive failed attempts, so the right chunks commit reading back
     // chunk 1 alone.
-    let before = w.fs.commit_read_back();
+    let before = w.fs().commit_read_back();
     assert_eq!(before, MIB);
     let info = c.commit("up/split", &whole, Some(&bs_wire::ChunkDigests::of(&bytes))).unwrap();
     assert_eq!(info.digest, whole.to_string());
-    assert_eq!(w.fs.commit_read_back() - before, MIB);
+    assert_eq!(w.fs().commit_read_back() - before, MIB);
     // Without chunk digests the whole upload is read back.
     c.route(bs_client::RouteRequest {
         name: "up/whole".into(),
@@ -360,9 +419,9 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
     let mut p = c.open_push_range("up/whole", "", 0, size).unwrap();
     p.write(&bytes).unwrap();
     p.finish(false).unwrap();
-    let before = w.fs.commit_read_back();
+    let before = w.fs().commit_read_back();
     c.commit("up/whole", &whole, None).unwrap();
-    assert_eq!(w.fs.commit_read_back() - before, size);
+    assert_eq!(w.fs().commit_read_back() - before, size);
     pushed(&w, "up/whole", &bytes);
 
     // A sender whose digest of the whole is not that of its chunks' bytes (a broken client):
@@ -384,9 +443,9 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
     let e = t.copy(&w.remote("up/liar"), &BlobKey::file(&back), &Options::blocking()).wait();
     assert!(e.is_err_and(|e| e.is_integrity()), "a pull of the blob fails its check");
     assert!(!back.exists());
-    let e = w.fs.scrub_blob("up/liar", &mut |_| true).unwrap_err();
+    let e = w.fs().scrub_blob("up/liar", &mut |_| true).unwrap_err();
     assert!(matches!(e, bs_store::StoreError::Corrupt { .. }), "{e}");
-    assert!(matches!(w.fs.open_read("up/liar"), Err(bs_store::StoreError::Corrupt { .. })));
+    assert!(matches!(w.fs().open_read("up/liar"), Err(bs_store::StoreError::Corrupt { .. })));
     pushed(&w, "up/split", &bytes);
 
     // Pushed again the same way: only chunk 1 is read back.
@@ -401,15 +460,25 @@ fn a_commit_checks_every_chunk_reading_back_only_those_no_range_writer_saw_whole
         p.write(&bytes[start as usize..end as usize]).unwrap();
         p.finish(false).unwrap();
     }
-    let before = w.fs.commit_read_back();
+    let before = w.fs().commit_read_back();
     c.commit("up/split2", &whole, Some(&bs_wire::ChunkDigests::of(&bytes))).unwrap();
-    assert_eq!(w.fs.commit_read_back() - before, MIB);
+    assert_eq!(w.fs().commit_read_back() - before, MIB);
     pushed(&w, "up/split2", &bytes);
 }
 
 #[test]
 fn a_push_range_whose_connection_is_cut_is_pushed_again() {
-    let w = world_with("unrelated", b"x");
+    push_range_cut_and_pushed_again(&world_with("unrelated", b"x"));
+}
+
+/// On S3 the 3 MiB ranges meet inside the upload's 8 MiB parts, which take bytes from two
+/// writers, one of them writing its part again after the cut.
+#[test]
+fn a_push_range_whose_connection_is_cut_is_pushed_again_into_s3() {
+    push_range_cut_and_pushed_again(&s3_world());
+}
+
+fn push_range_cut_and_pushed_again(w: &World) {
     let bytes = data(12 * MIB);
     let src = w.dir.path().join("cine.bin");
     std::fs::write(&src, &bytes).unwrap();
@@ -417,7 +486,7 @@ fn a_push_range_whose_connection_is_cut_is_pushed_again() {
     let c = t.copy(&BlobKey::file(&src), &w.remote("up/cine"), &opts).wait().unwrap();
     assert_eq!(cut.load(Ordering::Acquire), 4, "one of the 4 range connections was cut");
     assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1, splits: 0 });
-    pushed(&w, "up/cine", &bytes);
+    pushed(w, "up/cine", &bytes);
 }
 
 #[test]
@@ -503,7 +572,18 @@ fn a_push_connection_done_early_takes_over_half_of_a_slower_ones_rest() {
 
 #[test]
 fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
-    let w = world_with("unrelated", b"x");
+    interrupted_push_resumes_what_checks_out(&world_with("unrelated", b"x"));
+}
+
+/// On S3 what the interrupted push left is in parts not yet full (held in memory until
+/// they are): the pieces held whole are told, the rest pushed, and the commit completes
+/// one multipart upload.
+#[test]
+fn an_interrupted_parallel_push_into_s3_resumes_only_the_ranges_that_check_out() {
+    interrupted_push_resumes_what_checks_out(&s3_world());
+}
+
+fn interrupted_push_resumes_what_checks_out(w: &World) {
     // 13 chunks in 4 ranges: 4, 4 and 4 MiB, and the last 100 bytes.
     let bytes = data(12 * MIB + 100);
     let size = bytes.len() as u64;
@@ -511,7 +591,7 @@ fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
     std::fs::write(&src, &bytes).unwrap();
     let t = Transporter::new(Factory::new());
     let key = BlobKey::file(&src);
-    let c = routed(&w, "up/resumed", size, t.resume_tag_of(&key).unwrap());
+    let c = routed(w, "up/resumed", size, t.resume_tag_of(&key).unwrap());
     let push = |start: u64, part: &[u8]| {
         let mut p = c.open_push_range("up/resumed", "", start, part.len() as u64).unwrap();
         p.write(part).unwrap();
@@ -539,9 +619,9 @@ fn an_interrupted_parallel_push_resumes_only_the_ranges_that_check_out() {
         "range 1 and half of range 2 kept, range 3 pushed again from its wrong megabyte"
     );
     assert_eq!(progress.lock().unwrap().last(), Some(&size));
-    pushed(&w, "up/resumed", &bytes);
+    pushed(w, "up/resumed", &bytes);
     let opts = Options::blocking().connections(4).overwrite(true);
     let again = t.copy(&key, &w.remote("up/resumed"), &opts).wait().unwrap();
     assert_eq!((again.resumed_from, again.bytes), (0, size));
-    pushed(&w, "up/resumed", &bytes);
+    pushed(w, "up/resumed", &bytes);
 }

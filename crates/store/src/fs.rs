@@ -51,7 +51,7 @@ const CATALOGUE_RESERVE_MAX: u64 = 64 << 20;
 pub const INLINE_UP_TO: u64 = 64 << 10;
 
 /// Whether an upload of `size` is kept in its catalogue row.
-fn inline_sized(size: Option<u64>) -> bool {
+pub(crate) fn inline_sized(size: Option<u64>) -> bool {
     size.is_some_and(|s| s <= INLINE_UP_TO)
 }
 

@@ -20,6 +20,7 @@ mod name;
 mod objearly;
 mod object;
 mod objlocal;
+mod objranges;
 mod objstream;
 mod s3http;
 mod scrub;

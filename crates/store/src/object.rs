@@ -64,10 +64,11 @@ use crate::catalogued::{self, cutoff_ms};
 use crate::claim::Claims;
 use crate::error::StoreError;
 use crate::events::{Listener, Listeners, StoreEvent};
-use crate::fs::{INLINE_UP_TO, new_id};
+use crate::fs::{INLINE_UP_TO, inline_sized, new_id};
 use crate::name::validate_name;
 use crate::objearly::EarlyGet;
 use crate::objlocal::{LocalClients, MakeBackend};
+use crate::objranges::Ranged;
 use crate::objstream::ObjStream;
 use crate::s3http::{QuickAckConnector, RunningCrc, Signer};
 use crate::source::{BlobSource, CorruptionMarker, REMOTE_WINDOW, RangeRead};
@@ -217,10 +218,10 @@ pub struct ObjStore {
 }
 
 pub(crate) struct Inner {
-    os: Arc<dyn Backend>,
+    pub(crate) os: Arc<dyn Backend>,
     prefix: String,
-    cat: Arc<Catalogue>,
-    algo: DigestAlgo,
+    pub(crate) cat: Arc<Catalogue>,
+    pub(crate) algo: DigestAlgo,
     pub(crate) rt: OwnRuntime,
     busy: Claims,
     /// Uploads begun in this process, by name, while no writer has them open.
@@ -232,7 +233,7 @@ pub(crate) struct Inner {
     listeners: Listeners,
     describe: String,
     /// Buffers of parts (and small blobs' PUTs) already sent, for the next ones.
-    part_buffers: BufferPool,
+    pub(crate) part_buffers: BufferPool,
     /// Windows read as streams, and streamed GETs that broke (see [`ObjStore::read_counts`]).
     streamed_windows: Arc<AtomicU64>,
     stream_failures: Arc<AtomicU64>,
@@ -260,6 +261,9 @@ struct Staged {
     chunks: ChunkHasher,
     /// Bytes after `flushed`, not yet sent.
     tail: Tail,
+    /// Once a range writer opened it: the parts range writers write (see
+    /// `crate::objranges`). This writer's own state above then stays empty.
+    ranged: Option<Arc<Ranged>>,
 }
 
 impl Staged {
@@ -275,6 +279,7 @@ impl Staged {
             hasher: algo.hasher(),
             chunks: ChunkHasher::new(),
             tail: Tail::default(),
+            ranged: None,
         }
     }
 
@@ -297,7 +302,7 @@ fn is_object_id(name: &str) -> bool {
 }
 
 /// The pending-upload id as stored: `<id>` or `<id> <multipart id>`.
-fn split_upload_id(stored: &str) -> (&str, Option<&str>) {
+pub(crate) fn split_upload_id(stored: &str) -> (&str, Option<&str>) {
     match stored.split_once(' ') {
         Some((id, mp)) => (id, Some(mp)),
         None => (stored, None),
@@ -630,6 +635,9 @@ impl Inner {
     /// Give up an upload begun here that nobody writes: its part uploads and its multipart
     /// upload.
     fn abandon(&self, mut s: Staged) {
+        if let Some(r) = &s.ranged {
+            r.abandon(self);
+        }
         for p in s.parts.drain(..) {
             p.abort();
         }
@@ -756,12 +764,21 @@ impl Store for ObjStore {
             && u.resume_tag == spec.resume_tag
         {
             // Begun here: keep the bytes, take this request's type, metadata and flags.
-            let received = s.received();
-            let received_digest = (received > 0).then(|| {
-                let mut h = s.hasher.clone();
-                h.update(s.tail.as_slice());
-                h.finish()
-            });
+            let (received, received_digest) = match s.ranged.as_ref() {
+                // Written in ranges: what is held from the start, with no digest of it (the
+                // bytes of parts sent are not here to digest): a put over one connection
+                // starts over, a parallel one asks what each range holds.
+                Some(r) => (r.held_prefix(), None),
+                None => {
+                    let received = s.received();
+                    let digest = (received > 0).then(|| {
+                        let mut h = s.hasher.clone();
+                        h.update(s.tail.as_slice());
+                        h.finish()
+                    });
+                    (received, digest)
+                }
+            };
             let upload_id = s.upload_id.clone();
             i.put_staged(&spec.name, ours.expect("matched"));
             i.cat.put_upload(&spec.upload_record(u.upload_id.clone()))?;
@@ -812,8 +829,21 @@ impl Store for ObjStore {
                 Staged::new(fresh.clone(), i.key(&fresh), i.algo)
             }
         };
+        if let Some(r) = &state.ranged {
+            if r.writing() {
+                // Range writers are at it (they count themselves in under the map's lock
+                // while nobody holds the claim, which is held here): theirs until done.
+                i.put_staged(name, state);
+                return Err(StoreError::Busy(name.to_string()));
+            }
+            if r.is_empty() {
+                state.ranged = None;
+            }
+        }
         claim.keep(); // from here on the sink releases it when dropped
-        i.start_multipart_ahead(&mut state, rec.size);
+        if state.ranged.is_none() {
+            i.start_multipart_ahead(&mut state, rec.size);
+        }
         let rec = UploadRecord { upload_id: state.upload_id.clone(), ..rec };
         // A small blob whose PUT is signed here has its CRC-32 taken as its bytes arrive.
         let small = rec.size.is_some_and(|n| n < PART_SIZE as u64);
@@ -825,6 +855,80 @@ impl Store for ObjStore {
             deferred: None,
             crc,
         }))
+    }
+
+    fn open_upload_range(&self, name: &str, start: u64) -> Result<Option<Box<dyn UploadSink>>> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
+        let Some(size) = rec.size else {
+            return Err(StoreError::Config(format!(
+                "the upload of {name:?} has no declared size: it takes one writer"
+            )));
+        };
+        if inline_sized(Some(size)) {
+            return Err(StoreError::Config(format!(
+                "the upload of {name:?} ({size} bytes) is kept whole for its catalogue row: it \
+                 takes one writer"
+            )));
+        }
+        if start > size {
+            return Err(StoreError::BeyondSize { offset: start, len: 0, size });
+        }
+        let (id, _) = split_upload_id(&rec.upload_id);
+        let ranged = {
+            // Counted in under the map's lock, and only while nobody holds the upload's
+            // claim: one writer taking it (or its committer) checks the count after taking
+            // the claim and the upload out of the map, so the two never write it together.
+            let mut staged = i.staged.lock().unwrap_or_else(|p| p.into_inner());
+            if i.busy.is_held(name) {
+                return Err(StoreError::Busy(name.to_string()));
+            }
+            match staged.get_mut(name) {
+                Some(s) if s.upload_id == id && s.received() == 0 => {
+                    let r = s.ranged.get_or_insert_with(|| {
+                        Arc::new(Ranged::new(name, id, s.key.clone(), size))
+                    });
+                    r.writer(i.clone(), start)
+                }
+                Some(s) if s.upload_id == id => {
+                    return Err(StoreError::Config(format!(
+                        "the upload of {name:?} is being written over one connection ({} \
+                         bytes so far): it takes no range writers",
+                        s.received()
+                    )));
+                }
+                // Routed by another front end, or before a restart: its ranges are routed
+                // again here (a new id), and start over.
+                _ => return Err(StoreError::NoUpload(name.to_string())),
+            }
+        };
+        Ok(Some(Box::new(ranged)))
+    }
+
+    fn takes_range_writes(&self) -> bool {
+        true
+    }
+
+    fn upload_piece_digests(
+        &self,
+        name: &str,
+        offset: u64,
+        len: u64,
+        piece: u64,
+        algo: DigestAlgo,
+    ) -> Result<Option<Vec<Digest>>> {
+        validate_name(name)?;
+        let i = &self.inner;
+        let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
+        let (id, _) = split_upload_id(&rec.upload_id);
+        let ranged = {
+            let staged = i.staged.lock().unwrap_or_else(|p| p.into_inner());
+            staged.get(name).filter(|s| s.upload_id == id).and_then(|s| s.ranged.clone())
+        };
+        // Bytes one writer sent are not told here (a resumed put continues after what its
+        // route says it holds); nor are bytes held elsewhere.
+        Ok(Some(ranged.map(|r| r.piece_digests(offset, len, piece, algo)).unwrap_or_default()))
     }
 
     fn abort(&self, name: &str) -> Result<()> {
@@ -873,7 +977,15 @@ impl Store for ObjStore {
 
     fn expire_uploads(&self, age: Duration) -> Result<Vec<String>> {
         let i = &self.inner;
-        catalogued::expire_uploads(&i.cat, &i.busy, age, |name| i.discard_upload(name))
+        catalogued::expire_uploads(&i.cat, &i.busy, age, |name| {
+            // Range writers at it keep it, as one writer does by its claim.
+            let staged = i.staged.lock().unwrap_or_else(|p| p.into_inner());
+            if staged.get(name).and_then(|s| s.ranged.as_ref()).is_some_and(|r| r.writing()) {
+                return Ok(None);
+            }
+            drop(staged);
+            i.discard_upload(name)
+        })
     }
 }
 
@@ -1276,207 +1388,21 @@ impl ObjUpload {
     }
 
     /// Start this upload over from its first byte (a rollback into bytes already sent).
-    fn restart(&mut self) {
-        self.crc = None;
-        let store = self.store.clone();
-        let s = self.state();
-        for p in s.parts.drain(..) {
-            p.abort();
-        }
-        if let Some(mp) = store.multipart_of(s).ok().flatten()
-            && let Err(e) = store.block_on(store.os.abort_multipart(&s.key, &mp))
-        {
-            tracing::warn!(key = %s.key, error = %e, "cannot abort a multipart upload");
-        }
-        let (id, key) = (s.upload_id.clone(), s.key.clone());
-        *s = Staged::new(id, key, store.algo);
-    }
-}
-
-impl Drop for ObjUpload {
-    fn drop(&mut self) {
-        // The writer went away: keep what it wrote for a resume from this process.
-        if let Some(s) = self.state.take() {
-            self.store
-                .staged
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(self.rec.name.clone(), s);
-        }
-        self.store.busy.release(&self.rec.name);
-    }
-}
-
-impl UploadSink for ObjUpload {
-    fn size(&self) -> Option<u64> {
-        self.rec.size
-    }
-
-    fn upload_id(&self) -> Option<&str> {
-        Some(&self.rec.upload_id)
-    }
-
-    fn received(&self) -> u64 {
-        self.state.as_ref().map_or(0, Staged::received)
-    }
-
-    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        if let Some(e) = self.deferred.take() {
-            return Err(e);
-        }
-        check_write(self.rec.size, self.received(), offset, data.len())?;
-        if offset < self.received() {
-            self.crc = None; // bytes taken into the CRC are written again
-        }
-        let s = self.state();
-        if offset < s.flushed {
-            // Those bytes went up as parts already; take the rewrite as a rollback to it.
-            let keep = offset;
-            self.truncate(keep)?;
-            if self.received() != offset {
-                return Err(StoreError::Gap { offset, received: self.received() });
-            }
-        }
-        let (mut offset, mut data) = (offset, data);
-        while !data.is_empty() {
-            // What the blob has left from the tail's start: a part or more goes into a
-            // part's buffer, as does every part of an upload sent in parts; a small blob of
-            // known size into one too from `tail::POOLED_FROM` bytes on, else into a
-            // buffer of its size.
-            let s = self.state.as_mut().expect("open until commit");
-            let rest = self.rec.size.map_or(u64::MAX, |n| n - s.flushed);
-            let pooled = rest >= PART_SIZE as u64 || s.multipart.is_some();
-            let at = (offset - s.flushed) as usize;
-            let n = s.tail.write(at, data, pooled, rest, &self.store.part_buffers);
-            (offset, data) = (offset + n as u64, &data[n..]);
-            if s.tail.full() {
-                self.send_part()?;
-            }
-        }
-        self.feed_crc();
-        Ok(())
-    }
-
-    fn lend(&mut self, offset: u64, len: u64) -> Option<&mut [u8]> {
-        // An upload of known size, appended to: a small blob's one PUT buffer, or the
-        // buffer of the part under way, is filled in place.
-        let size = self.rec.size?;
-        if self.deferred.is_some() {
-            return None;
-        }
-        check_write(Some(size), self.received(), offset, len as usize).ok()?;
-        let s = self.state.as_mut()?;
-        let rest = size - s.flushed;
-        let pooled = s.multipart.is_some() || rest >= PART_SIZE as u64;
-        let pool = &self.store.part_buffers;
-        s.tail.lend((offset - s.flushed) as usize, len as usize, rest as usize, pooled, pool)
-    }
-
-    fn filled(&mut self, offset: u64, n: u64) {
-        if let Some(s) = self.state.as_mut()
-            && let Some(at) = offset.checked_sub(s.flushed)
-        {
-            s.tail.filled(at as usize, n as usize);
-            if s.tail.full()
-                && let Err(e) = self.send_part()
-            {
-                self.deferred = Some(e);
-            }
-        }
-        self.feed_crc();
-    }
-
-    fn truncate(&mut self, len: u64) -> Result<()> {
-        let s = self.state();
-        if len >= s.received() {
-            return Ok(());
-        }
-        self.crc = None;
-        let s = self.state();
-        if len >= s.flushed {
-            s.tail.truncate((len - s.flushed) as usize);
-        } else {
-            // Part of what is to be forgotten was sent: everything is forgotten, and the
-            // writer (which reads `received()` back) sends again from the start.
-            self.restart();
-        }
-        Ok(())
-    }
-
-    fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
-        if let Some(e) = self.deferred.take() {
-            return Err(e);
-        }
+    /// Make the bytes `storing` puts in the bucket (one PUT, or the completion of the
+    /// multipart upload) the blob: its row made durable as an intent while they are stored,
+    /// then committed. Whatever fails before the row is written starts the upload over.
+    fn land(
+        mut self: Box<Self>,
+        digest: Digest,
+        chunks: Vec<u8>,
+        size: u64,
+        storing: JoinHandle<object_store::Result<()>>,
+    ) -> Result<BlobRecord> {
         let i = self.store.clone();
         let name = self.rec.name.clone();
-        check_complete(&name, self.rec.size, self.received())?;
         let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
-        catalogued::refuse_existing(&i.cat, &name, overwrite, &refuse)?;
         let s = self.state();
-        let size = s.received();
-        let key = s.key.clone();
-        let id = s.upload_id.clone();
-        let wrong = |digest: &Digest| {
-            whole.as_ref().filter(|g| g.algo == i.algo && *g != digest).map(|g| {
-                StoreError::Corrupt {
-                    name: name.clone(),
-                    reason: format!("received bytes digest to {digest}, {g} was written"),
-                }
-            })
-        };
-        if s.multipart.is_none() && size <= INLINE_UP_TO {
-            return self.commit_inline(&wrong);
-        }
-        // Store every byte: one PUT for a small blob, else the last part and completion.
-        let (digest, chunks, storing) = if s.multipart.is_none() {
-            // The PUT leaves first and the digests are computed from the same bytes while it
-            // is in flight: the object's key is fresh and nothing references it until the
-            // catalogue row below, so bytes found wrong meanwhile leave only an object to
-            // delete.
-            let body = s.tail.take();
-            let mut opts = PutOptions::default();
-            if let Some(crc) = self.crc.take().and_then(|h| h.finish_for(&body)) {
-                opts.extensions.insert(crc);
-            }
-            let (os, k, b) = (i.os.clone(), key.clone(), body.clone());
-            let put = i.rt.spawn(async move { os.put_opts(&k, b.into(), opts).await.map(drop) });
-            let s = self.state();
-            let (mut hasher, mut chunks) = (s.hasher.clone(), s.chunks.clone());
-            hasher.update(&body);
-            chunks.update(&body);
-            let digest = hasher.finish();
-            if let Some(e) = wrong(&digest) {
-                // Gone before the writer may send again: a resend reuses this key.
-                self.undo_stored(put);
-                self.restart();
-                return Err(e);
-            }
-            (digest, chunks, put)
-        } else {
-            // The last part folds the tail into the running digests as it goes up.
-            if s.tail.len() > 0 {
-                self.send_part()?;
-            }
-            let s = self.state();
-            let (digest, chunks) = (s.hasher.clone().finish(), s.chunks.clone());
-            if let Some(e) = wrong(&digest) {
-                // Never completed: its parts are aborted and the writer sends it all again.
-                self.restart();
-                return Err(e);
-            }
-            let s = self.state();
-            let mp = s.multipart.clone().expect("created");
-            let handles: Vec<_> = s.parts.drain(..).collect();
-            let (os, k) = (i.os.clone(), key.clone());
-            let complete = i.rt.spawn(async move {
-                let mut parts = Vec::with_capacity(handles.len());
-                for h in handles {
-                    parts.push(h.await.map_err(|e| object_store::Error::JoinError { source: e })??);
-                }
-                os.complete_multipart(&k, &mp, parts).await.map(drop)
-            });
-            (digest, chunks, complete)
-        };
+        let (key, id) = (s.key.clone(), s.upload_id.clone());
         // While the bucket stores the bytes, the row they will have is made durable as an
         // intent, so the commit after them need not wait for the disk (see bs_meta's
         // `intent`): the catalogue's fsync and the bucket's work overlap.
@@ -1490,7 +1416,7 @@ impl UploadSink for ObjUpload {
                 metadata: self.rec.metadata.clone(),
             },
             location: id.clone(),
-            chunks: chunks.finish().encode(),
+            chunks,
             overwrite,
             refuse_digests: refuse.clone(),
         };
@@ -1552,6 +1478,255 @@ impl UploadSink for ObjUpload {
         let record = intent.record;
         i.listeners.notify(StoreEvent::Committed(record.clone()));
         Ok(record)
+    }
+
+    fn restart(&mut self) {
+        self.crc = None;
+        let store = self.store.clone();
+        let s = self.state();
+        for p in s.parts.drain(..) {
+            p.abort();
+        }
+        if let Some(mp) = store.multipart_of(s).ok().flatten()
+            && let Err(e) = store.block_on(store.os.abort_multipart(&s.key, &mp))
+        {
+            tracing::warn!(key = %s.key, error = %e, "cannot abort a multipart upload");
+        }
+        let (id, key, ranged) = (s.upload_id.clone(), s.key.clone(), s.ranged.take());
+        *s = Staged::new(id, key, store.algo);
+        if let Some(r) = ranged {
+            r.start_over(&store);
+            s.ranged = Some(r);
+        }
+    }
+
+    /// Refuse one writer's bytes (or commit) into an upload range writers write.
+    fn one_writer(&self) -> Result<()> {
+        match self.state.as_ref().and_then(|s| s.ranged.as_ref()) {
+            Some(_) => Err(StoreError::Config(format!(
+                "the upload of {:?} is written in ranges over several connections: commit it \
+                 once every range is in (with the chunk digests), or abort it",
+                self.rec.name
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ObjUpload {
+    fn drop(&mut self) {
+        // The writer went away: keep what it wrote for a resume from this process.
+        if let Some(s) = self.state.take() {
+            self.store
+                .staged
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(self.rec.name.clone(), s);
+        }
+        self.store.busy.release(&self.rec.name);
+    }
+}
+
+impl UploadSink for ObjUpload {
+    fn size(&self) -> Option<u64> {
+        self.rec.size
+    }
+
+    fn upload_id(&self) -> Option<&str> {
+        Some(&self.rec.upload_id)
+    }
+
+    fn received(&self) -> u64 {
+        self.state.as_ref().map_or(0, Staged::received)
+    }
+
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        self.one_writer()?;
+        check_write(self.rec.size, self.received(), offset, data.len())?;
+        if offset < self.received() {
+            self.crc = None; // bytes taken into the CRC are written again
+        }
+        let s = self.state();
+        if offset < s.flushed {
+            // Those bytes went up as parts already; take the rewrite as a rollback to it.
+            let keep = offset;
+            self.truncate(keep)?;
+            if self.received() != offset {
+                return Err(StoreError::Gap { offset, received: self.received() });
+            }
+        }
+        let (mut offset, mut data) = (offset, data);
+        while !data.is_empty() {
+            // What the blob has left from the tail's start: a part or more goes into a
+            // part's buffer, as does every part of an upload sent in parts; a small blob of
+            // known size into one too from `tail::POOLED_FROM` bytes on, else into a
+            // buffer of its size.
+            let s = self.state.as_mut().expect("open until commit");
+            let rest = self.rec.size.map_or(u64::MAX, |n| n - s.flushed);
+            let pooled = rest >= PART_SIZE as u64 || s.multipart.is_some();
+            let at = (offset - s.flushed) as usize;
+            let n = s.tail.write(at, data, pooled, rest, &self.store.part_buffers);
+            (offset, data) = (offset + n as u64, &data[n..]);
+            if s.tail.full() {
+                self.send_part()?;
+            }
+        }
+        self.feed_crc();
+        Ok(())
+    }
+
+    fn lend(&mut self, offset: u64, len: u64) -> Option<&mut [u8]> {
+        // An upload of known size, appended to: a small blob's one PUT buffer, or the
+        // buffer of the part under way, is filled in place.
+        let size = self.rec.size?;
+        if self.deferred.is_some() || self.one_writer().is_err() {
+            return None;
+        }
+        check_write(Some(size), self.received(), offset, len as usize).ok()?;
+        let s = self.state.as_mut()?;
+        let rest = size - s.flushed;
+        let pooled = s.multipart.is_some() || rest >= PART_SIZE as u64;
+        let pool = &self.store.part_buffers;
+        s.tail.lend((offset - s.flushed) as usize, len as usize, rest as usize, pooled, pool)
+    }
+
+    fn filled(&mut self, offset: u64, n: u64) {
+        if let Some(s) = self.state.as_mut()
+            && let Some(at) = offset.checked_sub(s.flushed)
+        {
+            s.tail.filled(at as usize, n as usize);
+            if s.tail.full()
+                && let Err(e) = self.send_part()
+            {
+                self.deferred = Some(e);
+            }
+        }
+        self.feed_crc();
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        let s = self.state();
+        if len >= s.received() {
+            return Ok(());
+        }
+        self.crc = None;
+        let s = self.state();
+        if len >= s.flushed {
+            s.tail.truncate((len - s.flushed) as usize);
+        } else {
+            // Part of what is to be forgotten was sent: everything is forgotten, and the
+            // writer (which reads `received()` back) sends again from the start.
+            self.restart();
+        }
+        Ok(())
+    }
+
+    fn commit_expecting(
+        self: Box<Self>,
+        expected: &Digest,
+        sender: Option<&ChunkDigests>,
+    ) -> Result<BlobRecord> {
+        let Some(r) = self.state.as_ref().and_then(|s| s.ranged.clone()) else {
+            // Written by this one writer, whose own digest of the bytes is checked.
+            if expected.algo != self.store.algo {
+                return Err(StoreError::Config(format!(
+                    "{:?} is checked against a digest in {}, not {}",
+                    self.rec.name,
+                    self.store.algo.name(),
+                    expected.algo.name()
+                )));
+            }
+            return self.commit(Some(expected.clone()));
+        };
+        let i = self.store.clone();
+        catalogued::refuse_existing(
+            &i.cat,
+            &self.rec.name,
+            self.rec.overwrite,
+            &self.rec.refuse_digests,
+        )?;
+        let (chunks, storing) = r.complete(&i, expected, sender)?;
+        self.land(expected.clone(), chunks.encode(), r.size(), storing)
+    }
+
+    fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        self.one_writer()?;
+        let i = self.store.clone();
+        let name = self.rec.name.clone();
+        check_complete(&name, self.rec.size, self.received())?;
+        let (overwrite, refuse) = (self.rec.overwrite, self.rec.refuse_digests.clone());
+        catalogued::refuse_existing(&i.cat, &name, overwrite, &refuse)?;
+        let s = self.state();
+        let size = s.received();
+        let key = s.key.clone();
+        let wrong = |digest: &Digest| {
+            whole.as_ref().filter(|g| g.algo == i.algo && *g != digest).map(|g| {
+                StoreError::Corrupt {
+                    name: name.clone(),
+                    reason: format!("received bytes digest to {digest}, {g} was written"),
+                }
+            })
+        };
+        if s.multipart.is_none() && size <= INLINE_UP_TO {
+            return self.commit_inline(&wrong);
+        }
+        // Store every byte: one PUT for a small blob, else the last part and completion.
+        let (digest, chunks, storing) = if s.multipart.is_none() {
+            // The PUT leaves first and the digests are computed from the same bytes while it
+            // is in flight: the object's key is fresh and nothing references it until the
+            // catalogue row below, so bytes found wrong meanwhile leave only an object to
+            // delete.
+            let body = s.tail.take();
+            let mut opts = PutOptions::default();
+            if let Some(crc) = self.crc.take().and_then(|h| h.finish_for(&body)) {
+                opts.extensions.insert(crc);
+            }
+            let (os, k, b) = (i.os.clone(), key.clone(), body.clone());
+            let put = i.rt.spawn(async move { os.put_opts(&k, b.into(), opts).await.map(drop) });
+            let s = self.state();
+            let (mut hasher, mut chunks) = (s.hasher.clone(), s.chunks.clone());
+            hasher.update(&body);
+            chunks.update(&body);
+            let digest = hasher.finish();
+            if let Some(e) = wrong(&digest) {
+                // Gone before the writer may send again: a resend reuses this key.
+                self.undo_stored(put);
+                self.restart();
+                return Err(e);
+            }
+            (digest, chunks, put)
+        } else {
+            // The last part folds the tail into the running digests as it goes up.
+            if s.tail.len() > 0 {
+                self.send_part()?;
+            }
+            let s = self.state();
+            let (digest, chunks) = (s.hasher.clone().finish(), s.chunks.clone());
+            if let Some(e) = wrong(&digest) {
+                // Never completed: its parts are aborted and the writer sends it all again.
+                self.restart();
+                return Err(e);
+            }
+            let s = self.state();
+            let mp = s.multipart.clone().expect("created");
+            let handles: Vec<_> = s.parts.drain(..).collect();
+            let (os, k) = (i.os.clone(), key.clone());
+            let complete = i.rt.spawn(async move {
+                let mut parts = Vec::with_capacity(handles.len());
+                for h in handles {
+                    parts.push(h.await.map_err(|e| object_store::Error::JoinError { source: e })??);
+                }
+                os.complete_multipart(&k, &mp, parts).await.map(drop)
+            });
+            (digest, chunks, complete)
+        };
+        self.land(digest, chunks.finish().encode(), size, storing)
     }
 }
 

@@ -673,3 +673,91 @@ fn the_disk_tier_serves_repeats_across_restarts_and_follows_changes() {
     assert_eq!(read_all(&mem, "w3"), data(1 << 20, 3));
     assert_eq!(mem.stats(), (1, 1));
 }
+
+/// One blob written by range writers (several connections at once): two ranges meeting
+/// inside a part, which whichever writer fills it sends. What a resumed push is told the
+/// upload holds stops at the first piece not held whole; a commit with a part missing is
+/// incomplete, one with a chunk that is not the sender's is corrupt, and neither makes
+/// anything visible; bytes of a part sent, written again, forget the part until all of it is
+/// written again; the blob reads back whole once it commits.
+#[test]
+fn ranges_from_several_writers_commit_as_one_multipart_upload() {
+    let s = common::s3_store();
+    let chunk = CHUNK_SIZE as usize;
+    let size = 2 * PART_SIZE + 3 * chunk + 100; // parts of 8 MiB, 8 MiB and 3 MiB + 100
+    let bytes = data(size, 11);
+    let algo = s.digest_algo();
+    let (whole, sums) = (algo.digest(&bytes), bs_wire::ChunkDigests::of(&bytes));
+    s.route(&spec("ranged", Some(size as u64))).unwrap();
+    let held = |from: usize| -> Vec<bs_wire::Digest> {
+        let len = (size - from) as u64;
+        s.upload_piece_digests("ranged", from as u64, len, CHUNK_SIZE, algo).unwrap().unwrap()
+    };
+    let pieces = |from: usize, n: usize| -> Vec<bs_wire::Digest> {
+        (0..n)
+            .map(|k| algo.digest(&bytes[from + k * chunk..(from + (k + 1) * chunk).min(size)]))
+            .collect()
+    };
+    let commit = || s.open_upload("ranged").unwrap().commit_expecting(&whole, Some(&sums));
+    let mid = PART_SIZE + 2 * chunk;
+    let mut b = s.open_upload_range("ranged", mid as u64).unwrap().expect("range writers");
+    let mut a = s.open_upload_range("ranged", 0).unwrap().expect("range writers");
+    // While range writers are open, nobody takes the upload whole.
+    assert!(matches!(s.open_upload("ranged"), Err(StoreError::Busy(_))));
+    write_in_pieces(&mut *b, &bytes[..size], mid);
+    a.write_at(0, &bytes[..PART_SIZE + chunk]).unwrap();
+    // Part 0 sent, part 1 held but for one chunk, part 2 sent.
+    assert_eq!(held(0), pieces(0, PART_SIZE / chunk + 1));
+    assert_eq!(held(mid), pieces(mid, (size - mid).div_ceil(chunk)));
+    drop((a, b));
+    let e = commit().unwrap_err();
+    assert!(matches!(e, StoreError::Incomplete { .. }), "{e}");
+    // The chunk missing, written wrong: part 1 fills and goes up, and the commit finds it.
+    let gap = PART_SIZE + chunk;
+    let mut w = s.open_upload_range("ranged", gap as u64).unwrap().unwrap();
+    w.write_at(gap as u64, &vec![0xEE; chunk]).unwrap();
+    drop(w);
+    let e = commit().unwrap_err();
+    assert!(
+        e.to_string().contains("chunk 9 ") && e.to_string().contains("not the sender's"),
+        "{e}"
+    );
+    assert!(matches!(s.stat("ranged"), Err(StoreError::NotFound(_))));
+    // Written right: part 1 was sent, so only the bytes written again are held of it.
+    let mut w = s.open_upload_range("ranged", gap as u64).unwrap().unwrap();
+    w.write_at(gap as u64, &bytes[gap..gap + chunk]).unwrap();
+    assert_eq!(held(PART_SIZE), Vec::<bs_wire::Digest>::new());
+    assert_eq!(held(gap).first(), Some(&algo.digest(&bytes[gap..gap + chunk])));
+    drop(w);
+    assert!(matches!(commit().unwrap_err(), StoreError::Incomplete { .. }));
+    // One writer cannot write into it, nor commit it without the chunk digests.
+    let mut one = s.open_upload("ranged").unwrap();
+    let e = one.write_at(0, b"x").unwrap_err();
+    assert!(e.to_string().contains("written in ranges"), "{e}");
+    let e = one.commit_expecting(&whole, None).unwrap_err();
+    assert!(e.to_string().contains("chunk digests"), "{e}");
+    // All of part 1 again, and it commits.
+    let mut w = s.open_upload_range("ranged", PART_SIZE as u64).unwrap().unwrap();
+    write_in_pieces(&mut *w, &bytes[..2 * PART_SIZE], PART_SIZE);
+    drop(w);
+    let rec = commit().unwrap();
+    assert_eq!((rec.size, rec.digest.as_str()), (size as u64, whole.to_string().as_str()));
+    assert!(read_all(&s, "ranged") == bytes, "the blob's bytes differ");
+}
+
+/// Range writers of an upload aborted (or routed anew) under them are refused, and leave
+/// nothing in the bucket's multipart uploads to the blob's name.
+#[test]
+fn range_writers_of_an_aborted_upload_are_refused() {
+    let s = common::s3_store();
+    let bytes = data(PART_SIZE + 10, 3);
+    s.route(&spec("gone", Some(bytes.len() as u64))).unwrap();
+    let mut w = s.open_upload_range("gone", 0).unwrap().unwrap();
+    w.write_at(0, &bytes[..PART_SIZE]).unwrap(); // part 0 goes up
+    s.abort("gone").unwrap();
+    let e = w.write_at(PART_SIZE as u64, &bytes[PART_SIZE..]).unwrap_err();
+    assert!(matches!(e, StoreError::NoUpload(_)), "{e}");
+    drop(w);
+    assert!(matches!(s.open_upload_range("gone", 0), Err(StoreError::NoUpload(_))));
+    assert!(matches!(s.stat("gone"), Err(StoreError::NotFound(_))));
+}

@@ -46,6 +46,23 @@ impl ChunkDigests {
         h.finish()
     }
 
+    /// The digests of a blob of `size` bytes, one per [`CHUNK_SIZE`] in order (digests of
+    /// its parts, each a whole number of chunks, put together).
+    pub fn from_sums(size: u64, sums: Vec<u64>) -> Result<Self, WireError> {
+        if sums.len() as u64 != size.div_ceil(CHUNK_SIZE) {
+            return Err(WireError::BadChunkDigests(format!(
+                "{} digests for {size} bytes in chunks of {CHUNK_SIZE}",
+                sums.len()
+            )));
+        }
+        Ok(Self { chunk: CHUNK_SIZE, size, sums })
+    }
+
+    /// Every chunk's digest, in order.
+    pub fn sums(&self) -> &[u64] {
+        &self.sums
+    }
+
     /// Bytes per chunk.
     pub fn chunk_size(&self) -> u64 {
         self.chunk
