@@ -14,7 +14,7 @@ pub fn store_status(e: &StoreError) -> Status {
         | StoreError::Gap { .. }
         | StoreError::BeyondSize { .. }
         | StoreError::OutOfRange { .. } => Code::InvalidArgument,
-        StoreError::Incomplete { .. } => Code::FailedPrecondition,
+        StoreError::Incomplete { .. } | StoreError::Unsupported(_) => Code::FailedPrecondition,
         StoreError::Busy(_) => Code::Aborted,
         StoreError::StorageFull(_) => Code::ResourceExhausted,
         StoreError::Corrupt { .. } => Code::DataLoss,
@@ -35,6 +35,7 @@ pub fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::Busy(_) => ErrorCode::Busy,
         StoreError::StorageFull(_) => ErrorCode::StorageFull,
         StoreError::Corrupt { .. } => ErrorCode::Corrupt,
+        StoreError::Unsupported(_) => ErrorCode::BadFrame,
         _ => ErrorCode::Internal,
     }
 }

@@ -34,6 +34,10 @@ pub enum StoreError {
     /// request: worth a retry later.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// A request this store, or this upload, does not take: a second writer of an upload that
+    /// takes one, a commit without what the store checks it by.
+    #[error("{0}")]
+    Unsupported(String),
     /// A store configuration that cannot work (a malformed endpoint, say).
     #[error("store configuration: {0}")]
     Config(String),

@@ -463,14 +463,14 @@ impl Store for FsStore {
         let i = &self.inner;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         if inline_sized(rec.size) && !i.staging_path(&rec.upload_id).exists() {
-            return Err(StoreError::Config(format!(
+            return Err(StoreError::Unsupported(format!(
                 "the upload of {name:?} ({} bytes) is kept whole for its catalogue row: it \
                  takes one writer",
                 rec.size.unwrap_or_default()
             )));
         }
         let Some(size) = rec.size else {
-            return Err(StoreError::Config(format!(
+            return Err(StoreError::Unsupported(format!(
                 "the upload of {name:?} has no declared size: it takes one writer"
             )));
         };
@@ -803,7 +803,7 @@ impl UploadSink for FsRangeUpload {
     }
 
     fn commit(self: Box<Self>, _whole: Option<Digest>) -> Result<BlobRecord> {
-        Err(StoreError::Config(format!(
+        Err(StoreError::Unsupported(format!(
             "a range writer of {:?} cannot commit: commit the upload once every range is written",
             self.name
         )))

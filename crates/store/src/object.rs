@@ -862,12 +862,12 @@ impl Store for ObjStore {
         let i = &self.inner;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
         let Some(size) = rec.size else {
-            return Err(StoreError::Config(format!(
+            return Err(StoreError::Unsupported(format!(
                 "the upload of {name:?} has no declared size: it takes one writer"
             )));
         };
         if inline_sized(Some(size)) {
-            return Err(StoreError::Config(format!(
+            return Err(StoreError::Unsupported(format!(
                 "the upload of {name:?} ({size} bytes) is kept whole for its catalogue row: it \
                  takes one writer"
             )));
@@ -892,7 +892,7 @@ impl Store for ObjStore {
                     r.writer(i.clone(), start)
                 }
                 Some(s) if s.upload_id == id => {
-                    return Err(StoreError::Config(format!(
+                    return Err(StoreError::Unsupported(format!(
                         "the upload of {name:?} is being written over one connection ({} \
                          bytes so far): it takes no range writers",
                         s.received()
@@ -1503,7 +1503,7 @@ impl ObjUpload {
     /// Refuse one writer's bytes (or commit) into an upload range writers write.
     fn one_writer(&self) -> Result<()> {
         match self.state.as_ref().and_then(|s| s.ranged.as_ref()) {
-            Some(_) => Err(StoreError::Config(format!(
+            Some(_) => Err(StoreError::Unsupported(format!(
                 "the upload of {:?} is written in ranges over several connections: commit it \
                  once every range is in (with the chunk digests), or abort it",
                 self.rec.name
@@ -1632,7 +1632,7 @@ impl UploadSink for ObjUpload {
         let Some(r) = self.state.as_ref().and_then(|s| s.ranged.clone()) else {
             // Written by this one writer, whose own digest of the bytes is checked.
             if expected.algo != self.store.algo {
-                return Err(StoreError::Config(format!(
+                return Err(StoreError::Unsupported(format!(
                     "{:?} is checked against a digest in {}, not {}",
                     self.rec.name,
                     self.store.algo.name(),

@@ -365,7 +365,7 @@ impl Ranged {
     ) -> Result<(ChunkDigests, JoinHandle<object_store::Result<()>>)> {
         let name = &self.name;
         let Some(sender) = sender.filter(|_| expected.algo == i.algo) else {
-            return Err(StoreError::Config(format!(
+            return Err(StoreError::Unsupported(format!(
                 "the ranges of {name:?} are checked by the sender's chunk digests, with its \
                  digest of the whole in {}: commit with both",
                 i.algo.name()
@@ -505,7 +505,7 @@ impl UploadSink for RangeWriter {
     }
 
     fn commit(self: Box<Self>, _whole: Option<Digest>) -> Result<BlobRecord> {
-        Err(StoreError::Config(format!(
+        Err(StoreError::Unsupported(format!(
             "a range writer of {:?} cannot commit: commit the upload once every range is written",
             self.ranged.name
         )))

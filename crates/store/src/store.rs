@@ -234,7 +234,7 @@ pub trait UploadSink: Send {
         sender: Option<&ChunkDigests>,
     ) -> Result<BlobRecord> {
         let _ = (expected, sender);
-        Err(StoreError::Config(
+        Err(StoreError::Unsupported(
             "this store takes one writer per upload: its upload is committed by that writer's \
              final transfer, not by Commit"
                 .into(),

@@ -135,7 +135,9 @@ impl From<StoreError> for WebError {
             }
             StoreError::StorageFull(_) => Self::StorageFull(msg),
             StoreError::Unavailable(_) => Self::Unavailable(msg),
-            StoreError::Incomplete { .. } | StoreError::BeyondSize { .. } => Self::BadRequest(msg),
+            StoreError::Incomplete { .. }
+            | StoreError::BeyondSize { .. }
+            | StoreError::Unsupported(_) => Self::BadRequest(msg),
             StoreError::OutOfRange { size, .. } => Self::RangeNotSatisfiable { size, reason: msg },
             StoreError::NoUpload(_)
             | StoreError::Gap { .. }
