@@ -120,6 +120,9 @@ pub struct Client {
     seq: u32,
     /// Per server: the entries of its current list not yet delivered.
     outstanding: Vec<Vec<(BlockId, Priority)>>,
+    /// Per server, the `BLOCK`s read from it so far: each `LIST` says so, and the server
+    /// does not send again a block it sent after that count (it is on its way).
+    got: Vec<u64>,
     /// Per block asked: servers tried and what they said.
     tried: HashMap<BlockId, Vec<(usize, String)>>,
     queued: VecDeque<Event>,
@@ -158,6 +161,7 @@ impl Client {
             rx,
             seq: 0,
             outstanding: vec![Vec::new(); n],
+            got: vec![0; n],
             tried: HashMap::new(),
             queued: VecDeque::new(),
         };
@@ -274,7 +278,7 @@ impl Client {
     }
 
     fn send_list(&mut self, s: usize, entries: Vec<(BlockId, Priority)>) {
-        let m = msg::list(self.seq, &self.layout.dataset, &entries);
+        let m = msg::list(self.seq, self.got[s], &self.layout.dataset, &entries);
         let res = match self.links[s].as_mut() {
             Some(l) => l.requests.send(&m).map_err(DpssError::from),
             None => Err(DpssError::Remote("not connected".into())),
@@ -349,6 +353,7 @@ impl Client {
         };
         match parsed {
             Message::Block { id, dataset, data, digest: want, .. } => {
+                self.got[s] += 1;
                 let prio = self.take_outstanding(s, id);
                 if dataset != self.layout.dataset || !intact {
                     let why = format!("block {id} arrived damaged (digest or data set mismatch)");

@@ -6,6 +6,10 @@
 //! - **Low**: read into the cache, never sent.
 //! - A new list replaces the old one: every request of the old list not yet served is flushed
 //!   (counted in its `DONE`); blocks already read stay in the cache, so asking again is a hit.
+//! - A block sent that the client had not read yet when it made its new list (the list says
+//!   how many blocks it had read) is on its way: the new list's request for it is dropped
+//!   (counted `in_flight`), not sent twice. A client that asks again every tile it still
+//!   waits for would otherwise get each one sent while it asked duplicated.
 //!
 //! Every list ends with exactly one `DONE`: when each of its requests is sent, failed or (low)
 //! cached, or when the next list replaces it.
@@ -54,7 +58,13 @@ pub struct Lists {
     finished: bool,
     /// Failures and `DONE`s waiting to go out, before any block.
     outbox: VecDeque<Out>,
+    /// Blocks given out to send so far, and the ids of the last [`SENT_LOG`] of them.
+    given: u64,
+    sent_log: VecDeque<BlockId>,
 }
+
+/// How many of the last blocks sent a session remembers, to tell those still on their way.
+const SENT_LOG: usize = 4096;
 
 impl Default for Lists {
     fn default() -> Self {
@@ -72,15 +82,20 @@ impl Lists {
             stats: ListStats::default(),
             finished: true,
             outbox: VecDeque::new(),
+            given: 0,
+            sent_log: VecDeque::new(),
         }
     }
 
-    /// Replace the current list by `entries` (numbered `seq`). `cached` finds a block already in
-    /// the cache; `known` says whether the data set has the block. Returns the reads to queue,
-    /// in list order. A block asked twice is served once, at its first place.
+    /// Replace the current list by `entries` (numbered `seq`, made by a client that had read
+    /// `got` blocks). `cached` finds a block already in the cache; `known` says whether the
+    /// data set has the block. Returns the reads to queue, in list order. A block asked twice
+    /// is served once, at its first place; one sent since the client's `got`th is not served
+    /// again.
     pub fn replace(
         &mut self,
         seq: u32,
+        got: u64,
         dataset: &str,
         entries: &[(BlockId, Priority)],
         mut cached: impl FnMut(BlockId) -> Option<Cached>,
@@ -96,10 +111,16 @@ impl Lists {
         self.stats = ListStats::default();
         self.entries.clear();
         self.finished = false;
-        let mut seen = HashSet::new();
+        // The blocks sent after the client's `got`th (those still remembered).
+        let ahead = self.given.saturating_sub(got).min(self.sent_log.len() as u64) as usize;
+        let mut seen: HashSet<BlockId> = self.sent_log.iter().rev().take(ahead).copied().collect();
+        let in_flight = seen.clone();
         let mut reads = Vec::new();
         for &(id, prio) in entries {
             if !seen.insert(id) {
+                if in_flight.contains(&id) {
+                    self.stats.in_flight += 1;
+                }
                 continue;
             }
             self.stats.requested += 1;
@@ -184,6 +205,11 @@ impl Lists {
             unreachable!("position() found a ready entry")
         };
         self.stats.sent += 1;
+        self.given += 1;
+        self.sent_log.push_back(e.id);
+        if self.sent_log.len() > SENT_LOG {
+            self.sent_log.pop_front();
+        }
         let out = Out::Block { seq: self.seq, dataset: self.dataset.clone(), id: e.id, block };
         self.check_finished();
         Some(out)
@@ -225,7 +251,14 @@ mod tests {
     fn waiting_while_any_read_is_outstanding() {
         let mut l = Lists::new();
         assert!(!l.waiting(), "no list yet");
-        l.replace(1, "d", &[(id(1), Priority::High), (id(2), Priority::Low)], |_| None, |_| true);
+        l.replace(
+            1,
+            0,
+            "d",
+            &[(id(1), Priority::High), (id(2), Priority::Low)],
+            |_| None,
+            |_| true,
+        );
         assert!(l.waiting());
         l.on_read(1, id(1), Ok((blk(1), false)));
         assert!(l.waiting(), "the low read is still out");
@@ -234,6 +267,7 @@ mod tests {
         // Cached blocks need no read; a block the data set lacks fails at once.
         l.replace(
             2,
+            0,
             "d",
             &[(id(3), Priority::High), (id(4), Priority::High)],
             |b| (b == id(3)).then(|| blk(3)),
@@ -251,7 +285,7 @@ mod tests {
             (id(3), Priority::High),
             (id(4), Priority::Low),
         ];
-        let reads = l.replace(1, "d", &list, |_| None, |_| true);
+        let reads = l.replace(1, 0, "d", &list, |_| None, |_| true);
         assert_eq!(reads.len(), 4);
         // Reads finish out of order: the medium first, then the second high.
         l.on_read(1, id(2), Ok((blk(2), false)));
@@ -273,14 +307,14 @@ mod tests {
     fn a_new_list_flushes_the_unserved_and_cached_blocks_come_first() {
         let mut l = Lists::new();
         let first = [(id(1), Priority::High), (id(2), Priority::High), (id(3), Priority::Medium)];
-        l.replace(1, "d", &first, |_| None, |_| true);
+        l.replace(1, 0, "d", &first, |_| None, |_| true);
         l.on_read(1, id(1), Ok((blk(1), false)));
         assert_eq!(sent(&mut l), ["B1"]);
         l.on_read(1, id(2), Ok((blk(2), false))); // read (so cached) but not yet sent
         // The new list asks 2 again (a cache hit) and 5 (a read).
         let second = [(id(5), Priority::High), (id(2), Priority::High)];
         let cache = |b: BlockId| (b.x == 2).then(|| blk(2));
-        let reads = l.replace(2, "d", &second, cache, |_| true);
+        let reads = l.replace(2, 0, "d", &second, cache, |_| true);
         assert_eq!(reads, [(id(5), Priority::High)]);
         // The old list's late read is ignored; it reports two flushed (2 unsent, 3 unread).
         l.on_read(1, id(3), Ok((blk(3), false)));
@@ -294,7 +328,7 @@ mod tests {
     fn unknown_and_failed_blocks_are_reported_and_duplicates_served_once() {
         let mut l = Lists::new();
         let list = [(id(1), Priority::High), (id(9), Priority::High), (id(1), Priority::Low)];
-        let reads = l.replace(7, "d", &list, |_| None, |b| b.x != 9);
+        let reads = l.replace(7, 0, "d", &list, |_| None, |b| b.x != 9);
         assert_eq!(reads, [(id(1), Priority::High)]);
         l.on_read(7, id(1), Err("digest".into()));
         let out: Vec<_> = std::iter::from_fn(|| l.next_out()).collect();
@@ -311,12 +345,40 @@ mod tests {
     }
 
     #[test]
+    fn a_block_on_its_way_is_not_sent_again_by_the_next_list() {
+        let mut l = Lists::new();
+        let (high, medium) = (Priority::High, Priority::Medium);
+        let cache = |b: BlockId| (b.x != 4).then(|| blk(b.x));
+        l.replace(1, 0, "d", &[(id(1), high), (id(2), medium), (id(3), medium)], cache, |_| true);
+        assert_eq!(
+            l.next_out().map(|o| matches!(o, Out::Block { id, .. } if id.x == 1)),
+            Some(true)
+        );
+        assert_eq!(
+            l.next_out().map(|o| matches!(o, Out::Block { id, .. } if id.x == 2)),
+            Some(true)
+        );
+        // Made before the client read either: 2 is on its way, 3 and 4 are asked.
+        let list = [(id(2), high), (id(3), high), (id(4), high)];
+        assert_eq!(l.replace(2, 0, "d", &list, cache, |_| true), [(id(4), high)]);
+        l.on_read(2, id(4), Ok((blk(4), false)));
+        assert_eq!(sent(&mut l), ["D1:2/1", "B3", "B4", "D2:2/0"]);
+        // Having read 1 of the 4 blocks sent, the client asks 2 and 3 again: both are still
+        // on their way. Once it has read all 4, 2 asked again is sent again.
+        l.replace(3, 1, "d", &[(id(2), high), (id(3), high)], cache, |_| true);
+        assert_eq!(sent(&mut l), ["D3:0/0"]);
+        assert_eq!(l.stats.in_flight, 2);
+        l.replace(4, 4, "d", &[(id(2), high)], cache, |_| true);
+        assert_eq!(sent(&mut l), ["B2", "D4:1/0"]);
+    }
+
+    #[test]
     fn a_list_served_wholly_from_the_cache_is_done_at_once() {
         let mut l = Lists::new();
-        l.replace(1, "d", &[(id(1), Priority::Low)], |_| Some(blk(1)), |_| true);
+        l.replace(1, 0, "d", &[(id(1), Priority::Low)], |_| Some(blk(1)), |_| true);
         assert_eq!(sent(&mut l), ["D1:0/0"]);
         // An empty list is done at once too, and a finished list flushes nothing.
-        l.replace(2, "d", &[], |_| None, |_| true);
+        l.replace(2, 0, "d", &[], |_| None, |_| true);
         assert_eq!(sent(&mut l), ["D2:0/0"]);
     }
 }

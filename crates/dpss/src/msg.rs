@@ -7,8 +7,11 @@
 //!  1     HELLO      peer → server      JSON {"role": "requests"|"blocks"|"loader",
 //!                                      "session": hex, "token": string}
 //!  2     WELCOME    server → peer      JSON {"name", "disks", "max_list", "max_block"}
-//!  3     LIST       client → server    seq u32, dataset, count u32,
-//!                                      count × (level u8, x u32, y u32, priority u8)
+//!  3     LIST       client → server    seq u32, got u64, dataset, count u32,
+//!                                      count × (level u8, x u32, y u32, priority u8);
+//!                                      got: BLOCKs the client has read on this session
+//!                                      so far (the server sends none of the blocks it has
+//!                                      sent since again: they are on their way)
 //!  4     BLOCK      server → client    seq u32, level u8, x u32, y u32, length u32,
 //!                                      digest [16] (xxh3-128), dataset, then length bytes
 //!  5     FAILED     server → client    seq u32, level u8, x u32, y u32, reason (UTF-8)
@@ -81,6 +84,10 @@ pub struct ListStats {
     pub failed: u32,
     /// Requests dropped unserved because the next list replaced this one.
     pub flushed: u32,
+    /// Requests not served again because the block was on its way to the client already
+    /// (sent for an earlier list after the client made this one).
+    #[serde(default)]
+    pub in_flight: u32,
 }
 
 /// Where a committed block landed on a server: (id, local disk, offset).
@@ -91,7 +98,7 @@ pub type Placed = (BlockId, u16, u64);
 pub enum Message<'a> {
     Hello(Hello),
     Welcome(Welcome),
-    List { seq: u32, dataset: &'a str, entries: Vec<(BlockId, Priority)> },
+    List { seq: u32, got: u64, dataset: &'a str, entries: Vec<(BlockId, Priority)> },
     Block { seq: u32, id: BlockId, digest: [u8; 16], dataset: &'a str, data: &'a [u8] },
     Failed { seq: u32, id: BlockId, reason: &'a str },
     Done { seq: u32, stats: ListStats },
@@ -128,6 +135,9 @@ impl<'a> Rd<'a> {
     fn u32(&mut self, what: &str) -> Result<u32, DpssError> {
         Ok(u32::from_be_bytes(self.take(4, what)?.try_into().unwrap()))
     }
+    fn u64(&mut self, what: &str) -> Result<u64, DpssError> {
+        Ok(u64::from_be_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
     fn id(&mut self) -> Result<BlockId, DpssError> {
         Ok(BlockId { level: self.u8("level")?, x: self.u32("x")?, y: self.u32("y")? })
     }
@@ -158,6 +168,7 @@ impl<'a> Message<'a> {
             WELCOME => Message::Welcome(json(body, "WELCOME")?),
             LIST => {
                 let seq = r.u32("seq")?;
+                let got = r.u64("got")?;
                 let dataset = r.name()?;
                 let count = r.u32("count")? as usize;
                 if count > max_list {
@@ -177,7 +188,7 @@ impl<'a> Message<'a> {
                         .ok_or_else(|| bad(&format!("priority {p} (0 high, 1 medium, 2 low)")))?;
                     entries.push((id, p));
                 }
-                Message::List { seq, dataset, entries }
+                Message::List { seq, got, dataset, entries }
             }
             BLOCK => {
                 let seq = r.u32("seq")?;
@@ -261,10 +272,11 @@ pub fn welcome(w: &Welcome) -> Vec<u8> {
     with_json(WELCOME, w)
 }
 
-pub fn list(seq: u32, dataset: &str, entries: &[(BlockId, Priority)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(10 + dataset.len() + entries.len() * ENTRY);
+pub fn list(seq: u32, got: u64, dataset: &str, entries: &[(BlockId, Priority)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(18 + dataset.len() + entries.len() * ENTRY);
     out.push(LIST);
     out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(&got.to_be_bytes());
     put_name(&mut out, dataset);
     out.extend_from_slice(&(entries.len() as u32).to_be_bytes());
     for &(id, p) in entries {
@@ -360,10 +372,10 @@ mod tests {
         let id = BlockId::new(3, 70_000, 5);
         let d = [7u8; 16];
         let entries = vec![(id, Priority::High), (BlockId::new(0, 1, 2), Priority::Low)];
-        let l = list(9, "demo", &entries);
+        let l = list(9, 1 << 40, "demo", &entries);
         assert_eq!(
             Message::parse(&l, 10).unwrap(),
-            Message::List { seq: 9, dataset: "demo", entries }
+            Message::List { seq: 9, got: 1 << 40, dataset: "demo", entries }
         );
         let mut b = block_head(9, id, 3, &d, "demo");
         b.extend_from_slice(b"abc");
@@ -391,7 +403,7 @@ mod tests {
 
     #[test]
     fn malformed_messages_are_named_not_panicked_on() {
-        let l = list(1, "demo", &[(BlockId::new(0, 0, 0), Priority::High)]);
+        let l = list(1, 0, "demo", &[(BlockId::new(0, 0, 0), Priority::High)]);
         // Every truncation of a LIST is an error, never a panic.
         for n in 0..l.len() {
             assert!(Message::parse(&l[..n], 10).is_err(), "prefix {n}");
@@ -412,7 +424,7 @@ mod tests {
     #[test]
     fn a_list_over_the_bound_is_refused_before_it_is_read() {
         let entries = vec![(BlockId::new(0, 0, 0), Priority::Medium); 11];
-        let e = Message::parse(&list(1, "d", &entries), 10).unwrap_err();
+        let e = Message::parse(&list(1, 0, "d", &entries), 10).unwrap_err();
         assert!(matches!(e, DpssError::ListTooLong { got: 11, max: 10 }), "{e}");
     }
 }

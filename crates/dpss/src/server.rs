@@ -522,7 +522,8 @@ fn session(i: &Inner, id: &str) -> Arc<Sess> {
 /// A client's `requests` connection: each `LIST` replaces the last.
 fn requests(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> {
     while let Some(m) = b.recv()? {
-        let Message::List { seq, dataset, entries } = Message::parse(m.payload(), MAX_LIST)? else {
+        let Message::List { seq, got, dataset, entries } = Message::parse(m.payload(), MAX_LIST)?
+        else {
             return Err(DpssError::Malformed("a requests connection carries only LIST".into()));
         };
         let ds = i.datasets.read().unwrap().get(dataset).cloned();
@@ -549,7 +550,7 @@ fn requests(i: &Inner, b: &mut Binding, s: &Arc<Sess>) -> Result<(), DpssError> 
                 hits += u64::from(c.is_some());
                 c
             };
-            l.replace(seq, dataset, &entries, cached, |id| ds.blocks.contains_key(&id))
+            l.replace(seq, got, dataset, &entries, cached, |id| ds.blocks.contains_key(&id))
         };
         i.cache_hits.fetch_add(hits, Ordering::Relaxed);
         if had_reads {

@@ -185,9 +185,9 @@ fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
         let e = b.recv().map(|m| m.map(|m| m.payload().to_vec())).unwrap_err();
         assert!(DpssError::from(e).to_string().contains(want), "want {want:?}");
     };
-    expect_end(msg::list(1, "nope", &[]), "unknown data set");
+    expect_end(msg::list(1, 0, "nope", &[]), "unknown data set");
     let long = vec![(BlockId::new(0, 0, 0), Priority::High); 5000];
-    expect_end(msg::list(1, "img", &long), "exceeds the bound");
+    expect_end(msg::list(1, 0, "img", &long), "exceeds the bound");
     expect_end(vec![msg::LIST, 0, 0], "malformed");
     // Blocks of another data set (ids it does not have) are reported, not fatal.
     let mut c = Client::open(&cl.master, "img", opts.clone()).unwrap();
@@ -460,7 +460,7 @@ fn a_client_holds_no_more_than_the_server_gives() {
         .map(|x| (BlockId::new(0, 1000 + x, 0), Priority::High))
         .collect();
     for seq in 1..=6 {
-        let _ = greedy.send(&msg::list(seq, "img", &unknown));
+        let _ = greedy.send(&msg::list(seq, 0, "img", &unknown));
     }
     let e = DpssError::from(greedy.recv().unwrap_err()).to_string();
     assert!(e.contains("wait unread on this session's blocks connection"), "{e}");
