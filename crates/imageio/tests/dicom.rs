@@ -984,3 +984,57 @@ fn encapsulated_uncompressed_and_deflated_frames() {
     assert_eq!(d.image, gray16(4, 3, values));
     assert_eq!(d.meta.transfer_syntax_uid.as_deref(), Some("1.2.840.10008.1.2.8.1"));
 }
+
+/// An Encapsulated PDF gives back its document, cut to its stated length (the element is
+/// padded to an even length); a length past the bytes is corrupt; an instance with no
+/// document (an image, a report) is unsupported, not corrupt.
+#[test]
+fn an_encapsulated_document_is_given_back_as_stored() {
+    use bs_imageio::encapsulated_document;
+    let pdf = b"%PDF-1.4\n%%EOF\n".to_vec(); // 15 bytes: padded to 16 in the file
+    let with = |len: Option<u32>| {
+        let mut elems = patient_elements();
+        elems.push(DataElement::new(
+            tags::SOP_CLASS_UID,
+            dicom_core::VR::UI,
+            dicom_core::PrimitiveValue::from("1.2.840.10008.5.1.4.1.1.104.1"),
+        ));
+        let mut padded = pdf.clone();
+        padded.push(0);
+        elems.push(DataElement::new(
+            tags::ENCAPSULATED_DOCUMENT,
+            dicom_core::VR::OB,
+            dicom_core::PrimitiveValue::U8(padded.into()),
+        ));
+        elems.push(DataElement::new(
+            tags::MIME_TYPE_OF_ENCAPSULATED_DOCUMENT,
+            dicom_core::VR::LO,
+            dicom_core::PrimitiveValue::from("application/pdf"),
+        ));
+        if let Some(n) = len {
+            elems.push(DataElement::new(
+                tags::ENCAPSULATED_DOCUMENT_LENGTH,
+                dicom_core::VR::UL,
+                dicom_core::PrimitiveValue::from(n),
+            ));
+        }
+        dicom_file(EXPLICIT_LE, elems)
+    };
+    let limits = Limits::default();
+    let (mime, doc) = encapsulated_document(&with(Some(15)), &limits).unwrap();
+    assert_eq!((mime.as_str(), doc), ("application/pdf", pdf.clone()));
+    // Without a stated length, the element's bytes as they are.
+    let (_, doc) = encapsulated_document(&with(None), &limits).unwrap();
+    assert_eq!(doc.len(), 16);
+    let err = encapsulated_document(&with(Some(17)), &limits).unwrap_err();
+    assert!(matches!(err, ImageIoError::Corrupt { .. }), "{err}");
+    let image = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(2, 2, 8, 8, false),
+        vec![],
+        pixel_data_8(vec![1; 4]),
+    );
+    let err = encapsulated_document(&image, &limits).unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("not an encapsulated document"), "{err}");
+}

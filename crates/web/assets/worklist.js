@@ -17,6 +17,8 @@ const COLUMNS = [
 ];
 
 const PAGE = 25;
+// Most documents of one series the worklist offers.
+const DOCUMENTS = 50;
 
 /**
  * @param {object} deps app helpers: h, getJSON, fmtDate, fmtPersonName, criteria() (the search
@@ -105,11 +107,42 @@ export function setupWorklist(root, deps) {
           e.stopPropagation();
           deps.openSeries(se.series_uid, `${fmtPersonName(s.patient_name)} · ${label}`);
         });
-        list.append(h('li', {}, b));
+        const li = h('li', {}, b);
+        list.append(li);
+        if (!se.images) documents(li, s.study_uid, se.series_uid);
       }
       holder.replaceChildren(list);
     } catch (e) {
       holder.textContent = `Could not list the series: ${e?.message || e}`;
+    }
+  }
+
+  // The instances of a series the viewer cannot draw (reports, PDFs): each can be downloaded
+  // as its DICOM file (WADO-URI), and an encapsulated document opened as itself (WADO-RS
+  // rendered: a PDF report opens in a new tab).
+  async function documents(li, study, series) {
+    const span = h('span', { class: 'series-docs' }, ' Loading documents…');
+    li.append(span);
+    try {
+      const base = `/dicomweb/studies/${encodeURIComponent(study)}/series/${encodeURIComponent(series)}`;
+      const found = await getJSON(`${base}/instances?limit=${DOCUMENTS}`, { headers: { Accept: 'application/dicom+json' } });
+      const value = (o, tag) => o?.[tag]?.Value?.[0] ?? '';
+      const links = [];
+      for (const o of found) {
+        const sop = value(o, '00080018');
+        const uri = new URLSearchParams({ requestType: 'WADO', studyUID: study, seriesUID: series, objectUID: sop, contentType: 'application/dicom' });
+        if (String(value(o, '00080016')).startsWith('1.2.840.10008.5.1.4.1.1.104.')) {
+          const open = h('a', { class: 'document', href: `${base}/instances/${encodeURIComponent(sop)}/rendered`, target: '_blank', rel: 'noopener' }, 'Open document');
+          open.addEventListener('click', (e) => e.stopPropagation());
+          links.push(open);
+        }
+        const dl = h('a', { class: 'download', href: `/dicomweb/wado?${uri}`, download: `${sop}.dcm` }, 'Download .dcm');
+        dl.addEventListener('click', (e) => e.stopPropagation());
+        links.push(dl);
+      }
+      span.replaceChildren(...links.flatMap((a) => [' ', a]));
+    } catch (e) {
+      span.textContent = ` Could not list the documents: ${e?.message || e}`;
     }
   }
 

@@ -253,6 +253,48 @@ pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError
     })
 }
 
+/// The document an Encapsulated Document instance carries (PDF, CDA, STL, …: PS3.3
+/// A.45): its MIME type (0042,0012) and its bytes (0042,0011), cut to the Encapsulated
+/// Document Length (0042,0015) when the file gives one (the element itself is padded to an
+/// even length). The file gets the structural checks of [`crate::decode`] first.
+pub fn encapsulated_document(
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<(String, Vec<u8>), ImageIoError> {
+    limits.check_input(bytes.len())?;
+    let (body, _, _) = structure(bytes, limits, |_| Ok(()))?;
+    let obj = OpenFileOptions::new()
+        .read_preamble(ReadPreamble::Never)
+        .read_until(tags::PIXEL_DATA)
+        .from_reader(body)
+        .map_err(|e| parse_error(&e))?;
+    let Some(doc) = obj.get(tags::ENCAPSULATED_DOCUMENT) else {
+        let class = text(&obj, tags::SOP_CLASS_UID).unwrap_or_default();
+        return Err(ImageIoError::unsupported(
+            DICOM,
+            format!("not an encapsulated document (SOP class {class}): no Encapsulated Document"),
+        ));
+    };
+    let mut data = doc.to_bytes().map_err(|e| parse_error(&e))?.into_owned();
+    if let Some(len) = int(&obj, tags::ENCAPSULATED_DOCUMENT_LENGTH) {
+        match usize::try_from(len) {
+            Ok(n) if n <= data.len() => data.truncate(n),
+            _ => {
+                return Err(ImageIoError::corrupt(
+                    DICOM,
+                    format!(
+                        "Encapsulated Document Length {len} is more than its {} bytes",
+                        data.len()
+                    ),
+                ));
+            }
+        }
+    }
+    let mime = text(&obj, tags::MIME_TYPE_OF_ENCAPSULATED_DOCUMENT)
+        .unwrap_or_else(|| "application/octet-stream".into());
+    Ok((mime, data))
+}
+
 /// Decode a DICOM Part 10 file.
 pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoError> {
     let mut codec = None;

@@ -394,7 +394,41 @@ fn image_response(bytes: Bytes, mime: &'static str) -> Response {
     r
 }
 
-/// `GET …/instances/{instance}/rendered`.
+/// How the SOP Class UIDs of Encapsulated Document storage begin (PDF, CDA, STL, OBJ, MTL).
+const ENCAPSULATED_DOCUMENT: &str = "1.2.840.10008.5.1.4.1.1.104.";
+
+/// An Encapsulated Document instance's document as its own media type (a PDF report opens
+/// in the browser), from the instance's verified bytes; 406 when `accept` names neither it
+/// nor `*/*`.
+fn document(st: &AppState, i: &Instance, accept: &str) -> Result<Response, WebError> {
+    let (mime, data) = bs_imageio::encapsulated_document(&file(st, i)?, st.images.limits())?;
+    let mime = HeaderValue::from_str(mime.trim()).map_err(|_| {
+        WebError::Unprocessable(format!("the document's MIME type {mime:?} is not a media type"))
+    })?;
+    let wanted = |m: &str| accept.split(',').any(|a| a.split(';').next().unwrap_or("").trim() == m);
+    if !accept.is_empty() && !wanted("*/*") && !wanted(mime.to_str().unwrap_or("")) {
+        return Err(WebError::NotAcceptable(format!(
+            "this instance is a document of type {}: ask for that type (or */*)",
+            mime.to_str().unwrap_or("")
+        )));
+    }
+    let sop = i.uid("sop_instance_uid");
+    let ext = match mime.as_bytes() {
+        b"application/pdf" => "pdf",
+        b"text/xml" => "xml",
+        _ => "bin",
+    };
+    let mut r = Response::new(Body::from(data));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, mime);
+    if let Ok(v) = HeaderValue::from_str(&format!("inline; filename=\"{sop}.{ext}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(r)
+}
+
+/// `GET …/instances/{instance}/rendered`: an image windowed for display (PNG, or JPEG when
+/// asked), or an Encapsulated Document's document (a PDF report as `application/pdf`).
 pub async fn rendered(
     State(st): State<Arc<AppState>>,
     Path((study, series, instance)): Path<(String, String, String)>,
@@ -407,13 +441,17 @@ pub async fn rendered(
     let jpeg = accept.contains("image/jpeg") && !accept.contains("image/png");
     let turn = st.image_turn().await;
     let st2 = st.clone();
-    let (bytes, mime) = blocking(move || {
+    let r = blocking(move || {
         let found = instances(&st2, &study, Some(&series), Some(&instance))?;
-        render(&st2, &found[0].entry.name, jpeg)
+        if found[0].uid("sop_class_uid").starts_with(ENCAPSULATED_DOCUMENT) {
+            return document(&st2, &found[0], &accept);
+        }
+        let (bytes, mime) = render(&st2, &found[0].entry.name, jpeg)?;
+        Ok(image_response(bytes, mime))
     })
     .await?;
     drop(turn);
-    Ok(image_response(bytes, mime))
+    Ok(r)
 }
 
 #[derive(Deserialize)]
