@@ -526,12 +526,39 @@ fn ranges_committed_with_a_wrong_digest_leave_no_blob() {
     assert!(p.finish(true).is_err(), "FINAL on a range push is refused");
 }
 
+/// A server on a memory store.
+fn mem_world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    world_on(dir, Arc::new(bs_store::MemStore::new()), None, "unrelated", b"x")
+}
+
+/// Into the memory store: the ranges share the upload's buffer, and the commit reads it
+/// back once against the file's digest.
+#[test]
+fn four_connections_push_a_file_into_memory_as_one_blob() {
+    let w = mem_world();
+    let bytes = data(9 * MIB + 777);
+    let src = w.dir.path().join("up.bin");
+    std::fs::write(&src, &bytes).unwrap();
+    let t = Transporter::new(Factory::new());
+    let opts = Options::blocking().connections(4);
+    let c = t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
+    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
+    pushed(&w, "up/scan", &bytes);
+}
+
+#[test]
+fn a_push_range_whose_connection_is_cut_is_pushed_again_into_memory() {
+    push_range_cut_and_pushed_again(&mem_world());
+}
+
+/// A store that takes one writer per upload (the fault-injecting wrapper takes no range
+/// writers) gets the put over one connection.
 #[test]
 fn a_store_with_one_writer_per_upload_takes_the_push_over_one_connection() {
     let dir = tempfile::tempdir().unwrap();
-    let server =
-        BackgroundServer::start(Arc::new(bs_store::MemStore::new()), ServerConfig::ephemeral())
-            .unwrap();
+    let one = bs_store::FaultyStore::disk_full_after(bs_store::MemStore::new(), u64::MAX);
+    let server = BackgroundServer::start(Arc::new(one), ServerConfig::ephemeral()).unwrap();
     let bytes = data(5 * MIB);
     let src = dir.path().join("f.bin");
     std::fs::write(&src, &bytes).unwrap();

@@ -1,6 +1,10 @@
 //! The memory store: blobs as shared [`Bytes`], for tests, caches and benchmarks. Same
-//! semantics as the filesystem store (names, routing, resume, gaps, commit), no durability.
-//! An optional capacity makes it report `StorageFull` like a full disk.
+//! semantics as the filesystem store (names, routing, resume, gaps, commit, range writers),
+//! no durability. An optional capacity makes it report `StorageFull` like a full disk.
+//!
+//! Range writers (one blob over several connections) share the upload's buffer, reserved
+//! at its declared size; `Commit` reads it back once and commits it only if its digest is
+//! the sender's (bytes no writer wrote read as zeros).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -45,8 +49,27 @@ struct MemBlob {
 
 struct Pending {
     rec: UploadRecord,
-    /// `None` while a writer holds the bytes.
+    /// `None` while a writer holds the bytes, or while range writers share them.
     data: Option<Buf>,
+    /// The bytes, once a range writer opened the upload: shared by the range writers open.
+    ranged: Option<Arc<Mutex<Buf>>>,
+}
+
+impl Pending {
+    /// Whether a writer has the upload now (one, or a range writer).
+    fn in_use(&self) -> bool {
+        match &self.ranged {
+            Some(shared) => Arc::strong_count(shared) > 1,
+            None => self.data.is_none(),
+        }
+    }
+
+    fn held(&self) -> u64 {
+        match &self.ranged {
+            Some(shared) => shared.lock().unwrap().held(),
+            None => self.data.as_ref().map_or(0, Buf::held),
+        }
+    }
 }
 
 /// An upload's bytes. Of known size: allocated zeroed at full size up front (the allocator
@@ -134,13 +157,7 @@ impl MemStore {
 impl Inner {
     fn used(&self) -> u64 {
         let blobs: u64 = self.blobs.read().unwrap().values().map(|b| b.bytes.len() as u64).sum();
-        let pending: u64 = self
-            .uploads
-            .lock()
-            .unwrap()
-            .values()
-            .filter_map(|p| p.data.as_ref().map(Buf::held))
-            .sum();
+        let pending: u64 = self.uploads.lock().unwrap().values().map(Pending::held).sum();
         blobs + pending
     }
 }
@@ -208,9 +225,10 @@ impl Store for MemStore {
         {
             let mut ups = i.uploads.lock().unwrap();
             match ups.get_mut(&spec.name) {
-                Some(p) if p.data.is_none() => return Err(StoreError::Busy(spec.name.clone())),
+                Some(p) if p.in_use() => return Err(StoreError::Busy(spec.name.clone())),
                 Some(p)
-                    if !spec.resume_tag.is_empty()
+                    if p.ranged.is_none()
+                        && !spec.resume_tag.is_empty()
                         && p.rec.size == spec.size
                         && p.rec.resume_tag == spec.resume_tag =>
                 {
@@ -231,10 +249,10 @@ impl Store for MemStore {
         let rec = spec.upload_record(crate::fs::new_id());
         let upload_id = rec.upload_id.clone();
         let mut ups = i.uploads.lock().unwrap();
-        if ups.get(&spec.name).is_some_and(|p| p.data.is_none()) {
+        if ups.get(&spec.name).is_some_and(Pending::in_use) {
             return Err(StoreError::Busy(spec.name.clone()));
         }
-        ups.insert(spec.name.clone(), Pending { rec, data: Some(buf) });
+        ups.insert(spec.name.clone(), Pending { rec, data: Some(buf), ranged: None });
         Ok(Routed { upload_id, received: 0, received_digest: None, resumed: false })
     }
 
@@ -242,8 +260,77 @@ impl Store for MemStore {
         validate_name(name)?;
         let mut ups = self.inner.uploads.lock().unwrap();
         let p = ups.get_mut(name).ok_or_else(|| StoreError::NoUpload(name.into()))?;
-        let data = p.data.take().ok_or_else(|| StoreError::Busy(name.into()))?;
+        if p.in_use() {
+            return Err(StoreError::Busy(name.into()));
+        }
+        let data = match p.ranged.take() {
+            // Written by range writers, all gone: every byte counts as held (the commit
+            // checks them against the sender's digest).
+            Some(shared) => {
+                let mut buf = Arc::into_inner(shared).expect("no writer").into_inner().unwrap();
+                buf.received = buf.bytes.len() as u64;
+                buf.chunked = None;
+                buf
+            }
+            None => p.data.take().expect("not in use"),
+        };
         Ok(Box::new(MemUpload { store: self.inner.clone(), rec: p.rec.clone(), data: Some(data) }))
+    }
+
+    fn open_upload_range(&self, name: &str, start: u64) -> Result<Option<Box<dyn UploadSink>>> {
+        validate_name(name)?;
+        let mut ups = self.inner.uploads.lock().unwrap();
+        let p = ups.get_mut(name).ok_or_else(|| StoreError::NoUpload(name.into()))?;
+        let Some(size) = p.rec.size else {
+            return Err(StoreError::Unsupported(format!(
+                "the upload of {name:?} has no declared size: it takes one writer"
+            )));
+        };
+        if start > size {
+            return Err(StoreError::BeyondSize { offset: start, len: 0, size });
+        }
+        if p.ranged.is_none() {
+            // A writer of its own holds it: not shared under it.
+            let mut buf = p.data.take().ok_or_else(|| StoreError::Busy(name.into()))?;
+            buf.chunked = None;
+            p.ranged = Some(Arc::new(Mutex::new(buf)));
+        }
+        let shared = p.ranged.clone().expect("shared above");
+        let id = p.rec.upload_id.clone();
+        Ok(Some(Box::new(MemRangeWriter { name: name.into(), id, size, shared, received: start })))
+    }
+
+    fn takes_range_writes(&self) -> bool {
+        true
+    }
+
+    fn upload_piece_digests(
+        &self,
+        name: &str,
+        offset: u64,
+        len: u64,
+        piece: u64,
+        algo: DigestAlgo,
+    ) -> Result<Option<Vec<Digest>>> {
+        validate_name(name)?;
+        let ups = self.inner.uploads.lock().unwrap();
+        let p = ups.get(name).ok_or_else(|| StoreError::NoUpload(name.into()))?;
+        let digests = |bytes: &[u8], held: u64| {
+            let end = offset.saturating_add(len).min(held);
+            let piece = piece.max(1) as usize;
+            match bytes.get(offset as usize..end as usize) {
+                Some(b) => b.chunks(piece).map(|c| algo.digest(c)).collect(),
+                None => Vec::new(),
+            }
+        };
+        Ok(Some(match (&p.ranged, &p.data) {
+            (Some(shared), _) => {
+                let buf = shared.lock().unwrap();
+                digests(&buf.bytes, buf.bytes.len() as u64)
+            }
+            (None, Some(buf)) => digests(&buf.bytes, buf.received),
+            (None, None) => return Err(StoreError::Busy(name.into())),
+        }))
     }
 
     fn abort(&self, name: &str) -> Result<()> {
@@ -251,7 +338,7 @@ impl Store for MemStore {
         let mut ups = self.inner.uploads.lock().unwrap();
         match ups.get(name) {
             None => Err(StoreError::NoUpload(name.into())),
-            Some(p) if p.data.is_none() => Err(StoreError::Busy(name.into())),
+            Some(p) if p.in_use() => Err(StoreError::Busy(name.into())),
             Some(_) => {
                 ups.remove(name);
                 Ok(())
@@ -274,10 +361,10 @@ impl Store for MemStore {
     fn expire_uploads(&self, age: std::time::Duration) -> Result<Vec<String>> {
         let cutoff = now_ms().saturating_sub(age.as_millis() as i64);
         let mut ups = self.inner.uploads.lock().unwrap();
-        // Uploads whose bytes a writer holds (`data` taken) are in use: kept.
+        // Uploads a writer has are in use: kept.
         let gone: Vec<String> = ups
             .iter()
-            .filter(|(_, p)| p.data.is_some() && p.rec.created_ms < cutoff)
+            .filter(|(_, p)| !p.in_use() && p.rec.created_ms < cutoff)
             .map(|(n, _)| n.clone())
             .collect();
         for n in &gone {
@@ -415,6 +502,24 @@ impl UploadSink for MemUpload {
         Ok(())
     }
 
+    fn commit_expecting(
+        self: Box<Self>,
+        expected: &Digest,
+        _sender: Option<&ChunkDigests>,
+    ) -> Result<BlobRecord> {
+        // Read back once, in the digest's algorithm: every byte is in memory here.
+        check_complete(&self.rec.name, self.rec.size, self.received())?;
+        let buf = self.data.as_ref().expect("present until commit");
+        let held = expected.algo.digest(&buf.bytes[..buf.received as usize]);
+        if held != *expected {
+            return Err(StoreError::Corrupt {
+                name: self.rec.name.clone(),
+                reason: format!("staged bytes read back as {held}, {expected} was written"),
+            });
+        }
+        self.commit(Some(expected.clone()))
+    }
+
     fn commit(mut self: Box<Self>, whole: Option<Digest>) -> Result<BlobRecord> {
         let name = self.rec.name.clone();
         check_complete(&name, self.rec.size, self.received())?;
@@ -454,6 +559,52 @@ impl UploadSink for MemUpload {
         self.store.uploads.lock().unwrap().remove(&name);
         self.store.listeners.notify(StoreEvent::Committed(record.clone()));
         Ok(record)
+    }
+}
+
+/// One range of a pending upload, written next to other ranges into the buffer they share
+/// (see [`Store::open_upload_range`]).
+struct MemRangeWriter {
+    name: String,
+    id: String,
+    size: u64,
+    shared: Arc<Mutex<Buf>>,
+    /// The next byte this writer expects (its range's start, then as written).
+    received: u64,
+}
+
+impl UploadSink for MemRangeWriter {
+    fn size(&self) -> Option<u64> {
+        Some(self.size)
+    }
+
+    fn upload_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+
+    fn received(&self) -> u64 {
+        self.received
+    }
+
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        check_write(Some(self.size), self.received, offset, data.len())?;
+        let at = offset as usize;
+        self.shared.lock().unwrap().bytes[at..at + data.len()].copy_from_slice(data);
+        self.received = self.received.max(offset + data.len() as u64);
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        // Bytes past `len` stay until written again: the commit checks them all.
+        self.received = self.received.min(len);
+        Ok(())
+    }
+
+    fn commit(self: Box<Self>, _whole: Option<Digest>) -> Result<BlobRecord> {
+        Err(StoreError::Unsupported(format!(
+            "a range writer of {:?} cannot commit: commit the upload once every range is written",
+            self.name
+        )))
     }
 }
 

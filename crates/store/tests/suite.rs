@@ -201,6 +201,41 @@ fn full_disk_loses_nothing(s: impl Store) {
     assert_eq!(read_all(&s, "small"), b"1234");
 }
 
+/// One blob written by two range writers at once (one blob over two connections) is
+/// committed whole by `commit_expecting`; bytes that are not the sender's are refused and
+/// nothing becomes visible, and written again (both ranges: on S3 a part written again is
+/// held once it is whole again) the same upload commits.
+fn range_writers_commit_one_blob(s: &dyn Store) {
+    let size = 9 << 20; // past one 8 MiB part, so the S3 store sends parts as they fill
+    let bytes: Vec<u8> = (0..size).map(|i| (i as u8).wrapping_mul(31) ^ (i >> 20) as u8).collect();
+    let (whole, sums) = (s.digest_algo().digest(&bytes), bs_wire::ChunkDigests::of(&bytes));
+    s.route(&spec("r", Some(size as u64))).unwrap();
+    let half = 5 << 20;
+    let mut a = s.open_upload_range("r", 0).unwrap().expect("takes range writers");
+    let mut b = s.open_upload_range("r", half as u64).unwrap().expect("takes range writers");
+    assert!(matches!(s.open_upload("r"), Err(StoreError::Busy(_))), "one writer while ranges");
+    let mut wrong = bytes[half..].to_vec();
+    wrong[100] ^= 1;
+    let write = |w: &mut dyn bs_store::UploadSink, from: usize, part: &[u8]| {
+        for (k, piece) in part.chunks(1 << 20).enumerate() {
+            w.write_at((from + (k << 20)) as u64, piece).unwrap();
+        }
+    };
+    write(&mut *b, half, &wrong);
+    write(&mut *a, 0, &bytes[..half]);
+    drop((a, b));
+    let e = s.open_upload("r").unwrap().commit_expecting(&whole, Some(&sums)).unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    assert!(matches!(s.stat("r"), Err(StoreError::NotFound(_))));
+    for from in [0, half] {
+        let mut w = s.open_upload_range("r", from as u64).unwrap().unwrap();
+        write(&mut *w, from, &bytes[from..if from == 0 { half } else { size }]);
+    }
+    let rec = s.open_upload("r").unwrap().commit_expecting(&whole, Some(&sums)).unwrap();
+    assert_eq!((rec.size, rec.digest), (size as u64, whole.to_string()));
+    assert!(read_all(s, "r") == bytes, "the blob's bytes differ");
+}
+
 macro_rules! suite {
     ($($t:ident),*) => {
         mod mem { $( #[test] fn $t() { super::$t(&bs_store::MemStore::new()); } )* }
@@ -235,7 +270,8 @@ suite!(
     commits_and_deletes_are_announced,
     stale_uploads_expire_unless_being_written,
     conditional_replace_is_checked_at_commit,
-    concurrent_commits_each_land_once
+    concurrent_commits_each_land_once,
+    range_writers_commit_one_blob
 );
 
 fn conditional_replace_is_checked_at_commit(s: &dyn Store) {
