@@ -16,43 +16,44 @@ let server;
 let page;
 useApp((app) => ({ server, page } = app));
 
-/** A Part 10 Basic Text SR with the given UIDs and patient, and no pixel data. */
-function report({ study, series, instance }) {
-  const sop = '1.2.840.10008.5.1.4.1.1.88.11';
+/**
+ * A Part 10 instance with no pixel data: SOP class `sop`, the given UIDs, date, modality,
+ * description and patient, and `more` elements after them (tags past 0020,000E).
+ */
+function instance({ sop, study, series, instance, date, modality, description, patient, id, more = [] }) {
   return part10({ sop, instance, elements: [
     element(0x0008, 0x0016, 'UI', sop),
     element(0x0008, 0x0018, 'UI', instance),
-    element(0x0008, 0x0020, 'DA', '20251126'),
-    element(0x0008, 0x0060, 'CS', 'SR'),
-    element(0x0008, 0x1030, 'LO', 'REPORT ONLY'),
-    element(0x0010, 0x0010, 'PN', 'REPORT^RUTH'),
-    element(0x0010, 0x0020, 'LO', 'RPT-0001'),
+    element(0x0008, 0x0020, 'DA', date),
+    element(0x0008, 0x0060, 'CS', modality),
+    element(0x0008, 0x1030, 'LO', description),
+    element(0x0010, 0x0010, 'PN', patient),
+    element(0x0010, 0x0020, 'LO', id),
     element(0x0020, 0x000d, 'UI', study),
     element(0x0020, 0x000e, 'UI', series),
+    ...more,
   ] });
 }
+
+/** A Basic Text SR. */
+const report = (uids) => instance({
+  ...uids, sop: '1.2.840.10008.5.1.4.1.1.88.11', date: '20251126', modality: 'SR',
+  description: 'REPORT ONLY', patient: 'REPORT^RUTH', id: 'RPT-0001',
+});
 
 /** The PDF of the report study: an odd length, so the element is padded and cut back. */
 const PDF = Buffer.from('%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n', 'latin1');
 
-/** A Part 10 Encapsulated PDF instance carrying `PDF`. */
-function pdfReport({ study, series, instance }) {
-  const sop = '1.2.840.10008.5.1.4.1.1.104.1';
-  return part10({ sop, instance, elements: [
-    element(0x0008, 0x0016, 'UI', sop),
-    element(0x0008, 0x0018, 'UI', instance),
-    element(0x0008, 0x0020, 'DA', '20251127'),
-    element(0x0008, 0x0060, 'CS', 'DOC'),
-    element(0x0008, 0x1030, 'LO', 'PDF REPORT'),
-    element(0x0010, 0x0010, 'PN', 'PAPER^PAULA'),
-    element(0x0010, 0x0020, 'LO', 'PDF-0001'),
-    element(0x0020, 0x000d, 'UI', study),
-    element(0x0020, 0x000e, 'UI', series),
+/** An Encapsulated PDF carrying `PDF`. */
+const pdfReport = (uids) => instance({
+  ...uids, sop: '1.2.840.10008.5.1.4.1.1.104.1', date: '20251127', modality: 'DOC',
+  description: 'PDF REPORT', patient: 'PAPER^PAULA', id: 'PDF-0001',
+  more: [
     element(0x0042, 0x0011, 'OB', PDF),
     element(0x0042, 0x0012, 'LO', 'application/pdf'),
     element(0x0042, 0x0015, 'UL', ul(PDF.length)),
-  ] });
-}
+  ],
+});
 
 /** Fetch `href` in the page: its status, content type and bytes (base64). */
 function fetched(href) {

@@ -293,17 +293,23 @@ fn pushed(w: &World, name: &str, bytes: &[u8]) {
     std::fs::remove_file(&back).unwrap();
 }
 
+/// Put `bytes`, as the file `up.bin`, into `name` over `connections` connections (checked to
+/// be used, none cut, no split).
+fn put_file(w: &World, name: &str, bytes: &[u8], connections: usize, overwrite: bool) {
+    let src = w.dir.path().join("up.bin");
+    std::fs::write(&src, bytes).unwrap();
+    let t = Transporter::new(Factory::new());
+    let opts = Options::blocking().connections(connections).overwrite(overwrite);
+    let c = t.copy(&BlobKey::file(&src), &w.remote(name), &opts).wait().unwrap();
+    assert_eq!(c.path, CopyPath::Parallel { connections, reconnects: 0, splits: 0 });
+    assert_eq!((c.bytes, c.resumed_from), (bytes.len() as u64, 0));
+}
+
 #[test]
 fn four_connections_push_the_whole_file_as_one_blob() {
     let w = world_with("unrelated", b"x");
     let bytes = data(9 * MIB + 777);
-    let src = w.dir.path().join("up.bin");
-    std::fs::write(&src, &bytes).unwrap();
-    let t = Transporter::new(Factory::new());
-    let opts = Options::blocking().connections(4);
-    let c = t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
-    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
-    assert_eq!(c.bytes, bytes.len() as u64);
+    put_file(&w, "up/scan", &bytes, 4, false);
     // Every chunk was vouched for by the range writer that wrote it: nothing read back.
     assert_eq!(w.fs().commit_read_back(), 0);
     pushed(&w, "up/scan", &bytes);
@@ -315,19 +321,11 @@ fn four_connections_push_the_whole_file_as_one_blob() {
 fn four_connections_push_a_file_into_s3_as_one_blob() {
     let w = s3_world();
     let bytes = data(40 * MIB + 777);
-    let src = w.dir.path().join("up.bin");
-    std::fs::write(&src, &bytes).unwrap();
-    let t = Transporter::new(Factory::new());
-    let opts = Options::blocking().connections(4);
-    let c = t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
-    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
-    assert_eq!(c.bytes, bytes.len() as u64);
+    put_file(&w, "up/scan", &bytes, 4, false);
     pushed(&w, "up/scan", &bytes);
     // Put again over it, by 2 connections: the blob is replaced whole.
     let other = data(17 * MIB + 5).into_iter().map(|b| b ^ 0x5A).collect::<Vec<u8>>();
-    std::fs::write(&src, &other).unwrap();
-    let opts = Options::blocking().connections(2).overwrite(true);
-    t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
+    put_file(&w, "up/scan", &other, 2, true);
     pushed(&w, "up/scan", &other);
 }
 
@@ -538,12 +536,7 @@ fn mem_world() -> World {
 fn four_connections_push_a_file_into_memory_as_one_blob() {
     let w = mem_world();
     let bytes = data(9 * MIB + 777);
-    let src = w.dir.path().join("up.bin");
-    std::fs::write(&src, &bytes).unwrap();
-    let t = Transporter::new(Factory::new());
-    let opts = Options::blocking().connections(4);
-    let c = t.copy(&BlobKey::file(&src), &w.remote("up/scan"), &opts).wait().unwrap();
-    assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
+    put_file(&w, "up/scan", &bytes, 4, false);
     pushed(&w, "up/scan", &bytes);
 }
 

@@ -33,8 +33,9 @@ use crate::mapped::MappedFiles;
 use crate::name::validate_name;
 use crate::source::{BlobSource, CorruptionMarker};
 use crate::store::{
-    RouteSpec, Routed, Store, UploadSink, check_complete, check_write, digest_and_chunks,
-    digest_and_chunks_also, digest_and_chunks_of, digest_file_range, may_replace,
+    RangeTarget, RangeWriter, RouteSpec, Routed, Store, UploadSink, check_complete, check_write,
+    digest_and_chunks, digest_and_chunks_also, digest_and_chunks_of, digest_file_range,
+    may_replace, range_size,
 };
 use crate::written::{Tracker, Written, WrittenChunks};
 
@@ -462,21 +463,8 @@ impl Store for FsStore {
         validate_name(name)?;
         let i = &self.inner;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
-        if inline_sized(rec.size) && !i.staging_path(&rec.upload_id).exists() {
-            return Err(StoreError::Unsupported(format!(
-                "the upload of {name:?} ({} bytes) is kept whole for its catalogue row: it \
-                 takes one writer",
-                rec.size.unwrap_or_default()
-            )));
-        }
-        let Some(size) = rec.size else {
-            return Err(StoreError::Unsupported(format!(
-                "the upload of {name:?} has no declared size: it takes one writer"
-            )));
-        };
-        if start > size {
-            return Err(StoreError::BeyondSize { offset: start, len: 0, size });
-        }
+        let kept_whole = inline_sized(rec.size) && !i.staging_path(&rec.upload_id).exists();
+        let size = range_size(name, rec.size, start, kept_whole)?;
         {
             // Counted before the file is opened, and only while nobody holds the upload's
             // claim, under the lock its committer checks the count under (after taking the
@@ -496,16 +484,15 @@ impl Store for FsStore {
             }
         };
         i.written.open(&rec.upload_id);
-        let sink = FsRangeUpload {
+        let target = FsRange {
             store: i.clone(),
             name: name.to_string(),
-            id: rec.upload_id,
+            id: rec.upload_id.clone(),
             file,
-            size,
-            received: start,
             tracker: Tracker::new(size),
         };
-        Ok(Some(Box::new(sink)))
+        let (name, id) = (name.to_string(), rec.upload_id);
+        Ok(Some(Box::new(RangeWriter { name, id, size, received: start, target })))
     }
 
     fn takes_range_writes(&self) -> bool {
@@ -736,24 +723,21 @@ impl FsStore {
     }
 }
 
-/// One range of a pending upload, written next to other ranges (see
-/// [`Store::open_upload_range`]). Ranges are disjoint by the client's choice, and whatever
-/// they leave is checked as a whole when the upload commits; while any is open the upload
-/// cannot be opened whole or aborted (`Busy`).
-struct FsRangeUpload {
+/// Where a range writer of a pending upload writes (see [`RangeWriter`]): its staging file.
+/// Ranges are disjoint by the client's choice, and whatever they leave is checked as a whole
+/// when the upload commits; while any is open the upload cannot be opened whole or aborted
+/// (`Busy`).
+struct FsRange {
     store: Arc<Inner>,
     name: String,
     /// The upload's id (its staging file).
     id: String,
     file: File,
-    size: u64,
-    /// The next byte this writer expects (its range's start, then as written).
-    received: u64,
     /// The chunk it is writing in order, hashed as written (see `written.rs`).
     tracker: Tracker,
 }
 
-impl Drop for FsRangeUpload {
+impl Drop for FsRange {
     fn drop(&mut self) {
         // An upload replaced, deleted or expired while this writer ran (it began tracking it
         // again): nothing of it is wanted. Not on a catalogue error: forgetting the live
@@ -770,43 +754,19 @@ impl Drop for FsRangeUpload {
     }
 }
 
-impl UploadSink for FsRangeUpload {
-    fn size(&self) -> Option<u64> {
-        Some(self.size)
-    }
-
-    fn upload_id(&self) -> Option<&str> {
-        Some(&self.id)
-    }
-
-    fn received(&self) -> u64 {
-        self.received
-    }
-
-    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        check_write(Some(self.size), self.received, offset, data.len())?;
+impl RangeTarget for FsRange {
+    fn write(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         let (store, name, file) = (&self.store, &self.name, &self.file);
         store.written.write(&self.id, offset, data, &mut self.tracker, |at, piece| {
             // Every byte may need new space: a range can land in a hole of the sparse file.
             store.write_staged(name, file, at, piece, piece.len() as u64)
-        })?;
-        self.received = self.received.max(offset + data.len() as u64);
-        Ok(())
+        })
     }
 
-    fn truncate(&mut self, len: u64) -> Result<()> {
+    fn truncate(&mut self, len: u64) {
         // Bytes past `len` stay in the file until rewritten; the commit's check keeps any
         // that are not from being committed.
-        self.received = self.received.min(len);
         self.tracker.truncate(len);
-        Ok(())
-    }
-
-    fn commit(self: Box<Self>, _whole: Option<Digest>) -> Result<BlobRecord> {
-        Err(StoreError::Unsupported(format!(
-            "a range writer of {:?} cannot commit: commit the upload once every range is written",
-            self.name
-        )))
     }
 }
 

@@ -18,7 +18,8 @@ use crate::events::{Listener, Listeners, StoreEvent};
 use crate::name::validate_name;
 use crate::source::{BlobSource, CorruptionMarker};
 use crate::store::{
-    RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace,
+    RangeTarget, RangeWriter, RouteSpec, Routed, Store, UploadSink, check_complete, check_write,
+    may_replace, range_size,
 };
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -281,23 +282,16 @@ impl Store for MemStore {
         validate_name(name)?;
         let mut ups = self.inner.uploads.lock().unwrap();
         let p = ups.get_mut(name).ok_or_else(|| StoreError::NoUpload(name.into()))?;
-        let Some(size) = p.rec.size else {
-            return Err(StoreError::Unsupported(format!(
-                "the upload of {name:?} has no declared size: it takes one writer"
-            )));
-        };
-        if start > size {
-            return Err(StoreError::BeyondSize { offset: start, len: 0, size });
-        }
+        let size = range_size(name, p.rec.size, start, false)?;
         if p.ranged.is_none() {
             // A writer of its own holds it: not shared under it.
             let mut buf = p.data.take().ok_or_else(|| StoreError::Busy(name.into()))?;
             buf.chunked = None;
             p.ranged = Some(Arc::new(Mutex::new(buf)));
         }
-        let shared = p.ranged.clone().expect("shared above");
-        let id = p.rec.upload_id.clone();
-        Ok(Some(Box::new(MemRangeWriter { name: name.into(), id, size, shared, received: start })))
+        let target = MemRange(p.ranged.clone().expect("shared above"));
+        let (name, id) = (name.to_string(), p.rec.upload_id.clone());
+        Ok(Some(Box::new(RangeWriter { name, id, size, received: start, target })))
     }
 
     fn takes_range_writes(&self) -> bool {
@@ -562,49 +556,15 @@ impl UploadSink for MemUpload {
     }
 }
 
-/// One range of a pending upload, written next to other ranges into the buffer they share
-/// (see [`Store::open_upload_range`]).
-struct MemRangeWriter {
-    name: String,
-    id: String,
-    size: u64,
-    shared: Arc<Mutex<Buf>>,
-    /// The next byte this writer expects (its range's start, then as written).
-    received: u64,
-}
+/// Where a range writer writes (see [`RangeWriter`]): the buffer the upload's range writers
+/// share. Bytes past a rollback stay until written again: the commit checks them all.
+struct MemRange(Arc<Mutex<Buf>>);
 
-impl UploadSink for MemRangeWriter {
-    fn size(&self) -> Option<u64> {
-        Some(self.size)
-    }
-
-    fn upload_id(&self) -> Option<&str> {
-        Some(&self.id)
-    }
-
-    fn received(&self) -> u64 {
-        self.received
-    }
-
-    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        check_write(Some(self.size), self.received, offset, data.len())?;
+impl RangeTarget for MemRange {
+    fn write(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         let at = offset as usize;
-        self.shared.lock().unwrap().bytes[at..at + data.len()].copy_from_slice(data);
-        self.received = self.received.max(offset + data.len() as u64);
+        self.0.lock().unwrap().bytes[at..at + data.len()].copy_from_slice(data);
         Ok(())
-    }
-
-    fn truncate(&mut self, len: u64) -> Result<()> {
-        // Bytes past `len` stay until written again: the commit checks them all.
-        self.received = self.received.min(len);
-        Ok(())
-    }
-
-    fn commit(self: Box<Self>, _whole: Option<Digest>) -> Result<BlobRecord> {
-        Err(StoreError::Unsupported(format!(
-            "a range writer of {:?} cannot commit: commit the upload once every range is written",
-            self.name
-        )))
     }
 }
 

@@ -73,7 +73,7 @@ use crate::objstream::ObjStream;
 use crate::s3http::{QuickAckConnector, RunningCrc, Signer};
 use crate::source::{BlobSource, CorruptionMarker, REMOTE_WINDOW, RangeRead};
 use crate::store::{
-    RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace,
+    RouteSpec, Routed, Store, UploadSink, check_complete, check_write, may_replace, range_size,
 };
 use crate::tail::Tail;
 
@@ -861,20 +861,7 @@ impl Store for ObjStore {
         validate_name(name)?;
         let i = &self.inner;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
-        let Some(size) = rec.size else {
-            return Err(StoreError::Unsupported(format!(
-                "the upload of {name:?} has no declared size: it takes one writer"
-            )));
-        };
-        if inline_sized(Some(size)) {
-            return Err(StoreError::Unsupported(format!(
-                "the upload of {name:?} ({size} bytes) is kept whole for its catalogue row: it \
-                 takes one writer"
-            )));
-        }
-        if start > size {
-            return Err(StoreError::BeyondSize { offset: start, len: 0, size });
-        }
+        let size = range_size(name, rec.size, start, inline_sized(rec.size))?;
         let (id, _) = split_upload_id(&rec.upload_id);
         let ranged = {
             // Counted in under the map's lock, and only while nobody holds the upload's

@@ -29,7 +29,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bs_meta::{BlobRecord, UploadRecord};
+use bs_meta::UploadRecord;
 use bs_wire::{CHUNK_SIZE, ChunkDigests, Digest, DigestAlgo, PooledBuf};
 use bytes::Bytes;
 use object_store::multipart::PartId;
@@ -39,7 +39,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::StoreError;
 use crate::object::{Inner, PART_SIZE, PARTS_IN_FLIGHT, os_error, split_upload_id};
-use crate::store::{UploadSink, check_write};
+use crate::store::{RangeTarget, RangeWriter};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -187,9 +187,11 @@ impl Ranged {
     }
 
     /// A writer of bytes from `start` on.
-    pub(crate) fn writer(self: &Arc<Self>, store: Arc<Inner>, start: u64) -> RangeWriter {
+    pub(crate) fn writer(self: &Arc<Self>, store: Arc<Inner>, start: u64) -> RangeWriter<ObjRange> {
         self.writers.fetch_add(1, Ordering::SeqCst);
-        RangeWriter { store, ranged: self.clone(), received: start }
+        let (name, id) = (self.name.clone(), self.upload_id.clone());
+        let target = ObjRange { store, ranged: self.clone() };
+        RangeWriter { name, id, size: self.size, received: start, target }
     }
 
     fn write(&self, i: &Inner, mut offset: u64, mut data: &[u8]) -> Result<()> {
@@ -463,52 +465,23 @@ impl Ranged {
     }
 }
 
-/// One range of a pending upload, written next to other ranges: see the module's doc.
-pub(crate) struct RangeWriter {
+/// Where a range writer writes (see [`RangeWriter`]): the parts of the upload (see the
+/// module's doc). Bytes past a rollback stay until written again: the commit checks every
+/// chunk against the sender's, and a resumed push compares the pieces held with its own.
+pub(crate) struct ObjRange {
     store: Arc<Inner>,
     ranged: Arc<Ranged>,
-    /// The next byte this writer expects (its range's start, then as written).
-    received: u64,
 }
 
-impl Drop for RangeWriter {
+impl Drop for ObjRange {
     fn drop(&mut self) {
         self.ranged.writers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-impl UploadSink for RangeWriter {
-    fn size(&self) -> Option<u64> {
-        Some(self.ranged.size)
-    }
-
-    fn upload_id(&self) -> Option<&str> {
-        Some(&self.ranged.upload_id)
-    }
-
-    fn received(&self) -> u64 {
-        self.received
-    }
-
-    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        check_write(Some(self.ranged.size), self.received, offset, data.len())?;
-        self.ranged.write(&self.store, offset, data)?;
-        self.received = self.received.max(offset + data.len() as u64);
-        Ok(())
-    }
-
-    fn truncate(&mut self, len: u64) -> Result<()> {
-        // Bytes past `len` stay until written again: the commit checks every chunk against
-        // the sender's, and a resumed push compares the pieces held with its own.
-        self.received = self.received.min(len);
-        Ok(())
-    }
-
-    fn commit(self: Box<Self>, _whole: Option<Digest>) -> Result<BlobRecord> {
-        Err(StoreError::Unsupported(format!(
-            "a range writer of {:?} cannot commit: commit the upload once every range is written",
-            self.ranged.name
-        )))
+impl RangeTarget for ObjRange {
+    fn write(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        self.ranged.write(&self.store, offset, data)
     }
 }
 

@@ -242,6 +242,88 @@ pub trait UploadSink: Send {
     }
 }
 
+/// Where one store's range writer puts its bytes (see [`RangeWriter`]).
+pub(crate) trait RangeTarget: Send {
+    /// Write `data` at `offset` (inside the declared size, continuing what this writer wrote).
+    fn write(&mut self, offset: u64, data: &[u8]) -> Result<()>;
+    /// The writer goes back to `len`: bytes from there are written again.
+    fn truncate(&mut self, _len: u64) {}
+}
+
+/// One range of a pending upload of declared size, written next to other ranges (see
+/// [`Store::open_upload_range`]), by the rules every store's range writers share: writes
+/// continue what this writer wrote (no gaps) and stay inside the declared size; bytes past a
+/// rollback stay until written again (the commit checks every byte against the sender's);
+/// it cannot commit.
+pub(crate) struct RangeWriter<T> {
+    pub name: String,
+    /// The upload's id.
+    pub id: String,
+    pub size: u64,
+    /// The next byte this writer expects (its range's start, then as written).
+    pub received: u64,
+    pub target: T,
+}
+
+impl<T: RangeTarget> UploadSink for RangeWriter<T> {
+    fn size(&self) -> Option<u64> {
+        Some(self.size)
+    }
+
+    fn upload_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+
+    fn received(&self) -> u64 {
+        self.received
+    }
+
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        check_write(Some(self.size), self.received, offset, data.len())?;
+        self.target.write(offset, data)?;
+        self.received = self.received.max(offset + data.len() as u64);
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        self.received = self.received.min(len);
+        self.target.truncate(len);
+        Ok(())
+    }
+
+    fn commit(self: Box<Self>, _whole: Option<Digest>) -> Result<BlobRecord> {
+        Err(StoreError::Unsupported(format!(
+            "a range writer of {:?} cannot commit: commit the upload once every range is written",
+            self.name
+        )))
+    }
+}
+
+/// The declared size of the upload `name` a range writer from `start` opens (`kept_whole`:
+/// the store keeps it in its catalogue row, so it takes one writer).
+pub(crate) fn range_size(
+    name: &str,
+    size: Option<u64>,
+    start: u64,
+    kept_whole: bool,
+) -> Result<u64> {
+    let Some(size) = size else {
+        return Err(StoreError::Unsupported(format!(
+            "the upload of {name:?} has no declared size: it takes one writer"
+        )));
+    };
+    if kept_whole {
+        return Err(StoreError::Unsupported(format!(
+            "the upload of {name:?} ({size} bytes) is kept whole for its catalogue row: it \
+             takes one writer"
+        )));
+    }
+    if start > size {
+        return Err(StoreError::BeyondSize { offset: start, len: 0, size });
+    }
+    Ok(size)
+}
+
 /// A place blobs live. All methods block; call them off the async executor.
 pub trait Store: Send + Sync + 'static {
     /// Short description for logs ("fs:/var/lib/blobstream", "memory").
