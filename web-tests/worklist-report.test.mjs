@@ -1,13 +1,14 @@
 // Browser test: a study made of nothing but a structured report (no pixels at all), stored
 // through STOW-RS, is in the worklist with its patient, 0 images and 1 instance; its series is
 // listed as having nothing viewable and cannot be opened in the viewer, but its instance can
-// be downloaded as the file stored. A study holding a PDF report (Encapsulated PDF) offers
-// the PDF itself, opened from WADO-RS rendered as application/pdf, byte for byte.
+// be downloaded as the file stored and the report read as text (WADO-RS rendered: its title,
+// patient and findings). A study holding a PDF report (Encapsulated PDF) offers the PDF
+// itself, opened from WADO-RS rendered as application/pdf, byte for byte.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { assertNoErrors, openApp, useApp } from './lib/browser.mjs';
-import { element, part10 } from './lib/dicom.mjs';
+import { element, part10, sequence } from './lib/dicom.mjs';
 
 /** A UL value. */
 const ul = (n) => { const b = Buffer.alloc(4); b.writeUInt32LE(n); return b; };
@@ -35,10 +36,36 @@ function instance({ sop, study, series, instance, date, modality, description, p
   ] });
 }
 
-/** A Basic Text SR. */
+/** A code item: value, scheme DCM, meaning. */
+const code = (value, meaning) => Buffer.concat([
+  element(0x0008, 0x0100, 'SH', value),
+  element(0x0008, 0x0102, 'SH', 'DCM'),
+  element(0x0008, 0x0104, 'LO', meaning),
+]);
+
+/** An SR content item: relationship CONTAINS, its value type, concept name and `more`. */
+const item = (type, name, more) => Buffer.concat([
+  element(0x0040, 0xa010, 'CS', 'CONTAINS'),
+  element(0x0040, 0xa040, 'CS', type),
+  sequence(0x0040, 0xa043, [code('1', name)]),
+  ...more,
+]);
+
+/** A Basic Text SR: an imaging report with a finding in words and a measurement. */
 const report = (uids) => instance({
   ...uids, sop: '1.2.840.10008.5.1.4.1.1.88.11', date: '20251126', modality: 'SR',
   description: 'REPORT ONLY', patient: 'REPORT^RUTH', id: 'RPT-0001',
+  more: [
+    element(0x0040, 0xa040, 'CS', 'CONTAINER'),
+    sequence(0x0040, 0xa043, [code('18748-4', 'Imaging Report')]),
+    sequence(0x0040, 0xa730, [
+      item('TEXT', 'Findings', [element(0x0040, 0xa160, 'UT', 'No acute intracranial abnormality.')]),
+      item('NUM', 'Diameter', [sequence(0x0040, 0xa300, [Buffer.concat([
+        sequence(0x0040, 0x08ea, [code('mm', 'millimeter')]),
+        element(0x0040, 0xa30a, 'DS', '12.5'),
+      ])])]),
+    ]),
+  ],
 });
 
 /** The PDF of the report study: an odd length, so the element is padded and cut back. */
@@ -104,6 +131,17 @@ test('worklist: a study of only a report is listed, its series not opened', { ti
   assert.equal(dl.status, 200);
   assert.equal(dl.type, 'application/dicom');
   assert.ok(Buffer.from(dl.b64, 'base64').equals(file), 'the download is the file stored');
+  // ...and read as text in a new tab.
+  const read = docs.locator('a.report');
+  assert.equal(await read.getAttribute('target'), '_blank');
+  const text = await fetched(await read.getAttribute('href'));
+  assert.equal(text.status, 200);
+  assert.equal(text.type, 'text/plain; charset=utf-8');
+  const lines = Buffer.from(text.b64, 'base64').toString('utf8').split('\n');
+  assert.equal(lines[0], 'Imaging Report');
+  assert.ok(lines.includes('Patient: REPORT^RUTH'), lines.join('\n'));
+  assert.ok(lines.includes('Findings: No acute intracranial abnormality.'), lines.join('\n'));
+  assert.ok(lines.includes('Diameter: 12.5 mm'), lines.join('\n'));
 
   // The PDF report: opened as itself, byte for byte.
   const paper = page.locator('#worklist-table tr.study', { hasText: 'PDF-0001' });

@@ -40,3 +40,18 @@ export function part10({ sop, instance, elements }) {
     ...elements,
   ]);
 }
+
+/**
+ * A sequence (explicit VR little endian, defined lengths) of items, each the encoding of its
+ * data elements (in ascending tag order).
+ */
+export function sequence(group, elem, items) {
+  const encoded = items.map((item) => {
+    const head = Buffer.alloc(8);
+    head.writeUInt16LE(0xfffe, 0);
+    head.writeUInt16LE(0xe000, 2);
+    head.writeUInt32LE(item.length, 4);
+    return Buffer.concat([head, item]);
+  });
+  return element(group, elem, 'SQ', Buffer.concat(encoded));
+}

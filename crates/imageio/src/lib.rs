@@ -26,7 +26,7 @@ use std::path::Path;
 
 use bs_imaging::DynImage;
 
-pub use dicom::{DicomIds, dicom_ids, encapsulated_document};
+pub use dicom::{DicomIds, dicom_ids, encapsulated_document, structured_report};
 pub use error::ImageIoError;
 pub use format::Format;
 pub use meta::{Decoded, ImageMeta, Limits};

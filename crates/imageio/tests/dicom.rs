@@ -1038,3 +1038,86 @@ fn an_encapsulated_document_is_given_back_as_stored() {
     assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
     assert!(err.to_string().contains("not an encapsulated document"), "{err}");
 }
+
+/// A structured report reads as text: its title, patient, then one line per content item
+/// (concept: value, numbers with their units' code), nested items indented; content nested
+/// past the depth written is summarised; an instance with no content tree is unsupported.
+#[test]
+fn a_structured_report_reads_as_text() {
+    use bs_imageio::structured_report;
+    use dicom_core::value::DataSetSequence;
+    use dicom_core::{Length, VR};
+    use dicom_object::InMemDicomObject;
+    let seq = |tag, items: Vec<InMemDicomObject>| {
+        DataElement::new(tag, VR::SQ, DataSetSequence::new(items, Length::UNDEFINED))
+    };
+    let code = |value: &str, meaning: &str| {
+        InMemDicomObject::from_element_iter([
+            DataElement::new(tags::CODE_VALUE, VR::SH, value),
+            DataElement::new(tags::CODING_SCHEME_DESIGNATOR, VR::SH, "DCM"),
+            DataElement::new(tags::CODE_MEANING, VR::LO, meaning),
+        ])
+    };
+    let item = |kind: &str, name: &str, mut more: Vec<Elem>| {
+        more.push(DataElement::new(tags::VALUE_TYPE, VR::CS, kind));
+        more.push(seq(tags::CONCEPT_NAME_CODE_SEQUENCE, vec![code("1", name)]));
+        InMemDicomObject::from_element_iter(more)
+    };
+    let num = InMemDicomObject::from_element_iter([
+        seq(tags::MEASUREMENT_UNITS_CODE_SEQUENCE, vec![code("mm", "millimeter")]),
+        DataElement::new(tags::NUMERIC_VALUE, VR::DS, "12.5"),
+    ]);
+    // A container 20 levels deep (the parser takes 64 levels of sequences), holding a text
+    // item at the bottom.
+    let mut deep = item("TEXT", "Bottom", vec![DataElement::new(tags::TEXT_VALUE, VR::UT, "x")]);
+    for _ in 0..20 {
+        deep = item("CONTAINER", "Level", vec![seq(tags::CONTENT_SEQUENCE, vec![deep])]);
+    }
+    let findings = item(
+        "CONTAINER",
+        "Findings",
+        vec![seq(
+            tags::CONTENT_SEQUENCE,
+            vec![
+                item(
+                    "TEXT",
+                    "Impression",
+                    vec![DataElement::new(tags::TEXT_VALUE, VR::UT, "Normal.")],
+                ),
+                item("NUM", "Diameter", vec![seq(tags::MEASURED_VALUE_SEQUENCE, vec![num])]),
+                item(
+                    "CODE",
+                    "Laterality",
+                    vec![seq(tags::CONCEPT_CODE_SEQUENCE, vec![code("7771000", "Left")])],
+                ),
+            ],
+        )],
+    );
+    let mut elems = patient_elements();
+    elems.push(DataElement::new(tags::SOP_CLASS_UID, VR::UI, "1.2.840.10008.5.1.4.1.1.88.33"));
+    elems.push(DataElement::new(tags::VALUE_TYPE, VR::CS, "CONTAINER"));
+    elems.push(seq(tags::CONCEPT_NAME_CODE_SEQUENCE, vec![code("18748-4", "Imaging Report")]));
+    elems.push(DataElement::new(tags::COMPLETION_FLAG, VR::CS, "COMPLETE"));
+    elems.push(seq(tags::CONTENT_SEQUENCE, vec![findings, deep]));
+    let text = structured_report(&dicom_file(EXPLICIT_LE, elems), &Limits::default()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        &lines[..4],
+        ["Imaging Report", "Patient: Doe^Jane", "Patient ID: PID-0042", "Study date: 20240131"]
+    );
+    assert!(lines.contains(&"Completion: COMPLETE"), "{text}");
+    for want in ["Findings", "  Impression: Normal.", "  Diameter: 12.5 mm", "  Laterality: Left"] {
+        assert!(lines.contains(&want), "{want:?} in\n{text}");
+    }
+    assert!(lines.iter().any(|l| l.trim() == "… 1 items nested deeper"), "{text}");
+    assert!(!text.contains("Bottom"), "{text}");
+    let image = image_file(
+        EXPLICIT_LE,
+        &PixelSpec::gray(2, 2, 8, 8, false),
+        vec![],
+        pixel_data_8(vec![1; 4]),
+    );
+    let err = structured_report(&image, &Limits::default()).unwrap_err();
+    assert!(matches!(err, ImageIoError::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("not a structured report"), "{err}");
+}

@@ -118,8 +118,8 @@ export function setupWorklist(root, deps) {
   }
 
   // The instances of a series the viewer cannot draw (reports, PDFs): each can be downloaded
-  // as its DICOM file (WADO-URI), and an encapsulated document opened as itself (WADO-RS
-  // rendered: a PDF report opens in a new tab).
+  // as its DICOM file (WADO-URI), and a structured report or an encapsulated document opened
+  // in a new tab (WADO-RS rendered: the report as text, a PDF as itself).
   async function documents(li, study, series) {
     const span = h('span', { class: 'series-docs' }, ' Loading documents…');
     li.append(span);
@@ -131,8 +131,11 @@ export function setupWorklist(root, deps) {
       for (const o of found) {
         const sop = value(o, '00080018');
         const uri = new URLSearchParams({ requestType: 'WADO', studyUID: study, seriesUID: series, objectUID: sop, contentType: 'application/dicom' });
-        if (String(value(o, '00080016')).startsWith('1.2.840.10008.5.1.4.1.1.104.')) {
-          const open = h('a', { class: 'document', href: `${base}/instances/${encodeURIComponent(sop)}/rendered`, target: '_blank', rel: 'noopener' }, 'Open document');
+        const sopClass = String(value(o, '00080016'));
+        const kind = sopClass.startsWith('1.2.840.10008.5.1.4.1.1.104.') ? 'document'
+          : sopClass.startsWith('1.2.840.10008.5.1.4.1.1.88.') ? 'report' : null;
+        if (kind) {
+          const open = h('a', { class: kind, href: `${base}/instances/${encodeURIComponent(sop)}/rendered`, target: '_blank', rel: 'noopener' }, `Open ${kind}`);
           open.addEventListener('click', (e) => e.stopPropagation());
           links.push(open);
         }

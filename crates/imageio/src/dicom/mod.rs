@@ -74,6 +74,7 @@ pub(crate) mod jpegls;
 pub(crate) mod pixels;
 pub(crate) mod rle;
 pub(crate) mod scan;
+mod sr;
 
 use std::borrow::Cow;
 
@@ -293,6 +294,28 @@ pub fn encapsulated_document(
     let mime = text(&obj, tags::MIME_TYPE_OF_ENCAPSULATED_DOCUMENT)
         .unwrap_or_else(|| "application/octet-stream".into());
     Ok((mime, data))
+}
+
+/// A structured report (SOP classes 1.2.840.10008.5.1.4.1.1.88.*, Key Object Selection too)
+/// as plain text: its title, patient, completion and verification, then its content tree
+/// (see `sr.rs`). The file gets the structural checks of [`crate::decode`] first; one
+/// without a Content Sequence is not a report (unsupported).
+pub fn structured_report(bytes: &[u8], limits: &Limits) -> Result<String, ImageIoError> {
+    limits.check_input(bytes.len())?;
+    let (body, _, _) = structure(bytes, limits, |_| Ok(()))?;
+    let obj = OpenFileOptions::new()
+        .read_preamble(ReadPreamble::Never)
+        .read_until(tags::PIXEL_DATA)
+        .from_reader(body)
+        .map_err(|e| parse_error(&e))?;
+    if obj.get(tags::CONTENT_SEQUENCE).and_then(|e| e.items()).is_none() {
+        let class = text(&obj, tags::SOP_CLASS_UID).unwrap_or_default();
+        return Err(ImageIoError::unsupported(
+            DICOM,
+            format!("not a structured report (SOP class {class}): no Content Sequence"),
+        ));
+    }
+    Ok(sr::render(&obj))
 }
 
 /// Decode a DICOM Part 10 file.
@@ -587,7 +610,7 @@ fn not_an_image(obj: &DefaultDicomObject) -> ImageIoError {
     ImageIoError::unsupported(DICOM, format!("not an image: no Pixel Data (SOP class {class})"))
 }
 
-fn text(obj: &DefaultDicomObject, tag: Tag) -> Option<String> {
+fn text(obj: &dicom_object::InMemDicomObject, tag: Tag) -> Option<String> {
     let value = obj.get(tag)?.to_str().ok()?;
     let value = value.trim_matches(|c: char| c == '\0' || c.is_whitespace());
     (!value.is_empty()).then(|| value.to_string())

@@ -397,6 +397,42 @@ fn image_response(bytes: Bytes, mime: &'static str) -> Response {
 /// How the SOP Class UIDs of Encapsulated Document storage begin (PDF, CDA, STL, OBJ, MTL).
 const ENCAPSULATED_DOCUMENT: &str = "1.2.840.10008.5.1.4.1.1.104.";
 
+/// How the SOP Class UIDs of structured reports begin (text, enhanced, comprehensive, key
+/// object selection, measurement reports…).
+const STRUCTURED_REPORT: &str = "1.2.840.10008.5.1.4.1.1.88.";
+
+/// Whether `accept` (an `Accept` header's value, "" when none) takes `mime`.
+fn takes(accept: &str, mime: &str) -> bool {
+    accept.is_empty()
+        || accept.split(',').any(|a| {
+            let a = a.split(';').next().unwrap_or("").trim();
+            a == mime || a == "*/*"
+        })
+}
+
+/// A structured report as text: `text/plain` (UTF-8), or `text/html` when that is asked and
+/// plain text is not; 406 when neither is taken.
+fn report(st: &AppState, i: &Instance, accept: &str) -> Result<Response, WebError> {
+    let text = bs_imageio::structured_report(&file(st, i)?, st.images.limits())?;
+    let (body, mime) = if takes(accept, "text/plain") {
+        (text, "text/plain; charset=utf-8")
+    } else if takes(accept, "text/html") {
+        let escaped = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        let title = escaped.lines().next().unwrap_or("").to_string();
+        let page = format!(
+            "<!doctype html><meta charset=\"utf-8\"><title>{title}</title><pre>{escaped}</pre>\n"
+        );
+        (page, "text/html; charset=utf-8")
+    } else {
+        return Err(WebError::NotAcceptable(
+            "this instance is a structured report: ask for text/plain or text/html".into(),
+        ));
+    };
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+    Ok(r)
+}
+
 /// An Encapsulated Document instance's document as its own media type (a PDF report opens
 /// in the browser), from the instance's verified bytes; 406 when `accept` names neither it
 /// nor `*/*`.
@@ -405,8 +441,7 @@ fn document(st: &AppState, i: &Instance, accept: &str) -> Result<Response, WebEr
     let mime = HeaderValue::from_str(mime.trim()).map_err(|_| {
         WebError::Unprocessable(format!("the document's MIME type {mime:?} is not a media type"))
     })?;
-    let wanted = |m: &str| accept.split(',').any(|a| a.split(';').next().unwrap_or("").trim() == m);
-    if !accept.is_empty() && !wanted("*/*") && !wanted(mime.to_str().unwrap_or("")) {
+    if !takes(accept, mime.to_str().unwrap_or("")) {
         return Err(WebError::NotAcceptable(format!(
             "this instance is a document of type {}: ask for that type (or */*)",
             mime.to_str().unwrap_or("")
@@ -428,7 +463,8 @@ fn document(st: &AppState, i: &Instance, accept: &str) -> Result<Response, WebEr
 }
 
 /// `GET …/instances/{instance}/rendered`: an image windowed for display (PNG, or JPEG when
-/// asked), or an Encapsulated Document's document (a PDF report as `application/pdf`).
+/// asked), an Encapsulated Document's document (a PDF report as `application/pdf`), or a
+/// structured report as text.
 pub async fn rendered(
     State(st): State<Arc<AppState>>,
     Path((study, series, instance)): Path<(String, String, String)>,
@@ -443,8 +479,12 @@ pub async fn rendered(
     let st2 = st.clone();
     let r = blocking(move || {
         let found = instances(&st2, &study, Some(&series), Some(&instance))?;
-        if found[0].uid("sop_class_uid").starts_with(ENCAPSULATED_DOCUMENT) {
+        let class = found[0].uid("sop_class_uid");
+        if class.starts_with(ENCAPSULATED_DOCUMENT) {
             return document(&st2, &found[0], &accept);
+        }
+        if class.starts_with(STRUCTURED_REPORT) {
+            return report(&st2, &found[0], &accept);
         }
         let (bytes, mime) = render(&st2, &found[0].entry.name, jpeg)?;
         Ok(image_response(bytes, mime))
