@@ -1,6 +1,7 @@
 //! Property tests: arbitrary bytes, and valid DICOM / PNG files with bytes changed or cut, fed
 //! to `decode`. It must return (an image or an error), never panic, and never need its last
 //! guard (a panic caught inside a decoder is reported as "decoder failed", which fails here).
+//! The same bytes read as a structured report or an encapsulated document must return too.
 
 mod common;
 
@@ -16,6 +17,8 @@ fn limits() -> Limits {
 }
 
 fn check(bytes: &[u8], hint: Option<&str>) -> Result<(), TestCaseError> {
+    let _ = bs_imageio::structured_report(bytes, &limits());
+    let _ = bs_imageio::encapsulated_document(bytes, &limits());
     match decode(bytes, hint, &limits()) {
         Ok(d) => {
             let img = &d.image;

@@ -1,8 +1,9 @@
 //! Fuzz target: any bytes read as DICOM must give an image or an error, within the limits,
-//! never a panic, a crash or a hang.
+//! never a panic, a crash or a hang; read as a structured report or an encapsulated
+//! document, text, a document or an error.
 #![no_main]
 
-use bs_imageio::{Limits, decode};
+use bs_imageio::{Limits, decode, encapsulated_document, structured_report};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,4 +12,6 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(d.meta.width as usize, d.image.width());
         assert_eq!(d.frames.len() + 1, d.meta.frames_decoded as usize);
     }
+    let _ = structured_report(data, &limits);
+    let _ = encapsulated_document(data, &limits);
 });
