@@ -228,9 +228,12 @@ fn structure<'a>(
     }
 }
 
-/// Read the identifiers of a DICOM Part 10 file (with the same structural checks as
-/// [`crate::decode`]); each UID must be present.
-pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError> {
+/// The attributes of a DICOM Part 10 file up to its pixel data, and its transfer syntax, after
+/// the structural checks of [`crate::decode`].
+fn attributes(
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<(DefaultDicomObject, &'static TransferSyntax), ImageIoError> {
     limits.check_input(bytes.len())?;
     let (body, ts, _) = structure(bytes, limits, |_| Ok(()))?;
     let obj = OpenFileOptions::new()
@@ -238,6 +241,13 @@ pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError
         .read_until(tags::PIXEL_DATA)
         .from_reader(body)
         .map_err(|e| parse_error(&e))?;
+    Ok((obj, ts))
+}
+
+/// Read the identifiers of a DICOM Part 10 file (with the same structural checks as
+/// [`crate::decode`]); each UID must be present.
+pub fn dicom_ids(bytes: &[u8], limits: &Limits) -> Result<DicomIds, ImageIoError> {
+    let (obj, ts) = attributes(bytes, limits)?;
     let uid = |tag: Tag, name: &str| {
         text(&obj, tag).ok_or_else(|| ImageIoError::corrupt(DICOM, format!("no {name} {tag}")))
     };
@@ -262,13 +272,7 @@ pub fn encapsulated_document(
     bytes: &[u8],
     limits: &Limits,
 ) -> Result<(String, Vec<u8>), ImageIoError> {
-    limits.check_input(bytes.len())?;
-    let (body, _, _) = structure(bytes, limits, |_| Ok(()))?;
-    let obj = OpenFileOptions::new()
-        .read_preamble(ReadPreamble::Never)
-        .read_until(tags::PIXEL_DATA)
-        .from_reader(body)
-        .map_err(|e| parse_error(&e))?;
+    let (obj, _) = attributes(bytes, limits)?;
     let Some(doc) = obj.get(tags::ENCAPSULATED_DOCUMENT) else {
         let class = text(&obj, tags::SOP_CLASS_UID).unwrap_or_default();
         return Err(ImageIoError::unsupported(
@@ -301,13 +305,7 @@ pub fn encapsulated_document(
 /// (see `sr.rs`). The file gets the structural checks of [`crate::decode`] first; one
 /// without a Content Sequence is not a report (unsupported).
 pub fn structured_report(bytes: &[u8], limits: &Limits) -> Result<String, ImageIoError> {
-    limits.check_input(bytes.len())?;
-    let (body, _, _) = structure(bytes, limits, |_| Ok(()))?;
-    let obj = OpenFileOptions::new()
-        .read_preamble(ReadPreamble::Never)
-        .read_until(tags::PIXEL_DATA)
-        .from_reader(body)
-        .map_err(|e| parse_error(&e))?;
+    let (obj, _) = attributes(bytes, limits)?;
     if obj.get(tags::CONTENT_SEQUENCE).and_then(|e| e.items()).is_none() {
         let class = text(&obj, tags::SOP_CLASS_UID).unwrap_or_default();
         return Err(ImageIoError::unsupported(
