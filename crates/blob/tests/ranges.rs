@@ -603,6 +603,34 @@ fn an_interrupted_parallel_push_into_s3_resumes_only_the_ranges_that_check_out()
     interrupted_push_resumes_what_checks_out(&s3_world());
 }
 
+/// On S3, a resumed push that writes again into a part already sent makes the store forget
+/// that part, bytes a range kept included: the commit finds them missing, and the client
+/// pushes what each range misses once more before committing again.
+#[test]
+fn a_resumed_push_into_s3_writing_a_sent_part_again_pushes_what_the_commit_misses() {
+    let w = s3_world();
+    let bytes = data(12 * MIB);
+    let size = bytes.len() as u64;
+    let src = w.dir.path().join("again.bin");
+    std::fs::write(&src, &bytes).unwrap();
+    let t = Transporter::new(Factory::new());
+    let key = BlobKey::file(&src);
+    let c = routed(&w, "up/again", size, t.resume_tag_of(&key).unwrap());
+    // The first part (8 MiB) sent whole, its third megabyte wrong.
+    let mut first = bytes[..8 << 20].to_vec();
+    first[(2 << 20) + 7] ^= 0xFF;
+    let mut p = c.open_push_range("up/again", "", 0, 8 * MIB).unwrap();
+    p.write(&first).unwrap();
+    p.finish(false).unwrap();
+    // Resumed over 2 ranges of 6 MiB: the first keeps its first 2 MiB and writes the part
+    // again from its wrong megabyte, which forgets those 2 MiB.
+    let opts = Options::blocking().connections(2).resume(true);
+    let done = t.copy(&key, &w.remote("up/again"), &opts).wait().unwrap();
+    assert_eq!(done.path, CopyPath::Parallel { connections: 2, reconnects: 0, splits: 0 });
+    assert!(done.resumed_from >= 2 * MIB, "{done:?}");
+    pushed(&w, "up/again", &bytes);
+}
+
 fn interrupted_push_resumes_what_checks_out(w: &World) {
     // 13 chunks in 4 ranges: 4, 4 and 4 MiB, and the last 100 bytes.
     let bytes = data(12 * MIB + 100);

@@ -114,11 +114,12 @@ impl Lists {
         // The blocks sent after the client's `got`th (those still remembered).
         let ahead = self.given.saturating_sub(got).min(self.sent_log.len() as u64) as usize;
         let mut seen: HashSet<BlockId> = self.sent_log.iter().rev().take(ahead).copied().collect();
-        let in_flight = seen.clone();
+        let mut in_flight = seen.clone();
         let mut reads = Vec::new();
         for &(id, prio) in entries {
             if !seen.insert(id) {
-                if in_flight.contains(&id) {
+                // Counted once, however often the list names it.
+                if in_flight.remove(&id) {
                     self.stats.in_flight += 1;
                 }
                 continue;
