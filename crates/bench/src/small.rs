@@ -1,10 +1,11 @@
 //! Many small blobs at once (part of `blobstream bench batch`): 10,000 blobs of 4 KiB put and
 //! then got back, 8 in flight, through the Blob API's client (kept-alive data connections,
-//! in-band negotiation, each put pipelined in one round trip) against the same blobs through
+//! in-band negotiation, each put pipelined in one round trip, gets asked for in runs sent
+//! ahead of their answers as the Blob API's batches do) against the same blobs through
 //! blobstream's HTTP API with a keep-alive HTTP/1.1 client (8 connections). Both servers run
 //! in this process over one filesystem store, so every blob is durable before it is
 //! acknowledged either way; every get is checked byte for byte. Paired runs, alternating
-//! which goes first; blobs/s from the medians.
+//! which goes first; blobs/s from the medians, each ratio the median of the per-run ratios.
 //!
 //! The HTTP client is a minimal one written here (a request line, two headers, the body; the
 //! status line and `Content-Length` read back): nothing a general-purpose client does on top
@@ -23,13 +24,15 @@ use bs_store::FsStore;
 use crate::bindings::Row;
 use crate::error::BenchError;
 use crate::options::BenchOptions;
-use crate::payload::{median, payload};
+use crate::payload::{median, paired_ratio, payload};
 
 /// Blobs per run, and their size.
 const BLOBS: usize = 10_000;
 const SIZE: usize = 4096;
 /// Transfers in flight (the CLI's default --jobs).
 const JOBS: usize = 8;
+/// The target of the rows against the HTTP API (the issue's): at least as many blobs a second.
+const TARGET: Option<(f64, bool)> = Some((1.0, true));
 
 fn err(e: impl std::fmt::Display) -> BenchError {
     BenchError::Invalid(e.to_string())
@@ -94,18 +97,26 @@ fn api_get(c: &Client, prefix: &str, data: &[u8], n: usize) -> Result<f64, Bench
     })
 }
 
-/// [`api_get`] with each job's requests sent ahead of their answers ([`Client::pull_each`]).
+/// [`api_get`] as a batch of the Blob API gets small blobs (`get -r`): each job's blobs in
+/// runs of [`bs_blob::PULL_AHEAD_RUN`], every request of a run sent ahead of the first answer
+/// ([`Client::pull_each_up_to`]).
 fn api_get_ahead(c: &Client, prefix: &str, data: &[u8], n: usize) -> Result<f64, BenchError> {
     in_flight(|job| {
-        let names: Vec<String> = share(job, n).map(|i| format!("{prefix}{i}")).collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut failed = None;
-        c.pull_each(&refs, |k, r| match r {
-            Ok(b) if b == blob(data, job + k * JOBS) => {}
-            Ok(_) => failed = Some(err(format!("{}: the pull returned other bytes", refs[k]))),
-            Err(e) => failed = Some(err(format!("{}: {e}", refs[k]))),
-        });
-        failed.map_or(Ok(()), Err)
+        let ids: Vec<usize> = share(job, n).collect();
+        for run in ids.chunks(bs_blob::PULL_AHEAD_RUN) {
+            let names: Vec<String> = run.iter().map(|i| format!("{prefix}{i}")).collect();
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let mut failed = None;
+            c.pull_each_up_to(&refs, bs_blob::PULL_AHEAD_UP_TO, |k, r| match r {
+                Ok(b) if b == blob(data, run[k]) => {}
+                Ok(_) => failed = Some(err(format!("{}: the pull returned other bytes", refs[k]))),
+                Err(e) => failed = Some(err(format!("{}: {e}", refs[k]))),
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+        }
+        Ok(())
     })
 }
 
@@ -190,7 +201,7 @@ fn http_get(addr: SocketAddr, prefix: &str, data: &[u8], n: usize) -> Result<f64
 
 /// The rows: puts and gets of many small blobs, ours against the HTTP API.
 pub(crate) fn small_blob_rows(opts: &BenchOptions) -> Result<(Vec<Row>, String), BenchError> {
-    let (runs, n) = if opts.quick { (1, 2000) } else { (3, BLOBS) };
+    let (runs, n) = if opts.quick { (1, 2000) } else { (5, BLOBS) };
     let tmp = tempfile::tempdir().map_err(BenchError::io("temp dir"))?;
     let store = Arc::new(FsStore::open(tmp.path().join("store"))?);
     let index = Arc::new(bs_meta::ImageIndex::open(&store.root().join("meta.db"))?);
@@ -234,52 +245,54 @@ pub(crate) fn small_blob_rows(opts: &BenchOptions) -> Result<(Vec<Row>, String),
     }
     rt.block_on(web.shutdown());
     let per_s = |secs: f64| n as f64 / secs;
-    let row = |how: &str, ours: &[f64], http: &[f64]| {
-        let (o, h) = (median(ours), median(http));
-        Row {
-            group: "small blobs",
-            what: format!("{n} × 4 KiB blobs, {how}, {JOBS} in flight (Blob API client)"),
-            ours: per_s(o),
-            baseline: per_s(h),
-            baseline_name: format!("the HTTP API, {JOBS} keep-alive connections"),
-            unit: "blobs/s",
-            ratio: h / o,
-            ratio_means: "ours / baseline",
-            target: Some((1.0, true)),
-        }
+    let row = |what: String, ours: &[f64], base: &[f64], base_name: String, target| Row {
+        group: "small blobs",
+        what,
+        ours: per_s(median(ours)),
+        baseline: per_s(median(base)),
+        baseline_name: base_name,
+        unit: "blobs/s",
+        ratio: paired_ratio(ours, base),
+        ratio_means: "ours / baseline",
+        target,
     };
-    // Our way against our other way: what pipelining buys.
-    let against = |what: String, ours: &[f64], base: &[f64], base_name: &str| {
-        let (o, b) = (median(ours), median(base));
-        Row {
-            group: "small blobs",
-            what,
-            ours: per_s(o),
-            baseline: per_s(b),
-            baseline_name: base_name.into(),
-            unit: "blobs/s",
-            ratio: b / o,
-            ratio_means: "ours / baseline",
-            target: None,
-        }
-    };
-    let pipelining = against(
-        format!("{n} × 4 KiB blobs, put pipelined (request, bytes, commit in one write)"),
-        &op,
-        &up,
-        "the same puts negotiated in band, then sent (two round trips)",
-    );
-    let ahead = against(
-        format!("{n} × 4 KiB blobs, get with up to 16 requests sent ahead (pull_each)"),
-        &ag,
-        &og,
-        "the same gets one request at a time",
-    );
-    let rows = vec![row("put", &op, &hp), row("get", &og, &hg), pipelining, ahead];
+    let http = || format!("the HTTP API, {JOBS} keep-alive connections");
+    let blobs = format!("{n} × 4 KiB blobs");
+    let rows = vec![
+        row(format!("{blobs}, put, {JOBS} in flight (Blob API client)"), &op, &hp, http(), TARGET),
+        row(
+            format!(
+                "{blobs}, get, {JOBS} in flight, each asking for runs of {} ahead of their \
+                 answers as the Blob API's batches do",
+                bs_blob::PULL_AHEAD_RUN
+            ),
+            &ag,
+            &hg,
+            http(),
+            TARGET,
+        ),
+        // What pipelining buys: puts against the same puts without it, and gets without it
+        // against the HTTP API.
+        row(
+            format!("{blobs}, put pipelined (request, bytes, commit in one write)"),
+            &op,
+            &up,
+            "the same puts negotiated in band, then sent (two round trips)".into(),
+            None,
+        ),
+        row(
+            format!("{blobs}, get one request at a time, {JOBS} in flight"),
+            &og,
+            &hg,
+            http(),
+            None,
+        ),
+    ];
     let note = format!(
         "small blobs: both servers in this process over one filesystem store (every blob \
          fsync'd before it is acknowledged, commits sharing fsyncs); every get checked byte \
-         for byte; {runs} paired run(s). For scale, the issue quotes SeaweedFS at about 4,000 \
+         for byte; {runs} paired run(s), rates the medians, each ratio the median of the \
+         per-run ratios. For scale, the issue quotes SeaweedFS at about 4,000 \
          writes/s and 11,000 reads/s of 1 KiB objects with 16 clients (not measured here)"
     );
     Ok((rows, note))

@@ -70,4 +70,5 @@ pub use factory::{Factory, NewBlob};
 pub use key::{BlobKey, Location};
 pub use options::{Callback, Completion, Mode, Options, Progress};
 pub use proxy::{BlobProxy, part_path};
+pub use pulls::{PULL_AHEAD_UP_TO, RUN as PULL_AHEAD_RUN};
 pub use transporter::{Copied, CopyPath, Transporter};

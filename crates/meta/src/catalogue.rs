@@ -87,7 +87,7 @@ impl Catalogue {
 
     /// [`Catalogue::stored`] if it can be answered without waiting on another — for a caller
     /// on an async executor: `None` when it would (PostgreSQL is a network round trip;
-    /// SQLite's reading connection may be another reader's just now). SQLite may still read
+    /// SQLite's reading connections may all be other readers' just now). SQLite may still read
     /// a page of its file it does not hold, normally from the kernel's page cache.
     pub fn stored_at_once(&self, name: &str) -> Option<Result<Option<StoredBlob>>> {
         match &self.backend {

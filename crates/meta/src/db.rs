@@ -5,12 +5,14 @@
 //! group; writes queued behind ([`Db::write_behind`]) run with the next group, or within
 //! [`BEHIND_AT_MOST`] on a thread of the database's own.
 //!
-//! A database in a file has a second connection for reads ([`Db::read`]): WAL lets it read
-//! the last committed state while a group holds the first one through its commit's fsync, so
-//! lookups (a new upload's routing, a reader's open) do not queue behind the disk.
+//! A database in a file has a few more connections for reads ([`Db::read`], [`READERS`]): WAL
+//! lets them read the last committed state while a group holds the first one through its
+//! commit's fsync, so lookups (a new upload's routing, a reader's open) do not queue behind
+//! the disk, nor, when many transfers start at once, behind each other.
 
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -46,6 +48,12 @@ fn wait_for_lock(tries: i32) -> bool {
     true
 }
 
+/// Connections for reads of a database in a file. One was a queue when many small transfers
+/// started at once (each looks a blob up twice: its grant, then its open), and a thread
+/// holding it could be descheduled with others waiting behind; a few let lookups run side by
+/// side. Each costs a file handle and its own page cache (SQLite's default, about 2 MB).
+pub(crate) const READERS: usize = 4;
+
 pub(crate) struct Db {
     shared: Arc<Shared>,
     flusher: Option<std::thread::JoinHandle<()>>,
@@ -53,9 +61,11 @@ pub(crate) struct Db {
 
 struct Shared {
     conn: Mutex<Connection>,
-    /// Reads only (`query_only`); `None` in memory, where a second connection would open
+    /// Reads only (`query_only`); empty in memory, where a second connection would open
     /// another database.
-    reader: Option<Mutex<Connection>>,
+    readers: Vec<Mutex<Connection>>,
+    /// Where the next read starts looking for a free reader (so they take turns).
+    next_reader: AtomicUsize,
     groups: Groups,
     /// (writes queued behind since the last flush, closing), and its signal.
     behind: (Mutex<(bool, bool)>, Condvar),
@@ -107,6 +117,15 @@ impl Drop for Db {
     }
 }
 
+/// `m` if nobody holds it now.
+fn free(m: &Mutex<Connection>) -> Option<MutexGuard<'_, Connection>> {
+    match m.try_lock() {
+        Ok(c) => Some(c),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 impl Db {
     /// Open (creating if needed) the database at `path` and apply `schema`.
     pub(crate) fn open(path: &Path, schema: &str) -> Result<Self, MetaError> {
@@ -126,21 +145,24 @@ impl Db {
     fn init(conn: Connection, schema: &str, reader_at: Option<&Path>) -> Result<Self, MetaError> {
         conn.execute_batch(schema)?;
         // Opened once the schema exists (and with it the WAL).
-        let reader = match reader_at {
-            Some(path) => {
-                let mut r = Connection::open(path)?;
-                r.busy_handler(Some(wait_for_lock))?;
-                r.pragma_update(None, "query_only", true)?;
-                r.set_prepared_statement_cache_capacity(64);
-                Some(Mutex::new(r))
-            }
-            None => None,
+        let readers = match reader_at {
+            Some(path) => (0..READERS)
+                .map(|_| {
+                    let mut r = Connection::open(path)?;
+                    r.busy_handler(Some(wait_for_lock))?;
+                    r.pragma_update(None, "query_only", true)?;
+                    r.set_prepared_statement_cache_capacity(64);
+                    Ok(Mutex::new(r))
+                })
+                .collect::<Result<Vec<_>, MetaError>>()?,
+            None => Vec::new(),
         };
         // Room for every statement the catalogue runs often, parsed once each.
         conn.set_prepared_statement_cache_capacity(64);
         let shared = Arc::new(Shared {
             conn: Mutex::new(conn),
-            reader,
+            readers,
+            next_reader: AtomicUsize::new(0),
             groups: Groups::default(),
             behind: (Mutex::new((false, false)), Condvar::new()),
         });
@@ -160,21 +182,30 @@ impl Db {
 
     /// A connection for reads: it sees every write whose group has committed (in this
     /// process or another), none still in one.
+    /// The first reader free now, else it waits for one (the writer's connection in memory).
     pub(crate) fn read(&self) -> MutexGuard<'_, Connection> {
-        match &self.shared.reader {
-            Some(r) => r.lock().unwrap_or_else(|p| p.into_inner()),
-            None => self.lock(),
+        let readers = &self.shared.readers;
+        if readers.is_empty() {
+            return self.lock();
         }
+        let start = self.shared.next_reader.fetch_add(1, Ordering::Relaxed);
+        self.try_read_from(start).unwrap_or_else(|| {
+            readers[start % readers.len()].lock().unwrap_or_else(|p| p.into_inner())
+        })
     }
 
-    /// [`Db::read`] if the connection is free now: `None` while another reader holds it.
+    /// [`Db::read`] if a connection is free now: `None` while other readers hold them all.
     pub(crate) fn try_read(&self) -> Option<MutexGuard<'_, Connection>> {
-        let m = self.shared.reader.as_ref().unwrap_or(&self.shared.conn);
-        match m.try_lock() {
-            Ok(c) => Some(c),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
+        if self.shared.readers.is_empty() {
+            return free(&self.shared.conn);
         }
+        self.try_read_from(self.shared.next_reader.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The first free reader, looking from `start` round.
+    fn try_read_from(&self, start: usize) -> Option<MutexGuard<'_, Connection>> {
+        let readers = &self.shared.readers;
+        (0..readers.len()).find_map(|i| free(&readers[(start + i) % readers.len()]))
     }
 
     #[cfg(test)]

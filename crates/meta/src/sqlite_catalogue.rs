@@ -148,8 +148,8 @@ impl SqliteCatalogue {
         Self::stored_on(&self.read(), name)
     }
 
-    /// [`SqliteCatalogue::stored`] if the reading connection is free now (`None`: another
-    /// reader holds it).
+    /// [`SqliteCatalogue::stored`] if a reading connection is free now (`None`: other readers
+    /// hold them all).
     pub fn stored_at_once(&self, name: &str) -> Option<Result<Option<StoredBlob>>> {
         let c = self.db.try_read()?;
         Some(Self::stored_on(&c, name))
@@ -530,8 +530,17 @@ mod tests {
         assert_eq!(found.unwrap().unwrap().inline.as_deref(), Some(&b"x"[..]));
         assert!(cat.stored_at_once("nothing").unwrap().unwrap().is_none());
         drop(writing);
-        let reading = cat.read();
-        assert!(cat.stored_at_once("b").is_none(), "another reader holds it");
+        // Readers side by side: one held does not hold up the next, and only with every
+        // reading connection held is a lookup not answered at once.
+        let mut reading = vec![cat.read()];
+        let found = cat.stored_at_once("b").expect("another reading connection is free");
+        assert_eq!(found.unwrap().unwrap().inline.as_deref(), Some(&b"x"[..]));
+        while reading.len() < crate::db::READERS {
+            reading.push(cat.db.try_read().expect("a free reading connection"));
+        }
+        assert!(cat.stored_at_once("b").is_none(), "other readers hold them all");
+        reading.pop();
+        assert!(cat.stored_at_once("b").is_some(), "one is free again");
         drop(reading);
     }
 
