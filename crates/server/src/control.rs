@@ -405,6 +405,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
             upload_id: None,
             whole_before_use: false,
             bind: BindGrant { id, endpoint, profile: offer.profile.clone(), label, udp },
+            source: None,
         };
         let token = self.negotiator.tokens.issue(grant).map_err(full)?;
         Ok(Response::new(pb::BindResponse {

@@ -382,7 +382,7 @@ fn in_band(
         );
     };
     let local = conn.local_addr();
-    match shared.negotiator.grant(req, local) {
+    match shared.negotiator.grant_in_band(req, local) {
         Ok((grant, answer)) => {
             // Held back to leave with the transfer's first frame: one wake-up for the peer.
             conn.hold_frame(&Frame::Grant { code: 0, body: answer.encode_to_vec().into() });
@@ -612,7 +612,10 @@ fn rolled_back(sink: &mut dyn bs_store::UploadSink, v: Violation) -> Failure {
 }
 
 fn pull(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Result<(), Failure> {
-    let src = shared.store.open_read(&g.name)?;
+    let src = match &g.source {
+        Some(src) => src.clone(),
+        None => shared.store.open_read(&g.name)?,
+    };
     let rec = src.record();
     let plan = PullSender::new(
         &g.name,

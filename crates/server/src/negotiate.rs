@@ -88,6 +88,25 @@ impl Negotiator {
         r: pb::NegotiateRequest,
         local: Option<SocketAddr>,
     ) -> Result<(Grant, pb::NegotiateResponse), Status> {
+        self.grant_opening(r, local, false)
+    }
+
+    /// [`Negotiator::grant`] for a transfer that starts at once (in band): a pull's blob is
+    /// opened here and handed to it in [`Grant::source`], not looked up twice.
+    pub(crate) fn grant_in_band(
+        &self,
+        r: pb::NegotiateRequest,
+        local: Option<SocketAddr>,
+    ) -> Result<(Grant, pb::NegotiateResponse), Status> {
+        self.grant_opening(r, local, true)
+    }
+
+    fn grant_opening(
+        &self,
+        r: pb::NegotiateRequest,
+        local: Option<SocketAddr>,
+        open: bool,
+    ) -> Result<(Grant, pb::NegotiateResponse), Status> {
         let direction = match pb::Direction::try_from(r.direction) {
             Ok(pb::Direction::Push) => Direction::Push,
             Ok(pb::Direction::Pull) => Direction::Pull,
@@ -118,6 +137,7 @@ impl Negotiator {
             io_timeout: None,
         };
         let store = |e: bs_store::StoreError| store_status(&e);
+        let mut source = None;
         let (offset, length, blob, route) = match direction {
             Direction::Pull => {
                 if r.route.is_some() || r.range {
@@ -125,7 +145,14 @@ impl Negotiator {
                         "route and range are only meaningful for PUSH",
                     ));
                 }
-                let rec = self.store.stat(&r.name).map_err(store)?;
+                // A blob that will not open (gone, marked corrupt) is looked up as before: the
+                // transfer then meets the same error and reports it as it always has.
+                let opened = if open { self.store.open_read(&r.name).ok() } else { None };
+                let rec = match &opened {
+                    Some(src) => src.record().clone(),
+                    None => self.store.stat(&r.name).map_err(store)?,
+                };
+                source = opened;
                 if r.offset > rec.size {
                     return Err(Status::out_of_range(format!(
                         "offset {} is past the end of {:?} ({} bytes)",
@@ -206,6 +233,7 @@ impl Negotiator {
                 label: r.name.clone(),
                 udp: None,
             },
+            source,
         };
         let answer = pb::NegotiateResponse {
             endpoint: self.endpoint(local),

@@ -39,6 +39,10 @@ pub struct Grant {
     pub whole_before_use: bool,
     /// The binding this token opens: its id, endpoint and agreed profile.
     pub bind: crate::bindings::BindGrant,
+    /// Pull granted in band: the blob as the grant opened it, read by the transfer that
+    /// follows at once on the same connection (one catalogue lookup for both). `None` for a
+    /// grant behind a token, which opens the blob when the token is redeemed.
+    pub source: Option<bs_store::BlobSource>,
 }
 
 /// Outstanding tokens, plus a memory of recently redeemed ones so a reuse is named as such.
@@ -180,6 +184,7 @@ mod tests {
                 label: "x".into(),
                 udp: None,
             },
+            source: None,
         }
     }
 
