@@ -123,7 +123,7 @@ impl SqliteCatalogue {
         self.db.lock()
     }
 
-    /// The connection for reads (see [`Db::read`]).
+    /// A connection for reads, the first free one (see [`Db::read`]).
     fn read(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
         self.db.read()
     }
@@ -520,7 +520,7 @@ mod tests {
         assert_eq!(stored.unwrap().inline.as_deref(), Some(&b"x"[..]));
         assert_eq!(listed, 1);
         drop(writing);
-        // The reading connection reads only.
+        // A reading connection reads only.
         let e = cat.read().execute("DELETE FROM blobs", []).unwrap_err();
         assert!(e.to_string().contains("readonly"), "{e}");
         // At once: answered while the writing connection is held, not while another reader
