@@ -47,6 +47,17 @@ impl BlobError {
         }
     }
 
+    /// Whether the source holds the blob corrupt (its bytes at rest fail their digests, as
+    /// the store that holds them found): copying it again meets the same bytes, unlike a
+    /// mismatch in transit.
+    pub fn is_corrupt_at_source(&self) -> bool {
+        match self {
+            Self::Store(e) => matches!(e, StoreError::Corrupt { .. }),
+            Self::Remote(e) => e.is_corrupt_at_server(),
+            _ => false,
+        }
+    }
+
     pub(crate) fn file(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::NotFound {
             Self::NotFound(format!("file {} not found", path.into().display()))

@@ -310,11 +310,30 @@ fn finish(
         let all = report.outcomes.len() + not_planned + extra.not_deleted.len();
         let named = if many.json { "each in the JSON summary" } else { "each named above" };
         // Running again finishes copies that failed on the way (a server gone, a connection
-        // lost); it does not mend a name that is not valid or a file that cannot be read.
-        let again = if report.failed().next().is_some() { "; run it again to finish" } else { "" };
+        // lost); it does not mend a name that is not valid, a file that cannot be read, or a
+        // blob its source holds corrupt.
+        let corrupt = report.failed().filter(|(_, e)| e.is_corrupt_at_source()).count();
+        let again = match report.failed().count() {
+            0 => String::new(),
+            n if n == corrupt => corrupt_at_source(corrupt),
+            _ if corrupt > 0 => {
+                format!("; run it again to finish the others{}", corrupt_at_source(corrupt))
+            }
+            _ => "; run it again to finish".into(),
+        };
         bail!("{what}: {failed} of {all} failed ({named}){again}");
     }
     Ok(())
+}
+
+/// What to say of `n` failures whose source holds the blob corrupt.
+fn corrupt_at_source(n: usize) -> String {
+    let (them, are) = if n == 1 { ("it", "is") } else { ("them", "are") };
+    format!(
+        "; {n} {are} corrupt where {} held (running again will not mend {them}: put {them} \
+         again from a good copy; `blobstream scrub` lists every corrupt blob of a server)",
+        if n == 1 { "it is" } else { "they are" }
+    )
 }
 
 fn summary_line(r: &BatchReport, skipped: usize, failed: usize, extra: &Extra) -> String {

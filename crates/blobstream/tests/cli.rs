@@ -195,6 +195,20 @@ fn check_has_the_server_reread_its_copy_so_a_blob_rotted_there_is_not_called_the
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.starts_with("CORRUPT on the server"), "{out}");
+    // A batch getting it names it, and says running again will not mend it; a blob next
+    // to it that is sound still arrives.
+    let other = dir.path().join("other.raw");
+    std::fs::write(&other, content(3 << 10)).unwrap();
+    ok(&s.run(&["put", other.to_str().unwrap(), "scans/b.raw"]));
+    let out = dir.path().join("out");
+    let o = s.run(&["get", "-r", "scans/", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("FAILED scans/a.raw") && err.contains("corrupt"), "{err}");
+    assert!(err.contains("1 is corrupt where it is held (running again will not mend it"), "{err}");
+    assert!(!err.contains("run it again"), "{err}");
+    assert_eq!(std::fs::read(out.join("b.raw")).unwrap(), std::fs::read(&other).unwrap());
+    assert!(!out.join("a.raw").exists());
     // Putting the same bytes again names the corrupt stored copy, not "other content".
     let o = s.run(&["put", f, "scans/a.raw"]);
     fails_with(&o, "the stored copy is corrupt");

@@ -81,6 +81,18 @@ impl ClientError {
         }
     }
 
+    /// Whether the server found the blob corrupt on its side (a chunk failing its stored
+    /// digest), not bytes damaged on the way.
+    pub fn is_corrupt_at_server(&self) -> bool {
+        match self {
+            Self::Corrupt(_) => true,
+            Self::Transfer(TransportError::Remote { code, .. }) => {
+                *code == bs_wire::ErrorCode::Corrupt
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the data connection was lost (an I/O error, the peer gone, a timeout, or
     /// none could be made): worth another connection, unlike a refusal or bad bytes.
     pub fn is_connection_lost(&self) -> bool {
