@@ -49,9 +49,9 @@ fn wait_for_lock(tries: i32) -> bool {
 }
 
 /// Connections for reads of a database in a file. One was a queue when many small transfers
-/// started at once (each looks a blob up twice: its grant, then its open), and a thread
-/// holding it could be descheduled with others waiting behind; a few let lookups run side by
-/// side. Each costs a file handle and its own page cache (SQLite's default, about 2 MB).
+/// started at once (each looks its blob up), and a thread holding it could be descheduled
+/// with others waiting behind; a few let lookups run side by side. Each costs a file handle
+/// and its own page cache (SQLite's default, about 2 MB).
 pub(crate) const READERS: usize = 4;
 
 pub(crate) struct Db {
@@ -181,8 +181,8 @@ impl Db {
     }
 
     /// A connection for reads: it sees every write whose group has committed (in this
-    /// process or another), none still in one.
-    /// The first reader free now, else it waits for one (the writer's connection in memory).
+    /// process or another), none still in one. The first reader free now, else it waits for
+    /// one (in memory, the writer's connection).
     pub(crate) fn read(&self) -> MutexGuard<'_, Connection> {
         let readers = &self.shared.readers;
         if readers.is_empty() {
