@@ -109,10 +109,11 @@ struct Rcv {
 
 struct RcvQ {
     items: VecDeque<Item>,
-    /// Payload bytes in `items`.
+    /// Payload bytes in `items`: waiting, not yet taken by the writer.
     queued_bytes: u64,
-    /// What `items` hold for it: each message's bytes and [`ITEM_COST`] (the `buffer`
-    /// policy's bound is on this, so a flood of tiny messages is bounded as large ones are).
+    /// What `items` and the message being written hold for it: each message's bytes and
+    /// [`ITEM_COST`] (the `buffer` policy's bound is on this, so a flood of tiny messages is
+    /// bounded as large ones are).
     held: u64,
     /// Payload bytes of the current run written to the receiver.
     sent: u64,
@@ -172,12 +173,47 @@ enum Item {
 const ITEM_COST: u64 = 64;
 
 impl Item {
+    /// Its payload bytes (`DATA`'s; none for the rest).
+    fn len(&self) -> u64 {
+        match self {
+            Item::Forward { len, .. } => *len,
+            Item::Abort(_) => 0,
+        }
+    }
+
     /// Its weight against the `buffer` policy's bound.
     fn cost(&self) -> u64 {
         match self {
             Item::Forward { m, .. } => m.payload().len() as u64 + ITEM_COST,
             Item::Abort(r) => r.len() as u64 + ITEM_COST,
         }
+    }
+}
+
+impl RcvQ {
+    fn new() -> Self {
+        Self {
+            items: VecDeque::new(),
+            queued_bytes: 0,
+            held: 0,
+            sent: 0,
+            run_started: Instant::now(),
+            last_progress: Instant::now(),
+            gone: None,
+            confirm: None,
+            lost: 0,
+            reported: false,
+            stopped: false,
+        }
+    }
+
+    /// The next message for the writer. It waits no more from here (out of `queued_bytes`,
+    /// so a message the sender sends once the receiver has this one is not "behind" it),
+    /// but is held until written.
+    fn take(&mut self) -> Option<Item> {
+        let item = self.items.pop_front()?;
+        self.queued_bytes -= item.len();
+        Some(item)
     }
 }
 
@@ -553,19 +589,7 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
     };
     let rcv = Arc::new(Rcv {
         name: join.name.clone(),
-        q: Mutex::new(RcvQ {
-            items: VecDeque::new(),
-            queued_bytes: 0,
-            held: 0,
-            sent: 0,
-            run_started: Instant::now(),
-            last_progress: Instant::now(),
-            gone: None,
-            confirm: None,
-            lost: 0,
-            reported: false,
-            stopped: false,
-        }),
+        q: Mutex::new(RcvQ::new()),
         cv: Condvar::new(),
         kill,
         ended: Arc::default(),
@@ -783,7 +807,7 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
                     drop(q);
                     return refuse(b, ErrorCode::Busy, format!("dropped: {reason}"));
                 }
-                if let Some(i) = q.items.pop_front() {
+                if let Some(i) = q.take() {
                     break i;
                 }
                 // Idle: notice a receiver that closes its end meanwhile.
@@ -835,7 +859,6 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
                 let mut q = r.q.lock().unwrap();
                 // (A receiver dropped while this was written has its queue counted out.)
                 if q.gone.is_none() {
-                    q.queued_bytes -= len;
                     q.held -= item.cost();
                 }
                 // Counted from the START written: an aborted run's DATA still queued before it
@@ -1020,10 +1043,7 @@ fn forward(flow: &Flow, mut b: Binding) {
 
 /// Queue `item` for `r` as the flow's policy says.
 fn push(flow: &Flow, r: &Rcv, item: Item) {
-    let len = match &item {
-        Item::Forward { len, .. } => *len,
-        Item::Abort(_) => 0,
-    };
+    let len = item.len();
     let mut q = r.q.lock().unwrap();
     match flow.spec.policy {
         Policy::Hold => {
@@ -1034,7 +1054,8 @@ fn push(flow: &Flow, r: &Rcv, item: Item) {
         Policy::Buffer(bound) => {
             // A message always goes in when no payload waits before it: a receiver keeping up
             // is never dropped for one message larger than the bound (its bookkeeping
-            // included, a START not yet written ahead of it).
+            // included, a START not yet written ahead of it), nor for the message its writer
+            // is still finishing when the receiver already has it.
             if q.gone.is_none() && q.queued_bytes > 0 && q.held + item.cost() > bound {
                 let behind = q.held + item.cost();
                 let why = format!("fell {behind} bytes behind (the bound is {bound})");
@@ -1105,4 +1126,59 @@ fn report_gone(b: &mut Binding, run: &[Arc<Rcv>]) -> Result<(), DistribError> {
         b.send(&msg::dropped(&o))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(policy: Policy) -> Flow {
+        let spec = FlowSpec {
+            name: "f".into(),
+            policy,
+            chunk: 256 << 10,
+            pace: None,
+            socket_buffer: None,
+            transport: Transport::Tcp,
+        };
+        Flow { stream: "s".into(), spec, token: None, sender_token: None, state: Mutex::default() }
+    }
+
+    fn rcv() -> Rcv {
+        Rcv {
+            name: "r".into(),
+            q: Mutex::new(RcvQ::new()),
+            cv: Condvar::new(),
+            kill: None,
+            ended: Arc::default(),
+        }
+    }
+
+    /// Under a `buffer` bound of one chunk, the writer takes a chunk and sends it; the
+    /// receiver has all of it (and the sender, keeping pace, sends the next) before the
+    /// writer's bookkeeping of that send has run — a loaded machine's usual order. Only a
+    /// chunk waiting behind another that waits is behind.
+    #[test]
+    fn the_message_being_written_is_not_waiting_against_the_buffer_bound() {
+        let (f, r) = (flow(Policy::Buffer(256 << 10)), rcv());
+        let pools = bs_wire::SizedPools::new(2);
+        let chunk = || {
+            let m = Msg::copy_of(&pools, 0, &vec![7u8; (256 << 10) + 9]);
+            Item::Forward { m: Arc::new(m), len: 256 << 10, stop: false }
+        };
+        push(&f, &r, chunk());
+        let writing = r.q.lock().unwrap().take().expect("queued");
+        push(&f, &r, chunk());
+        {
+            let q = r.q.lock().unwrap();
+            assert_eq!(q.gone, None, "a receiver keeping up was dropped");
+            assert_eq!((q.items.len(), q.queued_bytes), (1, 256 << 10));
+            assert_eq!(q.held, 2 * writing.cost());
+        }
+        // A third while the second still waits: that receiver has fallen behind.
+        push(&f, &r, chunk());
+        let q = r.q.lock().unwrap();
+        let why = q.gone.as_deref().expect("dropped");
+        assert!(why.contains("bytes behind (the bound is 262144)"), "{why}");
+    }
 }
