@@ -309,20 +309,10 @@ impl Store for MemStore {
         validate_name(name)?;
         let ups = self.inner.uploads.lock().unwrap();
         let p = ups.get(name).ok_or_else(|| StoreError::NoUpload(name.into()))?;
-        let digests = |bytes: &[u8], held: u64| {
-            let end = offset.saturating_add(len).min(held);
-            let piece = piece.max(1) as usize;
-            match bytes.get(offset as usize..end as usize) {
-                Some(b) => b.chunks(piece).map(|c| algo.digest(c)).collect(),
-                None => Vec::new(),
-            }
-        };
+        let digests = |held: &[u8]| crate::store::piece_digests_of(held, offset, len, piece, algo);
         Ok(Some(match (&p.ranged, &p.data) {
-            (Some(shared), _) => {
-                let buf = shared.lock().unwrap();
-                digests(&buf.bytes, buf.bytes.len() as u64)
-            }
-            (None, Some(buf)) => digests(&buf.bytes, buf.received),
+            (Some(shared), _) => digests(&shared.lock().unwrap().bytes),
+            (None, Some(buf)) => digests(&buf.bytes[..buf.received as usize]),
             (None, None) => return Err(StoreError::Busy(name.into())),
         }))
     }

@@ -135,15 +135,7 @@ pub(crate) fn piece_digests(
     algo: DigestAlgo,
 ) -> std::io::Result<Vec<Digest>> {
     let piece = piece.max(1);
-    let held = file.metadata()?.len();
-    let end = offset.saturating_add(len);
-    let upto = end.min(held);
-    // Whole pieces only, but for a last, shorter one where the range itself ends.
-    let covered = if upto == end {
-        upto - offset.min(upto)
-    } else {
-        (upto.saturating_sub(offset) / piece) * piece
-    };
+    let covered = covered(offset, len, piece, file.metadata()?.len());
     // One read of the range through one buffer, a digest finished at each piece's end.
     let mut out = Vec::new();
     let mut h = algo.hasher();
@@ -164,6 +156,35 @@ pub(crate) fn piece_digests(
         out.push(h.finish());
     }
     Ok(out)
+}
+
+/// [`piece_digests`] of bytes held in memory (`held`, from the upload's start).
+pub(crate) fn piece_digests_of(
+    held: &[u8],
+    offset: u64,
+    len: u64,
+    piece: u64,
+    algo: DigestAlgo,
+) -> Vec<Digest> {
+    let piece = piece.max(1);
+    let covered = covered(offset, len, piece, held.len() as u64);
+    let Some(range) = held.get(offset as usize..(offset + covered) as usize) else {
+        return Vec::new();
+    };
+    range.chunks(piece as usize).map(|p| algo.digest(p)).collect()
+}
+
+/// How many bytes from `offset` the piece digests of `offset..offset + len` cover when
+/// `held` bytes are held: whole pieces only, but for a last, shorter one where the range
+/// itself ends.
+fn covered(offset: u64, len: u64, piece: u64, held: u64) -> u64 {
+    let end = offset.saturating_add(len);
+    let upto = end.min(held);
+    if upto == end {
+        upto - offset.min(upto)
+    } else {
+        (upto.saturating_sub(offset) / piece) * piece
+    }
 }
 
 fn read_file_range(
@@ -457,14 +478,17 @@ mod tests {
         let f = File::open(&path).unwrap();
         let algo = DigestAlgo::default();
         let d = |a: usize, b: usize| algo.digest(&bytes[a..b]);
+        // The same rule for a file and for bytes in memory.
+        let both = |offset, len| {
+            let in_file = piece_digests(&f, offset, len, 100, algo).unwrap();
+            assert_eq!(in_file, piece_digests_of(&bytes, offset, len, 100, algo));
+            in_file
+        };
         // The range ends with the file: its last, shorter piece counts.
-        assert_eq!(
-            piece_digests(&f, 0, 250, 100, algo).unwrap(),
-            [d(0, 100), d(100, 200), d(200, 250)]
-        );
+        assert_eq!(both(0, 250), [d(0, 100), d(100, 200), d(200, 250)]);
         // The range goes on past the file: the piece the file ends inside does not.
-        assert_eq!(piece_digests(&f, 0, 400, 100, algo).unwrap(), [d(0, 100), d(100, 200)]);
-        assert_eq!(piece_digests(&f, 50, 100, 100, algo).unwrap(), [d(50, 150)]);
-        assert!(piece_digests(&f, 300, 100, 100, algo).unwrap().is_empty());
+        assert_eq!(both(0, 400), [d(0, 100), d(100, 200)]);
+        assert_eq!(both(50, 100), [d(50, 150)]);
+        assert!(both(300, 100).is_empty());
     }
 }
