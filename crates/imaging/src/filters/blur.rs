@@ -36,8 +36,9 @@
 //! vectorised subtraction, divided by a multiply and a shift by a per-count constant
 //! (`common::Div`), exact for every sum. Clipped windows at the edges use `common::Div` too.
 //! The inner loops are built for the baseline CPU, for AVX2 and for AVX-512, chosen at run
-//! time (`common::multiversion!`; AVX-512 on Intel only: on an AMD EPYC it measured slower than
-//! AVX2). The image is read once, in one pass;
+//! time (`common::multiversion!`; AVX-512 where 512-bit vectors run at full width, Intel and
+//! AMD's Zen 5: on a Zen 4 EPYC it measured slower than AVX2). The image is read once, in one
+//! pass;
 //! bands of rows run in parallel (`common::bands`); the result does not depend on the number
 //! of threads or on the CPU.
 //!

@@ -168,27 +168,54 @@ pub(crate) static FORCE_AT_MOST: std::sync::atomic::AtomicUsize =
 #[cfg(test)]
 pub(crate) const NOT_FORCED: usize = usize::MAX;
 
-/// Whether this is an Intel CPU, taken as the sign that 512-bit vectors run at full width:
-/// Intel's AVX-512 server cores run them so, AMD's Zen 4 executes each as two 256-bit halves
-/// (Zen 5 server parts run them whole, but are not told apart here). The 3×3 median and
-/// small blurs measured slower with AVX-512 than with AVX2 on an AMD EPYC, and faster on an
-/// Intel Xeon (despeckle rgb8 about +20% at 512² and +40% at 2048², blur rgb8 +15–30%, one
-/// thread, 3 alternating runs of each build).
+/// Whether this CPU runs 512-bit vectors at full width: Intel's AVX-512 cores, and AMD's
+/// Zen 5 in its EPYC 9005 (family 0x1A, models 0x00–0x1F) and Ryzen 9000 desktop (models
+/// 0x40–0x4F) parts. AMD's Zen 4 (family 0x19) executes each 512-bit operation as two
+/// 256-bit halves, as do Zen 5's mobile parts. The 3×3 median and small blurs measured
+/// slower with AVX-512 than with AVX2 on a Zen 4 EPYC, and faster on an Intel Xeon
+/// (despeckle rgb8 about +20% at 512² and +40% at 2048², blur rgb8 +15–30%) and on a Zen 5
+/// EPYC (blur +25–40%, despeckle gray16 at 512² +25%; one thread, alternating runs of each
+/// build).
 pub(crate) fn full_width_512() -> bool {
-    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *INTEL.get_or_init(|| {
+    static FULL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FULL.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            // CPUID leaf 0: the vendor string in EBX, EDX, ECX ("Genu", "ineI", "ntel").
             // `__cpuid` is a safe function from Rust 1.94 on, an unsafe one before.
             #[allow(unused_unsafe)]
-            // SAFETY: every x86-64 CPU has the CPUID instruction, and leaf 0 always exists.
-            let r = unsafe { std::arch::x86_64::__cpuid(0) };
-            [r.ebx, r.edx, r.ecx] == [0x756e_6547, 0x4965_6e69, 0x6c65_746e]
+            // SAFETY: every x86-64 CPU has the CPUID instruction, and leaves 0 and 1 always
+            // exist.
+            let (vendor, signature) = unsafe {
+                let v = std::arch::x86_64::__cpuid(0);
+                (
+                    // The vendor string in EBX, EDX, ECX: "GenuineIntel", "AuthenticAMD".
+                    [v.ebx, v.edx, v.ecx],
+                    std::arch::x86_64::__cpuid(1).eax,
+                )
+            };
+            const INTEL: [u32; 3] = [0x756e_6547, 0x4965_6e69, 0x6c65_746e];
+            const AMD: [u32; 3] = [0x6874_7541, 0x6974_6e65, 0x444d_4163];
+            let (family, model) = family_model(signature);
+            vendor == INTEL
+                || (vendor == AMD && family == 0x1A && matches!(model, 0x00..=0x1F | 0x40..=0x4F))
         }
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
+}
+
+/// The family and model in CPUID leaf 1's EAX: the extended fields count only where the base
+/// family is 0xF (the family) or 0x6 or 0xF (the model).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn family_model(eax: u32) -> (u32, u32) {
+    let (base_family, base_model) = ((eax >> 8) & 0xF, (eax >> 4) & 0xF);
+    let family = if base_family == 0xF { base_family + ((eax >> 20) & 0xFF) } else { base_family };
+    let model = if matches!(base_family, 0x6 | 0xF) {
+        base_model | (((eax >> 16) & 0xF) << 4)
+    } else {
+        base_model
+    };
+    (family, model)
 }
 
 /// Where a `multiversion!` definition's AVX-512 build runs (on a CPU that has it), by the name
@@ -521,6 +548,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn family_and_model_from_cpuid_signatures() {
+        // EPYC 9005 (Zen 5, 512-bit vectors whole), EPYC 9004 (Zen 4, halves), Xeon
+        // Sapphire Rapids, and an old family-6 part without extended fields.
+        assert_eq!(family_model(0x00B0_0F21), (0x1A, 0x02));
+        assert_eq!(family_model(0x00A1_0F11), (0x19, 0x11));
+        assert_eq!(family_model(0x0008_06F8), (0x06, 0x8F));
+        assert_eq!(family_model(0x0000_0695), (0x06, 0x09));
     }
 
     #[test]

@@ -26,11 +26,14 @@
 //!
 //! # Speed
 //!
-//! - Size 3, away from the border: a min/max network on whole rows. Each vertical triple of
-//!   samples is sorted once (6 min/max); the median of a 3×3 window is then
-//!   `med3(max of the three column minima, med3 of the column medians, min of the column
-//!   maxima)`, 12 more min/max per sample, all element-wise on slices (in chunks that stay in
-//!   L1), which the compiler turns into vector min/max, 32 8-bit samples at a time with AVX2.
+//! - Size 3, away from the border: a min/max network. The median of a 3×3 window is
+//!   `med3(max of the three rows' minima, med3 of their medians, min of their maxima)`. Each
+//!   input row's horizontal triples are sorted once (6 min/max per sample) into a ring of
+//!   row buffers, where they serve the three output rows whose windows hold that row; two
+//!   output rows are made at a time, sharing their two common rows (32 min/max for two
+//!   samples). Every loop runs over blocks of a constant 64 samples held in arrays, which
+//!   the compiler turns into vector min/max (32 8-bit or 16-bit samples at a time with
+//!   AVX-512), and a row chunk's buffers stay in L1.
 //!   The first and last rows and columns are min/max networks too: with the pairs or
 //!   triples of each column sorted, the two middle values of a clipped window of 6 (or 4)
 //!   are a few more min/max away (see `median3_edge_row` and `median_of_two_triples`).
@@ -42,13 +45,14 @@
 //!   (`select_nth_unstable`), O(size²) per pixel: correct but slow (a fallback).
 //!
 //! Rows run in parallel bands; the size-3 network is built for the baseline CPU, for AVX2
-//! and for AVX-512 (used on Intel only: on an AMD EPYC it measured slower than AVX2), the
+//! and for AVX-512 (used where 512-bit vectors run at full width: Intel, AMD's Zen 5; on a
+//! Zen 4 EPYC it measured slower than AVX2), the
 //! other inner loops for the baseline CPU and AVX2; the result does not depend on the number
 //! of threads or on the CPU.
 //!
-//! Measured (release, one thread of a shared 2-core machine): size 3 rgb8 about 2.4 Gpixel/s
-//! at 512² and 1.6 at 2048², gray16 about 4; size 5 rgb8 (Huang)
-//! about 12 Mpixel/s on noise; size 5 gray16 (selection) about 6 Mpixel/s.
+//! Measured (release, one thread of a shared 2-core AMD EPYC 9005 machine, AVX-512): size 3
+//! gray16 about 10 Gpixel/s at 512² and 2048², rgb8 about 6 at 512² and 4 at 2048²; size 5
+//! rgb8 (Huang) about 12 Mpixel/s on noise; size 5 gray16 (selection) about 6 Mpixel/s.
 
 use std::sync::Arc;
 
@@ -168,68 +172,265 @@ fn med3<T: Ord + Copy>(a: T, b: T, c: T) -> T {
     a.min(b).max(a.max(b).min(c))
 }
 
-/// Samples per chunk of a row in the size-3 network (its scratch stays in L1).
-const CHUNK: usize = 1024;
+/// Bytes of a row chunk in the size-3 network: the sorted triples of four rows of a chunk,
+/// two input and two output rows take 16 × this, which stays in L1 (2048 measured faster
+/// than whole rows of 2048² gray16, 10 against 8 Gpixel/s). Unit tests use two blocks, so
+/// their small images cross chunk boundaries.
+const CHUNK_BYTES: usize = if cfg!(test) { 2 * BLOCK * 2 } else { 2048 };
+
+/// Samples per block of the size-3 network's inner loops: a constant trip count over arrays
+/// of constant size, which the compiler turns into whole vectors with no bounds checks and no
+/// remainder loop. A chunk's last block overlaps the one before it instead of running short
+/// (its samples are computed twice, the same).
+const BLOCK: usize = 64;
 
 multiversion! {
     /// Size 3: output rows `y0..` into `band`.
     fn median3_band<T: Sample | Ord>(img: &Image<T>, y0: usize, band: &mut [T]) => median3_body, avx512_full_width
 }
 
+/// The pieces of `0..len` (`len >= BLOCK`) as `(first sample, blocks, first block's index
+/// in a ring slot)`: the whole blocks, then, when `len` is not a multiple of `BLOCK`, one
+/// block overlapping the last whole one (kept in a slot's next block).
+fn pieces(len: usize) -> [(usize, usize, usize); 2] {
+    let whole = len / BLOCK;
+    let tail = if len.is_multiple_of(BLOCK) { (0, 0, 0) } else { (len - BLOCK, 1, whole) };
+    [(0, whole, 0), tail]
+}
+
+/// One block of a row's sorted horizontal triples: `[lo, mid, hi]`, where `lo[k] <= mid[k]
+/// <= hi[k]` are the samples `j − C`, `j` and `j + C` of the row for the block's k-th `j`.
+type Triples<T> = [[T; BLOCK]; 3];
+
+/// The `nb` blocks of `row` from sample `j`, shifted `C` samples left, not, and right: the
+/// samples each block's triples are sorted from.
+#[inline(always)]
+fn thirds<T, const C: usize>(row: &[T], j: usize, nb: usize) -> [&[[T; BLOCK]]; 3] {
+    let part = |from: usize| row[from..from + nb * BLOCK].as_chunks::<BLOCK>().0;
+    [part(j - C), part(j), part(j + C)]
+}
+
+/// Output blocks `s..` of `out`, `nb` of them.
+#[inline(always)]
+fn out_blocks<T>(out: &mut [T], s: usize, nb: usize) -> &mut [[T; BLOCK]] {
+    out[s..s + nb * BLOCK].as_chunks_mut::<BLOCK>().0
+}
+
+/// Sort the triples of `row`'s samples `js..js + len` into `t` (a ring slot).
+#[inline(always)]
+fn sort_row<T: Sample + Ord, const C: usize>(
+    row: &[T],
+    js: usize,
+    len: usize,
+    t: &mut [Triples<T>],
+) {
+    for (s, nb, bi) in pieces(len) {
+        let [v, m, r] = thirds::<T, C>(row, js + s, nb);
+        for (((v, m), r), t) in v.iter().zip(m).zip(r).zip(&mut t[bi..bi + nb]) {
+            for k in 0..BLOCK {
+                (t[0][k], t[1][k], t[2][k]) = sort3(v[k], m[k], r[k]);
+            }
+        }
+    }
+}
+
+/// Output row `y`'s samples `js..js + len` into `out`, given the triples `a` and `b` of rows
+/// `y − 1` and `y`; `row` is row `y + 1`, whose triples go into `t`. The median of a 3×3
+/// window is med3(max of its three rows' minima, med3 of their medians, min of their maxima).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn one_row<T: Sample + Ord, const C: usize>(
+    row: &[T],
+    js: usize,
+    len: usize,
+    t: &mut [Triples<T>],
+    [a, b]: [&[Triples<T>]; 2],
+    out: &mut [T],
+) {
+    for (s, nb, bi) in pieces(len) {
+        let [v, m, r] = thirds::<T, C>(row, js + s, nb);
+        let (t, a, b) = (&mut t[bi..bi + nb], &a[bi..bi + nb], &b[bi..bi + nb]);
+        let out = out_blocks(out, s, nb);
+        assert!(v.len() == nb && m.len() == nb && r.len() == nb && out.len() == nb);
+        for i in 0..nb {
+            one_block(&v[i], &m[i], &r[i], &mut t[i], &a[i], &b[i], &mut out[i]);
+        }
+    }
+}
+
+/// Output rows `y` and `y + 1` at once into `out0` and `out1`, given the triples `a` and `b`
+/// of rows `y − 1` and `y`; `rows` are rows `y + 1` and `y + 2`, whose triples go into `t1`
+/// and `t2`. The two windows share rows `y` and `y + 1`, so the maximum of those rows'
+/// minima, the minimum of their maxima and their medians sorted as a pair serve both (32
+/// min/max for two outputs rather than 36).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn two_rows<T: Sample + Ord, const C: usize>(
+    [row1, row2]: [&[T]; 2],
+    js: usize,
+    len: usize,
+    [t1, t2]: [&mut [Triples<T>]; 2],
+    [a, b]: [&[Triples<T>]; 2],
+    [out0, out1]: [&mut [T]; 2],
+) {
+    for (s, nb, bi) in pieces(len) {
+        let [v1, m1, r1] = thirds::<T, C>(row1, js + s, nb);
+        let [v2, m2, r2] = thirds::<T, C>(row2, js + s, nb);
+        let (t1, t2) = (&mut t1[bi..bi + nb], &mut t2[bi..bi + nb]);
+        let (a, b) = (&a[bi..bi + nb], &b[bi..bi + nb]);
+        let (o0, o1) = (out_blocks(out0, s, nb), out_blocks(out1, s, nb));
+        assert!([v1.len(), m1.len(), r1.len(), v2.len(), m2.len(), r2.len()] == [nb; 6]);
+        assert!(o0.len() == nb && o1.len() == nb);
+        for i in 0..nb {
+            let (t1, t2, o0, o1) = (&mut t1[i], &mut t2[i], &mut o0[i], &mut o1[i]);
+            two_blocks(
+                &v1[i], &m1[i], &r1[i], &v2[i], &m2[i], &r2[i], t1, t2, &a[i], &b[i], o0, o1,
+            );
+        }
+    }
+}
+
+/// The block kernel of [`one_row`]. Every array is a parameter of its own: only those tell
+/// the compiler that the arrays do not overlap, so that it vectorises the loop without
+/// run-time overlap checks (references inside an array or tuple parameter do not).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn one_block<T: Sample + Ord>(
+    v: &[T; BLOCK],
+    m: &[T; BLOCK],
+    r: &[T; BLOCK],
+    t: &mut Triples<T>,
+    a: &Triples<T>,
+    b: &Triples<T>,
+    out: &mut [T; BLOCK],
+) {
+    for k in 0..BLOCK {
+        let (lo, mid, hi) = sort3(v[k], m[k], r[k]);
+        (t[0][k], t[1][k], t[2][k]) = (lo, mid, hi);
+        let max_lo = lo.max(a[0][k]).max(b[0][k]);
+        let min_hi = hi.min(a[2][k]).min(b[2][k]);
+        out[k] = med3(max_lo, med3(mid, a[1][k], b[1][k]), min_hi);
+    }
+}
+
+/// The block kernel of [`two_rows`] (each array a parameter of its own, as in [`one_block`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn two_blocks<T: Sample + Ord>(
+    v1: &[T; BLOCK],
+    m1: &[T; BLOCK],
+    r1: &[T; BLOCK],
+    v2: &[T; BLOCK],
+    m2: &[T; BLOCK],
+    r2: &[T; BLOCK],
+    t1: &mut Triples<T>,
+    t2: &mut Triples<T>,
+    a: &Triples<T>,
+    b: &Triples<T>,
+    o0: &mut [T; BLOCK],
+    o1: &mut [T; BLOCK],
+) {
+    for k in 0..BLOCK {
+        let (lo1, mid1, hi1) = sort3(v1[k], m1[k], r1[k]);
+        let (lo2, mid2, hi2) = sort3(v2[k], m2[k], r2[k]);
+        (t1[0][k], t1[1][k], t1[2][k]) = (lo1, mid1, hi1);
+        (t2[0][k], t2[1][k], t2[2][k]) = (lo2, mid2, hi2);
+        let (max_lo, min_hi) = (b[0][k].max(lo1), b[2][k].min(hi1));
+        // Rows y and y + 1's medians sorted: med3 with a third x is max(p, min(q, x)).
+        let (p, q) = (b[1][k].min(mid1), b[1][k].max(mid1));
+        o0[k] = med3(max_lo.max(a[0][k]), p.max(q.min(a[1][k])), min_hi.min(a[2][k]));
+        o1[k] = med3(max_lo.max(lo2), p.max(q.min(mid2)), min_hi.min(hi2));
+    }
+}
+
 #[inline(always)]
 fn median3_body<T: Sample + Ord>(img: &Image<T>, y0: usize, band: &mut [T]) {
-    let (w, h, c) = (img.width, img.height, img.channels);
-    let rl = w * c;
-    let scratch = CHUNK + 8;
-    let (mut lo, mut mid, mut hi) =
-        (vec![T::default(); scratch], vec![T::default(); scratch], vec![T::default(); scratch]);
-    for (i, orow) in band.chunks_exact_mut(rl).enumerate() {
-        let y = y0 + i;
-        if h < 3 || w < 3 {
+    match img.channels {
+        1 => median3_rows::<T, 1>(img, y0, band),
+        3 => median3_rows::<T, 3>(img, y0, band),
+        _ => median3_rows::<T, 4>(img, y0, band),
+    }
+}
+
+/// [`median3_body`] for images of `C` channels (a constant, so the three samples of a triple
+/// are constant offsets apart).
+#[inline(always)]
+fn median3_rows<T: Sample + Ord, const C: usize>(img: &Image<T>, y0: usize, band: &mut [T]) {
+    let (w, h) = (img.width, img.height);
+    debug_assert_eq!(img.channels, C);
+    let rl = w * C;
+    let rows = band.len() / rl;
+    if h < 3 || w < 3 || rl - 2 * C < BLOCK {
+        // Small images: the window of every sample, gathered and sorted.
+        for (i, orow) in band.chunks_exact_mut(rl).enumerate() {
             for x in 0..w {
-                for ch in 0..c {
-                    orow[x * c + ch] = window_median3(img, x, y, ch);
+                for ch in 0..C {
+                    orow[x * C + ch] = window_median3(img, x, y0 + i, ch);
                 }
             }
-            continue;
         }
+        return;
+    }
+    // The first and last rows of the image: two rows in the window.
+    for (i, orow) in band.chunks_exact_mut(rl).enumerate() {
+        let y = y0 + i;
         if y == 0 || y + 1 == h {
-            // Two rows in the window: the top or bottom row of the image.
             let other = if y == 0 { img.row(1) } else { img.row(h - 2) };
-            median3_edge_row(img.row(y), other, c, orow);
-            continue;
+            median3_edge_row(img.row(y), other, C, orow);
         }
-        // Interior samples j in [c, rl − c), in chunks whose scratch stays in L1: sort each
-        // vertical triple of columns j − c ..= j + c, then combine columns j − c, j, j + c.
+    }
+    // Interior rows, interior samples j in [C, rl − C), chunk by chunk down the band, two
+    // output rows at a time. Each row's sorted triples serve the three output rows whose
+    // windows hold it, so every input row is sorted once, not three times, and every load of
+    // the combining step is at the same offset as its store.
+    let (first, end) = (y0.max(1), (y0 + rows).min(h - 1));
+    if first >= end {
+        return;
+    }
+    let interior = rl - 2 * C;
+    let chunk = (CHUNK_BYTES / std::mem::size_of::<T>()).max(BLOCK).min(interior);
+    // Blocks in a ring slot: a chunk, a short remainder merged into it, the overlapping block.
+    let slot = (chunk + BLOCK).div_ceil(BLOCK) + 1;
+    let mut ring = vec![[[T::default(); BLOCK]; 3]; 4 * slot];
+    let mut js = C;
+    while js < rl - C {
+        let left = rl - C - js;
+        // A remainder shorter than a block joins this chunk.
+        let len = if left < chunk + BLOCK { left } else { chunk };
+        // `old`: the triples of the two rows above the next output row; `new`: room for two.
+        let (old, new) = ring.split_at_mut(2 * slot);
+        let (mut old, mut new) = (old, new);
+        for (y, t) in [first - 1, first].into_iter().zip(old.chunks_exact_mut(slot)) {
+            sort_row::<T, C>(img.row(y), js, len, t);
+        }
+        let mut y = first;
+        while y < end {
+            let (a, b) = old.split_at(slot);
+            let (t1, t2) = new.split_at_mut(slot);
+            let at = (y - y0) * rl + js;
+            if y + 1 < end {
+                let (o0, o1) = band[at..at + rl + len].split_at_mut(rl);
+                let rows = [img.row(y + 1), img.row(y + 2)];
+                two_rows::<T, C>(rows, js, len, [t1, t2], [a, b], [o0, o1]);
+                std::mem::swap(&mut old, &mut new);
+                y += 2;
+            } else {
+                one_row::<T, C>(img.row(y + 1), js, len, t1, [a, b], &mut band[at..at + len]);
+                y += 1;
+            }
+        }
+        js += len;
+    }
+    // The first and last pixels of interior rows: windows of two columns of three rows.
+    for y in first..end {
         let (a, b, d) = (img.row(y - 1), img.row(y), img.row(y + 1));
-        let mut js = c;
-        while js < rl - c {
-            let len = CHUNK.min(rl - c - js);
-            let span = len + 2 * c;
-            let (lo, mid, hi) = (&mut lo[..span], &mut mid[..span], &mut hi[..span]);
-            let base = js - c;
-            let (a, b, d) = (&a[base..base + span], &b[base..base + span], &d[base..base + span]);
-            for j in 0..span {
-                (lo[j], mid[j], hi[j]) = sort3(a[j], b[j], d[j]);
-            }
-            let (l0, l1, l2) = (&lo[..len], &lo[c..c + len], &lo[2 * c..2 * c + len]);
-            let (m0, m1, m2) = (&mid[..len], &mid[c..c + len], &mid[2 * c..2 * c + len]);
-            let (h0, h1, h2) = (&hi[..len], &hi[c..c + len], &hi[2 * c..2 * c + len]);
-            let o = &mut orow[js..js + len];
-            for j in 0..len {
-                let max_lo = l0[j].max(l1[j]).max(l2[j]);
-                let min_hi = h0[j].min(h1[j]).min(h2[j]);
-                o[j] = med3(max_lo, med3(m0[j], m1[j], m2[j]), min_hi);
-            }
-            js += len;
-        }
-        // The first and last pixels: windows of two columns of three rows.
+        let orow = &mut band[(y - y0) * rl..(y - y0 + 1) * rl];
         for (x, nx) in [(0, 1), (w - 1, w - 2)] {
-            for ch in 0..c {
-                let at = |row: &[T], x: usize| row[x * c + ch];
+            for ch in 0..C {
+                let at = |row: &[T], x: usize| row[x * C + ch];
                 let t = sort3(at(a, x), at(b, x), at(d, x));
                 let u = sort3(at(a, nx), at(b, nx), at(d, nx));
-                orow[x * c + ch] = median_of_two_triples(t, u);
+                orow[x * C + ch] = median_of_two_triples(t, u);
             }
         }
     }
@@ -480,7 +681,23 @@ mod tests {
         });
     }
 
+    /// Images wide enough for the size-3 network's blocks (rows of at least `BLOCK` + 2
+    /// channels of samples), whose rows cross chunk boundaries (a few blocks in tests) and
+    /// end in an overlapping block, in bands of odd and even heights.
+    #[test]
+    fn wide_images_on_every_build() {
+        on_every_build(any_image(300, 9), |img| {
+            prop_assert_eq!(apply(&Despeckle, &img, &[]), naive_dyn(&img, 3));
+            Ok(())
+        });
+    }
+
     proptest! {
+        #[test]
+        fn wide_images_same_on_one_and_three_threads(img in any_image(300, 14)) {
+            same_on_threads(&Despeckle, &img, &Params::new());
+        }
+
         #[test]
         fn matches_the_definition(
             img in any_image(20, 12),
