@@ -82,11 +82,14 @@ impl<T: Sample> Spares<T> {
         self.bufs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A kept buffer of exactly `len` samples (contents: another image's).
+    /// A kept buffer of exactly `len` samples (contents: another image's): the one kept
+    /// last, whose lines are the likeliest to be still in the cache. (Taking the oldest
+    /// cycled a run of filters through every kept buffer of the size, each written from
+    /// memory: the 3×3 median of a 2048² RGB image ran at 0.7× its speed on one buffer.)
     fn take(&self, len: usize) -> Option<Vec<T>> {
         let mut bufs = self.lock();
-        let at = bufs.iter().position(|b| b.len() == len)?;
-        Some(bufs.swap_remove(at))
+        let at = bufs.iter().rposition(|b| b.len() == len)?;
+        Some(bufs.remove(at))
     }
 
     /// Keep `buf` if it is big enough to be worth it and there is room; the oldest goes to
@@ -360,6 +363,27 @@ mod tests {
         for (k, &p) in ptrs.iter().enumerate().skip(1) {
             assert_eq!(spares.take(10 + k).map(|b| b.as_ptr()), Some(p));
         }
+    }
+
+    #[test]
+    fn the_buffer_kept_last_is_taken_first() {
+        // Of buffers of one size, the last kept (likeliest in the cache) comes back, so a run
+        // of filters reuses one buffer rather than cycling through every one kept.
+        let spares = Spares::<u8>::new();
+        let bufs: Vec<_> = (0..3).map(|_| vec![0u8; 64]).collect();
+        let ptrs: Vec<_> = bufs.iter().map(|b| b.as_ptr()).collect();
+        for b in bufs {
+            spares.keep(b);
+        }
+        for _ in 0..3 {
+            let b = spares.take(64).expect("a kept buffer");
+            assert_eq!(b.as_ptr(), ptrs[2]);
+            spares.keep(b);
+        }
+        assert_eq!(spares.take(64).map(|b| b.as_ptr()), Some(ptrs[2]));
+        assert_eq!(spares.take(64).map(|b| b.as_ptr()), Some(ptrs[1]));
+        assert_eq!(spares.take(64).map(|b| b.as_ptr()), Some(ptrs[0]));
+        assert!(spares.take(64).is_none());
     }
 
     #[test]
