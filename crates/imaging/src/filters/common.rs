@@ -343,17 +343,27 @@ impl Div {
 pub(crate) struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    #[inline(always)]
+    /// The step the state advances by per number.
+    pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    /// The next number. Filters draw in batches (`spread::draws`); this one-at-a-time form
+    /// is the definition their tests check those against.
+    #[cfg(test)]
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
+        self.0 = self.0.wrapping_add(Self::GAMMA);
+        Self::mix(self.0)
+    }
+
+    /// The number a state gives (the generator's output function).
+    #[inline(always)]
+    pub fn mix(mut z: u64) -> u64 {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
 
     /// A number in `0..n` (`n > 0`) by Lemire's multiply-shift: `⌊r·n / 2^64⌋`.
-    #[inline(always)]
+    #[cfg(test)]
     pub fn below(&mut self, n: u64) -> u64 {
         ((self.next_u64() as u128 * n as u128) >> 64) as u64
     }

@@ -37,16 +37,17 @@
 //!
 //! # Speed
 //!
-//! One sequential pass: per pixel one generator step, one 128-bit multiply, a table lookup
-//! and a swap of nearby memory (at most 32 rows away, in cache). Pixels at least `D` from
-//! every edge (nearly all of them) skip the bounds test: their table holds each offset's
-//! distance in samples. Measured (release, 2048², one thread of an Intel Xeon VM, with and
-//! without that fast path in the same session): rgb8 about 0.2 Gpixel/s against 0.155,
-//! gray16 about 0.29 against 0.16.
+//! One sequential pass of swaps of nearby memory (at most 32 rows away, in cache). A row's
+//! draws do not depend on the pixels, so they are made first, for the whole row, in vectors
+//! (`draws`: 8 generator steps at a time with AVX-512); the swaps then only look up their
+//! offset. Pixels at least `D` from every edge (nearly all of them) skip the bounds test:
+//! their table holds each offset's distance in samples. Measured (release, one thread of a
+//! Zen 5 EPYC VM, `bench filters --quick`): drawing ahead took rgb8 from about 0.36–0.40
+//! Gpixel/s to 0.43–0.46, gray16 from 0.53–0.57 to 0.71–0.75.
 
 use std::sync::Arc;
 
-use super::common::{SplitMix64, builtin_info, each_depth, u64_param, whole};
+use super::common::{SplitMix64, builtin_info, each_depth, multiversion, u64_param, whole};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -131,29 +132,59 @@ fn spread_in_place<T: Sample, const C: usize>(img: &mut Image<T>, distance: usiz
     let mut rng = SplitMix64(seed);
     let data = &mut img.data;
     // Near the border: the draw's target, if it is inside.
-    let target = |x: i64, y: i64, r: u64| {
+    let target = |x: i64, y: i64, r: u32| {
         let (dx, dy) = offs[r as usize];
         let (tx, ty) = (x + dx, y + dy);
         ((0..w).contains(&tx) && (0..h).contains(&ty)).then(|| ((ty * w + tx) as usize) * C)
     };
+    // A row's draws, made ahead of its swaps (they do not depend on the pixels).
+    let mut row_draws = vec![0u32; w as usize];
     for y in 0..h {
+        draws(&mut rng, n, &mut row_draws);
+        let r = &row_draws;
         // Pixels [inner.0, inner.1) of this row are at least `d` from every edge.
         let inner = if y >= d && y + d < h && w > 2 * d { (d, w - d) } else { (w, w) };
         for x in 0..inner.0 {
-            if let Some(b) = target(x, y, rng.below(n)) {
+            if let Some(b) = target(x, y, r[x as usize]) {
                 swap_pixels::<T, C>(data, ((y * w + x) as usize) * C, b);
             }
         }
         for x in inner.0..inner.1 {
             let a = ((y * w + x) as usize) * C;
-            let b = a.wrapping_add_signed(rel[rng.below(n) as usize]);
+            let b = a.wrapping_add_signed(rel[r[x as usize] as usize]);
             swap_pixels::<T, C>(data, a, b);
         }
         for x in inner.1.max(inner.0)..w {
-            if let Some(b) = target(x, y, rng.below(n)) {
+            if let Some(b) = target(x, y, r[x as usize]) {
                 swap_pixels::<T, C>(data, ((y * w + x) as usize) * C, b);
             }
         }
+    }
+}
+
+/// The next `out.len()` draws of `rng.below(n)`, in order (`0 < n < 2^32`), and `rng`
+/// advanced past them: the same numbers as that many calls, made lane by lane in vectors.
+/// A 64×64-bit product's high half does not vectorise; `n` < 2^32 lets it be made of two
+/// 32×32-bit products (see `draws_body`).
+fn draws(rng: &mut SplitMix64, n: u64, out: &mut [u32]) {
+    assert!(n > 0 && n < 1 << 32, "draws below {n}");
+    draws_built(rng.0, n, out);
+    rng.0 = rng.0.wrapping_add((out.len() as u64).wrapping_mul(SplitMix64::GAMMA));
+}
+
+multiversion! {
+    /// `draws` for the widest build this CPU runs.
+    fn draws_built<>(state: u64, n: u64, out: &mut [u32]) => draws_body, avx512
+}
+
+#[inline(always)]
+fn draws_body(state: u64, n: u64, out: &mut [u32]) {
+    for (k, o) in out.iter_mut().enumerate() {
+        let z = SplitMix64::mix(state.wrapping_add((k as u64 + 1).wrapping_mul(SplitMix64::GAMMA)));
+        // ⌊z·n / 2^64⌋ = ⌊(hi·n + ⌊lo·n / 2^32⌋) / 2^32⌋ for z = hi·2^32 + lo (the dropped
+        // fraction of lo·n / 2^32 cannot carry), and neither sum overflows for n < 2^32.
+        let (hi, lo) = (z >> 32, z & 0xFFFF_FFFF);
+        *o = ((hi * n + ((lo * n) >> 32)) >> 32) as u32;
     }
 }
 
@@ -172,6 +203,23 @@ mod tests {
 
     use super::*;
     use crate::filters::common::testkit::*;
+
+    /// A batch of draws is the same numbers as drawing one at a time, on every build, for
+    /// any state (wrapping included) and any table size, and leaves the generator where
+    /// one at a time would.
+    #[test]
+    fn draws_in_a_batch_are_the_draws_one_at_a_time() {
+        let cases = (any::<u64>(), 1u64..1 << 32, 0usize..200);
+        on_every_build(cases, |(state, n, len)| {
+            let (mut batch, mut one) = (SplitMix64(state), SplitMix64(state));
+            let mut out = vec![0u32; len];
+            draws(&mut batch, n, &mut out);
+            let expected: Vec<u32> = (0..len).map(|_| one.below(n) as u32).collect();
+            prop_assert_eq!(out, expected);
+            prop_assert_eq!(batch.next_u64(), one.next_u64());
+            Ok(())
+        });
+    }
 
     /// The definition, word for word: every draw bounds-checked in two dimensions.
     fn spread_by_definition(img: &DynImage, d: usize, seed: u64) -> DynImage {
