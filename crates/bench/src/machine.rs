@@ -5,7 +5,7 @@
 use std::process::Command;
 
 /// `uname -srm`, the number and model of the CPUs and the installed memory, e.g.
-/// "Linux 6.8.0 x86_64, 2 CPUs (Intel(R) Xeon(R) Processor), 23.5 GiB RAM".
+/// "Linux 6.8.0 x86_64, 2 CPUs (AMD EPYC, family 26 model 2), 23.5 GiB RAM".
 pub fn machine_description() -> String {
     let uname = Command::new("uname")
         .arg("-srm")
@@ -25,12 +25,26 @@ pub fn machine_description() -> String {
     out
 }
 
-/// The first `model name` in /proc/cpuinfo (Linux).
+/// The first CPU's `model name` in /proc/cpuinfo (Linux), with its family and model
+/// numbers: a virtual machine's model name may be as bare as "AMD EPYC", which covers CPUs
+/// as different as Zen 4 (family 25) and Zen 5 (family 26).
 fn cpu_model() -> Option<String> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("model name"))?;
-    let model = line.split_once(':')?.1.split_whitespace().collect::<Vec<_>>().join(" ");
-    (!model.is_empty()).then_some(model)
+    cpu_model_in(&std::fs::read_to_string("/proc/cpuinfo").ok()?)
+}
+
+/// [`cpu_model`] of the text of a /proc/cpuinfo.
+fn cpu_model_in(info: &str) -> Option<String> {
+    let first = info.split("\n\n").next()?;
+    let field = |name: &str| {
+        let line = first.lines().find(|l| l.split(':').next().map(str::trim) == Some(name))?;
+        let value = line.split_once(':')?.1.split_whitespace().collect::<Vec<_>>().join(" ");
+        (!value.is_empty()).then_some(value)
+    };
+    let mut model = field("model name")?;
+    if let (Some(family), Some(number)) = (field("cpu family"), field("model")) {
+        model.push_str(&format!(", family {family} model {number}"));
+    }
+    Some(model)
 }
 
 /// `MemTotal` from /proc/meminfo (Linux), in KiB.
@@ -42,6 +56,16 @@ fn mem_total_kib() -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn names_the_cpu_with_its_family_and_model() {
+        let info = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n\
+                    model name\t: AMD  EPYC\nstepping\t: 1\n\nprocessor\t: 1\nmodel name\t: other\n";
+        assert_eq!(super::cpu_model_in(info).as_deref(), Some("AMD EPYC, family 26 model 2"));
+        let bare = "processor\t: 0\nmodel name\t: Some CPU\n";
+        assert_eq!(super::cpu_model_in(bare).as_deref(), Some("Some CPU"));
+        assert_eq!(super::cpu_model_in("processor\t: 0\n"), None);
+    }
+
     #[test]
     fn names_cpus() {
         let d = super::machine_description();
