@@ -49,7 +49,9 @@
 
 use std::sync::Arc;
 
-use super::common::{Div, bands, builtin_info, copy_alpha, each_depth, multiversion, odd};
+use super::common::{
+    Div, bands, block_pieces, builtin_info, copy_alpha, each_depth, multiversion, odd,
+};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -296,13 +298,13 @@ fn blur_band_body<T: Sample, A: Acc>(
             // Full windows: the sum of n shifted column sums, divided, in one pass.
             let o = &mut orow[r * c..(w - r) * c];
             let f = fast[cy - 1];
-            for (at, len) in pieces(o.len()) {
+            for (at, len) in block_pieces(o.len(), PIECE) {
                 let (o, col) = (&mut o[at..at + len], &col[at..]);
                 let s = |k: usize| &col[k * c..k * c + len];
                 if n == 3 {
                     sum3::<T, A>(s(0), s(1), s(2), o, f);
                 } else {
-                    sum5::<T, A>([s(0), s(1), s(2), s(3), s(4)], o, f);
+                    sum5::<T, A>(s(0), s(1), s(2), s(3), s(4), o, f);
                 }
             }
             // Clipped windows at the left and right ends.
@@ -336,22 +338,9 @@ fn blur_band_body<T: Sample, A: Acc>(
     copy_alpha(band, &img.data[start..start + band.len()], c);
 }
 
-/// Samples per piece of the fused pass's output (see [`pieces`]): a whole number of the
-/// widest vectors' iterations (unrolled, 32 or 64 samples at a time with AVX-512).
+/// Samples per piece of the fused pass's output (see [`block_pieces`]): a whole number of
+/// the widest vectors' iterations (unrolled, 32 or 64 samples at a time with AVX-512).
 const PIECE: usize = 128;
-
-/// `(start, len)` pieces covering `0..len`: the longest prefix that is a whole number of
-/// [`PIECE`]s, then the last `PIECE` samples, overlapping it, so the vectorised loop never
-/// falls back to a scalar remainder loop (at 512 samples a row, 30 scalar samples took a
-/// sixth of the time). Outputs in the overlap are computed twice, the same; only pure
-/// outputs can be pieced so (not the running column sums, updated in place).
-fn pieces(len: usize) -> [(usize, usize); 2] {
-    if len < PIECE {
-        return [(0, len), (len, 0)];
-    }
-    let whole = len / PIECE * PIECE;
-    [(0, whole), if whole == len { (len, 0) } else { (len - PIECE, PIECE) }]
-}
 
 /// The fused pass for size 3: `o[j]` = the mean of `s0[j] + s1[j] + s2[j]` (slices of one
 /// length). Each slice is a parameter of its own, which tells the compiler they do not
@@ -365,13 +354,21 @@ fn sum3<T: Sample, A: Acc>(s0: &[A], s1: &[A], s2: &[A], o: &mut [T], f: A::Fast
     }
 }
 
-/// [`sum3`] for size 5.
+/// [`sum3`] for size 5 (each slice a parameter of its own too).
 #[inline(always)]
-fn sum5<T: Sample, A: Acc>(s: [&[A]; 5], o: &mut [T], f: A::Fast) {
+fn sum5<T: Sample, A: Acc>(
+    s0: &[A],
+    s1: &[A],
+    s2: &[A],
+    s3: &[A],
+    s4: &[A],
+    o: &mut [T],
+    f: A::Fast,
+) {
     let len = o.len();
-    let s = s.map(|s| &s[..len]);
+    let (s0, s1, s2, s3, s4) = (&s0[..len], &s1[..len], &s2[..len], &s3[..len], &s4[..len]);
     for j in 0..len {
-        let sum = s[0][j].add(s[1][j]).add(s[2][j]).add(s[3][j]).add(s[4][j]);
+        let sum = s0[j].add(s1[j]).add(s2[j]).add(s3[j]).add(s4[j]);
         o[j] = T::from_u32(sum.divide_fast(f));
     }
 }

@@ -102,6 +102,20 @@ pub(crate) fn bands<T: Send>(
 /// the tests comparing thread counts exercise the parallel path.
 const PARALLEL_MIN: usize = if cfg!(test) { 1 } else { 1 << 19 };
 
+/// `(start, len)` pieces covering `0..len` for a loop over whole blocks of `block` samples:
+/// the longest prefix that is a whole number of blocks, then, if samples remain, the last
+/// `block` samples, overlapping it (`len < block`: the whole, as one short piece). Vectorised
+/// loops over the pieces never fall back to a scalar remainder loop (in blur's fused pass at
+/// 512 samples a row, 30 scalar samples took a sixth of the time). Outputs in the overlap
+/// are computed twice, so only pure outputs can be pieced so (not sums updated in place).
+pub(crate) fn block_pieces(len: usize, block: usize) -> [(usize, usize); 2] {
+    if len < block {
+        return [(0, len), (len, 0)];
+    }
+    let whole = len / block * block;
+    [(0, whole), if whole == len { (len, 0) } else { (len - block, block) }]
+}
+
 /// The builds of inner loops, from the target's baseline (SSE2 on x86-64) up.
 ///
 /// Filters compile their hot band function twice from one `#[inline(always)]` body — for the
@@ -556,6 +570,22 @@ mod tests {
                 for x in (q * d).saturating_sub(d)..=(q * d + d).min(max) {
                     assert_eq!(div.apply(x), (x + d / 2) / d, "d {d} x {x}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn block_pieces_cover_every_sample_in_whole_blocks() {
+        for block in [1, 4, 64] {
+            for len in 0..300 {
+                let pieces = block_pieces(len, block);
+                let mut covered = vec![false; len];
+                for (start, n) in pieces {
+                    assert!(start + n <= len, "len {len} block {block}: {pieces:?}");
+                    assert!(len < block || n % block == 0, "len {len} block {block}: {pieces:?}");
+                    covered[start..start + n].iter_mut().for_each(|c| *c = true);
+                }
+                assert!(covered.iter().all(|&c| c), "len {len} block {block}: {pieces:?}");
             }
         }
     }

@@ -56,7 +56,7 @@
 
 use std::sync::Arc;
 
-use super::common::{bands, builtin_info, copy_alpha, each_depth, multiversion, odd};
+use super::common::{bands, block_pieces, builtin_info, copy_alpha, each_depth, multiversion, odd};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -190,12 +190,11 @@ multiversion! {
 }
 
 /// The pieces of `0..len` (`len >= BLOCK`) as `(first sample, blocks, first block's index
-/// in a ring slot)`: the whole blocks, then, when `len` is not a multiple of `BLOCK`, one
-/// block overlapping the last whole one (kept in a slot's next block).
+/// in a ring slot)`: [`block_pieces`] in `BLOCK`s, its overlapping last block kept in a slot's
+/// next block (its first sample rounded up to a block).
 fn pieces(len: usize) -> [(usize, usize, usize); 2] {
-    let whole = len / BLOCK;
-    let tail = if len.is_multiple_of(BLOCK) { (0, 0, 0) } else { (len - BLOCK, 1, whole) };
-    [(0, whole, 0), tail]
+    debug_assert!(len >= BLOCK);
+    block_pieces(len, BLOCK).map(|(s, n)| (s, n / BLOCK, s.div_ceil(BLOCK)))
 }
 
 /// One block of a row's sorted horizontal triples: `[lo, mid, hi]`, where `lo[k] <= mid[k]
@@ -251,6 +250,7 @@ fn one_row<T: Sample + Ord, const C: usize>(
         let [v, m, r] = thirds::<T, C>(row, js + s, nb);
         let (t, a, b) = (&mut t[bi..bi + nb], &a[bi..bi + nb], &b[bi..bi + nb]);
         let out = out_blocks(out, s, nb);
+        // Equal lengths, checked once, so the loop's indexing needs no checks.
         assert!(v.len() == nb && m.len() == nb && r.len() == nb && out.len() == nb);
         for i in 0..nb {
             one_block(&v[i], &m[i], &r[i], &mut t[i], &a[i], &b[i], &mut out[i]);
@@ -279,6 +279,7 @@ fn two_rows<T: Sample + Ord, const C: usize>(
         let (t1, t2) = (&mut t1[bi..bi + nb], &mut t2[bi..bi + nb]);
         let (a, b) = (&a[bi..bi + nb], &b[bi..bi + nb]);
         let (o0, o1) = (out_blocks(out0, s, nb), out_blocks(out1, s, nb));
+        // Equal lengths, checked once, so the loop's indexing needs no checks.
         assert!([v1.len(), m1.len(), r1.len(), v2.len(), m2.len(), r2.len()] == [nb; 6]);
         assert!(o0.len() == nb && o1.len() == nb);
         for i in 0..nb {
