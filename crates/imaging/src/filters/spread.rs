@@ -41,9 +41,13 @@
 //! draws do not depend on the pixels, so they are made first, for the whole row, in vectors
 //! (`draws`: 8 generator steps at a time with AVX-512); the swaps then only look up their
 //! offset. Pixels at least `D` from every edge (nearly all of them) skip the bounds test:
-//! their table holds each offset's distance in samples. Measured (release, one thread of a
-//! Zen 5 EPYC VM, `bench filters --quick`): drawing ahead took rgb8 from about 0.36–0.40
-//! Gpixel/s to 0.43–0.46, gray16 from 0.53–0.57 to 0.71–0.75.
+//! their table holds each offset's distance in samples. The output is not a copy of the
+//! whole image made first: each row is copied in just before the swaps can reach it, while
+//! the rows being swapped are in cache, so a big image goes through memory once. Measured
+//! (release, one thread of a Zen 5 EPYC VM, `bench filters --quick`): drawing ahead took
+//! rgb8 from about 0.36–0.40 Gpixel/s to 0.43–0.46, gray16 from 0.53–0.57 to 0.71–0.75;
+//! copying row by row took rgb8 at 2048² from about 0.38 to 0.47 and at 4096² from 0.36 to
+//! 0.49 (512² stays at 0.51: it fits in cache either way).
 
 use std::sync::Arc;
 
@@ -112,17 +116,27 @@ fn offsets(d: i64) -> Vec<(i64, i64)> {
 /// If `distance` is not in 1..=32 or the image's fields disagree (see [`Image::from_vec`]).
 pub fn spread<T: Sample>(img: &Image<T>, distance: usize, seed: u64) -> Image<T> {
     assert!((1..=MAX_DISTANCE).contains(&distance), "spread distance {distance}");
-    let mut out = img.clone();
+    let mut out = Image::for_overwrite(img.width, img.height, img.channels);
     match img.channels {
-        1 => spread_in_place::<T, 1>(&mut out, distance, seed),
-        3 => spread_in_place::<T, 3>(&mut out, distance, seed),
-        _ => spread_in_place::<T, 4>(&mut out, distance, seed),
+        1 => spread_into::<T, 1>(img, &mut out, distance, seed),
+        3 => spread_into::<T, 3>(img, &mut out, distance, seed),
+        _ => spread_into::<T, 4>(img, &mut out, distance, seed),
     }
     out
 }
 
-fn spread_in_place<T: Sample, const C: usize>(img: &mut Image<T>, distance: usize, seed: u64) {
-    let (w, h, d) = (img.width as i64, img.height as i64, distance as i64);
+/// The spread of `src` into `out` (of the same size, its samples not yet written): each row
+/// is copied from `src` just before the first swap that can reach it (the swaps of row `y`
+/// reach rows up to `y + d`), so a big image is read from memory once, not copied whole and
+/// then read again.
+fn spread_into<T: Sample, const C: usize>(
+    src: &Image<T>,
+    out: &mut Image<T>,
+    distance: usize,
+    seed: u64,
+) {
+    let (w, h, d) = (src.width as i64, src.height as i64, distance as i64);
+    let row_len = src.width * C;
     let offs = offsets(d);
     let n = offs.len() as u64;
     // Away from the border every offset lands inside: there a draw picks a precomputed
@@ -130,7 +144,9 @@ fn spread_in_place<T: Sample, const C: usize>(img: &mut Image<T>, distance: usiz
     let rel: Vec<isize> =
         offs.iter().map(|&(dx, dy)| ((dy * w + dx) * C as i64) as isize).collect();
     let mut rng = SplitMix64(seed);
-    let data = &mut img.data;
+    let data = &mut out.data;
+    // Rows [0, copied) of `data` hold `src`'s samples, with the swaps made so far.
+    let mut copied = 0;
     // Near the border: the draw's target, if it is inside.
     let target = |x: i64, y: i64, r: u32| {
         let (dx, dy) = offs[r as usize];
@@ -140,6 +156,9 @@ fn spread_in_place<T: Sample, const C: usize>(img: &mut Image<T>, distance: usiz
     // A row's draws, made ahead of its swaps (they do not depend on the pixels).
     let mut row_draws = vec![0u32; w as usize];
     for y in 0..h {
+        let reach = ((y + d + 1).min(h) as usize) * row_len;
+        data[copied..reach].copy_from_slice(&src.data[copied..reach]);
+        copied = reach;
         draws(&mut rng, n, &mut row_draws);
         let r = &row_draws;
         // Pixels [inner.0, inner.1) of this row are at least `d` from every edge.
