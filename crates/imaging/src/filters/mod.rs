@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::filter::Filter;
 
 pub(crate) mod common;
+pub(crate) mod sums;
 // The eight filters of MedJava / xv.
 pub mod blur;
 pub mod despeckle;
