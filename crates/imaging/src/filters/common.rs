@@ -313,6 +313,27 @@ pub(crate) fn copy_alpha<T: Copy>(dst: &mut [T], src: &[T], channels: usize) {
     }
 }
 
+/// Ask the CPU to bring `data` into its first-level cache ahead of use (a hint: nothing is
+/// read, nothing can fault). A filter that reads a block of rows, computes, then writes
+/// calls it while writing, so that the next rows' reads find them in the cache rather than
+/// wait on memory at the start of each block (pixelize at 2048²: about a tenth faster).
+#[inline(always)]
+pub(crate) fn prefetch<T>(data: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let bytes = data.as_ptr().cast::<i8>();
+        for at in (0..std::mem::size_of_val(data)).step_by(64) {
+            // SAFETY: a prefetch is only a hint; it never faults, whatever the address, and
+            // `at` stays inside `data` anyway. (`unsafe` only because the intrinsic needs
+            // SSE, which every x86-64 CPU has.)
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.add(at)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
+
 /// xv's grey of a colour: `(11 R + 16 G + 5 B) >> 5`.
 #[inline(always)]
 pub(crate) fn grey(r: u32, g: u32, b: u32) -> u32 {

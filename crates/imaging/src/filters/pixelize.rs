@@ -30,8 +30,11 @@
 //! block row's rows, specialised for 1, 3 and 4 channels and built for AVX2 and AVX-512
 //! (`common::multiversion!`):
 //!
-//! 1. its rows are summed into column sums, in 16 bits for 8-bit images where a block's sum
-//!    fits (twice the lanes per vector), else 32 (`sums::Acc`);
+//! 1. its rows are summed into column sums, up to four rows per pass, in 16 bits for 8-bit
+//!    images where a block's sum fits (twice the lanes per vector), else 32 (`sums::Acc`);
+//!    while the output rows are written, the next block row's input rows are prefetched
+//!    (`common::prefetch`: at 2048², where the image is no longer in the core's caches,
+//!    about a fifth faster over many runs);
 //! 2. the partial blocks at the left and right edges sum their columns one by one;
 //! 3. the inner blocks (up to [`VECTOR_MAX`] wide) are computed at **every sample**, in
 //!    vectors: the window sum of `block_w` column sums starting there and its mean, divided
@@ -42,15 +45,16 @@
 //!    is what made the per-block version slow. Wider blocks, and blocks without a fast
 //!    divider, sum each block on its own.
 //!
-//! Measured (release, one thread of a Zen 5 EPYC VM, 4×4, `bench filters --quick` and a
-//! harness timing the filter alone): rgb8 about 6.7 Gpixel/s at 512², 5.4 at 2048², 3.4 at
-//! 4096²; the per-block version it replaced made 1.3, 1.1 and 1.1 (3-sample pixel writes
-//! went through `memcpy` calls: a third of its time).
+//! Measured (release, one thread of a Zen 5 EPYC VM, rgb8, 4×4; a harness timing the filter
+//! alone, many runs): about 6.5 Gpixel/s at 512² and 5–5.7 at 2048² (3.4–3.8 with the caches
+//! flushed before each run); the per-block version it replaced made 1.3 and 1.1 (3-sample
+//! pixel writes went through `memcpy` calls: a third of its time). In `bench filters`,
+//! whose few runs per round follow other filters and Python's, 2048² comes out at 3.6–4.2.
 
 use std::sync::Arc;
 
 use super::common::{
-    bands, block_pieces, builtin_info, copy_alpha, each_depth, multiversion, whole,
+    bands, block_pieces, builtin_info, copy_alpha, each_depth, multiversion, prefetch, whole,
 };
 use super::sums::Acc;
 use crate::error::ImagingError;
@@ -214,6 +218,11 @@ fn mosaic_rows<T: Sample, A: Acc, const C: usize>(
             let rows = block(by, g.sy, g.bh, img.height);
             block_row::<T, A, C>(img, g, rows, offsets, &mut col, &mut scratch, &mut template);
         }
+        // The input row a block row below, into the cache while this row is written (the
+        // next block row's sums start as soon as this one's rows are out).
+        if y + g.bh < img.height {
+            prefetch(img.row(y + g.bh));
+        }
         orow.copy_from_slice(&template);
         copy_alpha(orow, img.row(y), C);
     }
@@ -238,14 +247,24 @@ fn block_row<T: Sample, A: Acc, const C: usize>(
     template: &mut [T],
 ) {
     let w = img.width;
-    let (first, rest) = (rows.start, rows.start + 1..rows.end);
-    for (s, v) in col.iter_mut().zip(img.row(first)) {
-        *s = A::of(*v);
-    }
-    for y in rest {
-        for (s, v) in col.iter_mut().zip(img.row(y)) {
-            *s = s.add(A::of(*v));
+    // Up to four rows at a time: a quarter of the passes over the column sums.
+    let mut ys = rows.clone();
+    let mut fresh = true;
+    while !ys.is_empty() {
+        let take = ys.len().min(4);
+        let r: [&[T]; 4] = std::array::from_fn(|k| img.row(ys.start + k.min(take - 1)));
+        ys.start += take;
+        match (take, fresh) {
+            (4, true) => add_rows::<T, A, 4, false>(col, [r[0], r[1], r[2], r[3]]),
+            (4, false) => add_rows::<T, A, 4, true>(col, [r[0], r[1], r[2], r[3]]),
+            (3, true) => add_rows::<T, A, 3, false>(col, [r[0], r[1], r[2]]),
+            (3, false) => add_rows::<T, A, 3, true>(col, [r[0], r[1], r[2]]),
+            (2, true) => add_rows::<T, A, 2, false>(col, [r[0], r[1]]),
+            (2, false) => add_rows::<T, A, 2, true>(col, [r[0], r[1]]),
+            (_, true) => add_rows::<T, A, 1, false>(col, [r[0]]),
+            (_, false) => add_rows::<T, A, 1, true>(col, [r[0]]),
         }
+        fresh = false;
     }
     let mean = |cols: std::ops::Range<usize>| -> [T; C] {
         let n = (rows.len() * cols.len()) as u64;
@@ -292,6 +311,32 @@ fn block_row<T: Sample, A: Acc, const C: usize>(
 
 /// Samples per step of the vectorised window sums.
 const LANES: usize = 64;
+
+/// `col[i]` (plus its value before, if `ADD`) `+= Σ rows[k][i]`, in steps of [`LANES`].
+#[inline(always)]
+fn add_rows<T: Sample, A: Acc, const K: usize, const ADD: bool>(col: &mut [A], rows: [&[T]; K]) {
+    let n = col.len();
+    let (whole, rest) = col.as_chunks_mut::<LANES>();
+    for (k, c) in whole.iter_mut().enumerate() {
+        let i = k * LANES;
+        let mut s: [A; LANES] = if ADD { *c } else { [A::default(); LANES] };
+        for r in rows {
+            let v: &[T; LANES] = r[i..].first_chunk().expect("rows as long as the sums");
+            for l in 0..LANES {
+                s[l] = s[l].add(A::of(v[l]));
+            }
+        }
+        *c = s;
+    }
+    let done = n - rest.len();
+    for (i, c) in rest.iter_mut().enumerate() {
+        let mut s = if ADD { *c } else { A::default() };
+        for r in rows {
+            s = s.add(A::of(r[done + i]));
+        }
+        *c = s;
+    }
+}
 
 /// `m[l]`: the mean of `sums[i + l + j·step]` for `j·step < span`, for each lane `l`.
 #[inline(always)]
