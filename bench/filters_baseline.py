@@ -27,8 +27,16 @@ except ImportError:
     Image = None
 
 
+# Seconds each side calls a filter before timing it (at least once); the same as the Rust
+# side's WARM_UP (crates/bench/src/filters/mod.rs), which says why.
+WARM_UP_SECONDS = 0.025
+
+
 def median_seconds(fn, runs):
-    fn()  # warm-up
+    warm = time.perf_counter()
+    fn()
+    while time.perf_counter() - warm < WARM_UP_SECONDS:
+        fn()
     times = []
     for _ in range(runs):
         t = time.perf_counter()

@@ -10,7 +10,7 @@ mod report;
 pub use images::test_image;
 pub use report::{FilterMeasurement, FilterReport};
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bs_imaging::{Params, Registry, Run};
 
@@ -33,9 +33,21 @@ fn plan(quick: bool) -> Vec<(usize, u32, u32)> {
     }
 }
 
-/// Median seconds of `runs` calls after one warm-up.
+/// How long each side calls a filter before timing it (at least once). The same on the
+/// Python side (`bench/filters_baseline.py`, `WARM_UP_SECONDS`).
+pub const WARM_UP: Duration = Duration::from_millis(25);
+
+/// Median seconds of `runs` calls after a warm-up of [`WARM_UP`]: on this kind of machine a
+/// memory-bound filter's first milliseconds after other work (or a pause) run slower while
+/// the memory system comes up to speed — a 2048² pixelize took 3–5 runs of 1 ms to reach its
+/// rate after compute-bound work, a sleep or a busy loop — so one warm-up call is not enough
+/// for the fast filters, and a fixed time treats every filter and both sides alike.
 fn time(runs: u32, mut f: impl FnMut() -> Result<(), BenchError>) -> Result<f64, BenchError> {
+    let warm = Instant::now();
     f()?;
+    while warm.elapsed() < WARM_UP {
+        f()?;
+    }
     let mut s = Vec::with_capacity(runs as usize);
     for _ in 0..runs {
         let t = Instant::now();
