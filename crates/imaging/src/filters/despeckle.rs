@@ -56,7 +56,9 @@
 
 use std::sync::Arc;
 
-use super::common::{bands, block_pieces, builtin_info, copy_alpha, each_depth, multiversion, odd};
+use super::common::{
+    bands, block_pieces, builtin_info, copy_alpha, each_depth, multiversion, odd, prefetch,
+};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -409,6 +411,13 @@ fn median3_rows<T: Sample + Ord, const C: usize>(img: &Image<T>, y0: usize, band
             let (a, b) = old.split_at(slot);
             let (t1, t2) = new.split_at_mut(slot);
             let at = (y - y0) * rl + js;
+            // This chunk of the rows two steps down, into the cache while this step runs: the
+            // chunks go down the image 2 KiB a row, a stride the hardware prefetchers do not
+            // follow far (rgb8 2048², one thread: about 3.4–4.0 → 4.2–4.7 Gpixel/s; one step
+            // ahead gained half that, 512² is in cache either way).
+            for ahead in [y + 5, y + 6].into_iter().filter(|&r| r < h) {
+                prefetch(&img.row(ahead)[js..js + len]);
+            }
             if y + 1 < end {
                 let (o0, o1) = band[at..at + rl + len].split_at_mut(rl);
                 let rows = [img.row(y + 1), img.row(y + 2)];
