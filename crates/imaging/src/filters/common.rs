@@ -314,9 +314,11 @@ pub(crate) fn copy_alpha<T: Copy>(dst: &mut [T], src: &[T], channels: usize) {
 }
 
 /// Ask the CPU to bring `data` into its first-level cache ahead of use (a hint: nothing is
-/// read, nothing can fault). A filter that reads a block of rows, computes, then writes
-/// calls it while writing, so that the next rows' reads find them in the cache rather than
-/// wait on memory at the start of each block (pixelize at 2048²: about a tenth faster).
+/// read, nothing can fault), for access patterns the hardware prefetchers do not run far
+/// ahead on: pixelize reads a block of rows, computes, then writes, and fetches the next
+/// block's rows while writing; the 3×3 median goes down the image a 2 KiB piece of a row at
+/// a time and fetches the pieces two steps down (each about a fifth faster at 2048² RGB in
+/// alternating runs of one filter).
 #[inline(always)]
 pub(crate) fn prefetch<T>(data: &[T]) {
     #[cfg(target_arch = "x86_64")]
