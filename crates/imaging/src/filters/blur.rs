@@ -31,7 +31,7 @@
 //! the one that leaves (one vectorised pass per row). For sizes 3 and 5 the full windows of a
 //! row are then summed from `size` shifted slices of the column sums and divided in the same
 //! pass: for 8-bit images, whose sums fit in 16 bits, by a 16-bit multiply-high and a shift
-//! (16 lanes per AVX2 vector); for 16-bit images in exact single precision (see `DivF32`).
+//! (16 lanes per AVX2 vector); for 16-bit images in exact single precision (see `sums::DivF32`).
 //! Above size 5, sums along each row are prefix sums (one scalar add per sample) and one
 //! vectorised subtraction, divided by a multiply and a shift by a per-count constant
 //! (`common::Div`), exact for every sum. Clipped windows at the edges use `common::Div` too.
