@@ -149,7 +149,8 @@ impl<T: Sample> Drop for Image<T> {
 }
 
 /// A copy in a buffer advised onto huge pages like [`Image::new`]'s (a derived `clone` would
-/// fault a 4096² RGB copy in 4 KiB at a time: a quarter of `spread`'s time at that size when it began with a copy).
+/// fault a 4096² RGB copy in 4 KiB at a time: a quarter of `spread`'s time at that size when
+/// it began with a copy).
 impl<T: Sample> Clone for Image<T> {
     fn clone(&self) -> Self {
         let mut data = Vec::with_capacity(self.data.len());
