@@ -144,8 +144,9 @@ impl FilterReport {
              nearest OpenCV and Pillow equivalents timed on the same pixels in the same run \
              (`bench/filters_baseline.py`). Each side is timed in rounds (a warm-up of 25 ms of \
              calls, at least one, since a memory-bound filter's first milliseconds after other \
-             work run slower on this kind of machine, then a few runs) that take turns with the other side's, so a slow spell of a shared machine \
-             falls on both; each figure is the median of its rounds' median runs. Pillow is \
+             work run slower on this kind of machine, then a few runs) that take turns with the \
+             other side's, so a slow spell of a shared machine falls on both; each figure is the \
+             median of its rounds' median runs. Pillow is \
              single-threaded and compared on one thread; OpenCV on the same thread count.\n",
         );
         let cell = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |v| format!("{v:.1}"));
