@@ -313,6 +313,27 @@ pub(crate) fn copy_alpha<T: Copy>(dst: &mut [T], src: &[T], channels: usize) {
     }
 }
 
+/// The part of a filter's sum type (its `Acc` trait: `sums::Acc`, edge's) that is the same
+/// for every integer type: a sample as that type, and wrapping addition and subtraction
+/// (every true sum fits, so wrapped intermediate sums give exact results).
+macro_rules! wrapping_sums {
+    ($t:ty) => {
+        #[inline(always)]
+        fn of<T: $crate::image::Sample>(v: T) -> Self {
+            v.to_u32() as $t
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            self.wrapping_add(o)
+        }
+        #[inline(always)]
+        fn sub(self, o: Self) -> Self {
+            self.wrapping_sub(o)
+        }
+    };
+}
+pub(crate) use wrapping_sums;
+
 /// Ask the CPU to bring `data` into its first-level cache ahead of use (a hint: nothing is
 /// read, nothing can fault), for access patterns the hardware prefetchers do not run far
 /// ahead on: pixelize reads a block of rows, computes, then writes, and fetches the next

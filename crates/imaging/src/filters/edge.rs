@@ -49,7 +49,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::common::{Div, bands, builtin_info, copy_alpha, each_depth, multiversion};
+use super::common::{
+    Div, bands, builtin_info, copy_alpha, each_depth, multiversion, wrapping_sums,
+};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -172,18 +174,7 @@ trait Acc: Copy + Default + Send + Sync {
 }
 
 impl Acc for i16 {
-    #[inline(always)]
-    fn of<T: Sample>(v: T) -> Self {
-        v.to_u32() as i16
-    }
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
-    }
+    wrapping_sums!(i16);
     #[inline(always)]
     fn edge(h: Self, v: Self) -> u32 {
         (h.unsigned_abs().max(v.unsigned_abs()) / 3) as u32
@@ -191,18 +182,7 @@ impl Acc for i16 {
 }
 
 impl Acc for i32 {
-    #[inline(always)]
-    fn of<T: Sample>(v: T) -> Self {
-        v.to_u32() as i32
-    }
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
-    }
+    wrapping_sums!(i32);
     #[inline(always)]
     fn edge(h: Self, v: Self) -> u32 {
         h.unsigned_abs().max(v.unsigned_abs()) / 3

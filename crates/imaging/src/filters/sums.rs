@@ -3,7 +3,7 @@
 //! division rounding half up, in forms that vectorise. Shared by the box filters (`blur`)
 //! and the block means (`pixelize`).
 
-use super::common::Div;
+use super::common::{Div, wrapping_sums};
 use crate::image::Sample;
 
 /// The integer type sums are kept in. Arithmetic wraps: every true window sum fits, so
@@ -57,21 +57,10 @@ pub(crate) struct DivF32 {
 }
 
 impl Acc for u16 {
-    #[inline(always)]
-    fn of<T: Sample>(v: T) -> Self {
-        v.to_u32() as u16
-    }
+    wrapping_sums!(u16);
     #[inline(always)]
     fn get(self) -> u32 {
         self as u32
-    }
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
     }
     fn div_for(d: u32, max: u32) -> Div {
         let div = Div::new(d, max);
@@ -104,21 +93,10 @@ impl Acc for u16 {
 }
 
 impl Acc for u32 {
-    #[inline(always)]
-    fn of<T: Sample>(v: T) -> Self {
-        v.to_u32()
-    }
+    wrapping_sums!(u32);
     #[inline(always)]
     fn get(self) -> u32 {
         self
-    }
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
     }
     fn div_for(d: u32, max: u32) -> Div {
         Div::new(d, max)
