@@ -27,13 +27,20 @@
 //! # Speed
 //!
 //! - Size 3, away from the border: a min/max network. The median of a 3×3 window is
-//!   `med3(max of the three rows' minima, med3 of their medians, min of their maxima)`. Each
-//!   input row's horizontal triples are sorted once (6 min/max per sample) into a ring of
-//!   row buffers, where they serve the three output rows whose windows hold that row; two
-//!   output rows are made at a time, sharing their two common rows (32 min/max for two
-//!   samples). Every loop runs over blocks of a constant 64 samples held in arrays, which
-//!   the compiler turns into vector min/max (32 8-bit or 16-bit samples at a time with
-//!   AVX-512), and a row chunk's buffers stay in L1.
+//!   `med3(max of the three rows' minima, med3 of their medians, min of their maxima)`. Two
+//!   output rows are made at a time from the four input rows their windows hold: each input
+//!   row's horizontal triples are sorted (6 min/max per sample), and the two rows both
+//!   windows share give the maximum of their minima, the minimum of their maxima and their
+//!   medians as a sorted pair for both outputs (44 min/max for two samples). The loops run
+//!   over blocks of a constant 64 samples held in arrays, which the compiler turns into
+//!   vector min/max (64 8-bit or 32 16-bit samples at a time with AVX-512), and go down the
+//!   image whole rows in order, as the hardware prefetchers expect.
+//!   Each row is sorted twice (for two pairs of output rows). Sorting it once into a ring of
+//!   row buffers that three output rows read takes fewer min/max (32 for two samples) but
+//!   stores and loads three more vectors per row, and with its buffers kept in L1 it went
+//!   down the image 2 KiB of a row at a time: measured in alternating runs in one process,
+//!   sorting afresh was 1.1–1.25× as fast at every size (512² to 4096², 8-bit RGB and 16-bit
+//!   grey, one and two threads), the most where the image is bigger than the caches.
 //!   The first and last rows and columns are min/max networks too: with the pairs or
 //!   triples of each column sorted, the two middle values of a clipped window of 6 (or 4)
 //!   are a few more min/max away (see `median3_edge_row` and `median_of_two_triples`).
@@ -56,9 +63,7 @@
 
 use std::sync::Arc;
 
-use super::common::{
-    bands, block_pieces, builtin_info, copy_alpha, each_depth, multiversion, odd, prefetch,
-};
+use super::common::{bands, block_pieces, builtin_info, copy_alpha, each_depth, multiversion, odd};
 use crate::error::ImagingError;
 use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
@@ -174,15 +179,9 @@ fn med3<T: Ord + Copy>(a: T, b: T, c: T) -> T {
     a.min(b).max(a.max(b).min(c))
 }
 
-/// Bytes of a row chunk in the size-3 network: the sorted triples of four rows of a chunk,
-/// two input and two output rows take 16 × this, which stays in L1 (2048 measured faster
-/// than whole rows of 2048² gray16, 10 against 8 Gpixel/s). Unit tests use two blocks, so
-/// their small images cross chunk boundaries.
-const CHUNK_BYTES: usize = if cfg!(test) { 2 * BLOCK * 2 } else { 2048 };
-
 /// Samples per block of the size-3 network's inner loops: a constant trip count over arrays
 /// of constant size, which the compiler turns into whole vectors with no bounds checks and no
-/// remainder loop. A chunk's last block overlaps the one before it instead of running short
+/// remainder loop. A row's last block overlaps the one before it instead of running short
 /// (its samples are computed twice, the same).
 const BLOCK: usize = 64;
 
@@ -191,158 +190,101 @@ multiversion! {
     fn median3_band<T: Sample | Ord>(img: &Image<T>, y0: usize, band: &mut [T]) => median3_body, avx512_full_width
 }
 
-/// The pieces of `0..len` (`len >= BLOCK`) as `(first sample, blocks, first block's index
-/// in a ring slot)`: [`block_pieces`] in `BLOCK`s, its overlapping last block kept in a slot's
-/// next block (its first sample rounded up to a block).
-fn pieces(len: usize) -> [(usize, usize, usize); 2] {
-    debug_assert!(len >= BLOCK);
-    block_pieces(len, BLOCK).map(|(s, n)| (s, n / BLOCK, s.div_ceil(BLOCK)))
-}
-
-/// One block of a row's sorted horizontal triples: `[lo, mid, hi]`, where `lo[k] <= mid[k]
-/// <= hi[k]` are the samples `j − C`, `j` and `j + C` of the row for the block's k-th `j`.
-type Triples<T> = [[T; BLOCK]; 3];
-
 /// The `nb` blocks of `row` from sample `j`, shifted `C` samples left, not, and right: the
-/// samples each block's triples are sorted from.
+/// samples each block's horizontal triples are sorted from.
 #[inline(always)]
 fn thirds<T, const C: usize>(row: &[T], j: usize, nb: usize) -> [&[[T; BLOCK]]; 3] {
     let part = |from: usize| row[from..from + nb * BLOCK].as_chunks::<BLOCK>().0;
     [part(j - C), part(j), part(j + C)]
 }
 
-/// Output blocks `s..` of `out`, `nb` of them.
+/// The interior samples `c..len − c` of a row of `len` samples as [`block_pieces`] in
+/// `BLOCK`s: `(first sample, blocks)`.
 #[inline(always)]
-fn out_blocks<T>(out: &mut [T], s: usize, nb: usize) -> &mut [[T; BLOCK]] {
-    out[s..s + nb * BLOCK].as_chunks_mut::<BLOCK>().0
+fn interior_blocks(len: usize, c: usize) -> [(usize, usize); 2] {
+    debug_assert!(len - 2 * c >= BLOCK);
+    block_pieces(len - 2 * c, BLOCK).map(|(s, n)| (c + s, n / BLOCK))
 }
 
-/// Sort the triples of `row`'s samples `js..js + len` into `t` (a ring slot).
+/// Output rows `y` and `y + 1`'s interior samples into `out0` and `out1` (whole rows), from
+/// `rows` `y − 1 ..= y + 2`. The two windows share rows `y` and `y + 1`, so the maximum of
+/// those rows' minima, the minimum of their maxima and their medians sorted as a pair serve
+/// both.
 #[inline(always)]
-fn sort_row<T: Sample + Ord, const C: usize>(
-    row: &[T],
-    js: usize,
-    len: usize,
-    t: &mut [Triples<T>],
-) {
-    for (s, nb, bi) in pieces(len) {
-        let [v, m, r] = thirds::<T, C>(row, js + s, nb);
-        for (((v, m), r), t) in v.iter().zip(m).zip(r).zip(&mut t[bi..bi + nb]) {
-            for k in 0..BLOCK {
-                (t[0][k], t[1][k], t[2][k]) = sort3(v[k], m[k], r[k]);
-            }
-        }
-    }
-}
-
-/// Output row `y`'s samples `js..js + len` into `out`, given the triples `a` and `b` of rows
-/// `y − 1` and `y`; `row` is row `y + 1`, whose triples go into `t`. The median of a 3×3
-/// window is med3(max of its three rows' minima, med3 of their medians, min of their maxima).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn one_row<T: Sample + Ord, const C: usize>(
-    row: &[T],
-    js: usize,
-    len: usize,
-    t: &mut [Triples<T>],
-    [a, b]: [&[Triples<T>]; 2],
-    out: &mut [T],
-) {
-    for (s, nb, bi) in pieces(len) {
-        let [v, m, r] = thirds::<T, C>(row, js + s, nb);
-        let (t, a, b) = (&mut t[bi..bi + nb], &a[bi..bi + nb], &b[bi..bi + nb]);
-        let out = out_blocks(out, s, nb);
+fn two_rows<T: Sample + Ord, const C: usize>(rows: [&[T]; 4], [out0, out1]: [&mut [T]; 2]) {
+    for (j, nb) in interior_blocks(out0.len(), C) {
+        let [a, b, c, d] = rows.map(|row| thirds::<T, C>(row, j, nb));
+        let o0 = out0[j..j + nb * BLOCK].as_chunks_mut::<BLOCK>().0;
+        let o1 = out1[j..j + nb * BLOCK].as_chunks_mut::<BLOCK>().0;
         // Equal lengths, checked once, so the loop's indexing needs no checks.
-        assert!(v.len() == nb && m.len() == nb && r.len() == nb && out.len() == nb);
-        for i in 0..nb {
-            one_block(&v[i], &m[i], &r[i], &mut t[i], &a[i], &b[i], &mut out[i]);
-        }
-    }
-}
-
-/// Output rows `y` and `y + 1` at once into `out0` and `out1`, given the triples `a` and `b`
-/// of rows `y − 1` and `y`; `rows` are rows `y + 1` and `y + 2`, whose triples go into `t1`
-/// and `t2`. The two windows share rows `y` and `y + 1`, so the maximum of those rows'
-/// minima, the minimum of their maxima and their medians sorted as a pair serve both (32
-/// min/max for two outputs rather than 36).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn two_rows<T: Sample + Ord, const C: usize>(
-    [row1, row2]: [&[T]; 2],
-    js: usize,
-    len: usize,
-    [t1, t2]: [&mut [Triples<T>]; 2],
-    [a, b]: [&[Triples<T>]; 2],
-    [out0, out1]: [&mut [T]; 2],
-) {
-    for (s, nb, bi) in pieces(len) {
-        let [v1, m1, r1] = thirds::<T, C>(row1, js + s, nb);
-        let [v2, m2, r2] = thirds::<T, C>(row2, js + s, nb);
-        let (t1, t2) = (&mut t1[bi..bi + nb], &mut t2[bi..bi + nb]);
-        let (a, b) = (&a[bi..bi + nb], &b[bi..bi + nb]);
-        let (o0, o1) = (out_blocks(out0, s, nb), out_blocks(out1, s, nb));
-        // Equal lengths, checked once, so the loop's indexing needs no checks.
-        assert!([v1.len(), m1.len(), r1.len(), v2.len(), m2.len(), r2.len()] == [nb; 6]);
+        assert!([a, b, c, d].iter().flatten().all(|p| p.len() == nb));
         assert!(o0.len() == nb && o1.len() == nb);
         for i in 0..nb {
-            let (t1, t2, o0, o1) = (&mut t1[i], &mut t2[i], &mut o0[i], &mut o1[i]);
             two_blocks(
-                &v1[i], &m1[i], &r1[i], &v2[i], &m2[i], &r2[i], t1, t2, &a[i], &b[i], o0, o1,
+                [&a[0][i], &a[1][i], &a[2][i]],
+                [&b[0][i], &b[1][i], &b[2][i]],
+                [&c[0][i], &c[1][i], &c[2][i]],
+                [&d[0][i], &d[1][i], &d[2][i]],
+                &mut o0[i],
+                &mut o1[i],
             );
         }
     }
 }
 
-/// The block kernel of [`one_row`]. Every array is a parameter of its own: only those tell
-/// the compiler that the arrays do not overlap, so that it vectorises the loop without
-/// run-time overlap checks (references inside an array or tuple parameter do not).
+/// Output row `y`'s interior samples into `out` (a whole row), from `rows` `y − 1 ..= y + 1`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn one_block<T: Sample + Ord>(
-    v: &[T; BLOCK],
-    m: &[T; BLOCK],
-    r: &[T; BLOCK],
-    t: &mut Triples<T>,
-    a: &Triples<T>,
-    b: &Triples<T>,
-    out: &mut [T; BLOCK],
-) {
-    for k in 0..BLOCK {
-        let (lo, mid, hi) = sort3(v[k], m[k], r[k]);
-        (t[0][k], t[1][k], t[2][k]) = (lo, mid, hi);
-        let max_lo = lo.max(a[0][k]).max(b[0][k]);
-        let min_hi = hi.min(a[2][k]).min(b[2][k]);
-        out[k] = med3(max_lo, med3(mid, a[1][k], b[1][k]), min_hi);
+fn one_row<T: Sample + Ord, const C: usize>(rows: [&[T]; 3], out: &mut [T]) {
+    for (j, nb) in interior_blocks(out.len(), C) {
+        let [a, b, c] = rows.map(|row| thirds::<T, C>(row, j, nb));
+        let o = out[j..j + nb * BLOCK].as_chunks_mut::<BLOCK>().0;
+        // Equal lengths, checked once, so the loop's indexing needs no checks.
+        assert!([a, b, c].iter().flatten().all(|p| p.len() == nb) && o.len() == nb);
+        for i in 0..nb {
+            let [a, b, c] = [a, b, c].map(|t| [&t[0][i], &t[1][i], &t[2][i]]);
+            one_block(a, b, c, &mut o[i]);
+        }
     }
 }
 
-/// The block kernel of [`two_rows`] (each array a parameter of its own, as in [`one_block`]).
+/// The block kernel of [`two_rows`]: each input row's three shifted blocks. The outputs are
+/// parameters of their own: that tells the compiler they overlap nothing else, so that it
+/// vectorises the loop without run-time overlap checks.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn two_blocks<T: Sample + Ord>(
-    v1: &[T; BLOCK],
-    m1: &[T; BLOCK],
-    r1: &[T; BLOCK],
-    v2: &[T; BLOCK],
-    m2: &[T; BLOCK],
-    r2: &[T; BLOCK],
-    t1: &mut Triples<T>,
-    t2: &mut Triples<T>,
-    a: &Triples<T>,
-    b: &Triples<T>,
+    [a0, a1, a2]: [&[T; BLOCK]; 3],
+    [b0, b1, b2]: [&[T; BLOCK]; 3],
+    [c0, c1, c2]: [&[T; BLOCK]; 3],
+    [d0, d1, d2]: [&[T; BLOCK]; 3],
     o0: &mut [T; BLOCK],
     o1: &mut [T; BLOCK],
 ) {
     for k in 0..BLOCK {
-        let (lo1, mid1, hi1) = sort3(v1[k], m1[k], r1[k]);
-        let (lo2, mid2, hi2) = sort3(v2[k], m2[k], r2[k]);
-        (t1[0][k], t1[1][k], t1[2][k]) = (lo1, mid1, hi1);
-        (t2[0][k], t2[1][k], t2[2][k]) = (lo2, mid2, hi2);
-        let (max_lo, min_hi) = (b[0][k].max(lo1), b[2][k].min(hi1));
+        let (la, ma, ha) = sort3(a0[k], a1[k], a2[k]);
+        let (lb, mb, hb) = sort3(b0[k], b1[k], b2[k]);
+        let (lc, mc, hc) = sort3(c0[k], c1[k], c2[k]);
+        let (ld, md, hd) = sort3(d0[k], d1[k], d2[k]);
+        let (max_lo, min_hi) = (lb.max(lc), hb.min(hc));
         // Rows y and y + 1's medians sorted: med3 with a third x is max(p, min(q, x)).
-        let (p, q) = (b[1][k].min(mid1), b[1][k].max(mid1));
-        o0[k] = med3(max_lo.max(a[0][k]), p.max(q.min(a[1][k])), min_hi.min(a[2][k]));
-        o1[k] = med3(max_lo.max(lo2), p.max(q.min(mid2)), min_hi.min(hi2));
+        let (p, q) = (mb.min(mc), mb.max(mc));
+        o0[k] = med3(max_lo.max(la), p.max(q.min(ma)), min_hi.min(ha));
+        o1[k] = med3(max_lo.max(ld), p.max(q.min(md)), min_hi.min(hd));
+    }
+}
+
+/// The block kernel of [`one_row`] (see [`two_blocks`]).
+#[inline(always)]
+fn one_block<T: Sample + Ord>(
+    [a0, a1, a2]: [&[T; BLOCK]; 3],
+    [b0, b1, b2]: [&[T; BLOCK]; 3],
+    [c0, c1, c2]: [&[T; BLOCK]; 3],
+    o: &mut [T; BLOCK],
+) {
+    for k in 0..BLOCK {
+        let (la, ma, ha) = sort3(a0[k], a1[k], a2[k]);
+        let (lb, mb, hb) = sort3(b0[k], b1[k], b2[k]);
+        let (lc, mc, hc) = sort3(c0[k], c1[k], c2[k]);
+        o[k] = med3(la.max(lb).max(lc), med3(ma, mb, mc), ha.min(hb).min(hc));
     }
 }
 
@@ -382,54 +324,21 @@ fn median3_rows<T: Sample + Ord, const C: usize>(img: &Image<T>, y0: usize, band
             median3_edge_row(img.row(y), other, C, orow);
         }
     }
-    // Interior rows, interior samples j in [C, rl − C), chunk by chunk down the band, two
-    // output rows at a time. Each row's sorted triples serve the three output rows whose
-    // windows hold it, so every input row is sorted once, not three times, and every load of
-    // the combining step is at the same offset as its store.
+    // Interior rows, interior samples, two output rows at a time, in order down the band.
     let (first, end) = (y0.max(1), (y0 + rows).min(h - 1));
-    if first >= end {
-        return;
-    }
-    let interior = rl - 2 * C;
-    let chunk = (CHUNK_BYTES / std::mem::size_of::<T>()).max(BLOCK).min(interior);
-    // Blocks in a ring slot: a chunk, a short remainder merged into it, the overlapping block.
-    let slot = (chunk + BLOCK).div_ceil(BLOCK) + 1;
-    let mut ring = vec![[[T::default(); BLOCK]; 3]; 4 * slot];
-    let mut js = C;
-    while js < rl - C {
-        let left = rl - C - js;
-        // A remainder shorter than a block joins this chunk.
-        let len = if left < chunk + BLOCK { left } else { chunk };
-        // `old`: the triples of the two rows above the next output row; `new`: room for two.
-        let (old, new) = ring.split_at_mut(2 * slot);
-        let (mut old, mut new) = (old, new);
-        for (y, t) in [first - 1, first].into_iter().zip(old.chunks_exact_mut(slot)) {
-            sort_row::<T, C>(img.row(y), js, len, t);
+    let mut y = first;
+    while y < end {
+        let at = (y - y0) * rl;
+        if y + 1 < end {
+            let (o0, o1) = band[at..at + 2 * rl].split_at_mut(rl);
+            let rows = [y - 1, y, y + 1, y + 2].map(|r| img.row(r));
+            two_rows::<T, C>(rows, [o0, o1]);
+            y += 2;
+        } else {
+            let rows = [y - 1, y, y + 1].map(|r| img.row(r));
+            one_row::<T, C>(rows, &mut band[at..at + rl]);
+            y += 1;
         }
-        let mut y = first;
-        while y < end {
-            let (a, b) = old.split_at(slot);
-            let (t1, t2) = new.split_at_mut(slot);
-            let at = (y - y0) * rl + js;
-            // This chunk of the rows two steps down, into the cache while this step runs: the
-            // chunks go down the image 2 KiB a row, a stride the hardware prefetchers do not
-            // follow far (rgb8 2048², one thread: about 3.4–4.0 → 4.2–4.7 Gpixel/s; one step
-            // ahead gained half that, 512² is in cache either way).
-            for ahead in [y + 5, y + 6].into_iter().filter(|&r| r < h) {
-                prefetch(&img.row(ahead)[js..js + len]);
-            }
-            if y + 1 < end {
-                let (o0, o1) = band[at..at + rl + len].split_at_mut(rl);
-                let rows = [img.row(y + 1), img.row(y + 2)];
-                two_rows::<T, C>(rows, js, len, [t1, t2], [a, b], [o0, o1]);
-                std::mem::swap(&mut old, &mut new);
-                y += 2;
-            } else {
-                one_row::<T, C>(img.row(y + 1), js, len, t1, [a, b], &mut band[at..at + len]);
-                y += 1;
-            }
-        }
-        js += len;
     }
     // The first and last pixels of interior rows: windows of two columns of three rows.
     for y in first..end {
@@ -692,8 +601,8 @@ mod tests {
     }
 
     /// Images wide enough for the size-3 network's blocks (rows of at least `BLOCK` + 2
-    /// channels of samples), whose rows cross chunk boundaries (a few blocks in tests) and
-    /// end in an overlapping block, in bands of odd and even heights.
+    /// channels of samples), whose rows run over several blocks and end in an overlapping
+    /// block, in bands of odd and even heights.
     #[test]
     fn wide_images_on_every_build() {
         on_every_build(any_image(300, 9), |img| {
