@@ -57,9 +57,10 @@
 //! other inner loops for the baseline CPU and AVX2; the result does not depend on the number
 //! of threads or on the CPU.
 //!
-//! Measured (release, one thread of a shared 2-core AMD EPYC 9005 machine, AVX-512): size 3
-//! gray16 about 10 Gpixel/s at 512² and 2048², rgb8 about 6 at 512² and 4 at 2048²; size 5
-//! rgb8 (Huang) about 12 Mpixel/s on noise; size 5 gray16 (selection) about 6 Mpixel/s.
+//! Measured (release, one thread of a shared 2-core AMD EPYC 9005 machine, AVX-512; this
+//! machine's rates drift by a quarter within minutes): size 3 gray16 7.4–8.4 Gpixel/s at
+//! 512² and 5.6–8.8 at 2048², rgb8 3.8–4.7 at 512² and 2.8–3.9 at 2048²; size 5 rgb8
+//! (Huang) about 12 Mpixel/s on noise; size 5 gray16 (selection) about 6 Mpixel/s.
 
 use std::sync::Arc;
 
