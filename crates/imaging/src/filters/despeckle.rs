@@ -38,9 +38,10 @@
 //!   Each row is sorted twice (for two pairs of output rows). Sorting it once into a ring of
 //!   row buffers that three output rows read takes fewer min/max (32 for two samples) but
 //!   stores and loads three more vectors per row, and with its buffers kept in L1 it went
-//!   down the image 2 KiB of a row at a time: measured in alternating runs in one process,
-//!   sorting afresh was 1.1–1.25× as fast at every size (512² to 4096², 8-bit RGB and 16-bit
-//!   grey, one and two threads), the most where the image is bigger than the caches.
+//!   down the image 2 KiB of a row at a time: in alternating runs of the two builds (one
+//!   thread, Gpixel/s), sorting afresh measured 3.7–3.95 against 2.9–3.1 at 2048² RGB, 7.7–8.8
+//!   against 6.4–8.2 at 2048² grey and 8.2–8.3 against 6.1–8.0 at 512² grey, the same at 512²
+//!   RGB, before the per-piece setup below took a tenth off it as well.
 //!   The first and last rows and columns are min/max networks too: with the pairs or
 //!   triples of each column sorted, the two middle values of a clipped window of 6 (or 4)
 //!   are a few more min/max away (see `median3_edge_row` and `median_of_two_triples`).
@@ -58,9 +59,9 @@
 //! of threads or on the CPU.
 //!
 //! Measured (release, one thread of a shared 2-core AMD EPYC 9005 machine, AVX-512; this
-//! machine's rates drift by a quarter within minutes): size 3 gray16 7.4–8.4 Gpixel/s at
-//! 512² and 5.6–8.8 at 2048², rgb8 3.8–4.7 at 512² and 2.8–3.9 at 2048²; size 5 rgb8
-//! (Huang) about 12 Mpixel/s on noise; size 5 gray16 (selection) about 6 Mpixel/s.
+//! machine's rates drift by a quarter within minutes): size 3 gray16 about 10 Gpixel/s at
+//! 512² and 8–10 at 2048², rgb8 about 6 at 512² and 3.5–4.5 at 2048²; size 5 rgb8 (Huang)
+//! about 12 Mpixel/s on noise; size 5 gray16 (selection) about 6 Mpixel/s.
 
 use std::sync::Arc;
 
@@ -199,6 +200,16 @@ fn thirds<T, const C: usize>(row: &[T], j: usize, nb: usize) -> [&[[T; BLOCK]]; 
     [part(j - C), part(j), part(j + C)]
 }
 
+/// Whether every row's three shifted runs of blocks have `nb` blocks.
+#[inline(always)]
+fn same_lengths<T, const N: usize>(rows: &[[&[[T; BLOCK]]; 3]; N], nb: usize) -> bool {
+    let mut same = true;
+    for [l, m, r] in rows {
+        same &= l.len() == nb && m.len() == nb && r.len() == nb;
+    }
+    same
+}
+
 /// The interior samples `c..len − c` of a row of `len` samples as [`block_pieces`] in
 /// `BLOCK`s: `(first sample, blocks)`.
 #[inline(always)]
@@ -212,14 +223,19 @@ fn interior_blocks(len: usize, c: usize) -> [(usize, usize); 2] {
 /// those rows' minima, the minimum of their maxima and their medians sorted as a pair serve
 /// both.
 #[inline(always)]
-fn two_rows<T: Sample + Ord, const C: usize>(rows: [&[T]; 4], [out0, out1]: [&mut [T]; 2]) {
+fn two_rows<T: Sample + Ord, const C: usize>(
+    [r0, r1, r2, r3]: [&[T]; 4],
+    [out0, out1]: [&mut [T]; 2],
+) {
     for (j, nb) in interior_blocks(out0.len(), C) {
-        let [a, b, c, d] = rows.map(|row| thirds::<T, C>(row, j, nb));
+        // Written out, not with `map`, which the compiler left as a call per piece: 512²
+        // grey went from about 8.1 to 10.2 Gpixel/s, RGB from 4.5 to 6.1.
+        let (a, b) = (thirds::<T, C>(r0, j, nb), thirds::<T, C>(r1, j, nb));
+        let (c, d) = (thirds::<T, C>(r2, j, nb), thirds::<T, C>(r3, j, nb));
         let o0 = out0[j..j + nb * BLOCK].as_chunks_mut::<BLOCK>().0;
         let o1 = out1[j..j + nb * BLOCK].as_chunks_mut::<BLOCK>().0;
         // Equal lengths, checked once, so the loop's indexing needs no checks.
-        assert!([a, b, c, d].iter().flatten().all(|p| p.len() == nb));
-        assert!(o0.len() == nb && o1.len() == nb);
+        assert!(same_lengths(&[a, b, c, d], nb) && o0.len() == nb && o1.len() == nb);
         for i in 0..nb {
             two_blocks(
                 [&a[0][i], &a[1][i], &a[2][i]],
@@ -235,15 +251,20 @@ fn two_rows<T: Sample + Ord, const C: usize>(rows: [&[T]; 4], [out0, out1]: [&mu
 
 /// Output row `y`'s interior samples into `out` (a whole row), from `rows` `y − 1 ..= y + 1`.
 #[inline(always)]
-fn one_row<T: Sample + Ord, const C: usize>(rows: [&[T]; 3], out: &mut [T]) {
+fn one_row<T: Sample + Ord, const C: usize>([r0, r1, r2]: [&[T]; 3], out: &mut [T]) {
     for (j, nb) in interior_blocks(out.len(), C) {
-        let [a, b, c] = rows.map(|row| thirds::<T, C>(row, j, nb));
+        let (a, b) = (thirds::<T, C>(r0, j, nb), thirds::<T, C>(r1, j, nb));
+        let c = thirds::<T, C>(r2, j, nb);
         let o = out[j..j + nb * BLOCK].as_chunks_mut::<BLOCK>().0;
         // Equal lengths, checked once, so the loop's indexing needs no checks.
-        assert!([a, b, c].iter().flatten().all(|p| p.len() == nb) && o.len() == nb);
+        assert!(same_lengths(&[a, b, c], nb) && o.len() == nb);
         for i in 0..nb {
-            let [a, b, c] = [a, b, c].map(|t| [&t[0][i], &t[1][i], &t[2][i]]);
-            one_block(a, b, c, &mut o[i]);
+            one_block(
+                [&a[0][i], &a[1][i], &a[2][i]],
+                [&b[0][i], &b[1][i], &b[2][i]],
+                [&c[0][i], &c[1][i], &c[2][i]],
+                &mut o[i],
+            );
         }
     }
 }
