@@ -353,11 +353,11 @@ fn median3_rows<T: Sample + Ord, const C: usize>(img: &Image<T>, y0: usize, band
         let at = (y - y0) * rl;
         if y + 1 < end {
             let (o0, o1) = band[at..at + 2 * rl].split_at_mut(rl);
-            let rows = [y - 1, y, y + 1, y + 2].map(|r| img.row(r));
+            let rows = [img.row(y - 1), img.row(y), img.row(y + 1), img.row(y + 2)];
             two_rows::<T, C>(rows, [o0, o1]);
             y += 2;
         } else {
-            let rows = [y - 1, y, y + 1].map(|r| img.row(r));
+            let rows = [img.row(y - 1), img.row(y), img.row(y + 1)];
             one_row::<T, C>(rows, &mut band[at..at + rl]);
             y += 1;
         }
