@@ -219,7 +219,7 @@ fn interior_blocks(len: usize, c: usize) -> [(usize, usize); 2] {
 }
 
 /// Output rows `y` and `y + 1`'s interior samples into `out0` and `out1` (whole rows), from
-/// `rows` `y − 1 ..= y + 2`. The two windows share rows `y` and `y + 1`, so the maximum of
+/// rows `y − 1 ..= y + 2` (`r0..=r3`). The two windows share rows `y` and `y + 1`, so the maximum of
 /// those rows' minima, the minimum of their maxima and their medians sorted as a pair serve
 /// both.
 #[inline(always)]
@@ -249,7 +249,7 @@ fn two_rows<T: Sample + Ord, const C: usize>(
     }
 }
 
-/// Output row `y`'s interior samples into `out` (a whole row), from `rows` `y − 1 ..= y + 1`.
+/// Output row `y`'s interior samples into `out` (a whole row), from rows `y − 1 ..= y + 1`.
 #[inline(always)]
 fn one_row<T: Sample + Ord, const C: usize>([r0, r1, r2]: [&[T]; 3], out: &mut [T]) {
     for (j, nb) in interior_blocks(out.len(), C) {
