@@ -2,10 +2,12 @@
 """Baselines for `blobstream bench filters`: the nearest OpenCV and Pillow equivalents of
 blobstream's filters, timed on the same raw image the Rust side timed.
 
-Usage: filters_baseline.py RAW WIDTH HEIGHT CHANNELS DEPTH RUNS THREADS FILTER...
+Usage: filters_baseline.py RAW WIDTH HEIGHT CHANNELS DEPTH RUNS THREADS WARM_UP FILTER...
   RAW       samples, row-major, channels interleaved (DEPTH 8: u8; DEPTH 16: u16 little-endian)
   THREADS   OpenCV threads (1, or 0 for all cores); Pillow is single-threaded and is measured
             only when THREADS is 1
+  WARM_UP   seconds each filter is called before it is timed (at least once): the Rust side's
+            WARM_UP (crates/bench/src/filters/mod.rs), which says why
 Prints one JSON object: {"results": [{"filter", "impl", "threads", "mpix_per_s"}],
                          "missing": [{"filter", "impl", "reason"}]}
 """
@@ -27,15 +29,10 @@ except ImportError:
     Image = None
 
 
-# Seconds each side calls a filter before timing it (at least once); the same as the Rust
-# side's WARM_UP (crates/bench/src/filters/mod.rs), which says why.
-WARM_UP_SECONDS = 0.025
-
-
-def median_seconds(fn, runs):
+def median_seconds(fn, runs, warm_up):
     warm = time.perf_counter()
     fn()
-    while time.perf_counter() - warm < WARM_UP_SECONDS:
+    while time.perf_counter() - warm < warm_up:
         fn()
     times = []
     for _ in range(runs):
@@ -109,8 +106,9 @@ def pillow_ops(img):
 
 
 def main():
-    raw, width, height, channels, depth, runs, threads = sys.argv[1:8]
-    filters = sys.argv[8:]
+    raw, width, height, channels, depth, runs, threads, warm_up = sys.argv[1:9]
+    filters = sys.argv[9:]
+    warm_up = float(warm_up)
     width, height, channels, runs, threads = map(int, (width, height, channels, runs, threads))
     dtype = np.uint16 if depth == "16" else np.uint8
     img = np.fromfile(raw, dtype=dtype)
@@ -133,7 +131,7 @@ def main():
             if op is None:
                 missing.append({"filter": f, "impl": name, "reason": "no equivalent"})
                 continue
-            secs = median_seconds(op, runs)
+            secs = median_seconds(op, runs, warm_up)
             results.append({"filter": f, "impl": name, "threads": threads, "mpix_per_s": mpix / secs})
     json.dump({"results": results, "missing": missing}, sys.stdout)
 

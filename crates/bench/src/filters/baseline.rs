@@ -58,11 +58,9 @@ impl Python {
         pixel: &str,
         runs: u32,
         threads: usize,
-        all: usize,
         filters: &[&str],
     ) -> Result<(Vec<FilterMeasurement>, Vec<Gap>), BenchError> {
         let depth = if matches!(img, DynImage::U16(_)) { "16" } else { "8" };
-        let _ = all;
         let cv_threads = if threads == 1 { "1" } else { "0" };
         let out = Command::new(&self.python)
             .arg(&self.script)
@@ -74,6 +72,7 @@ impl Python {
                 depth.to_string(),
                 runs.to_string(),
                 cv_threads.to_string(),
+                super::WARM_UP.as_secs_f64().to_string(),
             ])
             .args(filters)
             .output()

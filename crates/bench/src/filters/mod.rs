@@ -33,8 +33,8 @@ fn plan(quick: bool) -> Vec<(usize, u32, u32)> {
     }
 }
 
-/// How long each side calls a filter before timing it (at least once). The same on the
-/// Python side (`bench/filters_baseline.py`, `WARM_UP_SECONDS`).
+/// How long each side calls a filter before timing it (at least once); the Python side
+/// (`bench/filters_baseline.py`) is given it on its command line.
 pub const WARM_UP: Duration = Duration::from_millis(25);
 
 /// Median seconds of `runs` calls after a warm-up of [`WARM_UP`]: on this kind of machine a
@@ -104,7 +104,7 @@ pub fn run_filters(opts: &crate::options::BenchOptions) -> Result<FilterReport, 
                         }
                         let Some(py) = &python else { continue };
                         let (found, missing) =
-                            py.run(&raw, &img, pixel, runs, threads, all, &FILTERS)?;
+                            py.run(&raw, &img, pixel, runs, threads, &FILTERS)?;
                         theirs.extend(found);
                         for (implementation, what) in missing {
                             let list = gaps.entry(implementation).or_default();

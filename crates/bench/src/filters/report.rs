@@ -139,15 +139,17 @@ impl FilterReport {
     pub fn to_markdown(&self) -> String {
         let mut md = String::from("## Filters\n\n");
         let _ = writeln!(md, "Command: `{}`  \nMachine: {}\n", self.command, self.machine);
-        md.push_str(
+        let _ = writeln!(
+            md,
             "Megapixels per second of each filter with its default parameters, beside the \
              nearest OpenCV and Pillow equivalents timed on the same pixels in the same run \
-             (`bench/filters_baseline.py`). Each side is timed in rounds (a warm-up of 25 ms of \
+             (`bench/filters_baseline.py`). Each side is timed in rounds (a warm-up of {} ms of \
              calls, at least one, since a memory-bound filter's first milliseconds after other \
              work run slower on this kind of machine, then a few runs) that take turns with the \
              other side's, so a slow spell of a shared machine falls on both; each figure is the \
              median of its rounds' median runs. Pillow is \
-             single-threaded and compared on one thread; OpenCV on the same thread count.\n",
+             single-threaded and compared on one thread; OpenCV on the same thread count.",
+            super::WARM_UP.as_millis()
         );
         let cell = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |v| format!("{v:.1}"));
         let ratio = |v: Option<f64>, target: f64| {
