@@ -219,9 +219,9 @@ fn interior_blocks(len: usize, c: usize) -> [(usize, usize); 2] {
 }
 
 /// Output rows `y` and `y + 1`'s interior samples into `out0` and `out1` (whole rows), from
-/// rows `y − 1 ..= y + 2` (`r0..=r3`). The two windows share rows `y` and `y + 1`, so the maximum of
-/// those rows' minima, the minimum of their maxima and their medians sorted as a pair serve
-/// both.
+/// rows `y − 1 ..= y + 2` (`r0..=r3`). The two windows share rows `y` and `y + 1`, so the
+/// maximum of those rows' minima, the minimum of their maxima and their medians sorted as a
+/// pair serve both.
 #[inline(always)]
 fn two_rows<T: Sample + Ord, const C: usize>(
     [r0, r1, r2, r3]: [&[T]; 4],

@@ -48,7 +48,8 @@ pub(crate) struct Div16 {
 /// value of `t` lies in `[q + 1/(2d), q + 1 − 1/(2d)]`, and the rounding errors of the
 /// operations (each below 2^−24 relative, on values below 2^16 + 1: under 0.012 in all) stay
 /// below `1/(2d) >= 0.02`. Both builds use the same IEEE operations (no fused multiply-add), so
-/// the result is the same on every CPU; `fast_division_is_exact` checks every sum of every window it serves.
+/// the result is the same on every CPU; `fast_division_is_exact` checks every sum of every
+/// window it serves.
 #[derive(Clone, Copy)]
 pub(crate) struct DivF32 {
     half: u32,
