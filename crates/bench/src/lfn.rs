@@ -36,6 +36,8 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     let window = v["iperf3_window"].as_u64().unwrap_or(0);
     // Each run's rate, so the spread behind a median shows.
     let mut each = Vec::new();
+    // iperf3's own figures (its data phase), beside the rates timed as ours are.
+    let mut own_figures = Vec::new();
     for (verb, ours_key, theirs_key, flags, windowed_key) in WAYS {
         for n in [1u32, 2, 4, 8] {
             let ours = rates(ours_key, n);
@@ -61,6 +63,10 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             });
             let theirs = rates(theirs_key, n);
             let iperf = format!("iperf3 {flags} -P {n}").replace("  ", " ");
+            let own = rates(&format!("{theirs_key}_own"), n);
+            if !own.is_empty() {
+                own_figures.push(format!("{iperf}: {:.0}", median(&own)));
+            }
             if theirs.is_empty() {
                 notes.push(format!("iperf3 is not installed or failed: no row for {iperf}"));
                 continue;
@@ -73,7 +79,7 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
                     what: format!("{verb} of 1 GiB over {n} connection(s): against {iperf}"),
                     ours: m,
                     baseline: i,
-                    baseline_name: format!("{iperf}, 8 s"),
+                    baseline_name: format!("{iperf} -n 1G"),
                     unit: "Mbit/s",
                     ratio: m / i,
                     ratio_means: "ours / iperf3",
@@ -93,24 +99,33 @@ pub fn run_lfn(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     notes.push(format!(
         "The link: two network namespaces joined by `blobstream bench delay-line` (TUN devices, \
          MTU 9000; this kernel has no netem), {link} Mbit/s each way with a 50 ms queue, 25 ms \
-         each way, 0.01 % random loss from a fixed seed. Our rate is the whole command's: process \
-         start, negotiation, slow start and the digest checks included (a get digests the file \
-         as it fills and fsyncs it; a put's server checks each chunk it wrote against the client's \
-         chunk digests before it commits); \
-         iperf3 runs 8 s and stores nothing. Kernel autotuning caps a send buffer at \
-         net.ipv4.tcp_wmem's maximum, which bounds one stream of this link to about 420 Mbit/s; \
-         blobstream's data connections to a far peer (a shortest round trip of 5 ms or more) \
-         get a larger one: 64 MiB (the kernel doubles it) where the process may go past \
-         net.core.wmem_max, as root may (SO_SNDBUFFORCE; here both ends run as root), else \
-         net.core.wmem_max ({}), with TCP_NOTSENT_LOWAT 4 MiB so that the buffer holds data in \
-         flight, not a queue. iperf3 keeps autotuning unless given -w, which cannot go past \
-         net.core.wmem_max (the rows with -w, shown for one and two connections, where the \
-         buffer is what bounds iperf3's rate). Files are written behind the transfer (each \
-         32 MiB started to disk and fdatasynced as the transfer goes on), so the final fsync \
-         has little left to do. With 2 or more connections, a connection done with its range \
-         takes over the second half of the longest rest (halves of 8 MiB at least), so a copy \
-         does not end on one connection that a loss slowed down.",
-        mib(window)
+         each way, 0.01 % random loss from a fixed seed. Both sides do the same work and are \
+         timed the same way: 1 GiB moved by one command (iperf3 -n 1G), from the process's \
+         start to its exit, so process start, connections, negotiation, slow start and the \
+         end of the transfer count for both (iperf3 ends when its sender has written the \
+         last byte, its receiver perhaps still reading). blobstream also digests and stores: a get \
+         digests the file as it fills and fsyncs it; a put's server checks each chunk it wrote \
+         against the client's chunk digests before it commits; iperf3 stores nothing. \
+         iperf3's own figures, which count its data phase only (median, Mbit/s): {}. \
+         Kernel autotuning caps a send buffer at net.ipv4.tcp_wmem's maximum, which bounds one \
+         stream of this link to about 420 Mbit/s; blobstream's data connections to a far peer \
+         (a shortest round trip of 5 ms or more) get a larger one: 64 MiB (the kernel doubles \
+         it) where the process may go past net.core.wmem_max, as root may (SO_SNDBUFFORCE; \
+         here both ends run as root), else net.core.wmem_max ({}), with TCP_NOTSENT_LOWAT {} \
+         KiB so that the buffer holds data in flight, not a queue. iperf3 keeps autotuning \
+         unless given -w, which cannot go past net.core.wmem_max (the rows with -w, shown for \
+         one and two connections, where the buffer is what bounds iperf3's rate). Files are \
+         written behind the transfer (each 32 MiB started to disk and fdatasynced as the \
+         transfer goes on), so the final fsync has little left to do. With 2 or more \
+         connections, a get cuts the blob into ranges of 16 MiB or more that the connections \
+         take in order, each asked for in pieces of 1 MiB sent ahead on the same connection \
+         (about four round trips of its rate, 4 MiB at least); a put cuts the file into one \
+         range per connection. A connection out of work takes over the second half of the \
+         longest rest another has not asked for (a get) or not sent (a put), in halves of \
+         2 MiB at least, so a copy does not end on one connection that a loss slowed down.",
+        own_figures.join("; "),
+        mib(window),
+        bs_transport::far::FAR_UNSENT >> 10,
     ));
     Ok(report(opts, runs, rows, notes))
 }

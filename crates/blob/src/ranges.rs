@@ -1,33 +1,40 @@
 //! One blob over several connections at once (GridFTP's MODE E): a remote blob pulled into a
-//! local file as N ranges, each on its own data connection, written in place at its offset —
-//! or a local file pushed to a server as N ranges of one upload (see [`push`]).
+//! local file as ranges over N data connections, written in place at their offsets — or a
+//! local file pushed to a server as N ranges of one upload (see [`push`]).
 //!
 //! - **How many:** [`Options::connections`]; 0 lets the copy choose: one connection for blobs
 //!   under [`AUTO_MIN_SIZE`] or a server nearer than [`AUTO_MIN_RTT`] (a control-plane round
 //!   trip, timed), else [`AUTO_CONNECTIONS`] — on a near server one connection already runs at
 //!   the disk's or the CPU's speed, on a far one a single TCP window cannot fill the link.
-//! - **Ranges:** equal, aligned to the server's 1 MiB chunks (its DATA frames then stay whole).
-//!   Each range is a ranged pull; its SUM frame checks that range's bytes.
-//! - **Splits:** a connection done with its ranges takes over the second half of the rest of
-//!   the range with the most left (if each half is at least [`SPLIT_MIN`], and once that
-//!   range's held bytes are checked): that range's end moves down to a chunk boundary.
-//!   A pull stops there (dropped with its connection), and its bytes are then checked
-//!   against the server's digest of the range (`RangeDigest`) instead of a SUM frame; a push
-//!   sends up to there and ends its range with the SUM of what it sent. Without splits a
-//!   copy over a lossy far link ends on its slowest connection alone: one whose window a
-//!   loss halved ran the last tens of megabytes at a third of the link (measured, 8
-//!   connections, 50 ms, 0.01 % loss).
-//! - **A dropped connection** (I/O error, timeout, peer gone) costs that range a new
-//!   connection, not the copy: the bytes it already wrote are checked against the server's
-//!   digest of the same range (`RangeDigest`), and the range continues after them, or starts
-//!   over when they differ. At most [`ATTEMPTS`] tries per range.
+//! - **Ranges:** aligned to the server's 1 MiB chunks (its DATA frames then stay whole). A
+//!   push has one per connection, equal. A pull cuts the blob into ranges of at least
+//!   [`PULL_RANGE`] (at least one per connection) that the connections take in order, so that
+//!   they fill the file from its start and the digest of the whole follows close behind.
+//! - **Pieces:** a pull asks for a range in pieces of at most [`PIECE`], each asked for on the
+//!   same connection while the ones before it arrive (`Client::ask_after`, in band), the next
+//!   range's first pieces too: about four round trips of the connection's rate stay asked for
+//!   and unread ([`MIN_AHEAD`] at least), so the server never waits for a request and the
+//!   connection keeps its window. Each piece's SUM frame checks that piece's bytes.
+//! - **Splits:** a connection out of work takes over the second half of the rest of another
+//!   range, in halves of at least [`SPLIT_MIN`], once the range's held bytes are checked:
+//!   for a pull, of the rest its connection has not asked for yet, so nothing is cut short;
+//!   for a push, of the longest rest, which the push sends up to its new end and closes with
+//!   the SUM of what it sent. Without splits a copy over a
+//!   lossy far link ends on its slowest connection alone: one whose window a loss halved ran
+//!   the last tens of megabytes at a third of the link (measured, 8 connections, 50 ms,
+//!   0.01 % loss).
+//! - **A dropped connection** (I/O error, timeout, peer gone; or a piece asked ahead that a
+//!   busy server turned away) costs a new connection, not the copy: the bytes its ranges
+//!   hold are checked against the server's digest of the same ranges (`RangeDigest`), and
+//!   each continues after them, or starts over when they differ. At most [`ATTEMPTS`]
+//!   connections per connection slot (a push: per range).
 //! - **Resume:** the ranges' progress is kept next to the part file, in
 //!   `<dest>.blobstream-ranges` (text: a header line `blobstream-ranges 1 <digest> <size>`,
 //!   then `<start> <end> <done>` per range, splits included; written to a temporary file and
-//!   renamed). A later copy with `resume` takes the ranges it records, one connection each
-//!   (whatever `connections` says now, at most [`MAX_CONNECTIONS`]), and checks every
-//!   range's bytes the same way before trusting them. A part file left by a
-//!   one-connection copy, with no ranges file, counts as its contiguous prefix.
+//!   renamed). A later copy with `resume` takes the ranges it records, over the connections
+//!   it is asked for now, and checks every range's bytes the same way before trusting them.
+//!   A part file left by a one-connection copy, with no ranges file, counts as its
+//!   contiguous prefix.
 //! - **A resumed push** needs no file of its own: the upload routed again with the same
 //!   resume tag keeps what the interrupted push stored; of each range, the leading 1 MiB
 //!   pieces whose digests on the server (`RangeDigest` with `upload`, one call per range)
@@ -73,9 +80,15 @@ pub const ATTEMPTS: usize = 4;
 /// Range boundaries fall on the server's chunk boundaries.
 const ALIGN: u64 = 1 << 20;
 /// A range is split only if each half would be at least this long: a connection taking over
-/// half of another's rest pays a request's round trips before its first byte, which on a far
-/// link is worth megabytes.
-const SPLIT_MIN: u64 = 8 << 20;
+/// half of another's rest pays a request's round trip before its first byte.
+const SPLIT_MIN: u64 = 2 << 20;
+/// A pull cuts a blob into ranges of at least this much (more than one per connection, so
+/// that they fill the file from its start, in order; see [`pull_ranges_for`]).
+const PULL_RANGE: u64 = 16 << 20;
+/// A pull asks for a range in pieces of at most this much, ahead of what it has read.
+const PIECE: u64 = ALIGN;
+/// The least a pull keeps asked for and not yet read ([`ahead`]).
+const MIN_AHEAD: u64 = 4 << 20;
 /// Most ranges a pull is cut into, splits included (and a ranges file may record).
 const MAX_RANGES: usize = 1024;
 /// How often progress is reported and the ranges file rewritten.
@@ -148,6 +161,9 @@ struct Range {
     checked: AtomicBool,
     /// Whether a connection has taken it.
     claimed: AtomicBool,
+    /// Bytes from `start` its connection has asked the server for (a pull asks ahead of what
+    /// it has written; a split leaves them to it). Never less than `done` on a pull.
+    asked: AtomicU64,
     /// Held while bytes are written into it and while it is split, so nothing is written
     /// past an end that moved.
     writing: Mutex<()>,
@@ -161,6 +177,7 @@ impl Range {
             done: AtomicU64::new(held),
             checked: AtomicBool::new(held == 0),
             claimed: AtomicBool::new(false),
+            asked: AtomicU64::new(held),
             writing: Mutex::new(()),
         }
     }
@@ -173,9 +190,24 @@ impl Range {
         self.end() - self.start
     }
 
-    /// Bytes not yet written.
-    fn left(&self) -> u64 {
-        self.len().saturating_sub(self.done.load(Ordering::Acquire))
+    /// Bytes nobody has asked the server for yet: what a split may take over.
+    fn unasked(&self) -> u64 {
+        let asked = self.asked.load(Ordering::Acquire).max(self.done.load(Ordering::Acquire));
+        self.len().saturating_sub(asked)
+    }
+
+    /// Ask for the next at most `most` bytes of the range, if any are left to ask for:
+    /// (blob offset, length), ending on a chunk boundary unless at the range's end.
+    fn ask(&self, most: u64) -> Option<(u64, u64)> {
+        let _w = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = self.start + self.asked.load(Ordering::Acquire);
+        let end = self.end();
+        if at >= end {
+            return None;
+        }
+        let to = if most >= end - at { end } else { (at + most).next_multiple_of(ALIGN).min(end) };
+        self.asked.store(to - self.start, Ordering::Release);
+        Some((at, to - at))
     }
 }
 
@@ -217,9 +249,9 @@ impl Ranges {
         list[i].clone()
     }
 
-    /// Take over the second half of the rest of the range with the most left, if each half
-    /// would be at least [`SPLIT_MIN`]: that range now ends where the new one, returned
-    /// taken, begins (on a chunk boundary).
+    /// Take over the second half of the unasked rest of the range with the most of it, if
+    /// each half would be at least [`SPLIT_MIN`]: that range now ends where the new one,
+    /// returned taken, begins (on a chunk boundary).
     fn split(&self) -> Option<Arc<Range>> {
         let mut list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
         if list.len() >= MAX_RANGES {
@@ -229,11 +261,12 @@ impl Ranges {
             .iter()
             .enumerate()
             .filter(|(_, r)| r.checked.load(Ordering::Acquire))
-            .max_by_key(|(_, r)| r.left())?;
+            .max_by_key(|(_, r)| r.unasked())?;
         let victim = victim.clone();
         let _w = victim.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        let (at, end) = (victim.start + victim.done.load(Ordering::Acquire), victim.end());
-        if end - at < 2 * SPLIT_MIN {
+        let asked = victim.asked.load(Ordering::Acquire).max(victim.done.load(Ordering::Acquire));
+        let (at, end) = (victim.start + asked, victim.end());
+        if end.saturating_sub(at) < 2 * SPLIT_MIN {
             return None;
         }
         let mid = (at + (end - at) / 2).next_multiple_of(ALIGN);
@@ -267,6 +300,13 @@ impl Ranges {
     fn done(&self) -> u64 {
         self.all().iter().map(|r| r.done.load(Ordering::Acquire)).sum()
     }
+}
+
+/// How many ranges a pull of `size` bytes over `n` connections cuts the blob into: one per
+/// [`PULL_RANGE`], at least `n`, at most half of [`MAX_RANGES`] (room for splits).
+fn pull_ranges_for(size: u64, n: usize) -> usize {
+    let by_size = usize::try_from(size.div_ceil(PULL_RANGE)).unwrap_or(usize::MAX);
+    by_size.clamp(n.max(1), (MAX_RANGES / 2).max(n))
 }
 
 /// `size` bytes cut into `n` ranges of whole chunks (the last may be shorter or empty ranges
@@ -374,7 +414,7 @@ pub(crate) fn pull(
     let (bounds, held): (Vec<(u64, u64)>, Vec<u64>) = match recorded {
         Some(r) => r.into_iter().map(|(s, e, done)| ((s, e), done)).unzip(),
         None => {
-            let bounds = split(size, n);
+            let bounds = split(size, pull_ranges_for(size, n));
             // A one-connection copy's part file (no ranges file): its bytes are a prefix.
             // A ranges file about something else: nothing is known, start over.
             let held = if o.resume && !sidecar.exists() {
@@ -385,9 +425,8 @@ pub(crate) fn pull(
             (bounds, held)
         }
     };
-    // One connection per range (at most MAX_CONNECTIONS for ranges a resumed pull found;
-    // the rest are taken as the first ones finish).
-    let workers = bounds.len().min(MAX_CONNECTIONS);
+    // `n` connections (fewer for fewer ranges), each taking ranges in order as it goes.
+    let workers = n.clamp(1, MAX_CONNECTIONS).min(bounds.len());
     let ranges = Ranges::new(
         bounds.iter().zip(&held).map(|(&(start, end), &h)| Range::new(start, end, h)).collect(),
     );
@@ -503,51 +542,155 @@ struct Kept {
     reconnects: usize,
 }
 
-/// One connection's work: the ranges nobody has taken, in order, then halves of others'
-/// rests while they are long enough to be worth it.
+/// One connection's work ([`Worker::pull`]); on a new connection after a dropped one, at
+/// most [`ATTEMPTS`] connections in all.
 fn pull_ranges(j: &Job, ranges: &Ranges) -> Result<Kept> {
-    let mut all = Kept::default();
-    while let Some(r) = ranges.claim().or_else(|| ranges.split_when_checked(|| j.cancelled())) {
-        let k = pull_range(j, &r)?;
-        all.bytes += k.bytes;
-        all.reconnects += k.reconnects;
-    }
-    Ok(all)
-}
-
-/// Pull one range, after checking what the file already holds of it; a new connection after
-/// a dropped one. A cancelled range returns [`BlobError::Lost`].
-fn pull_range(j: &Job, r: &Range) -> Result<Kept> {
-    check_held(j, r)?;
-    let kept = Kept { bytes: r.done.load(Ordering::Acquire), reconnects: 0 };
-    let mut reconnects = 0;
+    let mut w = Worker { mine: Vec::new(), kept: Kept::default() };
     loop {
         if j.cancelled() {
             return Err(BlobError::Lost);
         }
-        match pull_rest(j, r) {
-            Ok(Ended::Checked) => return Ok(Kept { reconnects, ..kept }),
-            // Cut short by a split: its bytes are checked against the server's digest of the
-            // same range, as held bytes are, and pulled again if they differ.
-            Ok(Ended::Cut) => {
-                check_held(j, r)?;
-                if r.left() == 0 {
-                    return Ok(Kept { reconnects, ..kept });
-                }
-            }
+        match w.pull(j, ranges) {
+            Ok(()) => return Ok(w.kept),
+            // A dropped connection, or a piece asked ahead that the server turned away (busy):
+            // the rest on a new connection, whose first request goes the usual way.
             Err(e)
-                if connection_failed(&e)
-                    && reconnects + 1 < ATTEMPTS
+                if (connection_failed(&e) || turned_away(&e))
+                    && w.kept.reconnects + 1 < ATTEMPTS
                     && j.deadline.check().is_ok() =>
             {
                 tracing::warn!(
-                    blob = %j.info.name, start = r.start, done = r.done.load(Ordering::Acquire),
-                    "a range's connection failed, continuing on a new one: {e}"
+                    blob = %j.info.name, "a range connection failed, continuing on a new one: {e}"
                 );
-                reconnects += 1;
-                check_held(j, r)?;
+                w.kept.reconnects += 1;
+                // What the pieces under way wrote is checked like bytes held from an earlier
+                // run, and pulled again if it is not the server's.
+                for r in &w.mine {
+                    check_held(j, r)?;
+                }
             }
             Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether the server turned a request away for now (busy), so that asking again may work.
+fn turned_away(e: &BlobError) -> bool {
+    matches!(e, BlobError::Remote(ClientError::Rpc { code: tonic::Code::Unavailable, .. }))
+}
+
+/// One connection's ranges: those it took (claimed in order, or split off another's rest)
+/// and has not finished, and what it kept from an earlier run.
+struct Worker {
+    mine: Vec<Arc<Range>>,
+    kept: Kept,
+}
+
+impl Worker {
+    /// Pull ranges over one connection and write them in place: the ranges nobody has taken,
+    /// in order, then halves of others' unasked rests while they are long enough.
+    ///
+    /// Each range goes in pieces of at most [`PIECE`], each asked for on the same connection
+    /// while the ones before it arrive ([`Client::ask_after`]) — the next range's first
+    /// pieces too, before this one's last — so that about [`ahead`] bytes are asked for and
+    /// not yet read: the server never waits for a request, the connection never idles, and a
+    /// connection done with its work can take over what another has not asked for yet
+    /// without cutting it short. The ranges, taken in order, fill the file from its start, so
+    /// the digest of the whole follows close behind. A connection that takes no requests
+    /// ahead (an older server, or one that keeps no connection) asks for a range's whole rest
+    /// at once. Every piece's bytes are checked against its SUM as it ends.
+    fn pull(&mut self, j: &Job, ranges: &Ranges) -> Result<()> {
+        let c = j.client.within(j.deadline.left(IO_WAIT));
+        // Whatever was asked on a connection before this one died with it.
+        for r in &self.mine {
+            r.asked.store(r.done.load(Ordering::Acquire), Ordering::Release);
+        }
+        let mut whole_rest = false;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut rate = Rate::new();
+        loop {
+            let most = if whole_rest { u64::MAX } else { PIECE };
+            let Some((r, at, len)) = self.next_piece(j, ranges, most, true)? else {
+                return Ok(());
+            };
+            let mut pull = c.open_pull(&j.info.name, at, Some(len))?;
+            whole_rest |= !c.takes_asks(&pull);
+            let round_trip = pull.round_trip().unwrap_or(Duration::ZERO);
+            // The pieces asked on this connection and not yet read through, in order.
+            let mut asked = std::collections::VecDeque::from([r]);
+            let mut unread = len;
+            loop {
+                same_blob(j, &pull)?;
+                pull.set_io_timeout(j.deadline.left(IO_WAIT))?;
+                let r = asked.front().cloned().expect("the piece being read");
+                loop {
+                    if j.cancelled() {
+                        return Err(BlobError::Lost);
+                    }
+                    let want = ahead(rate.per_second(), round_trip);
+                    while !whole_rest
+                        && unread < want
+                        && let Some((r, at, len)) = self.next_piece(j, ranges, PIECE, false)?
+                    {
+                        c.ask_after(&mut pull, at, len)?;
+                        asked.push_back(r);
+                        unread += len;
+                    }
+                    let n = pull.read(&mut buf)?;
+                    if n == 0 {
+                        break; // read verified the piece's digest
+                    }
+                    let at = pull.offset() + pull.position() - n as u64;
+                    j.file.write_all_at(&buf[..n], at).map_err(|e| j.file_error(e))?;
+                    bs_store::start_writeback(j.file, at, n as u64);
+                    r.done.fetch_add(n as u64, Ordering::AcqRel);
+                    unread -= n as u64;
+                    rate.add(n as u64);
+                }
+                asked.pop_front();
+                if pull.asked_after() == 0 {
+                    break;
+                }
+                pull = c.next_asked(pull)?;
+            }
+        }
+    }
+
+    /// The next piece to ask for, of at most `most` bytes: (its range, blob offset, length)
+    /// — the rest of a range this connection has, else the next range nobody has taken (its
+    /// held bytes checked first), else the second half of another's unasked rest. `idle`:
+    /// nothing is under way on this connection, so it waits while ranges that could be split
+    /// are still being checked; else it does not wait.
+    fn next_piece(
+        &mut self,
+        j: &Job,
+        ranges: &Ranges,
+        most: u64,
+        idle: bool,
+    ) -> Result<Option<(Arc<Range>, u64, u64)>> {
+        loop {
+            if let Some(p) = self.mine.iter().find_map(|r| r.ask(most).map(|(a, l)| (r, a, l))) {
+                return Ok(Some((p.0.clone(), p.1, p.2)));
+            }
+            self.mine.retain(|r| r.done.load(Ordering::Acquire) < r.len());
+            let taken = match ranges.claim() {
+                Some(r) => {
+                    check_held(j, &r)?;
+                    let held = r.done.load(Ordering::Acquire);
+                    r.asked.store(held, Ordering::Release);
+                    self.kept.bytes += held;
+                    r
+                }
+                None if idle => match ranges.split_when_checked(|| j.cancelled()) {
+                    Some(r) => r,
+                    None => return Ok(None),
+                },
+                None => match ranges.split() {
+                    Some(r) => r,
+                    None => return Ok(None),
+                },
+            };
+            self.mine.push(taken);
         }
     }
 }
@@ -567,50 +710,57 @@ fn check_held(j: &Job, r: &Range) -> Result<()> {
     Ok(())
 }
 
-/// How a range's pull ended.
-enum Ended {
-    /// At the end it asked for, the server's digest of the bytes checked.
-    Checked,
-    /// At an end a split moved nearer: the pull was dropped with its connection, and the
-    /// bytes are not checked yet.
-    Cut,
-}
-
-/// Pull what is missing of `r` over one connection and write it in place, up to its end
-/// (which a split may move nearer meanwhile).
-fn pull_rest(j: &Job, r: &Range) -> Result<Ended> {
-    let held = r.done.load(Ordering::Acquire);
-    let asked = r.end();
-    if r.start + held == asked {
-        return Ok(Ended::Checked);
-    }
-    let c = j.client.within(j.deadline.left(IO_WAIT));
-    let mut pull = c.open_pull(&j.info.name, r.start + held, Some(asked - r.start - held))?;
+/// The pull `pull` must be of the blob being copied, not one that replaced it meanwhile.
+fn same_blob(j: &Job, pull: &bs_client::PullStream) -> Result<()> {
     if pull.info().digest != j.info.digest {
         return Err(BlobError::NotFound(format!(
             "blob {} changed while it was being copied; copy it again",
             j.info.name
         )));
     }
-    pull.set_io_timeout(j.deadline.left(IO_WAIT))?;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        if j.cancelled() {
-            return Err(BlobError::Lost);
+    Ok(())
+}
+
+/// Bytes a connection keeps asked for and not yet read: more than the server has written
+/// ahead of the reader when it ends a piece (the path's data in flight, about two round trips
+/// of the connection's rate, and its unsent bytes) plus a request's way there, so the server
+/// always finds the next request waiting; at least [`MIN_AHEAD`], and whole chunks.
+fn ahead(bytes_per_second: f64, round_trip: Duration) -> u64 {
+    let in_flight = bytes_per_second * round_trip.as_secs_f64() * 4.0;
+    (in_flight as u64).max(MIN_AHEAD).next_multiple_of(ALIGN)
+}
+
+/// A connection's receiving rate: the highest of its last [`Rate::KEPT`] rates over
+/// [`Rate::WINDOW`] each (reads come in bursts, and two connections trade the link back and
+/// forth: a low reading taken for the rate would let the server run out of requests).
+struct Rate {
+    since: Instant,
+    bytes: u64,
+    recent: [f64; Rate::KEPT],
+    next: usize,
+}
+
+impl Rate {
+    const WINDOW: Duration = Duration::from_millis(200);
+    const KEPT: usize = 5;
+
+    fn new() -> Self {
+        Self { since: Instant::now(), bytes: 0, recent: [0.0; Self::KEPT], next: 0 }
+    }
+
+    fn add(&mut self, n: u64) {
+        self.bytes += n;
+        let t = self.since.elapsed();
+        if t >= Self::WINDOW {
+            self.recent[self.next] = self.bytes as f64 / t.as_secs_f64();
+            self.next = (self.next + 1) % Self::KEPT;
+            self.since = Instant::now();
+            self.bytes = 0;
         }
-        let n = pull.read(&mut buf)?;
-        if n == 0 {
-            return Ok(Ended::Checked); // read verified the range's digest
-        }
-        let _w = r.writing.lock().unwrap_or_else(PoisonError::into_inner);
-        let (at, end) = (r.start + r.done.load(Ordering::Acquire), r.end());
-        let n = (n as u64).min(end - at);
-        j.file.write_all_at(&buf[..n as usize], at).map_err(|e| j.file_error(e))?;
-        bs_store::start_writeback(j.file, at, n);
-        r.done.fetch_add(n, Ordering::AcqRel);
-        if at + n == end && end < asked {
-            return Ok(Ended::Cut);
-        }
+    }
+
+    fn per_second(&self) -> f64 {
+        self.recent.iter().copied().fold(0.0, f64::max)
     }
 }
 
@@ -1086,10 +1236,13 @@ mod tests {
     #[test]
     fn a_split_takes_the_second_half_of_the_longest_rest_on_a_chunk_boundary() {
         const M: u64 = ALIGN;
-        let ranges = Ranges::new(vec![Range::new(0, 10 * M, 0), Range::new(10 * M, 41 * M, 2 * M)]);
+        let list = vec![Range::new(0, 10 * M, 0), Range::new(10 * M, 41 * M, 2 * M)];
+        let ranges = Ranges::new(list);
         assert_eq!(ranges.claim().map(|r| r.start), Some(0));
         assert_eq!(ranges.claim().map(|r| r.start), Some(10 * M));
         assert!(ranges.claim().is_none(), "both taken");
+        // The first has 2 MiB left, too little to split.
+        ranges.all()[0].done.store(8 * M, Ordering::Release);
         assert!(ranges.split().is_none(), "not while the second's held bytes are unchecked");
         ranges.all()[1].checked.store(true, Ordering::Release);
         // The second has 29 MiB left from byte 12 MiB: it keeps 12..27 (rounded up to a
@@ -1107,9 +1260,51 @@ mod tests {
         assert_eq!(ranges.holding(27 * M).start, 27 * M);
         assert_eq!(ranges.holding(0).start, 0);
         assert_eq!(ranges.splits.load(Ordering::Relaxed), 1);
-        // 15 and 14 MiB left: halves would be under SPLIT_MIN.
+        // The second has 15 MiB left from 12 MiB, the most: split again, at 20 MiB.
+        let again = ranges.split().expect("15 MiB left");
+        assert_eq!((again.start, again.end()), (20 * M, 27 * M));
+        // 3 MiB left of each: halves would be under SPLIT_MIN.
+        for r in ranges.all() {
+            r.done.store(r.len() - 3 * M, Ordering::Release);
+        }
         assert!(ranges.split().is_none());
-        assert_eq!(ranges.all().len(), 3);
+        assert_eq!(ranges.all().len(), 4);
+    }
+
+    #[test]
+    fn a_pull_asks_in_pieces_and_a_split_leaves_it_what_it_asked_for() {
+        const M: u64 = ALIGN;
+        let ranges = Ranges::new(vec![Range::new(0, 20 * M + 5, 0)]);
+        let r = ranges.claim().unwrap();
+        assert_eq!(r.ask(PIECE), Some((0, M)));
+        assert_eq!(r.ask(3 * M + 1), Some((M, 4 * M)), "up to a chunk boundary");
+        // 5 MiB asked, none written yet: the split halves the 15 MiB (and 5 bytes) after it.
+        let taken = ranges.split().expect("long enough to split");
+        assert_eq!((taken.start, taken.end()), (13 * M, 20 * M + 5));
+        assert_eq!(r.end(), 13 * M);
+        r.done.store(5 * M, Ordering::Release);
+        assert_eq!(r.ask(u64::MAX), Some((5 * M, 8 * M)), "the rest, up to the new end");
+        assert_eq!(r.ask(PIECE), None, "all asked");
+        assert_eq!(taken.ask(u64::MAX), Some((13 * M, 7 * M + 5)), "to the blob's last byte");
+        // 0 unasked in the first, none in the second: nothing to split.
+        assert!(ranges.split().is_none());
+    }
+
+    #[test]
+    fn a_pull_cuts_a_large_blob_into_more_ranges_than_connections() {
+        assert_eq!(pull_ranges_for(10 * ALIGN, 4), 4, "at least one per connection");
+        assert_eq!(pull_ranges_for(1 << 30, 8), 64, "one per 16 MiB");
+        assert_eq!(pull_ranges_for(1 << 40, 8), MAX_RANGES / 2, "room left for splits");
+        assert_eq!(pull_ranges_for(0, 1), 1);
+    }
+
+    #[test]
+    fn a_pull_keeps_more_asked_on_a_faster_or_longer_path() {
+        let rtt = Duration::from_millis(50);
+        assert_eq!(ahead(0.0, rtt), MIN_AHEAD, "before any rate is known");
+        assert_eq!(ahead(1e6, Duration::ZERO), MIN_AHEAD, "a near peer");
+        // 125 MB/s over 50 ms: four round trips' worth, 25 MB, in whole chunks.
+        assert_eq!(ahead(125e6, rtt), 24 * ALIGN);
     }
 
     #[test]

@@ -255,8 +255,13 @@ fn a_connection_done_early_takes_over_half_of_a_slower_ones_rest() {
     let t = paced(8_000_000);
     let opts = Options::blocking().connections(2).resume(true);
     let c = t.copy(&w.remote("slide"), &BlobKey::file(&dest), &opts).wait().unwrap();
-    // After the one split both rests are under twice SPLIT_MIN (8 MiB): no second one.
-    assert_eq!(c.path, CopyPath::Parallel { connections: 2, reconnects: 0, splits: 1 });
+    // At least the one split; more as each runs out of work while the other has 4 MiB or
+    // more it has not asked for yet.
+    assert!(
+        matches!(c.path, CopyPath::Parallel { connections: 2, reconnects: 0, splits: 1.. }),
+        "{:?}",
+        c.path
+    );
     assert_eq!((c.resumed_from, c.bytes), (16 * MIB, 32 * MIB));
     assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
     assert_nothing_left(&dest);
@@ -294,14 +299,19 @@ fn pushed(w: &World, name: &str, bytes: &[u8]) {
 }
 
 /// Put `bytes`, as the file `up.bin`, into `name` over `connections` connections (checked to
-/// be used, none cut, no split).
+/// be used, none cut; a connection done early may take over half of another's rest).
 fn put_file(w: &World, name: &str, bytes: &[u8], connections: usize, overwrite: bool) {
     let src = w.dir.path().join("up.bin");
     std::fs::write(&src, bytes).unwrap();
     let t = Transporter::new(Factory::new());
     let opts = Options::blocking().connections(connections).overwrite(overwrite);
     let c = t.copy(&BlobKey::file(&src), &w.remote(name), &opts).wait().unwrap();
-    assert_eq!(c.path, CopyPath::Parallel { connections, reconnects: 0, splits: 0 });
+    assert!(
+        matches!(c.path, CopyPath::Parallel { connections: k, reconnects: 0, .. }
+            if k == connections),
+        "{:?}",
+        c.path
+    );
     assert_eq!((c.bytes, c.resumed_from), (bytes.len() as u64, 0));
 }
 
@@ -584,8 +594,12 @@ fn a_push_connection_done_early_takes_over_half_of_a_slower_ones_rest() {
     p.finish(false).unwrap();
     let opts = Options::blocking().connections(2).resume(true);
     let done = t.copy(&key, &w.remote("up/split"), &opts).wait().unwrap();
-    // After the one split both rests are under twice SPLIT_MIN (8 MiB): no second one.
-    assert_eq!(done.path, CopyPath::Parallel { connections: 2, reconnects: 0, splits: 1 });
+    // At least the one split (more as each runs out of work while the other has 4 MiB left).
+    assert!(
+        matches!(done.path, CopyPath::Parallel { connections: 2, reconnects: 0, splits: 1.. }),
+        "{:?}",
+        done.path
+    );
     assert_eq!((done.resumed_from, done.bytes), (24 * MIB, 24 * MIB));
     pushed(&w, "up/split", &bytes);
 }
@@ -626,7 +640,11 @@ fn a_resumed_push_into_s3_writing_a_sent_part_again_pushes_what_the_commit_misse
     // again from its wrong megabyte, which forgets those 2 MiB.
     let opts = Options::blocking().connections(2).resume(true);
     let done = t.copy(&key, &w.remote("up/again"), &opts).wait().unwrap();
-    assert_eq!(done.path, CopyPath::Parallel { connections: 2, reconnects: 0, splits: 0 });
+    assert!(
+        matches!(done.path, CopyPath::Parallel { connections: 2, reconnects: 0, .. }),
+        "{:?}",
+        done.path
+    );
     assert!(done.resumed_from >= 2 * MIB, "{done:?}");
     pushed(&w, "up/again", &bytes);
 }
@@ -660,7 +678,11 @@ fn interrupted_push_resumes_what_checks_out(w: &World) {
         .resume(true)
         .progress(move |done, _| seen.lock().unwrap().push(done));
     let done = t.copy(&key, &w.remote("up/resumed"), &opts).wait().unwrap();
-    assert_eq!(done.path, CopyPath::Parallel { connections: 4, reconnects: 0, splits: 0 });
+    assert!(
+        matches!(done.path, CopyPath::Parallel { connections: 4, reconnects: 0, .. }),
+        "{:?}",
+        done.path
+    );
     assert_eq!(
         (done.resumed_from, done.bytes),
         (6 * MIB, size - 6 * MIB),

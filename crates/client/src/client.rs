@@ -279,7 +279,7 @@ impl Client {
     }
 
     /// The socket options a negotiated transfer runs with.
-    fn socket_options(&self, resp: &pb::NegotiateResponse) -> SocketOptions {
+    pub(crate) fn socket_options(&self, resp: &pb::NegotiateResponse) -> SocketOptions {
         let buf = |n: u32| (n > 0).then_some(n);
         SocketOptions {
             send_buffer: buf(resp.send_buffer),

@@ -6,6 +6,7 @@
 //! sockets, the fastest path for bulk bytes. Do not call it from inside an async task; the
 //! blob crate's asynchronous options run it on a thread of its own.
 
+mod ahead;
 mod bind;
 mod client;
 mod error;

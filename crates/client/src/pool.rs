@@ -110,6 +110,11 @@ impl Pooled {
     pub(crate) fn done(&mut self) {
         self.clean = true;
     }
+
+    /// Whether the server keeps this connection open after a transfer (for the next).
+    pub(crate) fn kept_alive(&self) -> bool {
+        self.back.is_some()
+    }
 }
 
 impl std::ops::Deref for Pooled {

@@ -53,6 +53,10 @@ pub struct PullStream {
     verified: Option<Digest>,
     /// Layered transfers only.
     layered: Option<Box<LayeredPull>>,
+    /// Pulls asked on this connection after this one and not yet answered
+    /// ([`crate::Client::ask_after`]): while there are any, the connection is out of step for
+    /// anyone else and never goes back to the pool.
+    pub(crate) asked: usize,
 }
 
 /// A pull through message layers: the stack, and the decoded message being handed out.
@@ -76,7 +80,34 @@ impl PullStream {
             hasher: algo.hasher(),
             verified: None,
             layered,
+            asked: 0,
         })
+    }
+
+    /// This pull's data connection, once its SUM was read (with the pulls asked after it).
+    pub(crate) fn into_conn(self) -> Pooled {
+        self.conn
+    }
+
+    /// The connection this pull runs on.
+    pub(crate) fn conn_mut(&mut self) -> &mut Pooled {
+        &mut self.conn
+    }
+
+    /// Pulls asked after this one on its connection ([`crate::Client::ask_after`]) and not
+    /// yet opened ([`crate::Client::next_asked`]).
+    pub fn asked_after(&self) -> usize {
+        self.asked
+    }
+
+    /// Whether the server keeps this pull's connection for another transfer.
+    pub(crate) fn kept_alive(&self) -> bool {
+        self.conn.kept_alive()
+    }
+
+    /// The shortest round trip the kernel has measured on this pull's connection (TCP only).
+    pub fn round_trip(&self) -> Option<Duration> {
+        self.conn.tcp().and_then(bs_transport::far::rtt)
     }
 
     /// Read the next DATA header, which must continue exactly where the last one ended.
@@ -192,8 +223,11 @@ impl PullStream {
                     return Err(ClientError::ChecksumMismatch { expected, actual });
                 }
                 self.verified = Some(ours.clone());
-                // The whole range and its SUM were read: the connection may carry another.
-                self.conn.done();
+                // The whole range and its SUM were read: the connection may carry another
+                // (unless pulls asked after this one are still coming on it).
+                if self.asked == 0 {
+                    self.conn.done();
+                }
                 Ok(ours)
             }
             other => Err(ClientError::Protocol(format!("expected SUM, got {other:?}"))),
