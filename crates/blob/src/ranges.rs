@@ -106,18 +106,18 @@ pub const RANGES_SUFFIX: &str = ".blobstream-ranges";
 
 /// How many connections to move `size` bytes of blob `name` over: `asked` (capped by the
 /// blob's chunks and [`MAX_CONNECTIONS`]), or for 0 the automatic choice described at the top
-/// of this file (the round trip timed is a `Stat` of `name`, answered or not).
+/// of this file (the round trip: the client's quickest `Stat` so far — a pull has just made
+/// one of `name` — or else one of `name` timed now, answered or not).
 pub(crate) fn connections(client: &Client, name: &str, size: u64, asked: usize) -> usize {
     let most = size.div_ceil(ALIGN).clamp(1, MAX_CONNECTIONS as u64) as usize;
     match asked {
         0 if size < AUTO_MIN_SIZE => 1,
         0 => {
-            let t = Instant::now();
-            let answered = match client.stat(name) {
-                Ok(_) | Err(ClientError::NotFound(_)) => true,
-                Err(_) => false,
-            };
-            if answered && t.elapsed() >= AUTO_MIN_RTT { AUTO_CONNECTIONS.min(most) } else { 1 }
+            let _ = client.round_trip().is_none().then(|| client.stat(name));
+            match client.round_trip() {
+                Some(rtt) if rtt >= AUTO_MIN_RTT => AUTO_CONNECTIONS.min(most),
+                _ => 1,
+            }
         }
         n => n.min(most),
     }

@@ -39,6 +39,8 @@ pub struct Client {
     pub(crate) in_band: Arc<std::sync::atomic::AtomicBool>,
     /// The largest push the server takes pipelined in band (its last answer said; 0: none).
     pub(crate) pipeline_up_to: Arc<std::sync::atomic::AtomicU64>,
+    /// The quickest `Stat` answered so far, in microseconds (`u64::MAX`: none yet).
+    quickest_stat: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Client {
@@ -98,6 +100,7 @@ impl Client {
             pool: Arc::default(),
             in_band: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             pipeline_up_to: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            quickest_stat: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
         })
     }
 
@@ -141,7 +144,20 @@ impl Client {
 
     pub fn stat(&self, name: &str) -> Result<pb::BlobInfo> {
         let req = pb::StatRequest { name: name.into() };
-        self.call(|mut c| async move { c.stat(req).await })
+        let t = std::time::Instant::now();
+        let r = self.call(|mut c| async move { c.stat(req).await });
+        if matches!(r, Ok(_) | Err(ClientError::NotFound(_))) {
+            let us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX - 1);
+            self.quickest_stat.fetch_min(us, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// The control plane's round trip as this client has seen it: its quickest `Stat`
+    /// answered so far (found or not), if it has made one.
+    pub fn round_trip(&self) -> Option<Duration> {
+        let us = self.quickest_stat.load(std::sync::atomic::Ordering::Relaxed);
+        (us != u64::MAX).then(|| Duration::from_micros(us))
     }
 
     /// One page of a listing; returns the blobs and the next page token (empty at the end).
