@@ -19,10 +19,9 @@
 //!   range, in halves of at least [`SPLIT_MIN`], once the range's held bytes are checked:
 //!   for a pull, of the rest its connection has not asked for yet, so nothing is cut short;
 //!   for a push, of the longest rest, which the push sends up to its new end and closes with
-//!   the SUM of what it sent. Without splits a copy over a
-//!   lossy far link ends on its slowest connection alone: one whose window a loss halved ran
-//!   the last tens of megabytes at a third of the link (measured, 8 connections, 50 ms,
-//!   0.01 % loss).
+//!   the SUM of what it sent. Without splits a copy over a lossy far link ends on its slowest
+//!   connection alone: one whose window a loss halved ran the last tens of megabytes at a
+//!   third of the link (measured, 8 connections, 50 ms, 0.01 % loss).
 //! - **A dropped connection** (I/O error, timeout, peer gone; or a piece asked ahead that a
 //!   busy server turned away) costs a new connection, not the copy: the bytes its ranges
 //!   hold are checked against the server's digest of the same ranges (`RangeDigest`), and
@@ -75,7 +74,8 @@ pub const AUTO_MIN_RTT: Duration = bs_client::FAR_RTT;
 pub const AUTO_CONNECTIONS: usize = 4;
 /// Most connections one copy opens.
 pub const MAX_CONNECTIONS: usize = 32;
-/// Tries per range (the first and the retries after a dropped connection).
+/// Connections one pushed range, or one of a pull's connections and the ranges it has, may
+/// take: the first, and new ones after dropped ones.
 pub const ATTEMPTS: usize = 4;
 /// Range boundaries fall on the server's chunk boundaries.
 const ALIGN: u64 = 1 << 20;
@@ -113,7 +113,9 @@ pub(crate) fn connections(client: &Client, name: &str, size: u64, asked: usize) 
     match asked {
         0 if size < AUTO_MIN_SIZE => 1,
         0 => {
-            let _ = client.round_trip().is_none().then(|| client.stat(name));
+            if client.round_trip().is_none() {
+                let _ = client.stat(name); // timed by the client, found or not
+            }
             match client.round_trip() {
                 Some(rtt) if rtt >= AUTO_MIN_RTT => AUTO_CONNECTIONS.min(most),
                 _ => 1,
