@@ -22,11 +22,12 @@
 //!   the SUM of what it sent. Without splits a copy over a lossy far link ends on its slowest
 //!   connection alone: one whose window a loss halved ran the last tens of megabytes at a
 //!   third of the link (measured, 8 connections, 50 ms, 0.01 % loss).
-//! - **A dropped connection** (I/O error, timeout, peer gone; or a piece asked ahead that a
-//!   busy server turned away) costs a new connection, not the copy: the bytes its ranges
-//!   hold are checked against the server's digest of the same ranges (`RangeDigest`), and
-//!   each continues after them, or starts over when they differ. At most [`ATTEMPTS`]
-//!   connections per connection slot (a push: per range).
+//! - **A dropped connection** (I/O error, timeout, peer gone) costs a new connection, not
+//!   the copy: the bytes its ranges hold are checked against the server's digest of the same
+//!   ranges (`RangeDigest`), and each continues after them, or starts over when they differ.
+//!   At most [`ATTEMPTS`] connections per connection slot (a push: per range). A piece asked
+//!   ahead that a busy server turns away ends its connection too, with every piece before it
+//!   checked: the next is asked for the usual way, which waits while the server is busy.
 //! - **Resume:** the ranges' progress is kept next to the part file, in
 //!   `<dest>.blobstream-ranges` (text: a header line `blobstream-ranges 1 <digest> <size>`,
 //!   then `<start> <end> <done>` per range, splits included; written to a temporary file and
@@ -139,6 +140,12 @@ impl Finished {
         self.all.notify_all();
     }
 
+    /// Count a worker finished when the returned guard drops — also if it panics, which
+    /// cancels the others (the copy then fails instead of waiting for it forever).
+    fn on_end<'a>(&'a self, cancel: &'a AtomicBool) -> OnEnd<'a> {
+        OnEnd { finished: self, cancel }
+    }
+
     /// Wait until `n` workers have finished or `tick` has passed; whether all have.
     fn wait(&self, n: usize, tick: Duration) -> bool {
         let count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
@@ -147,6 +154,21 @@ impl Finished {
             .wait_timeout_while(count, tick, |c| *c < n)
             .unwrap_or_else(PoisonError::into_inner);
         *count >= n
+    }
+}
+
+/// See [`Finished::on_end`].
+struct OnEnd<'a> {
+    finished: &'a Finished,
+    cancel: &'a AtomicBool,
+}
+
+impl Drop for OnEnd<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.cancel.store(true, Ordering::Release);
+        }
+        self.finished.one();
     }
 }
 
@@ -458,11 +480,11 @@ pub(crate) fn pull(
             .map(|_| {
                 let (job, finished, ranges) = (&job, &finished, &ranges);
                 s.spawn(move || {
+                    let _end = finished.on_end(job.cancel);
                     let res = pull_ranges(job, ranges);
                     if res.is_err() {
                         job.cancel.store(true, Ordering::Release);
                     }
-                    finished.one();
                     res
                 })
             })
@@ -553,11 +575,13 @@ fn pull_ranges(j: &Job, ranges: &Ranges) -> Result<Kept> {
             return Err(BlobError::Lost);
         }
         match w.pull(j, ranges) {
-            Ok(()) => return Ok(w.kept),
-            // A dropped connection, or a piece asked ahead that the server turned away (busy):
-            // the rest on a new connection, whose first request goes the usual way.
+            Ok(Ended::All) => return Ok(w.kept),
+            // Every piece before the refused one was read whole and checked: the rest from
+            // there, its first request the usual way (which waits while the server is busy).
+            Ok(Ended::TurnedAway) => {}
+            // A dropped connection: the rest on a new one.
             Err(e)
-                if (connection_failed(&e) || turned_away(&e))
+                if connection_failed(&e)
                     && w.kept.reconnects + 1 < ATTEMPTS
                     && j.deadline.check().is_ok() =>
             {
@@ -576,9 +600,12 @@ fn pull_ranges(j: &Job, ranges: &Ranges) -> Result<Kept> {
     }
 }
 
-/// Whether the server turned a request away for now (busy), so that asking again may work.
-fn turned_away(e: &BlobError) -> bool {
-    matches!(e, BlobError::Remote(ClientError::Rpc { code: tonic::Code::Unavailable, .. }))
+/// How [`Worker::pull`] ended.
+enum Ended {
+    /// Nothing is left to take.
+    All,
+    /// A busy server turned away a piece asked ahead (before any of its bytes).
+    TurnedAway,
 }
 
 /// One connection's ranges: those it took (claimed in order, or split off another's rest)
@@ -601,7 +628,7 @@ impl Worker {
     /// the digest of the whole follows close behind. A connection that takes no requests
     /// ahead (an older server, or one that keeps no connection) asks for a range's whole rest
     /// at once. Every piece's bytes are checked against its SUM as it ends.
-    fn pull(&mut self, j: &Job, ranges: &Ranges) -> Result<()> {
+    fn pull(&mut self, j: &Job, ranges: &Ranges) -> Result<Ended> {
         let c = j.client.within(j.deadline.left(IO_WAIT));
         // Whatever was asked on a connection before this one died with it.
         for r in &self.mine {
@@ -613,7 +640,7 @@ impl Worker {
         loop {
             let most = if whole_rest { u64::MAX } else { PIECE };
             let Some((r, at, len)) = self.next_piece(j, ranges, most, true)? else {
-                return Ok(());
+                return Ok(Ended::All);
             };
             let mut pull = c.open_pull(&j.info.name, at, Some(len))?;
             whole_rest |= !c.takes_asks(&pull);
@@ -653,7 +680,12 @@ impl Worker {
                 if pull.asked_after() == 0 {
                     break;
                 }
-                pull = c.next_asked(pull)?;
+                pull = match c.next_asked(pull) {
+                    Err(ClientError::Rpc { code: tonic::Code::Unavailable, .. }) => {
+                        return Ok(Ended::TurnedAway);
+                    }
+                    next => next?,
+                };
             }
         }
     }
@@ -933,6 +965,7 @@ pub(crate) fn push(
                 let (cancel, finished) = (&cancel, &finished);
                 let ranges = &ranges;
                 s.spawn(move || {
+                    let _end = finished.on_end(cancel);
                     let job = PushJob { client, name, upload_id, data, readable, cancel, deadline };
                     let res = (|| {
                         let kept = if resume {
@@ -957,7 +990,6 @@ pub(crate) fn push(
                     if res.is_err() {
                         cancel.store(true, Ordering::Release);
                     }
-                    finished.one();
                     res
                 })
             })

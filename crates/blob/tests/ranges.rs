@@ -133,6 +133,35 @@ fn four_connections_deliver_the_whole_blob() {
     assert_nothing_left(&dest);
 }
 
+#[test]
+fn a_server_with_one_transfer_slot_serves_four_connections_whole() {
+    // Four connections, one slot: each connection's next pieces, asked ahead, meet a server
+    // busy with another connection's piece whenever that one wins the slot, and are turned
+    // away; the connection then asks again the usual way, which waits for the slot. However
+    // the four interleave, the copy ends whole and checked, without a failure counted.
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsStore::open(dir.path().join("store")).unwrap();
+    let config = ServerConfig { max_connections: 1, ..ServerConfig::ephemeral() };
+    let server = BackgroundServer::start(Arc::new(fs.clone()), config).unwrap();
+    let bytes = data(40 * MIB + 3);
+    let t = Transporter::new(Factory::new());
+    let key = BlobKey::remote(server.control_addr().to_string(), "busy");
+    let spec = NewBlob { size: Some(bytes.len() as u64), ..Default::default() };
+    let mut p = t.factory().route(&key, &spec).unwrap();
+    p.write(&bytes).unwrap();
+    p.close().unwrap();
+    let dest = dir.path().join("busy.bin");
+    let c = t.copy(&key, &BlobKey::file(&dest), &Options::blocking().connections(4)).wait();
+    let c = c.unwrap();
+    assert!(
+        matches!(c.path, CopyPath::Parallel { connections: 4, reconnects: 0, .. }),
+        "{:?}",
+        c.path
+    );
+    assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
+    assert_nothing_left(&dest);
+}
+
 /// This process's TCP sockets whose peer is `port` on loopback.
 fn sockets_to(port: u16) -> Vec<RawFd> {
     let mut fds = Vec::new();
