@@ -68,11 +68,7 @@ impl Client {
         };
         self.learn(&resp);
         conn.apply(&self.socket_options(&resp)).map_err(TransportError::from)?;
-        // A chunk found corrupt before the first byte is the stream's first frame.
-        if let Frame::Error { code, message } = conn.peek_frame()? {
-            return Err(TransportError::Remote { code, message }.into());
-        }
-        let mut next = PullStream::start(conn, resp)?;
+        let mut next = PullStream::open(conn, resp)?;
         next.asked = asked;
         Ok(next)
     }

@@ -468,14 +468,7 @@ impl Client {
     }
 
     fn pull_with(&self, req: pb::NegotiateRequest) -> Result<PullStream> {
-        self.admitted(req, |mut conn, resp| {
-            // A refusal is the server's first frame; anything else is the stream's, left in
-            // place for it.
-            if let Frame::Error { code, message } = conn.peek_frame()? {
-                return Err(TransportError::Remote { code, message }.into());
-            }
-            PullStream::start(conn, resp)
-        })
+        self.admitted(req, PullStream::open)
     }
 
     /// Negotiate and open a data connection, then `start` the stream on it. A server that

@@ -68,7 +68,17 @@ struct LayeredPull {
 }
 
 impl PullStream {
-    pub(crate) fn start(conn: Pooled, resp: pb::NegotiateResponse) -> Result<Self> {
+    /// The stream of a granted pull on `conn`, or the server's refusal: an ERROR as its
+    /// first frame (a chunk found corrupt before the first byte, say); anything else is the
+    /// stream's, left in place for it.
+    pub(crate) fn open(mut conn: Pooled, resp: pb::NegotiateResponse) -> Result<Self> {
+        if let Frame::Error { code, message } = conn.peek_frame()? {
+            return Err(TransportError::Remote { code, message }.into());
+        }
+        Self::start(conn, resp)
+    }
+
+    fn start(conn: Pooled, resp: pb::NegotiateResponse) -> Result<Self> {
         let algo = algo_of(&resp)?;
         let layered = carrier(&resp)?.map(|c| Box::new(LayeredPull { carrier: *c, current: None }));
         let info =
