@@ -818,6 +818,35 @@ impl Drop for FsUpload {
     }
 }
 
+impl FsUpload {
+    /// On with the chunk digests for `data`, just written at `offset` of the staged file that
+    /// held `before` bytes, if it continues them; else give up on them. The first chunk waits
+    /// until bytes past it are written: a blob of one chunk takes its chunk digest from its
+    /// whole digest at commit ([`ChunkDigests::from_whole`]), with no pass of its own; a
+    /// longer one reads it back then (from the page cache, where it was just written).
+    fn track_chunks(&mut self, before: u64, offset: u64, data: &[u8]) {
+        let Some(c) = &mut self.chunks else { return };
+        let end = offset + data.len() as u64;
+        if offset != before {
+            self.chunks = None;
+            return;
+        }
+        if end <= CHUNK_SIZE && c.is_empty() {
+            return; // the first chunk waits
+        }
+        if c.len() < offset {
+            let Some(Staged::File(file)) = &self.staged else { return };
+            let waiting =
+                crate::store::read_file_range(file, c.len(), offset - c.len(), |p| c.update(p));
+            if waiting.is_err() {
+                self.chunks = None; // the commit reads the file instead
+                return;
+            }
+        }
+        c.update(data);
+    }
+}
+
 impl UploadSink for FsUpload {
     fn size(&self) -> Option<u64> {
         self.rec.size
@@ -850,12 +879,10 @@ impl UploadSink for FsUpload {
                 return Ok(());
             }
         }
+        let before = self.received;
         self.received = self.received.max(offset + data.len() as u64);
         self.written = None;
-        match &mut self.chunks {
-            Some(c) if c.len() == offset => c.update(data),
-            _ => self.chunks = None,
-        }
+        self.track_chunks(before, offset, data);
         Ok(())
     }
 
@@ -908,9 +935,14 @@ impl UploadSink for FsUpload {
         let staged = self.staged.take().expect("open until commit");
         let tracked = match self.checked.take() {
             Some(c) => Some(c),
-            None => {
-                self.chunks.take().filter(|c| c.len() == self.received).map(ChunkHasher::finish)
-            }
+            None => match self.chunks.take() {
+                Some(c) if c.len() == self.received => Some(c.finish()),
+                // Only the first chunk written, in order: its digest is in the whole one.
+                Some(c) if c.is_empty() => {
+                    whole.as_ref().and_then(|w| ChunkDigests::from_whole(self.received, w))
+                }
+                _ => None,
+            },
         };
         let (digest, chunks) = match (whole, tracked, &staged) {
             (Some(d), Some(c), Staged::File(_)) if d.algo == i.algo => (d, c),

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bs_meta::{BlobRecord, UploadRecord, now_ms};
-use bs_wire::{ChunkDigests, ChunkHasher, Digest, DigestAlgo};
+use bs_wire::{CHUNK_SIZE, ChunkDigests, ChunkHasher, Digest, DigestAlgo};
 use bytes::Bytes;
 
 use crate::error::StoreError;
@@ -101,22 +101,30 @@ impl Buf {
     }
 
     /// `offset..end` of `bytes` now hold new bytes: on with the chunk digests if they
-    /// continue them, else give up on them.
+    /// continue them, else give up on them. The first chunk waits until bytes past it
+    /// arrive: a blob of one chunk takes its chunk digest from its whole digest at commit
+    /// ([`ChunkDigests::from_whole`]), with no pass of its own.
     fn arrived(&mut self, offset: u64, end: u64) {
         let Some(c) = &mut self.chunked else { return };
-        if offset == c.len() {
-            c.update(&self.bytes[offset as usize..end as usize]);
-        } else if offset < c.len() {
+        if offset < c.len() {
             self.chunked = None;
+        } else if end > CHUNK_SIZE {
+            // With the bytes of the first chunk left waiting, if they still are (writes
+            // continue the received prefix: no gaps).
+            c.update(&self.bytes[c.len() as usize..end as usize]);
         }
-        // Past them (a gap): not possible, writes continue the received prefix.
     }
 
-    /// The chunk digests of `bytes[..received]`.
-    fn chunk_digests(&mut self) -> ChunkDigests {
+    /// The chunk digests of `bytes[..received]`, whose whole digest is `whole`.
+    fn chunk_digests(&mut self, whole: &Digest) -> ChunkDigests {
+        let all = |b: &Self| ChunkDigests::of(&b.bytes[..b.received as usize]);
         match self.chunked.take() {
             Some(c) if c.len() == self.received => c.finish(),
-            _ => ChunkDigests::of(&self.bytes[..self.received as usize]),
+            // Only the first chunk arrived, in order: its digest is in the whole one.
+            Some(c) if c.is_empty() => {
+                ChunkDigests::from_whole(self.received, whole).unwrap_or_else(|| all(self))
+            }
+            _ => all(self),
         }
     }
 
@@ -522,7 +530,7 @@ impl UploadSink for MemUpload {
             created_ms: now_ms(),
             metadata: self.rec.metadata.clone(),
         };
-        let chunks = buf.chunk_digests(); // before taking the store-wide lock
+        let chunks = buf.chunk_digests(&digest); // before taking the store-wide lock
         let mut blobs = self.store.blobs.write().unwrap();
         if let Some(b) = blobs.get(&name)
             && !may_replace(self.rec.overwrite, &self.rec.refuse_digests, &b.record.digest)
@@ -561,22 +569,29 @@ impl RangeTarget for MemRange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bs_wire::CHUNK_SIZE;
 
     fn data(n: usize, seed: u8) -> Vec<u8> {
         (0..n).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed)).collect()
     }
 
     /// The chunk digests taken as bytes arrive are those of the bytes committed, whatever
-    /// way they came: lent memory, writes, rewrites and roll-backs.
+    /// way they came: lent memory, writes, rewrites and roll-backs; for a blob of one chunk,
+    /// committed with its whole digest (the chunk's then taken from it) or without.
     #[test]
     fn chunk_digests_taken_on_arrival_are_the_committed_bytes() {
-        let n = 3 * CHUNK_SIZE as usize + 1234;
+        for (n, piece) in [(3 * CHUNK_SIZE as usize + 1234, 300_000), (700_000, 100_000)] {
+            for whole in [false, true] {
+                chunk_digests_of_blob(n, piece, whole);
+            }
+        }
+    }
+
+    fn chunk_digests_of_blob(n: usize, piece: usize, whole: bool) {
         let good = data(n, 1);
         let s = MemStore::new();
-        let piece = 300_000;
         let ways = ["lent", "written", "rewritten", "rolled back", "lent over"];
         for (k, how) in ways.iter().enumerate() {
+            let how = &format!("{how}, {n} bytes, whole digest given: {whole}");
             let name = format!("b{k}");
             let spec = RouteSpec { name: name.clone(), size: Some(n as u64), ..Default::default() };
             s.route(&spec).unwrap();
@@ -584,15 +599,15 @@ mod tests {
             let mut at = 0;
             while at < n {
                 let end = (at + piece).min(n);
-                if at == piece * 4 && *how == "rewritten" {
+                if at == piece * 4 && how.starts_with("rewritten") {
                     // Wrong bytes first, then the right ones over them.
                     up.write_at(at as u64, &data(end - at, 9)).unwrap();
                 }
-                if at == piece * 5 && *how == "rolled back" {
+                if at == piece * 5 && how.starts_with("rolled back") {
                     up.write_at(at as u64, &data(end - at + 1000, 9)).unwrap();
                     up.truncate(at as u64).unwrap();
                 }
-                if *how == "lent" {
+                if how.starts_with("lent,") {
                     let dst = up.lend(at as u64, (end - at) as u64).unwrap();
                     dst.copy_from_slice(&good[at..end]);
                     up.filled(at as u64, (end - at) as u64);
@@ -602,13 +617,13 @@ mod tests {
                 at = end;
             }
             let mut want = good.clone();
-            if *how == "lent over" {
+            if how.starts_with("lent over") {
                 // Lent again over bytes already digested, and changed there (no `filled`:
                 // nothing new arrived).
                 up.lend(0, 10).unwrap().copy_from_slice(&data(10, 9));
                 want[..10].copy_from_slice(&data(10, 9));
             }
-            up.commit(None).unwrap();
+            up.commit(whole.then(|| DigestAlgo::default().digest(&want))).unwrap();
             let src = s.open_read(&name).unwrap();
             assert_eq!(src.chunk_digests(), &ChunkDigests::of(&want), "{how}");
             assert_eq!(&src.all().unwrap()[..], &want[..], "{how}");

@@ -89,7 +89,7 @@ pub(crate) fn digest_and_chunks_also(
     algo: DigestAlgo,
     also: Option<DigestAlgo>,
 ) -> std::io::Result<(Digest, ChunkDigests, Option<Digest>)> {
-    digests_of(algo, also, |each| read_file_range(file, 0, len, each))
+    digests_of(len, algo, also, |each| read_file_range(file, 0, len, each))
 }
 
 /// [`digest_and_chunks_also`] of bytes in memory.
@@ -98,33 +98,65 @@ pub(crate) fn digest_and_chunks_of(
     algo: DigestAlgo,
     also: Option<DigestAlgo>,
 ) -> (Digest, ChunkDigests, Option<Digest>) {
-    let fed = digests_of(algo, also, |each| {
+    let fed = digests_of(data.len() as u64, algo, also, |each| {
         each(data);
         Ok(())
     });
     fed.expect("bytes in memory cannot fail to be read")
 }
 
-/// The digests of whatever `feed` hands its callback, in order.
+/// The digests of the `len` bytes `feed` hands its callback, in order. A blob of one chunk
+/// takes its chunk digest from its whole digest ([`ChunkDigests::from_whole`]), where it can.
 fn digests_of(
+    len: u64,
     algo: DigestAlgo,
     also: Option<DigestAlgo>,
     feed: impl FnOnce(&mut dyn FnMut(&[u8])) -> std::io::Result<()>,
 ) -> std::io::Result<(Digest, ChunkDigests, Option<Digest>)> {
     let mut h = algo.hasher();
-    let mut c = ChunkHasher::new();
+    let mut c = (!ChunkDigests::from_whole_covers(len, algo)).then(ChunkHasher::new);
     let mut other = also.map(|a| a.hasher());
     feed(&mut |piece| {
         h.update(piece);
-        c.update(piece);
+        if let Some(c) = &mut c {
+            c.update(piece);
+        }
         if let Some(o) = &mut other {
             o.update(piece);
         }
     })?;
-    Ok((h.finish(), c.finish(), other.map(|o| o.finish())))
+    let whole = h.finish();
+    let chunks = match c {
+        Some(c) => c.finish(),
+        None => ChunkDigests::from_whole(len, &whole).expect("one chunk of xxh3-128"),
+    };
+    Ok((whole, chunks, other.map(|o| o.finish())))
 }
 
 /// Feed `len` bytes of `file` from `offset` to `f`, in order, in 1 MiB pieces.
+pub(crate) fn read_file_range(
+    file: &File,
+    offset: u64,
+    len: u64,
+    mut f: impl FnMut(&[u8]),
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; (1 << 20).min(len as usize).max(1)];
+    let mut done = 0u64;
+    while done < len {
+        let want = (len - done).min(buf.len() as u64) as usize;
+        let n = file.read_at(&mut buf[..want], offset + done)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("file ends after {done} of {len} bytes"),
+            ));
+        }
+        f(&buf[..n]);
+        done += n as u64;
+    }
+    Ok(())
+}
+
 /// Digests of consecutive `piece`-byte pieces of `offset..offset + len` of `file`, as far as
 /// the file goes (a last, shorter piece only where the range ends).
 pub(crate) fn piece_digests(
@@ -185,29 +217,6 @@ fn covered(offset: u64, len: u64, piece: u64, held: u64) -> u64 {
     } else {
         (upto.saturating_sub(offset) / piece) * piece
     }
-}
-
-fn read_file_range(
-    file: &File,
-    offset: u64,
-    len: u64,
-    mut f: impl FnMut(&[u8]),
-) -> std::io::Result<()> {
-    let mut buf = vec![0u8; (1 << 20).min(len as usize).max(1)];
-    let mut done = 0u64;
-    while done < len {
-        let want = (len - done).min(buf.len() as u64) as usize;
-        let n = file.read_at(&mut buf[..want], offset + done)?;
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                format!("file ends after {done} of {len} bytes"),
-            ));
-        }
-        f(&buf[..n]);
-        done += n as u64;
-    }
-    Ok(())
 }
 
 /// A pending upload opened for writing by one transfer at a time.

@@ -416,3 +416,50 @@ fn a_disk_filled_by_blobs_can_always_be_freed_by_a_delete() {
     assert!(matches!(s.stat("f0"), Err(StoreError::NotFound(_))));
     bs_store::put_bytes(&s, &spec("after"), &data(1 << 20, 9)).expect("the space came back");
 }
+
+/// A blob of one chunk takes its chunk digest from its whole digest (no pass of its own), a
+/// longer one reads its first chunk back once bytes past it arrive: either way the digests
+/// are those of the bytes, and rot in the first chunk is caught. Written in pieces, committed
+/// with the whole digest (as the data plane does) and without (as `put_bytes` does).
+#[test]
+fn chunk_digests_written_in_pieces_catch_rot_in_the_first_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FsStore::open(dir.path()).unwrap();
+    let mem = MemStore::new();
+    let fs_damage = |name: &str| fs.damage(name, 5, 0x10).unwrap();
+    let mem_damage = |name: &str| mem.damage(name, 5, 0x10).unwrap();
+    type Damage<'a> = &'a dyn Fn(&str);
+    let stores: [(&dyn Store, Damage); 2] = [(&fs, &fs_damage), (&mem, &mem_damage)];
+    // Kept in the catalogue row, held in memory, staged in a file; the edges of one chunk.
+    let sizes = [200, 241, 50_000, 700_000, CHUNK_SIZE as usize, 2 * CHUNK_SIZE as usize + 5];
+    for (k, (s, damage)) in stores.iter().enumerate() {
+        for size in sizes {
+            for whole in [false, true] {
+                let name = format!("s{k}-{size}-{whole}");
+                let good = data(size, 3);
+                let sp = RouteSpec { size: Some(size as u64), ..spec(&name) };
+                s.route(&sp).unwrap();
+                let mut up = s.open_upload(&name).unwrap();
+                for (i, piece) in good.chunks(100_000).enumerate() {
+                    up.write_at(i as u64 * 100_000, piece).unwrap();
+                }
+                let digest = bs_wire::DigestAlgo::default().digest(&good);
+                let read_back = fs.commit_read_back();
+                up.commit(whole.then(|| digest.clone())).unwrap();
+                // A file's bytes are read back at commit only to digest them for a writer
+                // that gave no digest: the chunk digests were taken as they were written.
+                let file = k == 0 && size as u64 > bs_store::INLINE_UP_TO;
+                let want = if file && !whole { size as u64 } else { 0 };
+                assert_eq!(fs.commit_read_back() - read_back, want, "{name}");
+                let src = s.open_read(&name).unwrap();
+                assert_eq!(src.chunk_digests(), &bs_wire::ChunkDigests::of(&good), "{name}");
+                assert_eq!(src.record().digest, digest.to_string(), "{name}");
+                assert!(src.all().unwrap() == good, "{name}");
+                drop(src);
+                damage(&name);
+                let e = s.open_read(&name).and_then(|src| src.all()).unwrap_err();
+                assert!(e.to_string().contains("chunk 0"), "{name}: {e}");
+            }
+        }
+    }
+}

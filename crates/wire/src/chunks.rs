@@ -25,10 +25,15 @@ fn xxh3_64(data: &[u8]) -> u64 {
     XxHash3_64::oneshot(data)
 }
 
+use crate::digest::{Digest, DigestAlgo};
 use crate::error::WireError;
 
 /// Bytes covered by one chunk digest.
 pub const CHUNK_SIZE: u64 = 1 << 20;
+
+/// Up to this many bytes XXH3 hashes by other paths for 64 and 128 bits, so a chunk digest
+/// cannot be taken from a whole digest (see [`ChunkDigests::from_whole`]).
+pub const FROM_WHOLE_ABOVE: u64 = 240;
 
 /// The chunk digests of one blob.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +61,29 @@ impl ChunkDigests {
             )));
         }
         Ok(Self { chunk: CHUNK_SIZE, size, sums })
+    }
+
+    /// The digests of a blob of `size` bytes that is one chunk, taken from `whole`, its
+    /// xxh3-128 digest, with no pass over the bytes: `None` for another algorithm, for a blob
+    /// of more than one chunk, or of [`FROM_WHOLE_ABOVE`] bytes or fewer.
+    ///
+    /// XXH3 hashes an input of more than 240 bytes into one accumulator and finishes it into
+    /// 64 bits, the 64-bit digest; its 128-bit digest is those same 64 bits as its low half,
+    /// and a second finish of the same accumulator as its high half (the XXH3 specification's
+    /// long-input path, `XXH3_hashLong_64b` and `XXH3_hashLong_128b`). So a writer that has
+    /// the whole digest of a one-chunk blob already has its chunk digest.
+    pub fn from_whole(size: u64, whole: &Digest) -> Option<Self> {
+        if !Self::from_whole_covers(size, whole.algo) {
+            return None;
+        }
+        let low: [u8; 8] = whole.bytes.get(8..16)?.try_into().ok()?;
+        Some(Self { chunk: CHUNK_SIZE, size, sums: vec![u64::from_be_bytes(low)] })
+    }
+
+    /// Whether [`ChunkDigests::from_whole`] gives the digests of a blob of `size` bytes from
+    /// its whole digest in `algo`.
+    pub fn from_whole_covers(size: u64, algo: DigestAlgo) -> bool {
+        algo == DigestAlgo::Xxh3_128 && size > FROM_WHOLE_ABOVE && size <= CHUNK_SIZE
     }
 
     /// Every chunk's digest, in order.
@@ -281,6 +309,47 @@ mod tests {
             h.update(piece);
         }
         assert_eq!(h.finish().sums, want);
+    }
+
+    /// A one-chunk blob's chunk digest is the low half of its xxh3-128 digest, at every
+    /// length where `from_whole` gives one; at the others it gives none.
+    #[test]
+    fn a_one_chunk_blob_takes_its_chunk_digest_from_its_whole_digest() {
+        let c = CHUNK_SIZE;
+        let d = data(c as usize + 1);
+        for n in [241, 242, 255, 256, 1023, 1024, 1025, 65_536, 250_000, c - 1, c] {
+            let bytes = &d[..n as usize];
+            let whole = DigestAlgo::Xxh3_128.digest(bytes);
+            let got = ChunkDigests::from_whole(n, &whole).unwrap();
+            assert_eq!(got, ChunkDigests::of(bytes), "{n} bytes");
+            assert!(got.check(0, bytes));
+        }
+        for n in [0, 1, 16, 128, 129, 240, c + 1] {
+            let whole = DigestAlgo::Xxh3_128.digest(&d[..n as usize]);
+            assert_eq!(ChunkDigests::from_whole(n, &whole), None, "{n} bytes");
+        }
+        let blake = DigestAlgo::Blake3.digest(&d[..1000]);
+        assert_eq!(ChunkDigests::from_whole(1000, &blake), None);
+    }
+
+    proptest! {
+        #[test]
+        fn from_whole_is_the_chunk_digest(
+            n in (FROM_WHOLE_ABOVE + 1)..=CHUNK_SIZE,
+            seed in any::<u64>(),
+        ) {
+            let mut x = seed | 1;
+            let bytes: Vec<u8> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let whole = DigestAlgo::Xxh3_128.digest(&bytes);
+            prop_assert_eq!(ChunkDigests::from_whole(n, &whole), Some(ChunkDigests::of(&bytes)));
+        }
     }
 
     #[test]
