@@ -101,10 +101,11 @@ impl Client {
                 conn.write_slices(&[&request, &head, data, &sum])
             }
         } else {
-            // The bytes leave first and are hashed while the server takes them in: the SUM
-            // follows them anyway.
-            conn.write_slices(&[&request, &head, data])
-                .and_then(|()| conn.write_slices(&[&sum_of(data)]))
+            // Most of the bytes leave first and are hashed while the server takes them in;
+            // the rest follow with the SUM, so the server is still reading when it comes.
+            let at = data.len() - (data.len() / 2).min(SENT_AFTER_HASHING);
+            conn.write_slices(&[&request, &head, &data[..at]])
+                .and_then(|()| conn.write_slices(&[&data[at..], &sum_of(data)]))
         };
         // Closed meanwhile: the usual way, on a new connection.
         sent.ok()?;
@@ -155,9 +156,12 @@ impl Client {
     }
 }
 
-/// Pipelined pushes of at least this many bytes send them before hashing them (the server
-/// reads them meanwhile); smaller ones leave in one write with their SUM.
+/// Pipelined pushes of at least this many bytes send most of them before hashing them (the
+/// server reads them meanwhile); smaller ones leave in one write with their SUM.
 const HASH_AFTER_SENDING: u64 = 64 << 10;
+
+/// Of a push that hashes after sending, the bytes held back to go with the SUM (at most half).
+const SENT_AFTER_HASHING: usize = 512 << 10;
 
 /// Most pull requests sent ahead of their answers on one connection.
 const PULLS_AHEAD: usize = 16;

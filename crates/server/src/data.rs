@@ -631,11 +631,12 @@ fn pull(shared: &Shared, conn: &mut Conn, g: &Grant, c: &Arc<Counters>) -> Resul
     // memory (a file's mapping) and those very bytes are sent: a corrupt chunk is never sent
     // (the ERROR frame in its place tells the client why the stream stopped). sendfile is
     // not used: it would read the file again after the check, for the same one copy.
-    // For a client that uses no byte before the SUM (`whole_before_use`), a small range of a
-    // remote blob is sent as it arrives instead, each chunk checked when its last byte is in
-    // (`BlobSource::arriving`): a bad chunk still ends the stream with ERROR(Corrupt), and
-    // the SUM, the only word that makes the client accept what it read, follows only after
-    // every chunk checked.
+    // For a client that uses no byte before the SUM (`whole_before_use`), bytes go out before
+    // their chunk's check instead (`BlobSource::arriving`): a small range of a remote blob as
+    // it arrives, each chunk checked when its last byte is in; a local blob's chunk in two
+    // pieces, the check between them, so it runs while the first crosses to the client. A
+    // bad chunk still ends the stream with ERROR(Corrupt), and the SUM, the only word that
+    // makes the client accept what it read, follows only after every chunk checked.
     let mut pos = plan.offset;
     let mut carrier = Carrier::for_profile(&g.bind.profile, Role::Responder, c.clone());
     let hash = plan.stored_digest.is_none();

@@ -11,9 +11,11 @@
 //! then checked in the mapping and the caller gets those very pages — sent to a socket or
 //! decoded with no copy. (Left open: a page reclaimed between the check and its use — the
 //! send, or for bytes held longer, such as an image being decoded, the decode — and then read
-//! again from disk; a page found in memory, then reclaimed in the microseconds before the
-//! check reads it and failing as it is read back, which raises `SIGBUS`; and a blob file
-//! truncated in place by hand — restore files by writing a new one and renaming it over.)
+//! again from disk, or, for the data plane's readers that send part of a chunk before its
+//! check (below), reclaimed between that send and the check; a page found in memory, then
+//! reclaimed in the microseconds before the check reads it and failing as it is read back,
+//! which raises `SIGBUS`; and a blob file truncated in place by hand — restore files by
+//! writing a new one and renaming it over.)
 //! Smaller file blobs, and every file where the kernel lacks `MADV_POPULATE_READ` (before
 //! Linux 5.14) or that cannot be mapped, are read with `pread` and checked in memory: chunk by
 //! chunk (into pooled buffers, a chunk smaller than half of one into a buffer of its own
@@ -23,10 +25,12 @@
 //! The first chunk that does not match stops the read with [`StoreError::Corrupt`]; it is
 //! logged, counted, and the store marks the blob so later readers are refused at once.
 //!
-//! One reader may be handed bytes before their chunk is whole: the data plane, pulling a small
-//! range of a remote blob for a client that uses nothing before the final SUM (it asked so
-//! with `whole_before_use`; see [`BlobSource::arriving`], `source/arriving.rs`). The SUM
-//! follows only after every chunk checked, and a bad chunk ends the stream with an error.
+//! One reader may be handed bytes before their chunk is checked: the data plane, pulling for a
+//! client that uses nothing before the final SUM (it asked so with `whole_before_use`; see
+//! [`BlobSource::arriving`], `source/arriving.rs`) — a small range of a remote blob as it
+//! arrives; a local blob's chunk in two pieces, the first before the chunk's check, the rest
+//! after it. The SUM follows only after every chunk checked, and a bad chunk ends the stream
+//! with an error.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -448,38 +452,62 @@ impl BlobSource {
     /// chunk kept by a cache tier must not pin a whole pooled buffer, and a catalogue's
     /// chunks may be larger than the buffers).
     fn chunk(&self, c: usize) -> Result<Bytes> {
+        if !self.is_file() {
+            let r = self.inner.chunks.range(c);
+            return self.bytes(r.start, r.end - r.start);
+        }
+        let bytes = self.chunk_unchecked(c)?;
+        self.check_chunk(c, &bytes)?;
+        Ok(bytes)
+    }
+
+    /// Chunk `c` as stored, not checked yet: for [`BlobSource::chunk`], and for a reader that
+    /// hands part of it out before it checks it with [`BlobSource::check_chunk`]
+    /// (`source/arriving.rs`). A file's pages are brought in as for a checked read; a remote
+    /// blob's chunk comes checked.
+    fn chunk_unchecked(&self, c: usize) -> Result<Bytes> {
         let i = &self.inner;
         let r = i.chunks.range(c);
-        let Data::File { file, map } = &*i.data else {
-            return self.bytes(r.start, r.end - r.start);
+        let (file, map) = match &*i.data {
+            Data::Memory(data) => return Ok(data.slice(r.start as usize..r.end as usize)),
+            Data::Remote { .. } => return self.bytes(r.start, r.end - r.start),
+            Data::File { file, map } => (file, map),
         };
         let (start, end) = (r.start as usize, r.end as usize);
         if let Some(map) = map
             && ((POPULATE_WORKS.load(Ordering::Relaxed) && pages_resident(&map[start..end]))
                 || populate(&map[start..end]).map_err(|e| self.read_error(e))?)
         {
-            if !i.chunks.check(c, &map[start..end]) {
-                return Err(self.bad_chunk(c));
-            }
             return Ok(map.slice(start..end));
         }
-        let n = (r.end - r.start) as usize;
+        let n = end - start;
         let pool = CHUNK_BUFFERS.buf_size();
-        let read = |buf: &mut [u8]| -> Result<()> {
-            file.read_exact_at(buf, r.start).map_err(|e| self.read_error(e))?;
-            if !i.chunks.check(c, buf) {
-                return Err(self.bad_chunk(c));
-            }
-            Ok(())
-        };
         if (pool / 2..=pool).contains(&n) {
             let mut buf = CHUNK_BUFFERS.get();
-            read(&mut buf[..n])?;
+            file.read_exact_at(&mut buf[..n], r.start).map_err(|e| self.read_error(e))?;
             return Ok(Bytes::from_owner(buf).slice(..n));
         }
         let mut buf = vec![0u8; n];
-        read(&mut buf)?;
+        file.read_exact_at(&mut buf, r.start).map_err(|e| self.read_error(e))?;
         Ok(buf.into())
+    }
+
+    /// Check `bytes`, chunk `c` as [`BlobSource::chunk_unchecked`] gave it, against the
+    /// chunk's digest; a bad chunk is reported ([`BlobSource::bad_chunk`]). A memory blob's
+    /// chunk is checked once per reader.
+    fn check_chunk(&self, c: usize, bytes: &[u8]) -> Result<()> {
+        let i = &self.inner;
+        let memory = matches!(*i.data, Data::Memory(_));
+        if memory && i.checked[c].load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if !i.chunks.check(c, bytes) {
+            return Err(self.bad_chunk(c));
+        }
+        if memory {
+            i.checked[c].store(true, Ordering::Release);
+        }
+        Ok(())
     }
 
     fn read_error(&self, e: std::io::Error) -> StoreError {
@@ -510,14 +538,8 @@ impl BlobSource {
         match &*i.data {
             Data::Memory(data) => {
                 for c in chunks {
-                    if i.checked[c].load(Ordering::Acquire) {
-                        continue;
-                    }
                     let r = i.chunks.range(c);
-                    if !i.chunks.check(c, &data[r.start as usize..r.end as usize]) {
-                        return Err(self.bad_chunk(c));
-                    }
-                    i.checked[c].store(true, Ordering::Release);
+                    self.check_chunk(c, &data[r.start as usize..r.end as usize])?;
                 }
                 Ok(data.slice(offset as usize..(offset + len) as usize))
             }

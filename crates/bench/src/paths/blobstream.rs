@@ -94,7 +94,7 @@ impl PathRunner for BlobstreamRunner {
             }
             Mode::Pull => {
                 let start = Instant::now();
-                let mut p = client.open_pull(&name, 0, None)?;
+                let mut p = client.open_pull_whole(&name, 0, None)?;
                 let mut out = bs_wire::alloc::zeroed(data.len());
                 p.read_exact_to_end(&mut out)?;
                 let elapsed = start.elapsed();

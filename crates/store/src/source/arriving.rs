@@ -11,6 +11,12 @@
 //! (it is logged, counted and marked as [`BlobSource::pieces`] does): its receiver has bytes
 //! it must throw away, never bytes with success. A range that ends inside a chunk keeps its
 //! last piece back until the rest of that chunk has arrived and checked.
+//!
+//! A local blob (in memory, or a file) is not waiting on anyone, but its check still costs
+//! time before the first byte leaves: for such a client each chunk goes out in two pieces
+//! ([`Deferred`]), all but its last [`CHECKED_TAIL`] bytes before the chunk is checked, the
+//! rest once it has — so the check runs while the first piece crosses to the client, and
+//! what is handed out last (with the SUM behind it) is always checked.
 
 use std::sync::Arc;
 
@@ -22,9 +28,30 @@ use bs_wire::ChunkChecker;
 
 /// See the module doc; from [`BlobSource::arriving`].
 pub enum Arriving {
-    /// Checked before handed out (local stores, large ranges, a range already held).
+    /// Checked before handed out (large ranges of a remote blob, a range already held).
     Checked(Pieces),
+    /// A small range of a remote blob, handed out as it arrives.
     Early(Box<Early>),
+    /// A local blob, each chunk's first piece handed out before its check.
+    Deferred(Deferred),
+}
+
+/// The bytes of a local blob's chunk handed out only after the chunk has been checked (see
+/// the module doc): half a chunk, so the client is still reading the first half when the
+/// check (a fraction of the time the bytes take to cross) is done and the rest comes.
+pub const CHECKED_TAIL: u64 = 512 << 10;
+
+/// See the module doc; from [`BlobSource::arriving`].
+pub struct Deferred {
+    src: BlobSource,
+    /// The chunks still to hand out.
+    chunks: std::ops::Range<usize>,
+    /// The range handed out.
+    start: u64,
+    end: u64,
+    /// A chunk whose first piece was handed out: its index, all its bytes, and the rest of
+    /// the range in it, to hand out once they have checked.
+    rest: Option<(usize, Bytes, Bytes)>,
 }
 
 pub struct Early {
@@ -48,16 +75,19 @@ pub struct Early {
 }
 
 impl BlobSource {
-    /// Bytes `offset..offset + len` as pieces handed out before their chunk is whole (see the
-    /// module doc) when the blob is in a remote store and the range fits in one window;
-    /// otherwise [`BlobSource::pieces`]. Only for a caller whose receiver trusts nothing
-    /// before this iterator has ended without an error.
+    /// Bytes `offset..offset + len` as pieces handed out before their chunk has been checked
+    /// (see the module doc): as they arrive when the blob is in a remote store and the range
+    /// fits in one window (else [`BlobSource::pieces`]); each chunk in two pieces, the first
+    /// before the check, when the blob is local. Only for a caller whose receiver trusts
+    /// nothing before this iterator has ended without an error. The last piece handed out
+    /// has always been checked.
     pub fn arriving(&self, offset: u64, len: u64) -> Result<Arriving> {
         self.check_range(offset, len)?;
         let i = &self.inner;
         let chunks = i.chunks.covering(offset, len);
         let Data::Remote { reader, window } = &*i.data else {
-            return self.pieces(offset, len).map(Arriving::Checked);
+            let (src, start, end) = (self.clone(), offset, offset + len);
+            return Ok(Arriving::Deferred(Deferred { src, chunks, start, end, rest: None }));
         };
         if chunks.is_empty() {
             return self.pieces(offset, len).map(Arriving::Checked);
@@ -95,7 +125,48 @@ impl Iterator for Arriving {
         match self {
             Arriving::Checked(p) => p.next(),
             Arriving::Early(e) => e.next(),
+            Arriving::Deferred(d) => d.next(),
         }
+    }
+}
+
+impl Deferred {
+    /// End the stream with `e`.
+    fn fail(&mut self, e: StoreError) -> Option<Result<Bytes>> {
+        self.chunks.start = self.chunks.end;
+        Some(Err(e))
+    }
+
+    /// `out`, of chunk `c` (all of whose bytes are `chunk`), once the chunk has checked.
+    fn checked(&mut self, c: usize, chunk: &Bytes, out: Bytes) -> Option<Result<Bytes>> {
+        match self.src.check_chunk(c, chunk) {
+            Ok(()) => Some(Ok(out)),
+            Err(e) => self.fail(e),
+        }
+    }
+}
+
+impl Iterator for Deferred {
+    type Item = Result<Bytes>;
+
+    fn next(&mut self) -> Option<Result<Bytes>> {
+        if let Some((c, chunk, rest)) = self.rest.take() {
+            return self.checked(c, &chunk, rest);
+        }
+        let c = self.chunks.next()?;
+        let chunk = match self.src.chunk_unchecked(c) {
+            Ok(b) => b,
+            Err(e) => return self.fail(e),
+        };
+        let r = self.src.inner.chunks.range(c);
+        let (s, e) = (r.start.max(self.start), r.end.min(self.end));
+        let mut out = chunk.slice((s - r.start) as usize..(e - r.start) as usize);
+        if out.len() as u64 <= CHECKED_TAIL {
+            return self.checked(c, &chunk, out); // too little to be worth two pieces
+        }
+        let rest = out.split_off(out.len() - CHECKED_TAIL as usize);
+        self.rest = Some((c, chunk, rest));
+        Some(Ok(out))
     }
 }
 
@@ -160,6 +231,7 @@ impl Early {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::sync::atomic::Ordering;
 
     use bs_wire::{CHUNK_SIZE, ChunkDigests};
 
@@ -240,6 +312,63 @@ mod tests {
             }
         }
         (lens, bytes, err)
+    }
+
+    /// A local blob: every piece, each with whether its chunk had been checked (marked as a
+    /// memory blob's chunks are) by the time it was handed out, and the error ending it.
+    fn drain_local(
+        good: &[u8],
+        stored: Vec<u8>,
+        from: u64,
+        len: u64,
+    ) -> (Vec<(usize, bool)>, Vec<u8>, Option<StoreError>) {
+        let record = crate::source::tests::record(good.len() as u64);
+        let src = BlobSource::memory(record, stored.into(), ChunkDigests::of(good), None).unwrap();
+        let it = src.arriving(from, len).unwrap();
+        assert!(matches!(it, Arriving::Deferred(_)));
+        let (mut pieces, mut bytes, mut err) = (Vec::new(), Vec::new(), None);
+        let mut at = from;
+        for p in it {
+            match p {
+                Ok(b) => {
+                    assert!(err.is_none(), "a piece after the error");
+                    let c = (at / C as u64) as usize;
+                    pieces.push((b.len(), src.inner.checked[c].load(Ordering::Acquire)));
+                    at += b.len() as u64;
+                    bytes.extend_from_slice(&b);
+                }
+                Err(e) => err = Some(e),
+            }
+        }
+        (pieces, bytes, err)
+    }
+
+    #[test]
+    fn a_local_chunk_goes_out_in_two_pieces_the_second_after_its_check() {
+        let d = data();
+        let t = CHECKED_TAIL as usize;
+        // From inside chunk 0 to inside chunk 2; chunk 3 (10 bytes) not asked for.
+        let (pieces, bytes, err) = drain_local(&d, d.clone(), 100, 2 * C as u64);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(bytes, d[100..100 + 2 * C]);
+        let want = [
+            (C - 100 - t, false),
+            (t, true),
+            (C - t, false),
+            (t, true),
+            (100, true), // too little to split: checked first
+        ];
+        assert_eq!(pieces, want);
+
+        // A bad chunk: its first piece went out, then the error instead of the rest.
+        let mut rotten = d.clone();
+        rotten[C + 5] ^= 1;
+        let (pieces, _, err) = drain_local(&d, rotten, 0, d.len() as u64);
+        assert_eq!(pieces, [(C - t, false), (t, true), (C - t, false)]);
+        assert!(
+            matches!(&err, Some(StoreError::Corrupt { reason, .. }) if reason.contains("chunk 1")),
+            "{err:?}"
+        );
     }
 
     #[test]
