@@ -37,8 +37,9 @@ pub enum Arriving {
 }
 
 /// The bytes of a local blob's chunk handed out only after the chunk has been checked (see
-/// the module doc): half a chunk, so the client is still reading the first half when the
-/// check (a fraction of the time the bytes take to cross) is done and the rest comes.
+/// the module doc): half a [`bs_wire::CHUNK_SIZE`] chunk, so the client is still reading the
+/// first half when the check (a fraction of the time the bytes take to cross) is done and the
+/// rest comes. A piece of a chunk no longer than this is checked before it goes.
 pub const CHECKED_TAIL: u64 = 512 << 10;
 
 /// See the module doc; from [`BlobSource::arriving`].
