@@ -69,7 +69,7 @@ pub fn check_name(name: &str) -> Result<(), DpssError> {
 
 /// The digest every block is stored and checked with (xxh3-128).
 pub fn digest(data: &[u8]) -> [u8; 16] {
-    twox_hash::XxHash3_128::oneshot(data).to_be_bytes()
+    bs_wire::xxh3::Xxh3::oneshot_128(data).to_be_bytes()
 }
 
 #[cfg(test)]

@@ -17,12 +17,10 @@
 //!
 //! A blob of `n` bytes has `ceil(n / chunk size)` digests (none for an empty blob).
 
-use std::hash::Hasher as _;
-
-use twox_hash::XxHash3_64;
+use crate::xxh3::Xxh3;
 
 fn xxh3_64(data: &[u8]) -> u64 {
-    XxHash3_64::oneshot(data)
+    Xxh3::oneshot_64(data)
 }
 
 use crate::digest::{Digest, DigestAlgo};
@@ -171,7 +169,7 @@ impl ChunkDigests {
 #[derive(Clone)]
 pub struct ChunkHasher {
     chunk: u64,
-    cur: XxHash3_64,
+    cur: Xxh3,
     in_chunk: u64,
     size: u64,
     sums: Vec<u64>,
@@ -191,7 +189,7 @@ impl Default for ChunkHasher {
 
 impl ChunkHasher {
     pub fn new() -> Self {
-        Self { chunk: CHUNK_SIZE, cur: XxHash3_64::new(), in_chunk: 0, size: 0, sums: Vec::new() }
+        Self { chunk: CHUNK_SIZE, cur: Xxh3::new(), in_chunk: 0, size: 0, sums: Vec::new() }
     }
 
     /// Bytes fed so far.
@@ -212,8 +210,8 @@ impl ChunkHasher {
             self.size += take as u64;
             data = &data[take..];
             if self.in_chunk == self.chunk {
-                self.sums.push(self.cur.finish());
-                self.cur = XxHash3_64::new();
+                self.sums.push(self.cur.finish_64());
+                self.cur = Xxh3::new();
                 self.in_chunk = 0;
             }
         }
@@ -222,7 +220,7 @@ impl ChunkHasher {
     /// The digests of everything fed.
     pub fn finish(mut self) -> ChunkDigests {
         if self.in_chunk > 0 {
-            self.sums.push(self.cur.finish());
+            self.sums.push(self.cur.finish_64());
         }
         ChunkDigests { chunk: self.chunk, size: self.size, sums: self.sums }
     }
@@ -235,7 +233,7 @@ impl ChunkHasher {
 pub struct ChunkChecker {
     /// The chunk being fed.
     chunk: usize,
-    cur: XxHash3_64,
+    cur: Xxh3,
     in_chunk: u64,
 }
 
@@ -248,7 +246,7 @@ impl std::fmt::Debug for ChunkChecker {
 impl ChunkChecker {
     /// Start at the first byte of chunk `chunk`.
     pub fn new(chunk: usize) -> Self {
-        Self { chunk, cur: XxHash3_64::new(), in_chunk: 0 }
+        Self { chunk, cur: Xxh3::new(), in_chunk: 0 }
     }
 
     /// Feed the next bytes of `digests`' blob. `Err(i)` when chunk `i` is complete and does
@@ -266,11 +264,11 @@ impl ChunkChecker {
             self.in_chunk += take as u64;
             data = &data[take..];
             if self.in_chunk == r.end - r.start {
-                if digests.sum(self.chunk) != Some(self.cur.finish()) {
+                if digests.sum(self.chunk) != Some(self.cur.finish_64()) {
                     return Err(self.chunk);
                 }
                 self.chunk += 1;
-                self.cur = XxHash3_64::new();
+                self.cur = Xxh3::new();
                 self.in_chunk = 0;
             }
         }

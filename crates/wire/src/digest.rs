@@ -84,7 +84,7 @@ impl fmt::Display for DigestAlgo {
 /// then two ways on).
 #[derive(Clone)]
 pub enum Hasher {
-    Xxh3(Box<twox_hash::XxHash3_128>),
+    Xxh3(Box<crate::xxh3::Xxh3>),
     Blake3(Box<blake3::Hasher>),
 }
 

@@ -8,6 +8,7 @@ pub mod digest;
 pub mod error;
 pub mod frame;
 pub mod pool;
+pub mod xxh3;
 
 pub use chunks::{CHUNK_SIZE, ChunkChecker, ChunkDigests, ChunkHasher};
 pub use digest::{Digest, DigestAlgo, Hasher};

@@ -32,14 +32,13 @@ impl Checksum {
     fn digest_parts(&self, a: &[u8], b: &[u8], out: &mut [u8]) {
         match self.algo {
             SumAlgo::Xxh3 if b.is_empty() => {
-                out.copy_from_slice(&twox_hash::XxHash3_64::oneshot(a).to_be_bytes())
+                out.copy_from_slice(&bs_wire::xxh3::Xxh3::oneshot_64(a).to_be_bytes())
             }
             SumAlgo::Xxh3 => {
-                use std::hash::Hasher as _;
-                let mut h = twox_hash::XxHash3_64::new();
+                let mut h = bs_wire::xxh3::Xxh3::new();
                 h.write(a);
                 h.write(b);
-                out.copy_from_slice(&h.finish().to_be_bytes())
+                out.copy_from_slice(&h.finish_64().to_be_bytes())
             }
             SumAlgo::Blake3 => {
                 let mut h = blake3::Hasher::new();
