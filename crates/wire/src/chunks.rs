@@ -17,21 +17,16 @@
 //!
 //! A blob of `n` bytes has `ceil(n / chunk size)` digests (none for an empty blob).
 
-use crate::xxh3::Xxh3;
-
-fn xxh3_64(data: &[u8]) -> u64 {
-    Xxh3::oneshot_64(data)
-}
-
 use crate::digest::{Digest, DigestAlgo};
 use crate::error::WireError;
+use crate::xxh3::Xxh3;
 
 /// Bytes covered by one chunk digest.
 pub const CHUNK_SIZE: u64 = 1 << 20;
 
 /// Up to this many bytes XXH3 hashes by other paths for 64 and 128 bits, so a chunk digest
 /// cannot be taken from a whole digest (see [`ChunkDigests::from_whole`]).
-pub const FROM_WHOLE_ABOVE: u64 = 240;
+pub const FROM_WHOLE_ABOVE: u64 = crate::xxh3::SHORT as u64;
 
 /// The chunk digests of one blob.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,7 +123,7 @@ impl ChunkDigests {
     pub fn check(&self, i: usize, data: &[u8]) -> bool {
         let Some(sum) = self.sums.get(i) else { return false };
         let r = self.range(i);
-        data.len() as u64 == r.end - r.start && *sum == xxh3_64(data)
+        data.len() as u64 == r.end - r.start && *sum == Xxh3::oneshot_64(data)
     }
 
     /// The stored form.
@@ -336,15 +331,7 @@ mod tests {
             n in (FROM_WHOLE_ABOVE + 1)..=CHUNK_SIZE,
             seed in any::<u64>(),
         ) {
-            let mut x = seed | 1;
-            let bytes: Vec<u8> = (0..n)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let bytes = crate::xxh3::test_bytes(n as usize, seed);
             let whole = DigestAlgo::Xxh3_128.digest(&bytes);
             prop_assert_eq!(ChunkDigests::from_whole(n, &whole), Some(ChunkDigests::of(&bytes)));
         }

@@ -47,8 +47,9 @@ const PRIME_MX1: u64 = 0x1656_6791_9E37_79F9;
 const STRIPE: usize = 64;
 /// Stripes per block: (secret length − stripe) / 8.
 const STRIPES_PER_BLOCK: usize = (SECRET.len() - STRIPE) / 8;
-/// Up to this many bytes XXH3 takes other paths, done by `twox-hash`.
-const SHORT: usize = 240;
+/// Up to this many bytes XXH3 takes other paths (done by `twox-hash`), whose 64- and 128-bit
+/// digests do not share an accumulator.
+pub(crate) const SHORT: usize = 240;
 
 /// Which loop this CPU runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -128,6 +129,7 @@ fn scramble(acc: &mut [u64; 8]) {
     }
 }
 
+/// The accumulators folded into 64 bits from `start` (the specification's `XXH3_mergeAccs`).
 fn merge(acc: &[u64; 8], secret: &[u8], start: u64) -> u64 {
     let mut r = start;
     for i in 0..4 {
@@ -265,9 +267,7 @@ impl Xxh3 {
         if data.len() <= SHORT {
             return XxHash3_64::oneshot(data);
         }
-        let mut h = Self::new();
-        h.write(data);
-        h.finish_64()
+        Self::fed(data).finish_64()
     }
 
     /// The 128-bit digest of `data`.
@@ -275,10 +275,28 @@ impl Xxh3 {
         if data.len() <= SHORT {
             return XxHash3_128::oneshot(data);
         }
+        Self::fed(data).finish_128()
+    }
+
+    fn fed(data: &[u8]) -> Self {
         let mut h = Self::new();
         h.write(data);
-        h.finish_128()
+        h
     }
+}
+
+/// Bytes of a xorshift stream from `seed`: test inputs that no short pattern repeats in.
+#[cfg(test)]
+pub(crate) fn test_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -392,18 +410,6 @@ mod tests {
         k
     }
 
-    fn bytes(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
-
     fn check(data: &[u8], cuts: &[usize]) {
         let want64 = XxHash3_64::oneshot(data);
         let want128 = XxHash3_128::oneshot(data);
@@ -425,7 +431,7 @@ mod tests {
     /// Every length class and the edges of stripes and blocks, whole and in pieces.
     #[test]
     fn digests_are_twox_hashs() {
-        let d = bytes(3 << 20, 7);
+        let d = test_bytes(3 << 20, 7);
         let block = STRIPE * STRIPES_PER_BLOCK;
         let mut lens = vec![0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 239, 240, 241, 255, 256, 257];
         for m in [1, 2, 3, 16, 17, 1000] {
@@ -452,7 +458,7 @@ mod tests {
             seed in any::<u64>(),
             cuts in proptest::collection::vec(0usize..40_000, 0..8),
         ) {
-            let data = bytes(n, seed);
+            let data = test_bytes(n, seed);
             let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (n + 1)).collect();
             cuts.sort();
             check(&data, &cuts);
