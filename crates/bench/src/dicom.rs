@@ -142,7 +142,10 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          display mapping (rescale, sign); pydicom from the file (in the page cache), returning the \
          stored samples as a numpy array (for native data a view of the bytes read)"
             .into(),
-        "JPEG 2000 decodes on both cores (OpenJPEG's threads); the other codecs on one".into(),
+        "JPEG 2000 decodes on both cores (OpenJPEG's threads), so does 12-bit lossy JPEG (two \
+         bands of rows at once, each skipping the other's: `crates/imageio/src/dicom/jpeg12.rs`); \
+         the other codecs on one"
+            .into(),
         "codecs: blobstream uses libjpeg-turbo (TurboJPEG; its SIMD code is built when NASM is on \
          the build machine, which scripts/build-deps.sh, part of the test command, installs) for \
          grey JPEG (lossy at 8 and 12 bits, and lossless) and for colour where its colour \
