@@ -207,9 +207,10 @@ fn local(
         };
         let (srv, _) = start_server(&a)?;
         println!(
-            "  block server {} on {} ({disks} disks under {})",
+            "  block server {} on {} ({disks} disk{} under {})",
             srv.name(),
             srv.addr(),
+            if disks == 1 { "" } else { "s" },
             dir.display()
         );
         running.push(srv);

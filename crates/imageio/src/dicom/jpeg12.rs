@@ -206,7 +206,8 @@ fn decode_whole<T: TjSample>(
 /// have no SIMD inverse DCT in libjpeg-turbo: it is a third of a decode): the 512 × 512
 /// 12-bit phantom of `blobstream bench dicom` decodes at 750 MB/s instead of 650. The entropy
 /// decoding is done twice, though, so [`decode`] bands a frame only while no other 12-bit
-/// decode runs (otherwise the cores have other frames to work on).
+/// decode runs (otherwise the cores have other frames to work on). The lower band runs on
+/// rayon's pool: while the pool is busy (filters), it starts when a worker is free.
 fn decode_bands<T: TjSample + Send>(
     stream: &[u8],
     layout: &Layout,
