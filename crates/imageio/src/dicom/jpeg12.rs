@@ -184,15 +184,18 @@ impl Drop for Decoding {
     }
 }
 
-/// Decode a lossy grey frame whole into `out` (rows × cols samples).
+/// Decode a frame whole into `out`: rows × cols pixels of `channels` samples (TJPF_GRAY for
+/// 1, TJPF_RGB for 3).
 fn decode_whole<T: TjSample>(
     stream: &[u8],
     layout: &Layout,
+    channels: usize,
     out: &mut [T],
 ) -> Result<(), ImageIoError> {
-    let pf = tj::TJPF_TJPF_GRAY as c_int;
-    // SAFETY: `out` holds rows × cols grey samples, the size the header was checked to have
-    // (and the pixel limit enforces), what a decode in TJPF_GRAY writes.
+    let pf = if channels == 3 { tj::TJPF_TJPF_RGB } else { tj::TJPF_TJPF_GRAY } as c_int;
+    assert_eq!(out.len(), layout.rows * layout.cols * channels, "TurboJPEG output size");
+    // SAFETY: `out` holds rows × cols pixels of `channels` samples (asserted), the size the
+    // header was checked to have (and the pixel limit enforces), what a decode in `pf` writes.
     decompress(stream, layout, None, |h, s| unsafe { T::decompress(h, s, out, pf) })
 }
 
@@ -214,6 +217,7 @@ fn decode_bands<T: TjSample + Send>(
     out: &mut [T],
 ) -> Result<(), ImageIoError> {
     let pf = tj::TJPF_TJPF_GRAY as c_int;
+    assert_eq!(out.len(), layout.rows * layout.cols, "TurboJPEG output size");
     // Split on an iMCU row (8 rows for grey), so the lower band starts on a whole one.
     let split = (layout.rows / 2) & !7;
     let (upper, lower) = out.split_at_mut(split * layout.cols);
@@ -223,7 +227,8 @@ fn decode_bands<T: TjSample + Send>(
     let a = rayon::in_place_scope(|sc| {
         sc.spawn(|_| {
             let rows = Some((split, layout.rows - split));
-            // SAFETY: `lower` holds the rows from `split` on, what this band writes.
+            // SAFETY: `lower` holds the rows from `split` on (`out` is the whole frame:
+            // asserted), what this band writes.
             b = decompress(stream, layout, rows, |h, s| unsafe { T::decompress(h, s, lower, pf) });
         });
         // SAFETY: `upper` holds the first `split` rows, what this band writes.
@@ -298,11 +303,8 @@ fn decode_as<T: TjSample>(
     layout: &Layout,
     channels: usize,
 ) -> Result<Vec<u8>, ImageIoError> {
-    let pf = if channels == 3 { tj::TJPF_TJPF_RGB } else { tj::TJPF_TJPF_GRAY } as c_int;
     let mut out = vec![T::default(); layout.rows * layout.cols * channels];
-    // SAFETY: `out` holds rows × cols pixels of `channels` samples, the size the header was
-    // checked to have (and the pixel limit enforces), what a decode in `pf` writes.
-    decompress(stream, layout, None, |h, s| unsafe { T::decompress(h, s, &mut out, pf) })?;
+    decode_whole(stream, layout, channels, &mut out)?;
     Ok(T::into_bytes(out))
 }
 
@@ -330,7 +332,7 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<Vec<u8>, ImageIoE
     if decoding.alone && layout.rows >= BAND_ROWS && rayon::current_num_threads() > 1 {
         decode_bands(stream, layout, &mut out)?;
     } else {
-        decode_whole(stream, layout, &mut out)?;
+        decode_whole(stream, layout, 1, &mut out)?;
     }
     Ok(i16::into_bytes(out))
 }
@@ -471,7 +473,7 @@ mod tests {
 
     fn whole(stream: &[u8], l: &Layout) -> Result<Vec<i16>, ImageIoError> {
         let mut out = vec![0i16; l.rows * l.cols];
-        decode_whole(stream, l, &mut out).map(|()| out)
+        decode_whole(stream, l, 1, &mut out).map(|()| out)
     }
 
     fn bands(stream: &[u8], l: &Layout) -> Result<Vec<i16>, ImageIoError> {
