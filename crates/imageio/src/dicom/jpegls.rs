@@ -1,8 +1,9 @@
-//! JPEG-LS pixel data (1.2.840.10008.1.2.4.80 lossless, .81 near-lossless; PS3.5 A.4.3)
-//! through CharLS, the reference JPEG-LS codec (C++, built from the sources bundled in the
-//! `charls-sys` crate; no pure-Rust JPEG-LS decoder exists). CharLS is fuzzed continuously
-//! upstream; here its header is read and checked against the DICOM header before it decodes,
-//! so the buffer it fills is the size the limits already allowed.
+//! JPEG-LS pixel data (1.2.840.10008.1.2.4.80 lossless, .81 near-lossless; PS3.5 A.4.3).
+//! One grey component in one scan (what DICOM modalities write) is decoded by this crate's
+//! `jpegls_scan`, which is faster; everything else by CharLS, the reference JPEG-LS codec (C++,
+//! built from the sources bundled in the `charls-sys` crate), which is fuzzed continuously
+//! upstream. Either way CharLS reads the header first and it is checked against the DICOM
+//! header before any decode, so the buffer filled is the size the limits already allowed.
 //!
 //! CharLS writes planes one after another when the stream's scans each hold one component
 //! (interleave mode "none", seen in the first SOS segment: `FF DA`, Ls, Ns, …), else
@@ -12,6 +13,7 @@ use std::panic::AssertUnwindSafe;
 
 use charls::CharLS;
 
+use super::jpegls_scan;
 use super::pixels::Layout;
 use crate::error::ImageIoError;
 use crate::format::Format;
@@ -67,10 +69,13 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<(Vec<u8>, Layout)
     if !(2..=16).contains(&bits) || bits > i32::from(layout.bits_allocated) {
         return Err(bad(format!("{bits}-bit samples in {}-bit pixels", layout.bits_allocated)));
     }
-    // A CharLS decoder reads one stream once: a fresh one decodes.
-    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| CharLS::default().decode(stream)))
-        .map_err(|_| bad("the decoder failed"))?
-        .map_err(bad)?;
+    let decoded = match jpegls_scan::parse(stream) {
+        Some(frame) => jpegls_scan::decode(&frame).map_err(bad)?,
+        // A CharLS decoder reads one stream once: a fresh one decodes.
+        None => std::panic::catch_unwind(AssertUnwindSafe(|| CharLS::default().decode(stream)))
+            .map_err(|_| bad("the decoder failed"))?
+            .map_err(bad)?,
+    };
     let in_bytes = if bits > 8 { 2 } else { 1 };
     let samples = layout.rows * layout.cols * layout.samples_per_pixel;
     if decoded.len() != samples * in_bytes {

@@ -26,7 +26,8 @@
 //!   lossless RPCL, and lossy): the `j2k` module (`jpeg2k` over OpenJPEG), after checking the
 //!   codestream's SIZ against the header.
 //!
-//! - JPEG-LS lossless and near-lossless: the `jpegls` module (CharLS, the reference codec).
+//! - JPEG-LS lossless and near-lossless: the `jpegls` module (one grey component in one scan
+//!   by this crate's `jpegls_scan`, everything else by CharLS, the reference codec).
 //!
 //! Everything else (JPEG XL, MPEG/H.264/HEVC video, JPIP, unknown UIDs) fails with
 //! [`ImageIoError::UnsupportedTransferSyntax`] ("unsupported: transfer syntax …") naming the
@@ -71,6 +72,8 @@ pub(crate) mod j2k;
 pub(crate) mod jpeg;
 pub mod jpeg12;
 pub(crate) mod jpegls;
+mod jpegls_bits;
+mod jpegls_scan;
 pub(crate) mod pixels;
 pub(crate) mod rle;
 pub(crate) mod scan;
