@@ -221,19 +221,6 @@ impl<'a> Decoder<'a> {
         let bpp = frame.bits;
         let limit = 2 * (bpp + bpp.max(8));
         let [t1, t2, t3, reset] = frame.presets;
-        let quantize = |d: i32| -> i8 {
-            match d {
-                d if d <= -t3 => -4,
-                d if d <= -t2 => -3,
-                d if d <= -t1 => -2,
-                d if d < -near => -1,
-                d if d <= near => 0,
-                d if d < t1 => 1,
-                d if d < t2 => 2,
-                d if d < t3 => 3,
-                _ => 4,
-            }
-        };
         let a = 2.max((range + 32) / 64);
         Decoder {
             bits: Bits::new(frame.coded),
@@ -244,7 +231,7 @@ impl<'a> Decoder<'a> {
             qbpp,
             limit,
             reset,
-            quant: (-maxval..=maxval).map(quantize).collect(),
+            quant: quantizer(maxval, near, [t1, t2, t3]),
             contexts: [Context { a, b: 0, c: 0, n: 1, k: golomb_k(1, a) }; 365],
             run: [RunContext { a, n: 1, nn: 0, kind: 0 }, RunContext { a, n: 1, nn: 0, kind: 1 }],
             run_index: 0,
@@ -457,6 +444,40 @@ impl<'a> Decoder<'a> {
     }
 }
 
+/// T.87 A.3.3: the region (−4 ..= 4) of each gradient −maxval ..= maxval.
+fn quantize(d: i32, near: i32, [t1, t2, t3]: [i32; 3]) -> i8 {
+    match d {
+        d if d <= -t3 => -4,
+        d if d <= -t2 => -3,
+        d if d <= -t1 => -2,
+        d if d < -near => -1,
+        d if d <= near => 0,
+        d if d < t1 => 1,
+        d if d < t2 => 2,
+        d if d < t3 => 3,
+        _ => 4,
+    }
+}
+
+/// [`quantize`] of every gradient, indexed by gradient + maxval, filled region by region
+/// (131,071 entries at 16 bits: one comparison chain each would take a few tenths of a
+/// millisecond, a tenth of a frame's decode). The thresholds are ordered, `near < t1 ≤ t2 ≤
+/// t3 ≤ maxval`, so the regions end at these gradients, in this order.
+fn quantizer(maxval: i32, near: i32, t: [i32; 3]) -> Vec<i8> {
+    let [t1, t2, t3] = t;
+    let ends = [-t3, -t2, -t1, -near - 1, near, t1 - 1, t2 - 1, t3 - 1, maxval];
+    let mut lut = Vec::with_capacity(2 * maxval as usize + 1);
+    let mut d = -maxval;
+    for end in ends {
+        if end >= d {
+            let q = quantize(d, near, t);
+            lut.extend(std::iter::repeat_n(q, (end - d + 1) as usize));
+            d = end + 1;
+        }
+    }
+    lut
+}
+
 /// T.87 C.2.4.1.1.1: the default thresholds T1, T2, T3 (as CharLS computes them).
 fn thresholds(maxval: i32, near: i32) -> (i32, i32, i32) {
     // T.87 figure C.3's CLAMP: a value above MAXVAL or below the bound becomes the bound.
@@ -657,6 +678,25 @@ mod tests {
         assert!(parse(&dri).is_none());
         dri[7] = 0;
         assert!(parse(&dri).is_some());
+    }
+
+    #[test]
+    fn the_table_quantizes_every_gradient() {
+        for (bits, near, lse) in
+            [(2, 0, [0; 3]), (8, 0, [0; 3]), (12, 2, [0; 3]), (16, 0, [0; 3]), (5, 7, [0; 3])]
+                .into_iter()
+                .chain([(8, 1, [5, 5, 9]), (12, 0, [3, 200, 4095]), (4, 0, [15, 15, 15])])
+        {
+            let maxval = (1 << bits) - 1;
+            let [t1, t2, t3, _] =
+                presets([0, lse[0], lse[1], lse[2], 0], maxval, near).expect("valid presets");
+            let lut = quantizer(maxval, near, [t1, t2, t3]);
+            assert_eq!(lut.len(), 2 * maxval as usize + 1);
+            for (i, &q) in lut.iter().enumerate() {
+                let d = i as i32 - maxval;
+                assert_eq!(q, quantize(d, near, [t1, t2, t3]), "{bits} bits near {near} d {d}");
+            }
+        }
     }
 
     #[test]
