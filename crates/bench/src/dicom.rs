@@ -148,7 +148,8 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             .into(),
         "codecs: blobstream uses libjpeg-turbo (TurboJPEG; its SIMD code is built when NASM is on \
          the build machine, which scripts/build-deps.sh, part of the test command, installs) for \
-         grey JPEG (lossy at 8 and 12 bits, and lossless) and for colour where its colour \
+         grey JPEG (lossy at 8 and 12 bits; lossless where its own decoder, \
+         `crates/imageio/src/dicom/jpeg_lossless.rs`, declines) and for colour where its colour \
          conversion is the one DICOM asks for (jpeg-decoder for other colour), its own \
          JPEG-LS decoder for one-component scans (`crates/imageio/src/dicom/jpegls_scan.rs`; \
          CharLS for other JPEG-LS), OpenJPEG (JPEG 2000) and its own RLE decoder; pydicom uses \

@@ -142,7 +142,14 @@ pub(crate) fn decode(
         return Ok((data, Layout { planar: false, ..layout.clone() }));
     }
     if header.lossless && layout.samples_per_pixel == 1 {
-        let data = super::jpeg12::decode_lossless_gray(stream, layout, header.precision)?;
+        // The crate's decoder where it takes the stream and decodes it cleanly, else
+        // libjpeg-turbo (which also gives the error of a damaged stream).
+        let fast =
+            super::jpeg_lossless::parse(stream).and_then(|f| super::jpeg_lossless::decode(&f));
+        let data = match fast {
+            Some(data) => data,
+            None => super::jpeg12::decode_lossless_gray(stream, layout, header.precision)?,
+        };
         return Ok((data, Layout { planar: false, ..layout.clone() }));
     }
     if header.precision == 8 && !header.lossless && layout.samples_per_pixel == 1 {

@@ -20,7 +20,7 @@
 //! `FF F7` (P bits, Y lines, X columns, Nf components, then Nf × (id, sampling, 0)), optional
 //! APPn `FF Ex` and COM `FF FE` (skipped), DRI `FF DD`, LSE `FF F8`; then SOS `FF DA` (Ns,
 //! Ns × (component id, mapping table), NEAR, ILV, point transform) followed by the coded bits
-//! (see `jpegls_bits`), and `FF D9` (EOI).
+//! (see `entropy_bits`), and `FF D9` (EOI).
 //!
 //! # Hostile input
 //!
@@ -29,7 +29,7 @@
 //! 2^24, a Golomb parameter below 16, a mapped error below 65,536) are made here too, so no
 //! arithmetic overflows.
 
-use super::jpegls_bits::Bits;
+use super::entropy_bits::{Bits, bit_instructions, coded_end};
 
 /// T.87 A.2.1: the run-length order J for each run index.
 const J: [u32; 32] = [
@@ -99,7 +99,7 @@ pub(crate) fn parse(stream: &[u8]) -> Option<Frame<'_>> {
                 }
                 let presets = presets(lse, maxval, near)?;
                 let start = i + 2 + len;
-                let end = coded_end(stream, start)?;
+                let end = coded_end::<true>(stream, start)?;
                 // One scan only: EOI must follow (after any fill bytes).
                 let mut j = end;
                 while stream.get(j + 1) == Some(&0xFF) {
@@ -143,18 +143,6 @@ fn presets(lse: [i32; 5], maxval: i32, near: i32) -> Option<[i32; 4]> {
     Some([t1, t2, t3, if reset == 0 { 64 } else { reset }])
 }
 
-/// Where the coded bits starting at `start` end: the first `0xFF` followed by a byte ≥ 0x80.
-fn coded_end(stream: &[u8], start: usize) -> Option<usize> {
-    let mut at = start;
-    loop {
-        let ff = at + memchr::memchr(0xFF, stream.get(at..)?)?;
-        if *stream.get(ff + 1)? >= 0x80 {
-            return Some(ff);
-        }
-        at = ff + 1;
-    }
-}
-
 /// Regular-mode context (T.87 A.2.2): error sums A and B, correction C, count N, and the
 /// Golomb parameter k that A and N give (worked out when they change, so that a sample in
 /// another context than the one before it does not wait for it).
@@ -195,7 +183,7 @@ const CORRUPT: &str = "invalid coded data";
 
 /// The scan's fixed parameters (T.87 A.2.1, C.2.4.1.1) and state.
 struct Decoder<'a> {
-    bits: Bits<'a>,
+    bits: Bits<'a, true>,
     maxval: i32,
     near: i32,
     /// 2·NEAR + 1.
@@ -500,18 +488,13 @@ fn thresholds(maxval: i32, near: i32) -> (i32, i32, i32) {
 /// native byte order.
 pub(crate) fn decode(frame: &Frame<'_>) -> Result<Vec<u8>, &'static str> {
     #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        if has!("bmi1") && has!("bmi2") && has!("lzcnt") {
-            // The same code with LZCNT (the baseline's BSR needs a zero check around it) and
-            // BMI2's shifts by a register other than CL: 5–10% faster (Zen 5).
-            #[target_feature(enable = "bmi1,bmi2,lzcnt")]
-            fn bmi(frame: &Frame<'_>) -> Result<Vec<u8>, &'static str> {
-                decode_any(frame)
-            }
-            // SAFETY: the CPU has BMI1, BMI2 and LZCNT (checked just above).
-            return unsafe { bmi(frame) };
+    if bit_instructions() {
+        #[target_feature(enable = "bmi1,bmi2,lzcnt")]
+        fn bmi(frame: &Frame<'_>) -> Result<Vec<u8>, &'static str> {
+            decode_any(frame)
         }
+        // SAFETY: the CPU has BMI1, BMI2 and LZCNT (`bit_instructions`).
+        return unsafe { bmi(frame) };
     }
     decode_any(frame)
 }

@@ -18,9 +18,10 @@
 //! - RLE Lossless: decoded by this crate's `rle` module (dicom-rs's RLE reader panics on
 //!   corrupt input).
 //! - JPEG Baseline (Process 1), JPEG Extended (Process 2 & 4), JPEG Lossless (Process 14, any
-//!   predictor) and JPEG Lossless SV1: the `jpeg` module (pure-Rust `jpeg-decoder`; 12-bit
-//!   lossy grayscale through libjpeg-turbo in `jpeg12`), after checking that the JPEG frame
-//!   header agrees with Rows, Columns and Samples per Pixel.
+//!   predictor) and JPEG Lossless SV1: the `jpeg` module, after checking that the JPEG frame
+//!   header agrees with Rows, Columns and Samples per Pixel: grey through libjpeg-turbo
+//!   (`jpeg12`), lossless grey first through this crate's `jpeg_lossless`; colour through
+//!   libjpeg-turbo where its colour rule is DICOM's, else the pure-Rust `jpeg-decoder`.
 //!
 //! - JPEG 2000 (lossless only, and lossy) and High-Throughput JPEG 2000 (HTJ2K: lossless,
 //!   lossless RPCL, and lossy): the `j2k` module (`jpeg2k` over OpenJPEG), after checking the
@@ -67,12 +68,13 @@
 //! colour with 1- or 32-bit samples and Bits Allocated other than 1, 8, 16, 32 (64 for double
 //! floats) are refused as [`ImageIoError::Unsupported`], never as corrupt.
 
+mod entropy_bits;
 pub(crate) mod frames;
 pub(crate) mod j2k;
 pub(crate) mod jpeg;
 pub mod jpeg12;
+mod jpeg_lossless;
 pub(crate) mod jpegls;
-mod jpegls_bits;
 mod jpegls_scan;
 pub(crate) mod pixels;
 pub(crate) mod rle;
