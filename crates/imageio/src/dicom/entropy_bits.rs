@@ -16,7 +16,7 @@
 //!
 //! # How it reads
 //!
-//! The reader is given the coded bytes up to that marker ([`coded_end`] finds it). Eight bytes
+//! The reader is given the coded bytes up to that marker (`jpeg_markers` finds it). Eight bytes
 //! at a time are loaded with one big-endian load while no `0xFF` is among them (the next `0xFF`
 //! is found with `memchr`), else one byte at a time, dropping the stuffing. Past the end it
 //! supplies 0 bits and counts them, so decoding never reads out of bounds and
@@ -36,20 +36,6 @@ pub(crate) fn bit_instructions() -> bool {
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
-}
-
-/// Where the coded bits starting at `start` end: the first `0xFF` that begins a marker (see
-/// the module doc; `JPEG_LS` chooses the standard), if there is one.
-pub(crate) fn coded_end<const JPEG_LS: bool>(stream: &[u8], start: usize) -> Option<usize> {
-    let mut at = start;
-    loop {
-        let ff = at + memchr::memchr(0xFF, stream.get(at..)?)?;
-        let next = *stream.get(ff + 1)?;
-        if if JPEG_LS { next >= 0x80 } else { next != 0 } {
-            return Some(ff);
-        }
-        at = ff + 1;
-    }
 }
 
 pub(crate) struct Bits<'a, const JPEG_LS: bool> {
@@ -222,9 +208,6 @@ mod tests {
     #[test]
     fn jpeg_drops_stuffed_zero_bytes() {
         let data = [0x12, 0xFF, 0x00, 0x34, 0xFF, 0x00];
-        assert_eq!(coded_end::<false>(&[0x12, 0xFF, 0x00, 0xFF, 0xD9], 0), Some(3));
-        assert_eq!(coded_end::<true>(&[0x12, 0xFF, 0x00, 0xFF, 0xD9], 0), Some(3));
-        assert_eq!(coded_end::<true>(&[0xFF, 0x7F, 0xFF, 0x80], 0), Some(2));
         let mut bits = Bits::<false>::new(&data);
         assert_eq!(bits.value(32), 0x12FF_34FF);
         assert_eq!(bits.left(), 0);

@@ -433,24 +433,7 @@ pub fn encode_gray(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn layout(rows: usize, cols: usize) -> Layout {
-        Layout {
-            rows,
-            cols,
-            samples_per_pixel: 1,
-            bits_allocated: 16,
-            bits_stored: 12,
-            high_bit: 11,
-            signed: false,
-            planar: false,
-            photometric: "MONOCHROME2".into(),
-            slope: 1.0,
-            intercept: 0.0,
-            float: false,
-            palette: None,
-        }
-    }
+    use crate::dicom::pixels::grey_layout;
 
     /// A 12-bit frame with edges and noise, so every block has coefficients to decode.
     fn frame(rows: usize, cols: usize) -> Vec<u16> {
@@ -486,7 +469,7 @@ mod tests {
         // Heights with the split on and off a multiple of 16, and a last iMCU row cut short.
         for (rows, cols) in [(256, 320), (300, 200), (263, 129), (512, 64)] {
             let stream = encode_gray(&frame(rows, cols), cols, rows, 12, None, 90).unwrap();
-            let l = layout(rows, cols);
+            let l = grey_layout(rows, cols, 12);
             let want = whole(&stream, &l).unwrap();
             assert_eq!(bands(&stream, &l).unwrap(), want, "{rows} × {cols}");
             // The public path, alone in its process or not, gives the same samples.
@@ -502,7 +485,7 @@ mod tests {
     fn in_bands_a_damaged_stream_is_an_error_wherever_the_damage_is() {
         let (rows, cols) = (320, 256);
         let stream = encode_gray(&frame(rows, cols), cols, rows, 12, None, 90).unwrap();
-        let l = layout(rows, cols);
+        let l = grey_layout(rows, cols, 12);
         // Cut in the upper band's rows, in the lower band's, and just before the end marker:
         // the band whose rows are whole still skips (decodes) the rest and sees the cut.
         for keep in [stream.len() / 4, stream.len() * 3 / 4, stream.len() - 3] {

@@ -28,7 +28,8 @@
 //! first of every other row from above (Rb), the others by the predictor: 1 Ra, 2 Rb, 3 Rc,
 //! 4 Ra + Rb − Rc, 5 Ra + ((Rb − Rc) >> 1), 6 Rb + ((Ra − Rc) >> 1), 7 (Ra + Rb) >> 1.
 
-use super::entropy_bits::{Bits, bit_instructions, coded_end};
+use super::entropy_bits::{Bits, bit_instructions};
+use super::jpeg_markers::{be16, only_scan, segments};
 
 /// Bits a table look-up reads.
 const PEEK: u32 = 12;
@@ -118,25 +119,11 @@ pub(crate) struct Frame<'a> {
     coded: &'a [u8],
 }
 
-fn be16(s: &[u8], at: usize) -> Option<usize> {
-    Some(usize::from(u16::from_be_bytes([*s.get(at)?, *s.get(at + 1)?])))
-}
-
 /// The frame, if `stream` (starting with SOI) is one this decoder takes (see the module doc).
 pub(crate) fn parse(stream: &[u8]) -> Option<Frame<'_>> {
-    let mut i = 2;
     let mut sof: Option<(u32, usize, usize, u8)> = None;
     let mut tables: [Option<Huffman>; 4] = Default::default();
-    loop {
-        if *stream.get(i)? != 0xFF {
-            return None;
-        }
-        while *stream.get(i + 1)? == 0xFF {
-            i += 1;
-        }
-        let marker = stream[i + 1];
-        let len = be16(stream, i + 2)?;
-        let seg = stream.get(i + 4..i + 2 + len.max(2))?;
+    for (marker, seg, next) in segments(stream) {
         match marker {
             0xC3 => {
                 // SOF3: P, Y, X, Nf = 1, (id, sampling, Tq).
@@ -168,29 +155,19 @@ pub(crate) fn parse(stream: &[u8]) -> Option<Frame<'_>> {
                 }
                 let table = tables.get(usize::from(seg[2] >> 4))?.clone()?;
                 let predictor = seg[3];
-                if !(2..=16).contains(&bits) || !(1..=7).contains(&predictor) || width == 0 {
+                if !(2..=16).contains(&bits) || !(1..=7).contains(&predictor) {
                     return None;
                 }
-                if height == 0 {
+                if width == 0 || height == 0 {
                     return None;
                 }
-                let start = i + 2 + len;
-                let end = coded_end::<false>(stream, start)?;
-                // One scan only: EOI must follow (after any fill bytes).
-                let mut j = end;
-                while stream.get(j + 1) == Some(&0xFF) {
-                    j += 1;
-                }
-                if stream.get(j + 1) != Some(&0xD9) {
-                    return None;
-                }
-                let coded = &stream[start..end];
+                let coded = only_scan::<false>(stream, next)?;
                 return Some(Frame { width, height, bits, predictor, table, coded });
             }
             _ => return None,
         }
-        i += 2 + len;
     }
+    None
 }
 
 /// The next difference; `None` for a code the table does not have.
@@ -315,25 +292,7 @@ fn decode_any(frame: &Frame<'_>) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
     use crate::dicom::jpeg12::{decode_lossless_gray, encode_gray};
-    use crate::dicom::pixels::Layout;
-
-    fn layout(rows: usize, cols: usize, bits: u32) -> Layout {
-        Layout {
-            rows,
-            cols,
-            samples_per_pixel: 1,
-            bits_allocated: if bits > 8 { 16 } else { 8 },
-            bits_stored: bits as u16,
-            high_bit: bits as u16 - 1,
-            signed: false,
-            planar: false,
-            photometric: "MONOCHROME2".into(),
-            slope: 1.0,
-            intercept: 0.0,
-            float: false,
-            palette: None,
-        }
-    }
+    use crate::dicom::pixels::grey_layout;
 
     /// Samples of a `w` × `h` image below 2^`bits`: flat stretches, ramps and noise of every
     /// amplitude (every difference size, and long Huffman codes).
@@ -385,7 +344,8 @@ mod tests {
             let stream = encode_gray(&samples, w, h, bits as u8, Some(predictor), 0).unwrap();
             let frame = parse(&stream).expect("one grey component");
             proptest::prop_assert_eq!((frame.width, frame.height, frame.bits), (w, h, bits));
-            let theirs = decode_lossless_gray(&stream, &layout(h, w, bits), bits as u8).unwrap();
+            let l = grey_layout(h, w, bits as u16);
+            let theirs = decode_lossless_gray(&stream, &l, bits as u8).unwrap();
             let ours = decode(&frame).expect("a clean stream");
             proptest::prop_assert_eq!(&ours, &theirs);
             // The baseline build too, whichever build `decode` chose.
@@ -417,7 +377,7 @@ mod tests {
             for (at, x) in flips {
                 bad[start + at % coded] ^= x;
             }
-            let l = layout(h, w, bits);
+            let l = grey_layout(h, w, bits as u16);
             if let Some(Some(ours)) = parse(&bad).map(|f| decode(&f)) {
                 let theirs = decode_lossless_gray(&bad, &l, bits as u8);
                 proptest::prop_assert_eq!(Some(ours), theirs.ok());
@@ -455,7 +415,7 @@ mod tests {
         let table = &frame.table;
         assert!(table.max_code[13..].iter().any(|&c| c >= 0), "a code longer than 12 bits");
         let ours = decode(&frame).unwrap();
-        let l = layout(h, w, 16);
+        let l = grey_layout(h, w, 16);
         assert_eq!(ours, decode_lossless_gray(&stream, &l, 16).unwrap());
     }
 

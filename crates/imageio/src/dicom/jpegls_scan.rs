@@ -29,7 +29,8 @@
 //! 2^24, a Golomb parameter below 16, a mapped error below 65,536) are made here too, so no
 //! arithmetic overflows.
 
-use super::entropy_bits::{Bits, bit_instructions, coded_end};
+use super::entropy_bits::{Bits, bit_instructions};
+use super::jpeg_markers::{be16, only_scan, segments};
 
 /// T.87 A.2.1: the run-length order J for each run index.
 const J: [u32; 32] = [
@@ -50,27 +51,13 @@ pub(crate) struct Frame<'a> {
     coded: &'a [u8],
 }
 
-fn be16(s: &[u8], at: usize) -> Option<usize> {
-    Some(usize::from(u16::from_be_bytes([*s.get(at)?, *s.get(at + 1)?])))
-}
-
 /// The frame, if `stream` is one this decoder takes (see the module doc); `None` for CharLS to
 /// decode or refuse. `stream` starts with SOI.
 pub(crate) fn parse(stream: &[u8]) -> Option<Frame<'_>> {
-    let mut i = 2;
     let mut sof: Option<(u32, usize, usize)> = None;
     // LSE preset coding parameters (type 1): MAXVAL, T1, T2, T3, RESET (0: the default).
     let mut lse = [0i32; 5];
-    loop {
-        if *stream.get(i)? != 0xFF {
-            return None;
-        }
-        while *stream.get(i + 1)? == 0xFF {
-            i += 1;
-        }
-        let marker = stream[i + 1];
-        let len = be16(stream, i + 2)?;
-        let seg = stream.get(i + 4..i + 2 + len.max(2))?;
+    for (marker, seg, next) in segments(stream) {
         match marker {
             0xF7 => {
                 // SOF55: P, Y, X, Nf, one component.
@@ -98,29 +85,13 @@ pub(crate) fn parse(stream: &[u8]) -> Option<Frame<'_>> {
                     return None;
                 }
                 let presets = presets(lse, maxval, near)?;
-                let start = i + 2 + len;
-                let end = coded_end::<true>(stream, start)?;
-                // One scan only: EOI must follow (after any fill bytes).
-                let mut j = end;
-                while stream.get(j + 1) == Some(&0xFF) {
-                    j += 1;
-                }
-                if stream.get(j + 1) != Some(&0xD9) {
-                    return None;
-                }
-                return Some(Frame {
-                    width,
-                    height,
-                    bits,
-                    near,
-                    presets,
-                    coded: &stream[start..end],
-                });
+                let coded = only_scan::<true>(stream, next)?;
+                return Some(Frame { width, height, bits, near, presets, coded });
             }
             _ => return None,
         }
-        i += 2 + len;
     }
+    None
 }
 
 /// T1, T2, T3 and RESET from an LSE segment's values (0: the default), checked as CharLS

@@ -74,6 +74,7 @@ pub(crate) mod j2k;
 pub(crate) mod jpeg;
 pub mod jpeg12;
 mod jpeg_lossless;
+mod jpeg_markers;
 pub(crate) mod jpegls;
 mod jpegls_scan;
 pub(crate) mod pixels;

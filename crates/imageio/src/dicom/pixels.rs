@@ -549,6 +549,27 @@ fn ybr_full_to_rgb([y, cb, cr]: [u64; 3], max: u64) -> [u64; 3] {
     [r, g, b].map(|v| v.round().clamp(0.0, max as f64) as u64)
 }
 
+/// A MONOCHROME2 frame of `rows` × `cols` unsigned samples of `bits` bits, without rescale:
+/// the layout codec tests decode into.
+#[cfg(test)]
+pub(crate) fn grey_layout(rows: usize, cols: usize, bits: u16) -> Layout {
+    Layout {
+        rows,
+        cols,
+        samples_per_pixel: 1,
+        bits_allocated: if bits > 8 { 16 } else { 8 },
+        bits_stored: bits,
+        high_bit: bits - 1,
+        signed: false,
+        planar: false,
+        photometric: "MONOCHROME2".into(),
+        slope: 1.0,
+        intercept: 0.0,
+        float: false,
+        palette: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
