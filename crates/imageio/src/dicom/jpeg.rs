@@ -1,8 +1,10 @@
 //! JPEG pixel data (Baseline, Extended at 8 bits, Lossless Process 14 and SV1) through the
 //! pure-Rust `jpeg-decoder`, with DICOM's colour rule and a check of the stream's frame header
 //! against the DICOM header before any pixel is decoded; grey goes to the `jpeg12` module
-//! (libjpeg-turbo): lossy at 8 and 12 bits, lossless at any precision; so does 8-bit lossy
-//! colour whenever libjpeg's own colour rule gives what DICOM's rule below asks for.
+//! (libjpeg-turbo): lossy at 8 and 12 bits, lossless at any precision (lossless grey first to
+//! this crate's `jpeg_lossless`, which leaves to libjpeg-turbo what it does not take or decode
+//! cleanly); so does 8-bit lossy colour whenever libjpeg's own colour rule gives what DICOM's
+//! rule below asks for.
 //!
 //! Colour: PS3.5 §8.2.1 says the Photometric Interpretation describes the compressed stream.
 //! So a lossy three-component stream labelled YBR_* is converted from YCbCr, and one labelled
@@ -144,8 +146,10 @@ pub(crate) fn decode(
     if header.lossless && layout.samples_per_pixel == 1 {
         // The crate's decoder where it takes the stream and decodes it cleanly, else
         // libjpeg-turbo (which also gives the error of a damaged stream).
-        let fast =
-            super::jpeg_lossless::parse(stream).and_then(|f| super::jpeg_lossless::decode(&f));
+        let fast = super::jpeg_lossless::parse(stream)
+            .filter(|f| (f.width, f.height) == (layout.cols, layout.rows))
+            .filter(|f| f.bits == u32::from(header.precision))
+            .and_then(|f| super::jpeg_lossless::decode(&f));
         let data = match fast {
             Some(data) => data,
             None => super::jpeg12::decode_lossless_gray(stream, layout, header.precision)?,

@@ -52,8 +52,9 @@ struct Huffman {
 }
 
 impl Huffman {
-    /// The table a DHT segment gives, if its codes fit their lengths and its symbols are sizes
-    /// (0..=16).
+    /// The table a DHT segment gives, if libjpeg-turbo takes it too (jdhuff.c: the codes of
+    /// each length leave room for a longer one, no code is all 1 bits) and its symbols are
+    /// sizes (0..=16).
     fn new(counts: &[u8; 16], symbols: &[u8]) -> Option<Self> {
         if symbols.iter().any(|&s| s > 16) {
             return None;
@@ -68,10 +69,7 @@ impl Huffman {
                 max_code[len as usize] = (code + n as u32 - 1) as i32;
             }
             for &size in &symbols[k..k + n] {
-                if code >= 1 << len {
-                    return None;
-                }
-                if len <= PEEK {
+                if len <= PEEK && code < 1 << len {
                     let free = PEEK - len;
                     let size32 = u32::from(size);
                     for rest in 0..1u32 << free {
@@ -88,6 +86,9 @@ impl Huffman {
                     }
                 }
                 code += 1;
+            }
+            if code >= 1 << len {
+                return None;
             }
             k += n;
             code <<= 1;
@@ -119,15 +120,23 @@ pub(crate) struct Frame<'a> {
     coded: &'a [u8],
 }
 
-/// The frame, if `stream` (starting with SOI) is one this decoder takes (see the module doc).
+/// The frame, if `stream` is one this decoder takes (see the module doc). `stream` starts with
+/// SOI (`jpeg::check_header` has checked it). Anything libjpeg-turbo would refuse in the
+/// segments this decoder reads (a second frame header, a bad table, a DRI of the wrong length)
+/// leaves the stream to libjpeg-turbo.
 pub(crate) fn parse(stream: &[u8]) -> Option<Frame<'_>> {
     let mut sof: Option<(u32, usize, usize, u8)> = None;
-    let mut tables: [Option<Huffman>; 4] = Default::default();
+    // DC tables 0..=3 as DHT gives them (counts, symbols); the scan's is built.
+    let mut tables: [Option<(&[u8; 16], &[u8])>; 4] = [None; 4];
     for (marker, seg, next) in segments(stream) {
         match marker {
             0xC3 => {
-                // SOF3: P, Y, X, Nf = 1, (id, sampling, Tq).
-                if seg.len() != 9 || seg[5] != 1 {
+                // SOF3 (only one): P, Y, X, Nf = 1, (id, sampling 1..=4 × 1..=4, Tq).
+                let sampling = |f: u8| (1..=4).contains(&f);
+                if sof.is_some() || seg.len() != 9 || seg[5] != 1 {
+                    return None;
+                }
+                if !sampling(seg[7] >> 4) || !sampling(seg[7] & 15) {
                     return None;
                 }
                 sof = Some((u32::from(seg[0]), be16(seg, 1)?, be16(seg, 3)?, seg[6]));
@@ -139,13 +148,16 @@ pub(crate) fn parse(stream: &[u8]) -> Option<Frame<'_>> {
                     let counts: &[u8; 16] = seg.get(at + 1..at + 17)?.try_into().ok()?;
                     let n: usize = counts.iter().map(|&c| usize::from(c)).sum();
                     let symbols = seg.get(at + 17..at + 17 + n)?;
-                    if class == 0 && id < 4 {
-                        tables[id] = Some(Huffman::new(counts, symbols)?);
+                    if class > 1 || id > 3 || n > 256 {
+                        return None;
+                    }
+                    if class == 0 {
+                        tables[id] = Some((counts, symbols));
                     }
                     at += 17 + n;
                 }
             }
-            0xDD if be16(seg, 0)? == 0 => {}
+            0xDD if seg.len() == 2 && be16(seg, 0)? == 0 => {}
             0xDB | 0xE0..=0xEF | 0xFE => {}
             0xDA => {
                 // SOS: one component, its DC table, Ss = predictor 1..=7, Se = 0, Ah = Al = 0.
@@ -153,7 +165,8 @@ pub(crate) fn parse(stream: &[u8]) -> Option<Frame<'_>> {
                 if seg.len() != 6 || seg[0] != 1 || seg[1] != id || seg[4] != 0 || seg[5] != 0 {
                     return None;
                 }
-                let table = tables.get(usize::from(seg[2] >> 4))?.clone()?;
+                let (counts, symbols) = tables.get(usize::from(seg[2] >> 4)).copied()??;
+                let table = Huffman::new(counts, symbols)?;
                 let predictor = seg[3];
                 if !(2..=16).contains(&bits) || !(1..=7).contains(&predictor) {
                     return None;
@@ -434,5 +447,25 @@ mod tests {
         assert!(parse(&dri).is_none());
         let lossy = encode_gray(&samples, 16, 8, 12, None, 90).unwrap();
         assert!(parse(&lossy).is_none());
+        // What libjpeg-turbo refuses: a second frame header (here a far larger one), a DRI of
+        // the wrong length, a table of class 2, a table whose codes use up every bit pattern.
+        let sof = stream.windows(2).position(|w| w == [0xFF, 0xC3]).unwrap();
+        let mut two = stream[..sof].to_vec();
+        two.extend_from_slice(&[0xFF, 0xC3, 0, 11, 16, 0xFF, 0xFF, 0xFF, 0xFF, 1, 1, 0x11, 0]);
+        two.extend_from_slice(&stream[sof..]);
+        assert!(parse(&two).is_none());
+        let mut dri = stream[..2].to_vec();
+        dri.extend_from_slice(&[0xFF, 0xDD, 0, 5, 0, 0, 0]);
+        dri.extend_from_slice(&stream[2..]);
+        assert!(parse(&dri).is_none());
+        let dht = stream.windows(2).position(|w| w == [0xFF, 0xC4]).unwrap();
+        let mut class2 = stream.clone();
+        class2[dht + 4] = 0x20;
+        assert!(parse(&class2).is_none());
+        let mut counts = [0u8; 16];
+        counts[1] = 4; // four 2-bit codes: 00, 01, 10, 11
+        assert!(Huffman::new(&counts, &[0, 1, 2, 3]).is_none());
+        counts[1] = 3;
+        assert!(Huffman::new(&counts, &[0, 1, 2]).is_some());
     }
 }

@@ -69,7 +69,11 @@ pub(crate) fn decode(stream: &[u8], layout: &Layout) -> Result<(Vec<u8>, Layout)
     if !(2..=16).contains(&bits) || bits > i32::from(layout.bits_allocated) {
         return Err(bad(format!("{bits}-bit samples in {}-bit pixels", layout.bits_allocated)));
     }
-    let decoded = match jpegls_scan::parse(stream) {
+    // The frame the crate's decoder reads must be the one just checked.
+    let checked = |f: &jpegls_scan::Frame<'_>| {
+        (f.width as u32, f.height as u32, f.bits as i32) == (info.width, info.height, bits)
+    };
+    let decoded = match jpegls_scan::parse(stream).filter(checked) {
         Some(frame) => jpegls_scan::decode(&frame).map_err(bad)?,
         // A CharLS decoder reads one stream once: a fresh one decodes.
         None => std::panic::catch_unwind(AssertUnwindSafe(|| CharLS::default().decode(stream)))

@@ -26,8 +26,11 @@
 //!
 //! Every loop is bounded by the frame's size; past the data the bit reader supplies 0 bits and
 //! the decode fails afterwards. The checks CharLS makes on the context counters (A and B below
-//! 2^24, a Golomb parameter below 16, a mapped error below 65,536) are made here too, so no
-//! arithmetic overflows.
+//! 2^24, a Golomb parameter below 16, an error of at most 65,535) are made here too, so no
+//! arithmetic overflows. A few more refuse what CharLS would decode as something: more zeros
+//! in a code than its length limit allows, a run-interruption error above 2^16, and any bit
+//! taken past the data. A damaged stream otherwise decodes to what CharLS makes of it, or fails
+//! where it fails.
 
 use super::entropy_bits::{Bits, bit_instructions};
 use super::jpeg_markers::{be16, only_scan, segments};
@@ -60,13 +63,13 @@ pub(crate) fn parse(stream: &[u8]) -> Option<Frame<'_>> {
     for (marker, seg, next) in segments(stream) {
         match marker {
             0xF7 => {
-                // SOF55: P, Y, X, Nf, one component.
-                if seg.len() != 9 || seg[5] != 1 {
+                // SOF55 (only one): P, Y, X, Nf, one component.
+                if sof.is_some() || seg.len() != 9 || seg[5] != 1 {
                     return None;
                 }
                 sof = Some((u32::from(seg[0]), be16(seg, 1)?, be16(seg, 3)?));
             }
-            0xDD if be16(seg, 0)? == 0 => {}
+            0xDD if seg.len() == 2 && be16(seg, 0)? == 0 => {}
             0xF8 if seg.len() == 11 && seg[0] == 1 => {
                 for (k, v) in lse.iter_mut().enumerate() {
                     *v = be16(seg, 1 + 2 * k)? as i32;
@@ -163,6 +166,9 @@ struct Decoder<'a> {
     qbpp: u32,
     limit: u32,
     reset: i32,
+    /// Whether a sample is its prediction plus error in P bits (CharLS's `lossless_traits`:
+    /// lossless, P of 8, 12 or 16, RESET 64).
+    low_bits: bool,
     /// Gradient quantisation, indexed by difference + maxval.
     quant: Vec<i8>,
     contexts: [Context; 365],
@@ -190,6 +196,7 @@ impl<'a> Decoder<'a> {
             qbpp,
             limit,
             reset,
+            low_bits: near == 0 && matches!(frame.bits, 8 | 12 | 16) && reset == 64,
             quant: quantizer(maxval, near, [t1, t2, t3]),
             contexts: [Context { a, b: 0, c: 0, n: 1, k: golomb_k(1, a) }; 365],
             run: [RunContext { a, n: 1, nn: 0, kind: 0 }, RunContext { a, n: 1, nn: 0, kind: 1 }],
@@ -204,10 +211,11 @@ impl<'a> Decoder<'a> {
     }
 
     /// T.87 A.4.5 inverted: the sample from its prediction and error, wrapped modulo the range
-    /// and clamped to the sample range (lossless: the low P bits, as CharLS takes them).
+    /// and clamped to the sample range; or, as CharLS's lossless 8-, 12- and 16-bit decoders
+    /// take it, its low P bits (the same for every valid stream, not for a damaged one).
     #[inline(always)]
     fn reconstruct(&self, predicted: i32, err: i32) -> i32 {
-        if self.near == 0 {
+        if self.low_bits {
             return (predicted + err) & self.maxval;
         }
         let mut v = predicted + err * self.step;
@@ -420,8 +428,9 @@ fn quantize(d: i32, near: i32, [t1, t2, t3]: [i32; 3]) -> i8 {
 
 /// [`quantize`] of every gradient, indexed by gradient + maxval, filled region by region
 /// (131,071 entries at 16 bits: one comparison chain each would take a few tenths of a
-/// millisecond, a tenth of a frame's decode). The thresholds are ordered, `near < t1 ≤ t2 ≤
-/// t3 ≤ maxval`, so the regions end at these gradients, in this order.
+/// millisecond, a tenth of a frame's decode). Each region ends at one of these gradients, in
+/// the order [`quantize`] tests them; one whose end falls below the gradient reached (an LSE
+/// segment's T1 above the default T2 it leaves) is never the first match, and is skipped.
 fn quantizer(maxval: i32, near: i32, t: [i32; 3]) -> Vec<i8> {
     let [t1, t2, t3] = t;
     let ends = [-t3, -t2, -t1, -near - 1, near, t1 - 1, t2 - 1, t3 - 1, maxval];
@@ -586,7 +595,7 @@ mod tests {
         #[test]
         fn damaged_streams_fail_or_agree_with_charls(
             pieces in pieces(8),
-            bits in proptest::sample::select(vec![8u32, 12, 16]),
+            bits in proptest::sample::select(vec![8u32, 10, 12, 16]),
             near in 0i32..3,
             flips in proptest::collection::vec((proptest::num::usize::ANY, 1u8..=255), 1..4),
             cut in proptest::num::usize::ANY,
@@ -632,6 +641,16 @@ mod tests {
         assert!(parse(&dri).is_none());
         dri[7] = 0;
         assert!(parse(&dri).is_some());
+        // A DRI CharLS reads with a 3-byte interval, and a second frame header: CharLS's.
+        let mut dri3 = stream[..2].to_vec();
+        dri3.extend_from_slice(&[0xFF, 0xDD, 0, 5, 0, 0, 0]);
+        dri3.extend_from_slice(&stream[2..]);
+        assert!(parse(&dri3).is_none());
+        let sof = stream.windows(2).position(|w| w == [0xFF, 0xF7]).unwrap();
+        let mut two = stream[..sof].to_vec();
+        two.extend_from_slice(&stream[sof..sof + 13]);
+        two.extend_from_slice(&stream[sof..]);
+        assert!(parse(&two).is_none());
     }
 
     #[test]
@@ -640,6 +659,8 @@ mod tests {
             [(2, 0, [0; 3]), (8, 0, [0; 3]), (12, 2, [0; 3]), (16, 0, [0; 3]), (5, 7, [0; 3])]
                 .into_iter()
                 .chain([(8, 1, [5, 5, 9]), (12, 0, [3, 200, 4095]), (4, 0, [15, 15, 15])])
+                // T1 above the default T2 and T3 an LSE segment leaves to them.
+                .chain([(12, 0, [200, 0, 0]), (8, 2, [60, 0, 0])])
         {
             let maxval = (1 << bits) - 1;
             let [t1, t2, t3, _] =
