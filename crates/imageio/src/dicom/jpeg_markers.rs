@@ -58,6 +58,18 @@ pub(crate) fn only_scan<const JPEG_LS: bool>(stream: &[u8], start: usize) -> Opt
     (stream.get(j + 1) == Some(&0xD9)).then(|| &stream[start..end])
 }
 
+/// Where marker `m` first occurs in `stream` (its `0xFF`), for tests that edit a segment.
+#[cfg(test)]
+pub(crate) fn marker_at(stream: &[u8], m: u8) -> usize {
+    stream.windows(2).position(|w| w == [0xFF, m]).expect("the marker")
+}
+
+/// `stream` with the bytes `segment` (a whole segment, marker included) put in at `at`.
+#[cfg(test)]
+pub(crate) fn with_segment(stream: &[u8], at: usize, segment: &[u8]) -> Vec<u8> {
+    [&stream[..at], segment, &stream[at..]].concat()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -511,6 +511,8 @@ mod tests {
     use super::*;
     use charls::{CharLS, FrameInfo};
 
+    use crate::dicom::jpeg_markers::{marker_at, with_segment};
+
     /// Samples of a `w` × `h` image of `bits` bits made of pieces: flat stretches (run mode),
     /// smooth ramps, noise of every amplitude up to the full range (long and escape codes).
     fn image(pieces: &[(u8, u16, u16)], w: usize, h: usize, bits: u32) -> Vec<u16> {
@@ -631,26 +633,17 @@ mod tests {
         let rgb = FrameInfo { width: 4, height: 4, bits_per_sample: 8, component_count: 3 };
         let colour = CharLS::default().encode(rgb, 0, &[7; 48]).unwrap();
         assert!(parse(&colour).is_none());
-        let sos = stream.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
         let mut pt = stream.clone();
-        pt[sos + 9] = 1;
+        pt[marker_at(&stream, 0xDA) + 9] = 1;
         assert!(parse(&pt).is_none());
-        let mut dri = stream[..2].to_vec();
-        dri.extend_from_slice(&[0xFF, 0xDD, 0, 4, 0, 1]);
-        dri.extend_from_slice(&stream[2..]);
+        let mut dri = with_segment(&stream, 2, &[0xFF, 0xDD, 0, 4, 0, 1]);
         assert!(parse(&dri).is_none());
         dri[7] = 0;
         assert!(parse(&dri).is_some());
         // A DRI CharLS reads with a 3-byte interval, and a second frame header: CharLS's.
-        let mut dri3 = stream[..2].to_vec();
-        dri3.extend_from_slice(&[0xFF, 0xDD, 0, 5, 0, 0, 0]);
-        dri3.extend_from_slice(&stream[2..]);
-        assert!(parse(&dri3).is_none());
-        let sof = stream.windows(2).position(|w| w == [0xFF, 0xF7]).unwrap();
-        let mut two = stream[..sof].to_vec();
-        two.extend_from_slice(&stream[sof..sof + 13]);
-        two.extend_from_slice(&stream[sof..]);
-        assert!(parse(&two).is_none());
+        assert!(parse(&with_segment(&stream, 2, &[0xFF, 0xDD, 0, 5, 0, 0, 0])).is_none());
+        let sof = marker_at(&stream, 0xF7);
+        assert!(parse(&with_segment(&stream, sof, &stream[sof..sof + 13])).is_none());
     }
 
     #[test]
