@@ -7,7 +7,7 @@
 
 use std::os::fd::RawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bs_blob::ranges::ranges_path;
@@ -183,26 +183,66 @@ fn sockets_to(port: u16) -> Vec<RawFd> {
     fds
 }
 
-/// A transporter paced so each of 4 ranges of 12 MiB takes about 3 s (all four still in
-/// flight for many progress reports after the last one connects, even on a loaded machine
-/// where one starts late), and options that cut one of the 4
-/// data connections to `port` at that moment, with `shutdown(2)`: its reader or writer sees
-/// the connection end, as when a peer or a router drops it. The counter says how many data
-/// connections there were when one was cut (0: none was).
-fn paced_with_one_cut(port: u16) -> (Transporter, Options, Arc<AtomicUsize>) {
-    let cut = Arc::new(AtomicUsize::new(0));
-    let cut2 = cut.clone();
-    let opts = Options::blocking().connections(4).progress(move |done, total| {
-        if done > 0 && done < total && cut2.load(Ordering::Acquire) == 0 {
-            let fds = sockets_to(port);
-            if let [fd, _, _, _] = fds[..] {
-                // SAFETY: shutting down a socket this process owns.
-                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
-                cut2.store(fds.len(), Ordering::Release);
+/// Cuts one of the 4 data connections to a port with `shutdown(2)` (its reader or writer sees
+/// the connection end, as when a peer or a router drops it) the first moment all 4 are open
+/// once bytes flow (`flowing`, set from the copy's progress reports: a connection cut before
+/// its range began is simply opened again, not continued), watching from a thread of its own
+/// for as long as the copy runs.
+///
+/// It used to cut from the progress callback itself, which comes only every few MiB: on a
+/// loaded machine (the test command's other suites running) no report came while exactly 4
+/// were open, and no connection was cut.
+struct Cutter {
+    flowing: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+    watcher: std::thread::JoinHandle<usize>,
+}
+
+impl Cutter {
+    fn start(port: u16) -> Self {
+        let (flowing, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (started, stop) = (flowing.clone(), done.clone());
+        let watcher = std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                let fds = if started.load(Ordering::Acquire) { sockets_to(port) } else { vec![] };
+                if let [fd, _, _, _] = fds[..] {
+                    // SAFETY: shutting down a socket this process owns.
+                    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+                    return fds.len();
+                }
+                // A short pause between looks at /proc (a poll, not a wait for a time).
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
-        }
-    });
-    (paced(1_000_000), opts, cut)
+            0
+        });
+        Cutter { flowing, done, watcher }
+    }
+
+    /// Options for a copy over 4 connections whose progress reports tell the cutter when bytes
+    /// flow.
+    fn options(&self) -> Options {
+        let flowing = self.flowing.clone();
+        Options::blocking().connections(4).progress(move |done, _| {
+            if done > 0 {
+                flowing.store(true, Ordering::Release);
+            }
+        })
+    }
+
+    /// How many data connections there were when one was cut (0: none was), once the copy
+    /// has ended.
+    fn finish(self) -> usize {
+        self.done.store(true, Ordering::Release);
+        self.watcher.join().unwrap()
+    }
+}
+
+/// A transporter paced so each of 4 ranges of 12 MiB takes about 3 s (all four in flight at
+/// once for seconds, even on a loaded machine where one starts late), the options of a copy
+/// over 4 connections, and a [`Cutter`] watching the data connections to `port`.
+fn paced_with_one_cut(port: u16) -> (Transporter, Options, Cutter) {
+    let cutter = Cutter::start(port);
+    (paced(1_000_000), cutter.options(), cutter)
 }
 
 #[test]
@@ -212,7 +252,7 @@ fn a_range_whose_connection_is_cut_continues_on_a_new_one() {
     let dest = w.dir.path().join("cine.bin");
     let (t, opts, cut) = paced_with_one_cut(w.server.data_addr().port());
     let c = t.copy(&w.remote("cine"), &BlobKey::file(&dest), &opts).wait().unwrap();
-    assert_eq!(cut.load(Ordering::Acquire), 4, "one of the 4 range connections was cut");
+    assert_eq!(cut.finish(), 4, "one of the 4 range connections was cut");
     assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1, splits: 0 });
     assert!(std::fs::read(&dest).unwrap() == bytes, "bytes differ");
     assert_nothing_left(&dest);
@@ -521,7 +561,7 @@ fn push_range_cut_and_pushed_again(w: &World) {
     std::fs::write(&src, &bytes).unwrap();
     let (t, opts, cut) = paced_with_one_cut(w.server.data_addr().port());
     let c = t.copy(&BlobKey::file(&src), &w.remote("up/cine"), &opts).wait().unwrap();
-    assert_eq!(cut.load(Ordering::Acquire), 4, "one of the 4 range connections was cut");
+    assert_eq!(cut.finish(), 4, "one of the 4 range connections was cut");
     assert_eq!(c.path, CopyPath::Parallel { connections: 4, reconnects: 1, splits: 0 });
     pushed(w, "up/cine", &bytes);
 }
