@@ -51,8 +51,7 @@ pub use options::{BenchOptions, Progress};
 pub use paths::{BlobstreamRunner, GrpcRunner, Iperf3Runner, RawTcpRunner, find_on_path};
 pub use payload::{MB, gbit_per_s, median, paired_ratio, payload};
 pub use report::{
-    TARGET_MIN_SIZE, TARGET_VS_GRPC, TARGET_VS_RAW_TCP, TARGETS, TargetCheck, TransferReport,
-    size_text,
+    TRANSFER_TARGETS, TargetCheck, TransferReport, TransferTarget, size_text, targets_text,
 };
 pub use s3::run_s3;
 pub use transfer::{CHOSEN_SOCKET_BUFFER, TransferPlan, run_transfer};
