@@ -456,7 +456,7 @@ impl ImageIndex {
     /// The studies with at least one instance matching every criterion of `q` (its `limit`
     /// bounds the studies; `study_after` starts past a study; `study_uids`, when given, are
     /// looked up by UID rather than searched for), by Study Instance UID, with
-    /// counts over all their instances. Instances whose pixels cannot be decoded (a structured
+    /// counts over all their instances (an instance stored under two names counts once). Instances whose pixels cannot be decoded (a structured
     /// report, an encapsulated PDF) count as instances and may be what matched; the metadata
     /// shown is a decoded image's where the study has one. Instances without a Study
     /// Instance UID are not in any study.
@@ -475,7 +475,8 @@ impl ImageIndex {
                 };
                 let mut st = c.prepare_cached(&format!(
                     "SELECT g.study_uid, g.n, g.ni, g.ns, g.mods, i.meta, g.um FROM (
-                       SELECT study_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image = 1) AS ni,
+                       SELECT study_uid, COUNT(DISTINCT {SOP_SQLITE}) AS n,
+                              COUNT(DISTINCT {SOP_SQLITE}) FILTER (WHERE is_image = 1) AS ni,
                               COUNT(DISTINCT series_uid) AS ns,
                               group_concat(DISTINCT modality) AS mods,
                               coalesce(MIN(name) FILTER (WHERE is_image = 1), MIN(name)) AS first,
@@ -514,18 +515,19 @@ impl ImageIndex {
     }
 
     /// The series of study `study_uid`, by Series Instance UID (counting instances whose pixels
-    /// cannot be decoded too).
+    /// cannot be decoded too, and an instance stored under two names once).
     pub fn series(&self, study_uid: &str) -> Result<Vec<SeriesSummary>> {
         match &self.backend {
             Backend::Sqlite(db) => {
                 let c = db.read();
-                let mut st = c.prepare_cached(
+                let mut st = c.prepare_cached(&format!(
                     "SELECT g.series_uid, g.n, g.ni, i.meta FROM (
-                       SELECT series_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image = 1) AS ni,
+                       SELECT series_uid, COUNT(DISTINCT {SOP_SQLITE}) AS n,
+                              COUNT(DISTINCT {SOP_SQLITE}) FILTER (WHERE is_image = 1) AS ni,
                               coalesce(MIN(name) FILTER (WHERE is_image = 1), MIN(name)) AS first
                        FROM images WHERE study_uid = ?1 GROUP BY series_uid
-                     ) g JOIN images i ON i.name = g.first ORDER BY g.series_uid",
-                )?;
+                     ) g JOIN images i ON i.name = g.first ORDER BY g.series_uid"
+                ))?;
                 let rows = st.query_map([study_uid], |r| {
                     Ok(SeriesSummary {
                         series_uid: r.get(0)?,
@@ -542,6 +544,8 @@ impl ImageIndex {
 
     /// The instances of series `series_uid` in slice order (see the module documentation), then
     /// by Instance Number and name; those whose pixels cannot be decoded have `is_image` false.
+    /// Every blob indexed is listed: one instance stored under two names is listed twice, and
+    /// [`one_per_instance`] keeps the first of each once the caller has dropped stale rows.
     pub fn instances(&self, series_uid: &str) -> Result<Vec<ImageEntry>> {
         match &self.backend {
             Backend::Sqlite(db) => {
@@ -600,6 +604,35 @@ impl Search<'_> {
 }
 
 /// Slice order within a series, the same in both databases.
+/// What tells instances apart in SQLite: the SOP Instance UID, or the blob name where there is
+/// none (the same instance stored under two names is one).
+const SOP_SQLITE: &str = "coalesce(nullif(CASE WHEN json_valid(meta) \
+                          THEN json_extract(meta, '$.sop_instance_uid') END, ''), name)";
+
+impl ImageEntry {
+    /// The SOP Instance UID the entry's metadata names ("" when none).
+    pub fn sop_instance_uid(&self) -> String {
+        serde_json::from_str::<serde_json::Value>(&self.meta)
+            .ok()
+            .and_then(|m| m.get("sop_instance_uid")?.as_str().map(String::from))
+            .unwrap_or_default()
+    }
+}
+
+/// `entries` with each SOP Instance UID only once (its first entry, so a list in slice order
+/// stays in it); entries without one are all kept. A DICOM instance put under two names (an
+/// upload and a STOW-RS of the same file) is one instance to a viewer and to DICOMweb.
+pub fn one_per_instance(entries: Vec<ImageEntry>) -> Vec<ImageEntry> {
+    let mut seen = std::collections::HashSet::new();
+    entries
+        .into_iter()
+        .filter(|e| {
+            let sop = e.sop_instance_uid();
+            sop.is_empty() || seen.insert(sop)
+        })
+        .collect()
+}
+
 pub(crate) const INSTANCE_ORDER: &str =
     "ORDER BY (slice_pos IS NULL), slice_pos, (instance_no IS NULL), instance_no, name";
 

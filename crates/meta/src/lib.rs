@@ -19,7 +19,10 @@ mod sqlite_catalogue;
 pub use catalogue::{Catalogue, StoredBlob};
 pub use error::MetaError;
 pub use group::{Durability, GroupStats, group_commits};
-pub use images::{ImageEntry, ImageIndex, ImageQuery, SeriesSummary, StudySummary, USER_METADATA};
+pub use images::{
+    ImageEntry, ImageIndex, ImageQuery, SeriesSummary, StudySummary, USER_METADATA,
+    one_per_instance,
+};
 pub use intent::CommitIntent;
 pub use pg::off_executor;
 pub use record::{BlobRecord, Commit, UploadRecord, now_ms};

@@ -132,12 +132,14 @@ impl PgImages {
         let named = if s.study_uids.is_empty() { "" } else { "AND study_uid = ANY($9::text[])" };
         let sql = format!(
             "SELECT g.study_uid, g.n, g.ni, g.ns, g.mods, i.meta, g.um::text FROM (
-               SELECT study_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image) AS ni,
+               SELECT study_uid, COUNT(DISTINCT sop) AS n,
+                      COUNT(DISTINCT sop) FILTER (WHERE is_image) AS ni,
                       COUNT(DISTINCT series_uid) AS ns,
                       string_agg(DISTINCT modality, ',') AS mods,
                       coalesce(MIN(name) FILTER (WHERE is_image), MIN(name)) AS first,
                       json_agg(DISTINCT um) FILTER (WHERE um IS NOT NULL) AS um
                FROM (SELECT name, study_uid, series_uid, modality, is_image,
+                            coalesce(nullif(j ->> 'sop_instance_uid', ''), name) AS sop,
                             CASE WHEN jsonb_typeof(j -> 'user_metadata') = 'object'
                                  THEN (j -> 'user_metadata')::text END AS um
                      FROM (SELECT *, blobstream_jsonb(meta) AS j FROM images) parsed) x
@@ -172,9 +174,14 @@ impl PgImages {
         let rows = self.pool.retrying(|c| {
             c.query(
                 "SELECT g.series_uid, g.n, g.ni, i.meta FROM (
-                   SELECT series_uid, COUNT(*) AS n, COUNT(*) FILTER (WHERE is_image) AS ni,
+                   SELECT series_uid, COUNT(DISTINCT sop) AS n,
+                          COUNT(DISTINCT sop) FILTER (WHERE is_image) AS ni,
                           coalesce(MIN(name) FILTER (WHERE is_image), MIN(name)) AS first
-                   FROM images WHERE study_uid = $1 GROUP BY series_uid
+                   FROM (SELECT name, series_uid, is_image,
+                                coalesce(nullif(blobstream_jsonb(meta) ->> 'sop_instance_uid', ''),
+                                         name) AS sop
+                         FROM images WHERE study_uid = $1) x
+                   GROUP BY series_uid
                  ) g JOIN images i ON i.name = g.first ORDER BY g.series_uid",
                 &[&study_uid],
             )

@@ -428,6 +428,36 @@ fn studies_count_and_match_undecodable_instances(p: &dyn Place) {
     assert!(page(Some("1.6")).is_empty());
 }
 
+/// One DICOM instance stored under two names (an upload and a STOW-RS of the same file) is
+/// one instance in its study's and series' counts; `instances` lists both names, and
+/// `one_per_instance` keeps the first.
+fn an_instance_under_two_names_counts_once(p: &dyn Place) {
+    let ix = p.images();
+    let slice = |n: &str| {
+        fields(&[
+            ("modality", "CT"),
+            ("study_instance_uid", "7.1"),
+            ("series_instance_uid", "7.1.1"),
+            ("instance_number", n),
+        ])
+    };
+    let sop = |uid: &str| format!(r#"{{"sop_instance_uid":"{uid}"}}"#);
+    ix.put("a/1.dcm", "x:1", &slice("1"), &sop("7.1.1.1")).unwrap();
+    ix.put("b/1-copy.dcm", "x:1", &slice("1"), &sop("7.1.1.1")).unwrap();
+    ix.put("a/2.dcm", "x:2", &slice("2"), &sop("7.1.1.2")).unwrap();
+    // Without a SOP Instance UID, names tell instances apart.
+    ix.put("a/3.dcm", "x:3", &slice("3"), "{}").unwrap();
+    ix.put("a/4.dcm", "x:4", &slice("4"), &sop("")).unwrap();
+    let studies = ix.studies(&ImageQuery { limit: 10, ..Default::default() }).unwrap();
+    assert_eq!((studies[0].instances, studies[0].images), (4, 4));
+    let series = ix.series("7.1").unwrap();
+    assert_eq!((series[0].instances, series[0].images), (4, 4));
+    let listed = ix.instances("7.1.1").unwrap();
+    assert_eq!(listed.len(), 5);
+    let names: Vec<_> = bs_meta::one_per_instance(listed).into_iter().map(|e| e.name).collect();
+    assert_eq!(names, ["a/1.dcm", "a/2.dcm", "a/3.dcm", "a/4.dcm"]);
+}
+
 macro_rules! suite {
     ($($t:ident),*) => {
         mod sqlite { $( #[test] fn $t() {
@@ -448,7 +478,8 @@ suite!(
     image_search_each_criterion_narrows,
     image_entries_are_replaced_and_forgotten,
     studies_series_and_slice_order,
-    studies_count_and_match_undecodable_instances
+    studies_count_and_match_undecodable_instances,
+    an_instance_under_two_names_counts_once
 );
 
 #[test]

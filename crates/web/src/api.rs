@@ -22,7 +22,7 @@ use crate::images::{bits, display, raw_bytes};
 use crate::info::{BlobInfo, describe};
 use crate::keys::{key_from_path, validate_key, validate_prefix};
 use crate::upload::{UploadSpec, store_stream};
-use crate::{AppState, blocking, query};
+use crate::{AppState, blocking, query, query_only};
 
 /// Most entries (folders + items) one listing page returns, and the default.
 const MAX_PAGE: usize = 2000;
@@ -49,7 +49,7 @@ struct Folder {
 
 /// `GET /api/list`: one folder level.
 pub async fn list(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    let q: ListQuery = query(req.uri())?;
+    let q: ListQuery = query_only(req.uri(), &["prefix", "after", "limit"])?;
     validate_prefix(&q.prefix)?;
     let limit = page_limit(q.limit)?;
     let prefix = q.prefix.clone();
@@ -112,6 +112,9 @@ fn page_limit(limit: Option<usize>) -> Result<usize, WebError> {
     }
 }
 
+/// The query parameters of [`Criteria`].
+pub(crate) const CRITERIA: [&str; 5] = ["q", "patient", "modality", "date_from", "date_to"];
+
 /// The image search criteria of `/api/search` and `/api/studies`.
 #[derive(Deserialize)]
 pub struct Criteria {
@@ -152,7 +155,7 @@ pub struct SearchQuery {
 
 /// `GET /api/search`.
 pub async fn search(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    let q: SearchQuery = query(req.uri())?;
+    let q: SearchQuery = query_only(req.uri(), &[&CRITERIA[..], &["prefix", "limit"]].concat())?;
     validate_prefix(&q.prefix)?;
     let iq = q.criteria.image_query(q.prefix, page_limit(q.limit)?)?;
     let st2 = st.clone();
@@ -284,7 +287,7 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     let (result, times, encoded) = blocking(move || {
         let (_, d) = st2.images.decode(&key)?;
         let source = d.frame(frame).ok_or_else(|| {
-            WebError::NotFound(format!("{key} has {} frame(s), not frame {frame}", d.frame_count()))
+            WebError::Missing(format!("{key} has {} frame(s), not frame {frame}", d.frame_count()))
         })?;
         let run = Run::all();
         let max_pixels = st2.images.limits().max_pixels;
@@ -399,7 +402,7 @@ pub async fn pixels(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     let (d, bytes) = blocking(move || {
         let (_, d) = st2.images.decode(&key)?;
         let img = d.frame(frame).ok_or_else(|| {
-            WebError::NotFound(format!("{key} has {} frame(s), not frame {frame}", d.frame_count()))
+            WebError::Missing(format!("{key} has {} frame(s), not frame {frame}", d.frame_count()))
         })?;
         let bytes = raw_bytes(img);
         Ok((d, bytes))
@@ -423,6 +426,7 @@ pub struct PixelsQuery {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ThumbQuery {
     size: Option<u32>,
 }

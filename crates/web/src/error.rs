@@ -24,6 +24,9 @@ pub enum WebError {
     TooManyRequests { retry_after: u64 },
     #[error("no blob named {0:?}")]
     NotFound(String),
+    /// Something other than a blob is not there (a study, a frame); the message says what.
+    #[error("{0}")]
+    Missing(String),
     #[error("no such resource: {0}")]
     NoRoute(String),
     #[error("method {method} is not allowed on {path}")]
@@ -65,7 +68,7 @@ impl WebError {
             Self::InvalidKey { .. } => (S::BAD_REQUEST, "invalid_key"),
             Self::Unauthorized => (S::UNAUTHORIZED, "unauthorized"),
             Self::TooManyRequests { .. } => (S::TOO_MANY_REQUESTS, "too_many_requests"),
-            Self::NotFound(_) | Self::NoRoute(_) => (S::NOT_FOUND, "not_found"),
+            Self::NotFound(_) | Self::Missing(_) | Self::NoRoute(_) => (S::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Conflict(_) => (S::CONFLICT, "conflict"),
             Self::PreconditionFailed(_) => (S::PRECONDITION_FAILED, "precondition_failed"),

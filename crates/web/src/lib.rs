@@ -241,6 +241,23 @@ pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, WebE
         .map_err(|e| WebError::BadRequest(format!("query string: {}", e.body_text())))
 }
 
+/// [`query`], refusing any parameter not in `allowed`: a misspelt criterion must not silently
+/// widen a search.
+pub(crate) fn query_only<T: serde::de::DeserializeOwned>(
+    uri: &Uri,
+    allowed: &[&str],
+) -> Result<T, WebError> {
+    for (k, _) in query::<Vec<(String, String)>>(uri)? {
+        if !allowed.contains(&k.as_str()) {
+            return Err(WebError::BadRequest(format!(
+                "unknown query parameter {k:?} (this takes {})",
+                allowed.join(", ")
+            )));
+        }
+    }
+    query(uri)
+}
+
 /// A running HTTP server.
 pub struct WebServer {
     addr: SocketAddr,

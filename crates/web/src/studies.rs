@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::api::Criteria;
 use crate::error::WebError;
-use crate::{AppState, blocking, query};
+use crate::{AppState, blocking, query_only};
 
 /// Studies read from the index at a time (in UID order) while a worklist page is chosen, and
 /// the largest page.
@@ -109,7 +109,8 @@ fn sort(studies: &mut [Study], column: &str, descending: bool) {
 
 /// `GET /api/studies`.
 pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    let q: StudiesQuery = query(req.uri())?;
+    let allowed = [&crate::api::CRITERIA[..], &["sort", "order", "offset", "limit"]].concat();
+    let q: StudiesQuery = query_only(req.uri(), &allowed)?;
     let column = q.sort.clone().unwrap_or_else(|| "date".into());
     if !SORTS.contains(&column.as_str()) {
         return Err(WebError::BadRequest(format!(
@@ -169,7 +170,7 @@ pub async fn series(
     let uid = study.clone();
     let rows = blocking(move || Ok(st.images.index().series(&uid)?)).await?;
     if rows.is_empty() {
-        return Err(WebError::NotFound(format!("no study {study}")));
+        return Err(WebError::Missing(format!("no study {study}")));
     }
     let series: Vec<Value> = rows
         .into_iter()
@@ -206,11 +207,12 @@ pub async fn instances(
                 Err(err) => return Err(err.into()),
             }
         }
-        Ok(out)
+        // One instance stored under two names is one slice.
+        Ok(bs_meta::one_per_instance(out))
     })
     .await?;
     if rows.is_empty() {
-        return Err(WebError::NotFound(format!("no series {series}")));
+        return Err(WebError::Missing(format!("no series {series}")));
     }
     let instances: Vec<Value> = rows
         .into_iter()

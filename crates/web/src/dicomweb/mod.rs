@@ -101,6 +101,7 @@ pub(crate) fn instances(
         None => index.series(study)?.into_iter().map(|s| s.series_uid).collect(),
     };
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for s in series_uids {
         for entry in index.instances(&s)? {
             let meta: Value = serde_json::from_str(&entry.meta).unwrap_or(Value::Null);
@@ -109,10 +110,14 @@ pub(crate) fn instances(
             {
                 continue;
             }
-            // Only bytes that are still the ones indexed.
+            // Only bytes that are still the ones indexed, and each instance once (the first
+            // of its names in slice order) where it was stored under two.
             match st.store.stat(&entry.name) {
                 Ok(rec) if rec.digest == entry.digest => {
-                    out.push(Instance { entry, meta, size: rec.size })
+                    let sop = meta_text(&meta, "sop_instance_uid");
+                    if sop.is_empty() || seen.insert(sop.to_string()) {
+                        out.push(Instance { entry, meta, size: rec.size })
+                    }
                 }
                 Ok(_) | Err(bs_store::StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
@@ -121,11 +126,11 @@ pub(crate) fn instances(
     }
     if out.is_empty() {
         let what = match (series, instance) {
-            (_, Some(i)) => format!("instance {i}"),
-            (Some(s), None) => format!("series {s}"),
-            (None, None) => format!("study {study}"),
+            (_, Some(i)) => format!("no instance {i} in study {study}"),
+            (Some(s), None) => format!("no series {s} in study {study}"),
+            (None, None) => format!("no study {study}"),
         };
-        return Err(WebError::NotFound(format!("no {what} in study {study}")));
+        return Err(WebError::Missing(what));
     }
     Ok(out)
 }

@@ -351,7 +351,7 @@ pub async fn instances_of(
     let (s2, se2) = (study.clone(), series.clone());
     let found = blocking(move || match instances(&st, &s2, Some(&se2), None) {
         Ok(v) => Ok(v),
-        Err(WebError::NotFound(_)) => Ok(Vec::new()),
+        Err(WebError::Missing(_)) => Ok(Vec::new()),
         Err(e) => Err(e),
     })
     .await?;

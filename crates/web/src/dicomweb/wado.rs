@@ -321,7 +321,7 @@ pub async fn frames(
             .map(|&n| {
                 // DICOMweb numbers frames from 1.
                 d.frame(n - 1).map(|f| stored_bytes(f, &d.meta)).ok_or_else(|| {
-                    WebError::NotFound(format!(
+                    WebError::Missing(format!(
                         "instance {instance} has {} frame(s), not frame {n}",
                         d.frame_count()
                     ))
@@ -377,9 +377,32 @@ fn stored_bytes(img: &DynImage, m: &ImageMeta) -> Bytes {
 }
 
 /// Render an instance for display: windowed 8-bit, PNG or JPEG.
-fn render(st: &AppState, key: &str, jpeg: bool) -> Result<(Bytes, &'static str), WebError> {
+/// Frame `frame` (0-based) of `key` windowed to 8 bits, as JPEG or PNG.
+fn render(
+    st: &AppState,
+    key: &str,
+    jpeg: bool,
+    frame: usize,
+) -> Result<(Bytes, &'static str), WebError> {
     let (_, d) = st.images.decode(key)?;
-    let shown = bs_imageio::apply_window(&d);
+    let shown = if frame == 0 {
+        bs_imageio::apply_window(&d)
+    } else {
+        let image = d.frame(frame).ok_or_else(|| {
+            WebError::Missing(format!(
+                "{key} has {} frame(s), not frame {}",
+                d.frame_count(),
+                frame + 1
+            ))
+        })?;
+        let one = bs_imageio::Decoded {
+            image: image.clone(),
+            frames: Vec::new(),
+            format: d.format,
+            meta: d.meta.clone(),
+        };
+        bs_imageio::apply_window(&one)
+    };
     let (format, mime) = if jpeg {
         (bs_imageio::Format::Jpeg, "image/jpeg")
     } else {
@@ -486,7 +509,7 @@ pub async fn rendered(
         if class.starts_with(STRUCTURED_REPORT) {
             return report(&st2, &found[0], &accept);
         }
-        let (bytes, mime) = render(&st2, &found[0].entry.name, jpeg)?;
+        let (bytes, mime) = render(&st2, &found[0].entry.name, jpeg, 0)?;
         Ok(image_response(bytes, mime))
     })
     .await?;
@@ -494,8 +517,10 @@ pub async fn rendered(
     Ok(r)
 }
 
+/// The parameters of a WADO-URI request this server takes; any other (`rows`, `region`,
+/// `windowCenter`, …) is refused rather than silently not applied.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WadoUri {
     request_type: String,
     #[serde(rename = "studyUID")]
@@ -508,6 +533,8 @@ pub struct WadoUri {
     /// With application/dicom: the transfer syntax the file must be in (it is sent as stored:
     /// another one is 406).
     transfer_syntax: Option<String>,
+    /// With image/jpeg or image/png: the frame to render, from 1 (default 1).
+    frame_number: Option<String>,
 }
 
 /// `GET /dicomweb/wado` (WADO-URI).
@@ -532,6 +559,24 @@ pub async fn uri(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
             )));
         }
     };
+    let frame = match (&q.frame_number, jpeg) {
+        (None, _) => 0,
+        (Some(_), None) => {
+            return Err(WebError::BadRequest(
+                "frameNumber goes with contentType image/jpeg or image/png: application/dicom \
+                 is the whole file"
+                    .into(),
+            ));
+        }
+        (Some(f), Some(_)) => match f.parse::<usize>() {
+            Ok(n) if n >= 1 => n - 1,
+            _ => {
+                return Err(WebError::BadRequest(format!(
+                    "frameNumber {f:?}: frames are numbered from 1"
+                )));
+            }
+        },
+    };
     let turn = st.image_turn().await;
     let st2 = st.clone();
     let (bytes, mime) = blocking(move || {
@@ -542,7 +587,7 @@ pub async fn uri(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
                 Err(not_stored_as(found[0].uid("sop_instance_uid"), stored, "transferSyntax"))
             }
             (None, _) => Ok((file(&st2, &found[0])?, "application/dicom")),
-            (Some(j), _) => render(&st2, &found[0].entry.name, j),
+            (Some(j), _) => render(&st2, &found[0].entry.name, j, frame),
         }
     })
     .await?;
