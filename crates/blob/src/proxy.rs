@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -318,6 +319,13 @@ impl BlobProxy {
             }
             Slot::FileWrite { part, dest, file, .. } => {
                 bs_store::sync_written(file).map_err(|e| BlobError::file(part.clone(), e))?;
+                // The file it replaces keeps its permission bits (a part file continued from
+                // an earlier run was made before the file it replaces, or with others).
+                if let Some(mode) = existing_mode(dest) {
+                    use std::os::unix::fs::PermissionsExt;
+                    file.set_permissions(std::fs::Permissions::from_mode(mode))
+                        .map_err(|e| BlobError::file(part.clone(), e))?;
+                }
                 std::fs::rename(&*part, &*dest).map_err(|e| BlobError::file(dest.clone(), e))?;
                 // Progress of an earlier parallel copy into the same file is moot now.
                 let _ = std::fs::remove_file(crate::ranges::ranges_path(dest));
@@ -472,6 +480,13 @@ impl std::fmt::Debug for BlobProxy {
     }
 }
 
+/// The permission bits of the regular file at `dest`, if there is one.
+fn existing_mode(dest: &std::path::Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(dest).ok().filter(|m| m.is_file())?;
+    Some(m.permissions().mode() & 0o7777)
+}
+
 /// Open (creating or continuing) the part file of a local destination, locked for this
 /// download alone (an exclusive lock held while the file is open): a second download into the
 /// same file — another `get -r` into the same folder — is refused, rather than both writing
@@ -482,11 +497,15 @@ pub(crate) fn open_part(dest: &std::path::Path, keep: bool) -> Result<(PathBuf, 
     // Twice at most: a part file the download before this one renamed into place between
     // our open and our lock is not ours to write (the second open makes a new one).
     for _ in 0..2 {
+        // A file being replaced keeps its permission bits, as cp(1) keeps them: a private
+        // file's new bytes are private from the first one.
+        let mode = existing_mode(dest).unwrap_or(0o666);
         let file = OpenOptions::new()
             .create(true)
             .read(true)
             .write(true)
             .truncate(false)
+            .mode(mode)
             .open(&part)
             .map_err(|e| BlobError::file(part.clone(), e))?;
         match file.try_lock() {

@@ -587,3 +587,41 @@ fn a_folder_download_pulls_small_files_ahead_with_the_outcomes_of_the_usual_way(
     assert_eq!(again.already_there(), 42, "{:?}", again.failed().collect::<Vec<_>>());
     assert_eq!(again.failed().count(), 1, "the rotten one still fails");
 }
+
+/// A download over an existing file keeps the file's permission bits, as cp(1) does (a
+/// private file stays private), and its part file has them from the first byte; a new file
+/// gets the usual ones.
+#[test]
+fn a_replaced_file_keeps_its_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let private = w.root.join("private.txt");
+    std::fs::write(&private, b"old").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let bytes = data(3 << 20);
+    let spec = NewBlob { size: Some(bytes.len() as u64), overwrite: true, ..Default::default() };
+    let mut p = w.t.factory().route(&BlobKey::file(&private), &spec).unwrap();
+    p.write(&bytes[..1 << 20]).unwrap();
+    assert_eq!(mode(&bs_blob::part_path(&private)), 0o600, "the part file, while it fills");
+    p.write(&bytes[1 << 20..]).unwrap();
+    p.close().unwrap();
+    assert_eq!(std::fs::read(&private).unwrap(), bytes);
+    assert_eq!(mode(&private), 0o600);
+    // A group-readable script stays executable and group-readable.
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let mut p = w.t.factory().route(&BlobKey::file(&private), &spec).unwrap();
+    p.write(&bytes).unwrap();
+    p.close().unwrap();
+    assert_eq!(mode(&private), 0o750);
+    // A new file: the process's usual mode (0666 less the umask), not a copied one.
+    let fresh = w.root.join("fresh.txt");
+    w.write(&BlobKey::file(&fresh), b"new");
+    // SAFETY: umask only swaps the process's mask; it is put back at once.
+    let umask = unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    };
+    assert_eq!(mode(&fresh), 0o666 & !umask);
+}
