@@ -198,9 +198,16 @@ fn copy_keys(
             overwrite,
             resume_tag: if o.resume { resume_tag(&src) } else { String::new() },
         };
-        // A retry of a copy that landed (its confirmation lost to a crash) is a success.
+        // A retry of a copy that landed (its confirmation lost to a crash) is a success —
+        // unless this copy asked for a description the stored blob does not have (a put run
+        // again to set other metadata): then the blob is there, but not as asked.
         let exists = |m: String| match same_bytes(factory, &src, dst) {
-            Ok(true) => Ok(Copied { bytes: 0, resumed_from: size, path: CopyPath::AlreadyThere }),
+            Ok(true) => match described_otherwise(factory, dst, template)? {
+                None => Ok(Copied { bytes: 0, resumed_from: size, path: CopyPath::AlreadyThere }),
+                Some(what) => Err(BlobError::AlreadyExists(format!(
+                    "{m}; it holds the same bytes with other {what}"
+                ))),
+            },
             Ok(false) => Err(BlobError::AlreadyExists(m)),
             Err(e) if e.is_integrity() => Err(BlobError::AlreadyExists(format!(
                 "{m}; the stored copy is corrupt ({e}): replace it with overwrite"
@@ -327,6 +334,28 @@ fn pipelined(
 
 /// Whether the existing blob `dst` holds exactly the bytes of `src`: same size and same
 /// digest (computed for whichever side has none stored, in the other side's algorithm).
+/// What of the description a copy asked for explicitly (`template`'s content type and
+/// metadata, when given) the stored blob `dst` lacks: "metadata", "content type", both, or
+/// `None` when it has all of it. A local file keeps neither, so it always has it.
+fn described_otherwise(
+    factory: &Factory,
+    dst: &BlobKey,
+    template: &NewBlob,
+) -> Result<Option<&'static str>> {
+    if matches!(dst.location(), crate::key::Location::File) {
+        return Ok(None);
+    }
+    let existing = factory.bind(dst)?;
+    let ct = !template.content_type.is_empty() && template.content_type != existing.content_type();
+    let meta = !template.metadata.is_empty() && template.metadata != existing.metadata();
+    Ok(match (meta, ct) {
+        (false, false) => None,
+        (true, false) => Some("metadata"),
+        (false, true) => Some("content type"),
+        (true, true) => Some("metadata and content type"),
+    })
+}
+
 fn same_bytes(factory: &Factory, src: &BlobProxy, dst: &BlobKey) -> Result<bool> {
     let existing = factory.bind(dst)?;
     if existing.size() != src.size() {

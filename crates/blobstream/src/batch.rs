@@ -283,7 +283,12 @@ fn finish(
             eprintln!("{tag} {}: {}", p.what, p.reason);
         }
         for (name, e) in report.failed() {
-            eprintln!("FAILED {name}: {e}");
+            match e {
+                bs_blob::BlobError::AlreadyExists(m) => {
+                    eprintln!("FAILED {name}: already exists{}", commands::in_the_way(m))
+                }
+                e => eprintln!("FAILED {name}: {e}"),
+            }
         }
         for (name, e) in &extra.not_deleted {
             eprintln!("FAILED {name}: {e}");
@@ -312,13 +317,24 @@ fn finish(
         // Running again finishes copies that failed on the way (a server gone, a connection
         // lost); it does not mend a name that is not valid, a file that cannot be read, or a
         // blob its source holds corrupt.
+        // Nor a blob in the way: --overwrite replaces it.
         let corrupt = report.failed().filter(|(_, e)| e.is_corrupt_at_source()).count();
+        let exist = report
+            .failed()
+            .filter(|(_, e)| matches!(e, bs_blob::BlobError::AlreadyExists(_)))
+            .count();
+        let in_the_way = match exist {
+            0 => String::new(),
+            1 => "; 1 is in the way of a blob that exists (--overwrite replaces it)".into(),
+            n => format!("; {n} are in the way of blobs that exist (--overwrite replaces them)"),
+        };
         let again = match report.failed().count() {
             0 => String::new(),
-            n if n == corrupt => corrupt_at_source(corrupt),
-            _ if corrupt > 0 => {
-                format!("; run it again to finish the others{}", corrupt_at_source(corrupt))
-            }
+            n if n == corrupt + exist => format!("{}{in_the_way}", corrupt_at_source(corrupt)),
+            _ if corrupt + exist > 0 => format!(
+                "; run it again to finish the others{}{in_the_way}",
+                corrupt_at_source(corrupt)
+            ),
             _ => "; run it again to finish".into(),
         };
         bail!("{what}: {failed} of {all} failed ({named}){again}");
@@ -328,6 +344,9 @@ fn finish(
 
 /// What to say of `n` failures whose source holds the blob corrupt.
 fn corrupt_at_source(n: usize) -> String {
+    if n == 0 {
+        return String::new();
+    }
     let (them, are) = if n == 1 { ("it", "is") } else { ("them", "are") };
     format!(
         "; {n} {are} corrupt where {} held (running again will not mend {them}: put {them} \

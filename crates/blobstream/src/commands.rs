@@ -122,16 +122,28 @@ pub(crate) use usage;
 
 fn name_overwrite(dst: &BlobKey) -> impl FnOnce(anyhow::Error) -> anyhow::Error + '_ {
     move |e| match e.downcast_ref::<bs_blob::BlobError>() {
-        // The same bytes over a stored copy that rotted: say so, not "other content".
-        Some(bs_blob::BlobError::AlreadyExists(m)) if m.contains("the stored copy is corrupt") => {
-            let m = m.replace("replace it with overwrite", "--overwrite replaces it");
-            anyhow::anyhow!("{dst} already exists: {m}")
-        }
-        Some(bs_blob::BlobError::AlreadyExists(_)) => {
-            anyhow::anyhow!("{dst} already exists with other content (--overwrite replaces it)")
+        Some(bs_blob::BlobError::AlreadyExists(m)) => {
+            anyhow::anyhow!("{dst} already exists{}", in_the_way(m))
         }
         _ => e,
     }
+}
+
+/// What to say after "X already exists" of a blob in a copy's way (`m`, the refusal), naming
+/// the flag that replaces it: other bytes, the same bytes described otherwise than the copy
+/// asks (`--meta`, `--content-type`), or the same bytes over a stored copy that rotted.
+pub(crate) fn in_the_way(m: &str) -> String {
+    if m.contains("the stored copy is corrupt") {
+        let (_, why) = m.split_once("; ").unwrap_or(("", m));
+        return format!(
+            ": {}",
+            why.replace("replace it with overwrite", "--overwrite replaces it")
+        );
+    }
+    if let Some((_, what)) = m.split_once("the same bytes with other ") {
+        return format!(" with these bytes but other {what} (--overwrite replaces it)");
+    }
+    " with other content (--overwrite replaces it)".into()
 }
 
 fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
@@ -394,7 +406,17 @@ pub fn rm(g: &Global, keys: &[String], recursive: bool) -> Result<()> {
         if prefix.is_empty() {
             usage!("rm -r: refusing to remove every blob (give a prefix)");
         }
-        for b in c.list(&prefix).with_context(|| format!("listing {prefix}"))? {
+        let under = c.list(&prefix).with_context(|| format!("listing {prefix}"))?;
+        if under.is_empty() {
+            // Nothing to remove is a mistake to say (a typo, or a blob's own name).
+            let hint = match c.stat(k.trim_end_matches('/')) {
+                Ok(_) => format!(" ({} is a blob: `rm {0}` removes it)", k.trim_end_matches('/')),
+                Err(_) => String::new(),
+            };
+            eprintln!("FAILED {k}: no blobs under {prefix:?}{hint}");
+            failed += 1;
+        }
+        for b in under {
             match c.delete(&b.name) {
                 Ok(()) => removed += 1,
                 // Removed meanwhile by someone else: gone either way.
@@ -410,7 +432,7 @@ pub fn rm(g: &Global, keys: &[String], recursive: bool) -> Result<()> {
         eprintln!("rm -r: removed {removed} blobs");
     }
     if failed > 0 {
-        bail!("rm -r: {failed} blobs could not be removed (named above)");
+        bail!("rm -r: {failed} could not be removed (each named above)");
     }
     Ok(())
 }

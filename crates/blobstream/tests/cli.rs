@@ -1140,6 +1140,19 @@ fn folders_up_and_down_with_check_and_rm_r() {
     assert_eq!((j["copied"].as_u64(), j["bytes_moved"].as_u64()), (Some(0), Some(0)));
     let stat = ok(&s.run(&["stat", "studies/ct-1/se2/sub/i2.dcm"]));
     assert!(stat.contains("meta modality: CT"), "{stat}");
+    // A file changed since: its blob is in the way, which running again will not change.
+    std::fs::write(study.join("se1/i0.dcm"), b"changed").unwrap();
+    let o = s.run(&["put", "-r", study_s, "studies/ct-1/"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let named = "FAILED studies/ct-1/se1/i0.dcm: already exists with other content \
+                 (--overwrite replaces it)";
+    assert!(err.contains(named), "{err}");
+    assert!(err.contains("1 is in the way of a blob that exists (--overwrite replaces it)"));
+    assert!(!err.contains("run it again") && !err.contains("set overwrite"), "{err}");
+    ok(&s.run(&["-q", "put", "-r", study_s, "studies/ct-1/", "--overwrite"]));
+    std::fs::write(study.join("se1/i0.dcm"), content(1000)).unwrap();
+    ok(&s.run(&["-q", "put", "-r", study_s, "studies/ct-1/", "--overwrite"]));
 
     let back = dir.path().join("back");
     let back_s = back.to_str().unwrap();
@@ -1193,6 +1206,16 @@ fn folders_up_and_down_with_check_and_rm_r() {
     ok(&s.run(&["rm", "-r", "studies/ct-1"]));
     assert_eq!(ok(&s.run(&["ls", "studies/"])), "");
     fails_with(&s.run(&["get", "-r", "studies/ct-1", back_s]), "no blobs under");
+    // Removing nothing is said and fails: a typo, or a blob's own name (which stays).
+    let o = s.run(&["rm", "-r", "studies/ct-1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no blobs under \"studies/ct-1/\""));
+    ok(&s.run(&["put", study.join("se1/i0.dcm").to_str().unwrap(), "one/blob"]));
+    let o = s.run(&["rm", "-r", "one/blob"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("one/blob is a blob: `rm one/blob` removes it"), "{err}");
+    ok(&s.run(&["stat", "one/blob"]));
 }
 
 /// `sync` both ways: only what differs moves, --delete removes what the source lacks (and
@@ -1281,6 +1304,19 @@ fn first_steps_get_clear_answers() {
     std::fs::write(&file, content(3_000_000)).unwrap();
     let f = file.to_str().unwrap();
     ok(&s.run(&["put", f, "a/f.bin", "--meta", "modality=CT"]));
+    // Put again: the same bytes and description are already there; other metadata or another
+    // content type is not what is stored, so it is refused, not reported as done.
+    let again = s.run(&["put", f, "a/f.bin", "--meta", "modality=CT"]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already there"), "{again:?}");
+    ok(&again);
+    let other_meta = s.run(&["put", f, "a/f.bin", "--meta", "modality=MR"]);
+    fails_with(&other_meta, "already exists with these bytes but other metadata (--overwrite");
+    let other_type = s.run(&["put", f, "a/f.bin", "--content-type", "application/x-foo"]);
+    fails_with(&other_type, "other content type");
+    assert!(ok(&s.run(&["stat", "a/f.bin"])).contains("meta modality: CT"));
+    ok(&s.run(&["put", f, "a/f.bin", "--meta", "modality=MR", "--overwrite"]));
+    assert!(ok(&s.run(&["stat", "a/f.bin"])).contains("meta modality: MR"));
+    ok(&s.run(&["put", f, "a/f.bin", "--meta", "modality=CT", "--overwrite"]));
 
     let mut cat = Command::new(BIN)
         .args(["--server", &s.addr, "cat", "a/f.bin"])
