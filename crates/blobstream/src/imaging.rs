@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use bs_imageio::{Decoded, Format, Limits};
-use bs_imaging::{DynImage, Params, Registry, Run};
+use bs_imageio::{Format, Limits};
+use bs_imaging::{Params, Registry, Run};
 
 use crate::cli::{FilterArgs, FiltersArgs};
 
@@ -48,12 +48,6 @@ pub fn filters(a: FiltersArgs) -> Result<()> {
     Ok(())
 }
 
-/// Formats that only hold 8-bit samples.
-fn eight_bit_only(path: &Path) -> bool {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
-    matches!(Format::from_extension(&ext), Some(Format::Jpeg | Format::Gif))
-}
-
 pub fn filter(a: FilterArgs) -> Result<()> {
     let reg = registry(&a.defs)?;
     let params = Params::parse(&a.params).context("reading --param")?;
@@ -81,17 +75,12 @@ pub fn filter(a: FilterArgs) -> Result<()> {
     let t = Instant::now();
     let out = f.apply(&input.image, &params, &Run::with_threads(a.threads))?;
     let took = t.elapsed();
-    let out = if matches!(out, DynImage::U16(_)) && eight_bit_only(&a.output) {
-        // JPEG and GIF hold 8 bits: window the result for display (the DICOM window when
-        // the input had one, otherwise its own range).
-        bs_imageio::apply_window(&Decoded {
-            image: out,
-            frames: Vec::new(),
-            format: input.format,
-            meta: input.meta.clone(),
-        })
-    } else {
-        out
+    // JPEG and GIF hold 8 bits: the result windowed for display (the DICOM window when the
+    // input had one, otherwise its own range).
+    let ext = a.output.extension().and_then(|e| e.to_str()).unwrap_or_default();
+    let out = match Format::from_extension(ext) {
+        Some(f) if f.eight_bits_only() => bs_imageio::to_eight_bits(out, input.format, &input.meta),
+        _ => out,
     };
     bs_imageio::write(&a.output, &out)?;
     eprintln!(

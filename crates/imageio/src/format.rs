@@ -51,6 +51,12 @@ impl Format {
         !matches!(self, Self::Dicom)
     }
 
+    /// Whether this format holds 8-bit samples only (a 16-bit image must be windowed for it:
+    /// [`to_eight_bits`](crate::to_eight_bits)).
+    pub fn eight_bits_only(self) -> bool {
+        matches!(self, Self::Jpeg | Self::Gif)
+    }
+
     /// The format for a file name extension (without the dot, any case).
     pub fn from_extension(ext: &str) -> Option<Format> {
         let ext = ext.trim_start_matches('.').to_ascii_lowercase();

@@ -39,6 +39,16 @@ pub fn apply_window(decoded: &Decoded) -> DynImage {
     }
 }
 
+/// `image` — decoded from a file of `format` with `meta`, or filtered from such an image — as
+/// a format of 8-bit samples takes it: 16-bit pixels windowed for display ([`apply_window`]:
+/// the window `meta` states, else the image's own range), 8-bit ones as they are.
+pub fn to_eight_bits(image: DynImage, format: crate::Format, meta: &ImageMeta) -> DynImage {
+    if !matches!(image, DynImage::U16(_)) {
+        return image;
+    }
+    apply_window(&Decoded { image, frames: Vec::new(), format, meta: meta.clone() })
+}
+
 /// Apply a window of `center` and `width` (modality units) and return 8-bit pixels; colour
 /// images are reduced to 8 bits without windowing.
 pub fn apply_window_with(decoded: &Decoded, center: f64, width: f64) -> DynImage {

@@ -312,6 +312,12 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
         let img = img.expect("at least one step");
         let encoded = match out_format {
             None => raw_bytes(&img),
+            // JPEG and GIF hold 8 bits: a 16-bit result windowed for display, as the command
+            // line's `filter` does.
+            Some(f) if f.eight_bits_only() => {
+                let shown = bs_imageio::to_eight_bits(img.clone(), d.format, &d.meta);
+                Bytes::from(bs_imageio::encode(&shown, f)?)
+            }
             Some(f) => Bytes::from(bs_imageio::encode(&img, f)?),
         };
         Ok((img, times, encoded))
