@@ -58,8 +58,10 @@ enum Credential {
 
 /// The bearer token if the request has one, else the session cookie.
 fn credential(h: &HeaderMap) -> Credential {
+    // The scheme's name is case-insensitive (RFC 9110 §11.1): `bearer` is `Bearer`.
     if let Some(v) = h.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
-        && let Some(t) = v.strip_prefix("Bearer ")
+        && let Some((scheme, t)) = v.trim_start().split_once(' ')
+        && scheme.eq_ignore_ascii_case("bearer")
     {
         return Credential::Bearer(t.trim().to_string());
     }

@@ -60,7 +60,7 @@ impl Ask {
             }
             // If-Range with a different validator: send everything.
             Some(Ok(v)) if self.if_range.as_deref().is_none_or(|ir| ir.trim() == etag) => {
-                Some(crate::range::parse(&v, size)?)
+                crate::range::parse(&v, size)?
             }
             Some(Ok(_)) => None,
         };
@@ -152,11 +152,7 @@ pub async fn get(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
     // Pictures and video open in the browser; anything else is offered as a download.
     if !(ct.starts_with("image/") || ct.starts_with("video/")) {
         let base = rec.name.rsplit('/').next().unwrap_or("blob");
-        let ascii: String = base
-            .chars()
-            .map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' { c } else { '_' })
-            .collect();
-        hs.insert(header::CONTENT_DISPOSITION, hv(&format!("attachment; filename=\"{ascii}\"")));
+        hs.insert(header::CONTENT_DISPOSITION, hv(&attachment(base)));
     }
     if status == StatusCode::PARTIAL_CONTENT {
         let cr = format!("bytes {}-{}/{}", start, start + len - 1, rec.size);
@@ -387,6 +383,37 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
     Ok((StatusCode::CREATED, axum::Json(serde_json::json!({ "stored": out }))).into_response())
 }
 
+/// Bytes RFC 8187 lets stand in an extended parameter value (`attr-char`); all others are
+/// percent-encoded.
+const ATTR_CHAR: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'!')
+    .remove(b'#')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'+')
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'^')
+    .remove(b'_')
+    .remove(b'`')
+    .remove(b'|')
+    .remove(b'~');
+
+/// `Content-Disposition` of a download named `name`: an ASCII `filename` for old clients and,
+/// when the name is not plain ASCII, `filename*` with its UTF-8 (RFC 6266 §4.3), which
+/// browsers prefer, so `résumé.txt` is saved as that, not `r_sum_.txt`.
+pub(crate) fn attachment(name: &str) -> String {
+    let ascii: String = name
+        .chars()
+        .map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' { c } else { '_' })
+        .collect();
+    if ascii == name {
+        return format!("attachment; filename=\"{ascii}\"");
+    }
+    let utf8 = percent_encoding::utf8_percent_encode(name, ATTR_CHAR);
+    format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{utf8}")
+}
+
 /// Does a read's `If-None-Match` value name `etag` (or `*`), so the client's copy is fresh?
 /// (Weak tags compared by their opaque part, RFC 9110 §13.1.2.)
 pub(crate) fn client_has(if_none_match: &str, etag: &str) -> bool {
@@ -482,4 +509,22 @@ fn user_metadata(h: &HeaderMap) -> Result<BTreeMap<String, String>, WebError> {
         out.insert(key.to_string(), value.trim().to_string());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attachment;
+
+    #[test]
+    fn download_names_keep_their_letters() {
+        assert_eq!(attachment("scan.txt"), "attachment; filename=\"scan.txt\"");
+        assert_eq!(
+            attachment("résumé 1.txt"),
+            "attachment; filename=\"r_sum__1.txt\"; filename*=UTF-8''r%C3%A9sum%C3%A9%201.txt"
+        );
+        assert_eq!(
+            attachment("a\"b\\c.txt"),
+            "attachment; filename=\"a_b_c.txt\"; filename*=UTF-8''a%22b%5Cc.txt"
+        );
+    }
 }

@@ -1,23 +1,26 @@
-//! The `Range` request header (RFC 9110 §14): one `bytes=` range is served as 206; several
-//! ranges, other units, malformed or unsatisfiable ranges, and headers over 256 bytes get 416
-//! with `Content-Range: bytes */SIZE`, so a client always learns why it got no partial body.
+//! The `Range` request header (RFC 9110 §14): one `bytes=` range is served as 206. A header
+//! the server may ignore is ignored, so the whole blob is sent (200): another unit (which RFC
+//! 9110 §14.2 says must be ignored) and several ranges (not served as multipart here). A
+//! malformed or unsatisfiable range, or a header over 256 bytes, gets 416 with
+//! `Content-Range: bytes */SIZE`, so a client learns why it got no partial body.
 
 use crate::error::WebError;
 
 /// Longest `Range` header considered.
 const MAX_HEADER: usize = 256;
 
-/// The inclusive byte range `start..=end` of a blob of `size` bytes that `header` asks for.
-pub fn parse(header: &str, size: u64) -> Result<(u64, u64), WebError> {
+/// The inclusive byte range `start..=end` of a blob of `size` bytes that `header` asks for,
+/// or `None` when the header is to be ignored (the whole blob sent).
+pub fn parse(header: &str, size: u64) -> Result<Option<(u64, u64)>, WebError> {
     let bad = |reason: &str| WebError::RangeNotSatisfiable { size, reason: reason.to_string() };
     if header.len() > MAX_HEADER {
         return Err(bad("Range header longer than 256 bytes"));
     }
     let Some(spec) = header.trim().strip_prefix("bytes=") else {
-        return Err(bad("only `bytes=` ranges are supported"));
+        return Ok(None);
     };
     if spec.contains(',') {
-        return Err(bad("only one range per request is supported"));
+        return Ok(None);
     }
     let Some((a, b)) = spec.trim().split_once('-') else {
         return Err(bad("expected `bytes=START-END`, `bytes=START-` or `bytes=-SUFFIX`"));
@@ -48,7 +51,7 @@ pub fn parse(header: &str, size: u64) -> Result<(u64, u64), WebError> {
     if size == 0 || start >= size {
         return Err(bad(&format!("range starts at or beyond the end of the {size}-byte blob")));
     }
-    Ok((start, end))
+    Ok(Some((start, end)))
 }
 
 #[cfg(test)]
@@ -57,12 +60,20 @@ mod tests {
 
     #[test]
     fn satisfiable_ranges() {
-        assert_eq!(parse("bytes=0-9", 100).unwrap(), (0, 9));
-        assert_eq!(parse("bytes=90-", 100).unwrap(), (90, 99));
-        assert_eq!(parse("bytes=-10", 100).unwrap(), (90, 99));
-        assert_eq!(parse("bytes=-1000", 100).unwrap(), (0, 99));
-        assert_eq!(parse("bytes=50-1000", 100).unwrap(), (50, 99), "end is clamped");
-        assert_eq!(parse("bytes=5-99999999999999999999999", 100).unwrap(), (5, 99));
+        let ok = |h: &str| parse(h, 100).unwrap().unwrap();
+        assert_eq!(ok("bytes=0-9"), (0, 9));
+        assert_eq!(ok("bytes=90-"), (90, 99));
+        assert_eq!(ok("bytes=-10"), (90, 99));
+        assert_eq!(ok("bytes=-1000"), (0, 99));
+        assert_eq!(ok("bytes=50-1000"), (50, 99), "end is clamped");
+        assert_eq!(ok("bytes=5-99999999999999999999999"), (5, 99));
+    }
+
+    #[test]
+    fn other_units_and_several_ranges_are_ignored() {
+        for h in ["items=0-1", "bytes=0-1,3-4", "bytes=0-1, 5-", "none"] {
+            assert_eq!(parse(h, 100).unwrap(), None, "{h}");
+        }
     }
 
     #[test]
@@ -72,8 +83,6 @@ mod tests {
             "bytes=5-2",
             "bytes=-0",
             "bytes=a-b",
-            "bytes=0-1,3-4",
-            "items=0-1",
             "bytes=99999999999999999999999-",
             "bytes=-0000",
             "bytes=",

@@ -157,7 +157,15 @@ async fn put_get_head_range_etag_delete() {
         let r = s.http.get(s.url("/blobs/a/b%20c.bin")).header("Range", "bytes=-5").send();
         assert_eq!(r.await.unwrap().bytes().await.unwrap(), data[data.len() - 5..]);
 
-        for bad in ["bytes=99999999-", "bytes=0-1,5-6", &format!("bytes=0-{}", "9".repeat(400))] {
+        // Another unit, or several ranges: the header is ignored, the whole blob sent.
+        for ignored in ["items=0-1", "bytes=0-1,5-6"] {
+            let r = s.http.get(s.url("/blobs/a/b%20c.bin")).header("Range", ignored).send();
+            let r = r.await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{ignored}");
+            assert!(r.headers().get("content-range").is_none(), "{ignored}");
+            assert_eq!(r.bytes().await.unwrap(), data, "{ignored}");
+        }
+        for bad in ["bytes=99999999-", "bytes=5-2", &format!("bytes=0-{}", "9".repeat(400))] {
             let r = s.http.get(s.url("/blobs/a/b%20c.bin")).header("Range", bad).send();
             let r = r.await.unwrap();
             assert_eq!(r.headers()["content-range"], &format!("bytes */{}", data.len()));
@@ -920,6 +928,11 @@ async fn a_token_guards_the_api_and_the_session_cookie_is_a_revocable_session_id
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let r = s.http.get(s.url("/api/list")).bearer_auth("s3cret").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
+    // The scheme's name in any case (RFC 9110 §11.1).
+    for scheme in ["bearer", "BEARER"] {
+        let r = s.http.get(s.url("/api/list")).header("authorization", format!("{scheme} s3cret"));
+        assert_eq!(r.send().await.unwrap().status(), StatusCode::OK, "{scheme}");
+    }
     // The page loads without a token so the login form can show.
     assert_eq!(s.http.get(s.url("/")).send().await.unwrap().status(), StatusCode::OK);
     let (_, v) = s.get_json("/api/session").await;
