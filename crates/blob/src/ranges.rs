@@ -126,6 +126,27 @@ pub(crate) fn connections(client: &Client, name: &str, size: u64, asked: usize) 
     }
 }
 
+/// `client` for each of the `n` connections of one transfer: a pace it asked for
+/// (`pace:RATE`) is the whole transfer's rate, so each connection keeps to its share.
+fn pace_shared(client: &Client, n: usize) -> Client {
+    match shares(&client.settings().layers, n) {
+        Some(layers) => {
+            let settings = bs_client::TransferSettings { layers, ..client.settings().clone() };
+            client.clone().with_settings(settings)
+        }
+        None => client.clone(),
+    }
+}
+
+/// `layers` with each pace cut to its share of `n` connections (`None` when none paces).
+fn shares(layers: &[bs_binding::LayerSpec], n: usize) -> Option<Vec<bs_binding::LayerSpec>> {
+    use bs_binding::LayerSpec::Pace;
+    layers.iter().any(|l| matches!(l, Pace(_))).then(|| {
+        let share = |rate: &u64| Pace((rate / n.max(1) as u64).max(1));
+        layers.iter().map(|l| if let Pace(r) = l { share(r) } else { *l }).collect()
+    })
+}
+
 /// How many range workers have finished; the thread waiting for them wakes as the last one
 /// ends, not at its next progress tick.
 #[derive(Default)]
@@ -427,6 +448,7 @@ pub(crate) fn pull(
     deadline: &Deadline,
     o: &Options,
 ) -> Result<Pulled> {
+    let client = &pace_shared(client, n);
     let whole: Digest = info.digest.parse().map_err(|e| {
         BlobError::Remote(ClientError::Protocol(format!("blob {} has digest {e}", info.name)))
     })?;
@@ -861,6 +883,7 @@ pub(crate) fn push(
     deadline: &Deadline,
     o: &Options,
 ) -> Result<Option<Pushed>> {
+    let client = &pace_shared(client, n);
     let Upload { name, id: upload_id } = upload;
     let Source { data, readable } = source;
     let size = data.len() as u64;
@@ -1223,6 +1246,16 @@ fn push_range(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pace_is_shared_by_the_connections() {
+        let l = |s: &str| s.parse::<bs_binding::LayerSpec>().unwrap();
+        let asked = [l("compress:lz4"), l("pace:8000000")];
+        assert_eq!(shares(&asked, 4), Some(vec![l("compress:lz4"), l("pace:2000000")]));
+        assert_eq!(shares(&asked, 1).unwrap(), asked);
+        assert_eq!(shares(&[l("pace:3")], 8), Some(vec![l("pace:1")]), "never 0 (unpaced)");
+        assert_eq!(shares(&[l("compress:lz4")], 4), None);
+    }
 
     #[test]
     fn ranges_are_whole_chunks_that_cover_the_blob() {

@@ -83,7 +83,7 @@ impl World {
     }
 }
 
-/// A transporter whose every data connection is paced at `bytes_per_s`.
+/// A transporter whose copies are paced at `bytes_per_s` (shared by a copy's connections).
 fn paced(bytes_per_s: u64) -> Transporter {
     let settings = TransferSettings {
         layers: vec![format!("pace:{bytes_per_s}").parse::<bs_binding::LayerSpec>().unwrap()],
@@ -242,7 +242,7 @@ impl Cutter {
 /// over 4 connections, and a [`Cutter`] watching the data connections to `port`.
 fn paced_with_one_cut(port: u16) -> (Transporter, Options, Cutter) {
     let cutter = Cutter::start(port);
-    (paced(1_000_000), cutter.options(), cutter)
+    (paced(4_000_000), cutter.options(), cutter)
 }
 
 #[test]
@@ -321,7 +321,7 @@ fn a_connection_done_early_takes_over_half_of_a_slower_ones_rest() {
         format!("blobstream-ranges 1 {digest} {size}\n0 {a} {a}\n{a} {size} 0\n"),
     )
     .unwrap();
-    let t = paced(8_000_000);
+    let t = paced(16_000_000);
     let opts = Options::blocking().connections(2).resume(true);
     let c = t.copy(&w.remote("slide"), &BlobKey::file(&dest), &opts).wait().unwrap();
     // At least the one split; more as each runs out of work while the other has 4 MiB or

@@ -115,13 +115,13 @@ impl Batch<'_> {
             match listed {
                 Ok((c, names)) => {
                     let present: Vec<String> = names.into_iter().map(|b| b.name).collect();
-                    remove(&mut extra, &present, &jobs, &problems, prefix, &selection, |name| {
-                        match c.delete(name) {
-                            // Removed meanwhile by someone else: gone either way.
-                            Ok(()) | Err(bs_client::ClientError::NotFound(_)) => Ok(()),
-                            Err(e) => Err(e.to_string()),
-                        }
-                    });
+                    let rm = |name: &str| match c.delete(name) {
+                        // Removed meanwhile by someone else: gone either way.
+                        Ok(()) | Err(bs_client::ClientError::NotFound(_)) => Ok(()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    let shown = |name: &str| name.to_string();
+                    remove(&mut extra, &present, &jobs, &problems, prefix, &selection, rm, shown);
                 }
                 Err(e) => {
                     extra.delete_asked = true;
@@ -171,9 +171,10 @@ impl Batch<'_> {
             let mut problems = problems.clone();
             problems.extend(local_problems.into_iter().filter(|p| p.failed));
             let present: Vec<String> = paths.keys().cloned().collect();
-            remove(&mut extra, &present, &jobs, &problems, &prefix, &selection, |name| {
-                std::fs::remove_file(&paths[name]).map_err(|e| e.to_string())
-            });
+            let rm = |name: &str| std::fs::remove_file(&paths[name]).map_err(|e| e.to_string());
+            // A local file removed is named by its path, not as the blob it would be.
+            let shown = |name: &str| paths[name].display().to_string();
+            remove(&mut extra, &present, &jobs, &problems, &prefix, &selection, rm, shown);
         }
         finish(g, &what, many, report, &problems, &extra)
     }
@@ -201,7 +202,9 @@ impl Batch<'_> {
 }
 
 /// `--delete`: remove (with `rm`) what `present` holds that no job wrote, unless the source
-/// was not read in full.
+/// was not read in full. What was removed is reported as `shown` names it (a blob by its
+/// name, a local file by its path).
+#[allow(clippy::too_many_arguments)]
 fn remove(
     extra: &mut Extra,
     present: &[String],
@@ -210,6 +213,7 @@ fn remove(
     prefix: &str,
     selection: &Selection,
     rm: impl Fn(&str) -> Result<(), String>,
+    shown: impl Fn(&str) -> String,
 ) {
     extra.delete_asked = true;
     match bs_blob::plan_delete(
@@ -222,8 +226,8 @@ fn remove(
         Ok(names) => {
             for n in names {
                 match rm(&n) {
-                    Ok(()) => extra.deleted.push(n),
-                    Err(e) => extra.not_deleted.push((n, e)),
+                    Ok(()) => extra.deleted.push(shown(&n)),
+                    Err(e) => extra.not_deleted.push((shown(&n), e)),
                 }
             }
         }

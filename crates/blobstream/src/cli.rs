@@ -965,7 +965,8 @@ pub struct SyncArgs {
 pub struct TransferFlags {
     /// Message layer for the transfer's bytes, top first, repeatable: compress:zstd[:level]
     /// or compress:lz4 (slow links, compressible data), checksum:xxh3|blake3 (per frame),
-    /// fragment:SIZE, pace:BYTES/S, null. The end-to-end digest is checked either way.
+    /// fragment:SIZE, pace:BYTES/S (the transfer's rate, shared by its connections), null.
+    /// The end-to-end digest is checked either way.
     #[arg(long = "layer", value_name = "LAYER")]
     pub layers: Vec<String>,
     /// Data connections for one blob moved between a file and a server, each carrying a

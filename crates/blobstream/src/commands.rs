@@ -190,6 +190,18 @@ pub fn put(g: &Global, a: PutArgs) -> Result<()> {
         return crate::batch::put(g, a);
     }
     single(&a.batch.many)?;
+    if a.file.to_str().is_none() {
+        usage!(
+            "the file name {} is not UTF-8, which blob names are (rename the file)",
+            a.file.display()
+        );
+    }
+    if a.file.as_os_str() == "-" && !a.file.exists() {
+        usage!("put reads a file, not standard input: give the file's path");
+    }
+    if a.file.is_dir() {
+        usage!("{} is a folder: put -r uploads a folder's files", a.file.display());
+    }
     let src = BlobKey::file(&a.file);
     let dst = BlobKey::remote(&g.server, &a.key);
     let spec = NewBlob {

@@ -2,6 +2,7 @@
 //! commands a user or script runs against it, checked by what they print and their exit codes.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
@@ -238,6 +239,14 @@ fn misfit_command_lines_are_usage_errors_and_causes_are_said_once() {
     usage(&["put", f, "x", "--layer", "encrypt"], "--layer encrypt is TLS");
     usage(&["get", "-r", "p/", d, "--include", "["], "the pattern \"[\" is malformed");
     usage(&["check", d, "p/a.txt"], "is a folder (check -r compares a folder)");
+    usage(&["put", d, "x"], "is a folder: put -r uploads");
+    usage(&["put", "-", "x"], "put reads a file, not standard input");
+    // A file name that is not UTF-8 is named as such, not as a missing file.
+    let odd = dir.path().join(std::ffi::OsStr::from_bytes(b"bad\xffname"));
+    std::fs::write(&odd, b"x").unwrap();
+    let o =
+        Command::new(BIN).args(["--server", &s.addr, "put"]).arg(&odd).arg("x").output().unwrap();
+    usage_error(&o, "is not UTF-8");
     // A blob that is not there is a verdict, as with -r.
     let o = s.run(&["check", f, "p/none.txt"]);
     assert_eq!(o.status.code(), Some(1));
@@ -1268,7 +1277,9 @@ fn sync_moves_only_what_differs_and_deletes_only_when_safe() {
     std::fs::write(here.join("keep.tmp"), b"excluded, so kept").unwrap();
     let j = json(&sync(&["bs:p", here_s, "--delete"]));
     assert_eq!((count(&j, "copied"), count(&j, "already_there")), (1, 3), "{j}");
-    assert_eq!(j["deleted"], serde_json::json!(["p/extra.bin"]));
+    // Named as what was removed: the local file, not a blob.
+    let removed = here.join("extra.bin").display().to_string();
+    assert_eq!(j["deleted"], serde_json::json!([removed]));
     assert!(!here.join("extra.bin").exists() && here.join("keep.tmp").exists());
     std::fs::remove_file(here.join("keep.tmp")).unwrap();
     ok(&s.run(&["check", "-r", here_s, "p/", "--json"]));
