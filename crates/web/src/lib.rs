@@ -67,6 +67,7 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/metrics", &["get"]),
     ("/api/dpss/datasets", &["get"]),
     ("/api/dpss/view/{dataset}", &["post"]),
+    ("/iiif/{dataset}", &["get"]),
     ("/iiif/{dataset}/info.json", &["get"]),
     ("/iiif/{dataset}/{region}/{size}/{rotation}/{file}", &["get"]),
 ];
@@ -209,6 +210,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics::handler))
         .route("/api/dpss/datasets", get(tiles::datasets))
         .route("/api/dpss/view/{dataset}", post(tiles::view))
+        .route("/iiif/{dataset}", get(tiles::base))
         .route("/iiif/{dataset}/info.json", get(tiles::info))
         .route("/iiif/{dataset}/{region}/{size}/{rotation}/{file}", get(tiles::tile));
     static_files(dicomweb::routes(api))

@@ -355,6 +355,13 @@ fn contract() -> Value {
                     "404": err("No such data set, or the block store is not configured"),
                     "413": err("Body too large"),
                     "503": err("The block store cannot be reached") } } },
+            "/iiif/{dataset}": { "get": {
+                "summary": "The image's IIIF base URI: a redirect to its info.json",
+                "parameters": [dataset_param()],
+                "responses": { "303": { "description": "See /iiif/{dataset}/info.json" },
+                    "400": err("Bad data set name"), "401": err("Authentication required"),
+                    "404": err("No such data set, or the block store is not configured"),
+                    "503": err("The block store cannot be reached") } } },
             "/iiif/{dataset}/info.json": { "get": {
                 "summary": "IIIF Image API 3 (level 0) description of a block-store image",
                 "parameters": [dataset_param()],

@@ -350,10 +350,27 @@ async fn pump_of(s: &Arc<AppState>, dataset: &str) -> Result<Arc<Pump>, WebError
     off_thread(move || tiles(&st)?.pump(&d)).await
 }
 
-/// `GET /iiif/{dataset}/info.json`.
+/// `GET /iiif/{dataset}`, the image's base URI: a 303 to its info.json (IIIF Image API 3 §2.2).
+pub async fn base(
+    State(s): State<Arc<AppState>>,
+    Path(dataset): Path<String>,
+) -> Result<Response, WebError> {
+    pump_of(&s, &dataset).await?;
+    let to = format!("/iiif/{dataset}/info.json");
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    let location = HeaderValue::from_str(&to).map_err(|e| WebError::BadRequest(e.to_string()))?;
+    r.headers_mut().insert(header::LOCATION, location);
+    Ok(r)
+}
+
+/// `GET /iiif/{dataset}/info.json`. Its `id` is absolute (IIIF requires it: a viewer on
+/// another origin builds tile URLs from it), made from the request's `Host`; `maxWidth` and
+/// `maxHeight` say what `full/max` serves at level 0: the whole image at the first level
+/// that fits one tile.
 pub async fn info(
     State(s): State<Arc<AppState>>,
     Path(dataset): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, WebError> {
     let p = pump_of(&s, &dataset).await?;
     let l = &p.layout;
@@ -361,14 +378,26 @@ pub async fn info(
         return Err(WebError::NoRoute(format!("{dataset:?} is a file, not an image")));
     }
     let scale: Vec<u64> = (0..l.levels).map(|i| 1u64 << i).collect();
+    let scheme = if s.cfg.tls.is_some() { "https" } else { "http" };
+    let id = match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+        Some(host) => format!("{scheme}://{host}/iiif/{dataset}"),
+        None => format!("/iiif/{dataset}"),
+    };
+    let t = u64::from(l.tile);
+    let (max_w, max_h) = (0..l.levels)
+        .map(|level| l.level_size(level))
+        .find(|&(w, h)| w <= t && h <= t)
+        .unwrap_or((l.width, l.height));
     let body = serde_json::json!({
         "@context": "http://iiif.io/api/image/3/context.json",
-        "id": format!("/iiif/{dataset}"),
+        "id": id,
         "type": "ImageService3",
         "protocol": "http://iiif.io/api/image",
         "profile": "level0",
         "width": l.width,
         "height": l.height,
+        "maxWidth": max_w,
+        "maxHeight": max_h,
         "tiles": [{ "width": l.tile, "height": l.tile, "scaleFactors": scale }],
         "preferredFormats": [if l.format == "jpeg" { "jpg" } else { "png" }],
     });

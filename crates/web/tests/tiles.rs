@@ -185,6 +185,13 @@ fn concurrent_first_requests_start_one_block_store_client() {
         if i % 2 == 0 {
             let info: serde_json::Value = serde_json::from_slice(&body).unwrap();
             assert_eq!((info["width"].as_u64(), info["height"].as_u64()), (Some(1024), Some(768)));
+            // An absolute id (a viewer on another origin builds tile URLs from it), and what
+            // full/max serves: the whole image at the first level that fits one tile.
+            assert_eq!(info["id"], format!("{base}/iiif/tiles"));
+            assert_eq!(
+                (info["maxWidth"].as_u64(), info["maxHeight"].as_u64()),
+                (Some(256), Some(192))
+            );
         } else {
             let want = src.block(BlockId::new(0, (i / 2) as u32, 0)).unwrap();
             assert!(body[..] == want[..], "tile {} is the loaded tile's bytes", i / 2);
@@ -192,5 +199,16 @@ fn concurrent_first_requests_start_one_block_store_client() {
     }
     // Each block-store client is a session on every server of the data set.
     assert_eq!(srv.stats().clients, 1, "one client for the data set");
+    // The base URI sends a viewer to the description; full/max is the maxWidth × maxHeight.
+    let no_follow = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    let (status, location, full) = rt.block_on(async {
+        let r = no_follow.build().unwrap().get(format!("{base}/iiif/tiles")).send().await.unwrap();
+        let full = http.get(format!("{base}/iiif/tiles/full/max/0/default.png")).send();
+        let full = full.await.unwrap().bytes().await.unwrap();
+        (r.status(), r.headers()["location"].to_str().unwrap().to_string(), full)
+    });
+    assert_eq!((status.as_u16(), location.as_str()), (303, "/iiif/tiles/info.json"));
+    let shown = bs_imageio::decode(&full, None, &Default::default()).unwrap().image;
+    assert_eq!((shown.width(), shown.height()), (256, 192));
     rt.block_on(web.shutdown());
 }
