@@ -185,7 +185,20 @@ fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
     }
 }
 
+/// A blob name as put and get take it: `bs:NAME` too, as cp and sync write it; a
+/// `blob://` URL is refused (it names another server: cp takes it).
+fn blob_name(key: String) -> Result<String> {
+    if key.starts_with("blob://") {
+        usage!("{key}: a blob:// URL names a server too; `cp FILE {key}` copies there");
+    }
+    Ok(match key.strip_prefix("bs:") {
+        Some(name) => name.to_string(),
+        None => key,
+    })
+}
+
 pub fn put(g: &Global, a: PutArgs) -> Result<()> {
+    let a = PutArgs { key: blob_name(a.key)?, ..a };
     if a.batch.recursive {
         return crate::batch::put(g, a);
     }
@@ -216,6 +229,7 @@ pub fn put(g: &Global, a: PutArgs) -> Result<()> {
 }
 
 pub fn get(g: &Global, a: GetArgs) -> Result<()> {
+    let a = GetArgs { key: blob_name(a.key)?, ..a };
     if a.batch.recursive {
         return crate::batch::get(g, a);
     }

@@ -23,12 +23,13 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     tune_allocator();
     let cli = cli::Cli::parse_args();
+    let server = cli.global.server.clone();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that closed the pipe (`cat … | head`) is a normal end for a Unix filter.
         Err(e) if commands::stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("blobstream: error: {}", one_line(&e));
+            eprintln!("blobstream: error: {}{}", one_line(&e), hint(&e, &server));
             // A command line that cannot work is a usage error, as clap's own (exit 2).
             if e.downcast_ref::<commands::Usage>().is_some() {
                 ExitCode::from(2)
@@ -38,6 +39,25 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+/// What to add to a client's error that does not say where it went: a wait that timed out,
+/// or a peer that closed the connection without a word, as the data plane's port does to
+/// control-plane calls.
+fn hint(e: &anyhow::Error, server: &str) -> String {
+    use bs_client::ClientError;
+    let client = e.chain().find_map(|c| c.downcast_ref::<ClientError>());
+    let server = bs_client::with_default_port(server);
+    match client {
+        Some(ClientError::Timeout) => format!(" (waiting for the server at {server})"),
+        Some(e) if e.is_transport_failure() => {
+            format!(
+                " (is {server} a blobstream control plane? `serve` prints its ports: the data \
+                 plane's takes no commands)"
+            )
+        }
+        _ => String::new(),
     }
 }
 

@@ -12,6 +12,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_blobstream");
 struct Serve {
     child: Child,
     addr: String,
+    /// The data plane's address, as printed.
+    data: String,
     /// The browser client's URL, as printed.
     url: String,
 }
@@ -47,6 +49,11 @@ impl Serve {
                 break a.trim().to_string();
             }
         };
+        let data = loop {
+            if let Some(a) = next().split("data plane (TCP):").nth(1) {
+                break a.trim().to_string();
+            }
+        };
         let url = loop {
             if let Some(u) = next().split("web (HTTP):").nth(1) {
                 break u.trim().to_string();
@@ -54,7 +61,7 @@ impl Serve {
         };
         // Keep draining stdout so the server never writes into a closed pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        Self { child, addr, url }
+        Self { child, addr, data, url }
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -240,6 +247,11 @@ fn misfit_command_lines_are_usage_errors_and_causes_are_said_once() {
     usage(&["get", "-r", "p/", d, "--include", "["], "the pattern \"[\" is malformed");
     usage(&["check", d, "p/a.txt"], "is a folder (check -r compares a folder)");
     usage(&["put", d, "x"], "is a folder: put -r uploads");
+    // bs:NAME as cp writes it is the blob NAME; a blob:// URL is cp's.
+    ok(&s.run(&["put", f, "bs:p/b.txt"]));
+    assert_eq!(ok(&s.run(&["cat", "p/b.txt"])), "hello");
+    assert_eq!(ok(&s.run(&["get", "bs:p/b.txt", "-"])), "hello");
+    usage(&["put", f, "blob://127.0.0.1:1/x"], "`cp FILE blob://127.0.0.1:1/x` copies there");
     usage(&["put", "-", "x"], "put reads a file, not standard input");
     // A file name that is not UTF-8 is named as such, not as a missing file.
     let odd = dir.path().join(std::ffi::OsStr::from_bytes(b"bad\xffname"));
@@ -1345,6 +1357,11 @@ fn first_steps_get_clear_answers() {
     let http = s.url.trim_start_matches("http://").trim_end_matches('/');
     let o = Command::new(BIN).args(["--server", http, "ls"]).output().unwrap();
     fails_with(&o, "is --server its HTTP port?");
+    let o = Command::new(BIN).args(["--server", &s.data, "ls"]).output().unwrap();
+    fails_with(&o, &format!("is {} a blobstream control plane?", s.data));
+    // A host without a port: the default port is said.
+    let o = Command::new(BIN).args(["--server", "127.0.0.9", "ls"]).output().unwrap();
+    fails_with(&o, "cannot reach blobstream server at 127.0.0.9:7070");
     let missing = dir.path().join("nope/out.bin");
     fails_with(&s.run(&["get", "a/f.bin", missing.to_str().unwrap()]), "nope does not exist");
     let other = dir.path().join("g.bin");

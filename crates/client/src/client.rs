@@ -85,9 +85,11 @@ impl Client {
         let bearer = bs_plane::Bearer::new(security.auth_token.as_deref())
             .map_err(|_| bad("the auth token is not valid header text".into()))?;
         let channel = rt.block_on(endpoint.connect()).map_err(|e| {
-            // The innermost cause says what happened ("Connection refused").
+            // The innermost cause says what happened ("Connection refused"); the address is
+            // the one tried (a bare host's default port said).
             let reason = bs_plane::root_cause(&e).to_string();
-            ClientError::Connect { addr: addr.into(), reason }
+            let addr = if addr.contains("://") { addr.into() } else { with_default_port(addr) };
+            ClientError::Connect { addr, reason }
         })?;
         let grpc =
             BlobStoreClient::with_interceptor(channel, bearer).max_decoding_message_size(64 << 20);

@@ -112,6 +112,12 @@ impl ClientError {
         }
     }
 
+    /// A control-plane call whose connection failed under it without an answer (tonic's
+    /// "transport error"): the peer is gone, or is no gRPC server (the data plane's port).
+    pub fn is_transport_failure(&self) -> bool {
+        matches!(self, Self::Rpc { code: Code::Unknown, message } if message == "transport error")
+    }
+
     /// Timeouts on either plane.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout | Self::Transfer(TransportError::Timeout))

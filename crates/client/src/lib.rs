@@ -19,7 +19,7 @@ pub use bind::{BindEndpoint, BindOffer, Bound};
 pub use bs_proto::{BindingStatus, BlobInfo, RouteRequest, RouteResponse, ScrubEvent, scrub_event};
 pub use bs_transport::TlsClient;
 pub use bs_transport::far::FAR_RTT;
-pub use client::Client;
+pub use client::{Client, with_default_port};
 pub use error::ClientError;
 pub use settings::{Security, TransferSettings};
 pub use streams::{PullStream, PushAck, PushStream};
