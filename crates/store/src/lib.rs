@@ -47,7 +47,9 @@ pub use source::{
     Arriving, BlobSource, CorruptionMarker, MAP_FROM, Pieces, READ_WHOLE_UP_TO, REMOTE_WINDOW,
     RangeRead, corruption_found, populate,
 };
-pub use store::{RouteSpec, Routed, Store, UploadSink, digest_file_range, is_routed, open_routed};
+pub use store::{
+    REQUIRE_DIGEST, RouteSpec, Routed, Store, UploadSink, digest_file_range, is_routed, open_routed,
+};
 pub use tier::Tier;
 pub use whole::put_bytes;
 pub use writeback::{WRITEBACK_STEP, start_writeback, sync_written};

@@ -23,7 +23,9 @@ pub struct RouteSpec {
     /// Replace an existing blob of the same name on commit.
     pub overwrite: bool,
     /// With `overwrite`: still do not replace a blob whose digest is one of these (HTTP
-    /// `If-None-Match` with ETags). Checked atomically with the commit; a refusal is
+    /// `If-None-Match` with ETags); an entry [`REQUIRE_DIGEST`]`DIGEST` instead names a
+    /// digest the blob replaced must have (HTTP `If-Match`): with such entries, only a blob of
+    /// one of their digests is replaced. Checked atomically with the commit; a refusal is
     /// [`StoreError::AlreadyExists`].
     pub refuse_digests: Vec<String>,
     /// Non-empty: resume a pending upload with the same name, size and tag.
@@ -446,9 +448,15 @@ pub fn is_routed(sink: &dyn UploadSink, upload_id: &str) -> bool {
     sink.upload_id().is_none_or(|id| id == upload_id)
 }
 
+/// What marks an entry of [`RouteSpec::refuse_digests`] as a digest the replaced blob must
+/// have (no digest begins with it).
+pub const REQUIRE_DIGEST: &str = "=";
+
 /// Whether an upload routed with `overwrite` and `refuse` may replace a blob of `digest`.
 pub(crate) fn may_replace(overwrite: bool, refuse: &[String], digest: &str) -> bool {
-    overwrite && !refuse.iter().any(|r| r == digest)
+    let mut required = refuse.iter().filter_map(|r| r.strip_prefix(REQUIRE_DIGEST)).peekable();
+    let required_ok = required.peek().is_none() || required.any(|r| r == digest);
+    overwrite && required_ok && !refuse.iter().any(|r| r == digest)
 }
 
 /// Shared check for the write path: no gaps, no writing past a declared size.

@@ -289,6 +289,16 @@ fn conditional_replace_is_checked_at_commit(s: &dyn Store) {
     sp.refuse_digests = vec![digest(b"third")];
     assert!(matches!(bs_store::put_bytes(s, &sp, b"fourth"), Err(StoreError::AlreadyExists(_))));
     assert_eq!(read_all(s, "c"), b"third");
+    // Requiring a version (HTTP If-Match): only a blob of one of those digests is replaced.
+    let require = |d: &[u8]| format!("{}{}", bs_store::REQUIRE_DIGEST, digest(d));
+    sp.refuse_digests = vec![require(b"second")];
+    assert!(matches!(s.route(&sp), Err(StoreError::AlreadyExists(_))), "not the one stored");
+    sp.refuse_digests = vec![require(b"second"), require(b"third")];
+    bs_store::put_bytes(s, &sp, b"fourth").unwrap();
+    assert_eq!(read_all(s, "c"), b"fourth");
+    sp.refuse_digests = vec![require(b"third")];
+    assert!(matches!(bs_store::put_bytes(s, &sp, b"fifth"), Err(StoreError::AlreadyExists(_))));
+    assert_eq!(read_all(s, "c"), b"fourth");
 }
 
 fn stale_uploads_expire_unless_being_written(s: &dyn Store) {

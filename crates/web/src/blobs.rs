@@ -211,31 +211,41 @@ async fn put_spec(
     // a list of ETags — only if the stored blob is none of them. Either way 412 if not.
     let condition = match h.get(header::IF_NONE_MATCH) {
         None => None,
-        Some(v) => Some(parse_if_none_match(v.to_str().unwrap_or("\u{0}"))?),
+        Some(v) => Some(entity_tags("If-None-Match", v.to_str().unwrap_or("\u{0}"), true)?),
+    };
+    // If-Match (§13.1.1): `*` — only if a blob is stored there; a list of ETags — only if the
+    // stored blob is one of them (strong comparison). Either way 412 if not.
+    let must_match = match h.get(header::IF_MATCH) {
+        None => None,
+        Some(v) => Some(entity_tags("If-Match", v.to_str().unwrap_or("\u{0}"), false)?),
     };
     let overwrite = !matches!(condition, Some(None));
-    // The ETags the stored blob must not have, also checked again atomically at commit.
-    let refuse_digests: Vec<String> = match &condition {
+    // The ETags the stored blob must not have, and those it must have one of: also checked
+    // again atomically at commit.
+    let mut refuse_digests: Vec<String> = match &condition {
         Some(Some(tags)) => tags.iter().map(|t| t.trim_matches('"').to_string()).collect(),
         _ => Vec::new(),
     };
-    if let Some(cond) = condition {
-        let (store, k) = (st.store.clone(), key.clone());
-        let current = blocking(move || match store.stat(&k) {
-            Ok(r) => Ok(Some(format!("\"{}\"", r.digest))),
-            Err(bs_store::StoreError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
-        })
-        .await?;
-        let failed = match (&cond, &current) {
-            (None, Some(_)) => true,
-            (Some(tags), Some(etag)) => tags.iter().any(|t| t == etag),
+    if let Some(Some(tags)) = &must_match {
+        let required = tags.iter().filter(|t| !t.starts_with("W/"));
+        refuse_digests.extend(
+            required.map(|t| format!("{}{}", bs_store::REQUIRE_DIGEST, t.trim_matches('"'))),
+        );
+    }
+    if condition.is_some() || must_match.is_some() {
+        let current = current_etag(st, &key).await?;
+        let failed = match (&condition, &current) {
+            (Some(None), Some(_)) => true,
+            (Some(Some(tags)), Some(etag)) => tags.iter().any(|t| t == etag),
             _ => false,
         };
         if failed {
             return Err(WebError::PreconditionFailed(format!(
                 "blob {key:?} exists and If-None-Match forbids replacing it"
             )));
+        }
+        if let Some(m) = &must_match {
+            if_match(&key, m, current.as_deref())?;
         }
     }
     let content_type =
@@ -274,6 +284,12 @@ async fn stored(st: &Arc<AppState>, rec: BlobRecord) -> info::BlobInfo {
 
 pub async fn delete(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let key = key_from_path(req.uri().path(), ROUTE)?;
+    // If-Match: delete only the version named (checked just before the delete, which the
+    // store does not take a condition for: a replacement in between is not seen).
+    if let Some(v) = req.headers().get(header::IF_MATCH) {
+        let m = entity_tags("If-Match", v.to_str().unwrap_or("\u{0}"), false)?;
+        if_match(&key, &m, current_etag(&st, &key).await?.as_deref())?;
+    }
     let st2 = st.clone();
     blocking(move || {
         st2.store.delete(&key)?;
@@ -421,26 +437,58 @@ pub(crate) fn client_has(if_none_match: &str, etag: &str) -> bool {
 }
 
 /// `*` → `None`; otherwise the listed entity tags (weak ones compared by their opaque part).
-fn parse_if_none_match(v: &str) -> Result<Option<Vec<String>>, WebError> {
+/// The value of `If-None-Match` or `If-Match` (`header`): `None` for `*`, else its entity
+/// tags. With `weak_too` (If-None-Match's weak comparison) a `W/` tag counts as its strong
+/// one; otherwise it is kept as written, so it matches no ETag (If-Match compares strongly).
+fn entity_tags(header: &str, v: &str, weak_too: bool) -> Result<Option<Vec<String>>, WebError> {
     let v = v.trim();
     if v == "*" {
         return Ok(None);
     }
     let mut tags = Vec::new();
     for t in v.split(',').map(str::trim) {
-        let t = t.strip_prefix("W/").unwrap_or(t);
-        let ok = t.len() >= 2
-            && t.starts_with('"')
-            && t.ends_with('"')
-            && !t[1..t.len() - 1].contains('"');
+        let (weak, bare) = match t.strip_prefix("W/") {
+            Some(b) => (true, b),
+            None => (false, t),
+        };
+        let ok = bare.len() >= 2
+            && bare.starts_with('"')
+            && bare.ends_with('"')
+            && !bare[1..bare.len() - 1].contains('"');
         if !ok {
             return Err(WebError::BadRequest(format!(
-                "If-None-Match must be * or a list of quoted entity tags, not {v:?}"
+                "{header} must be * or a list of quoted entity tags, not {v:?}"
             )));
         }
-        tags.push(t.to_string());
+        tags.push(if weak && !weak_too { t.to_string() } else { bare.to_string() });
     }
     Ok(Some(tags))
+}
+
+/// The ETag of what `key` holds now, `None` when nothing.
+async fn current_etag(st: &Arc<AppState>, key: &str) -> Result<Option<String>, WebError> {
+    let (store, k) = (st.store.clone(), key.to_string());
+    blocking(move || match store.stat(&k) {
+        Ok(r) => Ok(Some(format!("\"{}\"", r.digest))),
+        Err(bs_store::StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    })
+    .await
+}
+
+/// 412 unless the blob's `current` ETag meets `If-Match` `m` (`None`: `*`, any blob).
+fn if_match(key: &str, m: &Option<Vec<String>>, current: Option<&str>) -> Result<(), WebError> {
+    match (m, current) {
+        (_, None) => Err(WebError::PreconditionFailed(format!(
+            "no blob {key:?} is stored, and If-Match asks for one"
+        ))),
+        (Some(tags), Some(etag)) if !tags.iter().any(|t| t == etag) => {
+            Err(WebError::PreconditionFailed(format!(
+                "blob {key:?} is {etag}, not what If-Match names (it changed since it was read)"
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A short text field (a key), read with a bound so a huge field cannot exhaust memory.

@@ -62,6 +62,12 @@ fn path_param(name: &str, desc: &str) -> Value {
         "schema": { "type": "string", "maxLength": 64 } })
 }
 
+/// The `If-Match` header parameter of a write, doing `what`.
+fn if_match(what: &str) -> Value {
+    json!({ "name": "If-Match", "in": "header", "required": false, "description": what,
+        "schema": { "type": "string", "pattern": "^(\\*|(W/)?\"[^\"]*\"(, *(W/)?\"[^\"]*\")*)$" } })
+}
+
 fn key_param() -> Value {
     json!({ "name": "key", "in": "path", "required": true,
         "description": "Blob key. In a real URL, keys with folders are written with literal \
@@ -168,20 +174,23 @@ fn contract() -> Value {
                     "parameters": [key_param(),
                         { "name": "If-None-Match", "in": "header", "required": false,
                           "description": "* (create only) or a list of quoted ETags not to replace",
-                          "schema": { "type": "string", "pattern": "^(\\*|(W/)?\"[^\"]*\"(, *(W/)?\"[^\"]*\")*)$" } }],
+                          "schema": { "type": "string", "pattern": "^(\\*|(W/)?\"[^\"]*\"(, *(W/)?\"[^\"]*\")*)$" } },
+                        if_match("replace only an existing blob, or only one with one of the listed ETags")],
                     "requestBody": { "required": false, "content": {
                         "*/*": { "schema": { "type": "string", "format": "binary" } } } },
                     "responses": key_errors(json!({
                         "201": ok_json("Stored", "BlobInfo"),
-                        "412": err("If-None-Match failed: the blob exists (or has a listed ETag)"),
+                        "412": err("If-None-Match or If-Match failed"),
                         "413": err("Over the upload limit"),
                         "415": err("Multipart body; use POST /blobs"),
                         "507": err("Store full") })),
                 },
                 "delete": {
                     "summary": "Delete a blob",
-                    "parameters": [key_param()],
-                    "responses": key_errors(json!({ "204": { "description": "Deleted" } })),
+                    "parameters": [key_param(),
+                        if_match("delete only an existing blob with one of the listed ETags (* any)")],
+                    "responses": key_errors(json!({ "204": { "description": "Deleted" },
+                        "412": err("If-Match failed") })),
                 },
             },
             "/blobs": {

@@ -210,6 +210,31 @@ async fn put_get_head_range_etag_delete() {
         let r = s.http.put(s.url("/blobs/new-one")).header("If-None-Match", &etag).body("y");
         assert_eq!(r.send().await.unwrap().status(), StatusCode::CREATED, "other ETag: replaced");
 
+        // If-Match: only the version named is replaced or deleted (no lost update).
+        let etag_of = |r: reqwest::Response| r.headers()["etag"].to_str().unwrap().to_string();
+        let y = etag_of(s.http.head(s.url("/blobs/new-one")).send().await.unwrap());
+        let put_if = |m: &str, body: &'static str| {
+            s.http.put(s.url("/blobs/new-one")).header("If-Match", m).body(body).send()
+        };
+        assert_eq!(error_code(put_if(&etag, "z").await.unwrap()).await, pf, "a stale ETag");
+        assert_eq!(error_code(put_if(&format!("W/{y}"), "z").await.unwrap()).await, pf, "weak");
+        assert_eq!(
+            put_if(&format!("\"x\", {y}"), "z").await.unwrap().status(),
+            StatusCode::CREATED
+        );
+        assert_eq!(put_if("*", "w").await.unwrap().status(), StatusCode::CREATED);
+        let r = s.http.put(s.url("/blobs/none-here")).header("If-Match", "*").body("x");
+        assert_eq!(error_code(r.send().await.unwrap()).await, pf, "* needs a blob");
+        let r = s.http.put(s.url("/blobs/new-one")).header("If-Match", "nope").body("x");
+        assert_eq!(r.send().await.unwrap().status(), StatusCode::BAD_REQUEST);
+        let r = s.http.get(s.url("/blobs/new-one")).send().await.unwrap();
+        assert_eq!(r.bytes().await.unwrap(), "w", "refused writes changed nothing");
+        let w = etag_of(s.http.head(s.url("/blobs/new-one")).send().await.unwrap());
+        let r = s.http.delete(s.url("/blobs/new-one")).header("If-Match", &y).send();
+        assert_eq!(error_code(r.await.unwrap()).await, pf, "deleting a version since replaced");
+        let r = s.http.delete(s.url("/blobs/new-one")).header("If-Match", &w).send();
+        assert_eq!(r.await.unwrap().status(), StatusCode::NO_CONTENT);
+
         let r = s.http.delete(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::NO_CONTENT);
         let r = s.http.get(s.url("/blobs/a/b%20c.bin")).send().await.unwrap();
