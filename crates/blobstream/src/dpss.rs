@@ -236,6 +236,16 @@ fn parse_size(s: &str) -> Result<(u64, u64)> {
 }
 
 fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
+    let most = bs_dpss::disk::MAX_BLOCK;
+    if a.block_size == 0 || a.block_size as usize > most {
+        crate::commands::usage!(
+            "--block-size {} is not in 1..={most} (a block is at most 16 MiB)",
+            a.block_size
+        );
+    }
+    if a.copies == Some(0) {
+        crate::commands::usage!("--copies 0: every block needs at least one copy");
+    }
     let opts = client_options(&a.auth)?;
     let servers = loader::live_servers(&a.master, &opts)?;
     let copies = a.copies.unwrap_or(if servers.len() >= 2 { 2 } else { 1 });
@@ -259,9 +269,9 @@ fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
         bar.set_position(done);
     };
     let tiff = match &a.image {
-        Some(path) if a.tile.is_multiple_of(2) => {
-            bs_dpss::tiffband::streamable(path)?.map(|s| (path, s))
-        }
+        Some(path) if a.tile.is_multiple_of(2) => bs_dpss::tiffband::streamable(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .map(|s| (path, s)),
         _ => None,
     };
     let rep = if let Some((path, (w, h, channels))) = tiff {
@@ -280,7 +290,8 @@ fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
             let layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
             (Box::new(Synthetic { width: w, height: h, tile: a.tile }), layout)
         } else if let Some(file) = &a.file {
-            let f = FileBlocks::open(file, a.block_size)?;
+            let f = FileBlocks::open(file, a.block_size)
+                .with_context(|| format!("reading {}", file.display()))?;
             let layout =
                 Layout::plan(&a.dataset, "file", (f.len, 1), a.block_size, servers, copies)?;
             (Box::new(f), layout)

@@ -247,6 +247,9 @@ fn misfit_command_lines_are_usage_errors_and_causes_are_said_once() {
     usage(&["get", "-r", "p/", d, "--include", "["], "the pattern \"[\" is malformed");
     usage(&["check", d, "p/a.txt"], "is a folder (check -r compares a folder)");
     usage(&["put", d, "x"], "is a folder: put -r uploads");
+    let load = ["dpss", "load", "--dataset", "x", "--master", "127.0.0.1:1", "--file", f];
+    usage(&[&load[..], &["--block-size", "100000000"]].concat(), "a block is at most 16 MiB");
+    usage(&[&load[..], &["--copies", "0"]].concat(), "at least one copy");
     // bs:NAME as cp writes it is the blob NAME; a blob:// URL is cp's.
     ok(&s.run(&["put", f, "bs:p/b.txt"]));
     assert_eq!(ok(&s.run(&["cat", "p/b.txt"])), "hello");

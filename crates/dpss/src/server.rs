@@ -690,9 +690,22 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
                     i.disks.put(s, disk, id, digest, data)?;
                 }
                 Message::Commit(name) => {
-                    let s = staging
-                        .take()
-                        .ok_or_else(|| DpssError::Malformed("COMMIT before any PUT".into()))?;
+                    let s = match staging.take() {
+                        Some(s) => s,
+                        // A server given no block of the data set (a small one over many
+                        // servers) holds it empty: every server has it once it is published.
+                        None if reserved.as_deref() == Some(name) => {
+                            if i.datasets.read().unwrap().contains_key(name) {
+                                return Err(DpssError::DatasetExists(name.to_string()));
+                            }
+                            i.disks.stage(name)?
+                        }
+                        None => {
+                            return Err(DpssError::Malformed(
+                                "COMMIT before BEGIN or any PUT".into(),
+                            ));
+                        }
+                    };
                     if s.dataset != name {
                         i.disks.discard(s);
                         return Err(DpssError::Malformed(format!("COMMIT of {name:?}")));

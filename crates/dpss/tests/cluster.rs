@@ -483,3 +483,20 @@ fn a_client_holds_no_more_than_the_server_gives() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A data set of fewer blocks than servers: the servers given none hold it empty, so the load
+/// publishes (it failed with "COMMIT before any PUT"), and it reads back.
+#[test]
+fn a_data_set_smaller_than_the_cluster_loads_and_reads_back() {
+    let cl = Cluster::start(4, 1, None);
+    let (src, rep) = cl.load("one-tile", 256, 1, &ClientOptions::default());
+    assert_eq!(rep.unwrap().blocks, 1);
+    assert!(cl.servers.iter().flatten().all(|s| s.stats().datasets == 1), "held everywhere");
+    let mut c = Client::open(&cl.master, "one-tile", ClientOptions::default()).unwrap();
+    let id = BlockId::new(0, 0, 0);
+    assert_eq!(c.fetch(&[id], WAIT).unwrap()[&id], src.block(id).unwrap());
+    drop(c);
+    let r = bs_dpss::loader::remove(&cl.master, "one-tile", &ClientOptions::default()).unwrap();
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert!(cl.servers.iter().flatten().all(|s| s.stats().datasets == 0));
+}
