@@ -85,12 +85,18 @@ pub enum Event {
 }
 
 enum Raw {
-    /// A message from server `.0`; `.2`: for a `BLOCK`, whether its bytes match its digest
-    /// (checked by the reading thread, while they are still in its core's cache).
-    Msg(usize, bs_binding::Msg, bool),
-    Gone(usize, String),
+    /// A message from server `.0` over its connection of generation `.1`; `.3`: for a
+    /// `BLOCK`, whether its bytes match its digest (checked by the reading thread, while they
+    /// are still in its core's cache).
+    Msg(usize, u32, bs_binding::Msg, bool),
+    Gone(usize, u32, String),
     Wake,
 }
+
+/// The first wait before a lost server is tried again, doubled after each failed try up to
+/// [`RETRY_MOST`]: a server restarted (a rolling restart, a crash) is used again.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MOST: Duration = Duration::from_secs(30);
 
 /// Makes a [`Client::next`] waiting in another thread return at once (with `None`), so a
 /// thread that owns the client can serve other work without polling.
@@ -115,6 +121,11 @@ pub struct Client {
     opts: ClientOptions,
     links: Vec<Option<Link>>,
     dead: Vec<Option<String>>,
+    /// Per server, its connection's generation: what an earlier connection's reading thread
+    /// still sends is told apart and dropped.
+    generation: Vec<u32>,
+    /// Per lost server: when to try it again, and the wait after that if it fails.
+    retry: Vec<(Instant, Duration)>,
     tx: mpsc::Sender<Raw>,
     rx: mpsc::Receiver<Raw>,
     seq: u32,
@@ -157,6 +168,8 @@ impl Client {
             opts,
             links: (0..n).map(|_| None).collect(),
             dead: vec![None; n],
+            generation: vec![0; n],
+            retry: vec![(Instant::now(), RETRY_FIRST); n],
             tx,
             rx,
             seq: 0,
@@ -169,6 +182,7 @@ impl Client {
             if let Err(e) = c.connect(s) {
                 tracing::warn!(server = %c.layout.servers[s].addr, error = %e, "block server unreachable");
                 c.dead[s] = Some(e.to_string());
+                c.retry[s] = (Instant::now() + RETRY_FIRST, RETRY_FIRST);
             }
         }
         if c.dead.iter().all(Option::is_some) {
@@ -193,6 +207,8 @@ impl Client {
         let (requests, _) = peer.open(&hello("requests"))?;
         let (mut blocks, _) = peer.open(&hello("blocks"))?;
         let tx = self.tx.clone();
+        self.generation[s] += 1;
+        let g = self.generation[s];
         thread::Builder::new().name(format!("dpss-client-{s}")).spawn(move || {
             loop {
                 match blocks.recv() {
@@ -201,16 +217,17 @@ impl Client {
                             Ok(Message::Block { digest: want, data, .. }) => digest(data) == want,
                             _ => true,
                         };
-                        if tx.send(Raw::Msg(s, m, intact)).is_err() {
+                        if tx.send(Raw::Msg(s, g, m, intact)).is_err() {
                             return;
                         }
                     }
                     Ok(None) => {
-                        let _ = tx.send(Raw::Gone(s, "the server closed the connection".into()));
+                        let why = "the server closed the connection".into();
+                        let _ = tx.send(Raw::Gone(s, g, why));
                         return;
                     }
                     Err(e) => {
-                        let _ = tx.send(Raw::Gone(s, DpssError::from(e).to_string()));
+                        let _ = tx.send(Raw::Gone(s, g, DpssError::from(e).to_string()));
                         return;
                     }
                 }
@@ -234,8 +251,34 @@ impl Client {
         self.dead.iter().enumerate().filter_map(|(i, d)| d.clone().map(|d| (i, d))).collect()
     }
 
+    /// Try again the lost servers whose wait is over: one that answers is used again, from a
+    /// fresh session (it was restarted, or the network came back).
+    fn revive(&mut self) {
+        let now = Instant::now();
+        for s in 0..self.links.len() {
+            let (at, wait) = self.retry[s];
+            if self.dead[s].is_none() || now < at {
+                continue;
+            }
+            match self.connect(s) {
+                Ok(()) => {
+                    tracing::info!(server = %self.layout.servers[s].addr, "block server back");
+                    self.dead[s] = None;
+                    self.got[s] = 0;
+                    self.outstanding[s].clear();
+                    self.retry[s] = (now, RETRY_FIRST);
+                }
+                Err(e) => {
+                    self.dead[s] = Some(e.to_string());
+                    self.retry[s] = (now + wait, (wait * 2).min(RETRY_MOST));
+                }
+            }
+        }
+    }
+
     /// Replace every server's list by this one (most urgent first): each block goes to its
-    /// first copy on a server not lost. Returns the list number.
+    /// first copy on a server not lost (a lost one is tried again now and then). Returns the
+    /// list number.
     pub fn request(&mut self, list: &[(BlockId, Priority)]) -> Result<u32, DpssError> {
         for (id, _) in list {
             if !self.layout.contains(*id) {
@@ -245,6 +288,7 @@ impl Client {
                 });
             }
         }
+        self.revive();
         self.seq += 1;
         self.tried.clear();
         let mut per: Vec<Vec<(BlockId, Priority)>> = vec![Vec::new(); self.links.len()];
@@ -285,7 +329,7 @@ impl Client {
         };
         self.outstanding[s] = entries.into_iter().filter(|(_, p)| *p != Priority::Low).collect();
         if let Err(e) = res {
-            let _ = self.tx.send(Raw::Gone(s, e.to_string()));
+            let _ = self.tx.send(Raw::Gone(s, self.generation[s], e.to_string()));
         }
     }
 
@@ -340,8 +384,10 @@ impl Client {
 
     fn handle(&mut self, raw: Raw) {
         let (s, m, intact) = match raw {
-            Raw::Gone(s, reason) => return self.server_lost(s, reason),
-            Raw::Msg(s, m, intact) => (s, m, intact),
+            // From a connection since replaced: nothing to do with the current one.
+            Raw::Gone(s, g, _) | Raw::Msg(s, g, ..) if g != self.generation[s] => return,
+            Raw::Gone(s, _, reason) => return self.server_lost(s, reason),
+            Raw::Msg(s, _, m, intact) => (s, m, intact),
             Raw::Wake => return,
         };
         if self.dead[s].is_some() {
@@ -394,6 +440,7 @@ impl Client {
         }
         tracing::warn!(server = %self.layout.servers[s].addr, %reason, "block server lost");
         self.dead[s] = Some(reason.clone());
+        self.retry[s] = (Instant::now() + RETRY_FIRST, RETRY_FIRST);
         if let Some(mut l) = self.links[s].take() {
             l.requests.shutdown_write();
         }

@@ -500,3 +500,36 @@ fn a_data_set_smaller_than_the_cluster_loads_and_reads_back() {
     assert!(r.failed.is_empty(), "{r:?}");
     assert!(cl.servers.iter().flatten().all(|s| s.stats().datasets == 0));
 }
+
+/// A block server that comes back (restarted on its address and disks, as in a rolling
+/// restart) is used again by a client that lost it: its blocks, lost while it was down,
+/// arrive once it is back.
+#[test]
+fn a_server_that_comes_back_is_used_again() {
+    let mut cl = Cluster::start(2, 1, None);
+    let (src, rep) = cl.load("img", 1024, 1, &ClientOptions::default());
+    rep.unwrap();
+    let mut c = Client::open(&cl.master, "img", ClientOptions::default()).unwrap();
+    let layout = c.layout().clone();
+    let id = layout.all_blocks().find(|&id| layout.locations(id)[0].0 == 1).unwrap();
+    let addr = cl.servers[1].as_ref().unwrap().addr().to_string();
+    let disk = cl.servers[1].as_ref().unwrap().disk_dir(0);
+    cl.servers[1] = None; // stopped: its sockets close
+    let err = c.fetch(&[id], WAIT).unwrap_err();
+    assert!(matches!(err, DpssError::Unavailable { .. }), "{err}");
+    assert_eq!(c.lost_servers().len(), 1);
+    let mut cfg = bs_dpss::ServerConfig::new(vec![disk]);
+    cfg.name = "server-1".into();
+    cl.servers[1] = Some(bs_dpss::BlockServer::start(&addr, cfg).unwrap());
+    // The client tries a lost server again after a wait that grows: asked until a deadline.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let got = loop {
+        match c.fetch(&[id], WAIT) {
+            Ok(got) => break got,
+            Err(e) => assert!(std::time::Instant::now() < deadline, "never used again: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(got[&id], src.block(id).unwrap());
+    assert!(c.lost_servers().is_empty(), "{:?}", c.lost_servers());
+}
