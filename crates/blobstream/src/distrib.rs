@@ -304,6 +304,13 @@ impl FlowHandler for IntoStore {
         };
         match self.client.open_push(&key, 0, None, Some(route)) {
             Ok(push) => self.current = Some((key, push)),
+            // As into a folder: a run replaces nothing kept before.
+            Err(bs_client::ClientError::AlreadyExists(_)) => {
+                self.error = Some(format!(
+                    "{key} already exists in the store (a run replaces no blob): remove it, \
+                     or send the run under another name"
+                ))
+            }
             Err(e) => self.error = Some(format!("cannot store {key}: {e}")),
         }
     }

@@ -34,6 +34,10 @@ pub fn run(g: &Global, c: DpssCommand) -> Result<()> {
         DpssCommand::Status { master, json, auth } => status(&master, json, &auth),
         DpssCommand::Simulate { dataset, master, rate, lists, tiles, level, json, auth } => {
             let mut c = Client::open(&master, &dataset, client_options(&auth)?)?;
+            let levels = c.layout().levels;
+            if level >= levels {
+                bail!("{dataset} has no level {level} (its levels are 0 to {})", levels - 1);
+            }
             let w = bs_dpss::simulate::Workload {
                 lists_per_second: rate,
                 lists,

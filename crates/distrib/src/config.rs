@@ -221,6 +221,13 @@ impl Config {
             let sender_token = s.sender_token;
             streams.push(StreamSpec { name, token: s.token, sender_token, flows });
         }
+        if streams.is_empty() {
+            return Err(DistribError::Config {
+                file: file.to_string(),
+                line: 0,
+                reason: "no [[stream]] is defined: a distributer serves at least one".into(),
+            });
+        }
         Ok(Config { streams })
     }
 
@@ -453,6 +460,14 @@ datagram = "8k"
         fails(&misplaced, 20, "no meaning under policy \"timeout\"");
         fails("[[stream]]\nname = \"x y\"\n[[stream.flow]]\nname = \"f\"\n", 2, "stream name");
         fails("[[stream]]\nname = \"lonely\"\n", 1, "has no [[stream.flow]]");
+        // A file with no stream (empty, or every line a comment) is no configuration.
+        for empty in ["", "# streams go here\n"] {
+            let e = Config::parse(empty, "streams.toml").unwrap_err().to_string();
+            assert_eq!(
+                e,
+                "streams.toml: no [[stream]] is defined: a distributer serves at least one"
+            );
+        }
         fails("[[stream]\n", 1, "");
         let tiny = GOOD.replace("socket_buffer = \"8m\"", "socket_buffer = 100");
         fails(&tiny, 15, "socket_buffer must be 4k to 1g");

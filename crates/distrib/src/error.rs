@@ -7,7 +7,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum DistribError {
     /// The configuration file is wrong; `line` is 1-based (0: the file as a whole).
-    #[error("{file}:{line}: {reason}")]
+    #[error("{file}{}: {reason}", if *line > 0 { format!(":{line}") } else { String::new() })]
     Config { file: String, line: usize, reason: String },
     #[error("unknown stream {0:?}")]
     UnknownStream(String),
