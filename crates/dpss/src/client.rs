@@ -90,6 +90,9 @@ enum Raw {
     /// are still in its core's cache).
     Msg(usize, u32, bs_binding::Msg, bool),
     Gone(usize, u32, String),
+    /// A lost server tried again (off the client's thread): its session's two connections,
+    /// or why there are none.
+    Revived(usize, Result<Box<(Binding, Binding)>, String>),
     Wake,
 }
 
@@ -126,6 +129,8 @@ pub struct Client {
     generation: Vec<u32>,
     /// Per lost server: when to try it again, and the wait after that if it fails.
     retry: Vec<(Instant, Duration)>,
+    /// Per server: a try to reach it again is under way.
+    reviving: Vec<bool>,
     tx: mpsc::Sender<Raw>,
     rx: mpsc::Receiver<Raw>,
     seq: u32,
@@ -143,6 +148,21 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client").field("dataset", &self.layout.dataset).finish()
     }
+}
+
+/// A session's two connections to a server: lists go out on one, blocks come back on the
+/// other (blocking: TCP, TLS and HELLO, each within the connection wait).
+fn open_links(peer: &Peer, opts: &ClientOptions) -> Result<(Binding, Binding), DpssError> {
+    let session = session_id();
+    let token = opts.token.clone().unwrap_or_default();
+    let hello = |role: &str| msg::Hello {
+        role: role.into(),
+        session: session.clone(),
+        token: token.clone(),
+    };
+    let (requests, _) = peer.open(&hello("requests"))?;
+    let (blocks, _) = peer.open(&hello("blocks"))?;
+    Ok((requests, blocks))
 }
 
 fn session_id() -> String {
@@ -170,6 +190,7 @@ impl Client {
             dead: vec![None; n],
             generation: vec![0; n],
             retry: vec![(Instant::now(), RETRY_FIRST); n],
+            reviving: vec![false; n],
             tx,
             rx,
             seq: 0,
@@ -197,15 +218,18 @@ impl Client {
 
     fn connect(&mut self, s: usize) -> Result<(), DpssError> {
         let peer = Peer::new(self.layout.servers[s].addr.clone(), self.opts.tls.clone());
-        let session = session_id();
-        let token = self.opts.token.clone().unwrap_or_default();
-        let hello = |role: &str| msg::Hello {
-            role: role.into(),
-            session: session.clone(),
-            token: token.clone(),
-        };
-        let (requests, _) = peer.open(&hello("requests"))?;
-        let (mut blocks, _) = peer.open(&hello("blocks"))?;
+        let (requests, blocks) = open_links(&peer, &self.opts)?;
+        self.attach(s, requests, blocks)
+    }
+
+    /// Use `requests` and `blocks` as server `s`'s connections from now on: a thread reads
+    /// the blocks, tagged with a new generation.
+    fn attach(
+        &mut self,
+        s: usize,
+        requests: Binding,
+        mut blocks: Binding,
+    ) -> Result<(), DpssError> {
         let tx = self.tx.clone();
         self.generation[s] += 1;
         let g = self.generation[s];
@@ -256,22 +280,37 @@ impl Client {
     fn revive(&mut self) {
         let now = Instant::now();
         for s in 0..self.links.len() {
-            let (at, wait) = self.retry[s];
-            if self.dead[s].is_none() || now < at {
+            if self.dead[s].is_none() || self.reviving[s] || now < self.retry[s].0 {
                 continue;
             }
-            match self.connect(s) {
-                Ok(()) => {
-                    tracing::info!(server = %self.layout.servers[s].addr, "block server back");
-                    self.dead[s] = None;
-                    self.got[s] = 0;
-                    self.outstanding[s].clear();
-                    self.retry[s] = (now, RETRY_FIRST);
-                }
-                Err(e) => {
-                    self.dead[s] = Some(e.to_string());
-                    self.retry[s] = (now + wait, (wait * 2).min(RETRY_MOST));
-                }
+            // Tried off this thread: a server that does not answer (its host down) must not
+            // hold up the lists of the others for the connection's wait.
+            let peer = Peer::new(self.layout.servers[s].addr.clone(), self.opts.tls.clone());
+            let (opts, tx) = (self.opts.clone(), self.tx.clone());
+            let tried = thread::Builder::new().name(format!("dpss-revive-{s}")).spawn(move || {
+                let links = open_links(&peer, &opts).map(Box::new).map_err(|e| e.to_string());
+                let _ = tx.send(Raw::Revived(s, links));
+            });
+            self.reviving[s] = tried.is_ok();
+        }
+    }
+
+    /// What a try to reach lost server `s` again gave.
+    fn revived(&mut self, s: usize, links: Result<Box<(Binding, Binding)>, String>) {
+        self.reviving[s] = false;
+        let now = Instant::now();
+        match links.and_then(|l| self.attach(s, l.0, l.1).map_err(|e| e.to_string())) {
+            Ok(()) => {
+                tracing::info!(server = %self.layout.servers[s].addr, "block server back");
+                self.dead[s] = None;
+                self.got[s] = 0;
+                self.outstanding[s].clear();
+                self.retry[s] = (now, RETRY_FIRST);
+            }
+            Err(e) => {
+                let wait = self.retry[s].1;
+                self.dead[s] = Some(e);
+                self.retry[s] = (now + wait, (wait * 2).min(RETRY_MOST));
             }
         }
     }
@@ -287,6 +326,18 @@ impl Client {
                     block: id.to_string(),
                 });
             }
+        }
+        // What has arrived is taken in first (a lost server back, blocks of the last list).
+        let mut woken = false;
+        while let Ok(raw) = self.rx.try_recv() {
+            match raw {
+                Raw::Wake => woken = true,
+                raw => self.handle(raw),
+            }
+        }
+        if woken {
+            // Still owed to the next wait (a waker asked it to return at once).
+            let _ = self.tx.send(Raw::Wake);
         }
         self.revive();
         self.seq += 1;
@@ -387,6 +438,7 @@ impl Client {
             // From a connection since replaced: nothing to do with the current one.
             Raw::Gone(s, g, _) | Raw::Msg(s, g, ..) if g != self.generation[s] => return,
             Raw::Gone(s, _, reason) => return self.server_lost(s, reason),
+            Raw::Revived(s, links) => return self.revived(s, links),
             Raw::Msg(s, _, m, intact) => (s, m, intact),
             Raw::Wake => return,
         };

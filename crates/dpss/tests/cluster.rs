@@ -511,10 +511,15 @@ fn a_server_that_comes_back_is_used_again() {
     rep.unwrap();
     let mut c = Client::open(&cl.master, "img", ClientOptions::default()).unwrap();
     let layout = c.layout().clone();
-    let id = layout.all_blocks().find(|&id| layout.locations(id)[0].0 == 1).unwrap();
     let addr = cl.servers[1].as_ref().unwrap().addr().to_string();
+    // The layout numbers servers its own way: the block held by the one stopped.
+    let s = layout.servers.iter().position(|r| r.addr == addr).unwrap();
+    let id = layout.all_blocks().find(|&id| layout.locations(id)[0].0 == s).unwrap();
     let disk = cl.servers[1].as_ref().unwrap().disk_dir(0);
     cl.servers[1] = None; // stopped: its sockets close
+    while c.lost_servers().is_empty() {
+        assert!(c.next(WAIT).is_some(), "the stopped server was never noticed");
+    }
     let err = c.fetch(&[id], WAIT).unwrap_err();
     assert!(matches!(err, DpssError::Unavailable { .. }), "{err}");
     assert_eq!(c.lost_servers().len(), 1);

@@ -456,10 +456,10 @@ impl ImageIndex {
     /// The studies with at least one instance matching every criterion of `q` (its `limit`
     /// bounds the studies; `study_after` starts past a study; `study_uids`, when given, are
     /// looked up by UID rather than searched for), by Study Instance UID, with
-    /// counts over all their instances (an instance stored under two names counts once). Instances whose pixels cannot be decoded (a structured
-    /// report, an encapsulated PDF) count as instances and may be what matched; the metadata
-    /// shown is a decoded image's where the study has one. Instances without a Study
-    /// Instance UID are not in any study.
+    /// counts over all their instances (an instance stored under two names counts once).
+    /// Instances whose pixels cannot be decoded (a structured report, an encapsulated PDF)
+    /// count as instances and may be what matched; the metadata shown is a decoded image's
+    /// where the study has one. Instances without a Study Instance UID are not in any study.
     pub fn studies(&self, q: &ImageQuery) -> Result<Vec<StudySummary>> {
         let s = search_of(q);
         match &self.backend {
@@ -603,7 +603,6 @@ impl Search<'_> {
     }
 }
 
-/// Slice order within a series, the same in both databases.
 /// What tells instances apart in SQLite: the SOP Instance UID, or the blob name where there is
 /// none (the same instance stored under two names is one).
 const SOP_SQLITE: &str = "coalesce(nullif(CASE WHEN json_valid(meta) \
@@ -633,6 +632,7 @@ pub fn one_per_instance(entries: Vec<ImageEntry>) -> Vec<ImageEntry> {
         .collect()
 }
 
+/// Slice order within a series, the same in both databases.
 pub(crate) const INSTANCE_ORDER: &str =
     "ORDER BY (slice_pos IS NULL), slice_pos, (instance_no IS NULL), instance_no, name";
 

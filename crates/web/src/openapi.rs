@@ -175,7 +175,7 @@ fn contract() -> Value {
                         { "name": "If-None-Match", "in": "header", "required": false,
                           "description": "* (create only) or a list of quoted ETags not to replace",
                           "schema": { "type": "string", "pattern": "^(\\*|(W/)?\"[^\"]*\"(, *(W/)?\"[^\"]*\")*)$" } },
-                        if_match("replace only an existing blob, or only one with one of the listed ETags")],
+                        if_match("replace only an existing blob, or one with a listed ETag")],
                     "requestBody": { "required": false, "content": {
                         "*/*": { "schema": { "type": "string", "format": "binary" } } } },
                     "responses": key_errors(json!({
@@ -188,7 +188,7 @@ fn contract() -> Value {
                 "delete": {
                     "summary": "Delete a blob",
                     "parameters": [key_param(),
-                        if_match("delete only an existing blob with one of the listed ETags (* any)")],
+                        if_match("delete only a blob with a listed ETag (* any blob)")],
                     "responses": key_errors(json!({ "204": { "description": "Deleted" },
                         "412": err("If-Match failed") })),
                 },
