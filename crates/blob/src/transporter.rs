@@ -332,8 +332,6 @@ fn pipelined(
     })))
 }
 
-/// Whether the existing blob `dst` holds exactly the bytes of `src`: same size and same
-/// digest (computed for whichever side has none stored, in the other side's algorithm).
 /// What of the description a copy asked for explicitly (`template`'s content type and
 /// metadata, when given) the stored blob `dst` lacks: "metadata", "content type", both, or
 /// `None` when it has all of it. A local file keeps neither, so it always has it.
@@ -356,6 +354,8 @@ fn described_otherwise(
     })
 }
 
+/// Whether the existing blob `dst` holds exactly the bytes of `src`: same size and same
+/// digest (computed for whichever side has none stored, in the other side's algorithm).
 fn same_bytes(factory: &Factory, src: &BlobProxy, dst: &BlobKey) -> Result<bool> {
     let existing = factory.bind(dst)?;
     if existing.size() != src.size() {

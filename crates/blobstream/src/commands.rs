@@ -189,7 +189,9 @@ fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
 /// `blob://` URL is refused (it names another server: cp takes it).
 fn blob_name(key: String) -> Result<String> {
     if key.starts_with("blob://") {
-        usage!("{key}: a blob:// URL names a server too; `cp FILE {key}` copies there");
+        usage!(
+            "{key}: a blob:// URL names a server too, which cp takes (cp FILE URL, cp URL FILE)"
+        );
     }
     Ok(match key.strip_prefix("bs:") {
         Some(name) => name.to_string(),

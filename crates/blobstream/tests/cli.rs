@@ -254,7 +254,7 @@ fn misfit_command_lines_are_usage_errors_and_causes_are_said_once() {
     ok(&s.run(&["put", f, "bs:p/b.txt"]));
     assert_eq!(ok(&s.run(&["cat", "p/b.txt"])), "hello");
     assert_eq!(ok(&s.run(&["get", "bs:p/b.txt", "-"])), "hello");
-    usage(&["put", f, "blob://127.0.0.1:1/x"], "`cp FILE blob://127.0.0.1:1/x` copies there");
+    usage(&["put", f, "blob://127.0.0.1:1/x"], "which cp takes (cp FILE URL, cp URL FILE)");
     usage(&["put", "-", "x"], "put reads a file, not standard input");
     // A file name that is not UTF-8 is named as such, not as a missing file.
     let odd = dir.path().join(std::ffi::OsStr::from_bytes(b"bad\xffname"));

@@ -112,14 +112,35 @@ impl ClientError {
         }
     }
 
-    /// A control-plane call whose connection failed under it without an answer (tonic's
-    /// "transport error"): the peer is gone, or is no gRPC server (the data plane's port).
+    /// A control-plane call whose connection failed under it without a gRPC answer: the
+    /// peer closed it (tonic's "transport error"), or answered with bytes that are no HTTP/2
+    /// ("h2 protocol error"). The peer is gone, or is no gRPC server (the data plane's port
+    /// does either, depending on which comes first).
     pub fn is_transport_failure(&self) -> bool {
-        matches!(self, Self::Rpc { code: Code::Unknown, message } if message == "transport error")
+        match self {
+            Self::Rpc { code: Code::Unknown, message } => message == "transport error",
+            Self::Rpc { code: Code::Internal, message } => message.starts_with("h2 protocol error"),
+            _ => false,
+        }
     }
 
     /// Timeouts on either plane.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout | Self::Transfer(TransportError::Timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_that_is_no_grpc_server_is_a_transport_failure_either_way() {
+        let rpc = |code, message: &str| ClientError::Rpc { code, message: message.into() };
+        assert!(rpc(Code::Unknown, "transport error").is_transport_failure(), "it closed");
+        let garbled = rpc(Code::Internal, "h2 protocol error: http2 error");
+        assert!(garbled.is_transport_failure(), "it answered with bytes that are no HTTP/2");
+        assert!(!rpc(Code::Internal, "a bug on the server").is_transport_failure());
+        assert!(!rpc(Code::Unavailable, "transport error").is_transport_failure());
     }
 }
