@@ -618,16 +618,17 @@ impl ImageEntry {
     }
 }
 
-/// `entries` with each SOP Instance UID only once (its first entry, so a list in slice order
-/// stays in it); entries without one are all kept. A DICOM instance put under two names (an
-/// upload and a STOW-RS of the same file) is one instance to a viewer and to DICOMweb.
-pub fn one_per_instance(entries: Vec<ImageEntry>) -> Vec<ImageEntry> {
+/// `items` with each SOP Instance UID (as `sop` reads it) only once: its first item, so a
+/// list in slice order stays in it; items without one are all kept. A DICOM instance put
+/// under two names (an upload and a STOW-RS of the same file) is one instance to a viewer and
+/// to DICOMweb.
+pub fn one_per_instance<T>(items: Vec<T>, sop: impl Fn(&T) -> String) -> Vec<T> {
     let mut seen = std::collections::HashSet::new();
-    entries
+    items
         .into_iter()
-        .filter(|e| {
-            let sop = e.sop_instance_uid();
-            sop.is_empty() || seen.insert(sop)
+        .filter(|i| {
+            let uid = sop(i);
+            uid.is_empty() || seen.insert(uid)
         })
         .collect()
 }

@@ -454,7 +454,8 @@ fn an_instance_under_two_names_counts_once(p: &dyn Place) {
     assert_eq!((series[0].instances, series[0].images), (4, 4));
     let listed = ix.instances("7.1.1").unwrap();
     assert_eq!(listed.len(), 5);
-    let names: Vec<_> = bs_meta::one_per_instance(listed).into_iter().map(|e| e.name).collect();
+    let first = bs_meta::one_per_instance(listed, bs_meta::ImageEntry::sop_instance_uid);
+    let names: Vec<_> = first.into_iter().map(|e| e.name).collect();
     assert_eq!(names, ["a/1.dcm", "a/2.dcm", "a/3.dcm", "a/4.dcm"]);
 }
 

@@ -208,7 +208,7 @@ pub async fn instances(
             }
         }
         // One instance stored under two names is one slice.
-        Ok(bs_meta::one_per_instance(out))
+        Ok(bs_meta::one_per_instance(out, bs_meta::ImageEntry::sop_instance_uid))
     })
     .await?;
     if rows.is_empty() {

@@ -101,7 +101,6 @@ pub(crate) fn instances(
         None => index.series(study)?.into_iter().map(|s| s.series_uid).collect(),
     };
     let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
     for s in series_uids {
         for entry in index.instances(&s)? {
             let meta: Value = serde_json::from_str(&entry.meta).unwrap_or(Value::Null);
@@ -110,20 +109,18 @@ pub(crate) fn instances(
             {
                 continue;
             }
-            // Only bytes that are still the ones indexed, and each instance once (the first
-            // of its names in slice order) where it was stored under two.
+            // Only bytes that are still the ones indexed.
             match st.store.stat(&entry.name) {
                 Ok(rec) if rec.digest == entry.digest => {
-                    let sop = meta_text(&meta, "sop_instance_uid");
-                    if sop.is_empty() || seen.insert(sop.to_string()) {
-                        out.push(Instance { entry, meta, size: rec.size })
-                    }
+                    out.push(Instance { entry, meta, size: rec.size })
                 }
                 Ok(_) | Err(bs_store::StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
         }
     }
+    // Each instance once (the first of its names in slice order) where it was stored under two.
+    let out = bs_meta::one_per_instance(out, |i| i.uid("sop_instance_uid").to_string());
     if out.is_empty() {
         let what = match (series, instance) {
             (_, Some(i)) => format!("no instance {i} in study {study}"),

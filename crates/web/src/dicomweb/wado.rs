@@ -376,8 +376,7 @@ fn stored_bytes(img: &DynImage, m: &ImageMeta) -> Bytes {
     }
 }
 
-/// Render an instance for display: windowed 8-bit, PNG or JPEG.
-/// Frame `frame` (0-based) of `key` windowed to 8 bits, as JPEG or PNG.
+/// Render frame `frame` (0-based) of instance `key` for display: windowed 8-bit, PNG or JPEG.
 fn render(
     st: &AppState,
     key: &str,
