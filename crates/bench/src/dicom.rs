@@ -143,8 +143,9 @@ pub fn run_dicom(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
          stored samples as a numpy array (for native data a view of the bytes read)"
             .into(),
         "JPEG 2000 decodes on both cores (OpenJPEG's threads), so does 12-bit lossy JPEG (two \
-         bands of rows at once, each skipping the other's: `crates/imageio/src/dicom/jpeg12.rs`); \
-         the other codecs on one"
+         bands of rows at once, each skipping the other's, the upper one larger as the lower one \
+         entropy-decodes it to skip it: `crates/imageio/src/dicom/jpeg12.rs`); the other codecs \
+         on one"
             .into(),
         "codecs: blobstream uses libjpeg-turbo (TurboJPEG; its SIMD code is built when NASM is on \
          the build machine, which scripts/build-deps.sh, part of the test command, installs) for \
