@@ -227,6 +227,10 @@ def checks(work):
             break
         time.sleep(0.2)
     check(r.returncode == 0, "the same name loads afterwards", r.stderr)
+    # A name that no server holds is an error to drop, not a quiet success.
+    r = run("cli", "-q", "dpss", "drop", "never-loaded", "--master", master_addr())
+    check(r.returncode != 0 and "no data set" in r.stderr,
+          "dpss drop of a name never loaded fails and says so", r.stderr)
 
 
 def main():

@@ -88,7 +88,9 @@ fn receiver(addr: &str, flow: &str, name: &str) -> Result<mpsc::Receiver<RunEnd>
 /// Wait until the distributer lists `n` receivers on `flow`.
 fn joined(d: &Distributer, flow: &str, n: usize) -> Result<(), BenchError> {
     for _ in 0..4000 {
-        if d.status().iter().any(|f| f.flow == flow && f.receivers.len() == n) {
+        let connected =
+            |f: &bs_distrib::FlowStatus| f.receivers.iter().filter(|r| r.connected).count();
+        if d.status().iter().any(|f| f.flow == flow && connected(f) == n) {
             return Ok(());
         }
         thread::sleep(std::time::Duration::from_millis(5));

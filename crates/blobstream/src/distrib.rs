@@ -35,7 +35,16 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
     println!("  status (gRPC) and /metrics ({status_offers}) on {status_addr}");
     for s in &d.config().streams {
         for f in &s.flows {
-            println!("  {}/{}: policy {}, chunk {} bytes", s.name, f.name, f.policy, f.chunk);
+            let over = match f.transport {
+                bs_distrib::Transport::Tcp => "tcp".to_string(),
+                bs_distrib::Transport::Udp { datagram } => {
+                    format!("udp (datagrams of up to {datagram} bytes)")
+                }
+            };
+            println!(
+                "  {}/{}: {over}, policy {}, chunk {} bytes",
+                s.name, f.name, f.policy, f.chunk
+            );
         }
     }
     // Runs until SIGTERM or SIGINT; connections end with the process.
@@ -76,14 +85,21 @@ fn status(addr: &str, json: bool, creds: &bs_plane::Credentials) -> Result<()> {
             } else {
                 String::new()
             };
-            println!(
-                "  {:<20} {} bytes delivered ({:.1} MB/s), {} queued ({} bytes){lost}{err}",
-                r.name,
-                r.delivered,
-                r.rate_bps / 1e6,
-                r.queued_messages,
-                r.queued_bytes
-            );
+            if r.connected {
+                println!(
+                    "  {:<20} {} bytes delivered ({:.1} MB/s), {} queued ({} bytes){lost}{err}",
+                    r.name,
+                    r.delivered,
+                    r.rate_bps / 1e6,
+                    r.queued_messages,
+                    r.queued_bytes
+                );
+            } else {
+                println!(
+                    "  {:<20} gone after {} bytes of its last run{lost}{err}",
+                    r.name, r.delivered
+                );
+            }
         }
     }
     Ok(())

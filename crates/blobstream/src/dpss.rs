@@ -58,14 +58,26 @@ pub fn run(g: &Global, c: DpssCommand) -> Result<()> {
         }
         DpssCommand::Drop { dataset, master, auth } => {
             let r = loader::remove(&master, &dataset, &client_options(&auth)?)?;
-            let what =
-                if r.was_published { "removed" } else { "was not published; cleared leftovers of" };
-            println!("{what} {dataset} on {} servers", r.servers.len());
+            if r.was_published {
+                println!("removed {dataset} from {} servers", r.servers.len());
+            } else if !r.held.is_empty() {
+                println!(
+                    "{dataset} was not published: removed the blocks a failed load left on {}",
+                    r.held.join(", ")
+                );
+            }
             for (s, why) in &r.failed {
                 eprintln!("server {s}: {why} (its blocks stay until `dpss drop` runs again)");
             }
             if !r.failed.is_empty() {
                 bail!("{} servers could not remove {dataset}", r.failed.len());
+            }
+            if !r.was_published && r.held.is_empty() {
+                bail!(
+                    "no data set {dataset:?}: it is not published and none of the {} live \
+                     servers holds blocks of it (`blobstream dpss status` lists data sets)",
+                    r.servers.len()
+                );
             }
             Ok(())
         }
@@ -291,7 +303,8 @@ fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
     } else {
         let (src, layout): (Box<dyn TileSource>, Layout) = if let Some(size) = &a.synthetic {
             let (w, h) = parse_size(size)?;
-            let layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
+            let mut layout = Layout::plan(&a.dataset, "image", (w, h), a.tile, servers, copies)?;
+            layout.channels = Synthetic::CHANNELS;
             (Box::new(Synthetic { width: w, height: h, tile: a.tile }), layout)
         } else if let Some(file) = &a.file {
             let f = FileBlocks::open(file, a.block_size)
@@ -362,55 +375,53 @@ fn status(master: &str, json: bool, auth: &DpssAuth) -> Result<()> {
         );
         return Ok(());
     }
-    println!(
-        "{:<14} {:<22} {:>4} {:>6} {:>9} {:>9} {:>10} {:>6} {:>8} {:>7}",
+    let mut servers = crate::table::Table::new(&[
         "SERVER",
         "ADDRESS",
         "UP",
-        "DISKS",
-        "DISK MB/s",
-        "SEND MB/s",
-        "CACHE HITS",
-        "QUEUE",
-        "FLUSHED",
-        "CORRUPT"
-    );
+        ">DISKS",
+        ">DISK MB/s",
+        ">SEND MB/s",
+        ">CACHE HITS",
+        ">QUEUE",
+        ">FLUSHED",
+        ">CORRUPT",
+    ]);
     for s in &st.servers {
-        println!(
-            "{:<14} {:<22} {:>4} {:>6} {:>9.1} {:>9.1} {:>10} {:>6} {:>8} {:>7}",
-            s.name,
-            s.addr,
-            if s.up { "yes" } else { "NO" },
-            s.disks,
-            s.disk_mb_s,
-            s.send_mb_s,
-            s.cache_hits,
-            s.queued.iter().sum::<u32>(),
-            s.flushed,
-            s.corrupt
-        );
+        servers.row(vec![
+            s.name.clone(),
+            s.addr.clone(),
+            if s.up { "yes" } else { "NO" }.into(),
+            s.disks.to_string(),
+            format!("{:.1}", s.disk_mb_s),
+            format!("{:.1}", s.send_mb_s),
+            s.cache_hits.to_string(),
+            s.queued.iter().sum::<u32>().to_string(),
+            s.flushed.to_string(),
+            s.corrupt.to_string(),
+        ]);
     }
+    print!("{}", servers.render());
     if st.servers.is_empty() {
         println!("(no block server has reported)");
     }
     println!();
-    println!(
-        "{:<20} {:<6} {:>14} {:>7} {:>8} {:>10} {:>3} {:>3}",
-        "DATA SET", "KIND", "SIZE", "LEVELS", "BLOCKS", "BYTES", "K", "R"
-    );
+    let mut sets = crate::table::Table::new(&[
+        "DATA SET", "KIND", ">SIZE", ">LEVELS", ">BLOCKS", ">BYTES", ">K", ">R",
+    ]);
     for d in &st.datasets {
-        println!(
-            "{:<20} {:<6} {:>14} {:>7} {:>8} {:>10} {:>3} {:>3}",
-            d.dataset,
-            d.kind,
+        sets.row(vec![
+            d.dataset.clone(),
+            d.kind.clone(),
             format!("{}x{}", d.width, d.height),
-            d.levels,
-            d.blocks,
-            d.bytes,
-            d.k,
-            d.r
-        );
+            d.levels.to_string(),
+            d.blocks.to_string(),
+            d.bytes.to_string(),
+            d.k.to_string(),
+            d.r.to_string(),
+        ]);
     }
+    print!("{}", sets.render());
     Ok(())
 }
 

@@ -17,6 +17,7 @@ mod security;
 mod serve;
 mod signals;
 mod storage;
+mod table;
 
 use std::process::ExitCode;
 

@@ -84,8 +84,6 @@ struct Inner {
 struct Flow {
     stream: String,
     spec: FlowSpec,
-    token: Option<String>,
-    sender_token: Option<String>,
     state: Mutex<FlowState>,
 }
 
@@ -94,7 +92,13 @@ struct FlowState {
     sender: bool,
     running: bool,
     receivers: Vec<Arc<Rcv>>,
+    /// The receivers that left or were dropped, as status last saw them (the most recent
+    /// [`DEPARTED_KEPT`], one per name): so status still says why after they are gone.
+    departed: VecDeque<ReceiverStatus>,
 }
+
+/// Receivers that have left a flow that its status keeps showing.
+const DEPARTED_KEPT: usize = 32;
 
 /// One receiver connection, as the forwarder and its writer share it.
 struct Rcv {
@@ -233,6 +237,9 @@ pub struct FlowStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct ReceiverStatus {
     pub name: String,
+    /// Whether its connection is open; a receiver that left stays listed (the most recent
+    /// 32 of a flow) with why in `last_error`.
+    pub connected: bool,
     /// Bytes of the current (or last) run written to it, and its rate over that run (bytes/s).
     pub delivered: u64,
     pub rate_bps: f64,
@@ -272,13 +279,8 @@ impl Distributer {
         let mut flows = HashMap::new();
         for s in &cfg.streams {
             for f in &s.flows {
-                let flow = Flow {
-                    stream: s.name.clone(),
-                    spec: f.clone(),
-                    token: s.token.clone(),
-                    sender_token: s.sender_token.clone(),
-                    state: Mutex::default(),
-                };
+                let flow =
+                    Flow { stream: s.name.clone(), spec: f.clone(), state: Mutex::default() };
                 flows.insert(key(&s.name, &f.name), Arc::new(flow));
             }
         }
@@ -351,29 +353,16 @@ fn status(inner: &Inner) -> Vec<FlowStatus> {
                 transport: f.spec.transport.name().into(),
                 sender: st.sender,
                 running: st.running,
-                receivers: st
-                    .receivers
-                    .iter()
-                    .map(|r| {
-                        let q = r.q.lock().unwrap();
-                        let secs = (q.last_progress - q.run_started).as_secs_f64();
-                        ReceiverStatus {
-                            name: r.name.clone(),
-                            // What it confirmed having (udp: what arrived), else what was
-                            // written to it so far.
-                            delivered: q
-                                .confirm
-                                .as_ref()
-                                .and_then(|c| c.got)
-                                .map_or(q.sent, |got| got.min(q.sent)),
-                            rate_bps: if secs > 0.0 { q.sent as f64 / secs } else { 0.0 },
-                            queued_messages: q.items.len(),
-                            queued_bytes: q.queued_bytes,
-                            last_error: q.gone.clone(),
-                            lost: q.lost,
-                        }
-                    })
-                    .collect(),
+                receivers: {
+                    let mut all: Vec<_> = st.receivers.iter().map(|r| r.status(true)).collect();
+                    // A name that joined again shows once, as it is now.
+                    let gone: Vec<_> = (st.departed.iter())
+                        .filter(|d| all.iter().all(|l| l.name != d.name))
+                        .cloned()
+                        .collect();
+                    all.extend(gone);
+                    all
+                },
             }
         })
         .collect();
@@ -477,22 +466,35 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
         }
         Err(e) => return refuse(b, ErrorCode::BadFrame, e.to_string()),
     };
+    // The token first: which streams and flows there are is told only to peers that may
+    // join. Where any stream needs a token, an unknown stream is answered as a wrong token.
+    let bad_token =
+        |b| refuse(b, ErrorCode::BadToken, DistribError::BadToken(join.stream.clone()).to_string());
+    let Some(stream) = inner.cfg.streams.iter().find(|s| s.name == join.stream) else {
+        let guarded =
+            (inner.cfg.streams.iter()).any(|s| s.token.is_some() || s.sender_token.is_some());
+        if guarded {
+            return bad_token(b);
+        }
+        let e = DistribError::UnknownStream(join.stream.clone());
+        return refuse(b, ErrorCode::NotFound, e.to_string());
+    };
+    // A sender presents the stream's sender token when it has one (the receivers' token then
+    // admits no sender), else the stream's token; a receiver the stream's token.
+    let needed = match &stream.sender_token {
+        Some(t) if role == msg::ROLE_SENDER => Some(t),
+        _ => stream.token.as_ref(),
+    };
+    if let Some(t) = needed
+        && !bool::from(t.as_bytes().ct_eq(join.token.as_bytes()))
+    {
+        return bad_token(b);
+    }
     let flow = match inner.cfg.flow(&join.stream, &join.flow) {
         Ok(_) => inner.flows.lock().unwrap().get(&key(&join.stream, &join.flow)).cloned(),
         Err(e) => return refuse(b, ErrorCode::NotFound, e.to_string()),
     };
     let Some(flow) = flow else { return };
-    // A sender presents the stream's sender token when it has one (the receivers' token then
-    // admits no sender), else the stream's token; a receiver the stream's token.
-    let needed = match &flow.sender_token {
-        Some(t) if role == msg::ROLE_SENDER => Some(t),
-        _ => flow.token.as_ref(),
-    };
-    if let Some(t) = needed
-        && !bool::from(t.as_bytes().ct_eq(join.token.as_bytes()))
-    {
-        return refuse(b, ErrorCode::BadToken, DistribError::BadToken(join.stream).to_string());
-    }
     // Joined: no longer among the connections that have proven nothing.
     drop(joining);
     // A receiver of a udp flow gets its datagrams from a socket of its own, on the address
@@ -627,10 +629,41 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
         }
     }
     rcv.ended.store(true, Ordering::Release);
-    flow.state.lock().unwrap().receivers.retain(|r| !Arc::ptr_eq(r, &rcv));
+    let last = rcv.status(false);
+    let mut st = flow.state.lock().unwrap();
+    let was_in = st.receivers.len();
+    st.receivers.retain(|r| !Arc::ptr_eq(r, &rcv));
+    if st.receivers.len() < was_in {
+        st.departed.retain(|d| d.name != last.name);
+        if st.departed.len() == DEPARTED_KEPT {
+            st.departed.pop_front();
+        }
+        st.departed.push_back(last);
+    }
 }
 
 impl Rcv {
+    /// Its line in the flow's status.
+    fn status(&self, connected: bool) -> ReceiverStatus {
+        let q = self.q.lock().unwrap();
+        let secs = (q.last_progress - q.run_started).as_secs_f64();
+        ReceiverStatus {
+            name: self.name.clone(),
+            connected,
+            // What it confirmed having (udp: what arrived), else what was written to it so
+            // far.
+            delivered: q.confirm.as_ref().and_then(|c| c.got).map_or(q.sent, |got| got.min(q.sent)),
+            rate_bps: if secs > 0.0 { q.sent as f64 / secs } else { 0.0 },
+            queued_messages: if connected { q.items.len() } else { 0 },
+            queued_bytes: if connected { q.queued_bytes } else { 0 },
+            last_error: q
+                .gone
+                .clone()
+                .or_else(|| (!connected).then(|| "it left (closed its connection)".to_string())),
+            lost: q.lost,
+        }
+    }
+
     /// Whether its peer has closed the connection (end of stream, or an error, seen without
     /// waiting or taking anything from it).
     fn closed(&self) -> bool {
@@ -1141,7 +1174,7 @@ mod tests {
             socket_buffer: None,
             transport: Transport::Tcp,
         };
-        Flow { stream: "s".into(), spec, token: None, sender_token: None, state: Mutex::default() }
+        Flow { stream: "s".into(), spec, state: Mutex::default() }
     }
 
     fn rcv() -> Rcv {

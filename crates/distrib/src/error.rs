@@ -13,7 +13,9 @@ pub enum DistribError {
     UnknownStream(String),
     #[error("stream {stream:?} has no flow {flow:?}")]
     UnknownFlow { stream: String, flow: String },
-    #[error("wrong token for stream {0:?}")]
+    /// Also the answer to an unknown stream where streams need tokens (which names exist is
+    /// told only to peers that may join).
+    #[error("wrong token for stream {0:?}, or no such stream")]
     BadToken(String),
     #[error("flow {0} already has a sender")]
     SenderTaken(String),

@@ -29,6 +29,7 @@ fn to_pb(flows: Vec<FlowStatus>) -> pb::DistributerStatusResponse {
                 .into_iter()
                 .map(|r| pb::DistributerReceiver {
                     name: r.name,
+                    connected: r.connected,
                     delivered: r.delivered,
                     rate_bps: r.rate_bps,
                     queued_messages: u32::try_from(r.queued_messages).unwrap_or(u32::MAX),
@@ -58,6 +59,7 @@ pub fn from_pb(r: pb::DistributerStatusResponse) -> Vec<FlowStatus> {
                 .into_iter()
                 .map(|r| crate::distributer::ReceiverStatus {
                     name: r.name,
+                    connected: r.connected,
                     delivered: r.delivered,
                     rate_bps: r.rate_bps,
                     queued_messages: r.queued_messages as usize,
@@ -108,7 +110,7 @@ pub fn render_metrics(flows: &[FlowStatus]) -> String {
         ("queued_messages", "Messages waiting for the receiver", |r| r.queued_messages as f64),
         ("queued_bytes", "Bytes waiting for the receiver", |r| r.queued_bytes as f64),
         ("receiver_up", "1 while the receiver is connected and in good standing", |r| {
-            f64::from(u8::from(r.last_error.is_none()))
+            f64::from(u8::from(r.connected && r.last_error.is_none()))
         }),
         (
             "lost_datagrams",

@@ -194,7 +194,8 @@ fn wait_names(d: &Distributer, flow: &str, names: &[&str]) {
     for _ in 0..2000 {
         let st = d.status();
         let f = st.iter().find(|f| f.flow == flow).unwrap();
-        let mut have: Vec<&str> = f.receivers.iter().map(|r| r.name.as_str()).collect();
+        let live = f.receivers.iter().filter(|r| r.connected);
+        let mut have: Vec<&str> = live.map(|r| r.name.as_str()).collect();
         have.sort();
         let mut want = names.to_vec();
         want.sort();
@@ -416,6 +417,14 @@ fn receivers_join_and_leave_while_the_stream_runs() {
     assert_eq!(names, [("stays", true), ("leaver", false)], "the late one was not in this run");
     let (_, k) = stays.recv_timeout(WAIT).unwrap();
     assert!(k.bytes == first);
+    // Status still lists the one that left, not connected, and why.
+    let st = d.status();
+    let hold = st.iter().find(|f| f.flow == "hold").unwrap();
+    let gone = hold.receivers.iter().find(|r| r.name == "leaver").expect("listed after leaving");
+    assert!(!gone.connected && gone.queued_bytes == 0, "{gone:?}");
+    let told = &report.receivers[1].reason;
+    assert_eq!(gone.last_error.as_ref(), Some(told), "what the sender was told: {gone:?}");
+    assert!(hold.receivers.iter().filter(|r| r.name != "leaver").all(|r| r.connected));
 
     let second = data(1 << 20, 2);
     s.start(&params("second")).unwrap();
@@ -467,6 +476,20 @@ fn a_sender_token_keeps_receivers_from_sending() {
     s.start(&params("roles")).unwrap();
 }
 
+/// Where no stream needs a token there is nothing to guard: an unknown stream is named so.
+#[test]
+fn without_tokens_an_unknown_stream_is_named_as_unknown() {
+    let cfg =
+        Config::parse("[[stream]]\nname = \"open\"\n\n[[stream.flow]]\nname = \"f\"\n", "o.toml");
+    let d = Distributer::start(cfg.unwrap(), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = d.addr().to_string();
+    let e = Sender::connect(&addr, "nope", "f", None).unwrap_err();
+    assert!(e.to_string().contains("unknown stream \"nope\""), "{e}");
+    let e = Sender::connect(&addr, "open", "g", None).unwrap_err();
+    assert!(e.to_string().contains("has no flow \"g\""), "{e}");
+    Sender::connect(&addr, "open", "f", None).unwrap();
+}
+
 /// Peers that have proven nothing hold little: a first message announcing more than a JOIN can
 /// be is refused before its body is read; past `MAX_JOINING` connections that have not joined,
 /// further ones are closed at once (no thread each); once they go, peers join again.
@@ -508,9 +531,14 @@ fn peers_that_have_not_joined_hold_little() {
 fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
     let (d, addr) = distributer();
     let err = |r: Result<Sender, DistribError>| r.unwrap_err().to_string();
-    assert!(err(Sender::connect(&addr, "nope", "hold", Some("t0k"))).contains("unknown stream"));
+    // Streams here need tokens: an unknown stream is answered as a wrong token is, so names
+    // cannot be probed without one; a flow is looked up only once the token is right.
+    let unknown = err(Sender::connect(&addr, "nope", "hold", Some("t0k")));
+    let wrong = err(Sender::connect(&addr, "obs", "hold", Some("wrong")));
+    assert!(unknown.contains("wrong token") && unknown.contains("or no such stream"), "{unknown}");
+    assert_eq!(unknown.replace("\"nope\"", "\"obs\""), wrong);
+    assert!(err(Sender::connect(&addr, "obs", "nope", Some("wrong"))).contains("wrong token"));
     assert!(err(Sender::connect(&addr, "obs", "nope", Some("t0k"))).contains("has no flow"));
-    assert!(err(Sender::connect(&addr, "obs", "hold", Some("wrong"))).contains("wrong token"));
     assert!(err(Sender::connect(&addr, "obs", "hold", None)).contains("wrong token"));
 
     let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();

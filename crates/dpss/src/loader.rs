@@ -274,6 +274,8 @@ pub struct Removed {
     pub was_published: bool,
     /// Live servers that removed their blocks (or had none).
     pub servers: Vec<String>,
+    /// Those of them that held blocks of it.
+    pub held: Vec<String>,
     /// Servers that could not be told, with why: their blocks stay until `remove` runs again.
     pub failed: Vec<(String, String)>,
 }
@@ -287,7 +289,8 @@ pub fn remove(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Remov
         let r = c.unpublish(pb::DpssLookupRequest { dataset: dataset.into() }).await?;
         Ok::<_, DpssError>(r.into_inner().existed)
     })?;
-    let mut out = Removed { was_published, servers: Vec::new(), failed: Vec::new() };
+    let mut out =
+        Removed { was_published, servers: Vec::new(), held: Vec::new(), failed: Vec::new() };
     for s in live_servers(master, opts)? {
         let hello = msg::Hello {
             role: "loader".into(),
@@ -297,18 +300,21 @@ pub fn remove(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Remov
         let res =
             Peer::new(s.addr.clone(), opts.tls.clone()).open(&hello).and_then(|(mut b, _)| {
                 b.send(&msg::drop(dataset))?;
-                match b.recv()?.map(|m| {
-                    Message::parse(m.payload(), 0).map(|p| matches!(p, Message::Committed(_)))
-                }) {
-                    Some(Ok(true)) => {
-                        b.close();
-                        Ok(())
-                    }
-                    _ => Err(DpssError::Malformed("no answer to DROP".into())),
-                }
+                let held = b.recv()?.and_then(|m| match Message::parse(m.payload(), 0) {
+                    Ok(Message::Held { exists }) => Some(exists),
+                    _ => None,
+                });
+                let held = held.ok_or_else(|| DpssError::Malformed("no answer to DROP".into()))?;
+                b.close();
+                Ok(held)
             });
         match res {
-            Ok(()) => out.servers.push(s.name),
+            Ok(held) => {
+                if held {
+                    out.held.push(s.name.clone());
+                }
+                out.servers.push(s.name)
+            }
             Err(e) => out.failed.push((s.name, e.to_string())),
         }
     }

@@ -22,7 +22,8 @@
 //!  8     COMMIT     loader → server    dataset: publish what was PUT (reply COMMITTED)
 //!  9     COMMITTED  server → loader    JSON {"blocks": [[level, x, y, disk, offset], …]}
 //! 10     DROP       loader → server    dataset: remove it (a load that failed half way);
-//!                                      answered by COMMITTED with no blocks
+//!                                      answered by HELD, "exists" saying whether this
+//!                                      server held blocks of it (now removed)
 //! 11     BEGIN      loader → server    dataset: hold the name for this connection until it
 //!                                      ends (no other loader may load or drop it meanwhile)
 //! 12     HELD       server → loader    JSON {"exists": bool}: the name is held; whether this

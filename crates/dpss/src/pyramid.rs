@@ -127,6 +127,9 @@ pub struct Synthetic {
 }
 
 impl Synthetic {
+    /// Samples per pixel of its tiles (RGB).
+    pub const CHANNELS: u32 = 3;
+
     /// The colour of level-0 pixel (x, y).
     pub fn pixel(&self, x: u64, y: u64) -> [u8; 3] {
         let (fx, fy) = (x as f64 / self.width as f64, y as f64 / self.height as f64);
@@ -153,7 +156,7 @@ impl TileSource for Synthetic {
             return Err(DpssError::Layout(format!("tile {id} is outside the image")));
         }
         let (w, h) = ((lw - x0).min(t) as usize, (lh - y0).min(t) as usize);
-        let mut img = Image::new(w, h, 3);
+        let mut img = Image::new(w, h, Self::CHANNELS as usize);
         for y in 0..h {
             for x in 0..w {
                 let p = self.pixel((x0 + x as u64) * scale, (y0 + y as u64) * scale);

@@ -732,8 +732,7 @@ fn load(i: &Inner, b: &mut Binding) -> Result<(), DpssError> {
                     if borrowed {
                         i.loading.lock().unwrap().remove(name);
                     }
-                    removed?;
-                    b.send(&msg::committed(&[]))?;
+                    b.send(&msg::held(removed?))?;
                 }
                 other => {
                     return Err(DpssError::Malformed(format!("a loader sent {other:?}")));

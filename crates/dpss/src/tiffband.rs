@@ -22,11 +22,22 @@ fn bad(path: &Path, e: impl std::fmt::Display) -> DpssError {
     DpssError::Image(format!("{}: {e}", path.display()))
 }
 
+/// What the TIFF decoder said, with a file that ends before the data its directory points
+/// at called what it is (the decoder says only "failed to fill whole buffer").
+fn tiff_error(path: &Path, e: tiff::TiffError) -> DpssError {
+    match e {
+        tiff::TiffError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            bad(path, "the file is cut short: it ends before the image data its header points at")
+        }
+        e => bad(path, e),
+    }
+}
+
 type Tiff = Decoder<BufReader<File>>;
 
 fn open(path: &Path) -> Result<Tiff, DpssError> {
     let f = File::open(path)?;
-    Decoder::new(BufReader::with_capacity(1 << 20, f)).map_err(|e| bad(path, e))
+    Decoder::new(BufReader::with_capacity(1 << 20, f)).map_err(|e| tiff_error(path, e))
 }
 
 /// The size and channels of a TIFF that can be streamed; `None` when the file is not a TIFF
@@ -41,8 +52,9 @@ pub fn streamable(path: &Path) -> Result<Option<(u64, u64, u32)>, DpssError> {
         }
     }
     let mut d = open(path)?;
-    let planar = d.find_tag_unsigned::<u32>(Tag::PlanarConfiguration).map_err(|e| bad(path, e))?;
-    let channels = match d.colortype().map_err(|e| bad(path, e))? {
+    let planar =
+        d.find_tag_unsigned::<u32>(Tag::PlanarConfiguration).map_err(|e| tiff_error(path, e))?;
+    let channels = match d.colortype().map_err(|e| tiff_error(path, e))? {
         ColorType::Gray(8 | 16) => 1,
         ColorType::RGB(8 | 16) => 3,
         ColorType::RGBA(8 | 16) => 4,
@@ -51,7 +63,7 @@ pub fn streamable(path: &Path) -> Result<Option<(u64, u64, u32)>, DpssError> {
     if planar.is_some_and(|p| p != 1) {
         return Ok(None);
     }
-    let (w, h) = d.dimensions().map_err(|e| bad(path, e))?;
+    let (w, h) = d.dimensions().map_err(|e| tiff_error(path, e))?;
     Ok(Some((w as u64, h as u64, channels)))
 }
 
@@ -75,11 +87,12 @@ impl Rows {
             for c in 0..self.across {
                 let idx = (r * self.across + c) as u32;
                 let (dw, dh) = self.d.chunk_data_dimensions(idx);
-                let samples: Vec<u8> = match self.d.read_chunk(idx).map_err(|e| bad(path, e))? {
-                    DecodingResult::U8(v) => v,
-                    DecodingResult::U16(v) => v.iter().map(|s| (s >> 8) as u8).collect(),
-                    _ => return Err(bad(path, "samples are neither 8 nor 16 bits")),
-                };
+                let samples: Vec<u8> =
+                    match self.d.read_chunk(idx).map_err(|e| tiff_error(path, e))? {
+                        DecodingResult::U8(v) => v,
+                        DecodingResult::U16(v) => v.iter().map(|s| (s >> 8) as u8).collect(),
+                        _ => return Err(bad(path, "samples are neither 8 nor 16 bits")),
+                    };
                 let (dw, dh) = (dw as usize, dh as usize);
                 let row = dw * self.channels;
                 if samples.len() < dh * row {
@@ -296,6 +309,6 @@ mod tests {
         let bytes = std::fs::read(&cut).unwrap();
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
         let r = stream(&cut, 256, 2, &mut |_, _| Ok(()));
-        assert!(matches!(r, Err(DpssError::Image(_))), "{r:?}");
+        assert!(matches!(&r, Err(DpssError::Image(m)) if m.contains("cut short")), "{r:?}");
     }
 }

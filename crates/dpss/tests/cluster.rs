@@ -44,6 +44,7 @@ fn a_loaded_image_reads_back_block_for_block_from_every_server() {
     drop(c);
     let r = bs_dpss::loader::remove(&cl.master, "card", &ClientOptions::default()).unwrap();
     assert!(r.was_published && r.failed.is_empty() && r.servers.len() == 4, "{r:?}");
+    assert_eq!(r.held.len(), 4, "every server held blocks of it: {r:?}");
     assert!(lookup(&cl.master, "card", &ClientOptions::default()).is_err());
     assert!(cl.servers.iter().flatten().all(|s| s.stats().datasets == 0));
     for s in cl.servers.iter().flatten() {
@@ -412,7 +413,10 @@ fn a_loader_that_died_between_commit_and_publish_leaves_a_name_that_rm_frees() {
     assert!(matches!(&e, DpssError::Leftover { dataset, .. } if dataset == "orphan"), "{e:?}");
     assert!(e.to_string().contains("blobstream dpss drop orphan"), "{e}");
     let r = bs_dpss::loader::remove(&cl.master, "orphan", &opts).unwrap();
-    assert!(!r.was_published && r.failed.is_empty(), "{r:?}");
+    assert!(!r.was_published && r.failed.is_empty() && !r.held.is_empty(), "{r:?}");
+    // Removed again, nothing is left anywhere (the CLI says so as an error).
+    let r = bs_dpss::loader::remove(&cl.master, "orphan", &opts).unwrap();
+    assert!(!r.was_published && r.held.is_empty() && r.servers.len() == 2, "{r:?}");
     let (src, rep) = cl.load("orphan", 512, 2, &opts);
     rep.unwrap();
     let mut c = Client::open(&cl.master, "orphan", opts.clone()).unwrap();
