@@ -84,6 +84,9 @@ pub struct BatchReport {
     /// Bytes moved (not counting blobs already there or bytes kept from interrupted copies).
     pub bytes: u64,
     pub elapsed: Duration,
+    /// Why the batch stopped starting jobs on its own: a copy found the server unreachable
+    /// (every later one would fail alike); the jobs not started are "not started".
+    pub gave_up: Option<String>,
 }
 
 impl BatchReport {
@@ -405,6 +408,7 @@ impl Transporter {
             bytes: jobs.iter().map(|j| j.size).sum(),
         };
         let (done_jobs, done_bytes) = (AtomicUsize::new(0), Arc::new(AtomicU64::new(0)));
+        let gave_up = std::sync::OnceLock::new();
         let results: Mutex<Vec<Option<Result<Copied, BlobError>>>> =
             Mutex::new((0..jobs.len()).map(|_| None).collect());
         let report = |jobs_done, bytes_done| {
@@ -416,6 +420,11 @@ impl Transporter {
             let rest = jobs[i].size.saturating_sub(seen);
             // Reported under the lock, so the counts a caller sees never go backwards.
             let mut all = results.lock().unwrap();
+            if let Err(e) = &r
+                && e.is_unreachable()
+            {
+                let _ = gave_up.set(format!("{}: {e}", jobs[i].name));
+            }
             all[i] = Some(r);
             let bytes = done_bytes.fetch_add(rest, Ordering::Relaxed) + rest;
             report(done_jobs.fetch_add(1, Ordering::Relaxed) + 1, bytes);
@@ -447,8 +456,9 @@ impl Transporter {
             for _ in 0..in_flight.clamp(1, units.len().max(1)) {
                 s.spawn(|| {
                     loop {
-                        // Asked to stop: nothing more starts (what runs finishes).
-                        if opts.stopped() {
+                        // Asked to stop, or the server is gone: nothing more starts (what
+                        // runs finishes).
+                        if opts.stopped() || gave_up.get().is_some() {
                             return;
                         }
                         let Some(unit) = units.get(next.fetch_add(1, Ordering::Relaxed)) else {
@@ -486,7 +496,7 @@ impl Transporter {
             })
             .collect();
         let bytes = outcomes.iter().filter_map(|o| o.result.as_ref().ok()).map(|c| c.bytes).sum();
-        BatchReport { outcomes, bytes, elapsed: started.elapsed() }
+        BatchReport { outcomes, bytes, elapsed: started.elapsed(), gave_up: gave_up.into_inner() }
     }
 }
 

@@ -58,6 +58,12 @@ impl BlobError {
         }
     }
 
+    /// The server the copy went to cannot be reached at all (see
+    /// `ClientError::is_unreachable`).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::Remote(e) if e.is_unreachable())
+    }
+
     pub(crate) fn file(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::NotFound {
             Self::NotFound(format!("file {} not found", path.into().display()))

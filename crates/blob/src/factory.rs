@@ -97,6 +97,15 @@ impl Factory {
                 let path = key.path().expect("file key");
                 let file = std::fs::File::open(&path).map_err(|e| BlobError::file(&path, e))?;
                 let meta = file.metadata().map_err(|e| BlobError::file(&path, e))?;
+                if meta.is_dir() {
+                    // (In `get -r`: a blob named as a folder of other blobs is, `a/x` beside
+                    // `a/x/y`, and the folder came first.)
+                    let e = std::io::Error::new(
+                        std::io::ErrorKind::IsADirectory,
+                        "a folder is there, not a file",
+                    );
+                    return Err(BlobError::file(&path, e));
+                }
                 if !meta.is_file() {
                     return Err(BlobError::InvalidKey {
                         key: key.to_string(),

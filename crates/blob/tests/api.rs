@@ -625,3 +625,25 @@ fn a_replaced_file_keeps_its_permissions() {
     };
     assert_eq!(mode(&fresh), 0o666 & !umask);
 }
+
+/// A server that cannot be reached stops a batch: the copy that found it gone fails, no more
+/// start (each would fail alike), and the report says why; running again finds what is left.
+#[test]
+fn an_unreachable_server_stops_a_batch_instead_of_failing_every_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..20 {
+        std::fs::write(dir.path().join(format!("f{i:02}")), data(1000 + i)).unwrap();
+    }
+    // A port nothing listens on: bound, then let go.
+    let gone = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let (jobs, problems) = bs_blob::plan_upload(dir.path(), &gone, "up/");
+    assert!(problems.is_empty() && jobs.len() == 20, "{problems:?}");
+    let t = Transporter::new(Factory::new());
+    let report = t.copy_batch(jobs, 1, &Options::blocking(), |_| {});
+    assert_eq!(report.failed().count(), 1, "only the copy that found it gone fails");
+    assert_eq!(report.not_started(), 19);
+    let (name, e) = report.failed().next().unwrap();
+    assert!(e.is_unreachable(), "{e:?}");
+    let why = report.gave_up.as_deref().expect("the report says why it stopped");
+    assert!(why.starts_with(name) && why.contains(&gone), "{why}");
+}

@@ -282,24 +282,26 @@ fn finish(
         let json = serde_json::to_string_pretty(&summary_json(&report, problems, extra))?;
         writeln!(std::io::stdout(), "{json}").context(commands::STDOUT)?;
     } else {
+        // Local names may hold anything a file name can: shown escaped.
+        let say = |line: String| eprintln!("{}", commands::shown(&line));
         for p in problems {
             let tag = if p.failed { "FAILED" } else { "skipped" };
-            eprintln!("{tag} {}: {}", p.what, p.reason);
+            say(format!("{tag} {}: {}", p.what, p.reason));
         }
         for (name, e) in report.failed() {
             match e {
                 bs_blob::BlobError::AlreadyExists(m) => {
-                    eprintln!("FAILED {name}: already exists{}", commands::in_the_way(m))
+                    say(format!("FAILED {name}: already exists{}", commands::in_the_way(m)))
                 }
-                e => eprintln!("FAILED {name}: {e}"),
+                e => say(format!("FAILED {name}: {e}")),
             }
         }
         for (name, e) in &extra.not_deleted {
-            eprintln!("FAILED {name}: {e}");
+            say(format!("FAILED {name}: {e}"));
         }
         if !g.quiet {
             for name in &extra.deleted {
-                eprintln!("deleted {name}");
+                say(format!("deleted {name}"));
             }
         }
         if !g.quiet || failed > 0 || extra.interrupted {
@@ -314,6 +316,13 @@ fn finish(
             (n, f) => format!("{what}: interrupted: {n} not started, {f} failed; {again}"),
         };
         return Err(commands::Interrupted(msg).into());
+    }
+    if let Some(why) = &report.gave_up {
+        let n = report.not_started();
+        bail!(
+            "{what}: stopped, the server could not be reached ({why}): {n} not started, \
+             {failed} failed; run the same command again once it is back"
+        );
     }
     if failed > 0 {
         let all = report.outcomes.len() + not_planned + extra.not_deleted.len();
@@ -379,6 +388,8 @@ fn summary_line(r: &BatchReport, skipped: usize, failed: usize, extra: &Extra) -
     line += &format!(", {failed} failed");
     if extra.interrupted {
         line += &format!(", {} not started (interrupted)", r.not_started());
+    } else if r.gave_up.is_some() {
+        line += &format!(", {} not started (the server could not be reached)", r.not_started());
     }
     if extra.delete_skipped {
         line += ", --delete skipped (interrupted)";
@@ -414,6 +425,7 @@ fn summary_json(r: &BatchReport, problems: &[Problem], extra: &Extra) -> serde_j
         "interrupted": extra.interrupted,
         "delete_skipped": extra.delete_skipped,
         "not_started": r.not_started(),
+        "server_unreachable": r.gave_up,
         "bytes_moved": r.bytes,
         "bytes_total": r.total_bytes(),
         "seconds": secs,

@@ -13,6 +13,18 @@ use crate::{progress, security};
 /// The context of every write to stdout, so a closed pipe can be told from other errors.
 pub const STDOUT: &str = "writing to stdout";
 
+/// `s` as a terminal may show it: control characters (an escape sequence in a file name that
+/// would recolour or rewrite the terminal) written as `\u{1b}`, line breaks and tabs kept.
+pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return s.into();
+    }
+    let keep = |c: char| !c.is_control() || c == '\n' || c == '\t';
+    s.chars()
+        .map(|c| if keep(c) { c.to_string() } else { c.escape_default().to_string() })
+        .collect()
+}
+
 /// Whether `e` is stdout's reader going away (EPIPE on a write to stdout).
 pub fn stdout_closed(e: &anyhow::Error) -> bool {
     e.to_string() == STDOUT
@@ -147,6 +159,7 @@ pub(crate) fn in_the_way(m: &str) -> String {
 }
 
 fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
+    let what = shown(what);
     if c.path == bs_blob::CopyPath::AlreadyThere {
         if !g.quiet {
             eprintln!("{what}: already there ({} bytes, same digest)", c.resumed_from);
@@ -335,7 +348,8 @@ fn stream_to_special(g: &Global, t: &TransferFlags, src: &BlobKey, path: &Path) 
         .with_context(|| format!("opening {}", path.display()))?;
     stream_into(g, t, src, f, "writing into the special file")?;
     if !g.quiet {
-        eprintln!("get {src} -> {}: written into it (not a regular file)", path.display());
+        let line = format!("get {src} -> {}: written into it (not a regular file)", path.display());
+        eprintln!("{}", shown(&line));
     }
     Ok(())
 }

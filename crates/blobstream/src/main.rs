@@ -30,7 +30,8 @@ fn main() -> ExitCode {
         // A reader that closed the pipe (`cat … | head`) is a normal end for a Unix filter.
         Err(e) if commands::stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("blobstream: error: {}{}", one_line(&e), hint(&e, &server));
+            let line = format!("{}{}", one_line(&e), hint(&e, &server));
+            eprintln!("blobstream: error: {}", commands::shown(&line));
             // A command line that cannot work is a usage error, as clap's own (exit 2).
             if e.downcast_ref::<commands::Usage>().is_some() {
                 ExitCode::from(2)

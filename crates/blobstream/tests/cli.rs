@@ -452,6 +452,26 @@ fn sigterm_lets_a_running_transfer_finish_and_exits_zero() {
 }
 
 #[test]
+fn control_characters_in_names_are_shown_escaped() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let srv = Serve::start(&data);
+    // A file name with an escape sequence (it would recolour the terminal): put -r reports it
+    // refused, and a single put of a missing one fails, both naming it escaped.
+    let dir = t.path().join("esc");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("\u{1b}[31mred"), b"x").unwrap();
+    let o = srv.run(&["put", "-r", dir.to_str().unwrap(), "up/"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains('\u{1b}') && err.contains("\\u{1b}[31mred"), "{err:?}");
+    let o = srv.run(&["put", &format!("{}/\u{1b}[2Jgone", t.path().display()), "k"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains('\u{1b}') && err.contains("\\u{1b}[2Jgone"), "{err:?}");
+    fails_with(&o, "gone");
+}
+
+#[test]
 fn an_unreachable_server_is_one_clear_line() {
     let o = Command::new(BIN).args(["--server", "127.0.0.1:1", "ls"]).output().unwrap();
     fails_with(&o, "cannot reach blobstream server at 127.0.0.1:1");

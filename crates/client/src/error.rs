@@ -124,6 +124,16 @@ impl ClientError {
         }
     }
 
+    /// The server cannot be reached at all (refused or no route): every further call to it
+    /// would fail alike, so a batch stops starting them.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Connect { .. } => true,
+            Self::Rpc { code: Code::Unavailable, message } => message.contains("connect error"),
+            _ => false,
+        }
+    }
+
     /// Timeouts on either plane.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout | Self::Transfer(TransportError::Timeout))

@@ -12,7 +12,7 @@ pub const MAX_NAME_LEN: usize = 1024;
 
 /// Check a blob name; the error says what is wrong with it.
 pub fn validate_name(name: &str) -> Result<(), StoreError> {
-    let bad = |reason| Err(StoreError::InvalidName { name: name.to_string(), reason });
+    let bad = |reason| Err(StoreError::InvalidName { name: shown_name(name), reason });
     if name.is_empty() {
         return bad("empty");
     }
@@ -41,6 +41,18 @@ pub fn validate_name(name: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Characters of a refused name an error repeats: a name of any length is refused with a
+/// message of bounded size.
+const SHOWN_CHARS: usize = 100;
+
+/// `name` for an error message: whole, or its start and how long it is.
+pub fn shown_name(name: &str) -> String {
+    match name.char_indices().nth(SHOWN_CHARS) {
+        None => name.to_string(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &name[..cut], name.len()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +76,15 @@ mod tests {
             assert!(validate_name(n).is_err(), "{n:?} accepted");
         }
         assert!(validate_name(&"x".repeat(MAX_NAME_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn a_long_refused_name_is_not_repeated_whole() {
+        let e = validate_name(&"é".repeat(10_000)).unwrap_err().to_string();
+        assert!(e.len() < 400 && e.contains("(20000 bytes)"), "{e}");
+        assert!(e.contains("longer than 1024 bytes"), "{e}");
+        let e = validate_name("a//b").unwrap_err().to_string();
+        assert!(e.contains("\"a//b\""), "{e}");
     }
 
     #[test]

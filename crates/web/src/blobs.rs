@@ -248,8 +248,12 @@ async fn put_spec(
             if_match(&key, m, current.as_deref())?;
         }
     }
+    // No type, or the form type `curl -d`/`--data-binary` sends unless told otherwise (a PUT
+    // body is the blob, never a form): the type its name suggests.
+    let said_nothing =
+        ct.is_empty() || ct.to_ascii_lowercase().starts_with("application/x-www-form-urlencoded");
     let content_type =
-        if ct.is_empty() { bs_store::guess_content_type(&key).to_string() } else { ct };
+        if said_nothing { bs_store::guess_content_type(&key).to_string() } else { ct };
     let metadata = user_metadata(h)?;
     let slot = st.upload_slot()?;
     let route = RouteSpec {

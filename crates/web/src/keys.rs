@@ -5,7 +5,7 @@
 //! valid blob name (no empty, `.` or `..` segment, no NUL or control character). Routers that
 //! decode the whole path first would let `a%2F..%2Fb` through as `a/../b`; this one refuses it.
 
-use bs_store::validate_name;
+use bs_store::{shown_name, validate_name};
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 
 use crate::error::WebError;
@@ -13,7 +13,7 @@ use crate::error::WebError;
 /// The key in `path` after `route_prefix` (e.g. `/blobs/`), decoded and validated.
 pub fn key_from_path(path: &str, route_prefix: &str) -> Result<String, WebError> {
     let raw = path.strip_prefix(route_prefix).unwrap_or_default();
-    let bad = |reason: &str| WebError::InvalidKey { key: raw.to_string(), reason: reason.into() };
+    let bad = |reason: &str| WebError::InvalidKey { key: shown_name(raw), reason: reason.into() };
     if raw.is_empty() {
         return Err(bad("empty"));
     }
@@ -44,7 +44,8 @@ pub fn validate_prefix(prefix: &str) -> Result<(), WebError> {
     if prefix.is_empty() {
         return Ok(());
     }
-    let bad = |reason: &str| WebError::InvalidKey { key: prefix.into(), reason: reason.into() };
+    let bad =
+        |reason: &str| WebError::InvalidKey { key: shown_name(prefix), reason: reason.into() };
     let Some(folder) = prefix.strip_suffix('/') else {
         return Err(bad("a folder prefix must be empty or end with '/'"));
     };

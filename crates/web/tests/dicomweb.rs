@@ -189,3 +189,40 @@ async fn misspelt_query_parameters_are_refused_and_missing_things_named_plainly(
         assert!(text.contains(says) && !text.contains("no blob named"), "{path}: {text}");
     }
 }
+
+/// Frames and renderings go only to a client whose `Accept` takes them as they are sent; one
+/// that asks only for another form is told 406, not sent what it cannot read.
+#[tokio::test]
+async fn frames_and_renderings_answer_an_accept_they_cannot_meet_with_406() {
+    let (_web, base) = start().await;
+    put(&base, "cine/two.dcm", two_frames()).await;
+    let instance = format!(
+        "{base}/dicomweb/studies/1.2.826.0.1.3680043.9.7777.1/series/\
+         1.2.826.0.1.3680043.9.7777.2/instances/1.2.826.0.1.3680043.9.7777.3.1"
+    );
+    let ask = |path: &str, accept: &'static str| {
+        let url = format!("{instance}/{path}");
+        async move {
+            let r = reqwest::Client::new().get(&url).header("accept", accept).send().await;
+            let r = r.unwrap();
+            let kind = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+            (r.status(), kind.unwrap_or_default(), r.text().await.unwrap())
+        }
+    };
+    let octets = "multipart/related; type=\"application/octet-stream\"; transfer-syntax=*";
+    let (status, kind, _) = ask("frames/1", octets).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(kind.starts_with("multipart/related"), "{kind}");
+    for accept in ["multipart/related; type=\"image/jpeg\"", "application/octet-stream"] {
+        let (status, _, text) = ask("frames/1", accept).await;
+        assert_eq!(status, StatusCode::NOT_ACCEPTABLE, "{accept}: {text}");
+        assert!(text.contains("application/octet-stream"), "{accept}: {text}");
+    }
+    let (status, kind, _) = ask("rendered", "image/jpeg").await;
+    assert_eq!((status, kind.as_str()), (StatusCode::OK, "image/jpeg"));
+    let (status, kind, _) = ask("rendered", "image/*").await;
+    assert_eq!((status, kind.as_str()), (StatusCode::OK, "image/png"));
+    let (status, _, text) = ask("rendered", "image/gif").await;
+    assert_eq!(status, StatusCode::NOT_ACCEPTABLE, "{text}");
+    assert!(text.contains("image/png or image/jpeg"), "{text}");
+}

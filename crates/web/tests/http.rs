@@ -256,6 +256,16 @@ async fn path_tricks_are_refused_with_json_errors() {
         let r = s.http.put(s.url(p)).body("x").send().await.unwrap();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{p}");
     }
+    // A 20 KB key is refused with a message of bounded size, not repeated whole.
+    let long = format!("/blobs/{}", "k".repeat(20_000));
+    let r = s.http.get(s.url(&long)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.len() < 1000 && text.contains("(20000 bytes)"),
+        "{} bytes: {text:.300}",
+        text.len()
+    );
     // `..` in the raw request line (clients normalise it away, so send it by hand).
     for p in ["/blobs/a/../../etc/passwd", "/blobs/a/%2e%2e/b", "/api/meta/a/./b"] {
         let req = format!("GET {p} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
@@ -473,6 +483,21 @@ async fn multipart_post_and_content_types() {
         .header("content-type", "multipart/form-data; boundary=x")
         .body("--x--");
     assert_eq!(r.send().await.unwrap().status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // The form type curl sends with --data-binary unless told otherwise is not the blob's:
+    // the name's extension says it; a type given is kept.
+    for (key, given, stored) in [
+        ("x/scan.png", "application/x-www-form-urlencoded", "image/png"),
+        (
+            "x/notes.bin",
+            "application/x-www-form-urlencoded; charset=utf-8",
+            "application/octet-stream",
+        ),
+        ("x/data.png", "application/vnd.example", "application/vnd.example"),
+    ] {
+        let r = s.http.put(s.url(&format!("/blobs/{key}"))).header("content-type", given);
+        let v: Value = r.body(png(2, 2)).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["content_type"], stored, "{key}: {v}");
+    }
     let r = s.http.post(s.url("/api/filter")).body("{}").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
     // A form without files, and a malformed form.

@@ -114,9 +114,68 @@ pub(crate) fn dicom_json(headers: &axum::http::HeaderMap) -> Result<(), WebError
     }
 }
 
+/// A media type (lower case) and its parameters, as [`media_type`] reads them.
+type MediaRange = (String, Vec<(String, String)>);
+
+/// The ranges of an `Accept` header the client takes (`q=0` ones left out), each a media type
+/// and its parameters; `None` when the header is absent or empty (anything is taken).
+fn taken_ranges(accept: Option<&str>) -> Option<Vec<MediaRange>> {
+    let accept = accept.map(str::trim).filter(|a| !a.is_empty())?;
+    let ranges = split(accept, ',').map(media_type).filter(|(_, params)| {
+        !params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0))
+    });
+    Some(ranges.collect())
+}
+
+/// May a rendered image go to a client with this `Accept` header, and as JPEG? PNG unless it
+/// names `image/jpeg` and not `image/png`; 406 when it takes neither (`image/*` and `*/*`
+/// take both).
+pub(crate) fn rendered_jpeg(accept: Option<&str>) -> Result<bool, WebError> {
+    let Some(ranges) = taken_ranges(accept) else { return Ok(false) };
+    let names = |m: &str| ranges.iter().any(|(media, _)| media == m);
+    let any = names("*/*") || names("image/*");
+    if !(any || names("image/png") || names("image/jpeg")) {
+        return Err(WebError::NotAcceptable(format!(
+            "a rendered image is image/png or image/jpeg, which Accept: {} does not take",
+            accept.unwrap_or_default()
+        )));
+    }
+    Ok(names("image/jpeg") && !names("image/png"))
+}
+
+/// Does `Accept` take frames as they are sent: `multipart/related; type=
+/// "application/octet-stream"`, each part a frame's samples in Explicit VR Little Endian's
+/// layout (`transfer-syntax` absent, `*` or 1.2.840.10008.1.2.1)? 406 when it does not (a
+/// client asking for compressed frames, or one part without multipart, is told, not sent
+/// what it cannot read).
+pub(crate) fn native_frames(accept: Option<&str>) -> Result<(), WebError> {
+    let Some(ranges) = taken_ranges(accept) else { return Ok(()) };
+    let taken = ranges.iter().any(|(media, params)| {
+        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let kind = get("type").map(str::to_ascii_lowercase);
+        let syntax = matches!(get("transfer-syntax"), None | Some("*" | "1.2.840.10008.1.2.1"));
+        match media.as_str() {
+            "*/*" | "multipart/*" => true,
+            "multipart/related" => {
+                syntax && matches!(kind.as_deref(), None | Some("application/octet-stream" | "*/*"))
+            }
+            _ => false,
+        }
+    });
+    if taken {
+        Ok(())
+    } else {
+        Err(WebError::NotAcceptable(format!(
+            "frames are sent as multipart/related; type=\"application/octet-stream\" (native \
+             samples, transfer-syntax=1.2.840.10008.1.2.1), which Accept: {} does not take",
+            accept.unwrap_or_default()
+        )))
+    }
+}
+
 /// A media type (lower case) and its parameters (names lower case, values unquoted), as in
 /// `multipart/related; type="application/dicom"; boundary=x`.
-pub(crate) fn media_type(s: &str) -> (String, Vec<(String, String)>) {
+pub(crate) fn media_type(s: &str) -> MediaRange {
     let mut parts = split(s, ';');
     let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
     let params = parts
@@ -189,6 +248,53 @@ mod tests {
             "multipart/related; type=\"application/dicom\"; q=0",
         ] {
             let e = dicom_syntaxes(Some(a)).unwrap_err();
+            assert!(matches!(e, WebError::NotAcceptable(_)), "{a}: {e}");
+        }
+    }
+
+    #[test]
+    fn rendered_images_are_png_or_jpeg_or_refused() {
+        for (a, jpeg) in [
+            (None, false),
+            (Some("*/*"), false),
+            (Some("image/*"), false),
+            (Some("image/png"), false),
+            (Some("image/jpeg"), true),
+            (Some("image/jpeg, image/png;q=0.5"), false),
+            (Some("image/jpeg, image/png;q=0"), true),
+            (Some("image/webp, image/jpeg;q=0.8"), true),
+        ] {
+            assert_eq!(rendered_jpeg(a).unwrap(), jpeg, "{a:?}");
+        }
+        for a in ["image/gif", "application/json", "image/png;q=0", "text/html"] {
+            let e = rendered_jpeg(Some(a)).unwrap_err();
+            assert!(matches!(e, WebError::NotAcceptable(_)), "{a}: {e}");
+        }
+    }
+
+    #[test]
+    fn frames_are_native_octet_streams_or_refused() {
+        for a in [
+            None,
+            Some("*/*"),
+            Some("multipart/related"),
+            Some("multipart/related; type=\"application/octet-stream\""),
+            Some("multipart/related; type=application/octet-stream; transfer-syntax=*"),
+            Some(&format!(
+                "multipart/related; type=\"application/octet-stream\"; transfer-syntax={EVRLE}"
+            )),
+            Some("multipart/related; type=\"image/jls\", multipart/*;q=0.1"),
+        ] {
+            native_frames(a).unwrap_or_else(|e| panic!("{a:?}: {e}"));
+        }
+        for a in [
+            "multipart/related; type=\"image/jpeg\"",
+            "multipart/related; type=\"application/octet-stream\"; transfer-syntax=1.2.840.10008.1.2.4.50",
+            "application/octet-stream",
+            "multipart/related; type=\"application/octet-stream\"; q=0",
+            "image/png",
+        ] {
+            let e = native_frames(Some(a)).unwrap_err();
             assert!(matches!(e, WebError::NotAcceptable(_)), "{a}: {e}");
         }
     }

@@ -8,9 +8,10 @@
 //!   keeps; no bulk data);
 //! - `…/instances/{instance}/frames/{list}`: `multipart/related;
 //!   type="application/octet-stream"`, each part one decoded frame (native little-endian
-//!   samples, as `/api/pixels` gives them);
+//!   samples, as `/api/pixels` gives them), 406 when the `Accept` header takes only other
+//!   forms ([`super::accept::native_frames`]);
 //! - `…/instances/{instance}/rendered`: the image windowed for display, PNG (or JPEG when the
-//!   Accept header asks only for it);
+//!   Accept header asks only for it; 406 when it takes neither);
 //! - `GET /dicomweb/wado?requestType=WADO&studyUID=…&seriesUID=…&objectUID=…[&contentType=…]`:
 //!   the file (application/dicom, the default) or a rendering (image/jpeg, image/png).
 
@@ -296,10 +297,12 @@ fn samples_per_pixel(meta: &Value) -> Option<i64> {
 pub async fn frames(
     State(st): State<Arc<AppState>>,
     Path((study, series, instance, list)): Path<(String, String, String, String)>,
+    req: Request,
 ) -> Result<Response, WebError> {
     for (what, uid) in [("study", &study), ("series", &series), ("instance", &instance)] {
         check_uid(what, uid)?;
     }
+    super::accept::native_frames(accept(req.headers()).as_deref())?;
     let mut wanted: Vec<usize> = list
         .split(',')
         .map(|f| match f.trim().parse::<usize>() {
@@ -496,7 +499,6 @@ pub async fn rendered(
         check_uid(what, uid)?;
     }
     let accept = accept(req.headers()).unwrap_or_default();
-    let jpeg = accept.contains("image/jpeg") && !accept.contains("image/png");
     let turn = st.image_turn().await;
     let st2 = st.clone();
     let r = blocking(move || {
@@ -508,6 +510,7 @@ pub async fn rendered(
         if class.starts_with(STRUCTURED_REPORT) {
             return report(&st2, &found[0], &accept);
         }
+        let jpeg = super::accept::rendered_jpeg(Some(&accept))?;
         let (bytes, mime) = render(&st2, &found[0].entry.name, jpeg, 0)?;
         Ok(image_response(bytes, mime))
     })
