@@ -289,7 +289,10 @@ mod tests {
         }
         for a in [
             "multipart/related; type=\"image/jpeg\"",
-            "multipart/related; type=\"application/octet-stream\"; transfer-syntax=1.2.840.10008.1.2.4.50",
+            concat!(
+                "multipart/related; type=\"application/octet-stream\"; ",
+                "transfer-syntax=1.2.840.10008.1.2.4.50"
+            ),
             "application/octet-stream",
             "multipart/related; type=\"application/octet-stream\"; q=0",
             "image/png",
