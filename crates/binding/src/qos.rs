@@ -145,16 +145,20 @@ impl fmt::Display for LayerSpec {
     }
 }
 
-/// `123`, `64k`, `1m`, `2g` (binary multiples: k = 1024).
+/// `123`, `64k`, `1m`, `2g`, `1t`, written also `64KiB`, `64 KB`, `1TiB`, `100B` (binary
+/// multiples either way: k = 1024), as the docs write sizes.
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
+    let lower = s.to_ascii_lowercase();
+    let s = lower.strip_suffix("ib").or_else(|| lower.strip_suffix('b')).unwrap_or(&lower);
     let (num, mult) = match s.char_indices().last()? {
-        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
-        (i, 'm' | 'M') => (&s[..i], 1 << 20),
-        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 'k') => (&s[..i], 1u64 << 10),
+        (i, 'm') => (&s[..i], 1 << 20),
+        (i, 'g') => (&s[..i], 1 << 30),
+        (i, 't') => (&s[..i], 1 << 40),
         _ => (s, 1),
     };
-    num.parse::<u64>().ok()?.checked_mul(mult)
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
 }
 
 /// A binding's quality of service. `0` means "no requirement" (or "the peer's default")
@@ -384,6 +388,27 @@ impl ProfileBuilder {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_are_read_as_the_docs_write_them() {
+        for (s, n) in [
+            ("123", 123),
+            ("64k", 64 << 10),
+            ("64K", 64 << 10),
+            ("64KiB", 64 << 10),
+            ("64 KB", 64 << 10),
+            ("1m", 1 << 20),
+            ("2g", 2 << 30),
+            ("64 GiB", 64 << 30),
+            ("1TiB", 1 << 40),
+            ("100B", 100),
+        ] {
+            assert_eq!(super::parse_size(s), Some(n), "{s}");
+        }
+        for s in ["", "k", "1x", "1.5g", "-1", "99999999999999t", "ib"] {
+            assert_eq!(super::parse_size(s), None, "{s}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -85,13 +85,17 @@ impl ServeArgs {
                     "--memory keeps blobs in this process: it takes no --data".into(),
                 );
             }
+            for (id, flag) in [("s3_bucket", "--s3-bucket"), ("catalogue", "--catalogue")] {
+                if typed(m, id) {
+                    return usage(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        format!("--memory keeps blobs in this process: it takes no {flag}"),
+                    );
+                }
+            }
             self.data = None;
-            if !typed(m, "s3_bucket") {
-                self.s3_bucket = None;
-            }
-            if !typed(m, "catalogue") {
-                self.catalogue = None;
-            }
+            self.s3_bucket = None;
+            self.catalogue = None;
         }
         if self.dpss_master.is_none() {
             for (id, flag) in [("dpss_token", "--dpss-token"), ("dpss_ca", "--dpss-ca")] {
@@ -678,8 +682,9 @@ pub struct ServeArgs {
     /// directory, bucket or catalogue from the environment is left unused.
     #[arg(long)]
     pub memory: bool,
-    /// With --memory: most bytes held [default: half the machine's memory].
-    #[arg(long, requires = "memory")]
+    /// With --memory: most bytes held (k/m/g/t suffixes) [default: half the machine's
+    /// memory].
+    #[arg(long, requires = "memory", value_parser = parse_rate, value_name = "BYTES")]
     pub memory_limit: Option<u64>,
     /// Keep blobs in this S3 bucket (AWS S3, Garage, MinIO, Ceph RGW, SeaweedFS). The secret
     /// key comes from BLOBSTREAM_S3_SECRET_ACCESS_KEY (or AWS_SECRET_ACCESS_KEY, or the
@@ -769,8 +774,8 @@ pub struct ServeArgs {
     /// The same, from one source address (an IPv6 /64 counts as one).
     #[arg(long, default_value_t = 64)]
     pub max_unauthenticated_per_ip: usize,
-    /// Largest upload of unknown size, in bytes [default: 1 TiB].
-    #[arg(long, default_value_t = 1 << 40)]
+    /// Largest upload of unknown size, in bytes (k/m/g/t suffixes).
+    #[arg(long, default_value = "1TiB", value_parser = parse_rate, value_name = "BYTES")]
     pub max_unsized_upload: u64,
     /// Wrong control-plane tokens one address may present at once...
     #[arg(long, default_value_t = 10)]
@@ -813,8 +818,8 @@ pub struct ServeArgs {
     /// Do not start the HTTP server.
     #[arg(long, conflicts_with = "http")]
     pub no_http: bool,
-    /// Largest HTTP upload, in bytes.
-    #[arg(long, default_value_t = 64 << 30)]
+    /// Largest HTTP upload, in bytes (k/m/g/t suffixes).
+    #[arg(long, default_value = "64GiB", value_parser = parse_rate, value_name = "BYTES")]
     pub max_upload: u64,
     /// Most HTTP uploads in progress at once (more get 503).
     #[arg(long, default_value_t = 64)]

@@ -13,16 +13,15 @@ use crate::{progress, security};
 /// The context of every write to stdout, so a closed pipe can be told from other errors.
 pub const STDOUT: &str = "writing to stdout";
 
-/// `s` as a terminal may show it: control characters (an escape sequence in a file name that
-/// would recolour or rewrite the terminal) written as `\u{1b}`, line breaks and tabs kept.
+/// `s` as one line a terminal may show: control characters (an escape sequence in a file name
+/// that would recolour or rewrite the terminal, a line break that would split a report line)
+/// written as `\u{1b}`, `\n`.
 pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+    if !s.chars().any(char::is_control) {
         return s.into();
     }
-    let keep = |c: char| !c.is_control() || c == '\n' || c == '\t';
-    s.chars()
-        .map(|c| if keep(c) { c.to_string() } else { c.escape_default().to_string() })
-        .collect()
+    let one = |c: char| if c.is_control() { c.escape_default().to_string() } else { c.to_string() };
+    s.chars().map(one).collect()
 }
 
 /// Whether `e` is stdout's reader going away (EPIPE on a write to stdout).
@@ -198,9 +197,9 @@ fn report(g: &Global, what: &str, c: &bs_blob::Copied) {
     }
 }
 
-/// A blob name as put and get take it: `bs:NAME` too, as cp and sync write it; a
-/// `blob://` URL is refused (it names another server: cp takes it).
-fn blob_name(key: String) -> Result<String> {
+/// A blob name (or prefix) as every command takes it: `bs:NAME` too, as cp and sync write
+/// it; a `blob://` URL is refused (it names another server: cp takes it).
+pub(crate) fn blob_name(key: String) -> Result<String> {
     if key.starts_with("blob://") {
         usage!(
             "{key}: a blob:// URL names a server too, which cp takes (cp FILE URL, cp URL FILE)"
@@ -442,7 +441,7 @@ pub fn rm(g: &Global, keys: &[String], recursive: bool) -> Result<()> {
         }
         return Ok(());
     }
-    let (mut removed, mut failed) = (0, 0);
+    let (mut removed, mut failed, mut empty) = (0, 0, 0);
     for k in keys {
         let prefix = bs_blob::folder_prefix(k);
         if prefix.is_empty() {
@@ -456,7 +455,7 @@ pub fn rm(g: &Global, keys: &[String], recursive: bool) -> Result<()> {
                 Err(_) => String::new(),
             };
             eprintln!("FAILED {k}: no blobs under {prefix:?}{hint}");
-            failed += 1;
+            empty += 1;
         }
         for b in under {
             match c.delete(&b.name) {
@@ -473,8 +472,14 @@ pub fn rm(g: &Global, keys: &[String], recursive: bool) -> Result<()> {
     if !g.quiet {
         eprintln!("rm -r: removed {removed} blobs");
     }
-    if failed > 0 {
-        bail!("rm -r: {failed} could not be removed (each named above)");
+    match (failed, empty) {
+        (0, 0) => {}
+        (0, n) => bail!("rm -r: {n} of the prefixes given hold no blob (each named above)"),
+        (f, 0) => bail!("rm -r: {f} could not be removed (each named above)"),
+        (f, n) => bail!(
+            "rm -r: {f} could not be removed, and {n} of the prefixes given hold no blob (each \
+             named above)"
+        ),
     }
     Ok(())
 }

@@ -93,17 +93,30 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
                 transfer: Default::default(),
             },
         ),
-        Ls(a) => commands::ls(g, a),
-        Stat { key, json } => commands::stat(g, &key, json),
-        Rm { keys, recursive } => commands::rm(g, &keys, recursive),
+        Ls(mut a) => {
+            a.prefix = commands::blob_name(a.prefix)?;
+            commands::ls(g, a)
+        }
+        Stat { key, json } => commands::stat(g, &commands::blob_name(key)?, json),
+        Rm { keys, recursive } => {
+            let keys =
+                keys.into_iter().map(commands::blob_name).collect::<anyhow::Result<Vec<_>>>()?;
+            commands::rm(g, &keys, recursive)
+        }
         Cp(a) => commands::cp(g, a),
         Sync(a) => batch::sync(g, a),
         Filters(a) => imaging::filters(a),
         Filter(a) => imaging::filter(a),
         ImageInfo { file, json } => imaging::image_info(&file, json),
         Bench(b) => bench::run(b),
-        Scrub(a) => scrub::run(g, a),
-        Check(a) => check::run(g, a),
+        Scrub(mut a) => {
+            a.prefix = commands::blob_name(a.prefix)?;
+            scrub::run(g, a)
+        }
+        Check(mut a) => {
+            a.key = commands::blob_name(a.key)?;
+            check::run(g, a)
+        }
         Bind(a) => bind::run(g, a),
         Bindings { json } => bind::list(g, json),
         Distributer(a) => distrib::distributer(a),

@@ -54,6 +54,11 @@ pub fn run(g: &Global, a: ScrubArgs) -> Result<()> {
     let pairs = |v: &[(String, String)]| -> Vec<serde_json::Value> {
         v.iter().map(|(n, r)| serde_json::json!({ "name": n, "reason": r })).collect()
     };
+    // A prefix that names nothing checked nothing: no all-clear (a mistyped prefix).
+    let nothing = blobs == 0 && !a.prefix.is_empty();
+    if nothing && !a.json {
+        bail!("no blobs under {:?}: nothing was checked", a.prefix);
+    }
     if a.json {
         let v = serde_json::json!({
             "blobs": blobs,
@@ -71,6 +76,9 @@ pub fn run(g: &Global, a: ScrubArgs) -> Result<()> {
     }
     if !corrupt.is_empty() || !failed.is_empty() {
         bail!("{} corrupt and {} unreadable blobs (named above)", corrupt.len(), failed.len());
+    }
+    if nothing {
+        bail!("no blobs under {:?}: nothing was checked", a.prefix);
     }
     Ok(())
 }

@@ -157,6 +157,7 @@ fn serve_leaves_unused_what_the_environment_sets_for_other_commands_but_refuses_
             &["--memory", "--data", d][..],
             "--memory keeps blobs in this process: it takes no --data",
         ),
+        (&["--memory", "--s3-bucket", "b"], "it takes no --s3-bucket"),
         (&["--data", d, "--dpss-token", "t"], "--dpss-token is for --dpss-master"),
         (&["--data", d, "--dpss-ca", "ca.pem"], "--dpss-ca is for --dpss-master"),
     ] {
@@ -1429,4 +1430,44 @@ fn help_of_commands_that_are_not_clients_leaves_out_client_options() {
         let text = ok(&o.unwrap());
         assert!(text.contains(var) && !text.contains("s3cret-value"), "{cmd:?} --help shows {var}");
     }
+}
+
+/// One server per data directory: a second one started on it (other ports) is refused at
+/// start-up, naming the first, and touches nothing; once the first has stopped, it starts.
+#[test]
+fn a_second_server_on_the_same_data_directory_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let data = t.path().join("data");
+    let first = Serve::start(&data);
+    let d = data.to_str().unwrap();
+    let o = Command::new(BIN)
+        .args(["serve", "--data", d, "--addr", "127.0.0.1:0", "--data-addr", "127.0.0.1:0"])
+        .args(["--no-http", "--no-samples"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("in use by another blobstream server"), "{err}");
+    assert!(err.contains(&format!("(process {})", first.child.id())), "{err}");
+    drop(first);
+    let again = Serve::start(&data);
+    ok(&again.run(&["ls"]));
+}
+
+/// `bs:PREFIX` means the prefix in every command, and a scrub of a prefix that holds nothing
+/// is no all-clear.
+#[test]
+fn bs_names_work_everywhere_and_an_empty_scrub_is_not_an_all_clear() {
+    let t = tempfile::tempdir().unwrap();
+    let srv = Serve::start(&t.path().join("data"));
+    let f = t.path().join("f.bin");
+    std::fs::write(&f, content(5000)).unwrap();
+    ok(&srv.run(&["put", f.to_str().unwrap(), "bs:m/f.bin"]));
+    assert!(ok(&srv.run(&["ls", "bs:m/"])).contains("m/f.bin"));
+    assert!(ok(&srv.run(&["stat", "bs:m/f.bin"])).contains("m/f.bin"));
+    ok(&srv.run(&["check", f.to_str().unwrap(), "bs:m/f.bin"]));
+    ok(&srv.run(&["scrub", "bs:m/"]));
+    fails_with(&srv.run(&["scrub", "bs:nomatch/"]), "no blobs under \"nomatch/\"");
+    ok(&srv.run(&["rm", "bs:m/f.bin"]));
+    fails_with(&srv.run(&["stat", "m/f.bin"]), "m/f.bin");
 }

@@ -67,6 +67,8 @@ pub struct FsStore {
 
 struct Inner {
     root: PathBuf,
+    /// This store's hold on its directory (no second store opens it meanwhile).
+    _lock: crate::dirlock::DirLock,
     cat: Arc<Catalogue>,
     algo: DigestAlgo,
     /// Names whose pending upload is open by a writer.
@@ -108,12 +110,18 @@ impl FsStore {
     /// Open (creating if needed) a store in `root`, removing files a crash left behind.
     pub fn open(root: impl AsRef<Path>) -> Result<Self> {
         let root = root.as_ref().to_path_buf();
-        fs::create_dir_all(root.join("blobs"))?;
-        fs::create_dir_all(root.join("staging"))?;
+        fs::create_dir_all(&root).map_err(|e| crate::dirlock::unwritable(&root, e))?;
+        let lock = crate::dirlock::DirLock::take(&root)?;
+        for dir in ["blobs", "staging"] {
+            let dir = root.join(dir);
+            fs::create_dir_all(&dir).map_err(|e| crate::dirlock::unwritable(&dir, e))?;
+            crate::dirlock::check_writable(&dir)?;
+        }
         let cat = Catalogue::open(&root.join("meta.db"))?;
         let store = Self {
             inner: Arc::new(Inner {
                 root,
+                _lock: lock,
                 cat: Arc::new(cat),
                 algo: DigestAlgo::default(),
                 busy: Claims::default(),

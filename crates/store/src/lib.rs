@@ -8,6 +8,7 @@
 
 mod catalogued;
 mod claim;
+mod dirlock;
 mod error;
 mod events;
 mod faulty;

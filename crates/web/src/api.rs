@@ -94,11 +94,40 @@ pub async fn list(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
     .into_response())
 }
 
-/// A study date criterion: empty, or `YYYYMMDD`.
+/// A study date criterion: empty, or `YYYYMMDD` naming a day of the calendar.
 fn check_date(name: &str, d: &Option<String>) -> Result<(), WebError> {
     match d {
-        Some(d) if !(d.is_empty() || d.len() == 8 && d.bytes().all(|c| c.is_ascii_digit())) => {
-            Err(WebError::BadRequest(format!("{name} must be YYYYMMDD, not {d:?}")))
+        Some(d) if !(d.is_empty() || is_date(d)) => {
+            Err(WebError::BadRequest(format!("{name} must be a date as YYYYMMDD, not {d:?}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `YYYYMMDD` of a day that exists (20240229 does, 20251301 and 20230229 do not).
+fn is_date(d: &str) -> bool {
+    if d.len() != 8 || !d.bytes().all(|c| c.is_ascii_digit()) {
+        return false;
+    }
+    let n = |r: std::ops::Range<usize>| d[r].parse::<u32>().unwrap_or(0);
+    let (y, m, day) = (n(0..4), n(4..6), n(6..8));
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    (1..=days).contains(&day)
+}
+
+/// A text criterion with a control character (a NUL ends SQL's LIKE pattern early, so it
+/// would match everything) is refused.
+fn check_text(name: &str, t: &Option<String>) -> Result<(), WebError> {
+    match t {
+        Some(t) if t.chars().any(char::is_control) => {
+            Err(WebError::BadRequest(format!("{name} contains a control character")))
         }
         _ => Ok(()),
     }
@@ -130,6 +159,9 @@ impl Criteria {
     pub(crate) fn image_query(self, prefix: String, limit: usize) -> Result<ImageQuery, WebError> {
         check_date("date_from", &self.date_from)?;
         check_date("date_to", &self.date_to)?;
+        check_text("q", &self.q)?;
+        check_text("patient", &self.patient)?;
+        check_text("modality", &self.modality)?;
         Ok(ImageQuery {
             text: self.q,
             patient: self.patient,
@@ -491,4 +523,20 @@ pub async fn read_json<T: serde::de::DeserializeOwned>(req: Request) -> Result<T
 
 fn hv(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_must_be_days_of_the_calendar() {
+        for d in ["20240229", "20000229", "20251231", "19700101"] {
+            assert!(is_date(d), "{d}");
+        }
+        for d in ["20251301", "20230229", "19000229", "20250431", "20250100", "2025011", "2025-1-1"]
+        {
+            assert!(!is_date(d), "{d}");
+        }
+    }
 }

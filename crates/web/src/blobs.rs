@@ -190,6 +190,7 @@ async fn put_spec(
     parts: &axum::http::request::Parts,
 ) -> Result<(UploadSpec, tokio::sync::OwnedSemaphorePermit), WebError> {
     let key = key_from_path(parts.uri.path(), ROUTE)?;
+    no_query(&parts.uri)?;
     let h = &parts.headers;
     let ct = header_str(h, header::CONTENT_TYPE);
     if ct.to_ascii_lowercase().starts_with("multipart/") {
@@ -288,6 +289,7 @@ async fn stored(st: &Arc<AppState>, rec: BlobRecord) -> info::BlobInfo {
 
 pub async fn delete(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let key = key_from_path(req.uri().path(), ROUTE)?;
+    no_query(req.uri())?;
     // If-Match: delete only the version named (checked just before the delete, which the
     // store does not take a condition for: a replacement in between is not seen).
     if let Some(v) = req.headers().get(header::IF_MATCH) {
@@ -363,7 +365,13 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
                 Err(e) => return Err(with_stored(e, &out)),
             };
             validate_key(&k).map_err(|e| with_stored(e, &out))?;
-            next_key = Some(k);
+            if let Some(unused) = next_key.replace(k) {
+                let e = WebError::BadRequest(format!(
+                    "two `key` fields in a row ({unused:?} names no file): a `key` names the \
+                     file part right after it"
+                ));
+                return Err(with_stored(e, &out));
+            }
             continue;
         }
         let Some(file_name) = field.file_name().map(str::to_string) else {
@@ -384,6 +392,15 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
                 k
             }
         };
+        // Two parts of one form under one name: the second would silently replace the
+        // first (files of two folders, `a/x.dcm` and `b/x.dcm`, both end up `PREFIX/x.dcm`).
+        if out.iter().any(|i| i.key == key) {
+            let e = WebError::BadRequest(format!(
+                "two files of this form would both be stored as {key:?}: give each its own \
+                 `key` field"
+            ));
+            return Err(with_stored(e, &out));
+        }
         let content_type = match field.content_type() {
             Some(t) if t != "application/octet-stream" => t.to_string(),
             _ => bs_store::guess_content_type(&key).to_string(),
@@ -396,6 +413,13 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
         };
         st.metrics.uploaded(rec.size);
         out.push(stored(&st, rec).await);
+    }
+    if let Some(k) = next_key {
+        let e = WebError::BadRequest(format!(
+            "the form ends with a `key` field ({k:?}) that no file part follows: a `key` names \
+             the file part right after it"
+        ));
+        return Err(with_stored(e, &out));
     }
     if out.is_empty() {
         return Err(WebError::BadRequest("the form holds no file".into()));
@@ -516,6 +540,13 @@ async fn small_text(field: &mut axum::extract::multipart::Field<'_>) -> Result<S
 
 fn hv(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+/// A write to one blob takes no query parameters: one given is refused (400), so that a
+/// misspelt or invented option (`?overwrite=false`, `?dry_run=1`) cannot be ignored while the
+/// write goes ahead.
+fn no_query(uri: &axum::http::Uri) -> Result<(), WebError> {
+    crate::query_only::<Vec<(String, String)>>(uri, &[]).map(|_| ())
 }
 
 fn header_str(h: &HeaderMap, name: header::HeaderName) -> String {

@@ -57,6 +57,10 @@ pub enum WebError {
     Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// The server could not start: its address cannot be listened on (in use, not this
+    /// host's). Never an answer to a request.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: std::net::SocketAddr, source: std::io::Error },
 }
 
 impl WebError {
@@ -81,7 +85,7 @@ impl WebError {
             Self::Busy(_) => (S::SERVICE_UNAVAILABLE, "busy"),
             Self::StorageFull(_) => (S::INSUFFICIENT_STORAGE, "insufficient_storage"),
             Self::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "unavailable"),
-            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
+            Self::Internal(_) | Self::Listen { .. } => (S::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
 

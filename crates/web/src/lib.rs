@@ -251,9 +251,9 @@ pub(crate) fn query_only<T: serde::de::DeserializeOwned>(
 ) -> Result<T, WebError> {
     for (k, _) in query::<Vec<(String, String)>>(uri)? {
         if !allowed.contains(&k.as_str()) {
+            let takes = if allowed.is_empty() { "none".into() } else { allowed.join(", ") };
             return Err(WebError::BadRequest(format!(
-                "unknown query parameter {k:?} (this takes {})",
-                allowed.join(", ")
+                "unknown query parameter {k:?} (this takes {takes})"
             )));
         }
     }
@@ -277,9 +277,9 @@ impl WebServer {
         registry: Arc<Registry>,
         cfg: WebConfig,
     ) -> Result<Self, WebError> {
-        let listener = tokio::net::TcpListener::bind(cfg.addr).await.map_err(|e| {
-            WebError::Internal(format!("binding the HTTP server to {}: {e}", cfg.addr))
-        })?;
+        let listener = tokio::net::TcpListener::bind(cfg.addr)
+            .await
+            .map_err(|source| WebError::Listen { addr: cfg.addr, source })?;
         let addr = listener.local_addr().map_err(WebError::internal)?;
         let images = Images::new(store.clone(), index, cfg.limits);
         let tls = cfg.tls.clone();

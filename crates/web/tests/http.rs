@@ -1417,3 +1417,61 @@ async fn worklist_studies_series_instances_and_frames() {
     let (code, e) = error_code(filter(1).await.unwrap()).await;
     assert_eq!(code, StatusCode::NOT_FOUND, "{e}");
 }
+
+/// Writes do what the request says or nothing: a form whose files would land on one name, or
+/// whose last `key` names no file, is refused; a PUT or DELETE with a query parameter it does
+/// not take is refused before it writes; a search with a NUL or a day that does not exist is
+/// refused rather than matching everything.
+#[tokio::test]
+async fn ambiguous_writes_and_searches_are_refused_not_guessed() {
+    let s = Srv::start(true).await;
+    let message = |v: Value| v["error"]["message"].as_str().unwrap_or_default().to_string();
+    let part = |body: &'static [u8], name: &'static str| {
+        reqwest::multipart::Part::bytes(body.to_vec()).file_name(name)
+    };
+    // Two folders' x.dcm both flattened to mp/x.dcm: the second is refused, naming the first.
+    let form = reqwest::multipart::Form::new()
+        .part("file", part(b"one", "a/x.dcm"))
+        .part("file", part(b"two", "b/x.dcm"));
+    let r = s.http.post(s.url("/blobs?prefix=mp/")).multipart(form).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let msg = message(r.json().await.unwrap());
+    assert!(
+        msg.contains("both be stored as \"mp/x.dcm\"") && msg.contains("stored before"),
+        "{msg}"
+    );
+    let r = s.http.get(s.url("/blobs/mp/x.dcm")).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap(), &b"one"[..], "the first stays as it was");
+    // A key after the last file, and two keys in a row.
+    let form = reqwest::multipart::Form::new()
+        .part("file", part(b"late", "late.bin"))
+        .text("key", "mp/late.bin");
+    let r = s.http.post(s.url("/blobs")).multipart(form).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(message(r.json().await.unwrap()).contains("no file part follows"));
+    let form = reqwest::multipart::Form::new()
+        .text("key", "mp/one")
+        .text("key", "mp/two")
+        .part("file", part(b"x", "x.bin"));
+    let r = s.http.post(s.url("/blobs")).multipart(form).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    for gone in ["/blobs/mp/one", "/blobs/mp/two", "/blobs/mp/late.bin", "/blobs/x.bin"] {
+        let r = s.http.get(s.url(gone)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{gone}");
+    }
+    // PUT and DELETE take no query parameters.
+    s.put("q/kept.txt", b"kept".to_vec()).await;
+    let r = s.http.put(s.url("/blobs/q/kept.txt?overwrite=false")).body("new").send().await;
+    let r = r.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(message(r.json().await.unwrap()).contains("unknown query parameter \"overwrite\""));
+    let r = s.http.delete(s.url("/blobs/q/kept.txt?dry_run=1")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = s.http.get(s.url("/blobs/q/kept.txt")).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap(), &b"kept"[..], "neither write happened");
+    // Searches.
+    for q in ["/api/search?q=%00", "/api/studies?patient=%00", "/api/search?date_from=20251301"] {
+        let r = s.http.get(s.url(q)).send().await.unwrap();
+        assert_eq!(error_code(r).await, (StatusCode::BAD_REQUEST, "bad_request".into()), "{q}");
+    }
+}
