@@ -1,5 +1,6 @@
 //! The filesystem store (the default): blob bytes in files named by random ids under
-//! `<root>/blobs/`, uploads staged in `<root>/staging/`, the catalogue in `<root>/meta.db`.
+//! `<root>/blobs/`, uploads staged in `<root>/staging/`, the catalogue in `<root>/meta.db`,
+//! and `<root>/lock`, held while the store is open (one store per directory: `dirlock.rs`).
 //!
 //! Commit order makes crashes harmless: staged bytes are renamed into `blobs/`, the file and
 //! the directory are fsynced, and only then does the catalogue row appear (one SQLite
