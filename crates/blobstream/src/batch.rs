@@ -86,6 +86,9 @@ struct Batch<'a> {
 impl Batch<'_> {
     fn upload(&self, dir: &Path, server: &str, prefix: &str, template: &NewBlob) -> Result<()> {
         let Self { g, many, delete, verb, .. } = *self;
+        if !dir.exists() {
+            bail!("{verb}: {} does not exist", dir.display());
+        }
         if !dir.is_dir() {
             bail!("{verb}: {} is not a folder", dir.display());
         }

@@ -28,6 +28,18 @@ enum Verdict {
 }
 
 impl Verdict {
+    /// A stable word for scripts (`--json`'s "status").
+    fn status(&self) -> &'static str {
+        match self {
+            Self::Same => "same",
+            Self::Differs(_) => "differs",
+            Self::OnlyLocal => "missing_on_server",
+            Self::OnlyOnServer => "missing_locally",
+            Self::Unreadable(_) => "unreadable",
+            Self::CorruptOnServer(_) => "corrupt_on_server",
+        }
+    }
+
     fn word(&self) -> String {
         match self {
             Self::Same => "same".into(),
@@ -81,6 +93,9 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
     let client = commands::client(g)?;
     let mut rows: Vec<(String, PathBuf, Verdict)> = Vec::new();
     if a.recursive {
+        if !a.file.exists() {
+            bail!("check -r: {} does not exist", a.file.display());
+        }
         if !a.file.is_dir() {
             bail!("check -r: {} is not a folder", a.file.display());
         }
@@ -177,6 +192,7 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
                     "name": name,
                     "path": path.display().to_string(),
                     "same": *v == Verdict::Same,
+                    "status": v.status(),
                     "verdict": v.word(),
                 })
             })
@@ -190,7 +206,21 @@ pub fn run(g: &Global, a: CheckArgs) -> Result<()> {
         }
     }
     if bad > 0 {
-        bail!("check: {bad} of {} differ or are missing", rows.len());
+        let count = |s: &str| rows.iter().filter(|r| r.2.status() == s).count();
+        let kinds = [
+            ("differs", "differ"),
+            ("missing_on_server", "missing on the server"),
+            ("missing_locally", "missing locally"),
+            ("unreadable", "unreadable"),
+            ("corrupt_on_server", "corrupt on the server"),
+        ];
+        let said: Vec<String> = kinds
+            .iter()
+            .filter_map(|(s, words)| {
+                Some(count(s)).filter(|&n| n > 0).map(|n| format!("{n} {words}"))
+            })
+            .collect();
+        bail!("check: {bad} of {} are not the same: {}", rows.len(), said.join(", "));
     }
     if !g.quiet && !a.json {
         let how = if a.recorded_only {

@@ -201,6 +201,9 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Refuse images with more pixels than this.
+        #[arg(long, default_value_t = 100_000_000)]
+        max_pixels: u64,
     },
     /// Have the server re-read blobs (under PREFIX) and check every chunk against its digest;
     /// names the corrupt ones (the server marks them, so readers are refused at once). Exits
@@ -560,6 +563,24 @@ fn parse_policy(s: &str) -> Result<bs_binding::Policy, String> {
     s.parse()
 }
 
+/// An address to listen on: an IP and port, or a host name and port (`localhost:7070`),
+/// resolved now to one of its addresses, IPv4 first.
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let all: Vec<SocketAddr> = s
+        .to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not HOST:PORT with a host this machine resolves ({e})"))?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or(all.first())
+        .copied()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
 fn parse_rate(s: &str) -> Result<u64, String> {
     bs_binding::qos::parse_size(s).ok_or_else(|| format!("{s:?} is not a number of bytes"))
 }
@@ -723,11 +744,11 @@ pub struct ServeArgs {
     /// Largest blob a tier holds [default: 64m].
     #[arg(long, value_parser = parse_rate, value_name = "BYTES")]
     pub cache_max_blob: Option<u64>,
-    /// Control-plane (gRPC) address.
-    #[arg(long, default_value = "127.0.0.1:7070")]
+    /// Control-plane (gRPC) address, HOST:PORT (a host name is resolved, IPv4 first).
+    #[arg(long, default_value = "127.0.0.1:7070", value_parser = parse_listen)]
     pub addr: SocketAddr,
     /// Data-plane address [default: the control plane's IP, a port chosen by the OS].
-    #[arg(long)]
+    #[arg(long, value_parser = parse_listen)]
     pub data_addr: Option<SocketAddr>,
     /// Data endpoint to announce to clients instead of the bound one (behind NAT).
     #[arg(long)]
@@ -813,7 +834,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub tls: ServerTls,
     /// HTTP address of the HTTP API and the browser client (HTTPS with --tls-cert).
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     pub http: SocketAddr,
     /// Do not start the HTTP server.
     #[arg(long, conflicts_with = "http")]

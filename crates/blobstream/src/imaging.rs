@@ -95,10 +95,11 @@ pub fn filter(a: FilterArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn image_info(file: &Path, json: bool) -> Result<()> {
+pub fn image_info(file: &Path, json: bool, max_pixels: u64) -> Result<()> {
     // The header and the first frame tell everything shown; a cine's other frames are
     // counted, not decoded.
-    let d = bs_imageio::read(file, &Limits { max_frames_decoded: 1, ..Limits::default() })?;
+    let limits = Limits { max_frames_decoded: 1, max_pixels, ..Limits::default() };
+    let d = bs_imageio::read(file, &limits)?;
     if json {
         let mut v = serde_json::to_value(&d.meta)?;
         v["format"] = serde_json::Value::from(d.format.name());

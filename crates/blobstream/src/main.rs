@@ -49,6 +49,11 @@ fn main() -> ExitCode {
 /// control-plane calls.
 fn hint(e: &anyhow::Error, server: &str) -> String {
     use bs_client::ClientError;
+    // A local image over the pixel limit: the commands that read one take a higher limit.
+    let image = e.chain().find_map(|c| c.downcast_ref::<bs_imageio::ImageIoError>());
+    if let Some(bs_imageio::ImageIoError::TooLarge { .. }) = image {
+        return " (--max-pixels raises the limit)".into();
+    }
     let client = e.chain().find_map(|c| c.downcast_ref::<ClientError>());
     let server = bs_client::with_default_port(server);
     match client {
@@ -107,7 +112,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Sync(a) => batch::sync(g, a),
         Filters(a) => imaging::filters(a),
         Filter(a) => imaging::filter(a),
-        ImageInfo { file, json } => imaging::image_info(&file, json),
+        ImageInfo { file, json, max_pixels } => imaging::image_info(&file, json, max_pixels),
         Bench(b) => bench::run(b),
         Scrub(mut a) => {
             a.prefix = commands::blob_name(a.prefix)?;

@@ -24,7 +24,10 @@ pub fn token(g: &Global) -> Result<Option<String>> {
     };
     let t = t.trim().to_string();
     if t.is_empty() {
-        bail!("the auth token is empty");
+        match &g.auth_token_file {
+            Some(p) => bail!("the auth token file {} is empty", p.display()),
+            None => bail!("BLOBSTREAM_AUTH_TOKEN is empty"),
+        }
     }
     Ok(Some(t))
 }

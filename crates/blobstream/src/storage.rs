@@ -80,10 +80,34 @@ impl std::fmt::Debug for CatalogueFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CacheFile {
-    pub memory: Option<String>,
+    pub memory: Option<Bytes>,
     pub disk: Option<PathBuf>,
-    pub disk_size: Option<String>,
-    pub max_blob: Option<String>,
+    pub disk_size: Option<Bytes>,
+    pub max_blob: Option<Bytes>,
+}
+
+/// A size in the file: a number of bytes, or a string with a suffix (`"64m"`, `"1 GiB"`),
+/// read while the file is parsed, so a bad one is refused with its line.
+#[derive(Debug, Clone, Copy)]
+pub struct Bytes(pub u64);
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Number(u64),
+            Text(String),
+        }
+        match Given::deserialize(d)? {
+            Given::Number(n) => Ok(Bytes(n)),
+            Given::Text(t) => bs_binding::qos::parse_size(&t).map(Bytes).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "{t:?} is not a number of bytes (k/m/g/t suffixes: \"64m\", \"1 GiB\")"
+                ))
+            }),
+        }
+    }
 }
 
 /// Read and check a configuration file; a bad one is refused with the line at fault.
@@ -120,11 +144,6 @@ fn warn_if_readable_by_others(path: &Path) {
     }
 }
 
-fn size(what: &str, s: &str) -> Result<u64> {
-    bs_binding::qos::parse_size(s)
-        .with_context(|| format!("{what}: {s:?} is not a number of bytes (k/m/g suffixes)"))
-}
-
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
@@ -151,18 +170,18 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
     let cache = file.cache.unwrap_or_default();
     let cache_memory = match (&a.cache_memory, &cache.memory) {
         (Some(v), _) => *v,
-        (None, Some(s)) => size("cache.memory", s)?,
+        (None, Some(b)) => b.0,
         (None, None) => 0,
     };
     let cache_max_blob = match (&a.cache_max_blob, &cache.max_blob) {
         (Some(v), _) => *v,
-        (None, Some(s)) => size("cache.max_blob", s)?,
+        (None, Some(b)) => b.0,
         (None, None) => 64 << 20,
     };
     let cache_disk = a.cache_disk.clone().or(cache.disk.clone());
     let cache_disk_size = match (&a.cache_disk_size, &cache.disk_size) {
         (Some(v), _) => *v,
-        (None, Some(s)) => size("cache.disk_size", s)?,
+        (None, Some(b)) => b.0,
         (None, None) => 10 << 30,
     };
     if a.memory && (bucket.is_some() || catalogue_url.is_some()) {
@@ -278,7 +297,11 @@ mod tests {
         )
         .unwrap();
         let c = read_file(&p).unwrap();
-        assert_eq!(c.cache.unwrap().memory.as_deref(), Some("1g"));
+        assert_eq!(c.cache.unwrap().memory.map(|b| b.0), Some(1 << 30));
         assert!(!format!("{:?}", c.catalogue).contains("pw"), "never the password");
+        // A size that is none is refused with its line too, as the file is read.
+        std::fs::write(&p, "data = \"d\"\n\n[cache]\nmemory = \"lots\"\n").unwrap();
+        let e = read_file(&p).unwrap_err().to_string();
+        assert!(e.contains("line 4") && e.contains("\"lots\" is not a number of bytes"), "{e}");
     }
 }

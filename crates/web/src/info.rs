@@ -15,6 +15,9 @@ pub struct BlobInfo {
     pub created_ms: i64,
     /// True when the blob is (or, not yet indexed, looks like) a readable image.
     pub is_image: bool,
+    /// The user metadata given at upload (`X-Blobstream-Meta-*`, `put --meta`), of any blob.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metadata: std::collections::BTreeMap<String, String>,
     /// Extracted metadata, once indexed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<serde_json::Value>,
@@ -35,6 +38,7 @@ pub fn describe(images: &Images, rec: BlobRecord) -> BlobInfo {
         digest: rec.digest,
         created_ms: rec.created_ms,
         is_image,
+        metadata: rec.metadata,
         image,
     }
 }

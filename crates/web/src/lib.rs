@@ -238,6 +238,16 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// Parse the query string into `T`, with a JSON error on failure.
 pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, WebError> {
+    // Decoding would turn bytes that are not UTF-8 into U+FFFD, so `prefix=%ff/` would ask for
+    // another prefix than sent: refused, as such a key in a path is.
+    for part in uri.query().unwrap_or_default().split('&') {
+        let bytes: Vec<u8> = percent_encoding::percent_decode_str(part).collect();
+        if std::str::from_utf8(&bytes).is_err() {
+            return Err(WebError::BadRequest(format!(
+                "query string: {part:?} is percent-encoding that is not UTF-8"
+            )));
+        }
+    }
     axum::extract::Query::<T>::try_from_uri(uri)
         .map(|q| q.0)
         .map_err(|e| WebError::BadRequest(format!("query string: {}", e.body_text())))

@@ -417,6 +417,7 @@ fn schemas() -> Value {
                 "key": { "type": "string" }, "size": { "type": "integer", "minimum": 0 },
                 "content_type": { "type": "string" }, "digest": { "type": "string" },
                 "created_ms": { "type": "integer" }, "is_image": { "type": "boolean" },
+                "metadata": { "type": "object", "additionalProperties": { "type": "string" } },
                 "image": { "type": "object" } } },
         "Stored": { "type": "object", "required": ["stored"], "properties": {
             "stored": { "type": "array", "items": { "$ref": "#/components/schemas/BlobInfo" } } } },

@@ -1292,6 +1292,13 @@ async fn user_metadata_of_an_upload_is_shown_and_searchable() {
     let um = &v["studies"][0]["user_metadata"];
     assert_eq!(um["referral"], "Ward 3, Ward 9", "{v}");
     assert_eq!((&um["priority"], &um["reader"]), (&"urgent".into(), &"Dr B".into()), "{v}");
+    // Any blob's metadata, image or not, reads back in its BlobInfo.
+    let r = s.http.put(s.url("/blobs/ward/notes.txt")).header("x-blobstream-meta-reader", "Dr B");
+    let v: Value = r.body("text").send().await.unwrap().json().await.unwrap();
+    assert_eq!(v["metadata"]["reader"], "Dr B", "{v}");
+    let (_, v) = s.get_json("/api/list?prefix=ward/").await;
+    let notes = v["items"].as_array().unwrap().iter().find(|i| i["key"] == "ward/notes.txt");
+    assert_eq!(notes.unwrap()["metadata"]["reader"], "Dr B", "{v}");
     // Metadata that is not text is refused, and nothing is stored.
     let bad = reqwest::header::HeaderValue::from_bytes(&[b'a', 0xff]).unwrap();
     let r = s
@@ -1470,7 +1477,12 @@ async fn ambiguous_writes_and_searches_are_refused_not_guessed() {
     let r = s.http.get(s.url("/blobs/q/kept.txt")).send().await.unwrap();
     assert_eq!(r.bytes().await.unwrap(), &b"kept"[..], "neither write happened");
     // Searches.
-    for q in ["/api/search?q=%00", "/api/studies?patient=%00", "/api/search?date_from=20251301"] {
+    for q in [
+        "/api/search?q=%00",
+        "/api/studies?patient=%00",
+        "/api/search?date_from=20251301",
+        "/api/list?prefix=%ff/",
+    ] {
         let r = s.http.get(s.url(q)).send().await.unwrap();
         assert_eq!(error_code(r).await, (StatusCode::BAD_REQUEST, "bad_request".into()), "{q}");
     }
