@@ -280,7 +280,6 @@ fn finish(
 ) -> Result<()> {
     let not_planned = problems.iter().filter(|p| p.failed).count();
     let failed = report.failed().count() + not_planned + extra.not_deleted.len();
-    let skipped = problems.len() - not_planned;
     if many.json {
         let json = serde_json::to_string_pretty(&summary_json(&report, problems, extra))?;
         writeln!(std::io::stdout(), "{json}").context(commands::STDOUT)?;
@@ -308,7 +307,7 @@ fn finish(
             }
         }
         if !g.quiet || failed > 0 || extra.interrupted {
-            eprintln!("{what}: {}", summary_line(&report, skipped, failed, extra));
+            eprintln!("{what}: {}", summary_line(&report, problems.len(), failed, extra));
         }
     }
     if extra.interrupted {
@@ -371,12 +370,17 @@ fn corrupt_at_source(n: usize) -> String {
     )
 }
 
-fn summary_line(r: &BatchReport, skipped: usize, failed: usize, extra: &Extra) -> String {
+/// The summary: every file the plan met (copied, already there, skipped, failed, not started
+/// add up to it), then deletions; `failed` counts files and deletions that failed.
+fn summary_line(r: &BatchReport, problems: usize, failed: usize, extra: &Extra) -> String {
     let secs = r.elapsed.as_secs_f64();
+    let not_deleted = extra.not_deleted.len();
+    let not_planned = failed - r.failed().count() - not_deleted;
+    let skipped = problems - not_planned;
     let mut line = format!(
         "{} files, {} in {secs:.2} s ({}/s moved): {} copied, {} already there, {skipped} \
          skipped",
-        r.outcomes.len(),
+        r.outcomes.len() + problems,
         human(r.total_bytes()),
         human((r.bytes as f64 / secs.max(1e-9)) as u64),
         r.copied(),
@@ -385,10 +389,13 @@ fn summary_line(r: &BatchReport, skipped: usize, failed: usize, extra: &Extra) -
     if extra.excluded > 0 {
         line += &format!(", {} excluded", extra.excluded);
     }
+    line += &format!(", {} failed", failed - not_deleted);
     if extra.delete_asked {
         line += &format!(", {} deleted", extra.deleted.len());
     }
-    line += &format!(", {failed} failed");
+    if not_deleted > 0 {
+        line += &format!(", {not_deleted} could not be deleted");
+    }
     if extra.interrupted {
         line += &format!(", {} not started (interrupted)", r.not_started());
     } else if r.gave_up.is_some() {
@@ -418,7 +425,7 @@ fn summary_json(r: &BatchReport, problems: &[Problem], extra: &Extra) -> serde_j
         .collect();
     let secs = r.elapsed.as_secs_f64();
     serde_json::json!({
-        "files": r.outcomes.len(),
+        "files": r.outcomes.len() + problems.len(),
         "copied": r.copied(),
         "already_there": r.already_there(),
         "skipped": skipped,

@@ -169,7 +169,14 @@ pub async fn put(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
     let (spec, slot) = match put_spec(&st, &parts).await {
         Ok(s) => s,
         Err(e) => {
-            crate::upload::drain(&mut std::pin::pin!(body)).await;
+            // A client that waits for `100 Continue` has sent no body: none is asked for
+            // (reading it would send the 100), and the refusal goes out at once.
+            let waits = parts.headers.get(header::EXPECT).is_some_and(|v| {
+                v.to_str().is_ok_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
+            });
+            if !waits {
+                crate::upload::drain(&mut std::pin::pin!(body)).await;
+            }
             return Err(e);
         }
     };

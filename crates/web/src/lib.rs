@@ -214,10 +214,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/iiif/{dataset}/info.json", get(tiles::info))
         .route("/iiif/{dataset}/{region}/{size}/{rotation}/{file}", get(tiles::tile));
     static_files(dicomweb::routes(api))
-        .route_layer(middleware::from_fn_with_state(state.clone(), metrics::record))
+        .route_layer(middleware::from_fn(metrics::matched))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth::check))
+        .layer(middleware::from_fn_with_state(state.clone(), metrics::record))
         .with_state(state)
 }
 

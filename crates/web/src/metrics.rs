@@ -200,21 +200,36 @@ impl Metrics {
     }
 }
 
-/// Middleware recording every request.
+/// Middleware of the matched routes: hands the route a request matched outward, on its
+/// response, to [`record`] (which runs outside routing and the auth check, so it sees every
+/// request, and there has no `MatchedPath` of its own).
+pub async fn matched(req: Request, next: Next) -> Response {
+    let matched = req.extensions().get::<MatchedPath>().cloned();
+    let mut resp = next.run(req).await;
+    if let Some(m) = matched {
+        resp.extensions_mut().insert(m);
+    }
+    resp
+}
+
+/// Middleware recording every request: those the auth check refuses and those no route
+/// matches too (route "unmatched").
 pub async fn record(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let m = &st.metrics;
-    let matched = req.extensions().get::<MatchedPath>().cloned();
     let method = req.method().clone();
     let t = Instant::now();
     let resp = next.run(req).await;
+    let matched = resp.extensions().get::<MatchedPath>().cloned();
     // Looked up after the response, so a route's series appear with its first answer.
     let route = m.route(matched.as_ref().map_or("unmatched", |p| p.as_str()));
     route.latency.observe(t.elapsed().as_secs_f64());
+    // Its length: as the header says (a blob's stream), else as the body knows it (JSON).
     let len = resp
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+        .and_then(|v| v.parse::<u64>().ok())
+        .or_else(|| axum::body::HttpBody::size_hint(resp.body()).exact());
     if let Some(n) = len.filter(|_| method != Method::HEAD) {
         let labels = || RouteLabels { route: route.route.clone() };
         route.bytes_out.get_or_init(|| m.bytes_out.get_or_create(&labels()).clone()).inc_by(n);

@@ -892,9 +892,23 @@ async fn openapi_matches_the_routes_and_metrics_count_requests() {
         }
     }
     s.put("m/x", b"abc".to_vec()).await;
+    // Requests no route matches, and those the auth check refuses before any route (a
+    // cross-site write), are counted too; a JSON answer's bytes are.
+    let r = s.http.get(s.url("/no/such/page")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = s.http.delete(s.url("/blobs/m/x")).header("origin", "http://evil.example");
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    let listed = s.http.get(s.url("/api/list")).send().await.unwrap().bytes().await.unwrap();
     let r = s.http.get(s.url("/metrics")).send().await.unwrap();
     assert!(r.headers()["content-type"].to_str().unwrap().contains("openmetrics"));
     let text = r.text().await.unwrap();
+    assert!(text.contains(r#"route="unmatched",method="GET",status="404"} 1"#), "{text}");
+    assert!(text.contains(r#"route="unmatched",method="DELETE",status="403"} 1"#), "{text}");
+    // (The route was asked once before, above, with another answer.)
+    let series = r#"blobstream_http_response_bytes_total{route="/api/list"} "#;
+    let counted = text.lines().find_map(|l| l.strip_prefix(series)).map(|n| n.parse::<usize>());
+    let counted = counted.expect("the list's bytes are counted").unwrap();
+    assert!(counted > listed.len(), "{counted} bytes counted, {} in the last answer", listed.len());
     assert!(
         text.contains(
             r#"blobstream_http_requests_total{route="/blobs/{*key}",method="PUT",status="201"}"#
@@ -1429,7 +1443,7 @@ async fn worklist_studies_series_instances_and_frames() {
 /// whose last `key` names no file, is refused; a PUT or DELETE with a query parameter it does
 /// not take is refused before it writes; a search with a NUL or a day that does not exist is
 /// refused rather than matching everything.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn ambiguous_writes_and_searches_are_refused_not_guessed() {
     let s = Srv::start(true).await;
     let message = |v: Value| v["error"]["message"].as_str().unwrap_or_default().to_string();
@@ -1465,6 +1479,16 @@ async fn ambiguous_writes_and_searches_are_refused_not_guessed() {
     for gone in ["/blobs/mp/one", "/blobs/mp/two", "/blobs/mp/late.bin", "/blobs/x.bin"] {
         let r = s.http.get(s.url(gone)).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::NOT_FOUND, "{gone}");
+    }
+    // A client waiting for `100 Continue` before it sends the body is refused at once, never
+    // told to send a body that would be thrown away.
+    for (path, status) in [("/blobs/a%2Fb", "400"), ("/blobs/q/x?overwrite=0", "400")] {
+        let req = format!(
+            "PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50000000\r\n\
+             Expect: 100-continue\r\nConnection: close\r\n\r\n"
+        );
+        let resp = tokio::task::block_in_place(|| s.raw(req.as_bytes()));
+        assert!(resp.starts_with(&format!("HTTP/1.1 {status}")), "{path}: {resp}");
     }
     // PUT and DELETE take no query parameters.
     s.put("q/kept.txt", b"kept".to_vec()).await;
