@@ -70,6 +70,18 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/iiif/{dataset}", &["get"]),
     ("/iiif/{dataset}/info.json", &["get"]),
     ("/iiif/{dataset}/{region}/{size}/{rotation}/{file}", &["get"]),
+    ("/dicomweb/studies", &["get", "post"]),
+    ("/dicomweb/studies/{study}", &["get", "post"]),
+    ("/dicomweb/studies/{study}/metadata", &["get"]),
+    ("/dicomweb/studies/{study}/series", &["get"]),
+    ("/dicomweb/studies/{study}/series/{series}", &["get"]),
+    ("/dicomweb/studies/{study}/series/{series}/metadata", &["get"]),
+    ("/dicomweb/studies/{study}/series/{series}/instances", &["get"]),
+    ("/dicomweb/studies/{study}/series/{series}/instances/{instance}", &["get"]),
+    ("/dicomweb/studies/{study}/series/{series}/instances/{instance}/metadata", &["get"]),
+    ("/dicomweb/studies/{study}/series/{series}/instances/{instance}/frames/{frames}", &["get"]),
+    ("/dicomweb/studies/{study}/series/{series}/instances/{instance}/rendered", &["get"]),
+    ("/dicomweb/wado", &["get"]),
 ];
 
 /// Source addresses whose failed token checks are tracked at once (beyond it, new addresses

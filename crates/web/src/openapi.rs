@@ -122,7 +122,131 @@ fn image_errors(responses: Value) -> Value {
 
 /// The document.
 pub fn document() -> Value {
-    with_throttling(contract())
+    let mut doc = contract();
+    let paths = doc["paths"].as_object_mut().expect("paths");
+    paths.extend(dicomweb_paths());
+    with_throttling(doc)
+}
+
+/// DICOMweb (docs/dicomweb.md): QIDO-RS, WADO-RS, STOW-RS and WADO-URI, the standard's own
+/// media types; each answers 401 without a token where one is required, and the errors as
+/// the rest of the API does.
+fn dicomweb_paths() -> serde_json::Map<String, Value> {
+    let uid = |name: &str, what: &str| path_param(name, &format!("{what} UID (digits and dots)"));
+    let (study, series, instance) = (
+        uid("study", "Study Instance"),
+        uid("series", "Series Instance"),
+        uid("instance", "SOP Instance"),
+    );
+    let errors = |mut r: Value, extra: &[(&str, &str)]| {
+        let m = r.as_object_mut().expect("object");
+        m.insert("400".into(), err("A malformed UID, parameter or body"));
+        m.insert("401".into(), err("Authentication required"));
+        for (code, what) in extra {
+            m.insert((*code).into(), err(what));
+        }
+        r
+    };
+    let media = |desc: &str, kind: &str| json!({ "description": desc, "content": { kind: { "schema": {} } } });
+    let search = |summary: &str, params: Value| {
+        json!({ "get": { "summary": summary, "parameters": params,
+            "description": "Matching attributes (00100010=…, PatientName=…), limit, offset, \
+                includefield, fuzzymatching: see docs/dicomweb.md; an unknown key is 400.",
+            "responses": errors(json!({
+                "200": media("Matches as DICOM JSON", "application/dicom+json"),
+                "204": { "description": "No match" } }),
+                &[("406", "The Accept header takes no application/dicom+json")]) } })
+    };
+    let retrieve = |summary: &str, params: Value| {
+        json!({ "get": { "summary": summary, "parameters": params,
+            "responses": errors(json!({
+                "200": media("The instances as stored", "multipart/related") }),
+                &[("404", "No such study, series or instance"),
+                  ("406", "The Accept header takes only another transfer syntax")]) } })
+    };
+    let metadata = |params: Value| {
+        json!({ "get": { "summary": "The instances' attributes (no bulk data)", "parameters": params,
+            "responses": errors(json!({
+                "200": media("DICOM JSON", "application/dicom+json") }),
+                &[("404", "No such study, series or instance"),
+                  ("406", "The Accept header takes no application/dicom+json")]) } })
+    };
+    let store = |summary: &str, params: Value| {
+        json!({ "summary": summary, "parameters": params,
+            "requestBody": { "required": true, "content": { "multipart/related": {
+                "schema": { "type": "string", "format": "binary" } } } },
+            "responses": errors(json!({
+                "200": media("Every part stored (PS3.18 store response)", "application/dicom+json"),
+                "202": media("Some parts stored, the others refused, each said", "application/dicom+json") }),
+                &[("409", "No part could be stored"),
+                  ("415", "Not multipart/related; type=application/dicom")]) })
+    };
+    let mut m = serde_json::Map::new();
+    let mut put = |path: &str, v: Value| {
+        m.insert(path.to_string(), v);
+    };
+    const STUDY: &str = "/dicomweb/studies/{study}";
+    const SERIES: &str = "/dicomweb/studies/{study}/series/{series}";
+    const INSTANCE: &str = "/dicomweb/studies/{study}/series/{series}/instances/{instance}";
+    let mut studies = search("QIDO-RS: search for studies", json!([]));
+    studies["post"] = store("STOW-RS: store instances", json!([]));
+    put("/dicomweb/studies", studies);
+    let mut one = retrieve("WADO-RS: a study's instances", json!([study]));
+    one["post"] = store("STOW-RS: store instances of this study", json!([study]));
+    put(STUDY, one);
+    put(&format!("{STUDY}/metadata"), metadata(json!([study])));
+    put(&format!("{STUDY}/series"), search("QIDO-RS: a study's series", json!([study])));
+    put(SERIES, retrieve("WADO-RS: a series' instances", json!([study, series])));
+    put(&format!("{SERIES}/metadata"), metadata(json!([study, series])));
+    put(
+        &format!("{SERIES}/instances"),
+        search("QIDO-RS: a series' instances", json!([study, series])),
+    );
+    put(INSTANCE, retrieve("WADO-RS: one instance", json!([study, series, instance])));
+    put(&format!("{INSTANCE}/metadata"), metadata(json!([study, series, instance])));
+    let frames = json!({ "name": "frames", "in": "path", "required": true,
+        "description": "Frame numbers from 1, comma-separated",
+        "schema": { "type": "string", "pattern": "^[0-9]+(,[0-9]+)*$" } });
+    put(
+        &format!("{INSTANCE}/frames/{{frames}}"),
+        json!({ "get": { "summary": "WADO-RS: frames, decoded to native samples",
+            "parameters": [study, series, instance, frames],
+            "responses": errors(json!({
+                "200": media("multipart/related; type=application/octet-stream, a part per frame",
+                    "multipart/related") }),
+                &[("404", "No such instance or frame"),
+                  ("406", "The Accept header takes only other forms (compressed frames)"),
+                  ("422", "Pixel data that cannot be decoded")]) } }),
+    );
+    put(
+        &format!("{INSTANCE}/rendered"),
+        json!({ "get": { "summary": "WADO-RS: the instance for display (PNG or JPEG; a document \
+                as itself, a structured report as text)",
+            "parameters": [study, series, instance],
+            "responses": errors(json!({
+                "200": { "description": "The rendering", "content": {
+                    "image/png": {}, "image/jpeg": {}, "application/pdf": {}, "text/plain": {} } } }),
+                &[("404", "No such instance"),
+                  ("406", "The Accept header takes none of the forms it comes in"),
+                  ("422", "Pixel data that cannot be decoded")]) } }),
+    );
+    let wado_q = |name: &str, desc: &str| q(name, json!({ "type": "string" }), desc);
+    put(
+        "/dicomweb/wado",
+        json!({ "get": { "summary": "WADO-URI: one instance, as stored or rendered",
+            "parameters": [
+                wado_q("requestType", "WADO"), wado_q("studyUID", "Study Instance UID"),
+                wado_q("seriesUID", "Series Instance UID"), wado_q("objectUID", "SOP Instance UID"),
+                wado_q("contentType", "application/dicom (default), image/jpeg or image/png"),
+                wado_q("transferSyntax", "With application/dicom: the stored one, or *"),
+                wado_q("frameNumber", "With an image type: the frame, from 1")],
+            "responses": errors(json!({
+                "200": { "description": "The file or its rendering", "content": {
+                    "application/dicom": {}, "image/jpeg": {}, "image/png": {} } } }),
+                &[("404", "No such instance or frame"),
+                  ("406", "Another transfer syntax than the stored one")]) } }),
+    );
+    m
 }
 
 fn contract() -> Value {
@@ -397,7 +521,11 @@ fn contract() -> Value {
                     "application/openmetrics-text": { "schema": { "type": "string" } } } },
                     "401": err("Authentication required") } } },
         },
-        "components": { "schemas": schemas() },
+        "components": { "schemas": schemas(), "securitySchemes": {
+            "bearer": { "type": "http", "scheme": "bearer",
+                "description": "The server's token, when it requires one (serve \
+                    --auth-token-file); a browser logs in with POST /api/session instead" } } },
+        "security": [ { "bearer": [] }, {} ],
     })
 }
 

@@ -879,7 +879,9 @@ async fn openapi_matches_the_routes_and_metrics_count_requests() {
         let path = path
             .replace("{key}", "samples/none")
             .replace("{study}", "1.2")
-            .replace("{series}", "1.2");
+            .replace("{series}", "1.2")
+            .replace("{instance}", "1.2")
+            .replace("{frames}", "1");
         for m in *methods {
             let method = reqwest::Method::from_bytes(m.to_uppercase().as_bytes()).unwrap();
             let r = s.http.request(method, s.url(&path)).send().await.unwrap();
