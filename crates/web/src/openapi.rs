@@ -165,7 +165,8 @@ fn dicomweb_paths() -> serde_json::Map<String, Value> {
                   ("406", "The Accept header takes only another transfer syntax")]) } })
     };
     let metadata = |params: Value| {
-        json!({ "get": { "summary": "The instances' attributes (no bulk data)", "parameters": params,
+        json!({ "get": { "summary": "The instances' attributes (no bulk data)",
+            "parameters": params,
             "responses": errors(json!({
                 "200": media("DICOM JSON", "application/dicom+json") }),
                 &[("404", "No such study, series or instance"),
@@ -177,7 +178,9 @@ fn dicomweb_paths() -> serde_json::Map<String, Value> {
                 "schema": { "type": "string", "format": "binary" } } } },
             "responses": errors(json!({
                 "200": media("Every part stored (PS3.18 store response)", "application/dicom+json"),
-                "202": media("Some parts stored, the others refused, each said", "application/dicom+json") }),
+                "202": media(
+                    "Some parts stored, the others refused, each said",
+                    "application/dicom+json") }),
                 &[("409", "No part could be stored"),
                   ("415", "Not multipart/related; type=application/dicom")]) })
     };
@@ -225,7 +228,8 @@ fn dicomweb_paths() -> serde_json::Map<String, Value> {
             "parameters": [study, series, instance],
             "responses": errors(json!({
                 "200": { "description": "The rendering", "content": {
-                    "image/png": {}, "image/jpeg": {}, "application/pdf": {}, "text/plain": {} } } }),
+                    "image/png": {}, "image/jpeg": {}, "application/pdf": {},
+                    "text/plain": {} } } }),
                 &[("404", "No such instance"),
                   ("406", "The Accept header takes none of the forms it comes in"),
                   ("422", "Pixel data that cannot be decoded")]) } }),
