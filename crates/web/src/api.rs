@@ -430,11 +430,44 @@ pub async fn meta(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
         .into_response())
 }
 
+/// A rendering of `key` (`variant`: which, e.g. `t160` for a 160-pixel thumbnail) is
+/// revalidated by an ETag made from the blob's current digest: `Ok(Err(304))` when the
+/// request's `If-None-Match` names it already (nothing is decoded), else the ETag to send.
+async fn rendering_etag(
+    st: &Arc<AppState>,
+    key: &str,
+    variant: &str,
+    headers: &axum::http::HeaderMap,
+) -> Result<Result<HeaderValue, Response>, WebError> {
+    let Some(digest) = crate::blobs::current_etag(st, key).await? else {
+        return Err(WebError::NotFound(key.to_string()));
+    };
+    let etag = format!("\"{}-{variant}\"", digest.trim_matches('"'));
+    let etag = HeaderValue::from_str(&etag).map_err(WebError::internal)?;
+    let named = headers.get_all(header::IF_NONE_MATCH).iter().any(|v| {
+        v.to_str().unwrap_or_default().split(',').map(str::trim).any(|t| {
+            t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag.to_str().unwrap_or_default()
+        })
+    });
+    if !named {
+        return Ok(Ok(etag));
+    }
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = axum::http::StatusCode::NOT_MODIFIED;
+    r.headers_mut().insert(header::ETAG, etag);
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(Err(r))
+}
+
 /// `GET /api/pixels/{key}`.
 pub async fn pixels(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let key = key_from_path(req.uri().path(), "/api/pixels/")?;
     let q: PixelsQuery = query(req.uri())?;
     let frame = q.frame.unwrap_or(0);
+    let etag = match rendering_etag(&st, &key, &format!("f{frame}"), req.headers()).await? {
+        Ok(etag) => etag,
+        Err(not_modified) => return Ok(not_modified),
+    };
     let st2 = st.clone();
     let turn = st.image_turn().await;
     let (d, bytes) = blocking(move || {
@@ -451,6 +484,7 @@ pub async fn pixels(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(header::ETAG, etag);
     h.insert("x-frames", HeaderValue::from(d.frame_count()));
     pixel_headers(h, d.frame(frame).expect("checked above"));
     Ok(r)
@@ -480,6 +514,10 @@ pub async fn thumbnail(
     if !(16..=512).contains(&size) {
         return Err(WebError::BadRequest(format!("size {size} is not in 16..=512")));
     }
+    let etag = match rendering_etag(&st, &key, &format!("t{size}"), req.headers()).await? {
+        Ok(etag) => etag,
+        Err(not_modified) => return Ok(not_modified),
+    };
     let st2 = st.clone();
     let turn = st.image_turn().await;
     let png = blocking(move || st2.images.thumbnail(&key, size)).await?;
@@ -487,6 +525,7 @@ pub async fn thumbnail(
     let mut r = Response::new(Body::from(png));
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("image/png"));
     r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r.headers_mut().insert(header::ETAG, etag);
     Ok(r)
 }
 

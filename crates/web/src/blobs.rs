@@ -501,7 +501,10 @@ fn entity_tags(header: &str, v: &str, weak_too: bool) -> Result<Option<Vec<Strin
 }
 
 /// The ETag of what `key` holds now, `None` when nothing.
-async fn current_etag(st: &Arc<AppState>, key: &str) -> Result<Option<String>, WebError> {
+pub(crate) async fn current_etag(
+    st: &Arc<AppState>,
+    key: &str,
+) -> Result<Option<String>, WebError> {
     let (store, k) = (st.store.clone(), key.to_string());
     blocking(move || match store.stat(&k) {
         Ok(r) => Ok(Some(format!("\"{}\"", r.digest))),

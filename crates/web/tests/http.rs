@@ -741,6 +741,44 @@ async fn images_meta_pixels_thumbnails_and_filters() {
     assert_eq!((t.meta.width, t.meta.height), (20, 15));
     let r = s.http.get(s.url("/api/thumbnail/img/card.png?size=5")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // Renderings are revalidated by ETag: the same blob is a 304, another size or frame and
+    // the blob replaced are new answers.
+    let thumb = |size: u32, tag: Option<String>| {
+        let mut r = s.http.get(s.url(&format!("/api/thumbnail/img/card.png?size={size}")));
+        if let Some(t) = tag {
+            r = r.header("if-none-match", t);
+        }
+        async move {
+            let r = r.send().await.unwrap();
+            (r.status(), r.headers().get("etag").map(|v| v.to_str().unwrap().to_string()))
+        }
+    };
+    let (_, tag) = thumb(20, None).await;
+    let tag = tag.expect("a thumbnail has an ETag");
+    assert_eq!(thumb(20, Some(tag.clone())).await, (StatusCode::NOT_MODIFIED, Some(tag.clone())));
+    assert_eq!(thumb(40, Some(tag.clone())).await.0, StatusCode::OK);
+    let r = s.http.get(s.url("/api/pixels/img/card.png")).send().await.unwrap();
+    let pixels_tag = r.headers()["etag"].to_str().unwrap().to_string();
+    assert_ne!(pixels_tag, tag);
+    let r = s.http.get(s.url("/api/pixels/img/card.png")).header("if-none-match", &pixels_tag);
+    assert_eq!(r.send().await.unwrap().status(), StatusCode::NOT_MODIFIED);
+    // Another blob replaced: its old tag no longer answers 304.
+    let other = |tag: Option<&str>| {
+        let mut r = s.http.get(s.url("/api/thumbnail/img/other.png?size=20"));
+        if let Some(t) = tag {
+            r = r.header("if-none-match", t);
+        }
+        async move {
+            let r = r.send().await.unwrap();
+            (r.status(), r.headers().get("etag").map(|v| v.to_str().unwrap().to_string()))
+        }
+    };
+    s.put("img/other.png", png(24, 18)).await;
+    let (_, old) = other(None).await;
+    s.put("img/other.png", png(30, 20)).await;
+    let (status, new) = other(old.as_deref()).await;
+    assert_eq!(status, StatusCode::OK, "the blob was replaced");
+    assert!(new.is_some() && new != old, "{old:?} {new:?}");
 
     // Corrupt image, and a blob that is not an image: 422 with a message; server goes on.
     for p in ["/api/meta/img/bad.png", "/api/thumbnail/img/bad.png", "/api/pixels/img/bad.png"] {
