@@ -405,9 +405,17 @@ pub fn ls(g: &Global, a: LsArgs) -> Result<()> {
 
 pub fn stat(g: &Global, key: &str, json: bool) -> Result<()> {
     let b = client(g)?.stat(key)?;
+    let corrupt = (!b.corrupt.is_empty()).then_some(&b.corrupt);
     if json {
-        println!("{}", serde_json::to_string_pretty(&info_json(&b))?);
+        let mut v = info_json(&b);
+        v["corrupt"] = serde_json::json!(corrupt);
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
+    }
+    if let Some(why) = corrupt {
+        println!(
+            "CORRUPT:      {why} (readers are refused: put it again from a good copy, or rm it)"
+        );
     }
     println!("name:         {}", b.name);
     println!("size:         {}", b.size);

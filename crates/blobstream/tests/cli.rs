@@ -204,11 +204,21 @@ fn check_has_the_server_reread_its_copy_so_a_blob_rotted_there_is_not_called_the
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.starts_with("CORRUPT on the server"), "{out}");
+    // The server marked it: stat says so, and why; its neighbour's stat does not.
+    let stat = ok(&s.run(&["stat", "scans/a.raw"]));
+    assert!(stat.starts_with("CORRUPT:") && stat.contains("chunk"), "{stat}");
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&s.run(&["stat", "scans/a.raw", "--json"]))).unwrap();
+    assert!(v["corrupt"].as_str().is_some_and(|r| r.contains("chunk")), "{v}");
     // A batch getting it names it, and says running again will not mend it; a blob next
     // to it that is sound still arrives.
     let other = dir.path().join("other.raw");
     std::fs::write(&other, content(3 << 10)).unwrap();
     ok(&s.run(&["put", other.to_str().unwrap(), "scans/b.raw"]));
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&s.run(&["stat", "scans/b.raw", "--json"]))).unwrap();
+    assert!(v["corrupt"].is_null(), "{v}");
+    assert!(!ok(&s.run(&["stat", "scans/b.raw"])).contains("CORRUPT"));
     let out = dir.path().join("out");
     let o = s.run(&["get", "-r", "scans/", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));

@@ -107,6 +107,7 @@ pub(crate) fn info(r: BlobRecord) -> pb::BlobInfo {
         digest: r.digest,
         created_unix_ms: r.created_ms,
         metadata: r.metadata.into_iter().collect(),
+        corrupt: String::new(),
     }
 }
 
@@ -199,7 +200,14 @@ impl pb::blob_store_server::BlobStore for ControlService {
 
     async fn stat(&self, req: Request<pb::StatRequest>) -> Result<Response<pb::BlobInfo>, Status> {
         let name = req.into_inner().name;
-        Ok(Response::new(info(self.blocking(move |s| s.stat(&name)).await?)))
+        let (rec, corrupt) = self
+            .blocking(move |s| {
+                let rec = s.stat(&name)?;
+                // (Deleted between the two: said as not found, as a stat a moment later.)
+                Ok((rec, s.corrupt_mark(&name)?))
+            })
+            .await?;
+        Ok(Response::new(pb::BlobInfo { corrupt: corrupt.unwrap_or_default(), ..info(rec) }))
     }
 
     async fn list(

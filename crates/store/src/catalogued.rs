@@ -21,6 +21,12 @@ pub(crate) fn stat(cat: &Catalogue, name: &str) -> Result<BlobRecord> {
     Ok(rec)
 }
 
+/// Why the committed blob `name` is marked corrupt, if it is.
+pub(crate) fn corrupt_mark(cat: &Catalogue, name: &str) -> Result<Option<String>> {
+    validate_name(name)?;
+    Ok(cat.stored(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))?.corrupt)
+}
+
 /// Fault injection for tests: flip the bits of `mask` in byte `offset` of `data`, the bytes
 /// the row `s` keeps, behind the store's back (its digests kept) — bit rot in the catalogue.
 pub(crate) fn damage_inline(

@@ -37,6 +37,9 @@ impl<S: Store> Store for FaultyStore<S> {
     fn stat(&self, name: &str) -> Result<BlobRecord> {
         self.inner.stat(name)
     }
+    fn corrupt_mark(&self, name: &str) -> Result<Option<String>> {
+        self.inner.corrupt_mark(name)
+    }
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         self.inner.list(prefix, after, limit)
     }

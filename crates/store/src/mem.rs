@@ -186,6 +186,12 @@ impl Store for MemStore {
         blobs.get(name).map(|b| b.record.clone()).ok_or_else(|| StoreError::NotFound(name.into()))
     }
 
+    fn corrupt_mark(&self, name: &str) -> Result<Option<String>> {
+        validate_name(name)?;
+        let blobs = self.inner.blobs.read().unwrap();
+        blobs.get(name).map(|b| b.corrupt.clone()).ok_or_else(|| StoreError::NotFound(name.into()))
+    }
+
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         let blobs = self.inner.blobs.read().unwrap();
         Ok(blobs

@@ -707,6 +707,10 @@ impl Store for ObjStore {
         catalogued::stat(&self.inner.cat, name)
     }
 
+    fn corrupt_mark(&self, name: &str) -> Result<Option<String>> {
+        catalogued::corrupt_mark(&self.inner.cat, name)
+    }
+
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         Ok(self.inner.cat.list(prefix, after, limit)?)
     }

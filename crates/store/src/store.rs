@@ -363,6 +363,9 @@ pub trait Store: Send + Sync + 'static {
     /// Algorithm of the digests this store keeps.
     fn digest_algo(&self) -> DigestAlgo;
     fn stat(&self, name: &str) -> Result<BlobRecord>;
+    /// Why `name` is marked corrupt (a reader or the scrubber found a chunk that does not
+    /// match: readers are refused until it is restored), or `None`; `NotFound` as `stat`.
+    fn corrupt_mark(&self, name: &str) -> Result<Option<String>>;
     /// Up to `limit` blobs starting with `prefix` whose names sort after `after`.
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>>;
     fn delete(&self, name: &str) -> Result<()>;

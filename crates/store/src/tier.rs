@@ -110,6 +110,10 @@ impl Store for Tier {
         self.back.stat(name)
     }
 
+    fn corrupt_mark(&self, name: &str) -> Result<Option<String>> {
+        self.back.corrupt_mark(name)
+    }
+
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         self.back.list(prefix, after, limit)
     }

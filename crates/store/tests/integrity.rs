@@ -44,6 +44,10 @@ fn rot_in_a_blob_of(size: usize, bad: u64, s: &dyn Store, damage: &dyn Fn(&str, 
     let chunk = format!("chunk {bad}");
     assert!(e.to_string().contains("corrupt") && e.to_string().contains(&chunk), "{e}");
     assert!(s.stat("scan").is_ok(), "still listed, so it can be found and dealt with");
+    let mark = s.corrupt_mark("scan").unwrap().expect("the mark is told with the blob");
+    assert!(mark.contains(&chunk), "{mark}");
+    assert_eq!(s.corrupt_mark("other").unwrap(), None);
+    assert!(matches!(s.corrupt_mark("none"), Err(StoreError::NotFound(_))));
     assert_eq!(&s.open_read("other").unwrap().all().unwrap()[..], &data(1000, 2)[..]);
 
     // The scrubber names it and nothing else.
@@ -63,6 +67,7 @@ fn rot_in_a_blob_of(size: usize, bad: u64, s: &dyn Store, damage: &dyn Fn(&str, 
     sp.overwrite = true;
     bs_store::put_bytes(s, &sp, &good).unwrap();
     assert_eq!(&s.open_read("scan").unwrap().all().unwrap()[..], &good[..]);
+    assert_eq!(s.corrupt_mark("scan").unwrap(), None);
 }
 
 #[test]
