@@ -199,6 +199,9 @@ pub struct ImageQuery {
     pub study_after: Option<String>,
     /// [`ImageIndex::studies`] only: just these studies, looked up by UID (empty: any).
     pub study_uids: Vec<String>,
+    /// [`ImageIndex::search`] only: the images whose names sort after this one (the next
+    /// page after an image).
+    pub name_after: Option<String>,
 }
 
 /// The index, on whichever database the catalogue is on.
@@ -239,6 +242,7 @@ pub(crate) struct Search<'a> {
     pub study_after: Option<String>,
     /// The study UIDs asked for (empty: any).
     pub study_uids: Vec<String>,
+    pub name_after: Option<String>,
 }
 
 impl ImageIndex {
@@ -569,9 +573,12 @@ impl ImageIndex {
                 let c = db.read();
                 let mut st = c.prepare_cached(&format!(
                     "SELECT name, digest, is_image, meta FROM images
-                     WHERE is_image = 1 AND {MATCH_SQLITE} ORDER BY name LIMIT ?7"
+                     WHERE is_image = 1 AND {MATCH_SQLITE} AND (?8 IS NULL OR name > ?8)
+                     ORDER BY name LIMIT ?7"
                 ))?;
-                let rows = st.query_map(&s.sqlite_params()[..], entry_from_row)?;
+                let mut params = s.sqlite_params().to_vec();
+                params.push(&s.name_after);
+                let rows = st.query_map(&params[..], entry_from_row)?;
                 Ok(rows.collect::<std::result::Result<_, _>>()?)
             }
             Backend::Postgres(pg) => crate::pg::off_executor(|| pg.search(&s)),
@@ -664,6 +671,7 @@ fn search_of(q: &ImageQuery) -> Search<'_> {
         limit: q.limit.min(i64::MAX as usize) as i64,
         study_after: q.study_after.clone(),
         study_uids: q.study_uids.clone(),
+        name_after: q.name_after.clone(),
     }
 }
 

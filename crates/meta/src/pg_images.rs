@@ -121,9 +121,11 @@ impl PgImages {
     pub fn search(&self, s: &Search<'_>) -> Result<Vec<ImageEntry>> {
         let sql = format!(
             "SELECT name, digest, is_image, meta FROM images WHERE is_image AND {MATCH_PG}
-             ORDER BY name LIMIT $7"
+             AND ($8::text IS NULL OR name > $8) ORDER BY name LIMIT $7"
         );
-        let rows = self.pool.retrying(|c| c.query(&sql, &pg_params(s)))?;
+        let mut params = pg_params(s).to_vec();
+        params.push(&s.name_after);
+        let rows = self.pool.retrying(|c| c.query(&sql, &params))?;
         Ok(rows.iter().map(entry).collect())
     }
 

@@ -234,6 +234,17 @@ fn image_search_each_criterion_narrows(p: &dyn Place) {
     let first = ix.search(&ImageQuery { limit: 1, ..Default::default() }).unwrap();
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].name, "photos/card.png");
+    // Pages: what sorts after the last name of a page, criteria still applying.
+    assert_eq!(
+        q(|q| q.name_after = Some("photos/card.png".into())),
+        ["studies/ct.dcm", "studies/mr.dcm"]
+    );
+    let after_ct = |q: &mut ImageQuery| {
+        q.name_after = Some("studies/ct.dcm".into());
+        q.text = Some("roe".into());
+    };
+    assert_eq!(q(after_ct), ["studies/mr.dcm"]);
+    assert!(q(|q| q.name_after = Some("studies/mr.dcm".into())).is_empty());
 }
 
 fn image_entries_are_replaced_and_forgotten(p: &dyn Place) {

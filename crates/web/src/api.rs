@@ -172,6 +172,7 @@ impl Criteria {
             limit,
             study_after: None,
             study_uids: Vec::new(),
+            name_after: None,
         })
     }
 }
@@ -183,21 +184,30 @@ pub struct SearchQuery {
     #[serde(default)]
     prefix: String,
     limit: Option<usize>,
+    /// The next page: images whose names sort after this (a page's `next_after`).
+    after: Option<String>,
 }
 
 /// `GET /api/search`.
 pub async fn search(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    let q: SearchQuery = query_only(req.uri(), &[&CRITERIA[..], &["prefix", "limit"]].concat())?;
+    let allowed = [&CRITERIA[..], &["prefix", "limit", "after"]].concat();
+    let q: SearchQuery = query_only(req.uri(), &allowed)?;
     validate_prefix(&q.prefix)?;
-    let iq = q.criteria.image_query(q.prefix, page_limit(q.limit)?)?;
+    let limit = page_limit(q.limit)?;
+    // One more than a page: whether there is a next one.
+    let mut iq = q.criteria.image_query(q.prefix, limit + 1)?;
+    iq.name_after = q.after;
     let st2 = st.clone();
-    let results = blocking(move || {
+    let (results, next_after) = blocking(move || {
         // Rows made from bytes that have since been replaced (over gRPC, say) are indexed
         // again and the search rerun once, so results always describe what is stored now.
         for attempt in 0..2 {
             let mut out = Vec::new();
             let mut stale = 0;
-            for e in st2.images.index().search(&iq)? {
+            let mut rows = st2.images.index().search(&iq)?;
+            let next = (rows.len() > limit).then(|| rows[limit - 1].name.clone());
+            rows.truncate(limit);
+            for e in rows {
                 match st2.store.stat(&e.name) {
                     Ok(rec) if rec.digest == e.digest => out.push(describe(&st2.images, rec)),
                     Ok(_) => {
@@ -214,13 +224,13 @@ pub async fn search(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
                 }
             }
             if stale == 0 || attempt == 1 {
-                return Ok(out);
+                return Ok((out, next));
             }
         }
         unreachable!("the loop returns on its second pass")
     })
     .await?;
-    Ok(Json(serde_json::json!({ "results": results })).into_response())
+    Ok(Json(serde_json::json!({ "results": results, "next_after": next_after })).into_response())
 }
 
 /// `GET /api/filters`.

@@ -363,7 +363,8 @@ fn contract() -> Value {
                 "summary": "Search image metadata",
                 "parameters": criteria_params([
                     q("prefix", prefix_schema(), "Folder"),
-                    q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 2000 }), "Most results")]),
+                    q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 2000 }), "Most results"),
+                    q("after", json!({ "type": "string" }), "Resume after this cursor (next_after)")]),
                 "responses": { "200": ok_json("Matches", "SearchResults"),
                     "400": err("Bad criteria"), "401": err("Authentication required") },
             } },
@@ -594,8 +595,9 @@ fn schemas() -> Value {
                     "slice_location": { "type": "number", "nullable": true },
                     "image_position_patient": { "type": "array", "nullable": true, "items": { "type": "number" } },
                     "frames": { "type": "integer" } } } } } },
-        "SearchResults": { "type": "object", "required": ["results"], "properties": {
-            "results": { "type": "array", "items": { "$ref": "#/components/schemas/BlobInfo" } } } },
+        "SearchResults": { "type": "object", "required": ["results", "next_after"], "properties": {
+            "results": { "type": "array", "items": { "$ref": "#/components/schemas/BlobInfo" } },
+            "next_after": with_nullable(json!({ "type": "string" })) } },
         "FilterList": { "type": "object", "required": ["filters"], "properties": { "filters": {
             "type": "array", "items": { "type": "object", "required": ["name", "summary", "kind", "params"],
                 "properties": {

@@ -1551,3 +1551,33 @@ async fn ambiguous_writes_and_searches_are_refused_not_guessed() {
         assert_eq!(error_code(r).await, (StatusCode::BAD_REQUEST, "bad_request".into()), "{q}");
     }
 }
+
+/// `/api/search` pages as `/api/list` does: `next_after` names where the next page starts,
+/// and is null on the last.
+#[tokio::test(flavor = "multi_thread")]
+async fn image_search_pages_with_next_after() {
+    let s = Srv::start(true).await;
+    for (i, key) in ["pg/a.png", "pg/b.png", "pg/c.png"].iter().enumerate() {
+        s.put(key, png(8 + i as u32, 6)).await;
+    }
+    let s = &s;
+    let page = |q: &str| {
+        let url = format!("/api/search?prefix=pg/&limit=2{q}");
+        async move {
+            let (code, v) = s.get_json(&url).await;
+            assert_eq!(code, StatusCode::OK, "{v}");
+            let names: Vec<String> = v["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["key"].as_str().unwrap().to_string())
+                .collect();
+            (names, v["next_after"].as_str().map(String::from))
+        }
+    };
+    let (first, next) = page("").await;
+    assert_eq!(first, ["pg/a.png", "pg/b.png"]);
+    assert_eq!(next.as_deref(), Some("pg/b.png"));
+    let (second, next) = page("&after=pg/b.png").await;
+    assert_eq!((second, next), (vec!["pg/c.png".to_string()], None));
+}
