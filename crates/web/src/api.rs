@@ -234,7 +234,8 @@ pub async fn search(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
 }
 
 /// `GET /api/filters`.
-pub async fn filters(State(st): State<Arc<AppState>>) -> Response {
+pub async fn filters(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    crate::query_only::<Vec<(String, String)>>(req.uri(), &[])?;
     let list: Vec<_> = st
         .registry
         .list()
@@ -258,7 +259,7 @@ pub async fn filters(State(st): State<Arc<AppState>>) -> Response {
             })
         })
         .collect();
-    Json(serde_json::json!({ "filters": list })).into_response()
+    Ok(Json(serde_json::json!({ "filters": list })).into_response())
 }
 
 #[derive(Deserialize)]
@@ -285,6 +286,7 @@ pub struct Step {
 
 /// `POST /api/filter`.
 pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
+    crate::query_only::<Vec<(String, String)>>(req.uri(), &[])?;
     let fr: FilterRequest = read_json(req).await?;
     validate_key(&fr.key)?;
     if fr.steps.is_empty() || fr.steps.len() > MAX_STEPS {
@@ -427,6 +429,7 @@ fn pixel_headers(h: &mut axum::http::HeaderMap, img: &bs_imaging::DynImage) {
 /// `GET /api/meta/{key}`.
 pub async fn meta(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let key = key_from_path(req.uri().path(), "/api/meta/")?;
+    crate::query_only::<Vec<(String, String)>>(req.uri(), &[])?;
     let st2 = st.clone();
     let turn = st.image_turn().await;
     let (rec, d) = blocking(move || st2.images.decode(&key)).await?;

@@ -599,7 +599,12 @@ fn user_metadata(h: &HeaderMap) -> Result<BTreeMap<String, String>, WebError> {
                 "user metadata is over {MAX_META_BYTES} bytes"
             )));
         }
-        out.insert(key.to_string(), value.trim().to_string());
+        // Given twice, one value would be dropped without a word.
+        if out.insert(key.to_string(), value.trim().to_string()).is_some() {
+            return Err(WebError::BadRequest(format!(
+                "metadata {key:?} is given twice: give one value (several can be one text)"
+            )));
+        }
     }
     Ok(out)
 }

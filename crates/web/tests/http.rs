@@ -1540,6 +1540,18 @@ async fn ambiguous_writes_and_searches_are_refused_not_guessed() {
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     let r = s.http.get(s.url("/blobs/q/kept.txt")).send().await.unwrap();
     assert_eq!(r.bytes().await.unwrap(), &b"kept"[..], "neither write happened");
+    // One metadata key given twice would lose a value: refused, nothing stored.
+    let r = s.http.put(s.url("/blobs/q/twice.txt")).header("x-blobstream-meta-k", "1");
+    let r = r.header("x-blobstream-meta-k", "2").body("x").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(message(r.json().await.unwrap()).contains("\"k\" is given twice"));
+    let r = s.http.get(s.url("/blobs/q/twice.txt")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // Reads of the API take no parameters they would ignore either.
+    for q in ["/api/meta/q/kept.txt?x=1", "/api/filters?x=1"] {
+        let r = s.http.get(s.url(q)).send().await.unwrap();
+        assert_eq!(error_code(r).await, (StatusCode::BAD_REQUEST, "bad_request".into()), "{q}");
+    }
     // Searches.
     for q in [
         "/api/search?q=%00",
