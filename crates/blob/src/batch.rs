@@ -114,7 +114,8 @@ impl BatchReport {
         })
     }
 
-    /// Jobs a stop kept from starting ([`crate::Options::stop`]).
+    /// Jobs a stop kept from starting ([`crate::Options::stop`]), or the server found
+    /// unreachable ([`BatchReport::gave_up`]).
     pub fn not_started(&self) -> usize {
         self.outcomes.iter().filter(|o| matches!(o.result, Err(BlobError::NotStarted))).count()
     }

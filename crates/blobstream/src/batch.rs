@@ -307,7 +307,8 @@ fn finish(
             }
         }
         if !g.quiet || failed > 0 || extra.interrupted {
-            eprintln!("{what}: {}", summary_line(&report, problems.len(), failed, extra));
+            let counts = (problems.len(), not_planned);
+            eprintln!("{what}: {}", summary_line(&report, counts, extra));
         }
     }
     if extra.interrupted {
@@ -371,11 +372,11 @@ fn corrupt_at_source(n: usize) -> String {
 }
 
 /// The summary: every file the plan met (copied, already there, skipped, failed, not started
-/// add up to it), then deletions; `failed` counts files and deletions that failed.
-fn summary_line(r: &BatchReport, problems: usize, failed: usize, extra: &Extra) -> String {
+/// add up to it), then deletions. `(problems, not_planned)`: what the plan could not make a
+/// job of, and how many of those failed (the others were skipped).
+fn summary_line(r: &BatchReport, (problems, not_planned): (usize, usize), extra: &Extra) -> String {
     let secs = r.elapsed.as_secs_f64();
     let not_deleted = extra.not_deleted.len();
-    let not_planned = failed - r.failed().count() - not_deleted;
     let skipped = problems - not_planned;
     let mut line = format!(
         "{} files, {} in {secs:.2} s ({}/s moved): {} copied, {} already there, {skipped} \
@@ -389,7 +390,7 @@ fn summary_line(r: &BatchReport, problems: usize, failed: usize, extra: &Extra) 
     if extra.excluded > 0 {
         line += &format!(", {} excluded", extra.excluded);
     }
-    line += &format!(", {} failed", failed - not_deleted);
+    line += &format!(", {} failed", r.failed().count() + not_planned);
     if extra.delete_asked {
         line += &format!(", {} deleted", extra.deleted.len());
     }

@@ -124,12 +124,22 @@ impl ClientError {
         }
     }
 
-    /// The server cannot be reached at all (refused or no route): every further call to it
-    /// would fail alike, so a batch stops starting them.
+    /// The server cannot be reached at all: its address refuses connections or has no route
+    /// (not a connection that merely timed out, nor a local socket error). Every further call
+    /// to it would fail alike, so a batch stops starting them.
     pub fn is_unreachable(&self) -> bool {
+        let refused = |why: &str| {
+            let why = why.to_ascii_lowercase();
+            ["connection refused", "no route to host", "network is unreachable"]
+                .iter()
+                .any(|s| why.contains(s))
+        };
         match self {
-            Self::Connect { .. } => true,
-            Self::Rpc { code: Code::Unavailable, message } => message.contains("connect error"),
+            Self::Connect { reason, .. } => refused(reason),
+            // A kept channel to a server that has gone: tonic says only this.
+            Self::Rpc { code: Code::Unavailable, message } => {
+                message.contains("tcp connect error") || refused(message)
+            }
             _ => false,
         }
     }
@@ -152,5 +162,19 @@ mod tests {
         assert!(garbled.is_transport_failure(), "it answered with bytes that are no HTTP/2");
         assert!(!rpc(Code::Internal, "a bug on the server").is_transport_failure());
         assert!(!rpc(Code::Unavailable, "transport error").is_transport_failure());
+    }
+
+    #[test]
+    fn only_a_server_that_refuses_or_has_no_route_is_unreachable() {
+        let connect =
+            |reason: &str| ClientError::Connect { addr: "h:1".into(), reason: reason.into() };
+        assert!(connect("Connection refused (os error 111)").is_unreachable());
+        assert!(connect("data plane: No route to host (os error 113)").is_unreachable());
+        assert!(!connect("data plane: connection timed out").is_unreachable(), "a slow connect");
+        assert!(!connect("udp: Too many open files (os error 24)").is_unreachable());
+        let rpc =
+            |message: &str| ClientError::Rpc { code: Code::Unavailable, message: message.into() };
+        assert!(rpc("tcp connect error").is_unreachable());
+        assert!(!rpc("too many wrong tokens").is_unreachable());
     }
 }

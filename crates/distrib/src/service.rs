@@ -29,7 +29,7 @@ fn to_pb(flows: Vec<FlowStatus>) -> pb::DistributerStatusResponse {
                 .into_iter()
                 .map(|r| pb::DistributerReceiver {
                     name: r.name,
-                    connected: r.connected,
+                    departed: !r.connected,
                     delivered: r.delivered,
                     rate_bps: r.rate_bps,
                     queued_messages: u32::try_from(r.queued_messages).unwrap_or(u32::MAX),
@@ -59,7 +59,7 @@ pub fn from_pb(r: pb::DistributerStatusResponse) -> Vec<FlowStatus> {
                 .into_iter()
                 .map(|r| crate::distributer::ReceiverStatus {
                     name: r.name,
-                    connected: r.connected,
+                    connected: !r.departed,
                     delivered: r.delivered,
                     rate_bps: r.rate_bps,
                     queued_messages: r.queued_messages as usize,

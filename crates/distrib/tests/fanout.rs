@@ -626,11 +626,15 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
 #[test]
 fn a_distributer_restart_is_a_clear_error_and_everyone_reconnects() {
     let (d, addr) = distributer();
-    let r = receiver(&addr, "hold", "archive", None);
+    let (r, progress) = counted_receiver(&addr, "hold", "archive");
     wait_names(&d, "hold", &["archive"]);
     let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
     s.start(&params("interrupted")).unwrap();
     s.send(&data(1 << 20, 8)).unwrap();
+    // The run has reached the receiver (`send` returns once the bytes are in the sender's
+    // socket: stopped before the distributer forwards the start, the receiver would see a
+    // connection closed between runs, not a run cut short).
+    wait_progress(&progress, 1);
     drop(d);
     let (end, k) = r.recv_timeout(WAIT).unwrap();
     assert!(matches!(&end, RunEnd::Failed(why) if why.contains("mid-flow")), "{end:?}");

@@ -302,6 +302,8 @@ pub fn remove(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Remov
                 b.send(&msg::drop(dataset))?;
                 let held = b.recv()?.and_then(|m| match Message::parse(m.payload(), 0) {
                     Ok(Message::Held { exists }) => Some(exists),
+                    // A server from before HELD answered DROP: it removed them, if it held any.
+                    Ok(Message::Committed(_)) => Some(true),
                     _ => None,
                 });
                 let held = held.ok_or_else(|| DpssError::Malformed("no answer to DROP".into()))?;

@@ -26,8 +26,9 @@
 //!                                      server held blocks of it (now removed)
 //! 11     BEGIN      loader → server    dataset: hold the name for this connection until it
 //!                                      ends (no other loader may load or drop it meanwhile)
-//! 12     HELD       server → loader    JSON {"exists": bool}: the name is held; whether this
-//!                                      server already has a committed data set of that name
+//! 12     HELD       server → loader    JSON {"exists": bool}: to BEGIN, the name is held and
+//!                                      whether this server already has a committed data set
+//!                                      of that name; to DROP, whether it held blocks of it
 //! ```
 //!
 //! A client opens two connections to each server: `requests` carries its `LIST`s, `blocks`

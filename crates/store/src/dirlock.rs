@@ -63,7 +63,18 @@ impl DirLock {
                         root.display()
                     )));
                 }
-                Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+                // A filesystem without locks (some network mounts): said, and served unlocked.
+                Err(std::fs::TryLockError::Error(e))
+                    if e.kind() == std::io::ErrorKind::Unsupported =>
+                {
+                    tracing::warn!(
+                        "{} cannot be locked ({e}): nothing stops a second server on this \
+                         directory",
+                        path.display()
+                    );
+                    break;
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(unwritable(&path, e)),
             }
         }
         file.set_len(0)?;

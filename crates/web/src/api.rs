@@ -235,7 +235,7 @@ pub async fn search(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
 
 /// `GET /api/filters`.
 pub async fn filters(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    crate::query_only::<Vec<(String, String)>>(req.uri(), &[])?;
+    crate::no_query(req.uri())?;
     let list: Vec<_> = st
         .registry
         .list()
@@ -286,7 +286,7 @@ pub struct Step {
 
 /// `POST /api/filter`.
 pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    crate::query_only::<Vec<(String, String)>>(req.uri(), &[])?;
+    crate::no_query(req.uri())?;
     let fr: FilterRequest = read_json(req).await?;
     validate_key(&fr.key)?;
     if fr.steps.is_empty() || fr.steps.len() > MAX_STEPS {
@@ -429,7 +429,7 @@ fn pixel_headers(h: &mut axum::http::HeaderMap, img: &bs_imaging::DynImage) {
 /// `GET /api/meta/{key}`.
 pub async fn meta(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let key = key_from_path(req.uri().path(), "/api/meta/")?;
-    crate::query_only::<Vec<(String, String)>>(req.uri(), &[])?;
+    crate::no_query(req.uri())?;
     let st2 = st.clone();
     let turn = st.image_turn().await;
     let (rec, d) = blocking(move || st2.images.decode(&key)).await?;
@@ -457,10 +457,8 @@ async fn rendering_etag(
     };
     let etag = format!("\"{}-{variant}\"", digest.trim_matches('"'));
     let etag = HeaderValue::from_str(&etag).map_err(WebError::internal)?;
-    let named = headers.get_all(header::IF_NONE_MATCH).iter().any(|v| {
-        v.to_str().unwrap_or_default().split(',').map(str::trim).any(|t| {
-            t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag.to_str().unwrap_or_default()
-        })
+    let named = (headers.get_all(header::IF_NONE_MATCH).iter()).any(|v| {
+        crate::blobs::client_has(v.to_str().unwrap_or_default(), etag.to_str().unwrap_or(""))
     });
     if !named {
         return Ok(Ok(etag));

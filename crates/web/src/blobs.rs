@@ -197,7 +197,7 @@ async fn put_spec(
     parts: &axum::http::request::Parts,
 ) -> Result<(UploadSpec, tokio::sync::OwnedSemaphorePermit), WebError> {
     let key = key_from_path(parts.uri.path(), ROUTE)?;
-    no_query(&parts.uri)?;
+    crate::no_query(&parts.uri)?;
     let h = &parts.headers;
     let ct = header_str(h, header::CONTENT_TYPE);
     if ct.to_ascii_lowercase().starts_with("multipart/") {
@@ -296,7 +296,7 @@ async fn stored(st: &Arc<AppState>, rec: BlobRecord) -> info::BlobInfo {
 
 pub async fn delete(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
     let key = key_from_path(req.uri().path(), ROUTE)?;
-    no_query(req.uri())?;
+    crate::no_query(req.uri())?;
     // If-Match: delete only the version named (checked just before the delete, which the
     // store does not take a condition for: a replacement in between is not seen).
     if let Some(v) = req.headers().get(header::IF_MATCH) {
@@ -550,13 +550,6 @@ async fn small_text(field: &mut axum::extract::multipart::Field<'_>) -> Result<S
 
 fn hv(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
-}
-
-/// A write to one blob takes no query parameters: one given is refused (400), so that a
-/// misspelt or invented option (`?overwrite=false`, `?dry_run=1`) cannot be ignored while the
-/// write goes ahead.
-fn no_query(uri: &axum::http::Uri) -> Result<(), WebError> {
-    crate::query_only::<Vec<(String, String)>>(uri, &[]).map(|_| ())
 }
 
 fn header_str(h: &HeaderMap, name: header::HeaderName) -> String {

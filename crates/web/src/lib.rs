@@ -226,7 +226,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/iiif/{dataset}/info.json", get(tiles::info))
         .route("/iiif/{dataset}/{region}/{size}/{rotation}/{file}", get(tiles::tile));
     static_files(dicomweb::routes(api))
-        .route_layer(middleware::from_fn(metrics::matched))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth::check))
@@ -264,6 +263,13 @@ pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, WebE
     axum::extract::Query::<T>::try_from_uri(uri)
         .map(|q| q.0)
         .map_err(|e| WebError::BadRequest(format!("query string: {}", e.body_text())))
+}
+
+/// A request that takes no query parameters: one given is refused (400), so that a misspelt
+/// or invented option (`?overwrite=false`, `?dry_run=1`) cannot be ignored while the request
+/// goes ahead.
+pub(crate) fn no_query(uri: &Uri) -> Result<(), WebError> {
+    query_only::<Vec<(String, String)>>(uri, &[]).map(|_| ())
 }
 
 /// [`query`], refusing any parameter not in `allowed`: a misspelt criterion must not silently

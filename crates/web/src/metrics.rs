@@ -200,26 +200,14 @@ impl Metrics {
     }
 }
 
-/// Middleware of the matched routes: hands the route a request matched outward, on its
-/// response, to [`record`] (which runs outside routing and the auth check, so it sees every
-/// request, and there has no `MatchedPath` of its own).
-pub async fn matched(req: Request, next: Next) -> Response {
-    let matched = req.extensions().get::<MatchedPath>().cloned();
-    let mut resp = next.run(req).await;
-    if let Some(m) = matched {
-        resp.extensions_mut().insert(m);
-    }
-    resp
-}
-
-/// Middleware recording every request: those the auth check refuses and those no route
-/// matches too (route "unmatched").
+/// Middleware recording every request, outside the auth check (so those it refuses are
+/// counted, under their route) and on the fallback too (route "unmatched").
 pub async fn record(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let m = &st.metrics;
+    let matched = req.extensions().get::<MatchedPath>().cloned();
     let method = req.method().clone();
     let t = Instant::now();
     let resp = next.run(req).await;
-    let matched = resp.extensions().get::<MatchedPath>().cloned();
     // Looked up after the response, so a route's series appear with its first answer.
     let route = m.route(matched.as_ref().map_or("unmatched", |p| p.as_str()));
     route.latency.observe(t.elapsed().as_secs_f64());

@@ -153,8 +153,8 @@ fn dicomweb_paths() -> serde_json::Map<String, Value> {
             "description": "Matching attributes (00100010=…, PatientName=…), limit, offset, \
                 includefield, fuzzymatching: see docs/dicomweb.md; an unknown key is 400.",
             "responses": errors(json!({
-                "200": media("Matches as DICOM JSON", "application/dicom+json"),
-                "204": { "description": "No match" } }),
+                "200": media("Matches as DICOM JSON (an empty array: none)",
+                    "application/dicom+json") }),
                 &[("406", "The Accept header takes no application/dicom+json")]) } })
     };
     let retrieve = |summary: &str, params: Value| {

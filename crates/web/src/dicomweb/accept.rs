@@ -35,17 +35,11 @@ impl Syntaxes {
 /// Read an `Accept` header (`None`: absent) for an instance retrieval; 406 when it takes no
 /// `application/dicom` parts at all.
 pub(crate) fn dicom_syntaxes(accept: Option<&str>) -> Result<Syntaxes, WebError> {
-    let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
-        return Ok(Syntaxes::Any);
-    };
+    let Some(ranges) = taken_ranges(accept) else { return Ok(Syntaxes::Any) };
     let mut only = Vec::new();
     let mut takes_dicom = false;
-    for range in split(accept, ',') {
-        let (media, params) = media_type(range);
+    for (media, params) in ranges {
         let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        if get("q").and_then(|q| q.parse::<f32>().ok()) == Some(0.0) {
-            continue;
-        }
         let kind = get("type").map(str::to_ascii_lowercase);
         let dicom = match media.as_str() {
             "*/*" | "multipart/*" => true,
@@ -65,7 +59,8 @@ pub(crate) fn dicom_syntaxes(accept: Option<&str>) -> Result<Syntaxes, WebError>
     if !takes_dicom {
         return Err(WebError::NotAcceptable(format!(
             "instances are retrieved as multipart/related; type=\"application/dicom\", which \
-             Accept: {accept} does not take"
+             Accept: {} does not take",
+            accept.unwrap_or_default()
         )));
     }
     Ok(Syntaxes::Only(only))
