@@ -1036,23 +1036,23 @@ pub(crate) fn push(
     let info = match commit(client, name, &whole, &chunks, size, deadline) {
         // Bytes the upload does not hold after all: a store that sends an upload's parts as
         // they fill (S3) forgets a part sent when bytes of it are written again, so a range
-        // that a resume pushed again can take with it bytes of the range beside it. What
-        // each range misses is pushed once more, one range after another, and the commit
-        // asked again.
+        // that a resume pushed again can take with it bytes of the range beside it. Pushing
+        // what each range misses, range after range, can do the same again (a part shared
+        // by two ranges, written again for the second, forgets the first's bytes in it). So
+        // the blob is pushed once more in order from the first byte the upload lacks: the
+        // part holding that byte is not full (else it would hold it), so was not sent, and
+        // each part after it is written whole. Then the commit is asked again.
         Err(BlobError::Remote(ClientError::Rpc {
             code: tonic::Code::FailedPrecondition, ..
         })) => {
             let job =
                 PushJob { client, name, upload_id, data, readable, cancel: &cancel, deadline };
-            for &(start, end) in &bounds {
-                let kept =
-                    held(client, name, start, &data[start as usize..end as usize], None, deadline);
-                if kept < end - start {
-                    tracing::debug!(blob = %name, start, end, kept, "a range is pushed again before the commit");
-                    let r = Range::new(start, end, kept);
-                    r.claimed.store(true, Ordering::Release);
-                    push_range(&job, &r, kept, None)?;
-                }
+            let kept = held(client, name, 0, data, None, deadline);
+            if kept < size {
+                tracing::debug!(blob = %name, kept, "the rest is pushed again before the commit");
+                let r = Range::new(0, size, kept);
+                r.claimed.store(true, Ordering::Release);
+                push_range(&job, &r, kept, None)?;
             }
             commit(client, name, &whole, &chunks, size, deadline)?
         }
