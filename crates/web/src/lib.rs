@@ -253,8 +253,7 @@ pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, WebE
     // Decoding would turn bytes that are not UTF-8 into U+FFFD, so `prefix=%ff/` would ask for
     // another prefix than sent: refused, as such a key in a path is.
     for part in uri.query().unwrap_or_default().split('&') {
-        let bytes: Vec<u8> = percent_encoding::percent_decode_str(part).collect();
-        if std::str::from_utf8(&bytes).is_err() {
+        if percent_encoding::percent_decode_str(part).decode_utf8().is_err() {
             return Err(WebError::BadRequest(format!(
                 "query string: {part:?} is percent-encoding that is not UTF-8"
             )));
