@@ -385,6 +385,7 @@ fn info_json(b: &BlobInfo) -> serde_json::Value {
         "created_unix_ms": b.created_unix_ms,
         "created": utc(b.created_unix_ms),
         "metadata": b.metadata,
+        "corrupt": (!b.corrupt.is_empty()).then_some(&b.corrupt),
     })
 }
 
@@ -398,7 +399,19 @@ pub fn ls(g: &Global, a: LsArgs) -> Result<()> {
     }
     for b in &blobs {
         let size = if a.human { crate::batch::human(b.size) } else { b.size.to_string() };
-        writeln!(out, "{size:>14}  {}  {}", utc(b.created_unix_ms), b.name).context(STDOUT)?;
+        let (when, name) = (utc(b.created_unix_ms), shown(&b.name));
+        match b.corrupt.as_str() {
+            "" => writeln!(out, "{size:>14}  {when}  {name}"),
+            why => writeln!(out, "{size:>14}  {when}  {name}  CORRUPT: {}", shown(why)),
+        }
+        .context(STDOUT)?;
+    }
+    let marked = blobs.iter().filter(|b| !b.corrupt.is_empty()).count();
+    if marked > 0 {
+        eprintln!(
+            "{marked} blob(s) marked corrupt: reads are refused; put each again from a good \
+             copy, or rm it (blobstream stat KEY says why)"
+        );
     }
     Ok(())
 }

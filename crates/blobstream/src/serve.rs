@@ -29,6 +29,7 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
     let storage = storage::open(&a)?;
     tracing::info!("storing into {}", storage.describe);
     let (store, index) = (storage.store, Arc::new(storage.index));
+    let created = storage.created;
     let registry = Arc::new(match &a.filters {
         Some(dir) => Registry::with_dir(dir)
             .with_context(|| format!("loading filter definitions from {}", dir.display()))?,
@@ -177,6 +178,10 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
     });
     // Whatever still runs on the blocking pool was given its grace period already.
     rt.shutdown_timeout(Duration::from_secs(1));
+    // Every error above is one of starting: a data directory this start made goes with it.
+    if res.is_ok() {
+        created.keep();
+    }
     res
 }
 

@@ -219,6 +219,17 @@ fn check_has_the_server_reread_its_copy_so_a_blob_rotted_there_is_not_called_the
         serde_json::from_str(&ok(&s.run(&["stat", "scans/b.raw", "--json"]))).unwrap();
     assert!(v["corrupt"].is_null(), "{v}");
     assert!(!ok(&s.run(&["stat", "scans/b.raw"])).contains("CORRUPT"));
+    // ls marks it, in its text and its JSON, and not its neighbour; stderr counts it.
+    let o = s.run(&["ls", "scans/"]);
+    let ls = ok(&o);
+    let line = |k: &str| ls.lines().find(|l| l.ends_with(k) || l.contains(&format!("{k} ")));
+    assert!(line("scans/a.raw").is_some_and(|l| l.contains("  CORRUPT: ")), "{ls}");
+    assert!(line("scans/b.raw").is_some_and(|l| !l.contains("CORRUPT")), "{ls}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1 blob(s) marked corrupt"));
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&s.run(&["ls", "scans/", "--json"]))).unwrap();
+    assert!(v[0]["corrupt"].as_str().is_some_and(|r| r.contains("chunk")), "{v}");
+    assert!(v[1]["corrupt"].is_null(), "{v}");
     let out = dir.path().join("out");
     let o = s.run(&["get", "-r", "scans/", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
@@ -1465,6 +1476,25 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
     drop(first);
     let again = Serve::start(&data);
     ok(&again.run(&["ls"]));
+}
+
+/// A start that fails (its port taken) leaves no data directory it made behind, nor the
+/// parents it made for it.
+#[test]
+fn a_failed_start_leaves_no_data_directory_behind() {
+    let t = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let data = t.path().join("new/data");
+    let o = Command::new(BIN)
+        .args(["serve", "--data", data.to_str().unwrap(), "--addr", &addr])
+        .args(["--data-addr", "127.0.0.1:0", "--no-http", "--no-samples"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot listen for the control plane"), "{err}");
+    assert!(!t.path().join("new").exists(), "{err}");
 }
 
 /// `bs:PREFIX` means the prefix in every command, and a scrub of a prefix that holds nothing

@@ -113,6 +113,17 @@ impl Catalogue {
         on_backend!(self, c => c.corrupt())
     }
 
+    /// (name, reason) of the blobs marked corrupt among those `list(prefix, after, _)` gives
+    /// up to `last`: the marks of one page of a listing, in one look-up.
+    pub fn corrupt_between(
+        &self,
+        prefix: &str,
+        after: &str,
+        last: &str,
+    ) -> Result<Vec<(String, String)>> {
+        on_backend!(self, c => c.corrupt_between(prefix, after, last))
+    }
+
     /// Up to `limit` blobs whose names start with `prefix` and sort after `after` (byte
     /// order).
     pub fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {

@@ -215,6 +215,25 @@ impl SqliteCatalogue {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
+    /// (name, reason) of the blobs marked corrupt among `list(prefix, after, _)`'s up to
+    /// `last` (the name index's range: the rows the page read).
+    pub fn corrupt_between(
+        &self,
+        prefix: &str,
+        after: &str,
+        last: &str,
+    ) -> Result<Vec<(String, String)>> {
+        let c = self.read();
+        let mut st = c.prepare_cached(
+            "SELECT name, corrupt FROM blobs
+             WHERE name >= ?1 AND substr(name, 1, length(?1)) = ?1 AND name > ?2 AND name <= ?3
+               AND corrupt IS NOT NULL
+             ORDER BY name",
+        )?;
+        let rows = st.query_map(params![prefix, after, last], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
     /// Up to `limit` blobs whose names start with `prefix` and sort after `after`.
     pub fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         let c = self.read();

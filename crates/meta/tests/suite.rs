@@ -130,6 +130,14 @@ fn chunks_and_corruption_marks(p: &dyn Place) {
     let s = c.stored("m").unwrap().unwrap();
     assert_eq!(s.chunks.as_deref(), Some(&b"efgh"[..]));
     assert_eq!(c.corrupt().unwrap(), [("m".to_string(), "chunk 0 differs".to_string())]);
+    // A listing page's marks: within its prefix, after its cursor, up to its last name.
+    c.commit_blob(&rec("n"), "f2", b"ok", None, |_| true).unwrap();
+    let m = [("m".to_string(), "chunk 0 differs".to_string())];
+    assert_eq!(c.corrupt_between("", "", "n").unwrap(), m);
+    assert_eq!(c.corrupt_between("m", "", "z").unwrap(), m);
+    assert!(c.corrupt_between("n", "", "z").unwrap().is_empty());
+    assert!(c.corrupt_between("", "m", "z").unwrap().is_empty());
+    assert!(c.corrupt_between("", "", "l").unwrap().is_empty());
     c.commit_blob(&rec("m"), "f1", b"new", None, |_| true).unwrap();
     let s = c.stored("m").unwrap().unwrap();
     assert_eq!((s.corrupt, s.chunks.as_deref()), (None, Some(&b"new"[..])));

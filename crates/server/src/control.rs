@@ -220,16 +220,33 @@ impl pb::blob_store_server::BlobStore for ControlService {
             n => n.min(10_000) as usize,
         };
         let (prefix, after) = (r.prefix, r.page_token);
-        let mut page = self.blocking(move |s| s.list(&prefix, &after, limit + 1)).await?;
+        let (mut page, marks) = self
+            .blocking(move |s| {
+                let page = s.list(&prefix, &after, limit + 1)?;
+                let last = page[..page.len().min(limit)].last().map(|b| b.name.clone());
+                let marks = match last {
+                    Some(last) => s.corrupt_marks(&prefix, &after, &last)?,
+                    None => Vec::new(),
+                };
+                Ok((page, marks))
+            })
+            .await?;
         let more = page.len() > limit;
         page.truncate(limit);
+        let mut marks: std::collections::HashMap<_, _> = marks.into_iter().collect();
         let next_page_token = if more {
             page.last().map(|b| b.name.clone()).unwrap_or_default()
         } else {
             String::new()
         };
         Ok(Response::new(pb::ListResponse {
-            blobs: page.into_iter().map(info).collect(),
+            blobs: page
+                .into_iter()
+                .map(|rec| {
+                    let corrupt = marks.remove(&rec.name).unwrap_or_default();
+                    pb::BlobInfo { corrupt, ..info(rec) }
+                })
+                .collect(),
             next_page_token,
         }))
     }

@@ -19,7 +19,10 @@ pub fn store_status(e: &StoreError) -> Status {
         StoreError::StorageFull(_) => Code::ResourceExhausted,
         StoreError::Corrupt { .. } => Code::DataLoss,
         StoreError::Unavailable(_) => Code::Unavailable,
-        StoreError::Io(_) | StoreError::Meta(_) | StoreError::Config(_) => Code::Internal,
+        StoreError::Io(_)
+        | StoreError::IoAt { .. }
+        | StoreError::Meta(_)
+        | StoreError::Config(_) => Code::Internal,
     };
     Status::new(code, e.to_string())
 }

@@ -1,6 +1,7 @@
 //! Errors of stores.
 
 use std::io;
+use std::path::{Path, PathBuf};
 
 use bs_meta::MetaError;
 use thiserror::Error;
@@ -43,6 +44,9 @@ pub enum StoreError {
     Config(String),
     #[error("storage I/O failed: {0}")]
     Io(io::Error),
+    /// An I/O error on a file of the store, which the message names for the operator.
+    #[error("storage I/O failed on {}: {source}", path.display())]
+    IoAt { path: PathBuf, source: io::Error },
     #[error(transparent)]
     Meta(MetaError),
 }
@@ -52,6 +56,16 @@ impl StoreError {
     /// end, say): the caller must not abort it by name on the way out.
     pub fn upload_is_anothers(&self) -> bool {
         matches!(self, Self::Busy(_))
+    }
+
+    /// An I/O error on `path`: a full disk is [`StoreError::StorageFull`] as from any I/O,
+    /// anything else [`StoreError::IoAt`], naming the file.
+    pub fn io_at(path: &Path) -> impl FnOnce(io::Error) -> Self + '_ {
+        move |e| match Self::from(e) {
+            Self::Io(source) => Self::IoAt { path: path.to_path_buf(), source },
+            Self::StorageFull(why) => Self::StorageFull(format!("{}: {why}", path.display())),
+            other => other,
+        }
     }
 }
 
@@ -76,5 +90,20 @@ impl From<io::Error> for StoreError {
             _ if e.kind() == io::ErrorKind::StorageFull => Self::StorageFull(e.to_string()),
             _ => Self::Io(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_error_on_a_file_names_it_and_a_full_disk_stays_full() {
+        let path = Path::new("/data/staging/ab12");
+        let e = StoreError::io_at(path)(io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(e, StoreError::IoAt { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("storage I/O failed on /data/staging/ab12: "), "{e}");
+        let e = StoreError::io_at(path)(io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(matches!(&e, StoreError::StorageFull(m) if m.starts_with("/data/staging/ab12: ")));
     }
 }

@@ -196,19 +196,20 @@ impl Inner {
         self.root.join("blobs").join(&id[..2]).join(id)
     }
 
-    /// Write `data` at `offset` of the staging `file` of `name`, refused with
+    /// Write `data` at `offset` of the staging `file` of `name` (upload `id`), refused with
     /// [`StoreError::StorageFull`] when the `needs` bytes of new space it takes are not free
     /// (less the catalogue's reserve); writeback starts at once.
     fn write_staged(
         &self,
         name: &str,
+        id: &str,
         file: &File,
-        offset: u64,
-        data: &[u8],
+        at: (u64, &[u8]),
         needs: u64,
     ) -> Result<()> {
+        let (offset, data) = at;
         self.check_space(name, needs)?;
-        file.write_all_at(data, offset)?;
+        file.write_all_at(data, offset).map_err(StoreError::io_at(&self.staging_path(id)))?;
         crate::start_writeback(file, offset, data.len() as u64);
         Ok(())
     }
@@ -335,11 +336,13 @@ pub(crate) fn new_id() -> String {
     hex::encode(b)
 }
 
-fn not_found_as(e: std::io::Error, name: &str) -> StoreError {
+/// An error opening `path`, a file of blob `name`: a missing file is the blob not found,
+/// anything else an I/O error naming the file.
+fn not_found_as(e: std::io::Error, name: &str, path: &Path) -> StoreError {
     if e.kind() == std::io::ErrorKind::NotFound {
         StoreError::NotFound(name.to_string())
     } else {
-        e.into()
+        StoreError::io_at(path)(e)
     }
 }
 
@@ -358,6 +361,15 @@ impl Store for FsStore {
 
     fn corrupt_mark(&self, name: &str) -> Result<Option<String>> {
         catalogued::corrupt_mark(&self.inner.cat, name)
+    }
+
+    fn corrupt_marks(
+        &self,
+        prefix: &str,
+        after: &str,
+        last: &str,
+    ) -> Result<Vec<(String, String)>> {
+        Ok(self.inner.cat.corrupt_between(prefix, after, last)?)
     }
 
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
@@ -427,7 +439,8 @@ impl Store for FsStore {
         let id = new_id();
         // A small blob's bytes are held in memory until its commit: no staging file.
         if !inline_sized(spec.size) {
-            File::create(i.staging_path(&id))?;
+            let path = i.staging_path(&id);
+            File::create(&path).map_err(StoreError::io_at(&path))?;
         }
         let rec = spec.upload_record(id.clone());
         if let Some(old) = i.cat.put_upload(&rec)? {
@@ -456,7 +469,7 @@ impl Store for FsStore {
             checked: None,
         };
         let path = i.staging_path(&sink.rec.upload_id);
-        let file = match OpenOptions::new().write(true).read(true).open(path) {
+        let file = match OpenOptions::new().write(true).read(true).open(&path) {
             Ok(file) => file,
             // A small blob's upload, nothing of it kept so far: held in memory.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && inline_sized(sink.rec.size) => {
@@ -464,7 +477,7 @@ impl Store for FsStore {
                 sink.staged = Some(Staged::Memory(Vec::with_capacity(size)));
                 return Ok(Box::new(sink));
             }
-            Err(e) => return Err(not_found_as(e, name)),
+            Err(e) => return Err(not_found_as(e, name, &path)),
         };
         sink.received = file.metadata()?.len();
         sink.chunks = (sink.received == 0).then(ChunkHasher::new);
@@ -489,11 +502,11 @@ impl Store for FsStore {
             *open.entry(name.to_string()).or_default() += 1;
         }
         let path = i.staging_path(&rec.upload_id);
-        let file = match OpenOptions::new().write(true).open(path) {
+        let file = match OpenOptions::new().write(true).open(&path) {
             Ok(f) => f,
             Err(e) => {
                 i.range_writer_done(name);
-                return Err(not_found_as(e, name));
+                return Err(not_found_as(e, name, &path));
             }
         };
         i.written.open(&rec.upload_id);
@@ -523,13 +536,14 @@ impl Store for FsStore {
         validate_name(name)?;
         let i = &self.inner;
         let rec = i.cat.upload(name)?.ok_or_else(|| StoreError::NoUpload(name.to_string()))?;
-        let file = match File::open(i.staging_path(&rec.upload_id)) {
+        let path = i.staging_path(&rec.upload_id);
+        let file = match File::open(&path) {
             Ok(f) => f,
             // A small blob's upload holds nothing until its writer is done or interrupted.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && inline_sized(rec.size) => {
                 return Ok(Some(Vec::new()));
             }
-            Err(e) => return Err(not_found_as(e, name)),
+            Err(e) => return Err(not_found_as(e, name, &path)),
         };
         Ok(Some(crate::store::piece_digests(&file, offset, len, piece, algo)?))
     }
@@ -659,7 +673,7 @@ impl FsStore {
                 marker(&reason);
                 return Err(StoreError::Corrupt { name, reason });
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(StoreError::io_at(&i.blob_path(&s.location))(e)),
         };
         let chunks = match &s.chunks {
             Some(c) => chunks_of(&s, c)?,
@@ -769,10 +783,10 @@ impl Drop for FsRange {
 
 impl RangeTarget for FsRange {
     fn write(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        let (store, name, file) = (&self.store, &self.name, &self.file);
-        store.written.write(&self.id, offset, data, &mut self.tracker, |at, piece| {
+        let (store, name, file, id) = (&self.store, &self.name, &self.file, &self.id);
+        store.written.write(id, offset, data, &mut self.tracker, |at, piece| {
             // Every byte may need new space: a range can land in a hole of the sparse file.
-            store.write_staged(name, file, at, piece, piece.len() as u64)
+            store.write_staged(name, id, file, (at, piece), piece.len() as u64)
         })
     }
 
@@ -877,9 +891,9 @@ impl UploadSink for FsUpload {
         check_write(self.rec.size, self.received, offset, data.len())?;
         // Written in order from 0: only bytes past what it holds take new space.
         let grows = (offset + data.len() as u64).saturating_sub(self.received);
-        let (store, name) = (&self.store, &self.rec.name);
+        let (store, name, id) = (&self.store, &self.rec.name, &self.rec.upload_id);
         match self.staged.as_mut().expect("open until commit") {
-            Staged::File(file) => store.write_staged(name, file, offset, data, grows)?,
+            Staged::File(file) => store.write_staged(name, id, file, (offset, data), grows)?,
             Staged::Memory(held) => {
                 store.check_space(name, grows)?;
                 // Over what it holds (a rewrite, no gaps), then appended.
@@ -988,19 +1002,20 @@ impl UploadSink for FsUpload {
         let inline = match staged {
             Staged::File(file) => {
                 let shard = dest.parent().expect("blob paths have a shard directory");
-                fs::create_dir_all(shard)?;
+                fs::create_dir_all(shard).map_err(StoreError::io_at(shard))?;
                 // Renamed first, then the file and its directory fsynced: the same two syncs,
                 // but a journaling file system commits the rename with the file's sync,
                 // leaving the directory's sync little or nothing to do. Until the catalogue
                 // row exists the file under blobs/ is unreferenced (removed at the next
                 // start), so its being there before its bytes are durable exposes nothing.
-                fs::rename(i.staging_path(&id), &dest)?;
+                let staging = i.staging_path(&id);
+                fs::rename(&staging, &dest).map_err(StoreError::io_at(&staging))?;
                 let synced =
                     crate::sync_written(&file).and_then(|()| File::open(shard)?.sync_all());
                 drop(file);
                 if let Err(e) = synced {
-                    let _ = fs::rename(&dest, i.staging_path(&id));
-                    return Err(e.into());
+                    let _ = fs::rename(&dest, &staging);
+                    return Err(StoreError::io_at(&dest)(e));
                 }
                 None
             }

@@ -192,6 +192,19 @@ impl Store for MemStore {
         blobs.get(name).map(|b| b.corrupt.clone()).ok_or_else(|| StoreError::NotFound(name.into()))
     }
 
+    fn corrupt_marks(&self, p: &str, after: &str, last: &str) -> Result<Vec<(String, String)>> {
+        use std::ops::Bound::{Excluded, Included};
+        let blobs = self.inner.blobs.read().unwrap();
+        if after >= last {
+            return Ok(Vec::new());
+        }
+        Ok(blobs
+            .range::<str, _>((Excluded(after), Included(last)))
+            .filter(|(k, _)| k.starts_with(p))
+            .filter_map(|(k, b)| Some((k.clone(), b.corrupt.clone()?)))
+            .collect())
+    }
+
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         let blobs = self.inner.blobs.read().unwrap();
         Ok(blobs

@@ -711,6 +711,15 @@ impl Store for ObjStore {
         catalogued::corrupt_mark(&self.inner.cat, name)
     }
 
+    fn corrupt_marks(
+        &self,
+        prefix: &str,
+        after: &str,
+        last: &str,
+    ) -> Result<Vec<(String, String)>> {
+        Ok(self.inner.cat.corrupt_between(prefix, after, last)?)
+    }
+
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         Ok(self.inner.cat.list(prefix, after, limit)?)
     }

@@ -233,6 +233,12 @@ impl std::fmt::Debug for BlobSource {
     }
 }
 
+/// A read of blob `name`'s file that failed (not for being short: that is corruption),
+/// naming the blob: "Input/output error" alone does not tell the operator which one.
+fn read_failed(name: &str, e: std::io::Error) -> StoreError {
+    StoreError::from(std::io::Error::new(e.kind(), format!("reading blob {name:?}: {e}")))
+}
+
 impl BlobSource {
     /// A blob held in memory.
     pub fn memory(
@@ -297,7 +303,7 @@ impl BlobSource {
             let mut buf = vec![0u8; record.size as usize];
             if let Err(e) = file.read_exact_at(&mut buf, 0) {
                 if e.kind() != std::io::ErrorKind::UnexpectedEof {
-                    return Err(e.into());
+                    return Err(read_failed(&record.name, e));
                 }
                 let reason = "file is shorter than the catalogue says".to_string();
                 count_corruption(&record.name, &reason);
@@ -517,7 +523,7 @@ impl BlobSource {
                 reason: "file is shorter than the catalogue says".into(),
             }
         } else {
-            StoreError::from(e)
+            read_failed(&self.inner.record.name, e)
         }
     }
 
@@ -729,6 +735,17 @@ impl Iterator for Pieces {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_failed_read_names_the_blob_and_keeps_its_kind() {
+        let eio = std::io::Error::from_raw_os_error(libc::EIO);
+        let kind = eio.kind();
+        let e = read_failed("scans/ct 1", eio);
+        assert!(e.to_string().contains("reading blob \"scans/ct 1\": "), "{e}");
+        assert!(matches!(&e, StoreError::Io(io) if io.kind() == kind), "{e:?}");
+        let e = read_failed("x", std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(matches!(e, StoreError::StorageFull(_)), "{e:?}");
+    }
+
     use super::*;
     use bs_wire::CHUNK_SIZE;
     use std::sync::Mutex;

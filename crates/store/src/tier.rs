@@ -114,6 +114,10 @@ impl Store for Tier {
         self.back.corrupt_mark(name)
     }
 
+    fn corrupt_marks(&self, p: &str, after: &str, last: &str) -> Result<Vec<(String, String)>> {
+        self.back.corrupt_marks(p, after, last)
+    }
+
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         self.back.list(prefix, after, limit)
     }

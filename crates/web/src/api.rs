@@ -54,7 +54,7 @@ pub async fn list(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
     let limit = page_limit(q.limit)?;
     let prefix = q.prefix.clone();
     let st2 = st.clone();
-    let (folders, recs, next) = blocking(move || {
+    let (folders, recs, next, marks) = blocking(move || {
         let (mut folders, mut items) = (Vec::new(), Vec::new());
         let mut cursor = q.after.clone();
         let mut next = None;
@@ -81,10 +81,21 @@ pub async fn list(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
                 items.push(rec);
             }
         }
-        Ok((folders, items, next))
+        let marks = match items.last() {
+            Some(last) => st2.store.corrupt_marks(&q.prefix, &q.after, &last.name)?,
+            None => Vec::new(),
+        };
+        Ok((folders, items, next, marks))
     })
     .await?;
-    let items: Vec<BlobInfo> = recs.into_iter().map(|r| describe(&st.images, r)).collect();
+    let mut marks: std::collections::HashMap<_, _> = marks.into_iter().collect();
+    let items: Vec<BlobInfo> = recs
+        .into_iter()
+        .map(|r| {
+            let corrupt = marks.remove(&r.name);
+            BlobInfo { corrupt, ..describe(&st.images, r) }
+        })
+        .collect();
     Ok(Json(serde_json::json!({
         "prefix": prefix,
         "folders": folders,

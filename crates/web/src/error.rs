@@ -150,6 +150,7 @@ impl From<StoreError> for WebError {
             | StoreError::Gap { .. }
             | StoreError::Corrupt { .. }
             | StoreError::Io(_)
+            | StoreError::IoAt { .. }
             | StoreError::Config(_)
             | StoreError::Meta(_) => Self::Internal(msg),
         }

@@ -21,6 +21,10 @@ pub struct BlobInfo {
     /// Extracted metadata, once indexed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<serde_json::Value>,
+    /// Why the blob is marked corrupt (a reader or the scrubber found bytes that do not match
+    /// its digests; reads are refused): in listings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corrupt: Option<String>,
 }
 
 /// Describe `rec` with what the image index knows about its current bytes.
@@ -40,6 +44,7 @@ pub fn describe(images: &Images, rec: BlobRecord) -> BlobInfo {
         is_image,
         metadata: rec.metadata,
         image,
+        corrupt: None,
     }
 }
 

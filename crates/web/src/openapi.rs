@@ -555,7 +555,8 @@ fn schemas() -> Value {
                 "content_type": { "type": "string" }, "digest": { "type": "string" },
                 "created_ms": { "type": "integer" }, "is_image": { "type": "boolean" },
                 "metadata": { "type": "object", "additionalProperties": { "type": "string" } },
-                "image": { "type": "object" } } },
+                "image": { "type": "object" },
+                "corrupt": { "type": "string", "description": "why the blob is marked corrupt (listings)" } } },
         "Stored": { "type": "object", "required": ["stored"], "properties": {
             "stored": { "type": "array", "items": { "$ref": "#/components/schemas/BlobInfo" } } } },
         "Listing": { "type": "object", "required": ["prefix", "folders", "items", "next_after"],
