@@ -246,7 +246,7 @@ def main():
             p.communicate(timeout=60)
             check(p.returncode != 0, f"{n}'s run failed when the sender died")
             check(not os.path.exists(os.path.join(work, f"hold-{n}", "lost.bin")) and
-                  not os.path.exists(os.path.join(work, f"hold-{n}", "lost.bin.part")),
+                  not os.path.exists(os.path.join(work, f"hold-{n}", ".lost.bin.blobstream-part")),
                   f"{n} kept nothing of it")
         # 5. A udp flow faster than the far link: far loses datagrams and is reported; the
         # others keep every byte.
@@ -265,7 +265,7 @@ def main():
         ps["far"].communicate(timeout=60)
         check(ps["far"].returncode != 0, "far's udp run failed")
         check(not os.path.exists(os.path.join(work, "udp-far", "scan.bin")) and
-              not os.path.exists(os.path.join(work, "udp-far", "scan.bin.part")),
+              not os.path.exists(os.path.join(work, "udp-far", ".scan.bin.blobstream-part")),
               "far kept nothing of its lossy run")
         print(f"info: udp at 151 Mbit/s to a 100 Mbit/s link: {far_line.strip()}", flush=True)
         dist.terminate()

@@ -16,7 +16,9 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
         let tls = crate::security::trust(distributer_ca.as_deref(), None)?;
         return status(&addr, json, &bs_plane::Credentials { tls, token });
     }
-    let path = a.config.context("--config FILE is required (see docs/distributer.md)")?;
+    let Some(path) = a.config else {
+        crate::commands::usage!("--config FILE is required (see docs/distributer.md)");
+    };
     let cfg = Config::load(&path)?;
     let addr = a.addr.parse().with_context(|| format!("--addr {:?}", a.addr))?;
     let tls = crate::security::server_tls(&a.tls)?;
@@ -123,16 +125,20 @@ fn target(f: &FlowArgs) -> Result<Target> {
 
 pub fn send(g: &Global, a: SendArgs) -> Result<()> {
     let f = &a.flow;
-    let mut s = Sender::connect(target(f)?, &f.stream, &f.flow, f.token.as_deref())
-        .with_context(|| format!("joining {}/{} as its sender", f.stream, f.flow))?;
-    let params: Params = a.params.iter().map(|(k, v)| (k.clone(), param_value(v))).collect();
+    // The input first: one that cannot be read starts no run on every receiver.
     let (mut input, size): (Box<dyn Read>, Option<u64>) = if a.file == "-" {
         (Box::new(std::io::stdin().lock()), None)
     } else {
         let file = File::open(&a.file).with_context(|| format!("opening {}", a.file))?;
-        let size = file.metadata().ok().map(|m| m.len());
-        (Box::new(file), size)
+        let meta = file.metadata().with_context(|| format!("reading {}", a.file))?;
+        if meta.is_dir() {
+            bail!("{} is a directory: send takes one file (or - for standard input)", a.file);
+        }
+        (Box::new(file), Some(meta.len()).filter(|_| meta.is_file()))
     };
+    let mut s = Sender::connect(target(f)?, &f.stream, &f.flow, f.token.as_deref())
+        .with_context(|| format!("joining {}/{} as its sender", f.stream, f.flow))?;
+    let params: Params = a.params.iter().map(|(k, v)| (k.clone(), param_value(v))).collect();
     s.start(&params)?;
     let pb = progress::bar(&format!("{}/{}", f.stream, f.flow));
     let mut buf = vec![0u8; 1 << 20];
@@ -172,7 +178,8 @@ pub fn send(g: &Global, a: SendArgs) -> Result<()> {
     Ok(())
 }
 
-/// Writes each run to `DIR/NAME.part`; renames it to `DIR/NAME` once verified.
+/// Writes each run to `DIR/.NAME.blobstream-part` (hidden: no run is named so, nor is a file a
+/// user keeps there likely to be); makes it `DIR/NAME` once verified.
 struct ToFiles {
     dir: PathBuf,
     run: u64,
@@ -182,14 +189,40 @@ struct ToFiles {
     error: Option<String>,
 }
 
-/// A run's name from its `name` parameter (the last path component), if it has one.
-fn named(p: &Params) -> Option<String> {
-    p.get("name")
-        .and_then(|v| v.as_str())
-        .and_then(|n| Path::new(n).file_name())
-        .and_then(|n| n.to_str())
-        .filter(|n| !n.starts_with('.'))
-        .map(str::to_string)
+/// A run's name from its `name` parameter, if it has one: a relative path of plain parts
+/// (`obs/2026/x.bin`: folders under the output directory, or in the blob's key), or why
+/// it cannot be one — a run is refused rather than stored under a name nobody gave.
+fn named(p: &Params) -> Result<Option<String>, String> {
+    let Some(v) = p.get("name") else { return Ok(None) };
+    let Some(n) = v.as_str() else {
+        return Err(format!("the run's name parameter is {v}, not text"));
+    };
+    let refuse = |why: &str| Err(format!("the run's name {:?} {why}", crate::commands::shown(n)));
+    if n.is_empty() {
+        return refuse("is empty");
+    }
+    if n.chars().any(char::is_control) {
+        return refuse("holds a control character");
+    }
+    if n.starts_with('/') {
+        return refuse("is absolute: it must be a path under the receiver's output");
+    }
+    for part in n.split('/') {
+        if part.is_empty() || part.starts_with('.') {
+            return refuse(
+                "has an empty part, or one starting with '.' (\"..\", a hidden file): \
+                 give it as folder/file names",
+            );
+        }
+    }
+    Ok(Some(n.to_string()))
+}
+
+/// Where a run named `name` is written until it is verified: a hidden file next to it.
+fn part_path(dir: &Path, name: &str) -> PathBuf {
+    let done = dir.join(name);
+    let file = done.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    done.with_file_name(format!(".{file}.blobstream-part"))
 }
 
 /// An unnamed run's name: the first `run-N` (N from `run` up) not `taken` — a receiver
@@ -208,11 +241,22 @@ impl FlowHandler for ToFiles {
         self.error = None;
         self.started = std::time::Instant::now();
         let dir = &self.dir;
-        let name = named(p).unwrap_or_else(|| {
-            unnamed(self.run, |n| dir.join(n).exists() || dir.join(format!("{n}.part")).exists())
-        });
+        let name = match named(p) {
+            Ok(Some(name)) => name,
+            Ok(None) => unnamed(self.run, |n| dir.join(n).exists()),
+            Err(why) => {
+                self.error = Some(why);
+                return;
+            }
+        };
         let done = self.dir.join(&name);
-        let part = self.dir.join(format!("{name}.part"));
+        let part = part_path(&self.dir, &name);
+        if let Some(folder) = done.parent()
+            && let Err(e) = std::fs::create_dir_all(folder)
+        {
+            self.error = Some(format!("cannot create {}: {e}", folder.display()));
+            return;
+        }
         // A run replaces no file: one kept before (a verified run, say) stays as it is.
         if done.exists() {
             self.error = Some(format!(
@@ -304,11 +348,16 @@ impl FlowHandler for IntoStore {
         self.run += 1;
         self.error = None;
         let (client, prefix) = (&self.client, &self.prefix);
-        let name = named(p).unwrap_or_else(|| {
+        let name = match named(p) {
+            Ok(Some(name)) => name,
             // Only a blob there takes the number: a store that cannot be asked leaves it to
             // the push, which says why.
-            unnamed(self.run, |n| client.stat(&format!("{prefix}{n}")).is_ok())
-        });
+            Ok(None) => unnamed(self.run, |n| client.stat(&format!("{prefix}{n}")).is_ok()),
+            Err(why) => {
+                self.error = Some(why);
+                return;
+            }
+        };
         let key = format!("{prefix}{name}");
         let text = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
         let route = RouteRequest {

@@ -241,14 +241,15 @@ fn client_options(a: &DpssAuth) -> Result<ClientOptions> {
     })
 }
 
+/// `--synthetic WIDTHxHEIGHT`; anything else is a usage error.
 fn parse_size(s: &str) -> Result<(u64, u64)> {
-    let (w, h) =
-        s.split_once(['x', 'X']).context("--synthetic takes WIDTHxHEIGHT, e.g. 32768x32768")?;
-    let (w, h): (u64, u64) = (w.trim().parse()?, h.trim().parse()?);
-    if w == 0 || h == 0 {
-        bail!("--synthetic {s}: both sides must be at least 1");
+    let side = |v: &str| v.trim().parse::<u64>().ok().filter(|&n| n > 0);
+    match s.split_once(['x', 'X']).map(|(w, h)| (side(w), side(h))) {
+        Some((Some(w), Some(h))) => Ok((w, h)),
+        _ => crate::commands::usage!(
+            "--synthetic {s:?}: give WIDTHxHEIGHT in pixels, each at least 1 (e.g. 32768x32768)"
+        ),
     }
-    Ok((w, h))
 }
 
 fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
@@ -258,6 +259,9 @@ fn load(g: &Global, a: DpssLoadArgs) -> Result<()> {
             "--block-size {} is not in 1..={most} (a block is at most 16 MiB)",
             a.block_size
         );
+    }
+    if a.tile == 0 {
+        crate::commands::usage!("--tile 0: a tile is at least 1 pixel square");
     }
     if a.copies == Some(0) {
         crate::commands::usage!("--copies 0: every block needs at least one copy");

@@ -772,6 +772,9 @@ fn distributer_send_and_receive_as_processes() {
     // The receivers have joined once status lists both.
     let listed = wait_status(&status_addr, |s| s.contains("archive") && s.contains("pipeline"));
     assert!(listed.contains("obs/raw (tcp, hold"), "{listed}");
+    // A folder given as the file starts no run (the receivers, one run each, would fail it).
+    let o = Command::new(BIN).args(["-q", "send"]).arg(dir.path()).args(flow).output().unwrap();
+    fails_with(&o, "is a directory: send takes one file");
     let sent = ok(&Command::new(BIN)
         .args(["-q", "send"])
         .arg(&file)
@@ -786,7 +789,7 @@ fn distributer_send_and_receive_as_processes() {
         assert!(line.contains("scan-7.bin: 3000000 bytes, digest verified"), "{line}");
         assert!(c.wait().unwrap().success());
         assert_eq!(std::fs::read(out.join("scan-7.bin")).unwrap(), bytes);
-        assert!(!out.join("scan-7.bin.part").exists());
+        assert!(!out.join(".scan-7.bin.blobstream-part").exists());
     }
     let json = ok(&Command::new(BIN)
         .args(["distributer", "status", "--json", "--addr", &status_addr])
@@ -806,10 +809,12 @@ fn distributer_send_and_receive_as_processes() {
     );
 
     // A receiver started again into the same folder replaces none of the runs kept there:
-    // the same name again fails that run (the file stays), an unnamed run takes a free name;
-    // and a distributer that goes away before the runs asked for is an error, said.
+    // the same name again fails that run (the file stays), an unnamed run takes a free name,
+    // a name with folders makes them, one that would leave the folder is refused, and a file
+    // kept there under a run's name plus ".part" stays as it was; a distributer that goes
+    // away before the runs asked for is an error, said.
     let out = dir.path().join("archive");
-    let args = [&["receive"][..], &flow, &["--name", "archive-2", "--runs", "3", "--out"]].concat();
+    let args = [&["receive"][..], &flow, &["--name", "archive-2", "--runs", "9", "--out"]].concat();
     let (again, mut l) = spawn_saying(&args, &out, "receiving obs/raw");
     wait_status(&status_addr, |s| s.contains("archive-2"));
     std::fs::write(out.join("run-1"), b"kept from before").unwrap();
@@ -827,13 +832,27 @@ fn distributer_send_and_receive_as_processes() {
     let line = l.next().unwrap().unwrap();
     assert!(line.contains("run-2: 1000 bytes, digest verified"), "{line}");
     assert_eq!(std::fs::read(out.join("run-1")).unwrap(), b"kept from before");
+    ok(&send(&["--param", "name=2026/11/obs.bin"]));
+    assert!(l.next().unwrap().unwrap().contains("2026/11/obs.bin: 1000 bytes"));
+    assert_eq!(std::fs::read(out.join("2026/11/obs.bin")).unwrap(), content(1000));
+    for bad in ["../escape.bin", "/abs.bin", ".hidden", "a//b"] {
+        let o = send(&["--param", &format!("name={bad}")]);
+        assert_eq!(o.status.code(), Some(1), "{bad}");
+        let told = String::from_utf8_lossy(&o.stdout);
+        assert!(told.contains(&format!("the run's name {bad:?}")), "{told}");
+    }
+    assert!(!dir.path().join("escape.bin").exists() && !out.join(".hidden").exists());
+    std::fs::write(out.join("obs.part"), b"a run kept under this name").unwrap();
+    ok(&send(&["--param", "name=obs"]));
+    assert!(l.next().unwrap().unwrap().contains("obs: 1000 bytes"));
+    assert_eq!(std::fs::read(out.join("obs.part")).unwrap(), b"a run kept under this name");
     drop(d);
     let o = again.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("already exists"), "{err}");
     assert!(
-        err.contains("the distributer closed the connection after 2 run(s), 1 of them failed"),
+        err.contains("the distributer closed the connection after 8 run(s), 5 of them failed"),
         "{err}"
     );
 }

@@ -152,8 +152,8 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct RawStream {
     name: Spanned<String>,
-    token: Option<String>,
-    sender_token: Option<String>,
+    token: Option<Spanned<String>>,
+    sender_token: Option<Spanned<String>>,
     #[serde(default)]
     flow: Vec<Spanned<RawFlow>>,
 }
@@ -218,8 +218,20 @@ impl Config {
                 }
                 flows.push(flow(f, fname, &err)?);
             }
-            let sender_token = s.sender_token;
-            streams.push(StreamSpec { name, token: s.token, sender_token, flows });
+            // An empty token (a secret a template failed to fill in, say) would open the
+            // stream to anyone: refused, not taken as "no token".
+            let secret = |t: Option<Spanned<String>>, key: &str| match t {
+                Some(t) if t.get_ref().trim().is_empty() => Err(err(
+                    t.span().start,
+                    format!(
+                        "{key} of stream {name:?} is empty: give the secret, or leave {key} out"
+                    ),
+                )),
+                t => Ok(t.map(Spanned::into_inner)),
+            };
+            let token = secret(s.token, "token")?;
+            let sender_token = secret(s.sender_token, "sender_token")?;
+            streams.push(StreamSpec { name, token, sender_token, flows });
         }
         if streams.is_empty() {
             return Err(DistribError::Config {
@@ -477,5 +489,9 @@ datagram = "8k"
         fails(&huge, 29, "datagram must be 512 to 64000 bytes");
         let on_tcp = GOOD.replace("timeout_ms = 250", "timeout_ms = 250\ndatagram = 2000");
         fails(&on_tcp, 21, "datagram has no meaning on a tcp flow");
+        let open = GOOD.replace("token = \"s3cret\"", "token = \"\"");
+        fails(&open, 4, "token of stream \"correlator\" is empty");
+        let open = GOOD.replace("token = \"s3cret\"", "token = \"s\"\nsender_token = \" \"");
+        fails(&open, 5, "sender_token of stream \"correlator\" is empty");
     }
 }

@@ -254,7 +254,8 @@ impl Sender {
             e @ BindingError::Transport(_) => {
                 let run = if self.running {
                     format!(
-                        " after {} bytes of the run: the run is lost for every receiver; \
+                        " after {} bytes of the run were written to it (some perhaps never \
+                         read): the run is lost for every receiver; \
                          connect again and send it again",
                         self.offset
                     )
