@@ -563,6 +563,18 @@ fn tls_and_a_token_protect_both_planes() {
     let back = dir.path().join("back.bin");
     ok(&run(&tls, &[("BLOBSTREAM_AUTH_TOKEN", "t0ken")], &["get", "p", back.to_str().unwrap()]));
     assert_eq!(std::fs::read(&back).unwrap(), content(2_000_000));
+    // Reached by the name its certificate holds, no --tls-domain: the data plane, announced
+    // as an IP address, is verified as that name too.
+    let named = format!("localhost:{}", s.addr.rsplit_once(':').unwrap().1);
+    let by_name = |args: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args(["--server", &named, "--tls-ca", cert]).env("BLOBSTREAM_AUTH_TOKEN", "t0ken");
+        c.args(args).output().unwrap()
+    };
+    ok(&by_name(&["put", file.to_str().unwrap(), "by-name"]));
+    std::fs::remove_file(&back).unwrap();
+    ok(&by_name(&["get", "by-name", back.to_str().unwrap()]));
+    assert_eq!(std::fs::read(&back).unwrap(), content(2_000_000));
     fails_with(&run(&tls, &[], &["stat", "p"]), "requires a token");
     fails_with(
         &run(&tls, &[("BLOBSTREAM_AUTH_TOKEN", "nope")], &["stat", "p"]),

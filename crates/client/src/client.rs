@@ -327,6 +327,24 @@ impl Client {
         Ok(Pooled::new(conn, self.pool.clone(), key, keepalive, false))
     }
 
+    /// The name a data connection to `address` verifies the server's certificate as (unless
+    /// the TLS settings name one): the data plane's host, or — when the server announced it
+    /// as an IP address and the control plane was reached by a host name — that name, which
+    /// its certificate holds (the same server: its control plane, already verified, gave the
+    /// address).
+    fn data_tls_host<'a>(&'a self, address: &'a str) -> &'a str {
+        let data = bs_transport::host_of(address);
+        let control = self.addr.split_once("://").map_or(self.addr.as_str(), |(_, a)| a);
+        let control = control.split('/').next().unwrap_or_default();
+        let control = if control.starts_with('[') || control.matches(':').count() == 1 {
+            bs_transport::host_of(control)
+        } else {
+            control
+        };
+        let is_ip = |h: &str| h.parse::<std::net::IpAddr>().is_ok();
+        if is_ip(data) && !control.is_empty() && !is_ip(control) { control } else { data }
+    }
+
     /// Open a data connection to `address` over `transport` ("tcp" or "unix"), with TLS when
     /// the server's data plane speaks it, and present `token` in its HELLO.
     pub(crate) fn dial(
@@ -355,7 +373,7 @@ impl Client {
             })?;
             let mut conn = match (&self.security.tls, tls) {
                 (None, false) => Conn::new(stream),
-                (Some(t), true) => Conn::tls_client(stream, t, bs_transport::host_of(address))?,
+                (Some(t), true) => Conn::tls_client(stream, t, self.data_tls_host(address))?,
                 (None, true) => {
                     return Err(ClientError::Protocol(
                         "the server's data plane requires TLS: give its CA certificate (--tls-ca)"
