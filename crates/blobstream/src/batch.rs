@@ -19,7 +19,7 @@ const DEFAULT_JOBS: usize = 8;
 pub fn put(g: &Global, a: PutArgs) -> Result<()> {
     let template = NewBlob {
         content_type: a.content_type.unwrap_or_default(),
-        metadata: a.meta.into_iter().collect(),
+        metadata: crate::commands::user_metadata(a.meta)?.into_iter().collect(),
         ..NewBlob::default()
     };
     let opts = Options::blocking().resume(!a.no_resume).overwrite(a.overwrite);

@@ -123,6 +123,25 @@ pub fn selection(include: &[String], exclude: &[String]) -> Result<bs_blob::Sele
     })
 }
 
+/// `--meta` pairs as one map; a key given twice is a usage error (one value would be dropped
+/// without a word).
+pub fn user_metadata(
+    meta: Vec<(String, String)>,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (k, v) in meta {
+        if out.contains_key(&k) {
+            return Err(Usage(format!(
+                "--meta {}=… is given twice: give one value (several can be one text)",
+                shown(&k)
+            ))
+            .into());
+        }
+        out.insert(k, v);
+    }
+    Ok(out)
+}
+
 /// Fail with a usage error (exit status 2).
 macro_rules! usage {
     ($($t:tt)*) => {
@@ -231,9 +250,11 @@ pub fn put(g: &Global, a: PutArgs) -> Result<()> {
     }
     let src = BlobKey::file(&a.file);
     let dst = BlobKey::remote(&g.server, &a.key);
+    // No --content-type: the file's, guessed as the copy reads it, and no demand on a blob
+    // already there (the same bytes stored under another type are "already there").
     let spec = NewBlob {
-        content_type: a.content_type.unwrap_or_else(|| guess_content_type(&a.file).to_string()),
-        metadata: a.meta.into_iter().collect(),
+        content_type: a.content_type.unwrap_or_default(),
+        metadata: user_metadata(a.meta)?.into_iter().collect(),
         ..NewBlob::default()
     };
     let opts = Options::blocking().resume(!a.no_resume).overwrite(a.overwrite);

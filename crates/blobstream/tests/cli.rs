@@ -1415,6 +1415,16 @@ fn first_steps_get_clear_answers() {
     fails_with(&other_meta, "already exists with these bytes but other metadata (--overwrite");
     let other_type = s.run(&["put", f, "a/f.bin", "--content-type", "application/x-foo"]);
     fails_with(&other_type, "other content type");
+    // No --content-type asks for none: the blob stored as image/png is the same blob.
+    ok(&s.run(&["put", f, "a/typed.png", "--content-type", "image/png"]));
+    let again = s.run(&["put", f, "a/typed.png"]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already there"), "{again:?}");
+    ok(&again);
+    // Metadata a terminal or an HTTP header cannot carry is refused, as is a key given twice.
+    usage_error(&s.run(&["put", f, "a/m", "--meta", "k=1", "--meta", "k=2"]), "given twice");
+    fails_with(&s.run(&["put", f, "a/m", "--meta", "k=a\x1b[31mred"]), "control character");
+    fails_with(&s.run(&["put", f, "a/m", "--content-type", "te\nxt/plain"]), "printable ASCII");
+    assert_eq!(s.run(&["stat", "a/m"]).status.code(), Some(1), "nothing stored");
     assert!(ok(&s.run(&["stat", "a/f.bin"])).contains("meta modality: CT"));
     ok(&s.run(&["put", f, "a/f.bin", "--meta", "modality=MR", "--overwrite"]));
     assert!(ok(&s.run(&["stat", "a/f.bin"])).contains("meta modality: MR"));

@@ -11,6 +11,7 @@ pub fn store_status(e: &StoreError) -> Status {
         StoreError::NotFound(_) | StoreError::NoUpload(_) => Code::NotFound,
         StoreError::AlreadyExists(_) => Code::AlreadyExists,
         StoreError::InvalidName { .. }
+        | StoreError::InvalidMetadata(_)
         | StoreError::Gap { .. }
         | StoreError::BeyondSize { .. }
         | StoreError::OutOfRange { .. } => Code::InvalidArgument,

@@ -17,6 +17,9 @@ pub enum StoreError {
     AlreadyExists(String),
     #[error("invalid blob name {name:?}: {reason}")]
     InvalidName { name: String, reason: &'static str },
+    /// User metadata or a content type a blob cannot carry (control characters, too much).
+    #[error("{0}")]
+    InvalidMetadata(String),
     #[error("write at offset {offset} leaves a gap: only {received} bytes received so far")]
     Gap { offset: u64, received: u64 },
     #[error("write of {len} bytes at offset {offset} exceeds the declared size {size}")]

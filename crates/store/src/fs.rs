@@ -409,7 +409,7 @@ impl Store for FsStore {
     }
 
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
-        validate_name(&spec.name)?;
+        crate::name::validate_route(spec)?;
         let i = &self.inner;
         catalogued::refuse_existing(&i.cat, &spec.name, spec.overwrite, &spec.refuse_digests)?;
         if let (Some(size), Some(free)) = (spec.size, i.free_bytes())

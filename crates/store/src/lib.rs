@@ -41,7 +41,10 @@ pub use fs::{FsStore, INLINE_UP_TO, PENDING_TTL};
 pub use lru::Lru;
 pub use media::{content_type_of_extension, guess_content_type};
 pub use mem::MemStore;
-pub use name::{MAX_NAME_LEN, shown_name, validate_name};
+pub use name::{
+    MAX_CONTENT_TYPE_LEN, MAX_METADATA_BYTES, MAX_NAME_LEN, shown_name, validate_name,
+    validate_route,
+};
 pub use object::{Backend as ObjectBackend, ORPHAN_AGE, ObjStore, PART_SIZE, S3Config};
 pub use scrub::{ScrubOptions, ScrubReport, scrub};
 pub use source::{

@@ -235,7 +235,7 @@ impl Store for MemStore {
     }
 
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
-        validate_name(&spec.name)?;
+        crate::name::validate_route(spec)?;
         let i = &self.inner;
         if let Some(b) = i.blobs.read().unwrap().get(&spec.name)
             && !may_replace(spec.overwrite, &spec.refuse_digests, &b.record.digest)

@@ -41,6 +41,49 @@ pub fn validate_name(name: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Most bytes of user metadata (keys and values together) a blob carries.
+pub const MAX_METADATA_BYTES: usize = 8 * 1024;
+
+/// Most bytes of a content type.
+pub const MAX_CONTENT_TYPE_LEN: usize = 255;
+
+/// Check what an upload asks for: its name ([`validate_name`]), and the user metadata and
+/// content type it would carry — shown by `stat`, sent as HTTP headers, so no control
+/// character (an escape sequence would rewrite a terminal), keys not empty, a content type
+/// of printable ASCII as a header value must be, and 8 KiB of metadata at most (as the HTTP
+/// API takes).
+pub fn validate_route(spec: &crate::RouteSpec) -> Result<(), StoreError> {
+    validate_name(&spec.name)?;
+    let bad = |why: String| Err(StoreError::InvalidMetadata(why));
+    let ct = &spec.content_type;
+    if ct.len() > MAX_CONTENT_TYPE_LEN {
+        return bad(format!("the content type is over {MAX_CONTENT_TYPE_LEN} bytes"));
+    }
+    if !ct.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return bad(format!(
+            "the content type {:?} is not printable ASCII (a media type: text/plain, image/png)",
+            shown_name(ct)
+        ));
+    }
+    let mut bytes = 0;
+    for (k, v) in &spec.metadata {
+        if k.is_empty() {
+            return bad("a metadata key is empty".into());
+        }
+        if k.chars().chain(v.chars()).any(char::is_control) {
+            return bad(format!(
+                "metadata {:?} holds a control character (a line break, an escape)",
+                shown_name(k)
+            ));
+        }
+        bytes += k.len() + v.len();
+    }
+    if bytes > MAX_METADATA_BYTES {
+        return bad(format!("user metadata is {bytes} bytes, over {MAX_METADATA_BYTES}"));
+    }
+    Ok(())
+}
+
 /// Characters of a refused name an error repeats: a name of any length is refused with a
 /// message of bounded size.
 const SHOWN_CHARS: usize = 100;
@@ -76,6 +119,36 @@ mod tests {
             assert!(validate_name(n).is_err(), "{n:?} accepted");
         }
         assert!(validate_name(&"x".repeat(MAX_NAME_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn metadata_and_content_types_a_terminal_or_a_header_cannot_take_are_refused() {
+        let spec = |ct: &str, meta: &[(&str, &str)]| crate::RouteSpec {
+            name: "a".into(),
+            content_type: ct.into(),
+            metadata: meta.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..Default::default()
+        };
+        let ok = spec("image/png; q=1", &[("modality", "CT"), ("note", "é 1/2")]);
+        assert!(validate_route(&ok).is_ok());
+        assert!(validate_route(&spec("", &[])).is_ok(), "no content type: guessed later");
+        for (bad, why) in [
+            (spec("te\nxt/plain", &[]), "not printable ASCII"),
+            (spec("text/\x1b[31m", &[]), "not printable ASCII"),
+            (spec(&"t".repeat(300), &[]), "over 255 bytes"),
+            (spec("", &[("", "v")]), "key is empty"),
+            (spec("", &[("k", "line\nbreak")]), "control character"),
+            (spec("", &[("a\tb", "c")]), "control character"),
+            (spec("", &[("k", &"v".repeat(9000))]), "over 8192"),
+        ] {
+            let e = validate_route(&bad).unwrap_err();
+            assert!(matches!(e, StoreError::InvalidMetadata(_)), "{e:?}");
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        assert!(matches!(
+            validate_route(&crate::RouteSpec { name: "../x".into(), ..Default::default() }),
+            Err(StoreError::InvalidName { .. })
+        ));
     }
 
     #[test]

@@ -749,7 +749,7 @@ impl Store for ObjStore {
     }
 
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
-        validate_name(&spec.name)?;
+        crate::name::validate_route(spec)?;
         let i = &self.inner;
         catalogued::refuse_existing(&i.cat, &spec.name, spec.overwrite, &spec.refuse_digests)?;
         let _claim = i.busy.take(&spec.name)?;

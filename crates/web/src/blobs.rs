@@ -572,7 +572,7 @@ pub fn content_type_of(rec: &BlobRecord) -> String {
 pub const META_HEADER: &str = "x-blobstream-meta-";
 
 /// Most bytes of user metadata (keys and values) one upload may carry.
-const MAX_META_BYTES: usize = 8 * 1024;
+const MAX_META_BYTES: usize = bs_store::MAX_METADATA_BYTES;
 
 /// The user metadata of a `PUT`'s headers; 400 for values that are not UTF-8 text or too much.
 fn user_metadata(h: &HeaderMap) -> Result<BTreeMap<String, String>, WebError> {

@@ -143,6 +143,7 @@ impl From<StoreError> for WebError {
             StoreError::StorageFull(_) => Self::StorageFull(msg),
             StoreError::Unavailable(_) => Self::Unavailable(msg),
             StoreError::Incomplete { .. }
+            | StoreError::InvalidMetadata(_)
             | StoreError::BeyondSize { .. }
             | StoreError::Unsupported(_) => Self::BadRequest(msg),
             StoreError::OutOfRange { size, .. } => Self::RangeNotSatisfiable { size, reason: msg },
