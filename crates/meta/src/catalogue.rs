@@ -141,7 +141,7 @@ impl Catalogue {
         location: &str,
         chunks: &[u8],
         inline: Option<Bytes>,
-        may_replace: impl FnOnce(&str) -> bool + Send + 'static,
+        may_replace: impl Fn(Option<&str>) -> bool + Send + 'static,
     ) -> Result<Commit> {
         on_backend!(self, c => c.commit_blob(rec, location, chunks, inline, may_replace))
     }
@@ -170,7 +170,7 @@ impl Catalogue {
     pub fn commit_intended(
         &self,
         intent: &CommitIntent,
-        may_replace: impl FnOnce(&str) -> bool + Send + 'static,
+        may_replace: impl Fn(Option<&str>) -> bool + Send + 'static,
         durability: Durability,
     ) -> Result<Commit> {
         match &self.backend {

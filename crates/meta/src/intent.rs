@@ -76,7 +76,7 @@ impl SqliteCatalogue {
     pub fn commit_intended(
         &self,
         intent: &CommitIntent,
-        may_replace: impl FnOnce(&str) -> bool + Send + 'static,
+        may_replace: impl Fn(Option<&str>) -> bool + Send + 'static,
         durability: Durability,
     ) -> Result<Commit> {
         let i = intent.clone();

@@ -161,9 +161,8 @@ impl PgCatalogue {
         location: &str,
         chunks: &[u8],
         inline: Option<Bytes>,
-        may_replace: impl FnOnce(&str) -> bool + Send + 'static,
+        may_replace: impl Fn(Option<&str>) -> bool + Send + 'static,
     ) -> Result<Commit> {
-        let mut may_replace = Some(may_replace);
         let p = &self.pool;
         let mut c = p.get()?;
         let (size, metadata) = (rec.size as i64, to_json(&rec.metadata));
@@ -190,8 +189,7 @@ impl PgCatalogue {
             ];
             let written = match &old {
                 Some(old) => {
-                    let allowed = may_replace.take().expect("checked once");
-                    if !allowed(old.get::<_, &str>(1)) {
+                    if !may_replace(Some(old.get::<_, &str>(1))) {
                         return Ok(Commit::Refused);
                     }
                     tx.execute(
@@ -202,6 +200,7 @@ impl PgCatalogue {
                         &row,
                     )
                 }
+                None if !may_replace(None) => return Ok(Commit::Refused),
                 None => tx.execute(
                     "INSERT INTO blobs
                      (name, location, size, content_type, digest, created_ms, metadata, chunks,

@@ -260,7 +260,7 @@ impl SqliteCatalogue {
         location: &str,
         chunks: &[u8],
         inline: Option<Bytes>,
-        may_replace: impl FnOnce(&str) -> bool + Send + 'static,
+        may_replace: impl Fn(Option<&str>) -> bool + Send + 'static,
     ) -> Result<Commit> {
         let (rec, location, chunks) = (rec.clone(), location.to_string(), chunks.to_vec());
         self.db.write(move |tx| {
@@ -415,7 +415,8 @@ impl SqliteCatalogue {
 }
 
 /// Insert `rec` at `location` (its bytes in the row with `inline`), or replace what the name
-/// holds if `may_replace` allows it (given the digest there), and drop the name's pending
+/// holds, if `may_replace` allows it (given the digest there, `None` for nothing there: a
+/// commit that must replace a version refuses to make a name anew), and drop the name's pending
 /// upload: the body of a commit, inside the caller's transaction.
 pub(crate) fn commit_row(
     tx: &rusqlite::Connection,
@@ -423,15 +424,13 @@ pub(crate) fn commit_row(
     location: &str,
     chunks: &[u8],
     inline: Option<&[u8]>,
-    may_replace: impl FnOnce(&str) -> bool,
+    may_replace: impl Fn(Option<&str>) -> bool,
 ) -> Result<Commit> {
     let old: Option<(String, String)> = tx
         .prepare_cached("SELECT location, digest FROM blobs WHERE name = ?1")?
         .query_row([&rec.name], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    if let Some((_, digest)) = &old
-        && !may_replace(digest)
-    {
+    if !may_replace(old.as_ref().map(|(_, digest)| digest.as_str())) {
         return Ok(Commit::Refused);
     }
     tx.prepare_cached(

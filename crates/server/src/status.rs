@@ -15,7 +15,9 @@ pub fn store_status(e: &StoreError) -> Status {
         | StoreError::Gap { .. }
         | StoreError::BeyondSize { .. }
         | StoreError::OutOfRange { .. } => Code::InvalidArgument,
-        StoreError::Incomplete { .. } | StoreError::Unsupported(_) => Code::FailedPrecondition,
+        StoreError::Incomplete { .. }
+        | StoreError::Unsupported(_)
+        | StoreError::ConditionFailed(_) => Code::FailedPrecondition,
         StoreError::Busy(_) => Code::Aborted,
         StoreError::StorageFull(_) => Code::ResourceExhausted,
         StoreError::Corrupt { .. } => Code::DataLoss,

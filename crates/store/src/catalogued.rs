@@ -58,8 +58,10 @@ pub(crate) fn refuse_existing(
         return Ok(());
     }
     match cat.blob(name)? {
-        Some((b, _)) if !may_replace(overwrite, refuse, &b.digest) => {
-            Err(StoreError::AlreadyExists(name.to_string()))
+        there
+            if !may_replace(overwrite, refuse, there.as_ref().map(|(b, _)| b.digest.as_str())) =>
+        {
+            Err(crate::store::refused(name, refuse))
         }
         _ => Ok(()),
     }

@@ -17,6 +17,12 @@ pub enum StoreError {
     AlreadyExists(String),
     #[error("invalid blob name {name:?}: {reason}")]
     InvalidName { name: String, reason: &'static str },
+    /// A write conditioned on a version of the blob (HTTP `If-Match`) found that version gone
+    /// (replaced, or deleted) when it came to commit or route.
+    #[error(
+        "blob {0:?} is no longer the version this write was to replace (replaced or deleted meanwhile)"
+    )]
+    ConditionFailed(String),
     /// User metadata or a content type a blob cannot carry (control characters, too much).
     #[error("{0}")]
     InvalidMetadata(String),

@@ -1049,8 +1049,9 @@ impl UploadSink for FsUpload {
             }
             Ok(Commit::Done(None)) => {}
             Ok(Commit::Refused) => {
-                // Another writer committed a blob this upload may not replace meanwhile.
-                return Err(StoreError::AlreadyExists(name));
+                // Another writer committed a blob this upload may not replace meanwhile (or
+                // deleted the version it was to replace).
+                return Err(crate::store::refused(&name, &self.rec.refuse_digests));
             }
             Err(e) => return Err(e.into()),
         }

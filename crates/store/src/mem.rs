@@ -237,10 +237,9 @@ impl Store for MemStore {
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
         crate::name::validate_route(spec)?;
         let i = &self.inner;
-        if let Some(b) = i.blobs.read().unwrap().get(&spec.name)
-            && !may_replace(spec.overwrite, &spec.refuse_digests, &b.record.digest)
-        {
-            return Err(StoreError::AlreadyExists(spec.name.clone()));
+        let there = i.blobs.read().unwrap().get(&spec.name).map(|b| b.record.digest.clone());
+        if !may_replace(spec.overwrite, &spec.refuse_digests, there.as_deref()) {
+            return Err(crate::store::refused(&spec.name, &spec.refuse_digests));
         }
         if let (Some(size), Some(cap)) = (spec.size, i.capacity) {
             let free = cap.saturating_sub(i.used());
@@ -551,11 +550,10 @@ impl UploadSink for MemUpload {
         };
         let chunks = buf.chunk_digests(&digest); // before taking the store-wide lock
         let mut blobs = self.store.blobs.write().unwrap();
-        if let Some(b) = blobs.get(&name)
-            && !may_replace(self.rec.overwrite, &self.rec.refuse_digests, &b.record.digest)
-        {
+        let there = blobs.get(&name).map(|b| b.record.digest.as_str());
+        if !may_replace(self.rec.overwrite, &self.rec.refuse_digests, there) {
             self.data = Some(buf); // back to pending on drop
-            return Err(StoreError::AlreadyExists(name));
+            return Err(crate::store::refused(&name, &self.rec.refuse_digests));
         }
         let id = self.rec.upload_id.clone();
         let blob = MemBlob {

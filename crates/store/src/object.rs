@@ -408,7 +408,7 @@ impl ObjStore {
             match i.block_on(i.os.head(&key)) {
                 Ok(m) if m.size == intent.record.size => {
                     let (overwrite, refuse) = (intent.overwrite, intent.refuse_digests.clone());
-                    let allow = move |d: &str| may_replace(overwrite, &refuse, d);
+                    let allow = move |d: Option<&str>| may_replace(overwrite, &refuse, d);
                     match i.cat.commit_intended(intent, allow, Durability::Now)? {
                         Commit::Done(old) => {
                             tracing::info!(blob = %name, "committed again after a crash");
@@ -1368,7 +1368,7 @@ impl ObjUpload {
             }
             Ok(Commit::Refused) => {
                 self.restart();
-                Err(StoreError::AlreadyExists(name))
+                Err(crate::store::refused(&name, &self.rec.refuse_digests))
             }
             Err(e) => {
                 self.restart();
@@ -1457,7 +1457,7 @@ impl ObjUpload {
                 if let Err(e) = i.block_on(i.os.delete(&key)) {
                     tracing::warn!(%key, error = %e, "commit refused; the object stays until collected");
                 }
-                return Err(StoreError::AlreadyExists(name));
+                return Err(crate::store::refused(&name, &self.rec.refuse_digests));
             }
             // Whether the row was written is not known for every error (a connection lost
             // after the commit was sent, a lazy commit whose making durable failed): the

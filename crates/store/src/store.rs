@@ -456,14 +456,29 @@ pub fn is_routed(sink: &dyn UploadSink, upload_id: &str) -> bool {
 }
 
 /// What marks an entry of [`RouteSpec::refuse_digests`] as a digest the replaced blob must
-/// have (no digest begins with it).
+/// have (no digest begins with it); alone, it asks for a blob of any digest to be there.
 pub const REQUIRE_DIGEST: &str = "=";
 
 /// Whether an upload routed with `overwrite` and `refuse` may replace a blob of `digest`.
-pub(crate) fn may_replace(overwrite: bool, refuse: &[String], digest: &str) -> bool {
+pub(crate) fn may_replace(overwrite: bool, refuse: &[String], digest: Option<&str>) -> bool {
     let mut required = refuse.iter().filter_map(|r| r.strip_prefix(REQUIRE_DIGEST)).peekable();
-    let required_ok = required.peek().is_none() || required.any(|r| r == digest);
+    let Some(digest) = digest else {
+        // Nothing there: a commit that must replace a version (one that was deleted while the
+        // upload ran) makes nothing anew.
+        return required.peek().is_none();
+    };
+    let required_ok = required.peek().is_none() || required.any(|r| r.is_empty() || r == digest);
     overwrite && required_ok && !refuse.iter().any(|r| r == digest)
+}
+
+/// The error of a write `may_replace` refused: the blob there may not be replaced, or the
+/// version the write asked for (`REQUIRE_DIGEST` entries of `refuse`) is not there.
+pub(crate) fn refused(name: &str, refuse: &[String]) -> StoreError {
+    if refuse.iter().any(|r| r.starts_with(REQUIRE_DIGEST)) {
+        StoreError::ConditionFailed(name.to_string())
+    } else {
+        StoreError::AlreadyExists(name.to_string())
+    }
 }
 
 /// Shared check for the write path: no gaps, no writing past a declared size.

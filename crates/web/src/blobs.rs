@@ -12,6 +12,7 @@ use bs_meta::BlobRecord;
 use bs_store::{BlobSource, RouteSpec};
 use bytes::Bytes;
 use serde::Deserialize;
+use tokio_stream::StreamExt;
 
 use crate::body::{CHECK_FIRST_MAX, checked_body, verified_stream};
 use crate::error::WebError;
@@ -234,11 +235,16 @@ async fn put_spec(
         Some(Some(tags)) => tags.iter().map(|t| t.trim_matches('"').to_string()).collect(),
         _ => Vec::new(),
     };
-    if let Some(Some(tags)) = &must_match {
-        let required = tags.iter().filter(|t| !t.starts_with("W/"));
-        refuse_digests.extend(
-            required.map(|t| format!("{}{}", bs_store::REQUIRE_DIGEST, t.trim_matches('"'))),
-        );
+    match &must_match {
+        Some(Some(tags)) => {
+            let required = tags.iter().filter(|t| !t.starts_with("W/"));
+            refuse_digests.extend(
+                required.map(|t| format!("{}{}", bs_store::REQUIRE_DIGEST, t.trim_matches('"'))),
+            );
+        }
+        // `*`: a blob of any digest must still be there at the commit.
+        Some(None) => refuse_digests.push(bs_store::REQUIRE_DIGEST.to_string()),
+        None => {}
     }
     if condition.is_some() || must_match.is_some() {
         let current = current_etag(st, &key).await?;
@@ -303,6 +309,22 @@ pub async fn delete(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
         let m = entity_tags("If-Match", v.to_str().unwrap_or("\u{0}"), false)?;
         if_match(&key, &m, current_etag(&st, &key).await?.as_deref())?;
     }
+    // If-None-Match (RFC 9110 §13.1.2): `*` — nothing may be there; ETags — the blob there
+    // must be none of them. A state-changing request that fails it is a 412.
+    if let Some(v) = req.headers().get(header::IF_NONE_MATCH) {
+        let tags = entity_tags("If-None-Match", v.to_str().unwrap_or("\u{0}"), true)?;
+        let current = current_etag(&st, &key).await?;
+        let failed = match (&tags, &current) {
+            (None, Some(_)) => true,
+            (Some(tags), Some(etag)) => tags.iter().any(|t| t == etag),
+            _ => false,
+        };
+        if failed {
+            return Err(WebError::PreconditionFailed(format!(
+                "blob {key:?} is there and If-None-Match forbids deleting it"
+            )));
+        }
+    }
     let st2 = st.clone();
     blocking(move || {
         st2.store.delete(&key)?;
@@ -333,12 +355,14 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
             if ct.is_empty() { "nothing" } else { &ct }
         )));
     }
+    // Paced as a whole: a client silent before its first boundary, or between parts, holds
+    // no upload slot for longer than one that stalls inside a file.
+    let req = crate::paced::paced_request(&st, req);
     let mut mp = Multipart::from_request(req, &())
         .await
         .map_err(|e| WebError::BadRequest(format!("multipart body: {}", e.body_text())))?;
-    let bad = |e: axum::extract::multipart::MultipartError| {
-        WebError::BadRequest(format!("multipart body: {}", e.body_text()))
-    };
+    let bad =
+        |e: axum::extract::multipart::MultipartError| WebError::BadRequest(multipart_failure(&e));
     let _slot = st.upload_slot()?;
     let mut out: Vec<info::BlobInfo> = Vec::new();
     // Files are stored one by one as they arrive; if one fails, say which were stored.
@@ -414,7 +438,8 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
         };
         let route = RouteSpec { name: key, content_type, overwrite: true, ..RouteSpec::default() };
         let spec = UploadSpec::new(&st, route);
-        let rec = match store_stream(st.store.clone(), spec, &mut field).await {
+        let chunks = (&mut field).map(|c| c.map_err(|e| multipart_failure(&e)));
+        let rec = match store_stream(st.store.clone(), spec, chunks).await {
             Ok(r) => r,
             Err(e) => return Err(with_stored(e, &out)),
         };
@@ -529,13 +554,26 @@ fn if_match(key: &str, m: &Option<Vec<String>>, current: Option<&str>) -> Result
     }
 }
 
+/// What broke a multipart body, for the client: the pace it fell behind, or the parser's
+/// own reason (axum's text alone says only "Error parsing `multipart/form-data` request").
+fn multipart_failure(e: &axum::extract::multipart::MultipartError) -> String {
+    let mut why = None;
+    let mut at: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(cause) = at {
+        if let Some(pace) = cause.downcast_ref::<crate::paced::BodyPaceError>() {
+            return pace.to_string();
+        }
+        why = Some(cause.to_string());
+        at = cause.source();
+    }
+    format!("multipart body: {}", why.unwrap_or_else(|| e.body_text()))
+}
+
 /// A short text field (a key), read with a bound so a huge field cannot exhaust memory.
 async fn small_text(field: &mut axum::extract::multipart::Field<'_>) -> Result<String, WebError> {
     let mut buf = Vec::new();
-    while let Some(chunk) = field
-        .chunk()
-        .await
-        .map_err(|e| WebError::BadRequest(format!("multipart body: {}", e.body_text())))?
+    while let Some(chunk) =
+        field.chunk().await.map_err(|e| WebError::BadRequest(multipart_failure(&e)))?
     {
         buf.extend_from_slice(&chunk);
         if buf.len() > bs_store::MAX_NAME_LEN {

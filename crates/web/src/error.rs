@@ -136,7 +136,9 @@ impl From<StoreError> for WebError {
                 Self::InvalidKey { key: name, reason: reason.to_string() }
             }
             // Only writes with `If-None-Match: *` refuse to replace.
-            StoreError::AlreadyExists(_) => Self::PreconditionFailed(msg),
+            StoreError::AlreadyExists(_) | StoreError::ConditionFailed(_) => {
+                Self::PreconditionFailed(msg)
+            }
             StoreError::Busy(name) => {
                 Self::Conflict(format!("another upload is writing {name:?} right now; try again"))
             }

@@ -19,6 +19,7 @@ mod info;
 mod keys;
 pub mod metrics;
 pub mod openapi;
+mod paced;
 mod range;
 pub mod samples;
 mod sessions;

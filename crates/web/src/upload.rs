@@ -55,6 +55,7 @@ where
     E: std::fmt::Display,
     S: Stream<Item = Result<Bytes, E>>,
 {
+    let body = crate::paced::Paced::new(Box::pin(body), spec.idle, spec.min_rate);
     let mut body = std::pin::pin!(body);
     if let Some(size) = spec.route.size
         && size > spec.max_bytes
@@ -71,31 +72,10 @@ where
         tokio::task::spawn_blocking(move || write_all(store, route, rx))
     };
     let mut total = 0u64;
-    let started = std::time::Instant::now();
     let outcome = loop {
-        let next = match tokio::time::timeout(spec.idle, body.next()).await {
-            Ok(n) => n,
-            Err(_) => {
-                break Err(WebError::BadRequest(format!(
-                    "upload stalled: nothing arrived for {} s after {total} bytes",
-                    spec.idle.as_secs()
-                )));
-            }
-        };
-        match next.transpose() {
+        match body.next().await.transpose() {
             Ok(Some(chunk)) => {
                 total += chunk.len() as u64;
-                let secs = started.elapsed().as_secs();
-                if spec.min_rate > 0
-                    && started.elapsed() > spec.idle
-                    && total < spec.min_rate.saturating_mul(secs)
-                {
-                    break Err(WebError::BadRequest(format!(
-                        "upload too slow: {total} bytes in {secs} s, under the {} bytes/s \
-                         an upload must keep to",
-                        spec.min_rate
-                    )));
-                }
                 if total > spec.max_bytes {
                     drain(&mut body).await;
                     break Err(too_large(total, spec.max_bytes));
@@ -123,11 +103,13 @@ where
                 let _ = tx.send(Msg::Finish).await;
                 break Ok(());
             }
-            Err(e) => {
+            Err(crate::paced::PaceError::Body(e)) => {
                 break Err(WebError::BadRequest(format!(
                     "upload interrupted after {total} bytes: {e}"
                 )));
             }
+            // Stalled, or too slow: said as such.
+            Err(e) => break Err(WebError::BadRequest(e.to_string())),
         }
     };
     drop(tx); // without Finish, the writer aborts

@@ -232,6 +232,10 @@ async fn put_get_head_range_etag_delete() {
         let w = etag_of(s.http.head(s.url("/blobs/new-one")).send().await.unwrap());
         let r = s.http.delete(s.url("/blobs/new-one")).header("If-Match", &y).send();
         assert_eq!(error_code(r.await.unwrap()).await, pf, "deleting a version since replaced");
+        for inm in ["*".to_string(), format!("\"x\", {w}")] {
+            let r = s.http.delete(s.url("/blobs/new-one")).header("If-None-Match", inm).send();
+            assert_eq!(error_code(r.await.unwrap()).await, pf, "If-None-Match on a delete");
+        }
         let r = s.http.delete(s.url("/blobs/new-one")).header("If-Match", &w).send();
         assert_eq!(r.await.unwrap().status(), StatusCode::NO_CONTENT);
 
@@ -1282,6 +1286,72 @@ async fn stalled_uploads_are_dropped_and_upload_slots_are_limited() {
     let r = s.http.get(s.url("/blobs/slow")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert_eq!(s.put("slow", b"y".to_vec()).await.status(), StatusCode::CREATED);
+    // So is a multipart POST silent before its first boundary, and a STOW-RS silent inside
+    // its first part: neither holds its upload slot past the idle time.
+    for (head, what) in [
+        (
+            "POST /blobs?prefix=x/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\
+             Content-Type: multipart/form-data; boundary=BB\r\n\r\npreamble, then nothing",
+            "POST before its first boundary",
+        ),
+        (
+            "POST /dicomweb/studies HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\
+             Content-Type: multipart/related; type=\"application/dicom\"; boundary=BB\r\n\r\n\
+             --BB\r\nContent-Type: application/dicom\r\n\r\nDICM, then nothing",
+            "STOW-RS inside its first part",
+        ),
+    ] {
+        let mut c = TcpStream::connect(s.web.addr()).unwrap();
+        c.write_all(head.as_bytes()).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        let mut resp = String::new();
+        let _ = c.read_to_string(&mut resp);
+        assert!(resp.starts_with("HTTP/1.1 400") && resp.contains("stalled"), "{what}: {resp}");
+    }
+    let (_, v) = s.get_json("/api/list?prefix=x/").await;
+    assert_eq!(v["items"].as_array().map(Vec::len), Some(0), "{v}");
+}
+
+/// A version deleted while a write to replace it (If-Match: its ETag, or `*`) streams in:
+/// the write is refused at its commit (412) and the delete stands.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conditional_write_does_not_undo_a_delete_made_while_it_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path()).unwrap());
+    let index = ImageIndex::open_in_memory().unwrap();
+    let s = Srv::start_on(store.clone(), index, WebConfig::ephemeral(), None).await;
+    let pf = (StatusCode::PRECONDITION_FAILED, "precondition_failed".to_string());
+    let begun = |name: &str| {
+        let algo = store.digest_algo();
+        matches!(store.upload_piece_digests(name, 0, 0, 1 << 20, algo), Ok(Some(_)))
+    };
+    for cond in ["etag", "*"] {
+        assert_eq!(s.put("raced", b"v1".to_vec()).await.status(), StatusCode::CREATED);
+        let head = s.http.head(s.url("/blobs/raced")).send().await.unwrap();
+        let m =
+            if cond == "*" { "*".into() } else { head.headers()["etag"].to_str().unwrap().into() };
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+        tx.send(Ok(b"new ".to_vec())).await.unwrap();
+        let body = reqwest::Body::wrap_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let put: String = m;
+        let put = tokio::spawn(
+            s.http.put(s.url("/blobs/raced")).header("If-Match", put).body(body).send(),
+        );
+        // Deleted once the write has passed its first check and begun its upload.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !begun("raced") {
+            assert!(std::time::Instant::now() < deadline, "the write never began");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let r = s.http.delete(s.url("/blobs/raced")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        tx.send(Ok(b"bytes".to_vec())).await.unwrap();
+        drop(tx);
+        let r = put.await.unwrap().unwrap();
+        assert_eq!(error_code(r).await, pf, "If-Match {cond}");
+        let r = s.http.get(s.url("/blobs/raced")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "the delete stands (If-Match {cond})");
+    }
 }
 
 /// `bytes` with every occurrence of `from` replaced by `to` (of the same length).

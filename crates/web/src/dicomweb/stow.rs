@@ -90,6 +90,8 @@ async fn store(
     // the first boundary, a part's headers) is held to a small allowance, so a body whose
     // boundary never comes is refused early rather than kept whole in memory.
     let handed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Paced: a client that goes silent (before a boundary, inside a part) is let go.
+    let req = crate::paced::paced_request(&st, req);
     let body = Guarded {
         inner: req.into_body().into_data_stream(),
         received: 0,
