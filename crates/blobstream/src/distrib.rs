@@ -92,7 +92,7 @@ fn status(addr: &str, json: bool, creds: &bs_plane::Credentials) -> Result<()> {
                     "  {:<20} {} bytes delivered ({:.1} MB/s), {} queued ({} bytes){lost}{err}",
                     r.name,
                     r.delivered,
-                    r.rate_bps / 1e6,
+                    r.rate_bytes_per_second / 1e6,
                     r.queued_messages,
                     r.queued_bytes
                 );

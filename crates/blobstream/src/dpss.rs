@@ -59,18 +59,26 @@ pub fn run(g: &Global, c: DpssCommand) -> Result<()> {
         DpssCommand::Drop { dataset, master, auth } => {
             let r = loader::remove(&master, &dataset, &client_options(&auth)?)?;
             if r.was_published {
-                println!("removed {dataset} from {} servers", r.servers.len());
+                println!("removed {dataset} from {} live servers", r.servers.len());
             } else if !r.held.is_empty() {
                 println!(
-                    "{dataset} was not published: removed the blocks a failed load left on {}",
+                    "{dataset} was not published (dropped before while a server was down, or \
+                     its load failed): removed its blocks from {}",
                     r.held.join(", ")
                 );
             }
             for (s, why) in &r.failed {
                 eprintln!("server {s}: {why} (its blocks stay until `dpss drop` runs again)");
             }
-            if !r.failed.is_empty() {
-                bail!("{} servers could not remove {dataset}", r.failed.len());
+            for s in &r.down {
+                eprintln!(
+                    "server {s} is down: any blocks of {dataset} it holds stay until `dpss drop \
+                     {dataset}` runs again once it is up"
+                );
+            }
+            let missed = r.failed.len() + r.down.len();
+            if missed > 0 {
+                bail!("{missed} servers could not remove {dataset} (named above)");
             }
             if !r.was_published && r.held.is_empty() {
                 bail!(

@@ -839,6 +839,9 @@ fn distributer_send_and_receive_as_processes() {
     assert_eq!(o.status.code(), Some(1));
     let told = String::from_utf8_lossy(&o.stdout);
     assert!(told.contains("archive-2") && told.contains("already exists"), "{told}");
+    // Status says it too, on the receiver's line, until its next run.
+    let listed = wait_status(&status_addr, |s| s.contains("last error: its last run failed"));
+    assert!(listed.contains("already exists"), "{listed}");
     assert_eq!(std::fs::read(out.join("scan-7.bin")).unwrap(), bytes, "a kept run replaced");
     ok(&send(&[]));
     let line = l.next().unwrap().unwrap();

@@ -240,9 +240,11 @@ pub struct ReceiverStatus {
     /// Whether its connection is open; a receiver that left stays listed (the most recent
     /// 32 of a flow) with why in `last_error`.
     pub connected: bool,
-    /// Bytes of the current (or last) run written to it, and its rate over that run (bytes/s).
+    /// Bytes of the current (or last) run written to it, and its rate over that run in bytes
+    /// a second (while a run goes on, over the time since it started: a receiver that stalls
+    /// is seen slowing down).
     pub delivered: u64,
-    pub rate_bps: f64,
+    pub rate_bytes_per_second: f64,
     pub queued_messages: usize,
     pub queued_bytes: u64,
     pub last_error: Option<String>,
@@ -646,19 +648,31 @@ impl Rcv {
     /// Its line in the flow's status.
     fn status(&self, connected: bool) -> ReceiverStatus {
         let q = self.q.lock().unwrap();
-        let secs = (q.last_progress - q.run_started).as_secs_f64();
+        // The run goes on until it is confirmed or the receiver is out.
+        let until = if q.confirm.is_none() && q.gone.is_none() && q.sent > 0 {
+            Instant::now()
+        } else {
+            q.last_progress
+        };
+        let secs = (until - q.run_started).as_secs_f64();
         ReceiverStatus {
             name: self.name.clone(),
             connected,
             // What it confirmed having (udp: what arrived), else what was written to it so
             // far.
             delivered: q.confirm.as_ref().and_then(|c| c.got).map_or(q.sent, |got| got.min(q.sent)),
-            rate_bps: if secs > 0.0 { q.sent as f64 / secs } else { 0.0 },
+            rate_bytes_per_second: if secs > 0.0 { q.sent as f64 / secs } else { 0.0 },
             queued_messages: if connected { q.items.len() } else { 0 },
             queued_bytes: if connected { q.queued_bytes } else { 0 },
+            // Out of the flow, else its last run refused at its end (a file already there, a
+            // store that failed, datagrams lost), else gone.
             last_error: q
                 .gone
                 .clone()
+                .or_else(|| {
+                    let failed = q.confirm.as_ref().filter(|c| !c.ok);
+                    failed.map(|c| format!("its last run failed: {}", c.reason))
+                })
                 .or_else(|| (!connected).then(|| "it left (closed its connection)".to_string())),
             lost: q.lost,
         }

@@ -31,7 +31,7 @@ fn to_pb(flows: Vec<FlowStatus>) -> pb::DistributerStatusResponse {
                     name: r.name,
                     departed: !r.connected,
                     delivered: r.delivered,
-                    rate_bps: r.rate_bps,
+                    rate_bytes_per_second: r.rate_bytes_per_second,
                     queued_messages: u32::try_from(r.queued_messages).unwrap_or(u32::MAX),
                     queued_bytes: r.queued_bytes,
                     last_error: r.last_error.unwrap_or_default(),
@@ -61,7 +61,7 @@ pub fn from_pb(r: pb::DistributerStatusResponse) -> Vec<FlowStatus> {
                     name: r.name,
                     connected: !r.departed,
                     delivered: r.delivered,
-                    rate_bps: r.rate_bps,
+                    rate_bytes_per_second: r.rate_bytes_per_second,
                     queued_messages: r.queued_messages as usize,
                     queued_bytes: r.queued_bytes,
                     last_error: (!r.last_error.is_empty()).then_some(r.last_error),
@@ -105,7 +105,7 @@ pub fn render_metrics(flows: &[FlowStatus]) -> String {
             r.delivered as f64
         }),
         ("rate_bytes_per_second", "The receiver's rate over its current or last run", |r| {
-            r.rate_bps
+            r.rate_bytes_per_second
         }),
         ("queued_messages", "Messages waiting for the receiver", |r| r.queued_messages as f64),
         ("queued_bytes", "Bytes waiting for the receiver", |r| r.queued_bytes as f64),

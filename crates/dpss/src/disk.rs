@@ -91,17 +91,23 @@ impl Disks {
             return Err(DpssError::Layout("a block server needs 1 to 65535 disks".into()));
         }
         for d in &dirs {
-            fs::create_dir_all(d.join(".staging"))?;
-            for e in fs::read_dir(d.join(".staging"))? {
-                fs::remove_file(e?.path())?;
+            // Every failure names the disk directory: "Permission denied" alone does not
+            // say which of a server's disks is at fault.
+            let at = |e: std::io::Error| {
+                DpssError::Io(std::io::Error::new(e.kind(), format!("disk {}: {e}", d.display())))
+            };
+            let staging = d.join(".staging");
+            fs::create_dir_all(&staging).map_err(at)?;
+            for e in fs::read_dir(&staging).map_err(at)? {
+                fs::remove_file(e.map_err(at)?.path()).map_err(at)?;
             }
-            for e in fs::read_dir(d)? {
-                let p = e?.path();
+            for e in fs::read_dir(d).map_err(at)? {
+                let p = e.map_err(at)?.path();
                 let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
                 let orphan = name.ends_with(".tmp")
                     || (name.ends_with(".blk") && !p.with_extension("idx").exists());
                 if orphan {
-                    fs::remove_file(&p)?;
+                    fs::remove_file(&p).map_err(at)?;
                 }
             }
         }
@@ -300,6 +306,15 @@ mod tests {
 
     fn disks(t: &tempfile::TempDir, n: usize) -> Disks {
         Disks::open((0..n).map(|i| t.path().join(format!("d{i}"))).collect()).unwrap()
+    }
+
+    #[test]
+    fn a_disk_that_cannot_be_used_is_named() {
+        let t = tempfile::tempdir().unwrap();
+        let file = t.path().join("not-a-dir");
+        std::fs::write(&file, b"x").unwrap();
+        let e = Disks::open(vec![t.path().join("d0"), file.clone()]).err().unwrap().to_string();
+        assert!(e.contains(&format!("disk {}: ", file.display())), "{e}");
     }
 
     #[test]

@@ -35,13 +35,18 @@ pub struct LoadReport {
 
 /// The block servers the master reports up, in a stable order.
 pub fn live_servers(master: &str, opts: &ClientOptions) -> Result<Vec<ServerRef>, DpssError> {
+    Ok(servers(master, opts)?.0)
+}
+
+/// The block servers the master knows: the live ones (in address order; an error if none),
+/// and the names of those that are down.
+fn servers(master: &str, opts: &ClientOptions) -> Result<(Vec<ServerRef>, Vec<String>), DpssError> {
     block_on(async {
         let mut c = crate::master::connect(master, opts).await?;
         let st = c.status(pb::DpssStatusRequest {}).await?.into_inner();
-        let mut out: Vec<ServerRef> = st
-            .servers
+        let (up, down): (Vec<_>, Vec<_>) = st.servers.into_iter().partition(|s| s.up);
+        let mut out: Vec<ServerRef> = up
             .into_iter()
-            .filter(|s| s.up)
             .map(|s| ServerRef { name: s.name, addr: s.addr, disks: s.disks })
             .collect();
         out.sort_by(|a, b| a.addr.cmp(&b.addr));
@@ -50,7 +55,7 @@ pub fn live_servers(master: &str, opts: &ClientOptions) -> Result<Vec<ServerRef>
                 "the master at {master} knows no live block server"
             )));
         }
-        Ok(out)
+        Ok((out, down.into_iter().map(|s| s.name).collect()))
     })
 }
 
@@ -278,6 +283,9 @@ pub struct Removed {
     pub held: Vec<String>,
     /// Servers that could not be told, with why: their blocks stay until `remove` runs again.
     pub failed: Vec<(String, String)>,
+    /// Servers the master knows that are down: any blocks they hold stay until `remove` runs
+    /// again once they are up.
+    pub down: Vec<String>,
 }
 
 /// Remove `dataset`: first from the name server (so no client finds it), then its blocks from
@@ -289,9 +297,10 @@ pub fn remove(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Remov
         let r = c.unpublish(pb::DpssLookupRequest { dataset: dataset.into() }).await?;
         Ok::<_, DpssError>(r.into_inner().existed)
     })?;
+    let (live, down) = servers(master, opts)?;
     let mut out =
-        Removed { was_published, servers: Vec::new(), held: Vec::new(), failed: Vec::new() };
-    for s in live_servers(master, opts)? {
+        Removed { was_published, servers: Vec::new(), held: Vec::new(), failed: Vec::new(), down };
+    for s in live {
         let hello = msg::Hello {
             role: "loader".into(),
             session: String::new(),

@@ -339,6 +339,14 @@ fn the_name_server_plans_around_a_dead_server_and_metrics_show_every_server() {
         text.contains(&format!("blobstream_dpss_up{{server=\"server-0\",addr=\"{gone}\"}} 0")),
         "{text}"
     );
+    // Dropped while a server is down: the live ones remove their blocks, the one down is
+    // named (the CLI exits 1), each time the drop runs until it is up again.
+    let opts = ClientOptions::default();
+    let r = bs_dpss::loader::remove(&cl.master, "img", &opts).unwrap();
+    assert!(r.was_published && r.failed.is_empty() && r.servers.len() == 2, "{r:?}");
+    assert_eq!(r.down, ["server-0"], "{r:?}");
+    let r = bs_dpss::loader::remove(&cl.master, "img", &opts).unwrap();
+    assert!(!r.was_published && r.held.is_empty() && r.down == ["server-0"], "{r:?}");
 }
 
 #[test]
