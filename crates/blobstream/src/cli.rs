@@ -754,21 +754,21 @@ pub struct ServeArgs {
     #[arg(long)]
     pub advertise: Option<String>,
     /// Seconds a negotiated data-connection token stays valid.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = positive::<u64>)]
     pub token_ttl: u64,
     /// Seconds to wait for a silent peer on the data plane.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = positive::<u64>)]
     pub io_timeout: u64,
     /// Most concurrent data transfers; more are told to retry (clients do, for a while).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = positive::<usize>)]
     pub max_connections: usize,
     /// Most control-plane (gRPC) connections open at once; the next wait until one closes.
     /// Each must say something within 30 s of connecting.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = positive::<usize>)]
     pub max_control_connections: usize,
     /// Most bindings open at once (each a connection and a thread, often idle); they do not
     /// count among --max-connections. More are told to retry.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = positive::<usize>)]
     pub max_bindings: usize,
     /// A push of a known length over the data plane slower than this on average (after its
     /// first --io-timeout seconds, unless it asked to be paced) is ended, so a client
@@ -783,26 +783,26 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 64)]
     pub max_idle_data_connections: usize,
     /// Seconds a new data connection has to present its token (TLS handshake included).
-    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    #[arg(long, default_value_t = 10, value_name = "SECS", value_parser = positive::<u64>)]
     pub hello_timeout: u64,
     /// Seconds it has once more than half of either limit below is in use.
-    #[arg(long, default_value_t = 2, value_name = "SECS")]
+    #[arg(long, default_value_t = 2, value_name = "SECS", value_parser = positive::<u64>)]
     pub hello_timeout_under_pressure: u64,
     /// Most data connections still to present their token; at the limit the oldest is
     /// dropped to make room.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = positive::<usize>)]
     pub max_unauthenticated: usize,
     /// The same, from one source address (an IPv6 /64 counts as one).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = positive::<usize>)]
     pub max_unauthenticated_per_ip: usize,
     /// Largest upload of unknown size, in bytes (k/m/g/t suffixes).
     #[arg(long, default_value = "1TiB", value_parser = parse_rate, value_name = "BYTES")]
     pub max_unsized_upload: u64,
     /// Wrong control-plane tokens one address may present at once...
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = positive::<u32>)]
     pub auth_failure_burst: u32,
     /// ...then one more per this many seconds; meanwhile its calls are refused.
-    #[arg(long, default_value_t = 2, value_name = "SECS")]
+    #[arg(long, default_value_t = 2, value_name = "SECS", value_parser = positive::<u64>)]
     pub auth_failure_interval: u64,
     /// Seconds a SIGTERM or SIGINT waits for running transfers before the server exits.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
@@ -840,10 +840,10 @@ pub struct ServeArgs {
     #[arg(long, conflicts_with = "http")]
     pub no_http: bool,
     /// Largest HTTP upload, in bytes (k/m/g/t suffixes).
-    #[arg(long, default_value = "64GiB", value_parser = parse_rate, value_name = "BYTES")]
+    #[arg(long, default_value = "64GiB", value_parser = positive_size, value_name = "BYTES")]
     pub max_upload: u64,
     /// Most HTTP uploads in progress at once (more get 503).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = positive::<usize>)]
     pub max_uploads: usize,
     /// An HTTP upload slower than this on average (after its first 30 s) is dropped, so a
     /// client trickling bytes cannot hold an upload slot (k/m/g suffixes; 0: no floor).
@@ -851,7 +851,7 @@ pub struct ServeArgs {
     pub min_upload_rate: u64,
     /// Most HTTP connections open at once (more wait until one closes); a connection must
     /// send each request's headers within 30 s.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = positive::<usize>)]
     pub max_http_connections: usize,
     /// Do not put the sample images into an empty store.
     #[arg(long)]
@@ -864,7 +864,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 24, value_name = "HOURS")]
     pub scrub_every: u64,
     /// Most MiB per second a background scrub reads.
-    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    #[arg(long, default_value_t = 64, value_name = "MIB", value_parser = positive::<u64>)]
     pub scrub_rate: u64,
 }
 
@@ -1145,6 +1145,24 @@ fn secret(s: &str) -> Result<String, String> {
         return Err(format!("the token in {s:?} is empty"));
     }
     Ok(token)
+}
+
+/// A count, a number of seconds or a rate that 0 would make useless (every transfer refused,
+/// every token expired at once, every wait over before it began): 1 or more.
+fn positive<T: std::str::FromStr + PartialEq + From<u8>>(s: &str) -> Result<T, String> {
+    match s.trim().parse::<T>() {
+        Ok(n) if n == T::from(0) => Err("0 would refuse or end everything: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
+
+/// [`parse_rate`] of a size or rate that must not be 0.
+fn positive_size(s: &str) -> Result<u64, String> {
+    match parse_rate(s)? {
+        0 => Err("0 would refuse everything: give 1 or more".into()),
+        n => Ok(n),
+    }
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {

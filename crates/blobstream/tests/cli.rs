@@ -1541,6 +1541,21 @@ fn a_failed_start_leaves_no_data_directory_behind() {
     assert!(!t.path().join("new").exists(), "{err}");
 }
 
+/// A limit or timeout of 0 that would fail every transfer is refused as a usage error.
+#[test]
+fn serve_refuses_zero_limits_and_timeouts() {
+    let refused = |flag: &str, value: &str, why: &str| {
+        let o = Command::new(BIN).args(["serve", "--memory", flag, value]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(flag) && err.contains(why), "{flag} {value}: {err}");
+    };
+    for flag in ["--token-ttl", "--io-timeout", "--max-connections", "--max-uploads"] {
+        refused(flag, "0", "0 would refuse or end everything");
+    }
+    refused("--max-upload", "0k", "0 would refuse everything");
+}
+
 /// `bs:PREFIX` means the prefix in every command, and a scrub of a prefix that holds nothing
 /// is no all-clear.
 #[test]
