@@ -375,13 +375,30 @@ fn stream_to_special(g: &Global, t: &TransferFlags, src: &BlobKey, path: &Path) 
 }
 
 pub fn cp(g: &Global, a: CpArgs) -> Result<()> {
+    // `-` is standard output, as for `get` (a file named `-` is ./-); not standard input.
+    let is_stdio = |o: &str| o == "-" && !Path::new("-").exists();
+    if is_stdio(&a.src) {
+        usage!("cp reads a file or a blob, not standard input: give the file's path");
+    }
     let src = operand(g, &a.src)?;
+    if is_stdio(&a.dst) {
+        if src.location() == &Location::File {
+            usage!("cp to - writes a blob to standard output: give bs:NAME as the source");
+        }
+        return stream_into(g, &a.transfer, &src, std::io::stdout().lock(), STDOUT);
+    }
     let mut dst = operand(g, &a.dst)?;
-    if let (Location::Remote(_), Some(path)) = (src.location(), dst.path()) {
-        // Into a local path: a folder, a link or a special file as `get` takes them.
-        match local_destination(&path.to_string_lossy(), src.name())? {
+    if let Some(path) = dst.path() {
+        // Into a local path: a folder, a link or a special file as `get` takes them (the
+        // file's name from the source's, a blob's or a local file's).
+        let local = src.path().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into()));
+        let name: String = local.unwrap_or_else(|| src.name().to_string());
+        match local_destination(&path.to_string_lossy(), &name)? {
             Dest::File(p) => dst = BlobKey::file(&p),
-            Dest::Special(p) => return stream_to_special(g, &a.transfer, &src, &p),
+            Dest::Special(p) if matches!(src.location(), Location::Remote(_)) => {
+                return stream_to_special(g, &a.transfer, &src, &p);
+            }
+            Dest::Special(p) => bail!("{} is not a regular file", p.display()),
         }
     }
     // Local files are replaced like cp(1) does; blobs only when asked.

@@ -1541,6 +1541,31 @@ fn a_failed_start_leaves_no_data_directory_behind() {
     assert!(!t.path().join("new").exists(), "{err}");
 }
 
+/// `cp` takes `-` as standard output (never standard input), and a local destination as `get`
+/// does: a folder gets the file, a link is followed and kept.
+#[test]
+fn cp_writes_to_stdout_into_folders_and_through_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&dir.path().join("data"));
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"hello").unwrap();
+    let f = f.to_str().unwrap();
+    ok(&s.run(&["put", f, "k/f"]));
+    assert_eq!(ok(&s.run(&["cp", "bs:k/f", "-"])), "hello");
+    usage_error(&s.run(&["cp", "-", "bs:x"]), "not standard input");
+    usage_error(&s.run(&["cp", f, "-"]), "give bs:NAME as the source");
+    let folder = dir.path().join("sd");
+    std::fs::create_dir(&folder).unwrap();
+    ok(&s.run(&["cp", f, &format!("{}/", folder.display())]));
+    assert_eq!(std::fs::read(folder.join("f")).unwrap(), b"hello");
+    let (target, link) = (dir.path().join("same"), dir.path().join("link"));
+    std::fs::write(&target, b"old").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    ok(&s.run(&["cp", f, link.to_str().unwrap()]));
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "kept");
+    assert_eq!(std::fs::read(&target).unwrap(), b"hello");
+}
+
 /// A limit or timeout of 0 that would fail every transfer is refused as a usage error.
 #[test]
 fn serve_refuses_zero_limits_and_timeouts() {
