@@ -63,7 +63,7 @@ fn commit_replace_list_delete_survive_reopen(p: &dyn Place) {
             Commit::Done(Some("f1".into()))
         );
         assert_eq!(
-            c.commit_blob(&rec("a/1"), "f9", b"", None, |d| d != "xxh3-128:00").unwrap(),
+            c.commit_blob(&rec("a/1"), "f9", b"", None, |d| d != Some("xxh3-128:00")).unwrap(),
             Commit::Refused,
             "the check runs against what is there"
         );
