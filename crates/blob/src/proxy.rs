@@ -184,7 +184,13 @@ impl BlobProxy {
             Slot::MemWrite { content_type, .. }
             | Slot::FileWrite { content_type, .. }
             | Slot::RemoteWrite { content_type, .. } => content_type.as_str(),
-            Slot::FileRead { .. } => "",
+            // A local file's: the type its name suggests (application/octet-stream if none).
+            Slot::FileRead { .. } => {
+                let name = self.key.path().and_then(|p| p.file_name().map(|n| n.to_owned()));
+                return name.map_or("application/octet-stream", |n| {
+                    bs_store::guess_content_type(&n.to_string_lossy())
+                });
+            }
         };
         if ct.is_empty() { "application/octet-stream" } else { ct }
     }

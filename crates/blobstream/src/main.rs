@@ -11,6 +11,7 @@ mod commands;
 mod distrib;
 mod dpss;
 mod imaging;
+mod probe;
 mod progress;
 mod scrub;
 mod security;
@@ -25,12 +26,13 @@ fn main() -> ExitCode {
     tune_allocator();
     let cli = cli::Cli::parse_args();
     let server = cli.global.server.clone();
+    let tls = cli.global.tls_ca.is_some();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that closed the pipe (`cat … | head`) is a normal end for a Unix filter.
         Err(e) if commands::stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            let line = format!("{}{}", one_line(&e), hint(&e, &server));
+            let line = format!("{}{}", one_line(&e), hint(&e, &server, tls));
             eprintln!("blobstream: error: {}", commands::shown(&line));
             // A command line that cannot work is a usage error, as clap's own (exit 2).
             if e.downcast_ref::<commands::Usage>().is_some() {
@@ -45,9 +47,10 @@ fn main() -> ExitCode {
 }
 
 /// What to add to a client's error that does not say where it went: a wait that timed out,
-/// or a peer that closed the connection without a word, as the data plane's port does to
-/// control-plane calls.
-fn hint(e: &anyhow::Error, server: &str) -> String {
+/// a peer that closed the connection without a word (as the data plane's port does to
+/// control-plane calls, and a TLS server to a client without TLS), or TLS (`tls`: --tls-ca
+/// given) met with bytes that are none.
+fn hint(e: &anyhow::Error, server: &str, tls: bool) -> String {
     use bs_client::ClientError;
     // A local image over the pixel limit: the commands that read one take a higher limit.
     let image = e.chain().find_map(|c| c.downcast_ref::<bs_imageio::ImageIoError>());
@@ -56,8 +59,17 @@ fn hint(e: &anyhow::Error, server: &str) -> String {
     }
     let client = e.chain().find_map(|c| c.downcast_ref::<ClientError>());
     let server = bs_client::with_default_port(server);
+    if tls && e.chain().any(|c| c.to_string().contains("InvalidContentType")) {
+        return format!(
+            " (the server at {server} does not speak TLS: leave out --tls-ca, or check the \
+             address)"
+        );
+    }
     match client {
         Some(ClientError::Timeout) => format!(" (waiting for the server at {server})"),
+        Some(e) if e.is_transport_failure() && !tls && probe::speaks_tls(&server) => {
+            format!(" (the server at {server} speaks TLS: give its CA certificate with --tls-ca)")
+        }
         Some(e) if e.is_transport_failure() => {
             format!(
                 " (is {server} a blobstream control plane? `serve` prints its ports: the data \

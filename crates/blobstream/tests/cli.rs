@@ -581,7 +581,11 @@ fn tls_and_a_token_protect_both_planes() {
         "wrong credentials",
     );
     let plain = run(&[], &[("BLOBSTREAM_AUTH_TOKEN", "t0ken")], &["stat", "p"]);
-    assert_eq!(plain.status.code(), Some(1), "plaintext is refused");
+    fails_with(&plain, "speaks TLS: give its CA certificate with --tls-ca");
+    // And TLS asked of a server without it says so.
+    let bare = Serve::start(&dir.path().join("bare"));
+    let o = Command::new(BIN).args(["--server", &bare.addr, "--tls-ca", cert, "ls"]).output();
+    fails_with(&o.unwrap(), "does not speak TLS: leave out --tls-ca");
 }
 
 /// A small PNG made with the project's own encoder.

@@ -54,7 +54,10 @@ pub(crate) fn join(
     let answer = answer.map_err(|e| match DistribError::from_binding(e) {
         DistribError::Remote(m) => DistribError::Remote(m),
         e if target.tls.is_some() => {
-            DistribError::Remote(format!("TLS with the distributer at {addr} failed: {e}"))
+            // A plain-TCP distributer answers the handshake with bytes that are no TLS.
+            let plain = e.to_string().contains("InvalidContentType");
+            let why = if plain { " (it serves plain TCP: connect without its CA)" } else { "" };
+            DistribError::Remote(format!("TLS with the distributer at {addr} failed{why}: {e}"))
         }
         e => DistribError::Remote(format!(
             "the distributer at {addr} did not answer the JOIN ({e}); if it serves TLS, \

@@ -261,7 +261,10 @@ pub async fn serve_http(
             builder
                 .http1()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(limits.header_timeout);
+                .header_read_timeout(limits.header_timeout)
+                // A client that shuts down its sending side once its request is out (`nc -N`,
+                // some scripts) still gets the answer: the write may have committed.
+                .half_close(true);
             builder
                 .http2()
                 .timer(hyper_util::rt::TokioTimer::new())

@@ -67,6 +67,8 @@ pub struct FsStore {
 }
 
 struct Inner {
+    /// Room kept for deletes on a disk something else filled (`DIR/reserve`).
+    ballast: crate::ballast::Ballast,
     root: PathBuf,
     /// This store's hold on its directory (no second store opens it meanwhile).
     _lock: crate::dirlock::DirLock,
@@ -119,8 +121,10 @@ impl FsStore {
             crate::dirlock::check_writable(&dir)?;
         }
         let cat = Catalogue::open(&root.join("meta.db"))?;
+        let ballast = crate::ballast::Ballast::keep(&root);
         let store = Self {
             inner: Arc::new(Inner {
+                ballast,
                 root,
                 _lock: lock,
                 cat: Arc::new(cat),
@@ -390,7 +394,13 @@ impl Store for FsStore {
         // The catalogue first: once the row is gone the blob is gone, whatever happens to
         // the file. A file that cannot be removed now (or a crash right here) is only an
         // unreferenced file, which the next start removes.
-        match i.cat.delete_blob(name)? {
+        let deleted = match i.cat.delete_blob(name) {
+            // A disk full to the last byte (not by blobs, which leave the catalogue room):
+            // the room kept for this, then the delete again.
+            Err(e) if e.is_disk_full() && i.ballast.release() => i.cat.delete_blob(name),
+            r => r,
+        }?;
+        match deleted {
             Some(loc) => {
                 match fs::remove_file(i.blob_path(&loc)) {
                     // (A blob kept in its row has no file.)
@@ -401,6 +411,7 @@ impl Store for FsStore {
                 }
                 i.mapped.forget(name);
                 i.listeners.notify(StoreEvent::Deleted(name.to_string()));
+                i.ballast.restore();
                 Ok(())
             }
             None if upload.is_some() => Ok(()),

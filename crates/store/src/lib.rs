@@ -6,6 +6,7 @@
 //! faults so error paths can be tested against real stores. Every read goes through
 //! [`BlobSource`], which verifies each chunk before handing it on; [`scrub`] re-reads them all.
 
+mod ballast;
 mod catalogued;
 mod claim;
 mod dirlock;

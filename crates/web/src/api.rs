@@ -116,7 +116,7 @@ fn check_date(name: &str, d: &Option<String>) -> Result<(), WebError> {
 }
 
 /// `YYYYMMDD` of a day that exists (20240229 does, 20251301 and 20230229 do not).
-fn is_date(d: &str) -> bool {
+pub(crate) fn is_date(d: &str) -> bool {
     if d.len() != 8 || !d.bytes().all(|c| c.is_ascii_digit()) {
         return false;
     }

@@ -225,4 +225,25 @@ async fn frames_and_renderings_answer_an_accept_they_cannot_meet_with_406() {
     let (status, _, text) = ask("rendered", "image/gif").await;
     assert_eq!(status, StatusCode::NOT_ACCEPTABLE, "{text}");
     assert!(text.contains("image/png or image/jpeg"), "{text}");
+    // Parameters a route does not take are refused by name, not silently not applied.
+    for (path, param) in [
+        ("rendered?window=40,400,linear", "window"),
+        ("rendered?viewport=4,4", "viewport"),
+        ("frames/1?foo=1", "foo"),
+        ("metadata?includefield=all", "includefield"),
+    ] {
+        let (status, _, text) = ask(path, "*/*").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("unknown query parameter \"{param}\"")), "{text}");
+    }
+    let r = reqwest::Client::new().get(format!("{instance}?foo=1")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "the instance itself");
+    // QIDO-RS: a date that is no day of the calendar, and limit=0, are refused.
+    let qido = |q: &str| reqwest::Client::new().get(format!("{base}/dicomweb/studies?{q}")).send();
+    for q in ["StudyDate=20241301", "StudyDate=20240230", "StudyDate=20240101-20240230", "limit=0"]
+    {
+        assert_eq!(qido(q).await.unwrap().status(), StatusCode::BAD_REQUEST, "{q}");
+    }
 }

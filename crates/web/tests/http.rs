@@ -1354,6 +1354,23 @@ async fn a_conditional_write_does_not_undo_a_delete_made_while_it_ran() {
     }
 }
 
+/// A client that shuts down its sending side once its request is out still gets the answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_whose_client_half_closes_is_answered() {
+    let s = Srv::start(true).await;
+    let mut c = TcpStream::connect(s.web.addr()).unwrap();
+    let req =
+        "PUT /blobs/half/closed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello";
+    c.write_all(req.as_bytes()).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let mut resp = String::new();
+    let _ = c.read_to_string(&mut resp);
+    assert!(resp.starts_with("HTTP/1.1 201"), "{resp:?}");
+    let r = s.http.get(s.url("/blobs/half/closed")).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap(), "hello");
+}
+
 /// `bytes` with every occurrence of `from` replaced by `to` (of the same length).
 fn replace_all(mut bytes: Vec<u8>, from: &str, to: &str) -> Vec<u8> {
     assert_eq!(from.len(), to.len());

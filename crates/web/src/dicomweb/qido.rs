@@ -65,7 +65,17 @@ fn parse(params: Vec<(String, String)>, allowed: &[&str]) -> Result<Matching, We
                 .map_err(|_| WebError::BadRequest(format!("{k}={v:?} is not a number")))
         };
         match k.as_str() {
-            "limit" => m.limit = number(&v)?.clamp(1, 10_000),
+            "limit" => {
+                m.limit = match number(&v)? {
+                    0 => {
+                        return Err(WebError::BadRequest(
+                            "limit=0 asks for nothing: give 1 to 10000 (more is taken as 10000)"
+                                .into(),
+                        ));
+                    }
+                    n => n.min(10_000),
+                }
+            }
             "offset" => m.offset = number(&v)?,
             "includefield" | "fuzzymatching" => {}
             _ => {
@@ -152,10 +162,12 @@ fn dates(d: &str) -> Result<(Option<String>, Option<String>), WebError> {
         if s.is_empty() {
             return Ok(None);
         }
-        if s.len() == 8 && s.bytes().all(|b| b.is_ascii_digit()) {
+        if crate::api::is_date(s) {
             return Ok(Some(s.to_string()));
         }
-        Err(WebError::BadRequest(format!("StudyDate {d:?}: use YYYYMMDD or YYYYMMDD-YYYYMMDD")))
+        Err(WebError::BadRequest(format!(
+            "StudyDate {d:?}: use YYYYMMDD or YYYYMMDD-YYYYMMDD, each a day of the calendar"
+        )))
     };
     match d.split_once('-') {
         Some((a, b)) => Ok((one(a)?, one(b)?)),
@@ -392,6 +404,12 @@ mod tests {
         assert_eq!(dates("-20241231").unwrap(), (None, Some("20241231".into())));
         assert_eq!(dates("20240101").unwrap(), (Some("20240101".into()), Some("20240101".into())));
         assert!(dates("2024").is_err());
+        for impossible in ["20241301", "20240230", "20240100", "00000000", "99999999"] {
+            assert!(dates(impossible).is_err(), "{impossible}");
+            assert!(dates(&format!("20240101-{impossible}")).is_err(), "{impossible}");
+        }
+        assert!(dates("20240229").is_ok(), "a leap day");
+        assert!(parse(vec![("limit".into(), "0".into())], STUDY_KEYS).is_err());
         assert!(parse(vec![("Colour".into(), "red".into())], STUDY_KEYS).is_err());
         assert!(parse(vec![("limit".into(), "x".into())], STUDY_KEYS).is_err());
         assert!(parse(vec![("PatientName".into(), "x".into())], SERIES_KEYS).is_err());

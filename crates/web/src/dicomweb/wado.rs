@@ -96,8 +96,11 @@ impl Ids {
 pub async fn retrieve(
     State(st): State<Arc<AppState>>,
     Path(ids): Path<Ids>,
+    uri: axum::http::Uri,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, WebError> {
+    // No parameters are taken here: one given would otherwise be silently not applied.
+    crate::no_query(&uri)?;
     ids.check()?;
     let takes = super::accept::dicom_syntaxes(accept(&headers).as_deref())?;
     let st2 = st.clone();
@@ -216,8 +219,10 @@ const READ_AHEAD_READS: usize = 4;
 pub async fn metadata(
     State(st): State<Arc<AppState>>,
     Path(ids): Path<Ids>,
+    uri: axum::http::Uri,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, WebError> {
+    crate::no_query(&uri)?;
     super::accept::dicom_json(&headers)?;
     ids.check()?;
     let found = blocking(move || {
@@ -299,6 +304,7 @@ pub async fn frames(
     Path((study, series, instance, list)): Path<(String, String, String, String)>,
     req: Request,
 ) -> Result<Response, WebError> {
+    crate::no_query(req.uri())?;
     for (what, uid) in [("study", &study), ("series", &series), ("instance", &instance)] {
         check_uid(what, uid)?;
     }
@@ -495,6 +501,9 @@ pub async fn rendered(
     Path((study, series, instance)): Path<(String, String, String)>,
     req: Request,
 ) -> Result<Response, WebError> {
+    // The rendering parameters of PS3.18 (window, viewport, quality, annotation) are not
+    // taken: refused by name rather than answered with an image that ignored them.
+    crate::no_query(req.uri())?;
     for (what, uid) in [("study", &study), ("series", &series), ("instance", &instance)] {
         check_uid(what, uid)?;
     }
