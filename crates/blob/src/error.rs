@@ -58,6 +58,30 @@ impl BlobError {
         }
     }
 
+    /// A local file the copy cannot write or read as it is, whatever the network does: a name
+    /// too long, a folder where a file goes (or a file where a folder does), no permission, no
+    /// space, a read-only file system. Running the copy again meets the same.
+    pub fn is_local_fault(&self) -> bool {
+        let Self::File { source, .. } = self else { return false };
+        if source.kind() == std::io::ErrorKind::IsADirectory {
+            return true;
+        }
+        matches!(
+            source.raw_os_error(),
+            Some(
+                libc::ENAMETOOLONG
+                    | libc::EISDIR
+                    | libc::ENOTDIR
+                    | libc::EACCES
+                    | libc::EPERM
+                    | libc::ENOSPC
+                    | libc::EDQUOT
+                    | libc::EROFS
+                    | libc::ELOOP
+            )
+        )
+    }
+
     /// The server the copy went to cannot be reached at all (see
     /// `ClientError::is_unreachable`).
     pub fn is_unreachable(&self) -> bool {

@@ -344,10 +344,25 @@ fn finish(
             1 => "; 1 is in the way of a blob that exists (--overwrite replaces it)".into(),
             n => format!("; {n} are in the way of blobs that exist (--overwrite replaces them)"),
         };
-        let again = match report.failed().count() {
+        // Nor a local file that cannot be written as it is named (too long a name, a folder
+        // in its place, no permission, no space).
+        // What the plan could not make a job of is of this kind too (a name not valid, a
+        // link or a file where a folder goes).
+        let local = report.failed().filter(|(_, e)| e.is_local_fault()).count() + not_planned;
+        let in_the_way = match local {
+            0 => in_the_way,
+            n => format!(
+                "{in_the_way}; {n} cannot be copied here as named (a name not valid or too long, \
+                 a file or link in the way, no permission or no space: running again meets the \
+                 same)"
+            ),
+        };
+        let again = match report.failed().count() + not_planned {
             0 => String::new(),
-            n if n == corrupt + exist => format!("{}{in_the_way}", corrupt_at_source(corrupt)),
-            _ if corrupt + exist > 0 => format!(
+            n if n == corrupt + exist + local => {
+                format!("{}{in_the_way}", corrupt_at_source(corrupt))
+            }
+            _ if corrupt + exist + local > 0 => format!(
                 "; run it again to finish the others{}{in_the_way}",
                 corrupt_at_source(corrupt)
             ),

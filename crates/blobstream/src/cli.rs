@@ -555,7 +555,7 @@ pub struct ReceiveArgs {
     #[arg(long)]
     pub into_store: bool,
     /// With --into-store: prefix of the blob names (NAME as for files).
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", requires = "into_store")]
     pub prefix: String,
 }
 

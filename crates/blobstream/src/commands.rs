@@ -465,7 +465,7 @@ pub fn stat(g: &Global, key: &str, json: bool) -> Result<()> {
     }
     if let Some(why) = corrupt {
         println!(
-            "CORRUPT:      {why} (readers are refused: put it again from a good copy, or rm it)"
+            "CORRUPT:      {why} (readers are refused: put a good copy over it with --overwrite, or rm it)"
         );
     }
     println!("name:         {}", b.name);

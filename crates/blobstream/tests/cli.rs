@@ -1308,6 +1308,8 @@ fn folders_up_and_down_with_check_and_rm_r() {
     let o = s.run(&["get", "-r", "studies/ct-1", blocked.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("20 copied, 0 already there, 0 skipped, 10 failed"), "{err}");
+    // Running again would meet the same file in the way: not advised.
+    assert!(err.contains("running again meets the same") && !err.contains("run it again"), "{err}");
     assert_eq!(std::fs::read(blocked.join("se1/i0.dcm")).unwrap(), content(1000));
 
     ok(&s.run(&["rm", "-r", "studies/ct-1"]));

@@ -278,13 +278,13 @@ mod tests {
         let first = intent("n", "first", false);
         cat.intend(&first).unwrap();
         assert_eq!(
-            cat.commit_intended(&first, |_| false, Durability::Lazy).unwrap(),
+            cat.commit_intended(&first, |d| d.is_none(), Durability::Lazy).unwrap(),
             Commit::Done(None)
         );
         let second = intent("n", "second", false);
         cat.intend(&second).unwrap();
         assert_eq!(
-            cat.commit_intended(&second, |_| false, Durability::Lazy).unwrap(),
+            cat.commit_intended(&second, |d| d.is_none(), Durability::Lazy).unwrap(),
             Commit::Refused
         );
         assert!(cat.intents().unwrap().is_empty());

@@ -176,10 +176,14 @@ fn racing_handles_commit_each_name_once(p: &dyn Place) {
             .flat_map(|(i, c)| {
                 (0..3).map(move |j| {
                     s.spawn(move || {
-                        c.commit_blob(&rec(&format!("own/{i}-{j}")), "own", b"", None, |_| false)
-                            .unwrap();
-                        c.commit_blob(&rec("same"), &format!("loc{i}-{j}"), b"", None, |_| false)
-                            .unwrap()
+                        c.commit_blob(&rec(&format!("own/{i}-{j}")), "own", b"", None, |d| {
+                            d.is_none()
+                        })
+                        .unwrap();
+                        c.commit_blob(&rec("same"), &format!("loc{i}-{j}"), b"", None, |d| {
+                            d.is_none()
+                        })
+                        .unwrap()
                     })
                 })
             })

@@ -406,10 +406,13 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
             continue;
         }
         let Some(file_name) = field.file_name().map(str::to_string) else {
-            // A field this endpoint does not know is a client mistake worth hearing about.
+            // A field this endpoint does not know is a client mistake worth hearing about; a
+            // part without a filename (`curl -F file=text`, or only RFC 5987's `filename*`) is
+            // said to be that.
             let e = WebError::BadRequest(format!(
-                "unknown form field {name:?}: send file parts, each optionally preceded by a \
-                 `key` field"
+                "form field {name:?} is no file part (a file part has a filename in its \
+                 Content-Disposition: curl -F 'file=@path'); send file parts, each optionally \
+                 preceded by a `key` field"
             ));
             return Err(with_stored(e, &out));
         };

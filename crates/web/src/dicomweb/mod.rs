@@ -123,7 +123,8 @@ pub(crate) fn instances(
     let out = bs_meta::one_per_instance(out, |i| i.uid("sop_instance_uid").to_string());
     if out.is_empty() {
         let what = match (series, instance) {
-            (_, Some(i)) => format!("no instance {i} in study {study}"),
+            (Some(s), Some(i)) => format!("no instance {i} in series {s} of study {study}"),
+            (None, Some(i)) => format!("no instance {i} in study {study}"),
             (Some(s), None) => format!("no series {s} in study {study}"),
             (None, None) => format!("no study {study}"),
         };

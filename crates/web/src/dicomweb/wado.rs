@@ -565,7 +565,8 @@ pub async fn uri(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
         "image/jpeg" => Some(true),
         "image/png" => Some(false),
         other => {
-            return Err(WebError::UnsupportedMediaType(format!(
+            // A form of answer this server cannot give (not a body it cannot take): 406.
+            return Err(WebError::NotAcceptable(format!(
                 "contentType {other:?}: application/dicom, image/jpeg or image/png"
             )));
         }
