@@ -73,6 +73,8 @@ impl Problem {
 #[derive(Debug)]
 pub struct Outcome {
     pub name: String,
+    /// The job's bytes as planned (its source's size), whatever became of it.
+    pub size: u64,
     pub result: Result<Copied, BlobError>,
 }
 
@@ -120,13 +122,10 @@ impl BatchReport {
         self.outcomes.iter().filter(|o| matches!(o.result, Err(BlobError::NotStarted))).count()
     }
 
-    /// Bytes the batch's blobs hold in all (moved, kept or already there).
+    /// Bytes of every job of the batch as planned (copied, already there, failed or not
+    /// started): the whole job's size, not what got done.
     pub fn total_bytes(&self) -> u64 {
-        self.outcomes
-            .iter()
-            .filter_map(|o| o.result.as_ref().ok())
-            .map(|c| c.bytes + c.resumed_from)
-            .sum()
+        self.outcomes.iter().map(|o| o.size).sum()
     }
 }
 
@@ -493,7 +492,7 @@ impl Transporter {
             .zip(not_started)
             .map(|((j, r), kept)| {
                 let never = if kept { BlobError::NotStarted } else { BlobError::Lost };
-                Outcome { name: j.name, result: r.unwrap_or(Err(never)) }
+                Outcome { name: j.name, size: j.size, result: r.unwrap_or(Err(never)) }
             })
             .collect();
         let bytes = outcomes.iter().filter_map(|o| o.result.as_ref().ok()).map(|c| c.bytes).sum();

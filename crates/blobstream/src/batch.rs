@@ -290,13 +290,25 @@ fn finish(
             let tag = if p.failed { "FAILED" } else { "skipped" };
             say(format!("{tag} {}: {}", p.what, p.reason));
         }
+        // The server found unreachable: the copies under way each failed alike; one line
+        // for them (the first named), as `ls` or `scrub` would say it once.
+        let mut unreachable = 0usize;
         for (name, e) in report.failed() {
             match e {
                 bs_blob::BlobError::AlreadyExists(m) => {
                     say(format!("FAILED {name}: already exists{}", commands::in_the_way(m)))
                 }
+                e if e.is_unreachable() && report.gave_up.is_some() => {
+                    if unreachable == 0 {
+                        say(format!("FAILED {name}: {e}"));
+                    }
+                    unreachable += 1;
+                }
                 e => say(format!("FAILED {name}: {e}")),
             }
+        }
+        if unreachable > 1 {
+            say(format!("FAILED {} more copies under way: the same", unreachable - 1));
         }
         for (name, e) in &extra.not_deleted {
             say(format!("FAILED {name}: {e}"));

@@ -1572,6 +1572,32 @@ fn cp_writes_to_stdout_into_folders_and_through_links() {
     assert_eq!(std::fs::read(&target).unwrap(), b"hello");
 }
 
+/// A server gone before a folder's copies start: the copies under way fail once, said in two
+/// lines at most, the rest are not started; the JSON summary's total is the whole job's.
+#[test]
+fn a_batch_to_a_server_that_is_gone_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = dir.path().join("study");
+    std::fs::create_dir(&study).unwrap();
+    for i in 0..20 {
+        std::fs::write(study.join(format!("f{i:02}")), content(1000)).unwrap();
+    }
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let gone = gone.to_string();
+    let study = study.to_str().unwrap();
+    let o = Command::new(BIN).args(["--server", &gone, "put", "-r", study, "up/"]).output();
+    let o = o.unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.matches("FAILED").count() <= 2, "{err}");
+    assert!(err.contains("stopped, the server could not be reached"), "{err}");
+    let args = ["--server", &gone, "put", "-r", study, "up/", "--json"];
+    let o = Command::new(BIN).args(args).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["bytes_total"], 20_000, "{v}");
+    assert_eq!(v["bytes_moved"], 0, "{v}");
+}
+
 /// A limit or timeout of 0 that would fail every transfer is refused as a usage error.
 #[test]
 fn serve_refuses_zero_limits_and_timeouts() {

@@ -291,14 +291,32 @@ fn conditional_replace_is_checked_at_commit(s: &dyn Store) {
     assert_eq!(read_all(s, "c"), b"third");
     // Requiring a version (HTTP If-Match): only a blob of one of those digests is replaced.
     let require = |d: &[u8]| format!("{}{}", bs_store::REQUIRE_DIGEST, digest(d));
+    let changed = |r: Result<_, StoreError>| matches!(r, Err(StoreError::ConditionFailed(_)));
     sp.refuse_digests = vec![require(b"second")];
-    assert!(matches!(s.route(&sp), Err(StoreError::AlreadyExists(_))), "not the one stored");
+    assert!(changed(s.route(&sp).map(drop)), "not the one stored");
     sp.refuse_digests = vec![require(b"second"), require(b"third")];
     bs_store::put_bytes(s, &sp, b"fourth").unwrap();
     assert_eq!(read_all(s, "c"), b"fourth");
     sp.refuse_digests = vec![require(b"third")];
-    assert!(matches!(bs_store::put_bytes(s, &sp, b"fifth"), Err(StoreError::AlreadyExists(_))));
+    assert!(changed(bs_store::put_bytes(s, &sp, b"fifth").map(drop)));
     assert_eq!(read_all(s, "c"), b"fourth");
+    // Any version (If-Match: *): a blob must be there, at the route and again at the commit.
+    sp.refuse_digests = vec![bs_store::REQUIRE_DIGEST.to_string()];
+    bs_store::put_bytes(s, &sp, b"fifth").unwrap();
+    assert_eq!(read_all(s, "c"), b"fifth");
+    // The version asked for deleted after the route: refused at the commit, nothing made.
+    for required in [require(b"fifth"), bs_store::REQUIRE_DIGEST.to_string()] {
+        let _ = s.delete("c");
+        put(s, "c", b"fifth");
+        sp.refuse_digests = vec![required];
+        s.route(&sp).unwrap();
+        let mut w = s.open_upload("c").unwrap();
+        w.write_at(0, b"sixth").unwrap();
+        s.delete("c").unwrap();
+        assert!(changed(w.commit(None).map(drop)), "a deleted version is not made anew");
+        assert!(matches!(s.stat("c"), Err(StoreError::NotFound(_))));
+        assert!(changed(s.route(&sp).map(drop)), "nothing there to replace");
+    }
 }
 
 fn stale_uploads_expire_unless_being_written(s: &dyn Store) {
