@@ -17,6 +17,13 @@ const WAIT: Duration = Duration::from_secs(3);
 
 /// A data directory's file or folder that the server cannot write, named.
 pub(crate) fn unwritable(path: &Path, e: std::io::Error) -> StoreError {
+    // (create_dir_all over a file says only "File exists".)
+    if path.exists() && !path.is_dir() {
+        return StoreError::Config(format!(
+            "the data directory {} is a file, not a folder: give a folder's path to --data",
+            path.display()
+        ));
+    }
     StoreError::Config(format!("cannot write in the data directory: {}: {e}", path.display()))
 }
 
@@ -97,5 +104,15 @@ mod tests {
         assert!(e.contains(&format!("(process {})", std::process::id())), "{e}");
         drop(first);
         DirLock::take(t.path()).unwrap();
+    }
+
+    #[test]
+    fn a_file_given_as_the_data_directory_is_said_to_be_one() {
+        let t = tempfile::tempdir().unwrap();
+        let file = t.path().join("afile");
+        std::fs::write(&file, b"x").unwrap();
+        let e = std::fs::create_dir_all(&file).unwrap_err();
+        let said = unwritable(&file, e).to_string();
+        assert!(said.contains("is a file, not a folder"), "{said}");
     }
 }

@@ -84,17 +84,18 @@ impl Convolution {
     ) -> Result<Self, String> {
         let size_h = weights.len();
         let size_w = weights.first().map_or(0, Vec::len);
-        let side_ok = |n: usize| n % 2 == 1 && n <= MAX_SIDE;
-        if !side_ok(size_h) || !side_ok(size_w) {
-            return Err(format!(
-                "kernel is {size_w}×{size_h}; both sides must be odd and at most {MAX_SIDE}"
-            ));
-        }
+        // Rows of one length first: a ragged kernel has no size to speak of.
         if let Some((j, row)) = weights.iter().enumerate().find(|(_, r)| r.len() != size_w) {
             return Err(format!(
                 "kernel row {} has {} weights, row 1 has {size_w}",
                 j + 1,
                 row.len()
+            ));
+        }
+        let side_ok = |n: usize| n % 2 == 1 && n <= MAX_SIDE;
+        if !side_ok(size_h) || !side_ok(size_w) {
+            return Err(format!(
+                "kernel is {size_w}×{size_h}; both sides must be odd and at most {MAX_SIDE}"
             ));
         }
         if let Some(w) = weights.iter().flatten().find(|w| !w.is_finite() || w.abs() > MAX_WEIGHT) {
@@ -368,6 +369,9 @@ mod tests {
         assert!(new(&[&[1.0, 1.0]], None).is_err());
         assert!(new(&[&[1.0], &[1.0]], None).is_err());
         assert!(new(&[&[1.0, 1.0, 1.0], &[1.0], &[1.0, 1.0, 1.0]], None).is_err());
+        // Ragged rows are said to be that, whatever their count.
+        let e = new(&[&[1.0, 2.0], &[3.0]], None).unwrap_err();
+        assert_eq!(e, "kernel row 2 has 1 weights, row 1 has 2");
         assert!(new(&[&[1.0]], Some(0.0)).is_err());
         assert!(new(&[&[f64::NAN]], None).is_err());
         // Weights summing to 0 divide by 1.
