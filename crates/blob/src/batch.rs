@@ -278,6 +278,14 @@ pub fn plan_upload(dir: &Path, server: &str, prefix: &str) -> (Vec<Job>, Vec<Pro
             let link = path.symlink_metadata().map(|m| m.file_type().is_symlink());
             let meta = match std::fs::metadata(&path) {
                 Ok(m) => m,
+                // (The error alone, "No such file or directory", names a file that is there.)
+                Err(e) if matches!(link, Ok(true)) && e.kind() == std::io::ErrorKind::NotFound => {
+                    let to = std::fs::read_link(&path).map(|t| t.display().to_string());
+                    let to = to.unwrap_or_default();
+                    let why = format!("a link to nothing ({to} does not exist)");
+                    problems.push(Problem::failure(what, why).at(name));
+                    continue;
+                }
                 Err(e) => {
                     problems.push(Problem::failure(what, e).at(name));
                     continue;

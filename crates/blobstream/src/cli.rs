@@ -947,7 +947,7 @@ pub struct BatchFlags {
 pub struct ManyFlags {
     /// Copies in flight at once [default: 8] (small files gain most: each waits on a round
     /// trip and an fsync on the server).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = positive::<usize>)]
     pub jobs: Option<usize>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]

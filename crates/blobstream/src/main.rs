@@ -57,7 +57,12 @@ fn hint(e: &anyhow::Error, server: &str, tls: bool) -> String {
     if let Some(bs_imageio::ImageIoError::TooLarge { .. }) = image {
         return " (--max-pixels raises the limit)".into();
     }
-    let client = e.chain().find_map(|c| c.downcast_ref::<ClientError>());
+    let client = e.chain().find_map(|c| {
+        c.downcast_ref::<ClientError>().or_else(|| match c.downcast_ref::<bs_blob::BlobError>() {
+            Some(bs_blob::BlobError::Remote(c)) => Some(c),
+            _ => None,
+        })
+    });
     let server = bs_client::with_default_port(server);
     if tls && e.chain().any(|c| c.to_string().contains("InvalidContentType")) {
         return format!(
@@ -69,6 +74,13 @@ fn hint(e: &anyhow::Error, server: &str, tls: bool) -> String {
         Some(ClientError::Timeout) => format!(" (waiting for the server at {server})"),
         Some(e) if e.is_transport_failure() && !tls && probe::speaks_tls(&server) => {
             format!(" (the server at {server} speaks TLS: give its CA certificate with --tls-ca)")
+        }
+        // A data connection lost under a transfer ("Broken pipe", "closed … before the next
+        // frame"): the server stopped, or the network between went down.
+        Some(e) if e.is_connection_lost() && !matches!(e, ClientError::Connect { .. }) => {
+            format!(
+                " (the connection to the server at {server} was lost mid-transfer: is it running?)"
+            )
         }
         Some(e) if e.is_transport_failure() => {
             format!(

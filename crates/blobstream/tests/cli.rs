@@ -1234,6 +1234,7 @@ fn folders_up_and_down_with_check_and_rm_r() {
     assert_eq!(first.status.code(), Some(1), "a failure makes the exit non-zero");
     let err = String::from_utf8_lossy(&first.stderr);
     assert!(err.contains("FAILED") && err.contains("dangling.dcm"), "{err}");
+    assert!(err.contains("dangling.dcm: a link to nothing ("), "{err}");
     assert!(err.contains("skipped") && err.contains("loop"), "{err}");
     // Every file the plan met is counted once: 30 + 1 + 1.
     assert!(err.contains("32 files, "), "{err}");
@@ -1611,6 +1612,8 @@ fn serve_refuses_zero_limits_and_timeouts() {
         refused(flag, "0", "0 would refuse or end everything");
     }
     refused("--max-upload", "0k", "0 would refuse everything");
+    let o = Command::new(BIN).args(["put", "-r", ".", "x/", "--jobs", "0"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "--jobs 0 copies nothing");
 }
 
 /// `bs:PREFIX` means the prefix in every command, and a scrub of a prefix that holds nothing
