@@ -160,6 +160,13 @@ pub fn send(g: &Global, a: SendArgs) -> Result<()> {
     let report = s.stop()?;
     pb.finish_and_clear();
     println!("sent {} bytes to {} receivers", report.total, report.receivers.len());
+    if report.receivers.is_empty() {
+        // Not a failure (no receiver was left out), but rarely what was meant.
+        eprintln!(
+            "warning: no receiver had joined {}/{}: the run reached nobody",
+            f.stream, f.flow
+        );
+    }
     let mut failed = 0;
     for r in &report.receivers {
         if r.ok {

@@ -773,6 +773,13 @@ fn distributer_send_and_receive_as_processes() {
     let (d, addr, status_addr) = start_distributer(&cfg);
 
     let flow = ["--distributer", &addr, "--stream", "obs", "--flow", "raw"];
+    // A run before anyone joined reaches nobody: not a failure, but said.
+    let early = dir.path().join("early.bin");
+    std::fs::write(&early, b"x").unwrap();
+    let o = Command::new(BIN).args(["-q", "send"]).arg(&early).args(flow).output().unwrap();
+    assert!(ok(&o).contains("to 0 receivers"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warning: no receiver had joined obs/raw"), "{err}");
     let receivers: Vec<_> = ["archive", "pipeline"]
         .iter()
         .map(|n| {
