@@ -436,20 +436,24 @@ fn summary_line(r: &BatchReport, (problems, not_planned): (usize, usize), extra:
 }
 
 fn summary_json(r: &BatchReport, problems: &[Problem], extra: &Extra) -> serde_json::Value {
+    // `name` as the text says it (a local path for what the plan met, else the job's name);
+    // `blob` the blob's name wherever one is known, so a script can match either way.
     let mut failed: Vec<_> = problems
         .iter()
         .filter(|p| p.failed)
-        .map(|p| serde_json::json!({ "name": p.what, "error": p.reason }))
+        .map(|p| serde_json::json!({ "name": p.what, "blob": p.name, "error": p.reason }))
         .collect();
-    failed
-        .extend(r.failed().map(|(n, e)| serde_json::json!({ "name": n, "error": e.to_string() })));
+    failed.extend(
+        r.failed()
+            .map(|(n, e)| serde_json::json!({ "name": n, "blob": n, "error": e.to_string() })),
+    );
     failed.extend(
         extra.not_deleted.iter().map(|(n, e)| serde_json::json!({ "name": n, "error": e })),
     );
     let skipped: Vec<_> = problems
         .iter()
         .filter(|p| !p.failed)
-        .map(|p| serde_json::json!({ "name": p.what, "reason": p.reason }))
+        .map(|p| serde_json::json!({ "name": p.what, "blob": p.name, "reason": p.reason }))
         .collect();
     let secs = r.elapsed.as_secs_f64();
     serde_json::json!({

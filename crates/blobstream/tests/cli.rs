@@ -1400,6 +1400,13 @@ fn sync_moves_only_what_differs_and_deletes_only_when_safe() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(j["failed"].to_string().contains("nothing removed"), "{j}");
     assert_eq!(j["deleted"], serde_json::json!([]));
+    // The dangling link's entry names its path and the blob it would have been.
+    let dangling = j["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"].as_str().is_some_and(|n| n.ends_with("dangling.dcm")));
+    assert_eq!(dangling.map(|f| f["blob"].clone()), Some("p/dangling.dcm".into()), "{j}");
     assert!(ok(&s.run(&["ls", "p/"])).contains("new.dcm"));
 
     // --include alone; flags that need many blobs; what sync cannot do.
