@@ -164,4 +164,14 @@ test('filter: save a CT result as values or as shown', { timeout: 120_000 }, asy
   await page.waitForFunction(() => !document.querySelector('#error').hidden);
   assert.match(await page.textContent('#error'), /As shown" saves a PNG or JPEG/);
   assert.equal((await fetch(new URL('blobs/samples/ct-blur-shown.tif', server.url))).status, 404);
+  // A name whose extension says no format it is saved in is refused, nothing stored.
+  await page.selectOption('#save-what', 'values');
+  await page.fill('#save-name', 'samples/ct-blur.bmp');
+  await page.click('#save-result');
+  await page.waitForFunction(() => !document.querySelector('#error').hidden);
+  assert.match(await page.textContent('#error'), /name the result \.png, \.jpg/);
+  assert.equal((await fetch(new URL('blobs/samples/ct-blur.bmp', server.url))).status, 404);
+  // GIF is saved as GIF.
+  const gif = await save('samples/ct-blur.gif', 'values');
+  assert.equal(gif.subarray(0, 4).toString(), 'GIF8');
 });

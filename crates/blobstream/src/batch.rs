@@ -393,7 +393,8 @@ fn corrupt_at_source(n: usize) -> String {
     let (them, are) = if n == 1 { ("it", "is") } else { ("them", "are") };
     format!(
         "; {n} {are} corrupt where {} held (running again will not mend {them}: put {them} \
-         again from a good copy; `blobstream scrub` lists every corrupt blob of a server)",
+         again from a good copy with --overwrite; `blobstream scrub` lists every corrupt blob \
+         of a server)",
         if n == 1 { "it is" } else { "they are" }
     )
 }

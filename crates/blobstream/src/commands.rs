@@ -375,13 +375,14 @@ fn stream_to_special(g: &Global, t: &TransferFlags, src: &BlobKey, path: &Path) 
 }
 
 pub fn cp(g: &Global, a: CpArgs) -> Result<()> {
-    // `-` is standard output, as for `get` (a file named `-` is ./-); not standard input.
+    // `-` is standard output, as for `get`; not standard input (a file named `-` is ./-).
     let is_stdio = |o: &str| o == "-" && !Path::new("-").exists();
     if is_stdio(&a.src) {
         usage!("cp reads a file or a blob, not standard input: give the file's path");
     }
     let src = operand(g, &a.src)?;
-    if is_stdio(&a.dst) {
+    // (As for `get`: `-` as the destination is standard output, whatever files are here.)
+    if a.dst == "-" {
         if src.location() == &Location::File {
             usage!("cp to - writes a blob to standard output: give bs:NAME as the source");
         }
@@ -447,8 +448,8 @@ pub fn ls(g: &Global, a: LsArgs) -> Result<()> {
     let marked = blobs.iter().filter(|b| !b.corrupt.is_empty()).count();
     if marked > 0 {
         eprintln!(
-            "{marked} blob(s) marked corrupt: reads are refused; put each again from a good \
-             copy, or rm it (blobstream stat KEY says why)"
+            "{marked} blob(s) marked corrupt: reads are refused; put a good copy over each with \
+             --overwrite, or rm it (blobstream stat KEY says why)"
         );
     }
     Ok(())
@@ -463,20 +464,24 @@ pub fn stat(g: &Global, key: &str, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    // Every stored text escaped: a blob stored before the checks (or by another server) may
+    // hold control characters.
     if let Some(why) = corrupt {
+        let why = shown(why);
         println!(
-            "CORRUPT:      {why} (readers are refused: put a good copy over it with --overwrite, or rm it)"
+            "CORRUPT:      {why} (readers are refused: put a good copy over it with --overwrite, \
+             or rm it)"
         );
     }
-    println!("name:         {}", b.name);
+    println!("name:         {}", shown(&b.name));
     println!("size:         {}", b.size);
-    println!("content type: {}", b.content_type);
-    println!("digest:       {}", b.digest);
+    println!("content type: {}", shown(&b.content_type));
+    println!("digest:       {}", shown(&b.digest));
     println!("created:      {}", utc(b.created_unix_ms));
     let mut meta: Vec<_> = b.metadata.iter().collect();
     meta.sort();
     for (k, v) in meta {
-        println!("meta {k}: {v}");
+        println!("meta {}: {}", shown(k), shown(v));
     }
     Ok(())
 }

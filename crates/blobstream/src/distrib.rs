@@ -250,7 +250,8 @@ impl FlowHandler for ToFiles {
         let dir = &self.dir;
         let name = match named(p) {
             Ok(Some(name)) => name,
-            Ok(None) => unnamed(self.run, |n| dir.join(n).exists()),
+            // A number another receiver in this folder is writing is taken too.
+            Ok(None) => unnamed(self.run, |n| dir.join(n).exists() || part_path(dir, n).exists()),
             Err(why) => {
                 self.error = Some(why);
                 return;
@@ -273,8 +274,24 @@ impl FlowHandler for ToFiles {
             ));
             return;
         }
-        match File::create(&part) {
-            Ok(f) => self.current = Some((f, part, done)),
+        // Locked while written: a part file another receiver holds (a run of the same name
+        // into the same folder) is not written over; one nobody holds (a receiver killed
+        // mid-run left it) is taken over.
+        let opened =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&part);
+        match opened.map(|f| (f.try_lock(), f)) {
+            Ok((Err(std::fs::TryLockError::WouldBlock), _)) => {
+                self.error = Some(format!(
+                    "{} is being written by another receiver (a run of the same name into the \
+                     same folder)",
+                    part.display()
+                ));
+            }
+            // Locked, or on a file system without locks: this run's from the first byte.
+            Ok((_, f)) => match f.set_len(0) {
+                Ok(()) => self.current = Some((f, part, done)),
+                Err(e) => self.error = Some(format!("cannot write {}: {e}", part.display())),
+            },
             Err(e) => self.error = Some(format!("cannot create {}: {e}", part.display())),
         }
     }

@@ -59,18 +59,15 @@ pub fn filter(a: FilterArgs) -> Result<()> {
     }
     let limits = Limits { max_pixels: a.max_pixels, ..Limits::default() };
     let input = bs_imageio::read(&a.input, &limits)?;
-    // DICOM pixels are decoded as modality value + offset (so signed data fits u16): give the
-    // window its center and width in modality units (HU for CT), as radiologists state them.
-    // (MONOCHROME1 data is stored inverted, and 32-bit or float data scaled: there the
-    // values stay decoded-pixel units.)
+    // The window's center and width in modality units (HU for CT), as radiologists state
+    // them (see `bs_imageio::modality_intercept`).
     let mut params = params;
-    if let (Some(offset), Some(_)) =
-        (input.meta.pixel_offset, f.info().params.iter().find(|p| p.name == "intercept"))
-        && params.get("intercept").is_none()
-        && input.meta.pixel_inverted != Some(true)
-        && input.meta.pixel_scale.is_none()
+    if let (Some(intercept), Some(_)) = (
+        bs_imageio::modality_intercept(&input.meta),
+        f.info().params.iter().find(|p| p.name == "intercept"),
+    ) && params.get("intercept").is_none()
     {
-        params = params.with("intercept", -offset);
+        params = params.with("intercept", intercept);
     }
     let t = Instant::now();
     let out = f.apply(&input.image, &params, &Run::with_threads(a.threads))?;

@@ -119,9 +119,15 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         let web = if a.no_http {
             None
         } else {
-            let web = WebServer::start(store.clone(), index, registry.clone(), web_cfg)
-                .await
-                .context("starting the HTTP server")?;
+            Some(
+                WebServer::start(store.clone(), index, registry.clone(), web_cfg)
+                    .await
+                    .context("starting the HTTP server")?,
+            )
+        };
+        // Listening: the data directory is the server's from here on, whatever happens.
+        created.keep();
+        let web = if let Some(web) = web {
             let state = web.state().clone();
             state.metrics.add_source(std::sync::Arc::new(server.bindings_metrics()));
             let seed = !a.no_samples;
@@ -141,6 +147,8 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
                 tracing::info!("empty store: added {seeded} sample images under samples/");
             }
             Some(web)
+        } else {
+            None
         };
         let _watch = a.filters.is_some().then(|| registry.watch(Duration::from_secs(2)));
         // Best effort: a closed stdout must not take the server down.
@@ -178,10 +186,6 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
     });
     // Whatever still runs on the blocking pool was given its grace period already.
     rt.shutdown_timeout(Duration::from_secs(1));
-    // Every error above is one of starting: a data directory this start made goes with it.
-    if res.is_ok() {
-        created.keep();
-    }
     res
 }
 

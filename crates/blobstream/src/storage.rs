@@ -155,7 +155,9 @@ pub struct Storage {
     pub index: ImageIndex,
     /// For logs: where blobs and the catalogue are (no credentials).
     pub describe: String,
-    /// The data directory if this start created it: removed again unless kept (a server
+    /// The data directory if this start created it and holds its lock: removed again unless
+    /// kept (a server that fails to start leaves no empty data directory behind; one whose
+    /// directory another server took first, or any but the file store's, never removes it).
     /// that fails to start leaves no empty data directory behind).
     pub created: CreatedDir,
 }
@@ -186,7 +188,9 @@ impl CreatedDir {
 
 impl Drop for CreatedDir {
     fn drop(&mut self) {
+        // (Never while a panic unwinds: whatever went wrong, the store may hold data.)
         if let Some(dir) = self.0.take()
+            && !std::thread::panicking()
             && dir.exists()
             && let Err(e) = std::fs::remove_dir_all(&dir)
         {
@@ -225,7 +229,10 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
     if a.memory && (bucket.is_some() || catalogue_url.is_some()) {
         bail!("--memory keeps everything in this process: it takes no bucket or catalogue URL");
     }
-    let created = CreatedDir::before_creating(&data);
+    // What this start would create; kept armed only for the file store once it holds the
+    // directory's lock (below): a directory another server locked first is never removed.
+    let mut created = CreatedDir::before_creating(&data);
+    let mut not_ours = || std::mem::take(&mut created).keep();
 
     let catalogue = || -> Result<(Catalogue, ImageIndex)> {
         match &catalogue_url {
@@ -252,9 +259,12 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
     };
 
     let (store, index, describe): (Arc<dyn Store>, ImageIndex, String) = if a.memory {
+        not_ours();
         let store = MemStore::with_capacity(a.memory_limit.unwrap_or_else(half_the_memory));
         (Arc::new(store), ImageIndex::open_in_memory()?, "memory".into())
     } else if let Some(bucket) = bucket {
+        // (A catalogue's folder holds no lock: another front end may be using it.)
+        not_ours();
         let cfg = S3Config {
             endpoint: a.s3_endpoint.clone().or(s3f.endpoint),
             region: a.s3_region.clone().or(s3f.region).unwrap_or_default(),
@@ -284,8 +294,13 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
                  (--s3-bucket or [s3]); the data directory's files are this host's alone"
             );
         }
-        let store = FsStore::open(&data)
-            .with_context(|| format!("opening the store in {}", data.display()))?;
+        let store = match FsStore::open(&data) {
+            Ok(s) => s,
+            Err(e) => {
+                not_ours();
+                return Err(e).with_context(|| format!("opening the store in {}", data.display()));
+            }
+        };
         // The image index lives in the catalogue's database file.
         let index =
             ImageIndex::open(&store.root().join("meta.db")).context("opening the image index")?;

@@ -1543,6 +1543,22 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
     ok(&again.run(&["ls"]));
 }
 
+/// `cmd`'s output, or a failure if it has not exited within 60 s (a server that started
+/// where it should have refused to: the test fails rather than waits for ever).
+fn exits_within_a_minute(cmd: &mut Command) -> Output {
+    let mut child =
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running after 60 s: {:?}", child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// A start that fails (its port taken) leaves no data directory it made behind, nor the
 /// parents it made for it.
 #[test]
@@ -1551,11 +1567,11 @@ fn a_failed_start_leaves_no_data_directory_behind() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let data = t.path().join("new/data");
-    let o = Command::new(BIN)
-        .args(["serve", "--data", data.to_str().unwrap(), "--addr", &addr])
-        .args(["--data-addr", "127.0.0.1:0", "--no-http", "--no-samples"])
-        .output()
-        .unwrap();
+    let o = exits_within_a_minute(
+        Command::new(BIN)
+            .args(["serve", "--data", data.to_str().unwrap(), "--addr", &addr])
+            .args(["--data-addr", "127.0.0.1:0", "--no-http", "--no-samples"]),
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("cannot listen for the control plane"), "{err}");
@@ -1617,7 +1633,7 @@ fn a_batch_to_a_server_that_is_gone_says_so_once() {
 #[test]
 fn serve_refuses_zero_limits_and_timeouts() {
     let refused = |flag: &str, value: &str, why: &str| {
-        let o = Command::new(BIN).args(["serve", "--memory", flag, value]).output().unwrap();
+        let o = exits_within_a_minute(Command::new(BIN).args(["serve", "--memory", flag, value]));
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
         assert!(err.contains(flag) && err.contains(why), "{flag} {value}: {err}");

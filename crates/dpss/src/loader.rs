@@ -283,7 +283,8 @@ pub struct Removed {
     pub held: Vec<String>,
     /// Servers that could not be told, with why: their blocks stay until `remove` runs again.
     pub failed: Vec<(String, String)>,
-    /// Servers the master knows that are down: any blocks they hold stay until `remove` runs
+    /// Servers the master knows that are down and may hold blocks of it (those of its layout,
+    /// when it was published; else every one down): their blocks stay until `remove` runs
     /// again once they are up.
     pub down: Vec<String>,
 }
@@ -292,12 +293,19 @@ pub struct Removed {
 /// every live server. Safe to run again (for servers that were down).
 pub fn remove(master: &str, dataset: &str, opts: &ClientOptions) -> Result<Removed, DpssError> {
     crate::block::check_name(dataset)?;
+    // Which servers hold its blocks, while the name server still knows (a published set).
+    let holders: Option<Vec<String>> = crate::client::lookup(master, dataset, opts)
+        .ok()
+        .map(|l| l.servers.into_iter().map(|s| s.name).collect());
     let was_published = block_on(async {
         let mut c = crate::master::connect(master, opts).await?;
         let r = c.unpublish(pb::DpssLookupRequest { dataset: dataset.into() }).await?;
         Ok::<_, DpssError>(r.into_inner().existed)
     })?;
-    let (live, down) = servers(master, opts)?;
+    let (live, mut down) = servers(master, opts)?;
+    if let Some(holders) = &holders {
+        down.retain(|d| holders.contains(d));
+    }
     let mut out =
         Removed { was_published, servers: Vec::new(), held: Vec::new(), failed: Vec::new(), down };
     for s in live {

@@ -49,6 +49,16 @@ pub fn to_eight_bits(image: DynImage, format: crate::Format, meta: &ImageMeta) -
     apply_window(&Decoded { image, frames: Vec::new(), format, meta: meta.clone() })
 }
 
+/// The intercept a window or level filter takes so that its center and width are given in
+/// modality units (HU for CT) on pixels decoded from a file of `meta`: DICOM pixels are
+/// decoded as modality value + offset (so signed data fits u16). `None` where the values stay
+/// decoded-pixel units (MONOCHROME1 data is stored inverted, 32-bit or float data scaled) or
+/// there is no offset.
+pub fn modality_intercept(meta: &ImageMeta) -> Option<f64> {
+    let plain = meta.pixel_inverted != Some(true) && meta.pixel_scale.is_none();
+    meta.pixel_offset.filter(|_| plain).map(|offset| -offset)
+}
+
 /// Apply a window of `center` and `width` (modality units) and return 8-bit pixels; colour
 /// images are reduced to 8 bits without windowing.
 pub fn apply_window_with(decoded: &Decoded, center: f64, width: f64) -> DynImage {

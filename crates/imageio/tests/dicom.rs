@@ -67,6 +67,26 @@ fn monochrome2_8bit_explicit_le_pixels_and_metadata() {
 }
 
 #[test]
+fn a_window_width_below_1_is_no_window() {
+    // DICOM asks a width of 1 or more; 0 (or less) would show one flat shade.
+    let stored: Vec<u16> = vec![0, 1000, 2000, 3000, 4000, 4095];
+    for width in ["0", "-5"] {
+        let bytes = image_file(
+            EXPLICIT_LE,
+            &PixelSpec::gray(2, 3, 16, 12, false),
+            vec![ds(tags::WINDOW_CENTER, "40"), ds(tags::WINDOW_WIDTH, width)],
+            pixel_data_16(stored.clone()),
+        );
+        let d = decode_ok(&bytes);
+        assert_eq!((d.meta.window_center, d.meta.window_width), (None, None), "{width}");
+        // Shown over its own range instead: black to white.
+        let shown = apply_window(&d);
+        let bs_imaging::DynImage::U8(img) = &shown else { panic!("8-bit") };
+        assert_eq!((img.data[0], img.data[5]), (0, 255), "{width}");
+    }
+}
+
+#[test]
 fn unsigned_16bit_with_rescale_and_window() {
     // CT-style: unsigned 12-bit stored, HU = stored - 1024, window 40/400.
     let stored: Vec<u16> = vec![0, 864, 964, 1064, 1264, 4095];

@@ -113,15 +113,10 @@ impl Catalogue {
         on_backend!(self, c => c.corrupt())
     }
 
-    /// (name, reason) of the blobs marked corrupt among those `list(prefix, after, _)` gives
-    /// up to `last`: the marks of one page of a listing, in one look-up.
-    pub fn corrupt_between(
-        &self,
-        prefix: &str,
-        after: &str,
-        last: &str,
-    ) -> Result<Vec<(String, String)>> {
-        on_backend!(self, c => c.corrupt_between(prefix, after, last))
+    /// (name, reason) of the blobs among `names` marked corrupt: the marks of one page of a
+    /// listing, in one look-up.
+    pub fn corrupt_among(&self, names: &[String]) -> Result<Vec<(String, String)>> {
+        on_backend!(self, c => c.corrupt_among(names))
     }
 
     /// Up to `limit` blobs whose names start with `prefix` and sort after `after` (byte

@@ -126,19 +126,12 @@ impl PgCatalogue {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
-    pub fn corrupt_between(
-        &self,
-        prefix: &str,
-        after: &str,
-        last: &str,
-    ) -> Result<Vec<(String, String)>> {
+    pub fn corrupt_among(&self, names: &[String]) -> Result<Vec<(String, String)>> {
         let rows = self.pool.retrying(|c| {
             c.query(
                 "SELECT name, corrupt FROM blobs
-                 WHERE name >= $1 AND left(name, length($1)) = $1 AND name > $2 AND name <= $3
-                   AND corrupt IS NOT NULL
-                 ORDER BY name",
-                &[&prefix, &after, &last],
+                 WHERE name = ANY($1) AND corrupt IS NOT NULL ORDER BY name",
+                &[&names],
             )
         })?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())

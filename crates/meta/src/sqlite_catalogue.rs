@@ -215,23 +215,25 @@ impl SqliteCatalogue {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
-    /// (name, reason) of the blobs marked corrupt among `list(prefix, after, _)`'s up to
-    /// `last` (the name index's range: the rows the page read).
-    pub fn corrupt_between(
-        &self,
-        prefix: &str,
-        after: &str,
-        last: &str,
-    ) -> Result<Vec<(String, String)>> {
+    /// (name, reason) of the blobs among `names` marked corrupt (each looked up by the name
+    /// index, in statements of up to 500 names).
+    pub fn corrupt_among(&self, names: &[String]) -> Result<Vec<(String, String)>> {
         let c = self.read();
-        let mut st = c.prepare_cached(
-            "SELECT name, corrupt FROM blobs
-             WHERE name >= ?1 AND substr(name, 1, length(?1)) = ?1 AND name > ?2 AND name <= ?3
-               AND corrupt IS NOT NULL
-             ORDER BY name",
-        )?;
-        let rows = st.query_map(params![prefix, after, last], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
+        let mut out = Vec::new();
+        for part in names.chunks(500) {
+            let marks = vec!["?"; part.len()].join(", ");
+            let sql = format!(
+                "SELECT name, corrupt FROM blobs WHERE name IN ({marks}) AND corrupt IS NOT NULL"
+            );
+            let mut st = c.prepare(&sql)?;
+            let rows =
+                st.query_map(rusqlite::params_from_iter(part), |r| Ok((r.get(0)?, r.get(1)?)))?;
+            for row in rows {
+                out.push(row?);
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     /// Up to `limit` blobs whose names start with `prefix` and sort after `after`.

@@ -130,14 +130,15 @@ fn chunks_and_corruption_marks(p: &dyn Place) {
     let s = c.stored("m").unwrap().unwrap();
     assert_eq!(s.chunks.as_deref(), Some(&b"efgh"[..]));
     assert_eq!(c.corrupt().unwrap(), [("m".to_string(), "chunk 0 differs".to_string())]);
-    // A listing page's marks: within its prefix, after its cursor, up to its last name.
+    // A listing page's marks: of the names asked about only.
     c.commit_blob(&rec("n"), "f2", b"ok", None, |_| true).unwrap();
     let m = [("m".to_string(), "chunk 0 differs".to_string())];
-    assert_eq!(c.corrupt_between("", "", "n").unwrap(), m);
-    assert_eq!(c.corrupt_between("m", "", "z").unwrap(), m);
-    assert!(c.corrupt_between("n", "", "z").unwrap().is_empty());
-    assert!(c.corrupt_between("", "m", "z").unwrap().is_empty());
-    assert!(c.corrupt_between("", "", "l").unwrap().is_empty());
+    let among = |n: &[&str]| c.corrupt_among(&n.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+    assert_eq!(among(&["m", "n", "gone"]).unwrap(), m);
+    assert!(among(&["n"]).unwrap().is_empty());
+    assert!(among(&[]).unwrap().is_empty());
+    let many: Vec<String> = (0..1200).map(|i| format!("x{i}")).chain(["m".into()]).collect();
+    assert_eq!(c.corrupt_among(&many).unwrap(), m, "more names than one statement takes");
     c.commit_blob(&rec("m"), "f1", b"new", None, |_| true).unwrap();
     let s = c.stored("m").unwrap().unwrap();
     assert_eq!((s.corrupt, s.chunks.as_deref()), (None, Some(&b"new"[..])));

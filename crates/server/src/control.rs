@@ -194,6 +194,7 @@ impl pb::blob_store_server::BlobStore for ControlService {
         req: Request<pb::RouteRequest>,
     ) -> Result<Response<pb::RouteResponse>, Status> {
         let spec = route_spec(req.into_inner());
+        bs_store::validate_route(&spec).map_err(|e| store_status(&e))?;
         let r = self.blocking(move |s| s.route(&spec)).await?;
         Ok(Response::new(routed(r)))
     }
@@ -223,12 +224,8 @@ impl pb::blob_store_server::BlobStore for ControlService {
         let (mut page, marks) = self
             .blocking(move |s| {
                 let page = s.list(&prefix, &after, limit + 1)?;
-                let last = page[..page.len().min(limit)].last().map(|b| b.name.clone());
-                let marks = match last {
-                    Some(last) => s.corrupt_marks(&prefix, &after, &last)?,
-                    None => Vec::new(),
-                };
-                Ok((page, marks))
+                let names: Vec<String> = page.iter().take(limit).map(|b| b.name.clone()).collect();
+                Ok((page, s.corrupt_marks(&names)?))
             })
             .await?;
         let more = page.len() > limit;

@@ -192,7 +192,9 @@ impl Negotiator {
                 let route = match r.route.clone() {
                     Some(mut rt) => {
                         rt.name = r.name.clone();
-                        Some(self.store.route(&route_spec(rt)).map_err(store)?)
+                        let spec = route_spec(rt);
+                        bs_store::validate_route(&spec).map_err(store)?;
+                        Some(self.store.route(&spec).map_err(store)?)
                     }
                     None => {
                         bs_store::validate_name(&r.name).map_err(store)?;

@@ -46,7 +46,8 @@ pub(crate) fn damage_inline(
 }
 
 /// [`StoreError::AlreadyExists`] if a blob named `name` is there and an upload with these
-/// flags may not replace it.
+/// flags may not replace it; [`StoreError::ConditionFailed`] if the upload must replace a
+/// version (`REQUIRE_DIGEST`) that is not there.
 pub(crate) fn refuse_existing(
     cat: &Catalogue,
     name: &str,

@@ -16,14 +16,19 @@ use crate::error::StoreError;
 const WAIT: Duration = Duration::from_secs(3);
 
 /// A data directory's file or folder that the server cannot write, named.
-pub(crate) fn unwritable(path: &Path, e: std::io::Error) -> StoreError {
-    // (create_dir_all over a file says only "File exists".)
-    if path.exists() && !path.is_dir() {
+/// [`unwritable`] for the data directory itself: one given as a file is said to be that
+/// (creating it over a file says only "File exists").
+pub(crate) fn not_a_folder(root: &Path, e: std::io::Error) -> StoreError {
+    if root.exists() && !root.is_dir() {
         return StoreError::Config(format!(
             "the data directory {} is a file, not a folder: give a folder's path to --data",
-            path.display()
+            root.display()
         ));
     }
+    unwritable(root, e)
+}
+
+pub(crate) fn unwritable(path: &Path, e: std::io::Error) -> StoreError {
     StoreError::Config(format!("cannot write in the data directory: {}: {e}", path.display()))
 }
 
@@ -112,7 +117,7 @@ mod tests {
         let file = t.path().join("afile");
         std::fs::write(&file, b"x").unwrap();
         let e = std::fs::create_dir_all(&file).unwrap_err();
-        let said = unwritable(&file, e).to_string();
+        let said = not_a_folder(&file, e).to_string();
         assert!(said.contains("is a file, not a folder"), "{said}");
     }
 }

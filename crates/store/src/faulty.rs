@@ -40,8 +40,8 @@ impl<S: Store> Store for FaultyStore<S> {
     fn corrupt_mark(&self, name: &str) -> Result<Option<String>> {
         self.inner.corrupt_mark(name)
     }
-    fn corrupt_marks(&self, p: &str, after: &str, last: &str) -> Result<Vec<(String, String)>> {
-        self.inner.corrupt_marks(p, after, last)
+    fn corrupt_marks(&self, names: &[String]) -> Result<Vec<(String, String)>> {
+        self.inner.corrupt_marks(names)
     }
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
         self.inner.list(prefix, after, limit)

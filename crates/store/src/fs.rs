@@ -113,7 +113,7 @@ impl FsStore {
     /// Open (creating if needed) a store in `root`, removing files a crash left behind.
     pub fn open(root: impl AsRef<Path>) -> Result<Self> {
         let root = root.as_ref().to_path_buf();
-        fs::create_dir_all(&root).map_err(|e| crate::dirlock::unwritable(&root, e))?;
+        fs::create_dir_all(&root).map_err(|e| crate::dirlock::not_a_folder(&root, e))?;
         let lock = crate::dirlock::DirLock::take(&root)?;
         for dir in ["blobs", "staging"] {
             let dir = root.join(dir);
@@ -200,7 +200,7 @@ impl Inner {
         self.root.join("blobs").join(&id[..2]).join(id)
     }
 
-    /// Write `data` at `offset` of the staging `file` of `name` (upload `id`), refused with
+    /// Write `at`'s bytes at its offset of the staging `file` of `name` (upload `id`), refused with
     /// [`StoreError::StorageFull`] when the `needs` bytes of new space it takes are not free
     /// (less the catalogue's reserve); writeback starts at once.
     fn write_staged(
@@ -296,13 +296,29 @@ impl Inner {
 
     /// Drop the pending upload of `name` from the catalogue; returns its id. Its staged bytes
     /// are emptied first: on a full disk that is what lets SQLite commit the delete.
+    /// `op`, a catalogue write that frees space (a delete); on a disk full to the last byte,
+    /// once more after giving up the room kept for it (or after another delete gave it up:
+    /// then the room is there already).
+    fn with_room<T>(
+        &self,
+        op: impl Fn() -> std::result::Result<T, bs_meta::MetaError>,
+    ) -> std::result::Result<T, bs_meta::MetaError> {
+        match op() {
+            Err(e) if e.is_disk_full() => {
+                self.ballast.release();
+                op()
+            }
+            r => r,
+        }
+    }
+
     fn discard_upload(&self, name: &str) -> Result<Option<String>> {
         if let Some(u) = self.cat.upload(name)?
             && let Ok(f) = OpenOptions::new().write(true).open(self.staging_path(&u.upload_id))
         {
             let _ = f.set_len(0);
         }
-        let id = self.cat.delete_upload(name)?;
+        let id = self.with_room(|| self.cat.delete_upload(name))?;
         if let Some(id) = &id {
             self.written.forget(id);
         }
@@ -367,13 +383,8 @@ impl Store for FsStore {
         catalogued::corrupt_mark(&self.inner.cat, name)
     }
 
-    fn corrupt_marks(
-        &self,
-        prefix: &str,
-        after: &str,
-        last: &str,
-    ) -> Result<Vec<(String, String)>> {
-        Ok(self.inner.cat.corrupt_between(prefix, after, last)?)
+    fn corrupt_marks(&self, names: &[String]) -> Result<Vec<(String, String)>> {
+        Ok(self.inner.cat.corrupt_among(names)?)
     }
 
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
@@ -394,12 +405,9 @@ impl Store for FsStore {
         // The catalogue first: once the row is gone the blob is gone, whatever happens to
         // the file. A file that cannot be removed now (or a crash right here) is only an
         // unreferenced file, which the next start removes.
-        let deleted = match i.cat.delete_blob(name) {
-            // A disk full to the last byte (not by blobs, which leave the catalogue room):
-            // the room kept for this, then the delete again.
-            Err(e) if e.is_disk_full() && i.ballast.release() => i.cat.delete_blob(name),
-            r => r,
-        }?;
+        // A disk full to the last byte (not by blobs, which leave the catalogue room): the
+        // room kept for this, then the delete again.
+        let deleted = i.with_room(|| i.cat.delete_blob(name))?;
         match deleted {
             Some(loc) => {
                 match fs::remove_file(i.blob_path(&loc)) {
@@ -420,7 +428,7 @@ impl Store for FsStore {
     }
 
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
-        crate::name::validate_route(spec)?;
+        validate_name(&spec.name)?;
         let i = &self.inner;
         catalogued::refuse_existing(&i.cat, &spec.name, spec.overwrite, &spec.refuse_digests)?;
         if let (Some(size), Some(free)) = (spec.size, i.free_bytes())

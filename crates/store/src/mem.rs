@@ -192,17 +192,14 @@ impl Store for MemStore {
         blobs.get(name).map(|b| b.corrupt.clone()).ok_or_else(|| StoreError::NotFound(name.into()))
     }
 
-    fn corrupt_marks(&self, p: &str, after: &str, last: &str) -> Result<Vec<(String, String)>> {
-        use std::ops::Bound::{Excluded, Included};
+    fn corrupt_marks(&self, names: &[String]) -> Result<Vec<(String, String)>> {
         let blobs = self.inner.blobs.read().unwrap();
-        if after >= last {
-            return Ok(Vec::new());
-        }
-        Ok(blobs
-            .range::<str, _>((Excluded(after), Included(last)))
-            .filter(|(k, _)| k.starts_with(p))
-            .filter_map(|(k, b)| Some((k.clone(), b.corrupt.clone()?)))
-            .collect())
+        let mut out: Vec<_> = names
+            .iter()
+            .filter_map(|n| Some((n.clone(), blobs.get(n)?.corrupt.clone()?)))
+            .collect();
+        out.sort();
+        Ok(out)
     }
 
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
@@ -235,7 +232,7 @@ impl Store for MemStore {
     }
 
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
-        crate::name::validate_route(spec)?;
+        validate_name(&spec.name)?;
         let i = &self.inner;
         let there = i.blobs.read().unwrap().get(&spec.name).map(|b| b.record.digest.clone());
         if !may_replace(spec.overwrite, &spec.refuse_digests, there.as_deref()) {

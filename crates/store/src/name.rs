@@ -47,11 +47,13 @@ pub const MAX_METADATA_BYTES: usize = 8 * 1024;
 /// Most bytes of a content type.
 pub const MAX_CONTENT_TYPE_LEN: usize = 255;
 
-/// Check what an upload asks for: its name ([`validate_name`]), and the user metadata and
-/// content type it would carry — shown by `stat`, sent as HTTP headers, so no control
-/// character (an escape sequence would rewrite a terminal), keys not empty, a content type
-/// of printable ASCII as a header value must be, and 8 KiB of metadata at most (as the HTTP
-/// API takes).
+/// Check what a client's upload asks for, at the edges (the gRPC route, the HTTP uploads; not
+/// in the stores, which also take back records stored before, as a tier caching one does):
+/// its name ([`validate_name`]), and the user metadata and content type it would carry —
+/// shown by `stat`, sent as HTTP headers, so no control character but a tab in a value (an
+/// escape sequence would rewrite a terminal), keys not empty, a content type of printable
+/// ASCII (or tabs) as a header value may be, and 8 KiB of metadata at most (as the HTTP API
+/// takes).
 pub fn validate_route(spec: &crate::RouteSpec) -> Result<(), StoreError> {
     validate_name(&spec.name)?;
     let bad = |why: String| Err(StoreError::InvalidMetadata(why));
@@ -59,7 +61,7 @@ pub fn validate_route(spec: &crate::RouteSpec) -> Result<(), StoreError> {
     if ct.len() > MAX_CONTENT_TYPE_LEN {
         return bad(format!("the content type is over {MAX_CONTENT_TYPE_LEN} bytes"));
     }
-    if !ct.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+    if !ct.bytes().all(|b| (0x20..0x7f).contains(&b) || b == b'\t') {
         return bad(format!(
             "the content type {:?} is not printable ASCII (a media type: text/plain, image/png)",
             shown_name(ct)
@@ -70,7 +72,7 @@ pub fn validate_route(spec: &crate::RouteSpec) -> Result<(), StoreError> {
         if k.is_empty() {
             return bad("a metadata key is empty".into());
         }
-        if k.chars().chain(v.chars()).any(char::is_control) {
+        if k.chars().any(char::is_control) || v.chars().any(|c| c.is_control() && c != '\t') {
             return bad(format!(
                 "metadata {:?} holds a control character (a line break, an escape)",
                 shown_name(k)
@@ -129,7 +131,7 @@ mod tests {
             metadata: meta.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             ..Default::default()
         };
-        let ok = spec("image/png; q=1", &[("modality", "CT"), ("note", "é 1/2")]);
+        let ok = spec("image/png; q=1", &[("modality", "CT"), ("note", "é 1/2\tand a tab")]);
         assert!(validate_route(&ok).is_ok());
         assert!(validate_route(&spec("", &[])).is_ok(), "no content type: guessed later");
         for (bad, why) in [
@@ -138,6 +140,7 @@ mod tests {
             (spec(&"t".repeat(300), &[]), "over 255 bytes"),
             (spec("", &[("", "v")]), "key is empty"),
             (spec("", &[("k", "line\nbreak")]), "control character"),
+            (spec("", &[("k", "esc\x1b[31m")]), "control character"),
             (spec("", &[("a\tb", "c")]), "control character"),
             (spec("", &[("k", &"v".repeat(9000))]), "over 8192"),
         ] {

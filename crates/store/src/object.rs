@@ -711,13 +711,8 @@ impl Store for ObjStore {
         catalogued::corrupt_mark(&self.inner.cat, name)
     }
 
-    fn corrupt_marks(
-        &self,
-        prefix: &str,
-        after: &str,
-        last: &str,
-    ) -> Result<Vec<(String, String)>> {
-        Ok(self.inner.cat.corrupt_between(prefix, after, last)?)
+    fn corrupt_marks(&self, names: &[String]) -> Result<Vec<(String, String)>> {
+        Ok(self.inner.cat.corrupt_among(names)?)
     }
 
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {
@@ -749,7 +744,7 @@ impl Store for ObjStore {
     }
 
     fn route(&self, spec: &RouteSpec) -> Result<Routed> {
-        crate::name::validate_route(spec)?;
+        validate_name(&spec.name)?;
         let i = &self.inner;
         catalogued::refuse_existing(&i.cat, &spec.name, spec.overwrite, &spec.refuse_digests)?;
         let _claim = i.busy.take(&spec.name)?;

@@ -366,10 +366,9 @@ pub trait Store: Send + Sync + 'static {
     /// Why `name` is marked corrupt (a reader or the scrubber found a chunk that does not
     /// match: readers are refused until it is restored), or `None`; `NotFound` as `stat`.
     fn corrupt_mark(&self, name: &str) -> Result<Option<String>>;
-    /// (name, why) of the blobs marked corrupt among those `list(prefix, after, _)` gives up
-    /// to and including `last`: the marks of a page of a listing, in one look-up.
-    fn corrupt_marks(&self, prefix: &str, after: &str, last: &str)
-    -> Result<Vec<(String, String)>>;
+    /// (name, why) of the blobs among `names` marked corrupt: the marks of a page of a
+    /// listing, in one look-up.
+    fn corrupt_marks(&self, names: &[String]) -> Result<Vec<(String, String)>>;
     /// Up to `limit` blobs starting with `prefix` whose names sort after `after`.
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>>;
     fn delete(&self, name: &str) -> Result<()>;

@@ -114,8 +114,8 @@ impl Store for Tier {
         self.back.corrupt_mark(name)
     }
 
-    fn corrupt_marks(&self, p: &str, after: &str, last: &str) -> Result<Vec<(String, String)>> {
-        self.back.corrupt_marks(p, after, last)
+    fn corrupt_marks(&self, names: &[String]) -> Result<Vec<(String, String)>> {
+        self.back.corrupt_marks(names)
     }
 
     fn list(&self, prefix: &str, after: &str, limit: usize) -> Result<Vec<BlobRecord>> {

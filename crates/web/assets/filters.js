@@ -219,7 +219,10 @@ function formatFor(name) {
   if (ext === 'tif' || ext === 'tiff') return { format: 'tiff', type: 'image/tiff' };
   if (ext === 'jpg' || ext === 'jpeg') return { format: 'jpeg', type: 'image/jpeg' };
   if (ext === 'pgm' || ext === 'ppm' || ext === 'pnm') return { format: 'pgm', type: 'image/x-portable-anymap' };
-  return { format: 'png', type: 'image/png' };
+  if (ext === 'gif') return { format: 'gif', type: 'image/gif' };
+  if (ext === 'png') return { format: 'png', type: 'image/png' };
+  // Any other name would hold bytes its extension does not say.
+  return null;
 }
 
 async function saveResult() {
@@ -233,7 +236,13 @@ async function saveResult() {
   }
   if (state.items.has(name) && !confirm(`Replace ${name}?`)) return;
   clearError();
-  const { format, type } = formatFor(name);
+  const chosen = formatFor(name);
+  if (!chosen) {
+    showError(`"${name}": name the result .png, .jpg, .tif, .gif or .pgm (the format it is saved in)`);
+    el.saveName.focus();
+    return;
+  }
+  const { format, type } = chosen;
   // As shown: the result's picture through the window on screen (its raster's own canvas,
   // one pixel per sample), which only PNG and JPEG hold here.
   const shown = el.saveWhat.value === 'shown';

@@ -81,10 +81,8 @@ pub async fn list(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
                 items.push(rec);
             }
         }
-        let marks = match items.last() {
-            Some(last) => st2.store.corrupt_marks(&q.prefix, &q.after, &last.name)?,
-            None => Vec::new(),
-        };
+        let names: Vec<String> = items.iter().map(|r| r.name.clone()).collect();
+        let marks = st2.store.corrupt_marks(&names)?;
         Ok((folders, items, next, marks))
     })
     .await?;
@@ -348,8 +346,20 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
         let max_pixels = st2.images.limits().max_pixels;
         let mut img: Option<bs_imaging::DynImage> = None;
         let mut times = Vec::new();
-        for (name, params) in &steps {
+        // The first step takes modality units (HU for CT) for a window's center and width, as
+        // the command line's `filter` does, unless it was given an intercept of its own.
+        let intercept = bs_imageio::modality_intercept(&d.meta);
+        for (i, (name, params)) in steps.iter().enumerate() {
             let t = Instant::now();
+            let takes = |p: &str| {
+                st2.registry.get(name).is_ok_and(|f| f.info().params.iter().any(|q| q.name == p))
+            };
+            let params = match intercept {
+                Some(v) if i == 0 && params.get("intercept").is_none() && takes("intercept") => {
+                    &params.clone().with("intercept", v)
+                }
+                _ => params,
+            };
             let out = st2.registry.apply(name, img.as_ref().unwrap_or(source), params, &run)?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
             st2.metrics.filtered(name, ms / 1e3);

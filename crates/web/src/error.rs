@@ -135,7 +135,8 @@ impl From<StoreError> for WebError {
             StoreError::InvalidName { name, reason } => {
                 Self::InvalidKey { key: name, reason: reason.to_string() }
             }
-            // Only writes with `If-None-Match: *` refuse to replace.
+            // Only conditional writes meet these: `If-None-Match` refusing to replace, or
+            // `If-Match` finding its version gone.
             StoreError::AlreadyExists(_) | StoreError::ConditionFailed(_) => {
                 Self::PreconditionFailed(msg)
             }

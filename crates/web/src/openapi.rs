@@ -316,9 +316,12 @@ fn contract() -> Value {
                 "delete": {
                     "summary": "Delete a blob",
                     "parameters": [key_param(),
-                        if_match("delete only a blob with a listed ETag (* any blob)")],
+                        if_match("delete only a blob with a listed ETag (* any blob)"),
+                        json!({ "name": "If-None-Match", "in": "header", "required": false,
+                            "schema": { "type": "string" },
+                            "description": "refuse (412) to delete a blob with a listed ETag (* any blob)" })],
                     "responses": key_errors(json!({ "204": { "description": "Deleted" },
-                        "412": err("If-Match failed") })),
+                        "412": err("If-Match or If-None-Match failed") })),
                 },
             },
             "/blobs": {

@@ -43,7 +43,8 @@ pub struct Paced<S> {
     min_rate: u64,
     started: Instant,
     total: u64,
-    timer: Pin<Box<Sleep>>,
+    /// `None`: not paced here (the body around it is).
+    timer: Option<Pin<Box<Sleep>>>,
     done: bool,
 }
 
@@ -52,8 +53,15 @@ impl<S> Paced<S> {
     /// bytes a second on average (0: no floor).
     pub fn new(inner: S, idle: Duration, min_rate: u64) -> Self {
         let started = Instant::now();
-        let timer = Box::pin(tokio::time::sleep_until(started + idle));
+        let timer = Some(Box::pin(tokio::time::sleep_until(started + idle)));
         Self { inner, idle, min_rate, started, total: 0, timer, done: false }
+    }
+
+    /// `inner` as it comes: a part of a body paced as a whole (one clock, not two counting
+    /// the same bytes).
+    pub fn unpaced(inner: S) -> Self {
+        let (idle, started) = (Duration::ZERO, Instant::now());
+        Self { inner, idle, min_rate: 0, started, total: 0, timer: None, done: false }
     }
 }
 
@@ -72,7 +80,10 @@ where
                 let now = Instant::now();
                 self.total += chunk.len() as u64;
                 let deadline = now + self.idle;
-                self.timer.as_mut().reset(deadline);
+                let Some(timer) = self.timer.as_mut() else {
+                    return Poll::Ready(Some(Ok(chunk)));
+                };
+                timer.as_mut().reset(deadline);
                 let spent = now - self.started;
                 let secs = spent.as_secs();
                 if self.min_rate > 0
@@ -87,13 +98,13 @@ where
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(PaceError::Body(e)))),
             Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => match self.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => {
+            Poll::Pending => match self.timer.as_mut().map(|t| t.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => {
                     self.done = true;
                     let (secs, total) = (self.idle.as_secs(), self.total);
                     Poll::Ready(Some(Err(PaceError::Stalled { secs, total })))
                 }
-                Poll::Pending => Poll::Pending,
+                Some(Poll::Pending) | None => Poll::Pending,
             },
         }
     }

@@ -22,6 +22,9 @@ pub struct UploadSpec {
     pub max_bytes: u64,
     /// Give up when the client sends nothing for this long.
     pub idle: std::time::Duration,
+    /// The body this upload is a part of is paced as a whole already (a multipart POST):
+    /// `idle` and `min_rate` are not applied again to the part.
+    pub paced_already: bool,
     /// Give up when, past the first `idle`, fewer bytes than this a second (on average since
     /// the start) have come: a client trickling a byte now and then holds an upload slot and a
     /// thread no longer. 0: no floor.
@@ -36,6 +39,7 @@ impl UploadSpec {
             max_bytes: st.cfg.max_upload,
             idle: st.cfg.idle_timeout,
             min_rate: st.cfg.min_upload_rate,
+            paced_already: false,
         }
     }
 }
@@ -55,7 +59,11 @@ where
     E: std::fmt::Display,
     S: Stream<Item = Result<Bytes, E>>,
 {
-    let body = crate::paced::Paced::new(Box::pin(body), spec.idle, spec.min_rate);
+    let body = if spec.paced_already {
+        crate::paced::Paced::unpaced(Box::pin(body))
+    } else {
+        crate::paced::Paced::new(Box::pin(body), spec.idle, spec.min_rate)
+    };
     let mut body = std::pin::pin!(body);
     if let Some(size) = spec.route.size
         && size > spec.max_bytes
@@ -65,6 +73,9 @@ where
         }
         return Err(too_large(size, spec.max_bytes));
     }
+    // What a client asks to store is checked here, at the edge (the stores take back records
+    // stored before as they are).
+    bs_store::validate_route(&spec.route)?;
     let (tx, rx) = mpsc::channel::<Msg>(16);
     let writer = {
         let store = store.clone();
@@ -104,6 +115,11 @@ where
                 break Ok(());
             }
             Err(crate::paced::PaceError::Body(e)) => {
+                // (The pace of the body around this part, said as it is: its own count.)
+                let e = e.to_string();
+                if e.starts_with("upload stalled") || e.starts_with("upload too slow") {
+                    break Err(WebError::BadRequest(e));
+                }
                 break Err(WebError::BadRequest(format!(
                     "upload interrupted after {total} bytes: {e}"
                 )));

@@ -829,6 +829,16 @@ async fn images_meta_pixels_thumbnails_and_filters() {
     let body = serde_json::json!({"key": "img/ct.dcm", "steps": [{"filter": "despeckle"}], "format": "raw"});
     let r = s.http.post(s.url("/api/filter")).json(&body).send().await.unwrap();
     assert_eq!(r.headers()["x-bits"], "16");
+    // A window given in HU (a soft-tissue window on the CT phantom, whose decoded pixels are
+    // HU + an offset) is applied in HU, as the command line's `filter window` does: both black
+    // (air) and lighter pixels, not one flat white.
+    let body = serde_json::json!({"key": "img/ct.dcm", "steps": [{"filter": "window", "params": {"center": "40", "width": "400"}}], "format": "raw"});
+    let r = s.http.post(s.url("/api/filter")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let px: Vec<u16> =
+        r.bytes().await.unwrap().chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+    assert!(px.contains(&0), "air is below the window");
+    assert!(px.iter().any(|&v| v > 0 && v < u16::MAX), "tissue inside it");
     // … which JPEG and GIF, 8-bit formats, take windowed for display (as the CLI's filter).
     for (format, magic) in [("jpeg", &b"\xff\xd8"[..]), ("gif", &b"GIF8"[..])] {
         let body = serde_json::json!({"key": "img/ct.dcm", "steps": [{"filter": "despeckle"}], "format": format});
