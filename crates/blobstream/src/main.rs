@@ -64,7 +64,7 @@ fn hint(e: &anyhow::Error, server: &str, tls: bool) -> String {
         })
     });
     let server = bs_client::with_default_port(server);
-    if tls && e.chain().any(|c| c.to_string().contains("InvalidContentType")) {
+    if tls && e.chain().any(|c| bs_transport::peer_speaks_no_tls(&c.to_string())) {
         return format!(
             " (the server at {server} does not speak TLS: leave out --tls-ca, or check the \
              address)"

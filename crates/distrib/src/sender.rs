@@ -55,7 +55,7 @@ pub(crate) fn join(
         DistribError::Remote(m) => DistribError::Remote(m),
         e if target.tls.is_some() => {
             // A plain-TCP distributer answers the handshake with bytes that are no TLS.
-            let plain = e.to_string().contains("InvalidContentType");
+            let plain = bs_transport::peer_speaks_no_tls(&e.to_string());
             let why = if plain { " (it serves plain TCP: connect without its CA)" } else { "" };
             DistribError::Remote(format!("TLS with the distributer at {addr} failed{why}: {e}"))
         }

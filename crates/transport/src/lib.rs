@@ -18,5 +18,5 @@ pub use conn::{Conn, FileSource, send_vectored};
 pub use error::TransportError;
 pub use floor::{BelowFloor, ReadFloor};
 pub use socket::{SocketOptions, connect_any};
-pub use tls::{TlsClient, TlsError, TlsServer, host_of};
+pub use tls::{TlsClient, TlsError, TlsServer, host_of, peer_speaks_no_tls};
 pub use unproven::{Unproven, first_message_at_most};

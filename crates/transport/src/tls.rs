@@ -36,6 +36,12 @@ pub fn host_of(addr: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
+/// Whether a TLS failure (its text) is the peer answering with bytes that are no TLS: a
+/// plain-TCP server reached with TLS.
+pub fn peer_speaks_no_tls(failure: &str) -> bool {
+    failure.contains("InvalidContentType")
+}
+
 /// A server's TLS identity.
 #[derive(Clone)]
 pub struct TlsServer {

@@ -248,15 +248,8 @@ async fn put_spec(
     }
     if condition.is_some() || must_match.is_some() {
         let current = current_etag(st, &key).await?;
-        let failed = match (&condition, &current) {
-            (Some(None), Some(_)) => true,
-            (Some(Some(tags)), Some(etag)) => tags.iter().any(|t| t == etag),
-            _ => false,
-        };
-        if failed {
-            return Err(WebError::PreconditionFailed(format!(
-                "blob {key:?} exists and If-None-Match forbids replacing it"
-            )));
+        if let Some(c) = &condition {
+            if_none_match(&key, c, current.as_deref(), "replacing")?;
         }
         if let Some(m) = &must_match {
             if_match(&key, m, current.as_deref())?;
@@ -313,17 +306,7 @@ pub async fn delete(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     // must be none of them. A state-changing request that fails it is a 412.
     if let Some(v) = req.headers().get(header::IF_NONE_MATCH) {
         let tags = entity_tags("If-None-Match", v.to_str().unwrap_or("\u{0}"), true)?;
-        let current = current_etag(&st, &key).await?;
-        let failed = match (&tags, &current) {
-            (None, Some(_)) => true,
-            (Some(tags), Some(etag)) => tags.iter().any(|t| t == etag),
-            _ => false,
-        };
-        if failed {
-            return Err(WebError::PreconditionFailed(format!(
-                "blob {key:?} is there and If-None-Match forbids deleting it"
-            )));
-        }
+        if_none_match(&key, &tags, current_etag(&st, &key).await?.as_deref(), "deleting")?;
     }
     let st2 = st.clone();
     blocking(move || {
@@ -544,6 +527,27 @@ pub(crate) async fn current_etag(
 }
 
 /// 412 unless the blob's `current` ETag meets `If-Match` `m` (`None`: `*`, any blob).
+/// A write's `If-None-Match` (`None`: `*`) against the blob there: 412 if `*` and a blob is
+/// there, or the blob's ETag is one listed; `doing` names the write ("replacing").
+fn if_none_match(
+    key: &str,
+    m: &Option<Vec<String>>,
+    current: Option<&str>,
+    doing: &str,
+) -> Result<(), WebError> {
+    let failed = match (m, current) {
+        (None, Some(_)) => true,
+        (Some(tags), Some(etag)) => tags.iter().any(|t| t == etag),
+        _ => false,
+    };
+    if failed {
+        return Err(WebError::PreconditionFailed(format!(
+            "blob {key:?} exists and If-None-Match forbids {doing} it"
+        )));
+    }
+    Ok(())
+}
+
 fn if_match(key: &str, m: &Option<Vec<String>>, current: Option<&str>) -> Result<(), WebError> {
     match (m, current) {
         (_, None) => Err(WebError::PreconditionFailed(format!(
