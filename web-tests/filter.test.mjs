@@ -168,7 +168,7 @@ test('filter: save a CT result as values or as shown', { timeout: 120_000 }, asy
   await page.selectOption('#save-what', 'values');
   await page.fill('#save-name', 'samples/ct-blur.bmp');
   await page.click('#save-result');
-  await page.waitForFunction(() => !document.querySelector('#error').hidden);
+  await page.waitForFunction(() => /name the result/.test(document.querySelector('#error').textContent));
   assert.match(await page.textContent('#error'), /name the result \.png, \.jpg/);
   assert.equal((await fetch(new URL('blobs/samples/ct-blur.bmp', server.url))).status, 404);
   // GIF is saved as GIF.

@@ -287,11 +287,37 @@ impl FlowHandler for ToFiles {
                     part.display()
                 ));
             }
-            // Locked, or on a file system without locks: this run's from the first byte.
-            Ok((_, f)) => match f.set_len(0) {
-                Ok(()) => self.current = Some((f, part, done)),
-                Err(e) => self.error = Some(format!("cannot write {}: {e}", part.display())),
-            },
+            // A lock error other than a file system without locks: said.
+            Ok((Err(std::fs::TryLockError::Error(e)), _))
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS)
+                ) =>
+            {
+                self.error = Some(format!("cannot lock {}: {e}", part.display()));
+            }
+            // Locked (or no locks here), and still the file at the part's path with no other
+            // name: not a run another receiver just kept under its name and let go of (that
+            // file is its NAME now, and must not be emptied). Then this run's from byte 0.
+            Ok((_, f)) => {
+                use std::os::unix::fs::MetadataExt;
+                let ours = match (f.metadata(), std::fs::metadata(&part)) {
+                    (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev() && a.nlink() == 1,
+                    _ => false,
+                };
+                if !ours {
+                    self.error = Some(format!(
+                        "{} changed while it was opened (another receiver's run of the same \
+                         name into the same folder)",
+                        part.display()
+                    ));
+                    return;
+                }
+                match f.set_len(0) {
+                    Ok(()) => self.current = Some((f, part, done)),
+                    Err(e) => self.error = Some(format!("cannot write {}: {e}", part.display())),
+                }
+            }
             Err(e) => self.error = Some(format!("cannot create {}: {e}", part.display())),
         }
     }

@@ -29,7 +29,6 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
     let storage = storage::open(&a)?;
     tracing::info!("storing into {}", storage.describe);
     let (store, index) = (storage.store, Arc::new(storage.index));
-    let created = storage.created;
     let registry = Arc::new(match &a.filters {
         Some(dir) => Registry::with_dir(dir)
             .with_context(|| format!("loading filter definitions from {}", dir.display()))?,
@@ -125,8 +124,6 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
                     .context("starting the HTTP server")?,
             )
         };
-        // Listening: the data directory is the server's from here on, whatever happens.
-        created.keep();
         let web = if let Some(web) = web {
             let state = web.state().clone();
             state.metrics.add_source(std::sync::Arc::new(server.bindings_metrics()));

@@ -155,48 +155,6 @@ pub struct Storage {
     pub index: ImageIndex,
     /// For logs: where blobs and the catalogue are (no credentials).
     pub describe: String,
-    /// The data directory if this start created it and holds its lock: removed again unless
-    /// kept (a server that fails to start leaves no empty data directory behind; one whose
-    /// directory another server took first, or any but the file store's, never removes it).
-    /// that fails to start leaves no empty data directory behind).
-    pub created: CreatedDir,
-}
-
-/// A directory a start created (with any parents it created), removed on drop unless
-/// [`CreatedDir::keep`] was called.
-#[derive(Debug, Default)]
-pub struct CreatedDir(Option<PathBuf>);
-
-impl CreatedDir {
-    /// What creating `dir` would create: its topmost missing ancestor (`dir` itself if only
-    /// it is missing); nothing when it exists.
-    pub fn before_creating(dir: &Path) -> Self {
-        let mut top = None;
-        let mut at = Some(dir);
-        while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-            top = Some(d.to_path_buf());
-            at = d.parent();
-        }
-        Self(top)
-    }
-
-    /// The start succeeded: leave the directory.
-    pub fn keep(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for CreatedDir {
-    fn drop(&mut self) {
-        // (Never while a panic unwinds: whatever went wrong, the store may hold data.)
-        if let Some(dir) = self.0.take()
-            && !std::thread::panicking()
-            && dir.exists()
-            && let Err(e) = std::fs::remove_dir_all(&dir)
-        {
-            tracing::warn!("removing {}, created by this failed start: {e}", dir.display());
-        }
-    }
 }
 
 /// Open the storage `a` (and its configuration file) describe.
@@ -229,10 +187,6 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
     if a.memory && (bucket.is_some() || catalogue_url.is_some()) {
         bail!("--memory keeps everything in this process: it takes no bucket or catalogue URL");
     }
-    // What this start would create; kept armed only for the file store once it holds the
-    // directory's lock (below): a directory another server locked first is never removed.
-    let mut created = CreatedDir::before_creating(&data);
-    let mut not_ours = || std::mem::take(&mut created).keep();
 
     let catalogue = || -> Result<(Catalogue, ImageIndex)> {
         match &catalogue_url {
@@ -259,12 +213,10 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
     };
 
     let (store, index, describe): (Arc<dyn Store>, ImageIndex, String) = if a.memory {
-        not_ours();
         let store = MemStore::with_capacity(a.memory_limit.unwrap_or_else(half_the_memory));
         (Arc::new(store), ImageIndex::open_in_memory()?, "memory".into())
     } else if let Some(bucket) = bucket {
         // (A catalogue's folder holds no lock: another front end may be using it.)
-        not_ours();
         let cfg = S3Config {
             endpoint: a.s3_endpoint.clone().or(s3f.endpoint),
             region: a.s3_region.clone().or(s3f.region).unwrap_or_default(),
@@ -297,7 +249,6 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
         let store = match FsStore::open(&data) {
             Ok(s) => s,
             Err(e) => {
-                not_ours();
                 return Err(e).with_context(|| format!("opening the store in {}", data.display()));
             }
         };
@@ -322,7 +273,7 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
     } else {
         (store, describe)
     };
-    Ok(Storage { store, index, describe, created })
+    Ok(Storage { store, index, describe })
 }
 
 /// Half of MemTotal from /proc/meminfo (1 GiB if it cannot be read).
@@ -337,24 +288,6 @@ fn half_the_memory() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_created_directory_goes_unless_kept_and_one_that_existed_stays() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("a/b/data");
-        let created = CreatedDir::before_creating(&data);
-        std::fs::create_dir_all(&data).unwrap();
-        std::fs::write(data.join("meta.db"), b"x").unwrap();
-        drop(created);
-        assert!(!dir.path().join("a").exists(), "the parents it made went too");
-
-        let created = CreatedDir::before_creating(&data);
-        std::fs::create_dir_all(&data).unwrap();
-        created.keep();
-        assert!(data.exists());
-        drop(CreatedDir::before_creating(&data));
-        assert!(data.exists(), "a directory that was there is never removed");
-    }
 
     #[test]
     fn a_bad_file_is_refused_with_its_line() {

@@ -1559,25 +1559,6 @@ fn exits_within_a_minute(cmd: &mut Command) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// A start that fails (its port taken) leaves no data directory it made behind, nor the
-/// parents it made for it.
-#[test]
-fn a_failed_start_leaves_no_data_directory_behind() {
-    let t = tempfile::tempdir().unwrap();
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap().to_string();
-    let data = t.path().join("new/data");
-    let o = exits_within_a_minute(
-        Command::new(BIN)
-            .args(["serve", "--data", data.to_str().unwrap(), "--addr", &addr])
-            .args(["--data-addr", "127.0.0.1:0", "--no-http", "--no-samples"]),
-    );
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("cannot listen for the control plane"), "{err}");
-    assert!(!t.path().join("new").exists(), "{err}");
-}
-
 /// `cp` takes `-` as standard output (never standard input), and a local destination as `get`
 /// does: a folder gets the file, a link is followed and kept.
 #[test]

@@ -15,7 +15,6 @@ use crate::error::StoreError;
 /// process a moment ago (a restart) may still be letting go of it.
 const WAIT: Duration = Duration::from_secs(3);
 
-/// A data directory's file or folder that the server cannot write, named.
 /// [`unwritable`] for the data directory itself: one given as a file is said to be that
 /// (creating it over a file says only "File exists").
 pub(crate) fn not_a_folder(root: &Path, e: std::io::Error) -> StoreError {
@@ -28,6 +27,7 @@ pub(crate) fn not_a_folder(root: &Path, e: std::io::Error) -> StoreError {
     unwritable(root, e)
 }
 
+/// A data directory's file or folder that the server cannot write, named.
 pub(crate) fn unwritable(path: &Path, e: std::io::Error) -> StoreError {
     StoreError::Config(format!("cannot write in the data directory: {}: {e}", path.display()))
 }

@@ -294,8 +294,6 @@ impl Inner {
         Ok(sender.clone())
     }
 
-    /// Drop the pending upload of `name` from the catalogue; returns its id. Its staged bytes
-    /// are emptied first: on a full disk that is what lets SQLite commit the delete.
     /// `op`, a catalogue write that frees space (a delete); on a disk full to the last byte,
     /// once more after giving up the room kept for it (or after another delete gave it up:
     /// then the room is there already).
@@ -312,6 +310,8 @@ impl Inner {
         }
     }
 
+    /// Drop the pending upload of `name` from the catalogue; returns its id. Its staged bytes
+    /// are emptied first: on a full disk that is what lets SQLite commit the delete.
     fn discard_upload(&self, name: &str) -> Result<Option<String>> {
         if let Some(u) = self.cat.upload(name)?
             && let Ok(f) = OpenOptions::new().write(true).open(self.staging_path(&u.upload_id))
@@ -422,7 +422,10 @@ impl Store for FsStore {
                 i.ballast.restore();
                 Ok(())
             }
-            None if upload.is_some() => Ok(()),
+            None if upload.is_some() => {
+                i.ballast.restore();
+                Ok(())
+            }
             None => Err(StoreError::NotFound(name.to_string())),
         }
     }

@@ -234,14 +234,14 @@ async function saveResult() {
     el.saveName.focus();
     return;
   }
-  if (state.items.has(name) && !confirm(`Replace ${name}?`)) return;
-  clearError();
   const chosen = formatFor(name);
   if (!chosen) {
     showError(`"${name}": name the result .png, .jpg, .tif, .gif or .pgm (the format it is saved in)`);
     el.saveName.focus();
     return;
   }
+  if (state.items.has(name) && !confirm(`Replace ${name}?`)) return;
+  clearError();
   const { format, type } = chosen;
   // As shown: the result's picture through the window on screen (its raster's own canvas,
   // one pixel per sample), which only PNG and JPEG hold here.

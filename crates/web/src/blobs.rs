@@ -526,7 +526,6 @@ pub(crate) async fn current_etag(
     .await
 }
 
-/// 412 unless the blob's `current` ETag meets `If-Match` `m` (`None`: `*`, any blob).
 /// A write's `If-None-Match` (`None`: `*`) against the blob there: 412 if `*` and a blob is
 /// there, or the blob's ETag is one listed; `doing` names the write ("replacing").
 fn if_none_match(
@@ -548,6 +547,7 @@ fn if_none_match(
     Ok(())
 }
 
+/// 412 unless the blob's `current` ETag meets `If-Match` `m` (`None`: `*`, any blob).
 fn if_match(key: &str, m: &Option<Vec<String>>, current: Option<&str>) -> Result<(), WebError> {
     match (m, current) {
         (_, None) => Err(WebError::PreconditionFailed(format!(
