@@ -114,14 +114,12 @@ where
                 let _ = tx.send(Msg::Finish).await;
                 break Ok(());
             }
+            // (For a part of a body paced as a whole, the body's own pace failure is `e`:
+            // its count is the body's, `total` this part's.)
             Err(crate::paced::PaceError::Body(e)) => {
-                // (The pace of the body around this part, said as it is: its own count.)
-                let e = e.to_string();
-                if e.starts_with("upload stalled") || e.starts_with("upload too slow") {
-                    break Err(WebError::BadRequest(e));
-                }
+                let name = &spec.route.name;
                 break Err(WebError::BadRequest(format!(
-                    "upload interrupted after {total} bytes: {e}"
+                    "upload of {name:?} interrupted after {total} bytes: {e}"
                 )));
             }
             // Stalled, or too slow: said as such.
