@@ -140,12 +140,13 @@ export async function assertNoErrors(page) {
 /**
  * For a test file: before its tests start a `blobstream serve`, a browser and (unless
  * `withPage` is false) one page, and hand them to `set({ server, browser, page })`; after
- * them close the browser and stop the server. `args()` gives extra `serve` arguments.
+ * them close the browser and stop the server. `args()` gives extra `serve` arguments; `onDisk`
+ * keeps the blobs in a data directory (`server.dataDir`) instead of memory.
  */
-export function useApp(set, { args = () => [], withPage = true } = {}) {
+export function useApp(set, { args = () => [], withPage = true, onDisk = false } = {}) {
   const app = {};
   before(async () => {
-    app.server = await startServer({ args: args() });
+    app.server = await startServer({ args: args(), onDisk });
     app.browser = await launchBrowser();
     if (withPage) app.page = await newPage(app.browser, app.server.url);
     set(app);

@@ -1,4 +1,4 @@
-// Starts a blobstream server for the browser tests: `$BLOBSTREAM_BIN serve --memory` on
+// Starts a blobstream server for the browser tests: `$BLOBSTREAM_BIN serve --memory` (or on disk) on
 // loopback ports chosen by the OS, waits for the line announcing the web address, and stops
 // the server again. One server per test file; each starts empty apart from the samples the
 // server seeds (samples/ct-phantom.dcm, samples/test-card.png, samples/xray-16bit.png).
@@ -21,17 +21,21 @@ function tail(s, n = 4000) {
 }
 
 /**
- * Start the server. Resolves to {url, stop, output} where url ends with '/'
- * (e.g. http://127.0.0.1:41234/) and stop() ends the process.
+ * Start the server. Resolves to {url, stop, output, dataDir} where url ends with '/'
+ * (e.g. http://127.0.0.1:41234/), stop() ends the process, and dataDir is the data directory
+ * of a server started `onDisk` (null for one in memory).
  */
-export async function startServer({ timeoutMs = 60_000, args = [] } = {}) {
+export async function startServer({ timeoutMs = 60_000, args = [], onDisk = false } = {}) {
   const bin = path.resolve(repoRoot, process.env.BLOBSTREAM_BIN || 'target/debug/blobstream');
   if (!existsSync(bin)) {
     throw new Error(`${bin} not found: build it first (cargo build -p blobstream) or set BLOBSTREAM_BIN`);
   }
   // A scratch working directory, so nothing the server writes lands in the repository.
   const cwd = await mkdtemp(path.join(tmpdir(), 'blobstream-web-'));
-  const argv = ['serve', '--memory', '--addr', '127.0.0.1:0', '--http', '127.0.0.1:0', ...args];
+  // On disk (`onDisk`), the data directory is `dataDir` in it, for a test that reaches in.
+  const dataDir = path.join(cwd, 'data');
+  const store = onDisk ? ['--data', dataDir] : ['--memory'];
+  const argv = ['serve', ...store, '--addr', '127.0.0.1:0', '--http', '127.0.0.1:0', ...args];
   const child = spawn(bin, argv, { cwd, stdio: ['ignore', 'pipe', 'pipe'], env: process.env });
   const output = { stdout: '', stderr: '' };
   child.stderr.setEncoding('utf8');
@@ -97,5 +101,5 @@ export async function startServer({ timeoutMs = 60_000, args = [] } = {}) {
     await rm(cwd, { recursive: true, force: true });
   }
 
-  return { url, stop, output };
+  return { url, stop, output, dataDir: onDisk ? dataDir : null };
 }

@@ -5,7 +5,7 @@ import { basename, doFetch, encodeKey, errorFromResponse, fmtBytes, getJSON, h }
 import { bs, el, state } from './state.js';
 import { clearError, fail, setStatus } from './status.js';
 import { runSearch } from './search.js';
-import { closeImage, openImage, showNonImage } from './image.js';
+import { closeImage, openImage, showCorrupt, showNonImage } from './image.js';
 
 const IMAGE_EXTENSIONS = /\.(png|jpe?g|tiff?|gif|pgm|ppm|pnm|pbm|dcm|dicom)$/i;
 
@@ -66,12 +66,15 @@ function tileEntry(info, fullKey) {
   const name = fullKey ? info.key : basename(info.key);
   const modality = info.image?.modality;
   const dims = info.image?.width ? `${info.image.width}×${info.image.height}` : '';
+  // Marked corrupt (a reader or the scrubber found bytes that do not match): no preview, said
+  // on the tile, and opening it says why instead of fetching what the server will refuse.
+  const corrupt = info.corrupt;
   const tile = h('div', {
-    class: 'tile',
+    class: corrupt ? 'tile corrupt' : 'tile',
     'data-key': info.key,
     tabindex: 0,
     role: 'button',
-    title: [info.key, fmtBytes(info.size), info.content_type, dims, modality].filter(Boolean).join('\n'),
+    title: [info.key, corrupt && `CORRUPT: ${corrupt}`, fmtBytes(info.size), info.content_type, dims, modality].filter(Boolean).join('\n'),
     onclick: () => activateTile(info),
     onkeydown: (e) => {
       if (e.target !== tile) return;
@@ -84,7 +87,9 @@ function tileEntry(info, fullKey) {
       }
     },
   });
-  if (info.is_image) {
+  if (corrupt) {
+    tile.append(h('div', { class: 'file-icon', 'aria-hidden': 'true', text: 'corrupt' }));
+  } else if (info.is_image) {
     const img = h('img', {
       class: 'thumb',
       loading: 'lazy',
@@ -103,7 +108,7 @@ function tileEntry(info, fullKey) {
   }
   tile.append(
     h('div', { class: 'name', text: name }),
-    h('div', { class: 'size', text: [modality, fmtBytes(info.size)].filter(Boolean).join(' · ') }),
+    h('div', { class: 'size', text: [corrupt ? 'corrupt' : modality, fmtBytes(info.size)].filter(Boolean).join(' · ') }),
   );
   if (info.key === state.selectedKey) markSelected(tile);
   return tile;
@@ -209,7 +214,8 @@ export function refreshListing() {
 function activateTile(info) {
   selectKey(info.key);
   if (state.img?.key === info.key && el.view.dataset.state === 'ready') return;
-  if (info.is_image || IMAGE_EXTENSIONS.test(info.key)) openImage(info.key);
+  if (info.corrupt) showCorrupt(info);
+  else if (info.is_image || IMAGE_EXTENSIONS.test(info.key)) openImage(info.key);
   else showNonImage(info);
 }
 

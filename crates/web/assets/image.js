@@ -52,6 +52,16 @@ export function showNonImage(info) {
   renderMeta(info, null, null);
 }
 
+/** A blob marked corrupt: why, and what to do, with no download link and no pixels. */
+export function showCorrupt(info) {
+  closeImage();
+  el.viewKey.textContent = info.key;
+  setHash(info.key);
+  setViewState('error', `${basename(info.key)} is corrupt on the server: ${info.corrupt}. Restore it from a copy, or delete it.`);
+  showError(`${info.key} is corrupt on the server: ${info.corrupt}`);
+  renderMeta(info, null, null);
+}
+
 /**
  * Show `key` (frame `opts.frame` of a multi-frame image). Within a stack (`opts.slice`, the
  * slice's pending load) the window, zoom and pan stay as the user left them.
@@ -179,9 +189,11 @@ function renderMeta(blob, image, display) {
     if (v === undefined || v === null || v === '') return;
     rows.push(h('tr', {}, h('th', { scope: 'row', text: k }), v instanceof Node ? h('td', {}, v) : h('td', { text: String(v) })));
   };
-  row('Key', h('a', { href: `/blobs/${encodeKey(blob.key)}`, download: basename(blob.key), title: 'Download the original', text: blob.key }));
+  // A corrupt blob's download would only fail: its key is shown as text.
+  row('Key', blob.corrupt ? blob.key : h('a', { href: `/blobs/${encodeKey(blob.key)}`, download: basename(blob.key), title: 'Download the original', text: blob.key }));
   row('Size', Number.isFinite(blob.size) ? `${fmtBytes(blob.size)} (${blob.size} bytes)` : '');
   row('Type', blob.content_type);
+  row('Corrupt', blob.corrupt);
   if (Number.isFinite(blob.created_ms)) row('Stored', new Date(blob.created_ms).toLocaleString());
   if (image) {
     row('Dimensions', image.width ? `${image.width} × ${image.height}` : '');

@@ -250,8 +250,9 @@ impl Images {
     }
 
     /// A PNG thumbnail whose longer side is `size`, with the default window applied.
+    /// A blob marked corrupt has none, even one made before the mark.
     pub fn thumbnail(&self, key: &str, size: u32) -> Result<Bytes, WebError> {
-        let rec = self.store.stat(key)?;
+        let rec = self.store.open_read(key)?.record().clone(); // refuses a blob marked corrupt
         let ck = (rec.digest.clone(), size);
         if let Some(t) = self.thumbs.get(&ck) {
             return Ok(t);

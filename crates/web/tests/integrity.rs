@@ -231,3 +231,34 @@ async fn wado_rs_stops_at_a_rotted_instance() {
     assert!(at(&slices[2], &got).is_none(), "nothing after the rotted slice");
     web.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_image_found_corrupt_shows_nothing_made_before() {
+    let store = MemStore::new();
+    let h = store.clone();
+    let (web, base) = start(Arc::new(store)).await;
+    let http = reqwest::Client::new();
+    let image = png();
+    let r = http.put(format!("{base}/blobs/card.png")).body(image.clone()).send().await.unwrap();
+    assert!(r.status().is_success());
+    let thumb = "/api/thumbnail/card.png?size=20";
+    for p in [thumb, "/api/pixels/card.png"] {
+        let r = http.get(format!("{base}{p}")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{p} before the rot (now cached)");
+    }
+    // It rots; a download finds it and marks it.
+    h.damage("card.png", image.len() as u64 / 2, 0x08).unwrap();
+    let r = http.get(format!("{base}/blobs/card.png")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let list = get_json(&http, &format!("{base}/api/list?prefix=")).await;
+    let item = list["items"].as_array().unwrap().iter().find(|i| i["key"] == "card.png").cloned();
+    assert!(item.unwrap()["corrupt"].is_string(), "{list}");
+    // Neither the cached thumbnail nor the cached pixels are served as if it were whole.
+    for p in [thumb, "/api/pixels/card.png"] {
+        let r = http.get(format!("{base}{p}")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR, "{p} after the mark");
+        let text = r.text().await.unwrap();
+        assert!(text.contains("corrupt"), "{p}: {text}");
+    }
+    web.shutdown().await;
+}
