@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use bs_imageio::{Format, Limits};
-use bs_imaging::{Params, Registry, Run};
+use bs_imaging::{Output, Params, Registry, Run};
 
 use crate::cli::{FilterArgs, FiltersArgs};
 
@@ -59,24 +59,17 @@ pub fn filter(a: FilterArgs) -> Result<()> {
     }
     let limits = Limits { max_pixels: a.max_pixels, ..Limits::default() };
     let input = bs_imageio::read(&a.input, &limits)?;
-    // The window's center and width in modality units (HU for CT), as radiologists state
-    // them (see `bs_imageio::modality_intercept`).
-    let mut params = params;
-    if let (Some(intercept), Some(_)) = (
-        bs_imageio::modality_intercept(&input.meta),
-        f.info().params.iter().find(|p| p.name == "intercept"),
-    ) && params.get("intercept").is_none()
-    {
-        params = params.with("intercept", intercept);
-    }
+    // The window's center and width in modality units (HU for CT), as radiologists state them.
+    let params = bs_imageio::in_modality_units(&input.meta, &f.info(), &params, Output::Values);
     let t = Instant::now();
     let out = f.apply(&input.image, &params, &Run::with_threads(a.threads))?;
     let took = t.elapsed();
-    // JPEG and GIF hold 8 bits: the result windowed for display (the DICOM window when the
-    // input had one, otherwise its own range).
+    // JPEG and GIF hold 8 bits: the result windowed for display (see `to_eight_bits`).
     let ext = a.output.extension().and_then(|e| e.to_str()).unwrap_or_default();
     let out = match Format::from_extension(ext) {
-        Some(f) if f.eight_bits_only() => bs_imageio::to_eight_bits(out, input.format, &input.meta),
+        Some(fmt) if fmt.eight_bits_only() => {
+            bs_imageio::to_eight_bits(out, input.format, &input.meta, f.output(&params))
+        }
         _ => out,
     };
     bs_imageio::write(&a.output, &out)?;

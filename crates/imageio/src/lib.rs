@@ -31,7 +31,10 @@ pub use error::ImageIoError;
 pub use format::Format;
 pub use meta::{Decoded, ImageMeta, Limits};
 pub use raster::JPEG_QUALITY;
-pub use window::{apply_window, apply_window_with, modality_intercept, to_eight_bits, voi_linear};
+pub use window::{
+    apply_window, apply_window_with, in_modality_units, modality_intercept, to_eight_bits,
+    voi_linear,
+};
 
 /// Decode an image from memory. `hint` is a file name or extension, used to name the input in
 /// errors and to choose the format when the bytes do not identify it.

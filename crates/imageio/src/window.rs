@@ -11,7 +11,7 @@
 //! and the shift into u16 undone). For MONOCHROME1 the result is inverted (low values white),
 //! so the output always reads as MONOCHROME2.
 
-use bs_imaging::{DynImage, Image};
+use bs_imaging::{DynImage, FilterInfo, Image, Output, Params};
 
 use crate::meta::{Decoded, ImageMeta};
 
@@ -39,14 +39,44 @@ pub fn apply_window(decoded: &Decoded) -> DynImage {
     }
 }
 
-/// `image` — decoded from a file of `format` with `meta`, or filtered from such an image — as
-/// a format of 8-bit samples takes it: 16-bit pixels windowed for display ([`apply_window`]:
-/// the window `meta` states, else the image's own range), 8-bit ones as they are.
-pub fn to_eight_bits(image: DynImage, format: crate::Format, meta: &ImageMeta) -> DynImage {
+/// `image` — decoded from a file of `format` with `meta`, or filtered from such an image into
+/// `output` — as a format of 8-bit samples takes it. 16-bit pixels are windowed for display:
+/// values, or values on their scale, as the input is ([`apply_window`]: the window `meta`
+/// states, else the image's own range); grey levels on their own full scale (0 → 0,
+/// 65535 → 255), for the input's window means nothing to them. 8-bit pixels stay as they are.
+pub fn to_eight_bits(
+    image: DynImage,
+    format: crate::Format,
+    meta: &ImageMeta,
+    output: Output,
+) -> DynImage {
     if !matches!(image, DynImage::U16(_)) {
         return image;
     }
+    if output == Output::GreyLevels {
+        let plain = Decoded { image, frames: Vec::new(), format, meta: ImageMeta::default() };
+        return apply_window_with(&plain, 32768.0, 65536.0);
+    }
     apply_window(&Decoded { image, frames: Vec::new(), format, meta: meta.clone() })
+}
+
+/// `params` for `filter`, step `step` of a chain whose steps so far made `so_far` of a file's
+/// values: a window's centre and width in modality units (HU for CT), as radiologists state
+/// them, by the intercept [`modality_intercept`] gives — for a filter that takes one and was
+/// given none, and only while the pixels are still the file's values.
+pub fn in_modality_units(
+    meta: &ImageMeta,
+    filter: &FilterInfo,
+    params: &Params,
+    so_far: Output,
+) -> Params {
+    let takes = filter.params.iter().any(|p| p.name == "intercept");
+    match modality_intercept(meta) {
+        Some(v) if takes && so_far == Output::Values && params.get("intercept").is_none() => {
+            params.clone().with("intercept", v)
+        }
+        _ => params.clone(),
+    }
 }
 
 /// The intercept a window or level filter takes so that its center and width are given in
@@ -128,6 +158,53 @@ fn with_data<T: bs_imaging::Sample, U: bs_imaging::Sample>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CT's metadata: pixels are HU + 32768, a soft-tissue window stated.
+    fn ct() -> ImageMeta {
+        ImageMeta {
+            pixel_offset: Some(32768.0),
+            window_center: Some(40.0),
+            window_width: Some(400.0),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn eight_bits_of_values_take_the_files_window_and_grey_levels_their_full_scale() {
+        let img = DynImage::U16(Image::from_vec(3, 1, 1, vec![0, 32808, 65535]).unwrap());
+        let eight = |out| match to_eight_bits(img.clone(), crate::Format::Dicom, &ct(), out) {
+            DynImage::U8(i) => i.data.clone(),
+            other => panic!("{other:?}"),
+        };
+        // 32808 is 40 HU, the window's centre; the ends are far outside it.
+        assert_eq!(eight(Output::Values), [0, 128, 255]);
+        assert_eq!(eight(Output::Scale), [0, 128, 255]);
+        // Grey levels (a window's output, say) as they are: 32808 is just over half way.
+        assert_eq!(eight(Output::GreyLevels), [0, 128, 255]);
+        let img = DynImage::U16(Image::from_vec(2, 1, 1, vec![16384, 49152]).unwrap());
+        let grey = to_eight_bits(img.clone(), crate::Format::Dicom, &ct(), Output::GreyLevels);
+        assert_eq!(grey, DynImage::U8(Image::from_vec(2, 1, 1, vec![64, 191]).unwrap()));
+        let values = to_eight_bits(img, crate::Format::Dicom, &ct(), Output::Values);
+        assert_eq!(values, DynImage::U8(Image::from_vec(2, 1, 1, vec![0, 255]).unwrap()));
+    }
+
+    #[test]
+    fn a_window_takes_modality_units_while_the_pixels_are_the_files_values() {
+        let window = bs_imaging::Registry::builtin().get("window").unwrap().info();
+        let blur = bs_imaging::Registry::builtin().get("blur").unwrap().info();
+        let none = Params::new();
+        let given = Params::new().with("intercept", 5);
+        let got = |info: &FilterInfo, p: &Params, so_far| {
+            in_modality_units(&ct(), info, p, so_far).get("intercept").map(str::to_string)
+        };
+        assert_eq!(got(&window, &none, Output::Values).as_deref(), Some("-32768"));
+        assert_eq!(got(&window, &given, Output::Values).as_deref(), Some("5"), "its own kept");
+        assert_eq!(got(&window, &none, Output::Scale), None, "after invert: not HU");
+        assert_eq!(got(&window, &none, Output::GreyLevels), None);
+        assert_eq!(got(&blur, &none, Output::Values), None, "blur takes none");
+        let png = ImageMeta::default();
+        assert_eq!(in_modality_units(&png, &window, &none, Output::Values).get("intercept"), None);
+    }
 
     #[test]
     fn voi_linear_in_fractional_steps_scales_the_standard() {

@@ -94,12 +94,43 @@ impl FilterInfo {
     }
 }
 
+/// What a filter's output samples are, which says how to show them (in a viewer, or as the
+/// 8 bits of a JPEG or GIF). Ordered: a chain's output is its steps' greatest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Output {
+    /// The input's values, on its scale and with its meaning (blur, zoom, sharpen, …): shown
+    /// through the input's window, in its units (HU for CT).
+    #[default]
+    Values,
+    /// On the input's scale but without its meaning (invert's `MAX − v`): shown through the
+    /// input's window, with no unit.
+    Scale,
+    /// Grey levels made for display (window, edge, emboss): shown on their own full scale
+    /// (0 black, MAX white), not through the input's window.
+    GreyLevels,
+}
+
+impl Output {
+    /// As the HTTP API names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Output::Values => "values",
+            Output::Scale => "scale",
+            Output::GreyLevels => "grey-levels",
+        }
+    }
+}
+
 /// An image operation.
 pub trait Filter: Send + Sync {
     fn info(&self) -> FilterInfo;
     /// Apply to `img`. Implementations check parameters first (unknown names, ranges) and
     /// return a new image; they never panic on any input.
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError>;
+    /// What the output's samples are when applied with `params`.
+    fn output(&self, _params: &Params) -> Output {
+        Output::Values
+    }
 }
 
 /// Most threads a run uses, whatever it asks for (unless the machine has more cores).

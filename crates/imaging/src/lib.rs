@@ -11,7 +11,7 @@ pub mod params;
 pub mod registry;
 
 pub use error::ImagingError;
-pub use filter::{Filter, FilterInfo, ParamInfo, Run};
+pub use filter::{Filter, FilterInfo, Output, ParamInfo, Run};
 pub use image::{DynImage, Image, PixelKind, Sample};
 pub use params::Params;
 pub use registry::Registry;

@@ -21,7 +21,7 @@
 //! name = "ct-soft-tissue"
 //! summary = "CT soft-tissue window, then smoothing"
 //! steps = [
-//!   { filter = "window", params = { center = "40", width = "400", intercept = "-1024" } },
+//!   { filter = "window", params = { center = "40", width = "400" } },
 //!   { filter = "smooth" },
 //! ]
 //! ```
@@ -32,7 +32,11 @@
 //! - A chain becomes a [`Chain`] filter of kind `"chain"` that applies its steps in order, each
 //!   to the previous step's output, with the step's fixed parameters. Parameter values may be
 //!   strings, numbers or booleans (`width = 400` and `width = "400"` are the same). A chain
-//!   takes no parameters itself. Steps may name built-ins, kernels, and other chains from any
+//!   takes no parameters itself but one: when a step that takes an `intercept` (a window)
+//!   fixes none, the chain takes `intercept` and hands it to such steps while the pixels are
+//!   still the input's values — so a window in a chain, like one on its own, gets its centre
+//!   and width in modality units (HU for CT) whatever the file's encoding (the command line
+//!   and the HTTP API give DICOM files' intercept). Steps may name built-ins, kernels, and other chains from any
 //!   file, in any order, as long as no chain reaches itself (a cycle is an error naming it);
 //!   chains nest at most [`MAX_DEPTH`] deep.
 //! - Names: 1 to 64 characters from `A–Z a–z 0–9 - _ .`, unique across all files, and not the
@@ -66,7 +70,7 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 
 use crate::error::ImagingError;
-use crate::filter::{Filter, FilterInfo, Run};
+use crate::filter::{Filter, FilterInfo, Output, ParamInfo, Run};
 use crate::filters::{self, convolve::Convolution};
 use crate::image::DynImage;
 use crate::params::Params;
@@ -196,6 +200,11 @@ impl Registry {
         self.get(name)?.apply(img, params, run)
     }
 
+    /// What the filter called `name` makes of its input's values with `params`.
+    pub fn output(&self, name: &str, params: &Params) -> Result<Output, ImagingError> {
+        Ok(self.get(name)?.output(params))
+    }
+
     /// Re-read the directory and swap the new set in. On any error the previous set stays in
     /// effect and the error is returned. Without a directory there is nothing to reload.
     pub fn reload(&self) -> Result<ReloadReport, ImagingError> {
@@ -317,24 +326,67 @@ impl Chain {
     }
 }
 
+impl Chain {
+    /// The steps with the chain's `params` handed on: its `intercept` to each step that takes
+    /// one, fixes none, and still sees the input's values.
+    fn steps_with(&self, params: &Params) -> Vec<(&Arc<dyn Filter>, Params)> {
+        let mut so_far = Output::Values;
+        let mut out = Vec::with_capacity(self.steps.len());
+        for (f, p) in &self.steps {
+            let p = match params.get(INTERCEPT) {
+                Some(v) if so_far == Output::Values && open_intercept(&**f, p) => {
+                    p.clone().with(INTERCEPT, v)
+                }
+                _ => p.clone(),
+            };
+            so_far = so_far.max(f.output(&p));
+            out.push((f, p));
+        }
+        out
+    }
+}
+
+/// The parameter a chain hands on to its windows.
+const INTERCEPT: &str = "intercept";
+
+/// Whether `f` takes an intercept that its fixed parameters `p` leave open.
+fn open_intercept(f: &dyn Filter, p: &Params) -> bool {
+    p.get(INTERCEPT).is_none() && f.info().params.iter().any(|i| i.name == INTERCEPT)
+}
+
 impl Filter for Chain {
     fn info(&self) -> FilterInfo {
+        let params = if self.steps.iter().any(|(f, p)| open_intercept(&**f, p)) {
+            let help = "rescale intercept for its window steps that fix none";
+            vec![ParamInfo::number(INTERCEPT, 0.0, -1e9, 1e9, help)]
+        } else {
+            Vec::new()
+        };
         FilterInfo {
             name: self.name.clone(),
             summary: self.summary.clone(),
-            params: Vec::new(),
+            params,
             kind: "chain".into(),
             source: self.source.clone(),
         }
     }
 
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError> {
-        self.info().check_known(params)?;
+        let info = self.info();
+        info.check_known(params)?;
+        if params.get(INTERCEPT).is_some() {
+            info.number(params, INTERCEPT)?;
+        }
         let mut cur: Option<DynImage> = None;
-        for (f, p) in &self.steps {
-            cur = Some(f.apply(cur.as_ref().unwrap_or(img), p, run)?);
+        for (f, p) in self.steps_with(params) {
+            cur = Some(f.apply(cur.as_ref().unwrap_or(img), &p, run)?);
         }
         Ok(cur.unwrap_or_else(|| img.clone()))
+    }
+
+    /// Its steps' greatest: after grey levels, grey levels.
+    fn output(&self, params: &Params) -> Output {
+        self.steps_with(params).iter().map(|(f, p)| f.output(p)).max().unwrap_or_default()
     }
 }
 
@@ -683,11 +735,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "example.toml", &doc);
         let r = Registry::with_dir(dir.path()).unwrap();
-        // Stored 1064 is 40 HU, the window centre: (0.5/399 + 0.5)·65535 rounds to 32850, and a
-        // 1×1 image is constant under smoothing.
-        let g = DynImage::U16(Image::from_vec(1, 1, 1, vec![1064]).unwrap());
-        let out = r.apply("ct-soft-tissue", &g, &Params::new(), &Run::single()).unwrap();
-        assert_eq!(out, DynImage::U16(Image::from_vec(1, 1, 1, vec![32850]).unwrap()));
+        // Stored 1064 is 40 HU with the intercept −1024 the chain hands to its window, and so
+        // is 32808 with −32768: the window centre, (0.5/399 + 0.5)·65535 rounds to 32850, and
+        // a 1×1 image is constant under smoothing.
+        for (stored, intercept) in [(1064, -1024), (32808, -32768)] {
+            let g = DynImage::U16(Image::from_vec(1, 1, 1, vec![stored]).unwrap());
+            let p = Params::new().with("intercept", intercept);
+            let out = r.apply("ct-soft-tissue", &g, &p, &Run::single()).unwrap();
+            assert_eq!(out, DynImage::U16(Image::from_vec(1, 1, 1, vec![32850]).unwrap()));
+        }
+        let chain = r.get("ct-soft-tissue").unwrap();
+        assert_eq!(chain.info().params.len(), 1, "it takes the intercept for its window");
+        assert_eq!(chain.output(&Params::new()), Output::GreyLevels);
+        let g = DynImage::U16(Image::from_vec(1, 1, 1, vec![0]).unwrap());
+        let center = Params::new().with("center", 1);
+        assert!(r.apply("ct-soft-tissue", &g, &center, &Run::single()).is_err(), "only intercept");
+        let smooth = r.get("smooth").unwrap();
+        assert!(smooth.info().params.is_empty());
+        assert_eq!(smooth.output(&Params::new()), Output::Values, "weights sum to the divisor");
         assert_eq!(r.get("smooth").unwrap().info().kind, "kernel");
     }
 

@@ -8,12 +8,6 @@ import { parseRaster, renderImages, windowFromRange } from './raster.js';
 import { refreshListing, tileFor } from './browse.js';
 import { draw, updateWlReadout } from './viewer.js';
 
-// Filters whose output is grey levels rather than the input's values (for CT: not HU), so the
-// result is shown on its own full scale instead of through the current window.
-const GREY_LEVEL_FILTERS = new Set(['window', 'edge', 'emboss']);
-// Filters whose output keeps the input's scale (shown through the same window) but not its
-// meaning: invert's v ↦ max − v is no longer in Hounsfield units, so no unit is shown.
-const UNIT_LOSING_FILTERS = new Set(['invert']);
 
 export async function loadFilters() {
   try {
@@ -177,9 +171,13 @@ export async function runChain(img, steps) {
     const { res, bytes } = got;
     if (seq !== state.filterSeq || state.img !== img) return;
     const r = parseRaster(res, bytes);
-    if (r.bits === img.orig.bits && !steps.some((s) => GREY_LEVEL_FILTERS.has(s.filter))) {
+    // What the server says the result's samples are: the original's values (blur, zoom), its
+    // scale without its meaning (invert: no longer HU), or grey levels for display (window,
+    // edge, emboss, and any chain or kernel that makes them).
+    const output = res.headers.get('X-Filter-Output') || 'values';
+    if (r.bits === img.orig.bits && output !== 'grey-levels') {
       r.map = img.orig.map; // same scale as the original: same window
-      r.unitless = steps.some((s) => UNIT_LOSING_FILTERS.has(s.filter));
+      r.unitless = output === 'scale';
     } else {
       // The result holds grey levels, not the original's values: show it on its own full scale.
       r.map = { offset: 0, inverted: false, scale: 1 };

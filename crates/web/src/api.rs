@@ -11,7 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bs_imageio::Format;
-use bs_imaging::{Params, Run};
+use bs_imaging::{Output, Params, Run};
 use bs_meta::ImageQuery;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -337,7 +337,7 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     let key = fr.key.clone();
     let frame = fr.frame.unwrap_or(0);
     let turn = st.image_turn().await;
-    let (result, times, encoded) = blocking(move || {
+    let (result, times, encoded, output) = blocking(move || {
         let (_, d) = st2.images.decode(&key)?;
         let source = d.frame(frame).ok_or_else(|| {
             WebError::Missing(format!("{key} has {} frame(s), not frame {frame}", d.frame_count()))
@@ -346,21 +346,15 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
         let max_pixels = st2.images.limits().max_pixels;
         let mut img: Option<bs_imaging::DynImage> = None;
         let mut times = Vec::new();
-        // The first step takes modality units (HU for CT) for a window's center and width, as
-        // the command line's `filter` does, unless it was given an intercept of its own.
-        let intercept = bs_imageio::modality_intercept(&d.meta);
-        for (i, (name, params)) in steps.iter().enumerate() {
+        // A window takes modality units (HU for CT) for its center and width, as the command
+        // line's `filter` does, while the pixels are still the file's values.
+        let mut output = Output::Values;
+        for (name, params) in &steps {
             let t = Instant::now();
-            let takes = |p: &str| {
-                st2.registry.get(name).is_ok_and(|f| f.info().params.iter().any(|q| q.name == p))
-            };
-            let params = match intercept {
-                Some(v) if i == 0 && params.get("intercept").is_none() && takes("intercept") => {
-                    &params.clone().with("intercept", v)
-                }
-                _ => params,
-            };
-            let out = st2.registry.apply(name, img.as_ref().unwrap_or(source), params, &run)?;
+            let f = st2.registry.get(name)?;
+            let params = bs_imageio::in_modality_units(&d.meta, &f.info(), params, output);
+            output = output.max(f.output(&params));
+            let out = f.apply(img.as_ref().unwrap_or(source), &params, &run)?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
             st2.metrics.filtered(name, ms / 1e3);
             times.push((name.clone(), ms));
@@ -380,12 +374,12 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
             // JPEG and GIF hold 8 bits: a 16-bit result windowed for display, as the command
             // line's `filter` does.
             Some(f) if f.eight_bits_only() => {
-                let shown = bs_imageio::to_eight_bits(img.clone(), d.format, &d.meta);
+                let shown = bs_imageio::to_eight_bits(img.clone(), d.format, &d.meta, output);
                 Bytes::from(bs_imageio::encode(&shown, f)?)
             }
             Some(f) => Bytes::from(bs_imageio::encode(&img, f)?),
         };
-        Ok((img, times, encoded))
+        Ok((img, times, encoded, output))
     })
     .await?;
     drop(turn);
@@ -431,6 +425,7 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
     }
     h.insert("x-filter-ms", hv(&format!("{total:.3}")));
     h.insert("x-filter-steps", hv(&steps_header.join(",")));
+    h.insert("x-filter-output", HeaderValue::from_static(output.name()));
     h.insert("server-timing", hv(&format!("filter;dur={total:.3}")));
     Ok(r)
 }

@@ -410,6 +410,8 @@ fn contract() -> Value {
                         "headers": {
                             "X-Filter-Ms": { "schema": { "type": "string" } },
                             "X-Filter-Steps": { "schema": { "type": "string" } },
+                            "X-Filter-Output": { "description": "what the result's samples are: values (the input's, in its units), scale (the input's scale, not its meaning: invert), grey-levels (for display on their own full scale: window, edge, emboss)",
+                                "schema": { "type": "string", "enum": ["values", "scale", "grey-levels"] } },
                             "X-Width": { "description": "format raw only", "schema": { "type": "integer" } },
                             "X-Height": { "description": "format raw only", "schema": { "type": "integer" } },
                             "X-Channels": { "description": "format raw only", "schema": { "type": "integer" } },

@@ -839,6 +839,34 @@ async fn images_meta_pixels_thumbnails_and_filters() {
         r.bytes().await.unwrap().chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
     assert!(px.contains(&0), "air is below the window");
     assert!(px.iter().any(|&v| v > 0 && v < u16::MAX), "tissue inside it");
+    assert_eq!(filter_output(&s, "window", &[]).await, "grey-levels");
+    // A window after a blur still takes HU: the blur kept the file's values.
+    let blurred_window = serde_json::json!({"key": "img/ct.dcm", "steps": [{"filter": "blur"}, {"filter": "window", "params": {"center": "40", "width": "400"}}], "format": "raw"});
+    let r = s.http.post(s.url("/api/filter")).json(&blurred_window).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let bpx: Vec<u16> =
+        r.bytes().await.unwrap().chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+    assert!(bpx.contains(&0) && bpx.iter().any(|&v| v > 0 && v < u16::MAX), "HU after a blur");
+    assert_eq!(filter_output(&s, "invert", &[]).await, "scale");
+    assert_eq!(filter_output(&s, "despeckle", &[]).await, "values");
+    assert_eq!(
+        filter_output(&s, "convolve", &[("kernel", "-1,0,1"), ("offset", "128")]).await,
+        "grey-levels"
+    );
+    // A window's grey levels in JPEG and GIF (8 bits) are those levels on their full scale,
+    // not put through the file's window a second time (which leaves little but black and
+    // white): the same within what the formats' compression and palettes change.
+    for format in ["jpeg", "gif"] {
+        let body = serde_json::json!({"key": "img/ct.dcm", "steps": [{"filter": "window", "params": {"center": "40", "width": "400"}}], "format": format});
+        let r = s.http.post(s.url("/api/filter")).json(&body).send().await.unwrap();
+        let got = bs_imageio::decode(&r.bytes().await.unwrap(), None, &Default::default());
+        let bs_imaging::DynImage::U8(shown) = got.unwrap().image else { panic!("8-bit") };
+        let want = |v: u16| f64::from(v) * 255.0 / 65535.0;
+        let grey = shown.data.iter().step_by(shown.channels);
+        let error: f64 = px.iter().zip(grey).map(|(v, g)| (want(*v) - f64::from(*g)).abs()).sum();
+        let mean = error / px.len() as f64;
+        assert!(mean < 2.0, "{format}: the window's grey levels as they are, off by {mean:.1}");
+    }
     // … which JPEG and GIF, 8-bit formats, take windowed for display (as the CLI's filter).
     for (format, magic) in [("jpeg", &b"\xff\xd8"[..]), ("gif", &b"GIF8"[..])] {
         let body = serde_json::json!({"key": "img/ct.dcm", "steps": [{"filter": "despeckle"}], "format": format});
@@ -1697,4 +1725,14 @@ async fn image_search_pages_with_next_after() {
     assert_eq!(next.as_deref(), Some("pg/b.png"));
     let (second, next) = page("&after=pg/b.png").await;
     assert_eq!((second, next), (vec!["pg/c.png".to_string()], None));
+}
+
+/// The `X-Filter-Output` of `filter` with `params` on the CT phantom.
+async fn filter_output(s: &Srv, filter: &str, params: &[(&str, &str)]) -> String {
+    let params: serde_json::Map<String, Value> =
+        params.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
+    let body = serde_json::json!({"key": "img/ct.dcm", "steps": [{"filter": filter, "params": params}], "format": "raw"});
+    let r = s.http.post(s.url("/api/filter")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{filter}");
+    r.headers()["x-filter-output"].to_str().unwrap().to_string()
 }

@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 use super::invert::check_shape;
 use crate::error::ImagingError;
-use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
+use crate::filter::{Filter, FilterInfo, Output, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
 use crate::params::Params;
 
@@ -122,6 +122,17 @@ impl Convolution {
             offset: offset as f32,
             source,
         })
+    }
+
+    /// Values where the kernel keeps them (its weights sum to the divisor, no offset: a
+    /// smoothing or a sharpening), grey levels otherwise (differences, reliefs, gains).
+    pub fn output(&self) -> Output {
+        let gain = self.kernel.iter().map(|&k| f64::from(k)).sum::<f64>() / f64::from(self.divisor);
+        if self.offset == 0.0 && (gain - 1.0).abs() < 1e-6 {
+            Output::Values
+        } else {
+            Output::GreyLevels
+        }
     }
 
     /// Apply to an image of either depth.
@@ -208,6 +219,10 @@ impl Filter for Convolution {
         self.info().check_known(params)?;
         self.convolve(img, run)
     }
+
+    fn output(&self, _params: &Params) -> Output {
+        Convolution::output(self)
+    }
 }
 
 /// The built-in `convolve` filter: a kernel given as a parameter.
@@ -251,6 +266,18 @@ impl Filter for Convolve {
     }
 
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError> {
+        self.kernel(params)?.convolve(img, run)
+    }
+
+    /// As its kernel's (values where a bad kernel will be refused by `apply`).
+    fn output(&self, params: &Params) -> Output {
+        self.kernel(params).map_or(Output::Values, |k| k.output())
+    }
+}
+
+impl Convolve {
+    /// The kernel `params` give, checked.
+    fn kernel(&self, params: &Params) -> Result<Convolution, ImagingError> {
         let info = self.info();
         info.check_known(params)?;
         let divisor = info.number(params, "divisor")?;
@@ -262,9 +289,8 @@ impl Filter for Convolve {
         };
         let weights = parse_kernel(info.text(params, "kernel")).map_err(|r| bad("kernel", r))?;
         let divisor = (divisor != 0.0).then_some(divisor);
-        let k = Convolution::new(&info.name, &info.summary, &weights, divisor, offset, None)
-            .map_err(|r| bad("kernel", r))?;
-        k.convolve(img, run)
+        Convolution::new(&info.name, &info.summary, &weights, divisor, offset, None)
+            .map_err(|r| bad("kernel", r))
     }
 }
 

@@ -53,7 +53,7 @@ use super::common::{
     Div, bands, builtin_info, copy_alpha, each_depth, multiversion, wrapping_sums,
 };
 use crate::error::ImagingError;
-use crate::filter::{Filter, FilterInfo, Run};
+use crate::filter::{Filter, FilterInfo, Output, Run};
 use crate::image::{DynImage, Image, Sample};
 use crate::params::Params;
 
@@ -72,6 +72,11 @@ impl Filter for Edge {
             "Prewitt edges per colour channel, max(|H|,|V|)/3, stretched so the strongest is MAX",
             Vec::new(),
         )
+    }
+
+    /// Grey levels for display, no longer the input's values.
+    fn output(&self, _params: &Params) -> Output {
+        Output::GreyLevels
     }
 
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError> {

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use super::common::{bands, builtin_info, copy_alpha, each_depth, grey, multiversion};
 use crate::error::ImagingError;
-use crate::filter::{Filter, FilterInfo, Run};
+use crate::filter::{Filter, FilterInfo, Output, Run};
 use crate::image::{DynImage, Image, Sample};
 use crate::params::Params;
 
@@ -57,6 +57,11 @@ impl Filter for Emboss {
             "relief: kernel [[-2,-1,0],[-1,0,1],[0,1,2]], sum/8 + mid-grey, merged to grey",
             Vec::new(),
         )
+    }
+
+    /// Grey levels for display, no longer the input's values.
+    fn output(&self, _params: &Params) -> Output {
+        Output::GreyLevels
     }
 
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError> {

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use crate::error::ImagingError;
-use crate::filter::{Filter, FilterInfo, Run};
+use crate::filter::{Filter, FilterInfo, Output, Run};
 use crate::image::{DynImage, Image, Sample};
 use crate::params::Params;
 
@@ -36,6 +36,11 @@ impl Filter for Invert {
             kind: "builtin".into(),
             source: None,
         }
+    }
+
+    /// `MAX − v` keeps the scale, not the meaning (no longer HU).
+    fn output(&self, _params: &Params) -> Output {
+        Output::Scale
     }
 
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError> {

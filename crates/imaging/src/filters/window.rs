@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use super::invert::check_shape;
 use crate::error::ImagingError;
-use crate::filter::{Filter, FilterInfo, ParamInfo, Run};
+use crate::filter::{Filter, FilterInfo, Output, ParamInfo, Run};
 use crate::image::{DynImage, Image, Sample};
 use crate::params::Params;
 
@@ -101,6 +101,11 @@ impl Filter for Window {
             kind: "builtin".into(),
             source: None,
         }
+    }
+
+    /// Grey levels for display, no longer the input's values.
+    fn output(&self, _params: &Params) -> Output {
+        Output::GreyLevels
     }
 
     fn apply(&self, img: &DynImage, params: &Params, run: &Run) -> Result<DynImage, ImagingError> {
