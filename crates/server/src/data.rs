@@ -183,7 +183,7 @@ impl From<Violation> for Failure {
 
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
-        Self { code: store_code(&e), message: e.to_string(), peer_gone: false }
+        Self { code: store_code(&e), message: e.client_message(), peer_gone: false }
     }
 }
 

@@ -27,7 +27,7 @@ pub fn store_status(e: &StoreError) -> Status {
         | StoreError::Meta(_)
         | StoreError::Config(_) => Code::Internal,
     };
-    Status::new(code, e.to_string())
+    Status::new(code, e.client_message())
 }
 
 /// Data-plane error code for a store error.

@@ -67,13 +67,29 @@ impl StoreError {
         matches!(self, Self::Busy(_))
     }
 
-    /// An I/O error on `path`: a full disk is [`StoreError::StorageFull`] as from any I/O,
-    /// anything else [`StoreError::IoAt`], naming the file.
+    /// An I/O error on `path`: a full disk is [`StoreError::StorageFull`] as from any I/O
+    /// (the file logged for the operator), anything else [`StoreError::IoAt`], naming it.
     pub fn io_at(path: &Path) -> impl FnOnce(io::Error) -> Self + '_ {
         move |e| match Self::from(e) {
             Self::Io(source) => Self::IoAt { path: path.to_path_buf(), source },
-            Self::StorageFull(why) => Self::StorageFull(format!("{}: {why}", path.display())),
+            full @ Self::StorageFull(_) => {
+                tracing::warn!(path = %path.display(), "{full}");
+                full
+            }
             other => other,
+        }
+    }
+
+    /// The message for a client: as `Display` gives it, except that no file of the store is
+    /// named — where the server keeps its files is the operator's business, not a client's —
+    /// so an [`StoreError::IoAt`] is logged here whole and told without its path.
+    pub fn client_message(&self) -> String {
+        match self {
+            Self::IoAt { path, source } => {
+                tracing::error!(path = %path.display(), "storage I/O failed: {source}");
+                format!("storage I/O failed: {source}")
+            }
+            other => other.to_string(),
         }
     }
 }
@@ -112,7 +128,9 @@ mod tests {
         let e = StoreError::io_at(path)(io::Error::from_raw_os_error(libc::EIO));
         assert!(matches!(e, StoreError::IoAt { .. }), "{e:?}");
         assert!(e.to_string().starts_with("storage I/O failed on /data/staging/ab12: "), "{e}");
+        assert!(!e.client_message().contains("/data"), "{}", e.client_message());
+        assert!(e.client_message().starts_with("storage I/O failed: "));
         let e = StoreError::io_at(path)(io::Error::from_raw_os_error(libc::ENOSPC));
-        assert!(matches!(&e, StoreError::StorageFull(m) if m.starts_with("/data/staging/ab12: ")));
+        assert!(matches!(&e, StoreError::StorageFull(m) if !m.contains("/data")), "{e}");
     }
 }

@@ -225,9 +225,9 @@ impl Inner {
             && let Some(free) = self.free_bytes()
             && needs > free
         {
+            // (Not where: a client is told this, and the folder is the operator's business.)
             return Err(StoreError::StorageFull(format!(
-                "{needs} more bytes for {name:?}, {free} bytes left for blobs in {}",
-                self.root.display()
+                "{needs} more bytes for {name:?}, {free} bytes left for blobs"
             )));
         }
         Ok(())
@@ -438,8 +438,7 @@ impl Store for FsStore {
             && size > free
         {
             return Err(StoreError::StorageFull(format!(
-                "{size} bytes requested, {free} bytes free in {}",
-                i.root.display()
+                "{size} bytes requested, {free} bytes free for blobs"
             )));
         }
         // Nobody writes, replaces or deletes this upload while we decide.

@@ -129,7 +129,7 @@ impl IntoResponse for WebError {
 
 impl From<StoreError> for WebError {
     fn from(e: StoreError) -> Self {
-        let msg = e.to_string();
+        let msg = e.client_message();
         match e {
             StoreError::NotFound(name) => Self::NotFound(name),
             StoreError::InvalidName { name, reason } => {

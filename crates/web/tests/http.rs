@@ -407,6 +407,24 @@ async fn uploads_that_fill_the_disk_leave_nothing_pending() {
     assert_eq!(s.put("full/chunked", Vec::new()).await.status(), StatusCode::CREATED);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_disk_is_told_without_the_servers_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_string_lossy().to_string();
+    let store = FsStore::open(dir.path()).unwrap();
+    let index = ImageIndex::open(&dir.path().join("meta.db")).unwrap();
+    // The staging folder becomes a file: a staged upload cannot be created (ENOTDIR).
+    let staging = dir.path().join("staging");
+    std::fs::remove_dir_all(&staging).unwrap();
+    std::fs::write(&staging, b"").unwrap();
+    let s = Srv::start_on(Arc::new(store), index, WebConfig::ephemeral(), Some(dir)).await;
+    let r = s.put("big.bin", payload(1 << 20)).await;
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("storage I/O failed: "), "{text}");
+    assert!(!text.contains(&root), "the answer names the server's folder: {text}");
+}
+
 /// A tmpfs of `mib` MiB mounted on a temporary directory, unmounted on drop; `None` where the
 /// test may not mount file systems.
 struct Tmpfs(tempfile::TempDir);
