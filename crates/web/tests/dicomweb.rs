@@ -246,4 +246,23 @@ async fn frames_and_renderings_answer_an_accept_they_cannot_meet_with_406() {
     {
         assert_eq!(qido(q).await.unwrap().status(), StatusCode::BAD_REQUEST, "{q}");
     }
+    // PS3.18 §8.3.3.1: `accept` and `charset` stand for their headers, on every route; the
+    // query's accept replaces the header's (and a + sent unencoded is a +).
+    for (path, status, kind) in [
+        ("rendered?accept=image/jpeg", StatusCode::OK, "image/jpeg"),
+        ("rendered?accept=image/gif", StatusCode::NOT_ACCEPTABLE, ""),
+        ("metadata?accept=application/dicom+json", StatusCode::OK, "application/dicom+json"),
+        ("metadata?accept=application/dicom%2Bxml", StatusCode::NOT_ACCEPTABLE, ""),
+        ("metadata?charset=utf-8", StatusCode::OK, "application/dicom+json"),
+        ("metadata?charset=iso-8859-1", StatusCode::NOT_ACCEPTABLE, ""),
+        ("frames/1?accept=image/png", StatusCode::NOT_ACCEPTABLE, ""),
+    ] {
+        let (got, got_kind, text) = ask(path, "*/*").await;
+        assert_eq!(got, status, "{path}: {text}");
+        assert!(got_kind.starts_with(kind), "{path}: {got_kind}");
+    }
+    let r = qido("accept=application/dicom%2Bxml").await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_ACCEPTABLE);
+    let r = qido("accept=application/json&charset=utf-8").await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
 }

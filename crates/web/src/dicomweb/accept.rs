@@ -66,19 +66,65 @@ pub(crate) fn dicom_syntaxes(accept: Option<&str>) -> Result<Syntaxes, WebError>
     Ok(Syntaxes::Only(only))
 }
 
-/// Does the request's `Accept` take `application/dicom+json` (absent, `*/*`, `application/*`,
-/// `application/json` or itself, with a `q` above 0)? 406 when it does not: a client that asks
-/// for `multipart/related; type="application/dicom+xml"` is told, not sent JSON it cannot read.
-pub(crate) fn dicom_json(headers: &axum::http::HeaderMap) -> Result<(), WebError> {
-    let accept = headers.get_all(axum::http::header::ACCEPT);
-    let mut given = Vec::new();
-    for value in accept {
+/// The query parameters PS3.18 §8.3.3.1 lets every DICOMweb request carry in place of its
+/// headers: `accept` (for Accept) and `charset` (for Accept-Charset).
+pub(crate) const QUERY_HEADERS: &[&str] = &["accept", "charset"];
+
+/// What a client accepts: its `accept` query parameters (PS3.18 §8.3.3.1), which replace the
+/// Accept header when given, else the header's lines joined; `None` when neither says.
+/// `charset`, the query's Accept-Charset, must allow UTF-8, the one charset answered in (406
+/// otherwise).
+pub(crate) fn accepted(
+    query: &[(String, String)],
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<String>, WebError> {
+    let asked = |name: &str| -> Vec<String> {
+        query.iter().filter(|(k, _)| k == name).map(|(_, v)| plus_restored(v)).collect()
+    };
+    let charsets = asked("charset");
+    if !charsets.is_empty() {
+        let takes = split(&charsets.join(","), ',').any(|c| {
+            let (name, params) = media_type(c);
+            let q0 = params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0));
+            matches!(name.as_str(), "utf-8" | "utf8" | "*") && !q0
+        });
+        if !takes {
+            return Err(WebError::NotAcceptable(format!(
+                "answers are in UTF-8, which charset={} does not take",
+                charsets.join(",")
+            )));
+        }
+    }
+    let given = asked("accept");
+    if !given.is_empty() {
+        return Ok(Some(given.join(", ")));
+    }
+    let mut lines = Vec::new();
+    for value in headers.get_all(axum::http::header::ACCEPT) {
         let value = value.to_str().map_err(|_| {
             WebError::BadRequest("the Accept header is not visible ASCII".to_string())
         })?;
-        given.push(value.to_string());
+        lines.push(value);
     }
-    let accept = given.join(", ");
+    Ok((!lines.is_empty()).then(|| lines.join(", ")))
+}
+
+/// A query value as sent: a `+` in a media type (`application/dicom+json`) that a client left
+/// unencoded arrives as a space, and a space between two letters or digits is in no media
+/// type or parameter, so it is a `+` again.
+fn plus_restored(v: &str) -> String {
+    let c: Vec<char> = v.chars().collect();
+    let word = |i: Option<&char>| i.is_some_and(|c| c.is_ascii_alphanumeric());
+    let at = |i: usize| c[i] == ' ' && i > 0 && word(c.get(i - 1)) && word(c.get(i + 1));
+    (0..c.len()).map(|i| if at(i) { '+' } else { c[i] }).collect()
+}
+
+/// Does `accept` (see [`accepted`]) take `application/dicom+json` (absent, `*/*`,
+/// `application/*`, `application/json` or itself, with a `q` above 0)? 406 when it does not: a
+/// client that asks for `multipart/related; type="application/dicom+xml"` is told, not sent
+/// JSON it cannot read.
+pub(crate) fn dicom_json(accept: Option<&str>) -> Result<(), WebError> {
+    let accept = accept.unwrap_or_default();
     if accept.trim().is_empty() {
         return Ok(());
     }
@@ -297,15 +343,41 @@ mod tests {
         }
     }
 
+    fn headers(values: &[&str]) -> axum::http::HeaderMap {
+        let mut h = axum::http::HeaderMap::new();
+        for v in values {
+            h.append(axum::http::header::ACCEPT, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_query_may_stand_for_the_headers() {
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let h = headers(&["application/dicom+xml"]);
+        assert_eq!(accepted(&[], &h).unwrap().as_deref(), Some("application/dicom+xml"));
+        assert_eq!(accepted(&[], &headers(&[])).unwrap(), None);
+        // The query's accept replaces the header; an unencoded + (a space) is a + again.
+        let json = q(&[("accept", "application/dicom json")]);
+        assert_eq!(accepted(&json, &h).unwrap().as_deref(), Some("application/dicom+json"));
+        let two = q(&[("accept", "image/png, multipart/related; type=\"application/dicom\"")]);
+        let got = accepted(&two, &h).unwrap().unwrap();
+        assert_eq!(got, "image/png, multipart/related; type=\"application/dicom\"");
+        for ok in ["utf-8", "UTF-8", "iso-8859-1, utf-8;q=0.5", "*"] {
+            assert!(accepted(&q(&[("charset", ok)]), &h).is_ok(), "{ok}");
+        }
+        for refused in ["iso-8859-1", "utf-8;q=0"] {
+            let e = accepted(&q(&[("charset", refused)]), &h).unwrap_err();
+            assert!(matches!(e, WebError::NotAcceptable(_)), "{refused}: {e}");
+        }
+    }
+
     #[test]
     fn searches_and_metadata_are_json_or_refused() {
-        let with = |values: &[&str]| {
-            let mut h = axum::http::HeaderMap::new();
-            for v in values {
-                h.append(axum::http::header::ACCEPT, v.parse().unwrap());
-            }
-            dicom_json(&h)
-        };
+        let with =
+            |values: &[&str]| dicom_json(accepted(&[], &headers(values)).unwrap().as_deref());
         for ok in [
             &[][..],
             &[""],

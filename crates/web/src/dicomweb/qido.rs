@@ -4,7 +4,8 @@
 //! StudyDate (a date or a `from-to` range), StudyInstanceUID, AccessionNumber,
 //! ModalitiesInStudy / Modality, StudyDescription at study level; Modality, SeriesInstanceUID
 //! at series level; SOPInstanceUID at instance level; plus `limit`, `offset`, `includefield`
-//! and `fuzzymatching` (accepted; every attribute the index keeps is returned). Any other key,
+//! and `fuzzymatching` (accepted; every attribute the index keeps is returned), and `accept`
+//! and `charset` in place of their headers (PS3.18 §8.3.3.1). Any other key,
 //! a key of another level, or a malformed date, is refused with 400.
 
 use std::collections::BTreeMap;
@@ -78,6 +79,8 @@ fn parse(params: Vec<(String, String)>, allowed: &[&str]) -> Result<Matching, We
             }
             "offset" => m.offset = number(&v)?,
             "includefield" | "fuzzymatching" => {}
+            // Stand-ins for headers, read with them (`super::accept::accepted`).
+            k if super::accept::QUERY_HEADERS.contains(&k) => {}
             _ => {
                 let Some((kw, _)) =
                     KEYS.iter().find(|(kw, tag)| k == *kw || k.eq_ignore_ascii_case(tag))
@@ -246,8 +249,9 @@ const STUDY_BATCH: usize = 2_000;
 
 /// `GET /dicomweb/studies`.
 pub async fn studies(State(st): State<Arc<AppState>>, req: Request) -> Result<Response, WebError> {
-    super::accept::dicom_json(req.headers())?;
-    let m = parse(params(&req)?, STUDY_KEYS)?;
+    let query = params(&req)?;
+    super::accept::dicom_json(super::accept::accepted(&query, req.headers())?.as_deref())?;
+    let m = parse(query, STUDY_KEYS)?;
     let (from, to) = m.keys.get("StudyDate").map(|d| dates(d)).transpose()?.unwrap_or_default();
     let modality = m.keys.get("ModalitiesInStudy").or(m.keys.get("Modality")).cloned();
     // One plain modality is matched by the index; a list or a wildcard here, below.
@@ -320,9 +324,10 @@ pub async fn series(
     Path(study): Path<String>,
     req: Request,
 ) -> Result<Response, WebError> {
-    super::accept::dicom_json(req.headers())?;
+    let query = params(&req)?;
+    super::accept::dicom_json(super::accept::accepted(&query, req.headers())?.as_deref())?;
     check_uid("study", &study)?;
-    let m = parse(params(&req)?, SERIES_KEYS)?;
+    let m = parse(query, SERIES_KEYS)?;
     let uid = study.clone();
     let rows = blocking(move || Ok(st.images.index().series(&uid)?)).await?;
     let items = rows
@@ -356,10 +361,11 @@ pub async fn instances_of(
     Path((study, series)): Path<(String, String)>,
     req: Request,
 ) -> Result<Response, WebError> {
-    super::accept::dicom_json(req.headers())?;
+    let query = params(&req)?;
+    super::accept::dicom_json(super::accept::accepted(&query, req.headers())?.as_deref())?;
     check_uid("study", &study)?;
     check_uid("series", &series)?;
-    let m = parse(params(&req)?, INSTANCE_KEYS)?;
+    let m = parse(query, INSTANCE_KEYS)?;
     let (s2, se2) = (study.clone(), series.clone());
     let found = blocking(move || match instances(&st, &s2, Some(&se2), None) {
         Ok(v) => Ok(v),

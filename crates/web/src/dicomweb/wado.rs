@@ -99,10 +99,9 @@ pub async fn retrieve(
     uri: axum::http::Uri,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, WebError> {
-    // No parameters are taken here: one given would otherwise be silently not applied.
-    crate::no_query(&uri)?;
+    let accept = accept(&uri, &headers)?;
     ids.check()?;
-    let takes = super::accept::dicom_syntaxes(accept(&headers).as_deref())?;
+    let takes = super::accept::dicom_syntaxes(accept.as_deref())?;
     let st2 = st.clone();
     let found = blocking(move || {
         let found = instances(&st2, &ids.study, ids.series.as_deref(), ids.instance.as_deref())?;
@@ -188,12 +187,16 @@ pub async fn retrieve(
     Ok(r)
 }
 
-/// The request's Accept header, several lines joined into the one list they are (RFC 9110
-/// 5.3); `None` when there is none.
-fn accept(headers: &axum::http::HeaderMap) -> Option<String> {
-    let lines: Vec<&str> =
-        headers.get_all(header::ACCEPT).iter().map(|v| v.to_str().unwrap_or("\u{fffd}")).collect();
-    (!lines.is_empty()).then(|| lines.join(", "))
+/// What a WADO-RS request accepts: its Accept header, several lines joined into the one list
+/// they are (RFC 9110 5.3), or the `accept` query parameter standing for it (PS3.18 §8.3.3.1);
+/// `None` when neither says.
+fn accept(
+    uri: &axum::http::Uri,
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<String>, WebError> {
+    // No other parameters are taken: one given would otherwise be silently not applied.
+    let query = crate::query_only::<Vec<(String, String)>>(uri, super::accept::QUERY_HEADERS)?;
+    super::accept::accepted(&query, headers)
 }
 
 /// 406 for an instance asked for in a transfer syntax other than its stored one (`param`:
@@ -222,8 +225,7 @@ pub async fn metadata(
     uri: axum::http::Uri,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, WebError> {
-    crate::no_query(&uri)?;
-    super::accept::dicom_json(&headers)?;
+    super::accept::dicom_json(accept(&uri, &headers)?.as_deref())?;
     ids.check()?;
     let found = blocking(move || {
         instances(&st, &ids.study, ids.series.as_deref(), ids.instance.as_deref())
@@ -304,11 +306,11 @@ pub async fn frames(
     Path((study, series, instance, list)): Path<(String, String, String, String)>,
     req: Request,
 ) -> Result<Response, WebError> {
-    crate::no_query(req.uri())?;
+    let accept = accept(req.uri(), req.headers())?;
     for (what, uid) in [("study", &study), ("series", &series), ("instance", &instance)] {
         check_uid(what, uid)?;
     }
-    super::accept::native_frames(accept(req.headers()).as_deref())?;
+    super::accept::native_frames(accept.as_deref())?;
     let mut wanted: Vec<usize> = list
         .split(',')
         .map(|f| match f.trim().parse::<usize>() {
@@ -503,11 +505,10 @@ pub async fn rendered(
 ) -> Result<Response, WebError> {
     // The rendering parameters of PS3.18 (window, viewport, quality, annotation) are not
     // taken: refused by name rather than answered with an image that ignored them.
-    crate::no_query(req.uri())?;
+    let accept = accept(req.uri(), req.headers())?.unwrap_or_default();
     for (what, uid) in [("study", &study), ("series", &series), ("instance", &instance)] {
         check_uid(what, uid)?;
     }
-    let accept = accept(req.headers()).unwrap_or_default();
     let turn = st.image_turn().await;
     let st2 = st.clone();
     let r = blocking(move || {
