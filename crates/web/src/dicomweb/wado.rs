@@ -257,8 +257,8 @@ pub async fn metadata(
                 )
                 .int("00280006", "US", (samples_per_pixel(&i.meta) == Some(3)).then_some(0))
                 .int("00280103", "US", i.meta.get("signed").and_then(Value::as_bool).map(i64::from))
-                .decimals("00281050", &numbers(&i.meta, "window_center"))
-                .decimals("00281051", &numbers(&i.meta, "window_width"))
+                .decimals("00281050", &windows(&i.meta).0)
+                .decimals("00281051", &windows(&i.meta).1)
                 .decimals("00281052", &numbers(&i.meta, "rescale_intercept"))
                 .decimals("00281053", &numbers(&i.meta, "rescale_slope"))
                 .build()
@@ -280,6 +280,14 @@ fn numbers(meta: &Value, field: &str) -> Vec<f64> {
         Some(v) => v.as_f64().into_iter().collect(),
         None => Vec::new(),
     }
+}
+
+/// The stored windows (centres, widths) a viewer can use: those whose width is at least 1, as
+/// PS3.3 C.11.2.1.2 requires (the decoder drops the others, but an index row written before
+/// it did may hold one).
+fn windows(meta: &Value) -> (Vec<f64>, Vec<f64>) {
+    let (centres, widths) = (numbers(meta, "window_center"), numbers(meta, "window_width"));
+    centres.into_iter().zip(widths).filter(|(_, w)| *w >= 1.0).unzip()
 }
 
 /// Samples per Pixel: 3 for colour images, 1 for grey ones (from the decoded pixel kind).
@@ -606,4 +614,21 @@ pub async fn uri(State(st): State<Arc<AppState>>, req: Request) -> Result<Respon
     .await?;
     drop(turn);
     Ok(image_response(bytes, mime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_window_narrower_than_one_is_no_window() {
+        let meta =
+            serde_json::json!({"window_center": [40.0, 300.0], "window_width": [0.0, 1500.0]});
+        assert_eq!(windows(&meta), (vec![300.0], vec![1500.0]));
+        let meta = serde_json::json!({"window_center": 40.0, "window_width": 0.5});
+        assert_eq!(windows(&meta), (vec![], vec![]));
+        let meta = serde_json::json!({"window_center": 40.0, "window_width": 400.0});
+        assert_eq!(windows(&meta), (vec![40.0], vec![400.0]));
+        assert_eq!(windows(&serde_json::json!({})), (vec![], vec![]));
+    }
 }
