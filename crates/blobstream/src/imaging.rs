@@ -50,7 +50,13 @@ pub fn filters(a: FiltersArgs) -> Result<()> {
 
 pub fn filter(a: FilterArgs) -> Result<()> {
     let reg = registry(&a.defs)?;
-    let params = Params::parse(&a.params).context("reading --param")?;
+    // A malformed or repeated --param is a usage error (exit 2), as clap's own are.
+    let params = Params::parse(&a.params).map_err(|e| match e {
+        bs_imaging::ImagingError::BadParam { param, reason, .. } => {
+            crate::commands::Usage(format!("--param {param}: {reason}")).into()
+        }
+        e => anyhow::Error::from(e),
+    })?;
     // Check the filter and its parameters before reading a possibly large file.
     let f = reg.get(&a.name)?;
     f.info().check_known(&params)?;
@@ -64,6 +70,18 @@ pub fn filter(a: FilterArgs) -> Result<()> {
     let t = Instant::now();
     let out = f.apply(&input.image, &params, &Run::with_threads(a.threads))?;
     let took = t.elapsed();
+    // The result is held to the input's limit too (a zoom can multiply the pixels), as the
+    // HTTP API holds it.
+    let pixels = (out.width() as u64).saturating_mul(out.height() as u64);
+    if pixels > a.max_pixels {
+        anyhow::bail!(
+            "{} made an image of {}×{} pixels, over the limit of {} (--max-pixels)",
+            a.name,
+            out.width(),
+            out.height(),
+            a.max_pixels
+        );
+    }
     // JPEG and GIF hold 8 bits: the result windowed for display (see `to_eight_bits`).
     let ext = a.output.extension().and_then(|e| e.to_str()).unwrap_or_default();
     let out = match Format::from_extension(ext) {

@@ -638,6 +638,11 @@ fn image_commands_filter_describe_and_refuse_bad_input() {
     fails_with(&run(&["filter", "blur", junk.to_str().unwrap(), o]), "junk.png");
     fails_with(&run(&["image-info", junk.to_str().unwrap()]), "junk.png");
     fails_with(&run(&["filter", "blur", i, o, "--max-pixels", "100"]), "limit");
+    // The result is held to the limit too: 40×30 fits 2000 pixels, zoomed 4× it does not.
+    let zoom = ["filter", "zoom", i, o, "-p", "factor=4", "--max-pixels", "2000"];
+    fails_with(&run(&zoom), "made an image of 160×120 pixels, over the limit of 2000");
+    usage_error(&run(&["filter", "blur", i, o, "-p", "size=3", "-p", "size=5"]), "given twice");
+    usage_error(&run(&["filter", "blur", i, o, "-p", "size"]), "--param size: expected KEY=VALUE");
 
     // Definitions from a directory: a kernel and a chain using it.
     let defs = dir.path().join("defs");

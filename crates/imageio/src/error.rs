@@ -31,9 +31,10 @@ pub enum ImageIoError {
     #[error("{file}: image of {width}×{height} pixels exceeds the limit of {limit} pixels")]
     TooLarge { file: String, width: u64, height: u64, limit: u64 },
     /// The input, or a buffer it asks for, is larger than
-    /// [`Limits::max_bytes`](crate::Limits::max_bytes).
-    #[error("{file}: {what} exceeds the limit of {limit} bytes")]
-    TooManyBytes { file: String, what: String, limit: u64 },
+    /// [`Limits::max_bytes`](crate::Limits::max_bytes), or it has more frames than
+    /// [`Limits::max_frames`](crate::Limits::max_frames) (`unit`: what the limit counts).
+    #[error("{file}: {what} exceeds the limit of {limit} {unit}")]
+    TooManyBytes { file: String, what: String, limit: u64, unit: &'static str },
     /// Reading or writing the file failed.
     #[error("{file}: {source}")]
     Io {
@@ -77,11 +78,11 @@ impl ImageIoError {
     }
 
     pub(crate) fn corrupt(format: Format, reason: impl Into<String>) -> Self {
-        Self::Corrupt { file: NO_FILE.into(), format, reason: reason.into() }
+        Self::Corrupt { file: NO_FILE.into(), format, reason: one_line(reason.into()) }
     }
 
     pub(crate) fn truncated(format: Format, reason: impl Into<String>) -> Self {
-        Self::Truncated { file: NO_FILE.into(), format, reason: reason.into() }
+        Self::Truncated { file: NO_FILE.into(), format, reason: one_line(reason.into()) }
     }
 
     pub(crate) fn unsupported_format(reason: impl Into<String>) -> Self {
@@ -89,7 +90,7 @@ impl ImageIoError {
     }
 
     pub(crate) fn unsupported(format: Format, reason: impl Into<String>) -> Self {
-        Self::Unsupported { file: NO_FILE.into(), format, reason: reason.into() }
+        Self::Unsupported { file: NO_FILE.into(), format, reason: one_line(reason.into()) }
     }
 
     pub(crate) fn too_large(width: u64, height: u64, limit: u64) -> Self {
@@ -97,6 +98,32 @@ impl ImageIoError {
     }
 
     pub(crate) fn too_many_bytes(what: impl Into<String>, limit: u64) -> Self {
-        Self::TooManyBytes { file: NO_FILE.into(), what: what.into(), limit }
+        Self::TooManyBytes { file: NO_FILE.into(), what: what.into(), limit, unit: "bytes" }
+    }
+
+    pub(crate) fn too_many_frames(frames: i64, limit: u64) -> Self {
+        let what = format!("{frames} frames");
+        Self::TooManyBytes { file: NO_FILE.into(), what, limit, unit: "frames" }
+    }
+}
+
+/// A decoder's reason as one line of a message: its line breaks — real ones, and the `\n`
+/// some decoders' messages carry as text (a debug-printed string) — become spaces.
+fn one_line(reason: String) -> String {
+    let spaced = reason.replace("\\n", " ").replace(['\n', '\r'], " ");
+    spaced.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decoders_reason_is_one_line() {
+        let e = ImageIoError::corrupt(Format::Jpeg, "I/O errors Not enough bytes\\n")
+            .with_file("a.jpg");
+        assert_eq!(e.to_string(), "a.jpg: corrupt JPEG data: I/O errors Not enough bytes");
+        let e = ImageIoError::truncated(Format::Png, "cut\nshort\r\n");
+        assert!(e.to_string().ends_with("cut short"), "{e}");
     }
 }

@@ -441,6 +441,7 @@ fn multi_frame_decodes_every_frame() {
         decode(&image_file(EXPLICIT_LE, &spec, vec![], pixel_data_8(vec![0; 12])), None, &few)
             .unwrap_err();
     assert!(matches!(err, ImageIoError::TooManyBytes { .. }), "{err}");
+    assert!(err.to_string().ends_with("3 frames exceeds the limit of 2 frames"), "{err}");
 }
 
 #[test]

@@ -32,7 +32,14 @@ impl Params {
                     reason: "empty key".into(),
                 });
             }
-            p.0.insert(k.to_string(), v.trim().to_string());
+            // Given twice, one would silently win: which was meant is the user's to say.
+            if p.0.insert(k.to_string(), v.trim().to_string()).is_some() {
+                return Err(ImagingError::BadParam {
+                    filter: String::new(),
+                    param: k.to_string(),
+                    reason: "given twice".into(),
+                });
+            }
         }
         Ok(p)
     }
@@ -65,6 +72,8 @@ mod tests {
         assert_eq!(p.get("amount"), Some("0.5"));
         assert!(Params::parse(&["novalue"]).is_err());
         assert!(Params::parse(&["=3"]).is_err());
+        let twice = Params::parse(&["size=3", "size = 5"]).unwrap_err().to_string();
+        assert!(twice.contains("size") && twice.contains("given twice"), "{twice}");
         let base = Params::new().with("a", 1).with("b", 2);
         assert_eq!(Params::new().with("b", 9).over(&base).get("b"), Some("9"));
     }

@@ -492,7 +492,7 @@ fn number_of_frames(obj: &DefaultDicomObject, limits: &Limits) -> Result<usize, 
         },
     };
     if n as u64 > limits.max_frames {
-        return Err(ImageIoError::too_many_bytes(format!("{n} frames"), limits.max_frames));
+        return Err(ImageIoError::too_many_frames(n, limits.max_frames));
     }
     Ok(n as usize)
 }
