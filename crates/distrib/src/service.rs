@@ -164,8 +164,31 @@ pub async fn serve(
                 )
             }
         }),
-    );
+    )
+    .fallback(elsewhere);
     bs_plane::serve(listener, router, secure, std::future::pending()).await
+}
+
+/// Any other path: a gRPC call to a method this port does not have is told so as gRPC
+/// (UNIMPLEMENTED); anything else — a browser, `curl` at the wrong path — gets a plain 404
+/// saying what the port serves, not an empty gRPC answer it cannot read.
+async fn elsewhere(req: axum::extract::Request) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let grpc = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/grpc"));
+    if grpc {
+        let status = Status::unimplemented(format!("no method {} here", req.uri().path()));
+        return status.into_http::<axum::body::Body>();
+    }
+    let text = format!(
+        "no {} here: this is a distributer's status port (GET /metrics, and the gRPC call \
+         blobstream.v1.Distributer/Status that `blobstream distributer status` makes)\n",
+        req.uri().path()
+    );
+    (axum::http::StatusCode::NOT_FOUND, text).into_response()
 }
 
 /// Ask the distributer's status service at `addr` (host:port), over TLS and with a token when

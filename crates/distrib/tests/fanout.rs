@@ -619,6 +619,13 @@ fn bad_input_gets_a_clear_error_and_the_distributer_keeps_serving() {
         "{page}"
     );
     assert!(page.trim_end().ends_with("# EOF"));
+    // Any other path is a plain 404 saying what the port serves, not an empty gRPC answer.
+    let mut http = std::net::TcpStream::connect(&status_addr).unwrap();
+    http.write_all(b"GET /status HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n").unwrap();
+    let mut page = String::new();
+    http.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 404"), "{page}");
+    assert!(page.contains("no /status here") && page.contains("GET /metrics"), "{page}");
 }
 
 /// A distributer that stops mid-run (as a process restart would): the sender's next call and
