@@ -168,20 +168,43 @@ fn taken_ranges(accept: Option<&str>) -> Option<Vec<MediaRange>> {
     Some(ranges.collect())
 }
 
-/// May a rendered image go to a client with this `Accept` header, and as JPEG? PNG unless it
-/// names `image/jpeg` and not `image/png`; 406 when it takes neither (`image/*` and `*/*`
-/// take both).
+/// How much a client with this `Accept` header wants `media` (a `type/subtype`): the `q` of
+/// the most specific range that matches it (`type/subtype`, then `type/*`, then `*/*`, as
+/// RFC 9110 12.5.1 says), 1 when there is no header, 0 when no range matches.
+fn quality(accept: Option<&str>, media: &str) -> f32 {
+    let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else { return 1.0 };
+    let kind = media.split('/').next().unwrap_or_default();
+    let mut best: Option<(u8, f32)> = None;
+    for (range, params) in split(accept, ',').map(media_type) {
+        let specificity = if range == media {
+            3
+        } else if range.strip_suffix("/*") == Some(kind) {
+            2
+        } else if range == "*/*" {
+            1
+        } else {
+            continue;
+        };
+        let q = params.iter().find(|(k, _)| k == "q").and_then(|(_, v)| v.parse::<f32>().ok());
+        let q = q.filter(|q| q.is_finite()).unwrap_or(1.0).clamp(0.0, 1.0);
+        if best.is_none_or(|(s, _)| specificity > s) {
+            best = Some((specificity, q));
+        }
+    }
+    best.map_or(0.0, |(_, q)| q)
+}
+
+/// May a rendered image go to a client with this `Accept` header, and as JPEG? The one it
+/// wants more (the `q` of [`quality`]), PNG on a tie; 406 when it takes neither.
 pub(crate) fn rendered_jpeg(accept: Option<&str>) -> Result<bool, WebError> {
-    let Some(ranges) = taken_ranges(accept) else { return Ok(false) };
-    let names = |m: &str| ranges.iter().any(|(media, _)| media == m);
-    let any = names("*/*") || names("image/*");
-    if !(any || names("image/png") || names("image/jpeg")) {
+    let (png, jpeg) = (quality(accept, "image/png"), quality(accept, "image/jpeg"));
+    if png <= 0.0 && jpeg <= 0.0 {
         return Err(WebError::NotAcceptable(format!(
             "a rendered image is image/png or image/jpeg, which Accept: {} does not take",
             accept.unwrap_or_default()
         )));
     }
-    Ok(names("image/jpeg") && !names("image/png"))
+    Ok(jpeg > png)
 }
 
 /// Does `Accept` take frames as they are sent: `multipart/related; type=
@@ -301,13 +324,18 @@ mod tests {
             (Some("image/*"), false),
             (Some("image/png"), false),
             (Some("image/jpeg"), true),
-            (Some("image/jpeg, image/png;q=0.5"), false),
+            (Some("image/jpeg, image/png;q=0.5"), true),
+            (Some("image/png;q=0.4, image/jpeg;q=0.6"), true),
+            (Some("image/png;q=0.6, image/jpeg;q=0.4"), false),
+            (Some("image/jpeg, image/png"), false),
             (Some("image/jpeg, image/png;q=0"), true),
             (Some("image/webp, image/jpeg;q=0.8"), true),
+            (Some("image/*;q=0.5, image/jpeg"), true),
+            (Some("image/png;q=0, */*"), true),
         ] {
             assert_eq!(rendered_jpeg(a).unwrap(), jpeg, "{a:?}");
         }
-        for a in ["image/gif", "application/json", "image/png;q=0", "text/html"] {
+        for a in ["image/gif", "application/json", "image/png;q=0", "text/html", "image/*;q=0"] {
             let e = rendered_jpeg(Some(a)).unwrap_err();
             assert!(matches!(e, WebError::NotAcceptable(_)), "{a}: {e}");
         }
