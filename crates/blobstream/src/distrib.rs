@@ -232,14 +232,110 @@ fn part_path(dir: &Path, name: &str) -> PathBuf {
     done.with_file_name(format!(".{file}.blobstream-part"))
 }
 
-/// An unnamed run's name: the first `run-N` (N from `run` up) not `taken` — a receiver
-/// started again counts from 1 again, and must not replace the runs it kept before.
-fn unnamed(run: u64, taken: impl Fn(&str) -> bool) -> String {
+/// An unnamed run's number: the first N from `run` up whose `run-N` is not `taken` — a
+/// receiver started again counts from 1 again, and must not replace the runs it kept before.
+fn unnamed(run: u64, taken: impl Fn(&str) -> bool) -> u64 {
     // (Bounded: past so many, the run takes the last and is refused by name, said.)
-    (run..run + 100_000)
-        .map(|n| format!("run-{n}"))
-        .find(|n| !taken(n))
-        .unwrap_or_else(|| format!("run-{}", run + 100_000))
+    (run..run + 100_000).find(|n| !taken(&format!("run-{n}"))).unwrap_or(run + 100_000)
+}
+
+/// The part file of an unnamed run in `dir`: the first `run-N` (N from `run` up) neither
+/// `taken` nor held by another receiver — one that claimed it between the look and the claim
+/// is passed over, so the unnamed runs of two receivers in one folder never meet.
+fn claim_unnamed(
+    dir: &Path,
+    run: u64,
+    taken: impl Fn(&str) -> bool,
+) -> Result<(std::fs::File, PathBuf, PathBuf), Claim> {
+    let mut from = run;
+    for _ in 0..100 {
+        let n = unnamed(from, &taken);
+        match claim(dir, &format!("run-{n}")) {
+            Err(Claim::Held(_)) => from = n + 1,
+            other => return other,
+        }
+    }
+    claim(dir, &format!("run-{}", unnamed(from, &taken)))
+}
+
+/// Why a run's part file could not be had: another receiver holds it (a run of the same name
+/// into the same folder, at the same moment), or something else went wrong; both say which.
+enum Claim {
+    Held(String),
+    Failed(String),
+}
+
+impl Claim {
+    fn message(self) -> String {
+        match self {
+            Claim::Held(m) | Claim::Failed(m) => m,
+        }
+    }
+}
+
+/// The part file of a run named `name` in `dir`, created (or taken over from a receiver killed
+/// mid-run), locked and empty, with the path it is kept under once verified.
+fn claim(dir: &Path, name: &str) -> Result<(std::fs::File, PathBuf, PathBuf), Claim> {
+    let done = dir.join(name);
+    let part = part_path(dir, name);
+    if let Some(folder) = done.parent()
+        && let Err(e) = std::fs::create_dir_all(folder)
+    {
+        return Err(Claim::Failed(format!("cannot create {}: {e}", folder.display())));
+    }
+    // A run replaces no file: one kept before (a verified run, say) stays as it is.
+    if done.exists() {
+        return Err(Claim::Failed(format!(
+            "{} already exists (a run replaces no file): move it away, or send the run under \
+             another name",
+            done.display()
+        )));
+    }
+    // Locked while written: a part file another receiver holds (a run of the same name into
+    // the same folder) is not written over; one nobody holds (a receiver killed mid-run left
+    // it) is taken over.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&part)
+        .map_err(|e| Claim::Failed(format!("cannot create {}: {e}", part.display())))?;
+    match f.try_lock() {
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(Claim::Held(format!(
+                "{} is being written by another receiver (a run of the same name into the \
+                 same folder)",
+                part.display()
+            )));
+        }
+        // A lock error other than a file system without locks: said.
+        Err(std::fs::TryLockError::Error(e))
+            if !matches!(
+                e.raw_os_error(),
+                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS)
+            ) =>
+        {
+            return Err(Claim::Failed(format!("cannot lock {}: {e}", part.display())));
+        }
+        _ => {}
+    }
+    // Locked (or no locks here), and still the file at the part's path with no other name: not
+    // a run another receiver just kept under its name and let go of (that file is its NAME
+    // now, and must not be emptied). Then this run's from byte 0.
+    use std::os::unix::fs::MetadataExt;
+    let ours = match (f.metadata(), std::fs::metadata(&part)) {
+        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev() && a.nlink() == 1,
+        _ => false,
+    };
+    if !ours {
+        return Err(Claim::Held(format!(
+            "{} changed while it was opened (another receiver's run of the same name into the \
+             same folder)",
+            part.display()
+        )));
+    }
+    f.set_len(0).map_err(|e| Claim::Failed(format!("cannot write {}: {e}", part.display())))?;
+    Ok((f, part, done))
 }
 
 impl FlowHandler for ToFiles {
@@ -248,77 +344,18 @@ impl FlowHandler for ToFiles {
         self.error = None;
         self.started = std::time::Instant::now();
         let dir = &self.dir;
-        let name = match named(p) {
-            Ok(Some(name)) => name,
-            // A number another receiver in this folder is writing is taken too.
-            Ok(None) => unnamed(self.run, |n| dir.join(n).exists() || part_path(dir, n).exists()),
-            Err(why) => {
-                self.error = Some(why);
-                return;
+        let claimed = match named(p) {
+            Ok(Some(name)) => claim(dir, &name),
+            // The first number free in this folder: one another receiver is writing is taken
+            // too.
+            Ok(None) => {
+                claim_unnamed(dir, self.run, |n| dir.join(n).exists() || part_path(dir, n).exists())
             }
+            Err(why) => Err(Claim::Failed(why)),
         };
-        let done = self.dir.join(&name);
-        let part = part_path(&self.dir, &name);
-        if let Some(folder) = done.parent()
-            && let Err(e) = std::fs::create_dir_all(folder)
-        {
-            self.error = Some(format!("cannot create {}: {e}", folder.display()));
-            return;
-        }
-        // A run replaces no file: one kept before (a verified run, say) stays as it is.
-        if done.exists() {
-            self.error = Some(format!(
-                "{} already exists (a run replaces no file): move it away, or send the run \
-                 under another name",
-                done.display()
-            ));
-            return;
-        }
-        // Locked while written: a part file another receiver holds (a run of the same name
-        // into the same folder) is not written over; one nobody holds (a receiver killed
-        // mid-run left it) is taken over.
-        let opened =
-            std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&part);
-        match opened.map(|f| (f.try_lock(), f)) {
-            Ok((Err(std::fs::TryLockError::WouldBlock), _)) => {
-                self.error = Some(format!(
-                    "{} is being written by another receiver (a run of the same name into the \
-                     same folder)",
-                    part.display()
-                ));
-            }
-            // A lock error other than a file system without locks: said.
-            Ok((Err(std::fs::TryLockError::Error(e)), _))
-                if !matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS)
-                ) =>
-            {
-                self.error = Some(format!("cannot lock {}: {e}", part.display()));
-            }
-            // Locked (or no locks here), and still the file at the part's path with no other
-            // name: not a run another receiver just kept under its name and let go of (that
-            // file is its NAME now, and must not be emptied). Then this run's from byte 0.
-            Ok((_, f)) => {
-                use std::os::unix::fs::MetadataExt;
-                let ours = match (f.metadata(), std::fs::metadata(&part)) {
-                    (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev() && a.nlink() == 1,
-                    _ => false,
-                };
-                if !ours {
-                    self.error = Some(format!(
-                        "{} changed while it was opened (another receiver's run of the same \
-                         name into the same folder)",
-                        part.display()
-                    ));
-                    return;
-                }
-                match f.set_len(0) {
-                    Ok(()) => self.current = Some((f, part, done)),
-                    Err(e) => self.error = Some(format!("cannot write {}: {e}", part.display())),
-                }
-            }
-            Err(e) => self.error = Some(format!("cannot create {}: {e}", part.display())),
+        match claimed {
+            Ok(current) => self.current = Some(current),
+            Err(why) => self.error = Some(why.message()),
         }
     }
 
@@ -402,7 +439,10 @@ impl FlowHandler for IntoStore {
             Ok(Some(name)) => name,
             // Only a blob there takes the number: a store that cannot be asked leaves it to
             // the push, which says why.
-            Ok(None) => unnamed(self.run, |n| client.stat(&format!("{prefix}{n}")).is_ok()),
+            Ok(None) => {
+                let n = unnamed(self.run, |n| client.stat(&format!("{prefix}{n}")).is_ok());
+                format!("run-{n}")
+            }
             Err(why) => {
                 self.error = Some(why);
                 return;
@@ -542,4 +582,25 @@ fn receive_runs<H: FlowHandler>(
         bail!("{failed} of {} runs failed", count(h));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unnamed_run_passes_over_a_number_another_receiver_just_claimed() {
+        let dir = tempfile::tempdir().unwrap();
+        // Another receiver claimed run-1 after this one looked (the look missed it).
+        let Ok(_held) = claim(dir.path(), "run-1") else { panic!("run-1 is free") };
+        let Ok((_, part, done)) = claim_unnamed(dir.path(), 1, |_| false) else {
+            panic!("run-2 is free")
+        };
+        assert_eq!((part, done), (part_path(dir.path(), "run-2"), dir.path().join("run-2")));
+        // A named run another receiver holds is refused, saying so.
+        match claim(dir.path(), "run-1") {
+            Err(Claim::Held(why)) => assert!(why.contains("another receiver"), "{why}"),
+            _ => panic!("run-1 is held"),
+        }
+    }
 }
