@@ -128,7 +128,7 @@ pub(crate) fn dicom_json(accept: Option<&str>) -> Result<(), WebError> {
     if accept.trim().is_empty() {
         return Ok(());
     }
-    let ranges: Vec<(String, bool)> = split(&accept, ',')
+    let ranges: Vec<(String, bool)> = split(accept, ',')
         .map(|range| {
             let (media, params) = media_type(range);
             let q0 = params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0));
