@@ -143,7 +143,8 @@ pub struct ImageMeta {
     /// As in DICOM: MONOCHROME1, MONOCHROME2, RGB, YBR_FULL, ... For other formats MONOCHROME2
     /// for gray and RGB for colour (with or without alpha).
     pub photometric_interpretation: String,
-    /// Frames in the file (DICOM Number of Frames; 1 for other formats).
+    /// Frames in the file (DICOM Number of Frames; an animated GIF's frames; a TIFF's pages
+    /// that are frames of its first, see the `raster` module; 1 for other formats).
     pub number_of_frames: u32,
     /// Frames decoded: [`Decoded::image`] and [`Decoded::frames`] (all of them).
     pub frames_decoded: u32,

@@ -3,8 +3,16 @@
 //! Decoding reads the header first and checks [`Limits`] before the pixel buffer exists; the
 //! `image` crate's own limits (`max_alloc` = [`Limits::max_bytes`]) guard its intermediate
 //! buffers. Decoded layouts: gray and gray+alpha become gray / RGBA, 32-bit float TIFF becomes
-//! 16-bit, everything else keeps its 8- or 16-bit samples. Only the first frame of an animated
-//! GIF or the first page of a TIFF is read.
+//! 16-bit, everything else keeps its 8- or 16-bit samples.
+//!
+//! Files of several frames are multi-frame images as a DICOM cine is ([`Decoded::frames`],
+//! `number_of_frames`, up to [`Limits::max_frames_decoded`] decoded): an animated GIF's frames
+//! as a player shows them (each drawn over the last as the file says), and a TIFF's pages of
+//! the first page's size and layout (unsigned gray or RGB(A), 8 or 16 bits, interleaved) — a
+//! page of another size (a pyramid's reduced resolutions, a thumbnail) or layout ends them, and
+//! is not counted. Frames are counted up to [`Limits::max_frames`] (more is refused) and decoded
+//! while [`Limits::max_frames_decoded`] and [`Limits::max_bytes`] leave room; a frame after the
+//! first that fails to decode ends them, keeping those before it.
 //!
 //! Encoding support (anything else is [`ImageIoError::Unsupported`]):
 //!
@@ -59,6 +67,11 @@ pub(crate) fn decode(
     let image =
         DynamicImage::from_decoder(decoder).map_err(|e| map_decode_error(format, e, limits))?;
     let image = from_dynamic(image, format)?;
+    let (frames, count) = match format {
+        Format::Gif => gif_frames(bytes, &image, limits)?,
+        Format::Tiff => tiff_pages(bytes, &image, limits)?,
+        _ => (Vec::new(), 1),
+    };
     let channels = u16::from(original.channel_count()).max(1);
     let gray = image.channels() == 1;
     let meta = ImageMeta {
@@ -68,11 +81,133 @@ pub(crate) fn decode(
         bits_stored: original.bits_per_pixel() / channels,
         signed: false,
         photometric_interpretation: if gray { "MONOCHROME2" } else { "RGB" }.to_string(),
-        number_of_frames: 1,
-        frames_decoded: 1,
+        number_of_frames: count,
+        frames_decoded: frames.len() as u32 + 1,
         ..ImageMeta::default()
     };
-    Ok(Decoded { image, frames: Vec::new(), format, meta })
+    Ok(Decoded { image, frames, format, meta })
+}
+
+/// What a multi-frame file gives after its first frame: the frames decoded, and how many it
+/// has (the first included).
+type MoreFrames = (Vec<DynImage>, u32);
+
+/// How many frames after `first` may be decoded: while fewer than `max_frames_decoded` are,
+/// and all of them fit `max_bytes` (the rest are counted, not decoded, as `frames_decoded`
+/// says).
+fn frame_room(limits: &Limits, first: &DynImage) -> usize {
+    let bytes = if matches!(first, DynImage::U16(_)) { 2 } else { 1 };
+    let frame = (first.width() * first.height() * first.channels() * bytes).max(1) as u64;
+    let by_bytes = limits.max_bytes / frame; // frames that fit, the first among them
+    let frames = limits.max_frames_decoded.max(1).min(by_bytes);
+    usize::try_from(frames.saturating_sub(1)).unwrap_or(usize::MAX)
+}
+
+/// A frame count past `max_frames` is refused (as a DICOM file's is), before any is decoded.
+fn count_frame(count: &mut u64, limits: &Limits) -> Result<(), ImageIoError> {
+    *count += 1;
+    let most = limits.max_frames.min(u64::from(u32::MAX));
+    if *count > most {
+        return Err(ImageIoError::too_many_frames(*count as i64, limits.max_frames));
+    }
+    Ok(())
+}
+
+/// An animated GIF's frames after the first, each the whole picture as a player shows it.
+/// Counted first without decoding (LZW skipped); then decoded while there is room. A frame
+/// that fails to decode (a file cut in its last frame, as browsers still show) ends them:
+/// what came whole before it is kept.
+fn gif_frames(bytes: &[u8], first: &DynImage, limits: &Limits) -> Result<MoreFrames, ImageIoError> {
+    use image::AnimationDecoder;
+    let mut options = gif::DecodeOptions::new();
+    options.skip_frame_decoding(true);
+    let mut count = 0;
+    if let Ok(mut d) = options.read_info(Cursor::new(bytes)) {
+        while let Ok(Some(_)) = d.next_frame_info() {
+            count_frame(&mut count, limits)?;
+        }
+    }
+    let room = frame_room(limits, first).min(count.saturating_sub(1) as usize);
+    let mut frames = Vec::new();
+    if room > 0 {
+        let fail = |e| map_decode_error(Format::Gif, e, limits);
+        let mut decoder = image::codecs::gif::GifDecoder::new(Cursor::new(bytes)).map_err(fail)?;
+        let mut image_limits = image::Limits::default();
+        image_limits.max_alloc = Some(limits.max_bytes);
+        decoder.set_limits(image_limits).map_err(fail)?;
+        // Frame 0 is `first` (decoded again here: the frames after it are drawn over it).
+        for frame in decoder.into_frames().skip(1).take(room) {
+            let Ok(frame) = frame else { break };
+            frames.push(from_dynamic(DynamicImage::ImageRgba8(frame.into_buffer()), Format::Gif)?);
+        }
+    }
+    Ok((frames, count.max(1) as u32))
+}
+
+/// A TIFF page's layout as this module reads pages after the first: channels and bits per
+/// sample of an unsigned gray, RGB or RGBA page stored interleaved (chunky); `None` for any
+/// other (palette, float, planar, CMYK, …).
+fn page_kind<R: std::io::Read + std::io::Seek>(
+    d: &mut tiff::decoder::Decoder<R>,
+) -> Option<(usize, u8)> {
+    use tiff::ColorType as C;
+    use tiff::tags::Tag;
+    let (channels, bits) = match d.colortype().ok()? {
+        C::Gray(b @ (8 | 16)) => (1, b),
+        C::RGB(b @ (8 | 16)) => (3, b),
+        C::RGBA(b @ (8 | 16)) => (4, b),
+        _ => return None,
+    };
+    let unsigned = match d.find_tag_unsigned_vec::<u16>(Tag::SampleFormat).ok()? {
+        None => true,
+        Some(formats) => formats.iter().all(|&f| f == 1),
+    };
+    let chunky = d.find_tag_unsigned::<u16>(Tag::PlanarConfiguration).ok()?.is_none_or(|p| p == 1);
+    (unsigned && chunky).then_some((channels, bits))
+}
+
+/// A TIFF's pages after the first that are frames of it: of the first page's size and layout
+/// ([`page_kind`]). A page of another size or layout (a pyramid's reduced resolution, a
+/// thumbnail) or one that cannot be read ends them and is not counted; pages are counted up
+/// to `max_frames` and decoded while there is room.
+fn tiff_pages(bytes: &[u8], first: &DynImage, limits: &Limits) -> Result<MoreFrames, ImageIoError> {
+    use tiff::decoder::{Decoder, DecodingResult};
+    let mut tiff_limits = tiff::decoder::Limits::default();
+    let cap = usize::try_from(limits.max_bytes).unwrap_or(usize::MAX);
+    tiff_limits.decoding_buffer_size = tiff_limits.decoding_buffer_size.min(cap);
+    tiff_limits.intermediate_buffer_size = tiff_limits.intermediate_buffer_size.min(cap);
+    tiff_limits.ifd_value_size = tiff_limits.ifd_value_size.min(cap);
+    // The `image` crate read the first page; one this module reads otherwise has no frames.
+    let Ok(decoder) = Decoder::new(Cursor::new(bytes)) else { return Ok((Vec::new(), 1)) };
+    let mut decoder = decoder.with_limits(tiff_limits);
+    let (w, h) = (first.width(), first.height());
+    let kind = page_kind(&mut decoder);
+    let bits = if matches!(first, DynImage::U16(_)) { 16 } else { 8 };
+    if kind != Some((first.channels(), bits)) {
+        return Ok((Vec::new(), 1));
+    }
+    let (room, mut count, mut frames) = (frame_room(limits, first), 1, Vec::new());
+    while decoder.more_images() && decoder.next_image().is_ok() {
+        let size = decoder.dimensions().ok().map(|(pw, ph)| (pw as usize, ph as usize));
+        if size != Some((w, h)) || page_kind(&mut decoder) != kind {
+            break;
+        }
+        if frames.len() < room {
+            let page = match decoder.read_image() {
+                Ok(DecodingResult::U8(data)) => {
+                    Image::from_vec(w, h, first.channels(), data).map(DynImage::U8).ok()
+                }
+                Ok(DecodingResult::U16(data)) => {
+                    Image::from_vec(w, h, first.channels(), data).map(DynImage::U16).ok()
+                }
+                _ => None,
+            };
+            let Some(page) = page else { break };
+            frames.push(page);
+        }
+        count_frame(&mut count, limits)?;
+    }
+    Ok((frames, count as u32))
 }
 
 /// The `image` crate's pixels as ours.

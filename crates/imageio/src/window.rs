@@ -60,7 +60,7 @@ pub fn to_eight_bits(
     apply_window(&Decoded { image, frames: Vec::new(), format, meta: meta.clone() })
 }
 
-/// `params` for `filter`, step `step` of a chain whose steps so far made `so_far` of a file's
+/// `params` for `filter`, a step of a chain whose steps so far made `so_far` of a file's
 /// values: a window's centre and width in modality units (HU for CT), as radiologists state
 /// them, by the intercept [`modality_intercept`] gives — for a filter that takes one and was
 /// given none, and only while the pixels are still the file's values.

@@ -202,3 +202,103 @@ fn metadata_of_raster_images() {
     let d = round_trip(&DynImage::U8(test_image8(3, 2, 4)), Format::Png);
     assert_eq!(d.meta.photometric_interpretation, "RGB");
 }
+
+/// An animated GIF of `n` 4×3 frames, frame `i` all grey level `40·(i+1)`; the second drawn
+/// only over its top row (the rest stays as the first left it).
+fn animated_gif(n: usize) -> Vec<u8> {
+    animated_gif_of(n, 4, 3)
+}
+
+/// [`animated_gif`] with frames of `w`×`h`: each kept on screen under the next
+/// (`DisposalMethod::Keep`), grey levels from a global palette.
+fn animated_gif_of(n: usize, w: u16, h: u16) -> Vec<u8> {
+    let palette: Vec<u8> = (0..4u8).flat_map(|i| [40 * i; 3]).collect();
+    let mut out = Vec::new();
+    let mut enc = gif::Encoder::new(&mut out, w, h, &palette).unwrap();
+    for i in 0..n {
+        let rows = if i == 1 { 1 } else { h };
+        let frame = gif::Frame {
+            width: w,
+            height: rows,
+            dispose: gif::DisposalMethod::Keep,
+            buffer: vec![i as u8 + 1; usize::from(w) * usize::from(rows)].into(),
+            ..gif::Frame::default()
+        };
+        enc.write_frame(&frame).unwrap();
+    }
+    drop(enc);
+    out
+}
+
+#[test]
+fn an_animated_gif_is_a_multi_frame_image() {
+    let gif = animated_gif(3);
+    let d = decode(&gif, None, &Limits::default()).unwrap();
+    assert_eq!((d.meta.number_of_frames, d.meta.frames_decoded, d.frame_count()), (3, 3, 3));
+    let grey_of = |f: &DynImage| match f {
+        DynImage::U8(i) => i.data.chunks(4).map(|p| p[0]).collect::<Vec<_>>(),
+        other => panic!("{}", other.kind()),
+    };
+    assert_eq!(grey_of(d.frame(0).unwrap()), [40; 12]);
+    // The second frame as shown: its top row over the first.
+    assert_eq!(grey_of(d.frame(1).unwrap()), [80, 80, 80, 80, 40, 40, 40, 40, 40, 40, 40, 40]);
+    assert_eq!(grey_of(d.frame(2).unwrap()), [120; 12]);
+    // Counted but not decoded past max_frames_decoded; refused past max_frames.
+    let first = Limits { max_frames_decoded: 1, ..Limits::default() };
+    let d = decode(&gif, None, &first).unwrap();
+    assert_eq!((d.meta.number_of_frames, d.meta.frames_decoded, d.frame_count()), (3, 1, 1));
+    let two = Limits { max_frames: 2, ..Limits::default() };
+    let e = decode(&gif, None, &two).unwrap_err();
+    assert!(e.to_string().contains("3 frames exceeds the limit of 2 frames"), "{e}");
+    // Frames past what max_bytes holds are counted, not decoded: 100×100 RGBA frames are
+    // 40 000 bytes, and 100 000 bytes hold two of the three.
+    let small = Limits { max_bytes: 100_000, ..Limits::default() };
+    let d = decode(&animated_gif_of(3, 100, 100), None, &small).unwrap();
+    assert_eq!((d.meta.number_of_frames, d.meta.frames_decoded, d.frame_count()), (3, 2, 2));
+    // Cut in its last frame: the frames before it, as a browser shows them.
+    let whole = animated_gif(3);
+    let cut = &whole[..whole.len() - 6];
+    let d = decode(cut, None, &Limits::default()).unwrap();
+    assert!(d.frame_count() >= 2, "{}", d.frame_count());
+    assert_eq!(grey_of(d.frame(1).unwrap())[..4], [80; 4]);
+    let one = decode(&animated_gif(1), None, &Limits::default()).unwrap();
+    assert_eq!((one.meta.number_of_frames, one.frame_count()), (1, 1));
+}
+
+#[test]
+fn a_tiffs_pages_of_the_first_pages_size_are_its_frames() {
+    use tiff::encoder::{TiffEncoder, colortype};
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut enc = TiffEncoder::new(&mut out).unwrap();
+    for v in [10u16, 20, 30] {
+        enc.write_image::<colortype::Gray16>(5, 2, &[v; 10]).unwrap();
+    }
+    // A reduced-resolution page: not a frame, and the end of them.
+    enc.write_image::<colortype::Gray16>(2, 1, &[99; 2]).unwrap();
+    enc.write_image::<colortype::Gray16>(5, 2, &[40; 10]).unwrap();
+    let d = decode(out.get_ref(), None, &Limits::default()).unwrap();
+    assert_eq!((d.meta.number_of_frames, d.frame_count()), (3, 3));
+    for (i, v) in [10u16, 20, 30].into_iter().enumerate() {
+        assert_eq!(
+            d.frame(i),
+            Some(&DynImage::U16(Image::from_vec(5, 2, 1, vec![v; 10]).unwrap()))
+        );
+    }
+    let first = Limits { max_frames_decoded: 1, ..Limits::default() };
+    let d = decode(out.get_ref(), None, &first).unwrap();
+    assert_eq!((d.meta.number_of_frames, d.meta.frames_decoded), (3, 1));
+    // A page of another depth or layout is no frame, whether decoded or only counted.
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut enc = TiffEncoder::new(&mut out).unwrap();
+    enc.write_image::<colortype::Gray16>(5, 2, &[10; 10]).unwrap();
+    enc.write_image::<colortype::Gray8>(5, 2, &[20; 10]).unwrap();
+    enc.write_image::<colortype::Gray16>(5, 2, &[30; 10]).unwrap();
+    for limits in [Limits::default(), first] {
+        let d = decode(out.get_ref(), None, &limits).unwrap();
+        assert_eq!((d.meta.number_of_frames, d.frame_count()), (1, 1));
+    }
+    // One page: one frame.
+    let png_like = encode(&DynImage::U8(test_image8(7, 5, 3)), Format::Tiff).unwrap();
+    let d = decode(&png_like, None, &Limits::default()).unwrap();
+    assert_eq!((d.meta.number_of_frames, d.frame_count()), (1, 1));
+}

@@ -148,7 +148,23 @@ fn dicomweb_paths() -> serde_json::Map<String, Value> {
         r
     };
     let media = |desc: &str, kind: &str| json!({ "description": desc, "content": { kind: { "schema": {} } } });
+    // PS3.18 8.3.3.1: the query may stand for the Accept and Accept-Charset headers.
+    let heads = |params: Value| {
+        let mut list = params.as_array().cloned().unwrap_or_default();
+        list.push(q(
+            "accept",
+            json!({ "type": "string" }),
+            "In place of the Accept header (replaces it; a + sent unencoded is read as one)",
+        ));
+        list.push(q(
+            "charset",
+            json!({ "type": "string" }),
+            "In place of Accept-Charset: answers are UTF-8 (406 if it is refused)",
+        ));
+        Value::Array(list)
+    };
     let search = |summary: &str, params: Value| {
+        let params = heads(params);
         json!({ "get": { "summary": summary, "parameters": params,
             "description": "Matching attributes (00100010=…, PatientName=…), limit, offset, \
                 includefield, fuzzymatching: see docs/dicomweb.md; an unknown key is 400.",
@@ -158,6 +174,7 @@ fn dicomweb_paths() -> serde_json::Map<String, Value> {
                 &[("406", "The Accept header takes no application/dicom+json")]) } })
     };
     let retrieve = |summary: &str, params: Value| {
+        let params = heads(params);
         json!({ "get": { "summary": summary, "parameters": params,
             "responses": errors(json!({
                 "200": media("The instances as stored", "multipart/related") }),
@@ -165,6 +182,7 @@ fn dicomweb_paths() -> serde_json::Map<String, Value> {
                   ("406", "The Accept header takes only another transfer syntax")]) } })
     };
     let metadata = |params: Value| {
+        let params = heads(params);
         json!({ "get": { "summary": "The instances' attributes (no bulk data)",
             "parameters": params,
             "responses": errors(json!({
@@ -213,7 +231,7 @@ fn dicomweb_paths() -> serde_json::Map<String, Value> {
     put(
         &format!("{INSTANCE}/frames/{{frames}}"),
         json!({ "get": { "summary": "WADO-RS: frames, decoded to native samples",
-            "parameters": [study, series, instance, frames],
+            "parameters": heads(json!([study, series, instance, frames])),
             "responses": errors(json!({
                 "200": media("multipart/related; type=application/octet-stream, a part per frame",
                     "multipart/related") }),
@@ -225,7 +243,7 @@ fn dicomweb_paths() -> serde_json::Map<String, Value> {
         &format!("{INSTANCE}/rendered"),
         json!({ "get": { "summary": "WADO-RS: the instance for display (PNG or JPEG; a document \
                 as itself, a structured report as text)",
-            "parameters": [study, series, instance],
+            "parameters": heads(json!([study, series, instance])),
             "responses": errors(json!({
                 "200": { "description": "The rendering", "content": {
                     "image/png": {}, "image/jpeg": {}, "application/pdf": {},

@@ -83,11 +83,15 @@ pub(crate) fn accepted(
     };
     let charsets = asked("charset");
     if !charsets.is_empty() {
-        let takes = split(&charsets.join(","), ',').any(|c| {
-            let (name, params) = media_type(c);
-            let q0 = params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0));
-            matches!(name.as_str(), "utf-8" | "utf8" | "*") && !q0
-        });
+        // UTF-8 by name, else `*`: its weight decides, as a media type's most specific range.
+        let list = charsets.join(",");
+        let weight = |names: &[&str]| {
+            split(&list, ',')
+                .map(media_type)
+                .find(|(n, _)| names.contains(&n.as_str()))
+                .map(|(_, params)| q_of(&params).unwrap_or(0.0))
+        };
+        let takes = weight(&["utf-8", "utf8"]).or_else(|| weight(&["*"])).unwrap_or(0.0) > 0.0;
         if !takes {
             return Err(WebError::NotAcceptable(format!(
                 "answers are in UTF-8, which charset={} does not take",
@@ -119,38 +123,23 @@ fn plus_restored(v: &str) -> String {
     (0..c.len()).map(|i| if at(i) { '+' } else { c[i] }).collect()
 }
 
-/// Does `accept` (see [`accepted`]) take `application/dicom+json` (absent, `*/*`,
-/// `application/*`, `application/json` or itself, with a `q` above 0)? 406 when it does not: a
-/// client that asks for `multipart/related; type="application/dicom+xml"` is told, not sent
-/// JSON it cannot read.
+/// Does `accept` (see [`accepted`]) take `application/dicom+json` — by its most specific
+/// range ([`quality`]: itself, `application/*`, `*/*`) with a `q` above 0, or by
+/// `application/json` where it is not refused by name? 406 when it does not: a client that
+/// asks for `multipart/related; type="application/dicom+xml"` is told, not sent JSON it cannot
+/// read.
 pub(crate) fn dicom_json(accept: Option<&str>) -> Result<(), WebError> {
-    let accept = accept.unwrap_or_default();
-    if accept.trim().is_empty() {
-        return Ok(());
-    }
-    let ranges: Vec<(String, bool)> = split(accept, ',')
-        .map(|range| {
-            let (media, params) = media_type(range);
-            let q0 = params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0));
-            (media, q0)
-        })
-        .collect();
-    // Refused by name (`application/dicom+json;q=0`), it is refused whatever else is taken.
-    let named_refused = ranges.iter().any(|(m, q0)| m == "application/dicom+json" && *q0);
-    let json = !named_refused
-        && ranges.iter().any(|(media, q0)| {
-            let takes = matches!(
-                media.as_str(),
-                "*/*" | "application/*" | "application/json" | "application/dicom+json"
-            );
-            takes && !q0
-        });
+    const DICOM_JSON: &str = "application/dicom+json";
+    let named = accept.is_some_and(|a| split(a, ',').any(|r| media_type(r).0 == DICOM_JSON));
+    let json =
+        quality(accept, DICOM_JSON) > 0.0 || (!named && quality(accept, "application/json") > 0.0);
     if json {
         Ok(())
     } else {
         Err(WebError::NotAcceptable(format!(
-            "this is answered as application/dicom+json, which Accept: {accept} does not take \
-             (the XML form is not supported)"
+            "this is answered as application/dicom+json, which Accept: {} does not take \
+             (the XML form is not supported)",
+            accept.unwrap_or_default()
         )))
     }
 }
@@ -185,13 +174,22 @@ fn quality(accept: Option<&str>, media: &str) -> f32 {
         } else {
             continue;
         };
-        let q = params.iter().find(|(k, _)| k == "q").and_then(|(_, v)| v.parse::<f32>().ok());
-        let q = q.filter(|q| q.is_finite()).unwrap_or(1.0).clamp(0.0, 1.0);
+        // A range whose q is no number from 0 to 1 says nothing the server can follow.
+        let Some(q) = q_of(&params) else { continue };
         if best.is_none_or(|(s, _)| specificity > s) {
             best = Some((specificity, q));
         }
     }
     best.map_or(0.0, |(_, q)| q)
+}
+
+/// The weight (`q`) of a range's parameters: 1 when it has none, `None` when it is no number
+/// from 0 to 1 (RFC 9110 12.4.2).
+fn q_of(params: &[(String, String)]) -> Option<f32> {
+    match params.iter().find(|(k, _)| k == "q") {
+        None => Some(1.0),
+        Some((_, v)) => v.parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q)),
+    }
 }
 
 /// May a rendered image go to a client with this `Accept` header, and as JPEG? The one it
@@ -335,7 +333,15 @@ mod tests {
         ] {
             assert_eq!(rendered_jpeg(a).unwrap(), jpeg, "{a:?}");
         }
-        for a in ["image/gif", "application/json", "image/png;q=0", "text/html", "image/*;q=0"] {
+        for a in [
+            "image/gif",
+            "application/json",
+            "image/png;q=0",
+            "text/html",
+            "image/*;q=0",
+            "image/png;q=abc",
+            "image/jpeg;q=2",
+        ] {
             let e = rendered_jpeg(Some(a)).unwrap_err();
             assert!(matches!(e, WebError::NotAcceptable(_)), "{a}: {e}");
         }
@@ -396,7 +402,7 @@ mod tests {
         for ok in ["utf-8", "UTF-8", "iso-8859-1, utf-8;q=0.5", "*"] {
             assert!(accepted(&q(&[("charset", ok)]), &h).is_ok(), "{ok}");
         }
-        for refused in ["iso-8859-1", "utf-8;q=0"] {
+        for refused in ["iso-8859-1", "utf-8;q=0", "utf-8;q=0, *"] {
             let e = accepted(&q(&[("charset", refused)]), &h).unwrap_err();
             assert!(matches!(e, WebError::NotAcceptable(_)), "{refused}: {e}");
         }
@@ -422,6 +428,7 @@ mod tests {
             &["multipart/related; type=\"application/dicom+xml\""],
             &["application/dicom+json; q=0"],
             &["application/dicom+json;q=0, */*"],
+            &["application/*;q=0, */*"],
             &["text/html"],
         ] {
             let e = with(refused).unwrap_err();
