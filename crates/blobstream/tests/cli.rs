@@ -1599,8 +1599,10 @@ fn a_batch_to_a_server_that_is_gone_says_so_once() {
     for i in 0..20 {
         std::fs::write(study.join(format!("f{i:02}")), content(1000)).unwrap();
     }
-    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let gone = gone.to_string();
+    // Port 1 (tcpmux): privileged, and nothing of these tests listens there, so a connection
+    // is refused at once (a port the OS gave and the test freed could be given again to a
+    // server another test starts meanwhile).
+    let gone = "127.0.0.1:1".to_string();
     let study = study.to_str().unwrap();
     let o = Command::new(BIN).args(["--server", &gone, "put", "-r", study, "up/"]).output();
     let o = o.unwrap();

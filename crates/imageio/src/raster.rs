@@ -114,20 +114,27 @@ fn count_frame(count: &mut u64, limits: &Limits) -> Result<(), ImageIoError> {
 }
 
 /// An animated GIF's frames after the first, each the whole picture as a player shows it.
-/// Counted first without decoding (LZW skipped); then decoded while there is room. A frame
-/// that fails to decode (a file cut in its last frame, as browsers still show) ends them:
-/// what came whole before it is kept.
+/// Counted first without decoding (LZW skipped); then decoded while there is room — by
+/// [`frame_room`], and while the frames' own declared sizes (what decoding each takes, however
+/// small the picture) add up to no more than `max_bytes`. A frame that fails to decode (a file cut
+/// in its last frame, as browsers still show) ends them and the count: what came whole before
+/// it is kept.
 fn gif_frames(bytes: &[u8], first: &DynImage, limits: &Limits) -> Result<MoreFrames, ImageIoError> {
     use image::AnimationDecoder;
     let mut options = gif::DecodeOptions::new();
     options.skip_frame_decoding(true);
-    let mut count = 0;
+    let (mut count, mut work, mut fits) = (0, 0u64, 0usize);
     if let Ok(mut d) = options.read_info(Cursor::new(bytes)) {
-        while let Ok(Some(_)) = d.next_frame_info() {
+        while let Ok(Some(f)) = d.next_frame_info() {
             count_frame(&mut count, limits)?;
+            let drawn = u64::from(f.width) * u64::from(f.height) * 4;
+            work = work.saturating_add(drawn);
+            if count > 1 && work <= limits.max_bytes && fits == count as usize - 2 {
+                fits += 1;
+            }
         }
     }
-    let room = frame_room(limits, first).min(count.saturating_sub(1) as usize);
+    let room = frame_room(limits, first).min(fits);
     let mut frames = Vec::new();
     if room > 0 {
         let fail = |e| map_decode_error(Format::Gif, e, limits);
@@ -137,7 +144,10 @@ fn gif_frames(bytes: &[u8], first: &DynImage, limits: &Limits) -> Result<MoreFra
         decoder.set_limits(image_limits).map_err(fail)?;
         // Frame 0 is `first` (decoded again here: the frames after it are drawn over it).
         for frame in decoder.into_frames().skip(1).take(room) {
-            let Ok(frame) = frame else { break };
+            let Ok(frame) = frame else {
+                count = frames.len() as u64 + 1; // it, and what follows, are not frames
+                break;
+            };
             frames.push(from_dynamic(DynamicImage::ImageRgba8(frame.into_buffer()), Format::Gif)?);
         }
     }
@@ -168,15 +178,16 @@ fn page_kind<R: std::io::Read + std::io::Seek>(
 
 /// A TIFF's pages after the first that are frames of it: of the first page's size and layout
 /// ([`page_kind`]). A page of another size or layout (a pyramid's reduced resolution, a
-/// thumbnail) or one that cannot be read ends them and is not counted; pages are counted up
-/// to `max_frames` and decoded while there is room.
+/// thumbnail), one that cannot be read when decoded, or one whose chunk table would make the
+/// pages' tables together larger than the file (as no real file's are: a hostile one could
+/// point many pages at one huge table) ends them and is not counted; pages are counted up to
+/// `max_frames` and decoded while there is room ([`frame_room`]).
 fn tiff_pages(bytes: &[u8], first: &DynImage, limits: &Limits) -> Result<MoreFrames, ImageIoError> {
     use tiff::decoder::{Decoder, DecodingResult};
     let mut tiff_limits = tiff::decoder::Limits::default();
     let cap = usize::try_from(limits.max_bytes).unwrap_or(usize::MAX);
     tiff_limits.decoding_buffer_size = tiff_limits.decoding_buffer_size.min(cap);
     tiff_limits.intermediate_buffer_size = tiff_limits.intermediate_buffer_size.min(cap);
-    tiff_limits.ifd_value_size = tiff_limits.ifd_value_size.min(cap);
     // The `image` crate read the first page; one this module reads otherwise has no frames.
     let Ok(decoder) = Decoder::new(Cursor::new(bytes)) else { return Ok((Vec::new(), 1)) };
     let mut decoder = decoder.with_limits(tiff_limits);
@@ -186,10 +197,24 @@ fn tiff_pages(bytes: &[u8], first: &DynImage, limits: &Limits) -> Result<MoreFra
     if kind != Some((first.channels(), bits)) {
         return Ok((Vec::new(), 1));
     }
-    let (room, mut count, mut frames) = (frame_room(limits, first), 1, Vec::new());
+    // Each chunk (strip or tile) has an offset and a length in the file: 8 bytes at least.
+    let table = |d: &mut Decoder<Cursor<&[u8]>>| {
+        let chunks = match d.get_chunk_type() {
+            tiff::decoder::ChunkType::Strip => d.strip_count(),
+            tiff::decoder::ChunkType::Tile => d.tile_count(),
+        };
+        chunks.map_or(u64::MAX, |n| u64::from(n) * 8)
+    };
+    let mut tables = table(&mut decoder);
+    let (room, mut count, mut frames) = (frame_room(limits, first), 0, Vec::new());
+    count_frame(&mut count, limits)?;
     while decoder.more_images() && decoder.next_image().is_ok() {
         let size = decoder.dimensions().ok().map(|(pw, ph)| (pw as usize, ph as usize));
         if size != Some((w, h)) || page_kind(&mut decoder) != kind {
+            break;
+        }
+        tables = tables.saturating_add(table(&mut decoder));
+        if tables > bytes.len() as u64 {
             break;
         }
         if frames.len() < room {

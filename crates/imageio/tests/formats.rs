@@ -259,7 +259,7 @@ fn an_animated_gif_is_a_multi_frame_image() {
     let whole = animated_gif(3);
     let cut = &whole[..whole.len() - 6];
     let d = decode(cut, None, &Limits::default()).unwrap();
-    assert!(d.frame_count() >= 2, "{}", d.frame_count());
+    assert_eq!((d.meta.number_of_frames, d.frame_count()), (2, 2), "the cut one is no frame");
     assert_eq!(grey_of(d.frame(1).unwrap())[..4], [80; 4]);
     let one = decode(&animated_gif(1), None, &Limits::default()).unwrap();
     assert_eq!((one.meta.number_of_frames, one.frame_count()), (1, 1));
@@ -297,6 +297,18 @@ fn a_tiffs_pages_of_the_first_pages_size_are_its_frames() {
         let d = decode(out.get_ref(), None, &limits).unwrap();
         assert_eq!((d.meta.number_of_frames, d.frame_count()), (1, 1));
     }
+    // 8-bit RGB pages; a count past max_frames is refused.
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut enc = TiffEncoder::new(&mut out).unwrap();
+    for v in [1u8, 2, 3] {
+        enc.write_image::<colortype::RGB8>(2, 2, &[v; 12]).unwrap();
+    }
+    let d = decode(out.get_ref(), None, &Limits::default()).unwrap();
+    assert_eq!((d.meta.number_of_frames, d.frame_count()), (3, 3));
+    assert_eq!(d.frame(2), Some(&DynImage::U8(Image::from_vec(2, 2, 3, vec![3; 12]).unwrap())));
+    let two = Limits { max_frames: 2, ..Limits::default() };
+    let e = decode(out.get_ref(), None, &two).unwrap_err();
+    assert!(e.to_string().contains("3 frames exceeds the limit of 2 frames"), "{e}");
     // One page: one frame.
     let png_like = encode(&DynImage::U8(test_image8(7, 5, 3)), Format::Tiff).unwrap();
     let d = decode(&png_like, None, &Limits::default()).unwrap();

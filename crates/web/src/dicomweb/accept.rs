@@ -85,11 +85,12 @@ pub(crate) fn accepted(
     if !charsets.is_empty() {
         // UTF-8 by name, else `*`: its weight decides, as a media type's most specific range.
         let list = charsets.join(",");
+        // (A name whose q is no number from 0 to 1 is ignored.)
         let weight = |names: &[&str]| {
             split(&list, ',')
                 .map(media_type)
-                .find(|(n, _)| names.contains(&n.as_str()))
-                .map(|(_, params)| q_of(&params).unwrap_or(0.0))
+                .filter(|(n, _)| names.contains(&n.as_str()))
+                .find_map(|(_, params)| q_of(&params))
         };
         let takes = weight(&["utf-8", "utf8"]).or_else(|| weight(&["*"])).unwrap_or(0.0) > 0.0;
         if !takes {
@@ -130,7 +131,9 @@ fn plus_restored(v: &str) -> String {
 /// read.
 pub(crate) fn dicom_json(accept: Option<&str>) -> Result<(), WebError> {
     const DICOM_JSON: &str = "application/dicom+json";
-    let named = accept.is_some_and(|a| split(a, ',').any(|r| media_type(r).0 == DICOM_JSON));
+    let named = accept.is_some_and(|a| {
+        split(a, ',').map(media_type).any(|(m, p)| m == DICOM_JSON && q_of(&p).is_some())
+    });
     let json =
         quality(accept, DICOM_JSON) > 0.0 || (!named && quality(accept, "application/json") > 0.0);
     if json {
@@ -147,13 +150,15 @@ pub(crate) fn dicom_json(accept: Option<&str>) -> Result<(), WebError> {
 /// A media type (lower case) and its parameters, as [`media_type`] reads them.
 type MediaRange = (String, Vec<(String, String)>);
 
-/// The ranges of an `Accept` header the client takes (`q=0` ones left out), each a media type
-/// and its parameters; `None` when the header is absent or empty (anything is taken).
+/// The ranges of an `Accept` header the client takes (`q=0` and invalid ones left out), each a
+/// media type and its parameters; `None` when the header is absent or empty (anything is
+/// taken).
 fn taken_ranges(accept: Option<&str>) -> Option<Vec<MediaRange>> {
     let accept = accept.map(str::trim).filter(|a| !a.is_empty())?;
-    let ranges = split(accept, ',').map(media_type).filter(|(_, params)| {
-        !params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0))
-    });
+    // (A range whose q is no number from 0 to 1 is ignored, as `quality` ignores it.)
+    let ranges = split(accept, ',')
+        .map(media_type)
+        .filter(|(_, params)| q_of(params).is_some_and(|q| q > 0.0));
     Some(ranges.collect())
 }
 
@@ -399,7 +404,7 @@ mod tests {
         let two = q(&[("accept", "image/png, multipart/related; type=\"application/dicom\"")]);
         let got = accepted(&two, &h).unwrap().unwrap();
         assert_eq!(got, "image/png, multipart/related; type=\"application/dicom\"");
-        for ok in ["utf-8", "UTF-8", "iso-8859-1, utf-8;q=0.5", "*"] {
+        for ok in ["utf-8", "UTF-8", "iso-8859-1, utf-8;q=0.5", "*", "utf-8;q=abc, *"] {
             assert!(accepted(&q(&[("charset", ok)]), &h).is_ok(), "{ok}");
         }
         for refused in ["iso-8859-1", "utf-8;q=0", "utf-8;q=0, *"] {
@@ -420,6 +425,7 @@ mod tests {
             &["application/json; q=0.5"],
             &["text/html, application/*;q=0.8"],
             &["application/dicom+xml", "application/dicom+json"],
+            &["application/dicom+json;q=x, application/json"],
         ] {
             assert!(with(ok).is_ok(), "{ok:?}");
         }
