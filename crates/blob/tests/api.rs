@@ -634,8 +634,9 @@ fn an_unreachable_server_stops_a_batch_instead_of_failing_every_file() {
     for i in 0..20 {
         std::fs::write(dir.path().join(format!("f{i:02}")), data(1000 + i)).unwrap();
     }
-    // A port nothing listens on: bound, then let go.
-    let gone = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    // Port 1 (tcpmux): privileged, and nothing of these tests listens there, so a connection
+    // is refused at once (a port bound and let go could be given to another test's server).
+    let gone = "127.0.0.1:1".to_string();
     let (jobs, problems) = bs_blob::plan_upload(dir.path(), &gone, "up/");
     assert!(problems.is_empty() && jobs.len() == 20, "{problems:?}");
     let t = Transporter::new(Factory::new());
