@@ -56,6 +56,7 @@ mod error;
 mod factory;
 mod key;
 mod options;
+pub mod partlock;
 mod proxy;
 mod pulls;
 pub mod ranges;

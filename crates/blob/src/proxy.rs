@@ -498,7 +498,7 @@ fn existing_mode(dest: &std::path::Path) -> Option<u32> {
 /// same file — another `get -r` into the same folder — is refused, rather than both writing
 /// one part file and one renaming the other's into place.
 pub(crate) fn open_part(dest: &std::path::Path, keep: bool) -> Result<(PathBuf, File)> {
-    use std::os::unix::fs::MetadataExt;
+    use crate::partlock::{PartLock, lock_part};
     let part = part_path(dest);
     // Twice at most: a part file the download before this one renamed into place between
     // our open and our lock is not ours to write (the second open makes a new one).
@@ -506,42 +506,23 @@ pub(crate) fn open_part(dest: &std::path::Path, keep: bool) -> Result<(PathBuf, 
         // A file being replaced keeps its permission bits, as cp(1) keeps them: a private
         // file's new bytes are private from the first one.
         let mode = existing_mode(dest).unwrap_or(0o666);
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(false)
-            .mode(mode)
-            .open(&part)
-            .map_err(|e| BlobError::file(part.clone(), e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
+        let mut options = OpenOptions::new();
+        options.create(true).read(true).write(true).truncate(false).mode(mode);
+        match lock_part(&part, &options).map_err(|e| BlobError::file(part.clone(), e))? {
+            PartLock::Ours(file) => {
+                // Emptied only once it is ours.
+                if !keep {
+                    file.set_len(0).map_err(|e| BlobError::file(part.clone(), e))?;
+                }
+                return Ok((part, file));
+            }
+            PartLock::Held => {
                 let why = format!("another download into {} is running", dest.display());
                 let e = std::io::Error::new(std::io::ErrorKind::ResourceBusy, why);
                 return Err(BlobError::file(part, e));
             }
-            // A file system without locks (NFS without its lock daemon): written unlocked,
-            // as before there were locks.
-            Err(std::fs::TryLockError::Error(e))
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS)
-                ) => {}
-            Err(std::fs::TryLockError::Error(e)) => return Err(BlobError::file(part, e)),
+            PartLock::Replaced => continue,
         }
-        let same = match (file.metadata(), std::fs::metadata(&part)) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
-        };
-        if !same {
-            continue;
-        }
-        // Emptied only once it is ours.
-        if !keep {
-            file.set_len(0).map_err(|e| BlobError::file(part.clone(), e))?;
-        }
-        return Ok((part, file));
     }
     let why = format!("another download into {} keeps replacing its part file", dest.display());
     Err(BlobError::file(part, std::io::Error::new(std::io::ErrorKind::ResourceBusy, why)))

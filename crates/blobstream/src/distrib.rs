@@ -248,14 +248,13 @@ fn claim_unnamed(
     taken: impl Fn(&str) -> bool,
 ) -> Result<(std::fs::File, PathBuf, PathBuf), Claim> {
     let mut from = run;
-    for _ in 0..100 {
+    loop {
         let n = unnamed(from, &taken);
         match claim(dir, &format!("run-{n}")) {
-            Err(Claim::Held(_)) => from = n + 1,
+            Err(Claim::Held(_)) if n < run + 100 => from = n + 1,
             other => return other,
         }
     }
-    claim(dir, &format!("run-{}", unnamed(from, &taken)))
 }
 
 /// Why a run's part file could not be had: another receiver holds it (a run of the same name
@@ -276,6 +275,7 @@ impl Claim {
 /// The part file of a run named `name` in `dir`, created (or taken over from a receiver killed
 /// mid-run), locked and empty, with the path it is kept under once verified.
 fn claim(dir: &Path, name: &str) -> Result<(std::fs::File, PathBuf, PathBuf), Claim> {
+    use bs_blob::partlock::PartLock;
     let done = dir.join(name);
     let part = part_path(dir, name);
     if let Some(folder) = done.parent()
@@ -293,47 +293,28 @@ fn claim(dir: &Path, name: &str) -> Result<(std::fs::File, PathBuf, PathBuf), Cl
     }
     // Locked while written: a part file another receiver holds (a run of the same name into
     // the same folder) is not written over; one nobody holds (a receiver killed mid-run left
-    // it) is taken over.
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&part)
-        .map_err(|e| Claim::Failed(format!("cannot create {}: {e}", part.display())))?;
-    match f.try_lock() {
-        Err(std::fs::TryLockError::WouldBlock) => {
+    // it) is taken over; one another receiver just kept under its name (linked into place,
+    // the file is its NAME now) is not emptied.
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false);
+    let f = match bs_blob::partlock::lock_part(&part, &options) {
+        Ok(PartLock::Ours(f)) => f,
+        Ok(PartLock::Held) => {
             return Err(Claim::Held(format!(
                 "{} is being written by another receiver (a run of the same name into the \
                  same folder)",
                 part.display()
             )));
         }
-        // A lock error other than a file system without locks: said.
-        Err(std::fs::TryLockError::Error(e))
-            if !matches!(
-                e.raw_os_error(),
-                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS)
-            ) =>
-        {
-            return Err(Claim::Failed(format!("cannot lock {}: {e}", part.display())));
+        Ok(PartLock::Replaced) => {
+            return Err(Claim::Held(format!(
+                "{} changed while it was opened (another receiver's run of the same name \
+                 into the same folder)",
+                part.display()
+            )));
         }
-        _ => {}
-    }
-    // Locked (or no locks here), and still the file at the part's path with no other name: not
-    // a run another receiver just kept under its name and let go of (that file is its NAME
-    // now, and must not be emptied). Then this run's from byte 0.
-    use std::os::unix::fs::MetadataExt;
-    let ours = match (f.metadata(), std::fs::metadata(&part)) {
-        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev() && a.nlink() == 1,
-        _ => false,
+        Err(e) => return Err(Claim::Failed(format!("cannot open {}: {e}", part.display()))),
     };
-    if !ours {
-        return Err(Claim::Held(format!(
-            "{} changed while it was opened (another receiver's run of the same name into the \
-             same folder)",
-            part.display()
-        )));
-    }
     f.set_len(0).map_err(|e| Claim::Failed(format!("cannot write {}: {e}", part.display())))?;
     Ok((f, part, done))
 }

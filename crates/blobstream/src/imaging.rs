@@ -66,7 +66,7 @@ pub fn filter(a: FilterArgs) -> Result<()> {
     let limits = Limits { max_pixels: a.max_pixels, ..Limits::default() };
     let input = bs_imageio::read(&a.input, &limits)?;
     // The window's center and width in modality units (HU for CT), as radiologists state them.
-    let params = bs_imageio::in_modality_units(&input.meta, &f.info(), &params, Output::Values);
+    let params = bs_imageio::in_modality_units(&input.meta, &*f, &params, Output::Values);
     let t = Instant::now();
     let out = f.apply(&input.image, &params, &Run::with_threads(a.threads))?;
     let took = t.elapsed();

@@ -118,13 +118,9 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
         let web = if a.no_http {
             None
         } else {
-            Some(
-                WebServer::start(store.clone(), index, registry.clone(), web_cfg)
-                    .await
-                    .context("starting the HTTP server")?,
-            )
-        };
-        let web = if let Some(web) = web {
+            let web = WebServer::start(store.clone(), index, registry.clone(), web_cfg)
+                .await
+                .context("starting the HTTP server")?;
             let state = web.state().clone();
             state.metrics.add_source(std::sync::Arc::new(server.bindings_metrics()));
             let seed = !a.no_samples;
@@ -144,8 +140,6 @@ pub fn run(g: &Global, a: ServeArgs) -> Result<()> {
                 tracing::info!("empty store: added {seeded} sample images under samples/");
             }
             Some(web)
-        } else {
-            None
         };
         let _watch = a.filters.is_some().then(|| registry.watch(Duration::from_secs(2)));
         // Best effort: a closed stdout must not take the server down.

@@ -216,7 +216,6 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
         let store = MemStore::with_capacity(a.memory_limit.unwrap_or_else(half_the_memory));
         (Arc::new(store), ImageIndex::open_in_memory()?, "memory".into())
     } else if let Some(bucket) = bucket {
-        // (A catalogue's folder holds no lock: another front end may be using it.)
         let cfg = S3Config {
             endpoint: a.s3_endpoint.clone().or(s3f.endpoint),
             region: a.s3_region.clone().or(s3f.region).unwrap_or_default(),
@@ -246,12 +245,8 @@ pub fn open(a: &ServeArgs) -> Result<Storage> {
                  (--s3-bucket or [s3]); the data directory's files are this host's alone"
             );
         }
-        let store = match FsStore::open(&data) {
-            Ok(s) => s,
-            Err(e) => {
-                return Err(e).with_context(|| format!("opening the store in {}", data.display()));
-            }
-        };
+        let store = FsStore::open(&data)
+            .with_context(|| format!("opening the store in {}", data.display()))?;
         // The image index lives in the catalogue's database file.
         let index =
             ImageIndex::open(&store.root().join("meta.db")).context("opening the image index")?;

@@ -161,7 +161,7 @@ fn serve_leaves_unused_what_the_environment_sets_for_other_commands_but_refuses_
         (&["--data", d, "--dpss-token", "t"], "--dpss-token is for --dpss-master"),
         (&["--data", d, "--dpss-ca", "ca.pem"], "--dpss-ca is for --dpss-master"),
     ] {
-        let o = Command::new(BIN).arg("serve").args(args).output().unwrap();
+        let o = exits_within_a_minute(Command::new(BIN).arg("serve").args(args));
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
@@ -1534,11 +1534,11 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
     let data = t.path().join("data");
     let first = Serve::start(&data);
     let d = data.to_str().unwrap();
-    let o = Command::new(BIN)
-        .args(["serve", "--data", d, "--addr", "127.0.0.1:0", "--data-addr", "127.0.0.1:0"])
-        .args(["--no-http", "--no-samples"])
-        .output()
-        .unwrap();
+    let o = exits_within_a_minute(
+        Command::new(BIN)
+            .args(["serve", "--data", d, "--addr", "127.0.0.1:0", "--data-addr", "127.0.0.1:0"])
+            .args(["--no-http", "--no-samples"]),
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("in use by another blobstream server"), "{err}");
@@ -1551,17 +1551,34 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
 /// `cmd`'s output, or a failure if it has not exited within 60 s (a server that started
 /// where it should have refused to: the test fails rather than waits for ever).
 fn exits_within_a_minute(cmd: &mut Command) -> Output {
+    use std::io::Read;
     let mut child =
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary runs");
+    // Both pipes drained while it runs: a child that writes more than a pipe holds would
+    // otherwise block on the write, and look hung.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            panic!("still running after 60 s: {:?}", child.wait_with_output().unwrap());
+            let _ = child.wait();
+            let err = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+            panic!("still running after 60 s; stderr: {err}");
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    };
+    Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
 }
 
 /// `cp` takes `-` as standard output (never standard input), and a local destination as `get`

@@ -11,7 +11,8 @@
 //! and the shift into u16 undone). For MONOCHROME1 the result is inverted (low values white),
 //! so the output always reads as MONOCHROME2.
 
-use bs_imaging::{DynImage, FilterInfo, Image, Output, Params};
+use bs_imaging::filter::{INTERCEPT, open_intercept};
+use bs_imaging::{DynImage, Filter, Image, Output, Params};
 
 use crate::meta::{Decoded, ImageMeta};
 
@@ -66,14 +67,13 @@ pub fn to_eight_bits(
 /// given none, and only while the pixels are still the file's values.
 pub fn in_modality_units(
     meta: &ImageMeta,
-    filter: &FilterInfo,
+    filter: &dyn Filter,
     params: &Params,
     so_far: Output,
 ) -> Params {
-    let takes = filter.params.iter().any(|p| p.name == "intercept");
     match modality_intercept(meta) {
-        Some(v) if takes && so_far == Output::Values && params.get("intercept").is_none() => {
-            params.clone().with("intercept", v)
+        Some(v) if so_far == Output::Values && open_intercept(filter, params) => {
+            params.clone().with(INTERCEPT, v)
         }
         _ => params.clone(),
     }
@@ -171,39 +171,35 @@ mod tests {
 
     #[test]
     fn eight_bits_of_values_take_the_files_window_and_grey_levels_their_full_scale() {
-        let img = DynImage::U16(Image::from_vec(3, 1, 1, vec![0, 32808, 65535]).unwrap());
+        let img = DynImage::U16(Image::from_vec(3, 1, 1, vec![16384, 32808, 49152]).unwrap());
         let eight = |out| match to_eight_bits(img.clone(), crate::Format::Dicom, &ct(), out) {
             DynImage::U8(i) => i.data.clone(),
             other => panic!("{other:?}"),
         };
-        // 32808 is 40 HU, the window's centre; the ends are far outside it.
+        // Values (and their scale) through the file's window: 32808 is 40 HU, its centre, and
+        // ±16384 HU are far outside it.
         assert_eq!(eight(Output::Values), [0, 128, 255]);
         assert_eq!(eight(Output::Scale), [0, 128, 255]);
-        // Grey levels (a window's output, say) as they are: 32808 is just over half way.
-        assert_eq!(eight(Output::GreyLevels), [0, 128, 255]);
-        let img = DynImage::U16(Image::from_vec(2, 1, 1, vec![16384, 49152]).unwrap());
-        let grey = to_eight_bits(img.clone(), crate::Format::Dicom, &ct(), Output::GreyLevels);
-        assert_eq!(grey, DynImage::U8(Image::from_vec(2, 1, 1, vec![64, 191]).unwrap()));
-        let values = to_eight_bits(img, crate::Format::Dicom, &ct(), Output::Values);
-        assert_eq!(values, DynImage::U8(Image::from_vec(2, 1, 1, vec![0, 255]).unwrap()));
+        // Grey levels (a window's output, say) as they are, on the full scale.
+        assert_eq!(eight(Output::GreyLevels), [64, 128, 191]);
     }
 
     #[test]
     fn a_window_takes_modality_units_while_the_pixels_are_the_files_values() {
-        let window = bs_imaging::Registry::builtin().get("window").unwrap().info();
-        let blur = bs_imaging::Registry::builtin().get("blur").unwrap().info();
+        let window = bs_imaging::Registry::builtin().get("window").unwrap();
+        let blur = bs_imaging::Registry::builtin().get("blur").unwrap();
         let none = Params::new();
         let given = Params::new().with("intercept", 5);
-        let got = |info: &FilterInfo, p: &Params, so_far| {
-            in_modality_units(&ct(), info, p, so_far).get("intercept").map(str::to_string)
+        let got = |f: &dyn Filter, p: &Params, so_far| {
+            in_modality_units(&ct(), f, p, so_far).get("intercept").map(str::to_string)
         };
-        assert_eq!(got(&window, &none, Output::Values).as_deref(), Some("-32768"));
-        assert_eq!(got(&window, &given, Output::Values).as_deref(), Some("5"), "its own kept");
-        assert_eq!(got(&window, &none, Output::Scale), None, "after invert: not HU");
-        assert_eq!(got(&window, &none, Output::GreyLevels), None);
-        assert_eq!(got(&blur, &none, Output::Values), None, "blur takes none");
+        assert_eq!(got(&*window, &none, Output::Values).as_deref(), Some("-32768"));
+        assert_eq!(got(&*window, &given, Output::Values).as_deref(), Some("5"), "its own kept");
+        assert_eq!(got(&*window, &none, Output::Scale), None, "after invert: not HU");
+        assert_eq!(got(&*window, &none, Output::GreyLevels), None);
+        assert_eq!(got(&*blur, &none, Output::Values), None, "blur takes none");
         let png = ImageMeta::default();
-        assert_eq!(in_modality_units(&png, &window, &none, Output::Values).get("intercept"), None);
+        assert_eq!(in_modality_units(&png, &*window, &none, Output::Values).get("intercept"), None);
     }
 
     #[test]

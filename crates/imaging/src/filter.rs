@@ -121,6 +121,15 @@ impl Output {
     }
 }
 
+/// The rescale intercept a window takes; a chain hands its own on to its windows, and the
+/// command line and HTTP API set it to a DICOM file's (`bs_imageio::in_modality_units`).
+pub const INTERCEPT: &str = "intercept";
+
+/// Whether `f` takes an intercept that its parameters `p` leave open.
+pub fn open_intercept(f: &dyn Filter, p: &Params) -> bool {
+    p.get(INTERCEPT).is_none() && f.info().params.iter().any(|i| i.name == INTERCEPT)
+}
+
 /// An image operation.
 pub trait Filter: Send + Sync {
     fn info(&self) -> FilterInfo;

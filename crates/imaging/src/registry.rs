@@ -70,7 +70,7 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 
 use crate::error::ImagingError;
-use crate::filter::{Filter, FilterInfo, Output, ParamInfo, Run};
+use crate::filter::{Filter, FilterInfo, INTERCEPT, Output, ParamInfo, Run, open_intercept};
 use crate::filters::{self, convolve::Convolution};
 use crate::image::DynImage;
 use crate::params::Params;
@@ -344,14 +344,6 @@ impl Chain {
         }
         out
     }
-}
-
-/// The parameter a chain hands on to its windows.
-const INTERCEPT: &str = "intercept";
-
-/// Whether `f` takes an intercept that its fixed parameters `p` leave open.
-fn open_intercept(f: &dyn Filter, p: &Params) -> bool {
-    p.get(INTERCEPT).is_none() && f.info().params.iter().any(|i| i.name == INTERCEPT)
 }
 
 impl Filter for Chain {

@@ -352,7 +352,7 @@ pub async fn filter(State(st): State<Arc<AppState>>, req: Request) -> Result<Res
         for (name, params) in &steps {
             let t = Instant::now();
             let f = st2.registry.get(name)?;
-            let params = bs_imageio::in_modality_units(&d.meta, &f.info(), params, output);
+            let params = bs_imageio::in_modality_units(&d.meta, &*f, params, output);
             output = output.max(f.output(&params));
             let out = f.apply(img.as_ref().unwrap_or(source), &params, &run)?;
             let ms = t.elapsed().as_secs_f64() * 1e3;

@@ -425,6 +425,9 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         pixels::convert(&refs, &decoded_layout)?
     };
     let image = images.remove(0);
+    // A window DICOM does not allow (a width below 1: PS3.3 C.11.2.1.2) is no window: the
+    // image is shown over its own range, not as one flat shade.
+    let window_width = float(&obj, tags::WINDOW_WIDTH).filter(|w| *w >= 1.0);
     let meta = ImageMeta {
         width: layout.cols as u32,
         height: layout.rows as u32,
@@ -460,12 +463,8 @@ pub(crate) fn decode(bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageIoEr
         image_orientation_patient: floats(&obj, tags::IMAGE_ORIENTATION_PATIENT),
         rescale_slope: float(&obj, tags::RESCALE_SLOPE),
         rescale_intercept: float(&obj, tags::RESCALE_INTERCEPT),
-        // A window DICOM does not allow (a width below 1: PS3.3 C.11.2.1.2) is no window:
-        // the image is shown over its own range, not as one flat shade.
-        window_center: float(&obj, tags::WINDOW_WIDTH)
-            .filter(|w| *w >= 1.0)
-            .and(float(&obj, tags::WINDOW_CENTER)),
-        window_width: float(&obj, tags::WINDOW_WIDTH).filter(|w| *w >= 1.0),
+        window_center: window_width.and(float(&obj, tags::WINDOW_CENTER)),
+        window_width,
         transfer_syntax_uid: Some(ts.uid().to_string()),
         transfer_syntax_name: Some(ts.name().to_string()),
         pixel_offset: mapping.map(|m| m.offset),
