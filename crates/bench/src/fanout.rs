@@ -31,6 +31,10 @@ name = "hold"
 policy = "hold"
 
 [[stream.flow]]
+name = "near"
+policy = "hold"
+
+[[stream.flow]]
 name = "buffer"
 policy = "buffer"
 buffer = "64m"
@@ -102,7 +106,7 @@ fn joined(d: &Distributer, flow: &str, n: usize) -> Result<(), BenchError> {
 /// returns seconds from start until every receiver confirmed.
 fn run(
     s: &mut Sender,
-    data: &[u8],
+    data: &bytes::Bytes,
     total: u64,
     rate: Option<f64>,
 ) -> Result<(f64, bs_distrib::StopReport), BenchError> {
@@ -112,7 +116,7 @@ fn run(
     let mut sent = 0;
     while sent < total {
         let n = (total - sent).min(data.len() as u64) as usize;
-        s.send(&data[..n]).map_err(err)?;
+        s.send_bytes(&data.slice(..n)).map_err(err)?;
         sent += n as u64;
     }
     let report = s.stop().map_err(err)?;
@@ -310,35 +314,46 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         );
     }
 
-    // 1 → N against ZeroMQ, and 1 → 1 against point to point.
-    let mut receivers = Vec::new();
+    // 1 → N against ZeroMQ, and 1 → 1 against point to point: the sender on a connection to
+    // the distributer (flow "hold"), and in the distributer's process (flow "near").
+    let (mut receivers, mut near) = (Vec::new(), Vec::new());
     let mut s = Sender::connect(&addr, "bench", "hold", None).map_err(err)?;
+    let mut ns = d.sender("bench", "near").map_err(err)?;
     for n in [1usize, 2, 4] {
         while receivers.len() < n {
             receivers.push(receiver(&addr, "hold", &format!("r{}", receivers.len()))?);
+            near.push(receiver(&addr, "near", &format!("n{}", near.len()))?);
         }
         joined(&d, "hold", n)?;
+        joined(&d, "near", n)?;
         opts.say(&format!(
             "1 → {n}: distributer, ZeroMQ ({} runs of {} MB)",
             plan.runs,
             plan.total / MB
         ));
-        let (mut ours, mut theirs, mut p2p, mut bare) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut ours, mut ours_near, mut theirs, mut p2p, mut bare) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let ours_run = |s: &mut Sender, rs: &[mpsc::Receiver<RunEnd>]| {
+            let (secs, report) = run(s, &data, plan.total, None)?;
+            if !report.all_delivered() {
+                return Err(err(format!("a receiver failed: {report:?}")));
+            }
+            for r in rs {
+                r.recv().map_err(err)?;
+            }
+            Ok::<f64, BenchError>(gbit(plan.total * n as u64, secs))
+        };
         for i in 0..plan.runs {
-            // Alternate which goes first.
-            for k in 0..2 {
-                if (i + k) % 2 == 0 {
-                    let (secs, report) = run(&mut s, &data, plan.total, None)?;
-                    if !report.all_delivered() {
-                        return Err(err(format!("a receiver failed: {report:?}")));
+            // Take turns at going first.
+            for k in 0..3 {
+                match (i + k) % 3 {
+                    0 => ours.push(ours_run(&mut s, &receivers)?),
+                    1 => ours_near.push(ours_run(&mut ns, &near)?),
+                    _ => {
+                        if let Some(py) = &py {
+                            theirs.push(zmq_run(py, n, plan.total)?);
+                        }
                     }
-                    for r in &receivers {
-                        r.recv().map_err(err)?;
-                    }
-                    ours.push(gbit(plan.total * n as u64, secs));
-                } else if let Some(py) = &py {
-                    theirs.push(zmq_run(py, n, plan.total)?);
                 }
             }
             bare.push(bare_relay(&data, n, plan.total)?);
@@ -347,8 +362,24 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             }
         }
         let o = median(&ours);
+        let on = median(&ours_near);
         if let Some(_py) = &py {
             let z = median(&theirs);
+            rows.push(Row {
+                group: "fan-out",
+                what: format!(
+                    "1 → {n} receivers, {} MB per run, aggregate delivered, the sender in the \
+                     distributer's process",
+                    plan.total / MB
+                ),
+                ours: on,
+                baseline: z,
+                baseline_name: "ZeroMQ PUB/SUB, no drops (pyzmq)".into(),
+                unit: "Gbit/s",
+                ratio: on / z,
+                ratio_means: "ours / baseline",
+                target: Some((1.0, true)),
+            });
             rows.push(Row {
                 group: "fan-out",
                 what: format!(
@@ -380,6 +411,17 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             let p = median(&p2p);
             rows.push(Row {
                 group: "fan-out",
+                what: "1 → 1 through the distributer, the sender in its process".into(),
+                ours: on,
+                baseline: p,
+                baseline_name: "the same binding, point to point".into(),
+                unit: "Gbit/s",
+                ratio: on / p,
+                ratio_means: "ours / baseline",
+                target: Some((0.8, true)),
+            });
+            rows.push(Row {
+                group: "fan-out",
                 what: "1 → 1 through the distributer".into(),
                 ours: o,
                 baseline: p,
@@ -392,7 +434,8 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
         }
     }
     s.close();
-    drop(receivers);
+    ns.close();
+    drop((receivers, near));
 
     // One stalled receiver under `buffer`: what the three others keep.
     opts.say("3 receivers under buffer, with and without a stalled fourth");

@@ -24,7 +24,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bs_binding::{Binding, BindingError, Floor, Limits, Msg, Profile, Role, Session};
+use bs_binding::{Binding, BindingError, Floor, Limits, Profile, Role, Session};
 use bs_transport::{Conn, TlsServer, Unproven};
 use bs_wire::ErrorCode;
 use serde::Serialize;
@@ -33,9 +33,10 @@ use subtle::ConstantTimeEq;
 use crate::config::{Config, FlowSpec, MAX_CHUNK, Policy, Transport};
 use crate::error::DistribError;
 use crate::msg::{self, Message};
+use crate::run::{Forwarder, Wire};
 
 /// Messages a receiver's queue holds under `hold` and `timeout` before the sender waits.
-const QUEUE_DEPTH: usize = 16;
+pub(crate) const QUEUE_DEPTH: usize = 16;
 /// After `STOP`, how long a receiver may go without progress (under `hold` and `buffer`)
 /// before it is reported instead of waited for.
 pub const STOP_PATIENCE: Duration = Duration::from_secs(30);
@@ -81,17 +82,17 @@ struct Inner {
     tls: Option<TlsServer>,
 }
 
-struct Flow {
-    stream: String,
-    spec: FlowSpec,
-    state: Mutex<FlowState>,
+pub(crate) struct Flow {
+    pub(crate) stream: String,
+    pub(crate) spec: FlowSpec,
+    pub(crate) state: Mutex<FlowState>,
 }
 
 #[derive(Default)]
-struct FlowState {
-    sender: bool,
-    running: bool,
-    receivers: Vec<Arc<Rcv>>,
+pub(crate) struct FlowState {
+    pub(crate) sender: bool,
+    pub(crate) running: bool,
+    pub(crate) receivers: Vec<Arc<Rcv>>,
     /// The receivers that left or were dropped, as status last saw them (the most recent
     /// [`DEPARTED_KEPT`], one per name): so status still says why after they are gone.
     departed: VecDeque<ReceiverStatus>,
@@ -101,43 +102,43 @@ struct FlowState {
 const DEPARTED_KEPT: usize = 32;
 
 /// One receiver connection, as the forwarder and its writer share it.
-struct Rcv {
-    name: String,
-    q: Mutex<RcvQ>,
-    cv: Condvar,
+pub(crate) struct Rcv {
+    pub(crate) name: String,
+    pub(crate) q: Mutex<RcvQ>,
+    pub(crate) cv: Condvar,
     /// A second handle on its socket, to unblock the writer when the receiver is dropped.
     kill: Option<TcpStream>,
     /// Set once its writer has ended (its connection closed or handed back).
     ended: Arc<AtomicBool>,
 }
 
-struct RcvQ {
-    items: VecDeque<Item>,
+pub(crate) struct RcvQ {
+    pub(crate) items: VecDeque<Item>,
     /// Payload bytes in `items`: waiting, not yet taken by the writer.
-    queued_bytes: u64,
+    pub(crate) queued_bytes: u64,
     /// What `items` and the message being written hold for it: each message's bytes and
     /// [`ITEM_COST`] (the `buffer` policy's bound is on this, so a flood of tiny messages is
     /// bounded as large ones are).
-    held: u64,
+    pub(crate) held: u64,
     /// Payload bytes of the current run written to the receiver.
-    sent: u64,
-    run_started: Instant,
-    last_progress: Instant,
+    pub(crate) sent: u64,
+    pub(crate) run_started: Instant,
+    pub(crate) last_progress: Instant,
     /// Why this receiver is out (connection failed, or dropped by the policy).
-    gone: Option<String>,
+    pub(crate) gone: Option<String>,
     /// Its answer to `STOP`.
-    confirm: Option<Confirmed>,
+    pub(crate) confirm: Option<Confirmed>,
     /// Datagrams it lost, over every run (udp flows).
-    lost: u64,
+    pub(crate) lost: u64,
     /// Told the sender it is gone.
-    reported: bool,
+    pub(crate) reported: bool,
     /// This run's STOP is written to it: from then on it only has to confirm (a commit may
     /// take a while), not to keep up.
-    stopped: bool,
+    pub(crate) stopped: bool,
 }
 
 /// A receiver's `CONFIRM`.
-struct Confirmed {
+pub(crate) struct Confirmed {
     ok: bool,
     reason: String,
     /// udp flows: the bytes that reached it, and the datagrams that did not.
@@ -148,7 +149,7 @@ struct Confirmed {
 impl RcvQ {
     /// How the run ended for this receiver, once it has: its confirmation (a receiver that
     /// confirmed and then left delivered its run), else why it is out; `None` while neither.
-    fn outcome(&self, name: &str, total: u64) -> Option<msg::Outcome> {
+    pub(crate) fn outcome(&self, name: &str, total: u64) -> Option<msg::Outcome> {
         let (ok, reason, delivered, lost) = match (&self.confirm, &self.gone) {
             (Some(c), _) => {
                 let delivered = c.got.unwrap_or(self.sent).min(self.sent);
@@ -162,10 +163,10 @@ impl RcvQ {
     }
 }
 
-enum Item {
+pub(crate) enum Item {
     /// A message from the sender, forwarded as it is (`len`: its payload bytes, for `DATA`).
     Forward {
-        m: Arc<Msg>,
+        m: Arc<Wire>,
         len: u64,
         stop: bool,
     },
@@ -178,7 +179,7 @@ const ITEM_COST: u64 = 64;
 
 impl Item {
     /// Its payload bytes (`DATA`'s; none for the rest).
-    fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             Item::Forward { len, .. } => *len,
             Item::Abort(_) => 0,
@@ -186,9 +187,9 @@ impl Item {
     }
 
     /// Its weight against the `buffer` policy's bound.
-    fn cost(&self) -> u64 {
+    pub(crate) fn cost(&self) -> u64 {
         match self {
-            Item::Forward { m, .. } => m.payload().len() as u64 + ITEM_COST,
+            Item::Forward { m, .. } => m.wire_len() as u64 + ITEM_COST,
             Item::Abort(r) => r.len() as u64 + ITEM_COST,
         }
     }
@@ -310,6 +311,20 @@ impl Distributer {
         &self.inner.cfg
     }
 
+    /// Become the sender of `stream`/`flow` from this process: its bytes go into the
+    /// receivers' queues as they are sent, shared, without crossing a connection to the
+    /// distributer first (receivers still join over the network). Refused when the flow has
+    /// a sender already; no token is asked (this process runs the distributer).
+    pub fn sender(&self, stream: &str, flow: &str) -> Result<crate::Sender, DistribError> {
+        self.inner.cfg.flow(stream, flow)?;
+        let f = self.inner.flows.lock().unwrap().get(&key(stream, flow)).cloned();
+        let f = f.ok_or_else(|| DistribError::UnknownFlow {
+            stream: stream.to_string(),
+            flow: flow.to_string(),
+        })?;
+        Ok(crate::Sender::local(Forwarder::claim(f)?, self.addr))
+    }
+
     /// Every flow with its sender and receivers (the paper's receiver table).
     pub fn status(&self) -> Vec<FlowStatus> {
         status(&self.inner)
@@ -338,7 +353,7 @@ impl Drop for Distributer {
     }
 }
 
-fn key(stream: &str, flow: &str) -> String {
+pub(crate) fn key(stream: &str, flow: &str) -> String {
     format!("{stream}/{flow}")
 }
 
@@ -528,18 +543,13 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
         let _ = crate::flow_buffers(role == msg::ROLE_SENDER, false, n).apply_buffers_to(tcp);
     }
     if role == msg::ROLE_SENDER {
-        {
-            let mut st = flow.state.lock().unwrap();
-            if st.sender {
-                drop(st);
-                let e = DistribError::SenderTaken(key(&flow.stream, &flow.spec.name));
-                return refuse(b, ErrorCode::Busy, e.to_string());
-            }
-            st.sender = true;
-        }
-        match b.send(&msg::welcome(&w)) {
-            Ok(()) => forward(&flow, b),
-            Err(_) => flow.state.lock().unwrap().sender = false,
+        let fw = match Forwarder::claim(flow) {
+            Ok(fw) => fw,
+            Err(e) => return refuse(b, ErrorCode::Busy, e.to_string()),
+        };
+        // (A sender gone before its WELCOME gives the flow's sender place back with `fw`.)
+        if b.send(&msg::welcome(&w)).is_ok() {
+            forward(fw, b);
         }
         return;
     }
@@ -729,7 +739,7 @@ impl Rcv {
     /// the writer ends, its socket is watched: one that sends nothing out for [`DROP_GRACE`]
     /// (a receiver stopped, its socket full), or still has not taken it all after
     /// [`DROP_MOST`], is shut, which unblocks the writer.
-    fn dropped_locked(&self, q: &mut MutexGuard<'_, RcvQ>, reason: String) {
+    pub(crate) fn dropped_locked(&self, q: &mut MutexGuard<'_, RcvQ>, reason: String) {
         self.out_locked(q, reason);
         let Some(s) = self.kill.as_ref().and_then(|s| s.try_clone().ok()) else { return };
         let ended = self.ended.clone();
@@ -887,20 +897,18 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
             }
         };
         let res = match &item {
-            Item::Forward { m, len, stop } => match &udp {
-                Some((sock, size)) if m.payload().first() == Some(&msg::DATA) => {
-                    let at = u64::from_be_bytes(m.payload()[1..9].try_into().expect("DATA head"));
-                    crate::udp::send(sock, &mut seq, at, msg::data_payload(m.payload()), *size)
-                        .map_err(|e| {
-                            BindingError::Transport(bs_transport::TransportError::from_io(e))
-                        })
+            Item::Forward { m, len, stop } => match (&udp, m.data()) {
+                (Some((sock, size)), Some((at, data))) => {
+                    crate::udp::send(sock, &mut seq, at, data, *size).map_err(|e| {
+                        BindingError::Transport(bs_transport::TransportError::from_io(e))
+                    })
                 }
                 // The count of datagrams sent goes before STOP (what the run should have had)
                 // and before START (what earlier runs had: their stragglers are dropped).
-                Some(_) if *stop || m.payload().first() == Some(&msg::START) => {
-                    b.send(&msg::sent(seq)).and_then(|()| b.send(m.payload()))
+                (Some(_), _) if *stop || m.kind() == Some(msg::START) => {
+                    b.send(&msg::sent(seq)).and_then(|()| m.send(&mut b))
                 }
-                _ => b.send(m.payload()),
+                _ => m.send(&mut b),
             }
             .map(|()| {
                 let mut q = r.q.lock().unwrap();
@@ -910,7 +918,7 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
                 }
                 // Counted from the START written: an aborted run's DATA still queued before it
                 // (written after the run was given up) is not the new run's.
-                if m.payload().first() == Some(&msg::START) {
+                if m.kind() == Some(msg::START) {
                     q.sent = 0;
                 }
                 q.sent += len;
@@ -971,83 +979,20 @@ fn write_loop(flow: &Flow, r: &Rcv, mut b: Binding, udp: Option<(UdpSocket, usiz
     }
 }
 
-/// The forwarder: the sender's messages to every receiver in the run.
-fn forward(flow: &Flow, mut b: Binding) {
-    let mut run: Vec<Arc<Rcv>> = Vec::new();
-    let mut expected = 0u64;
-    let mut running = false;
+/// The forwarder: a sender's messages, from its connection, to every receiver in the run.
+fn forward(mut fw: Forwarder, mut b: Binding) {
     let res = (|| -> Result<(), DistribError> {
         while let Some(m) = b.recv().map_err(DistribError::from_binding)? {
-            let parsed = Message::parse(m.payload())?;
-            match parsed {
-                Message::Start(_) => {
-                    if running {
-                        return Err(DistribError::Order("START while the flow runs".into()));
-                    }
-                    run = flow.state.lock().unwrap().receivers.clone();
-                    run.retain(|r| r.q.lock().unwrap().gone.is_none());
-                    let m = Arc::new(m);
-                    for r in &run {
-                        let mut q = r.q.lock().unwrap();
-                        (q.confirm, q.reported, q.stopped) = (None, false, false);
-                        (q.run_started, q.last_progress) = (Instant::now(), Instant::now());
-                        let start = Item::Forward { m: m.clone(), len: 0, stop: false };
-                        q.held += start.cost();
-                        q.items.push_back(start);
-                        r.cv.notify_all();
-                    }
-                    (running, expected) = (true, 0);
-                    flow.state.lock().unwrap().running = true;
-                }
+            match Message::parse(m.payload())? {
+                Message::Start(_) => fw.start(Wire::Received(m))?,
                 Message::Data { offset, len } => {
-                    if !running {
-                        return Err(DistribError::Order("DATA before START".into()));
-                    }
-                    if offset != expected {
-                        return Err(DistribError::Order(format!(
-                            "DATA at offset {offset}, expected {expected}"
-                        )));
-                    }
-                    // An empty one moves nothing and would still take a slot in every
-                    // receiver's queue.
-                    if len == 0 {
-                        return Err(DistribError::Order("an empty DATA (no bytes)".into()));
-                    }
-                    if len as u64 > flow.spec.chunk {
-                        return Err(DistribError::Order(format!(
-                            "DATA of {len} bytes, above the flow's chunk of {}",
-                            flow.spec.chunk
-                        )));
-                    }
-                    expected += len as u64;
-                    let m = Arc::new(m);
-                    for r in &run {
-                        push(flow, r, Item::Forward { m: m.clone(), len: len as u64, stop: false });
-                    }
-                    report_gone(&mut b, &run)?;
+                    fw.data(offset, len as u64, Wire::Received(m))?;
+                    tell_gone(&mut b, fw.newly_gone())?;
                 }
                 Message::Stop { total, .. } => {
-                    if !running {
-                        return Err(DistribError::Order("STOP before START".into()));
-                    }
-                    if total != expected {
-                        return Err(DistribError::Order(format!(
-                            "STOP announces {total} bytes, {expected} were sent"
-                        )));
-                    }
-                    let m = Arc::new(m);
-                    for r in &run {
-                        push(flow, r, Item::Forward { m: m.clone(), len: 0, stop: true });
-                    }
-                    let outcomes = run.iter().map(|r| settle(flow, r, total)).collect();
-                    report_gone(&mut b, &run)?;
-                    // The run is over before the sender hears so: status read after its
-                    // `stop` returned never shows it still running.
-                    running = false;
-                    flow.state.lock().unwrap().running = false;
-                    run.clear();
-                    let s = msg::Stopped { total, receivers: outcomes };
-                    b.send(&msg::stopped(&s))?;
+                    let (gone, stopped) = fw.stop(total, Wire::Received(m))?;
+                    tell_gone(&mut b, gone)?;
+                    b.send(&msg::stopped(&stopped))?;
                 }
                 other => {
                     return Err(DistribError::Malformed(format!("a sender cannot send {other:?}")));
@@ -1056,25 +1001,10 @@ fn forward(flow: &Flow, mut b: Binding) {
         }
         Ok(())
     })();
-    // The flow takes a new sender from here on (before any receiver hears of this end).
-    {
-        let mut st = flow.state.lock().unwrap();
-        st.sender = false;
-        st.running = false;
-    }
-    if running {
-        let why = match &res {
-            Ok(()) => "the sender left mid-flow".to_string(),
-            Err(e) => format!("the sender failed mid-flow: {e}"),
-        };
-        for r in &run {
-            let mut q = r.q.lock().unwrap();
-            if q.gone.is_none() {
-                q.items.push_back(Item::Abort(why.clone()));
-                r.cv.notify_all();
-            }
-        }
-    }
+    fw.finish(&match &res {
+        Ok(()) => "the sender left mid-flow".to_string(),
+        Err(e) => format!("the sender failed mid-flow: {e}"),
+    });
     if let Err(e) = res {
         let code = match &e {
             DistribError::Binding(be) => be.code(),
@@ -1088,88 +1018,9 @@ fn forward(flow: &Flow, mut b: Binding) {
     }
 }
 
-/// Queue `item` for `r` as the flow's policy says.
-fn push(flow: &Flow, r: &Rcv, item: Item) {
-    let len = item.len();
-    let mut q = r.q.lock().unwrap();
-    match flow.spec.policy {
-        Policy::Hold => {
-            while q.items.len() >= QUEUE_DEPTH && q.gone.is_none() {
-                q = r.cv.wait(q).unwrap();
-            }
-        }
-        Policy::Buffer(bound) => {
-            // A message always goes in when no payload waits before it: a receiver keeping up
-            // is never dropped for one message larger than the bound (its bookkeeping
-            // included, a START not yet written ahead of it), nor for the message its writer
-            // is still finishing when the receiver already has it.
-            if q.gone.is_none() && q.queued_bytes > 0 && q.held + item.cost() > bound {
-                let behind = q.held + item.cost();
-                let why = format!("fell {behind} bytes behind (the bound is {bound})");
-                r.dropped_locked(&mut q, why);
-            }
-        }
-        Policy::Timeout(t) => {
-            while q.items.len() >= QUEUE_DEPTH && q.gone.is_none() {
-                let idle = q.last_progress.elapsed();
-                if idle >= t {
-                    let ms = t.as_millis();
-                    r.dropped_locked(&mut q, format!("took nothing for {ms} ms"));
-                    break;
-                }
-                q = r.cv.wait_timeout(q, t - idle).unwrap().0;
-            }
-        }
-    }
-    if q.gone.is_none() {
-        q.held += item.cost();
-        q.items.push_back(item);
-        q.queued_bytes += len;
-        r.cv.notify_all();
-    }
-}
-
-/// After `STOP` was queued for `r`: wait for its confirmation (or its end) and say how it went.
-fn settle(flow: &Flow, r: &Rcv, total: u64) -> msg::Outcome {
-    let patience = match flow.spec.policy {
-        Policy::Timeout(t) => t,
-        _ => STOP_PATIENCE,
-    };
-    let mut q = r.q.lock().unwrap();
-    loop {
-        if let Some(o) = q.outcome(&r.name, total) {
-            return o;
-        }
-        // Before its STOP is written, the policy's patience with a receiver not keeping up;
-        // after, the time a confirmation (a commit, an fsync) may take.
-        let (patience, why) = if q.stopped {
-            let p = patience.max(STOP_PATIENCE);
-            (p, format!("had every byte but did not confirm the stop within {} ms", p.as_millis()))
-        } else {
-            (patience, format!("made no progress for {} ms before the stop", patience.as_millis()))
-        };
-        let idle = q.last_progress.elapsed();
-        if idle >= patience {
-            r.dropped_locked(&mut q, why);
-            continue;
-        }
-        q = r.cv.wait_timeout(q, patience - idle).unwrap().0;
-    }
-}
-
-/// Tell the sender about receivers that left the run since the last report.
-fn report_gone(b: &mut Binding, run: &[Arc<Rcv>]) -> Result<(), DistribError> {
-    for r in run {
-        let o = {
-            let mut q = r.q.lock().unwrap();
-            // A receiver out of the run before confirming it, not yet reported.
-            if q.confirm.is_some() || q.reported {
-                continue;
-            }
-            let Some(o) = q.outcome(&r.name, q.sent) else { continue };
-            q.reported = true;
-            o
-        };
+/// Tell the sender about receivers that left the run (`DROPPED`).
+fn tell_gone(b: &mut Binding, gone: Vec<msg::Outcome>) -> Result<(), DistribError> {
+    for o in gone {
         b.send(&msg::dropped(&o))?;
     }
     Ok(())
@@ -1178,6 +1029,7 @@ fn report_gone(b: &mut Binding, run: &[Arc<Rcv>]) -> Result<(), DistribError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bs_binding::Msg;
 
     fn flow(policy: Policy) -> Flow {
         let spec = FlowSpec {
@@ -1210,12 +1062,12 @@ mod tests {
         let (f, r) = (flow(Policy::Buffer(256 << 10)), rcv());
         let pools = bs_wire::SizedPools::new(2);
         let chunk = || {
-            let m = Msg::copy_of(&pools, 0, &vec![7u8; (256 << 10) + 9]);
+            let m = Wire::Received(Msg::copy_of(&pools, 0, &vec![7u8; (256 << 10) + 9]));
             Item::Forward { m: Arc::new(m), len: 256 << 10, stop: false }
         };
-        push(&f, &r, chunk());
+        crate::run::push(&f, &r, chunk());
         let writing = r.q.lock().unwrap().take().expect("queued");
-        push(&f, &r, chunk());
+        crate::run::push(&f, &r, chunk());
         {
             let q = r.q.lock().unwrap();
             assert_eq!(q.gone, None, "a receiver keeping up was dropped");
@@ -1223,7 +1075,7 @@ mod tests {
             assert_eq!(q.held, 2 * writing.cost());
         }
         // A third while the second still waits: that receiver has fallen behind.
-        push(&f, &r, chunk());
+        crate::run::push(&f, &r, chunk());
         let q = r.q.lock().unwrap();
         let why = q.gone.as_deref().expect("dropped");
         assert!(why.contains("bytes behind (the bound is 262144)"), "{why}");

@@ -15,6 +15,7 @@ pub mod distributer;
 pub mod error;
 pub mod msg;
 pub mod receiver;
+mod run;
 pub mod sender;
 pub mod service;
 pub mod target;

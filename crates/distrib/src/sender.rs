@@ -1,5 +1,6 @@
 //! The sending side of a flow: `start`, `send`, `stop`, and the reports of receivers that
-//! were dropped on the way.
+//! were dropped on the way — over a connection to a distributer ([`Sender::connect`]), or in
+//! the distributer's own process ([`crate::Distributer::sender`]).
 
 use std::time::Duration;
 
@@ -7,10 +8,12 @@ use bs_binding::{Binding, BindingError, Role};
 use bs_transport::TransportError;
 
 use bs_wire::{DigestAlgo, Hasher};
+use bytes::Bytes;
 
 use crate::distributer::binding;
 use crate::error::DistribError;
 use crate::msg::{self, Message, Params};
+use crate::run::{Forwarder, Wire};
 use crate::target::Target;
 
 /// A receiver that left a run early: its name, the bytes it was sent, and why.
@@ -85,7 +88,7 @@ pub(crate) fn join(
 
 /// One flow's sender.
 pub struct Sender {
-    b: Binding,
+    link: Link,
     /// The distributer's address, for errors.
     addr: String,
     welcome: msg::Welcome,
@@ -96,6 +99,14 @@ pub struct Sender {
     offset: u64,
     hasher: Hasher,
     dropped: Vec<Dropped>,
+}
+
+/// How a sender's messages reach the distributer.
+enum Link {
+    /// Over its connection.
+    Remote(Binding),
+    /// Handed over in this process.
+    Local(Forwarder),
 }
 
 impl std::fmt::Debug for Sender {
@@ -124,9 +135,28 @@ impl Sender {
         };
         let target = target.into();
         let (b, welcome) = join(&target, msg::ROLE_SENDER, &j)?;
-        Ok(Self {
-            b,
-            addr: target.addr.clone(),
+        Ok(Self::new(Link::Remote(b), target.addr.clone(), welcome))
+    }
+
+    /// The sender of a distributer in this process (see [`crate::Distributer::sender`]).
+    pub(crate) fn local(fw: Forwarder, at: std::net::SocketAddr) -> Self {
+        let spec = &fw.flow().spec;
+        let welcome = msg::Welcome {
+            policy: spec.policy.name().into(),
+            chunk: spec.chunk,
+            pace: spec.pace.unwrap_or(0),
+            socket_buffer: 0,
+            transport: spec.transport.name().into(),
+            datagram: 0,
+            udp_port: 0,
+        };
+        Self::new(Link::Local(fw), format!("{at} (in this process)"), welcome)
+    }
+
+    fn new(link: Link, addr: String, welcome: msg::Welcome) -> Self {
+        Self {
+            link,
+            addr,
             pace: (welcome.pace > 0).then_some(welcome.pace),
             started: std::time::Instant::now(),
             welcome,
@@ -134,7 +164,7 @@ impl Sender {
             offset: 0,
             hasher: DigestAlgo::Xxh3_128.hasher(),
             dropped: Vec::new(),
-        })
+        }
     }
 
     /// The flow's slow-receiver policy (hold, buffer or timeout).
@@ -149,9 +179,10 @@ impl Sender {
 
     /// The send buffer this sender's connection runs with, as the kernel reports it (Linux
     /// reports twice what was set; the flow's `socket_buffer` sets it); `None` over a Unix
-    /// socket or when the kernel does not say.
+    /// socket, in the distributer's process, or when the kernel does not say.
     pub fn socket_buffer(&self) -> Option<usize> {
-        let tcp = self.b.conn().tcp()?;
+        let Link::Remote(b) = &self.link else { return None };
+        let tcp = b.conn().tcp()?;
         socket2::SockRef::from(tcp).send_buffer_size().ok()
     }
 
@@ -171,7 +202,10 @@ impl Sender {
         if self.running {
             return Err(DistribError::Order("start: the flow is already running".into()));
         }
-        self.b.send(&msg::start(params)).map_err(DistribError::from_binding)?;
+        match &mut self.link {
+            Link::Remote(b) => b.send(&msg::start(params)).map_err(DistribError::from_binding)?,
+            Link::Local(fw) => fw.start(Wire::Built(msg::start(params)))?,
+        }
         (self.running, self.offset) = (true, 0);
         self.started = std::time::Instant::now();
         self.hasher = DigestAlgo::Xxh3_128.hasher();
@@ -179,14 +213,41 @@ impl Sender {
     }
 
     /// Send the next bytes of the run (blocks while a `hold` flow waits for its slowest
-    /// receiver, and to keep to the pace, if any).
+    /// receiver, and to keep to the pace, if any). In the distributer's process the bytes
+    /// are copied once, to be shared by every receiver's queue ([`Sender::send_bytes`] shares
+    /// them as they are).
     pub fn send(&mut self, data: &[u8]) -> Result<(), DistribError> {
+        self.send_from(data, None)
+    }
+
+    /// As [`Sender::send`], with bytes the distributer in this process may keep as they are
+    /// until every receiver has them (no copy); over a connection the same as `send`.
+    pub fn send_bytes(&mut self, data: &Bytes) -> Result<(), DistribError> {
+        self.send_from(data, Some(data))
+    }
+
+    /// `data`, which is `shared` when given.
+    fn send_from(&mut self, data: &[u8], shared: Option<&Bytes>) -> Result<(), DistribError> {
         if !self.running {
             return Err(DistribError::Order("send before start (or after stop)".into()));
         }
+        let mut at = 0;
         for piece in data.chunks(self.welcome.chunk.max(1) as usize) {
             let head = msg::data_head(self.offset);
-            self.b.send_parts(&head, piece).map_err(|e| self.lost(e))?;
+            let len = piece.len();
+            let sent = match &mut self.link {
+                Link::Remote(b) => b.send_parts(&head, piece),
+                Link::Local(fw) => {
+                    let body = match shared {
+                        Some(s) => s.slice(at..at + len),
+                        None => Bytes::copy_from_slice(piece),
+                    };
+                    fw.data(self.offset, len as u64, Wire::Data { head, body })?;
+                    Ok(())
+                }
+            };
+            sent.map_err(|e| self.lost(e))?;
+            at += len;
             self.hasher.update(piece);
             self.offset += piece.len() as u64;
             if let Some(rate) = self.pace {
@@ -201,10 +262,19 @@ impl Sender {
 
     /// Reports that arrived without waiting for them.
     fn collect_reports(&mut self) -> Result<(), DistribError> {
-        if !self.b.poll().map_err(|e| self.lost(e))? {
-            return Err(self.lost(BindingError::Transport(TransportError::Closed)));
+        let b = match &mut self.link {
+            Link::Remote(b) => b,
+            Link::Local(fw) => {
+                self.dropped.extend(fw.newly_gone());
+                return Ok(());
+            }
+        };
+        let (addr, running, offset) = (&self.addr, self.running, self.offset);
+        let lost = |e| lost(addr, running, offset, e);
+        if !b.poll().map_err(lost)? {
+            return Err(lost(BindingError::Transport(TransportError::Closed)));
         }
-        while let Some(m) = self.b.recv_within(Duration::ZERO).map_err(|e| self.lost(e))? {
+        while let Some(m) = b.recv_within(Duration::ZERO).map_err(lost)? {
             match Message::parse(m.payload())? {
                 Message::Dropped(d) => self.dropped.push(d),
                 other => {
@@ -228,13 +298,25 @@ impl Sender {
             return Err(DistribError::Order("stop before start".into()));
         }
         let digest = msg::digest_bytes(&self.hasher.finish());
-        self.b.send(&msg::stop(self.offset, &digest)).map_err(|e| self.lost(e))?;
+        let stop = msg::stop(self.offset, &digest);
+        let b = match &mut self.link {
+            Link::Remote(b) => b,
+            Link::Local(fw) => {
+                let (gone, s) = fw.stop(self.offset, Wire::Built(stop))?;
+                self.dropped.extend(gone);
+                self.running = false;
+                return Ok(StopReport { total: s.total, receivers: s.receivers });
+            }
+        };
+        let (addr, running, offset) = (&self.addr, self.running, self.offset);
+        let lost = |e| lost(addr, running, offset, e);
+        b.send(&stop).map_err(lost)?;
         // Still the run's until its report is in: a connection lost now loses the run.
         let report = loop {
-            let m = match self.b.recv() {
+            let m = match b.recv() {
                 Ok(Some(m)) => m,
-                Ok(None) => break Err(self.lost(BindingError::Transport(TransportError::Closed))),
-                Err(e) => break Err(self.lost(e)),
+                Ok(None) => break Err(lost(BindingError::Transport(TransportError::Closed))),
+                Err(e) => break Err(lost(e)),
             };
             match Message::parse(m.payload()) {
                 Ok(Message::Dropped(d)) => self.dropped.push(d),
@@ -249,33 +331,40 @@ impl Sender {
         report
     }
 
-    /// What a failed call on the connection means to the user: the distributer's own word
-    /// (an ERROR it sent) as it is; the connection gone, the run lost, said so.
+    /// See [`lost`].
     fn lost(&self, e: BindingError) -> DistribError {
-        match e {
-            BindingError::Remote { message, .. } => DistribError::Remote(message),
-            e @ BindingError::Transport(_) => {
-                let run = if self.running {
-                    format!(
-                        " after {} bytes of the run were written to it (some perhaps never \
-                         read): the run is lost for every receiver; \
-                         connect again and send it again",
-                        self.offset
-                    )
-                } else {
-                    String::new()
-                };
-                DistribError::Remote(format!(
-                    "the distributer at {} closed the connection{run} ({e})",
-                    self.addr
-                ))
-            }
-            e => DistribError::from_binding(e),
-        }
+        lost(&self.addr, self.running, self.offset, e)
     }
 
     /// Leave (a run in progress is aborted: its receivers get `on_error`).
     pub fn close(self) {
-        self.b.close();
+        match self.link {
+            Link::Remote(b) => b.close(),
+            Link::Local(fw) => drop(fw),
+        }
+    }
+}
+
+/// What a failed call on the connection to the distributer at `addr` means to the user: the
+/// distributer's own word (an ERROR it sent) as it is; the connection gone, the run lost
+/// (when `running`, `offset` bytes in), said so.
+fn lost(addr: &str, running: bool, offset: u64, e: BindingError) -> DistribError {
+    match e {
+        BindingError::Remote { message, .. } => DistribError::Remote(message),
+        e @ BindingError::Transport(_) => {
+            let run = if running {
+                format!(
+                    " after {offset} bytes of the run were written to it (some perhaps never \
+                     read): the run is lost for every receiver; \
+                     connect again and send it again"
+                )
+            } else {
+                String::new()
+            };
+            DistribError::Remote(format!(
+                "the distributer at {addr} closed the connection{run} ({e})"
+            ))
+        }
+        e => DistribError::from_binding(e),
     }
 }
