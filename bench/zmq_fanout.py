@@ -2,6 +2,10 @@
 
 usage: zmq_fanout.py RECEIVERS TOTAL_BYTES MESSAGE_BYTES RUNS
 
+The messages are consecutive slices of a 64 MiB buffer, sent without a copy (as the distributer
+sends its 64 MiB payload in chunks): each run moves distinct bytes, as an instrument's stream
+does, not one message resent from the cache.
+
 One publisher (this process) and RECEIVERS subscriber processes on 127.0.0.1. No drops: high
 water marks are 0 (unbounded queues), and every subscriber confirms the exact byte count of
 each run before the run's clock stops. Subscribers join and confirm through a PULL socket,
@@ -61,13 +65,15 @@ def main():
         pub.send(b"W")
         while ctl.poll(10):
             ready.add(ctl.recv().split()[1])
-    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    span = max(size, (64 << 20) // size * size)
+    payload = memoryview(bytes(range(256)) * (span // 256) + bytes(span % 256))
+    slices = [payload[i : i + size] for i in range(0, span, size)]
     count = total // size
     rates = []
     for _ in range(runs):
         t = time.perf_counter()
-        for _ in range(count):
-            pub.send(payload, copy=False)
+        for i in range(count):
+            pub.send(slices[i % len(slices)], copy=False)
         pub.send(b"E")
         done = 0
         for _ in range(n):

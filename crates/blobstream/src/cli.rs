@@ -534,6 +534,21 @@ pub struct SendArgs {
     /// Start parameter, repeatable (numbers and true/false are sent as such, the rest as text).
     #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_kv)]
     pub params: Vec<(String, String)>,
+    /// Be the distributer too: serve the streams of this configuration (TOML, as
+    /// `distributer --config`) on --distributer's address, and hand the run to the receivers
+    /// from this process (no hop through a distributer of its own). No status service.
+    #[arg(long, value_name = "CONFIG")]
+    pub serve: Option<PathBuf>,
+    /// With --serve: wait until this many receivers have joined the flow before the run
+    /// starts (a receiver joining later misses it).
+    #[arg(long, default_value_t = 1, requires = "serve")]
+    pub receivers: usize,
+    /// With --serve: how long to wait for them (seconds).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS", requires = "serve")]
+    pub wait: u64,
+    /// With --serve: serve TLS to receivers (they connect with --distributer-ca).
+    #[command(flatten)]
+    pub tls: ServerTls,
 }
 
 #[derive(Args)]

@@ -136,8 +136,21 @@ pub fn send(g: &Global, a: SendArgs) -> Result<()> {
         }
         (Box::new(file), Some(meta.len()).filter(|_| meta.is_file()))
     };
-    let mut s = Sender::connect(target(f)?, &f.stream, &f.flow, f.token.as_deref())
-        .with_context(|| format!("joining {}/{} as its sender", f.stream, f.flow))?;
+    // With --serve this process is the distributer too (kept until the run is reported).
+    let (mut s, _serving) = match &a.serve {
+        None => {
+            if a.tls.tls_cert.is_some() {
+                crate::commands::usage!("--tls-cert serves TLS with --serve only");
+            }
+            let s = Sender::connect(target(f)?, &f.stream, &f.flow, f.token.as_deref())
+                .with_context(|| format!("joining {}/{} as its sender", f.stream, f.flow))?;
+            (s, None)
+        }
+        Some(path) => {
+            let d = serve_flow(g, &a, path)?;
+            (d.sender(&f.stream, &f.flow)?, Some(d))
+        }
+    };
     let params: Params = a.params.iter().map(|(k, v)| (k.clone(), param_value(v))).collect();
     s.start(&params)?;
     let pb = progress::bar(&format!("{}/{}", f.stream, f.flow));
@@ -183,6 +196,49 @@ pub fn send(g: &Global, a: SendArgs) -> Result<()> {
         bail!("{failed} of {} receivers did not get every byte", report.receivers.len());
     }
     Ok(())
+}
+
+/// `send --serve`: a distributer in this process on --distributer's address, once the flow
+/// has the receivers asked for.
+fn serve_flow(g: &Global, a: &SendArgs, path: &Path) -> Result<Distributer> {
+    let f = &a.flow;
+    let cfg = Config::load(path)?;
+    cfg.flow(&f.stream, &f.flow)?;
+    let addr =
+        f.distributer.parse().with_context(|| format!("--distributer {:?}", f.distributer))?;
+    let tls = crate::security::server_tls(&a.tls)?;
+    let over = if tls.is_some() { "TLS" } else { "plain TCP" };
+    let d = Distributer::start_with_tls(cfg, addr, tls)
+        .with_context(|| format!("listening on {addr}"))?;
+    let want = a.receivers;
+    if !g.quiet {
+        eprintln!(
+            "serving {}/{} on {} ({over}): waiting for {want} receiver{}",
+            f.stream,
+            f.flow,
+            d.addr(),
+            if want == 1 { "" } else { "s" }
+        );
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(a.wait);
+    loop {
+        let joined = (d.status().iter())
+            .filter(|s| s.stream == f.stream && s.flow == f.flow)
+            .flat_map(|s| s.receivers.iter().filter(|r| r.connected))
+            .count();
+        if joined >= want {
+            return Ok(d);
+        }
+        if std::time::Instant::now() >= until {
+            bail!(
+                "{joined} of {want} receivers joined {}/{} within {} s (--wait): nothing sent",
+                f.stream,
+                f.flow,
+                a.wait
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Writes each run to `DIR/.NAME.blobstream-part` (hidden: no run is named so, nor is a file a

@@ -888,6 +888,79 @@ fn distributer_send_and_receive_as_processes() {
     );
 }
 
+/// `send --serve`: the sender is the distributer too. It waits for the receivers asked for,
+/// hands them the run from its own process, and reports each; without them within --wait it
+/// sends nothing and says so.
+#[test]
+fn a_sender_serving_its_flow_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("streams.toml");
+    std::fs::write(&cfg, "[[stream]]\nname = \"obs\"\n[[stream.flow]]\nname = \"raw\"\n").unwrap();
+    let file = dir.path().join("scan.bin");
+    let bytes = content(5_000_000);
+    std::fs::write(&file, &bytes).unwrap();
+    let serving = ["--serve", cfg.to_str().unwrap(), "--stream", "obs", "--flow", "raw"];
+    let mut send = Killed(
+        Command::new(BIN)
+            .arg("send")
+            .arg(&file)
+            .args(serving)
+            .args(["--distributer", "127.0.0.1:0", "--receivers", "2", "--param", "name=s.bin"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut said = BufReader::new(send.0.stderr.take().unwrap()).lines();
+    let line = said.next().unwrap().unwrap();
+    assert!(line.contains("waiting for 2 receivers"), "{line}");
+    let addr = line.split(" on ").nth(1).and_then(|a| a.split_whitespace().next()).unwrap();
+    let flow = ["--distributer", addr, "--stream", "obs", "--flow", "raw"];
+    let receivers: Vec<_> = ["archive", "pipeline"]
+        .iter()
+        .map(|n| {
+            let out = dir.path().join(n);
+            let args = [&["receive"][..], &flow, &["--name", n, "--runs", "1", "--out"]].concat();
+            let (c, l) = spawn_saying(&args, &out, "receiving obs/raw");
+            (c, l, out)
+        })
+        .collect();
+    let mut report = String::new();
+    std::io::Read::read_to_string(&mut send.0.stdout.take().unwrap(), &mut report).unwrap();
+    assert!(send.0.wait().unwrap().success(), "{report}");
+    assert!(report.contains("sent 5000000 bytes to 2 receivers"), "{report}");
+    assert_eq!(report.matches("digest verified").count(), 2, "{report}");
+    for (mut c, mut l, out) in receivers {
+        let line = l.next().unwrap().unwrap();
+        assert!(line.contains("s.bin: 5000000 bytes, digest verified"), "{line}");
+        assert!(c.wait().unwrap().success());
+        assert_eq!(std::fs::read(out.join("s.bin")).unwrap(), bytes);
+    }
+    // Nobody joins within --wait: nothing is sent, and that is an error.
+    let o = Command::new(BIN)
+        .args(["-q", "send"])
+        .arg(&file)
+        .args(serving)
+        .args(["--distributer", "127.0.0.1:0", "--wait", "1"])
+        .output()
+        .unwrap();
+    fails_with(&o, "0 of 1 receivers joined obs/raw within 1 s (--wait): nothing sent");
+    let o = Command::new(BIN)
+        .args(["-q", "send"])
+        .arg(&file)
+        .args(["--serve", cfg.to_str().unwrap(), "--stream", "obs", "--flow", "nope"])
+        .output()
+        .unwrap();
+    fails_with(&o, "stream \"obs\" has no flow \"nope\"");
+    let o = Command::new(BIN)
+        .args(["send"])
+        .arg(&file)
+        .args(["--stream", "obs", "--flow", "raw", "--tls-cert", "c", "--tls-key", "k"])
+        .output()
+        .unwrap();
+    usage_error(&o, "--tls-cert serves TLS with --serve only");
+}
+
 /// The archive receiver: each verified run becomes a blob (with its parameters as metadata);
 /// a run whose sender dies leaves no blob at all, and one the store refuses is reported to the
 /// sender with the store's reason.

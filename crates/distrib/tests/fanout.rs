@@ -249,6 +249,26 @@ fn send_in_step(s: &mut Sender, bytes: &[u8], piece: usize, progress: &AtomicU64
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// The flow's sender: over a connection, or (`near`) in the distributer's own process.
+fn sender(d: &Distributer, addr: &str, flow: &str, near: bool) -> Sender {
+    if near {
+        d.sender("obs", flow).unwrap()
+    } else {
+        Sender::connect(addr, "obs", flow, Some("t0k")).unwrap()
+    }
+}
+
+/// Wait until `flow` has no sender (one that closed its connection is noticed a moment later).
+fn wait_no_sender(d: &Distributer, flow: &str) {
+    for _ in 0..2000 {
+        if d.status().iter().any(|f| f.flow == flow && !f.sender) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    panic!("{flow} kept its sender: {:?}", d.status());
+}
+
 #[test]
 fn every_receiver_gets_every_byte_of_every_run() {
     let (d, addr) = distributer();
@@ -257,14 +277,20 @@ fn every_receiver_gets_every_byte_of_every_run() {
         .map(|n| receiver(&addr, "hold", n, None))
         .collect();
     wait_names(&d, "hold", &["archive", "pipeline", "quicklook"]);
-    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
-    assert_eq!(s.policy(), "hold");
-    for (run, size) in [(1, 5_000_000usize), (2, 777)] {
+    // A sender over a connection, then one in the distributer's process.
+    for (run, size, near) in [(1, 5_000_000usize, false), (2, 777, false), (3, 3_000_001, true)] {
+        wait_no_sender(&d, "hold");
+        let mut s = sender(&d, &addr, "hold", near);
+        assert_eq!(s.policy(), "hold");
         let bytes = data(size, run);
         s.start(&params(&format!("uid://X{run}"))).unwrap();
-        // Uneven sends, split again into the flow's 256 KiB chunks.
-        for piece in bytes.chunks(333_333) {
-            s.send(piece).unwrap();
+        // Uneven sends, split again into the flow's 256 KiB chunks; every other one shared.
+        for (i, piece) in bytes.chunks(333_333).enumerate() {
+            if i % 2 == 0 {
+                s.send(piece).unwrap();
+            } else {
+                s.send_bytes(&bytes::Bytes::copy_from_slice(piece)).unwrap();
+            }
         }
         let report = s.stop().unwrap();
         assert_eq!(report.total, size as u64);
@@ -278,7 +304,30 @@ fn every_receiver_gets_every_byte_of_every_run() {
             assert_eq!(k.params.unwrap()["observation"], format!("uid://X{run}"));
             assert_eq!((k.stopped, k.error), (Some(size as u64), None));
         }
+        s.close();
     }
+}
+
+/// A flow has one sender, whichever kind: one in the distributer's process keeps a connected
+/// one out and the other way round, and each leaves the place free when it goes.
+#[test]
+fn a_flow_has_one_sender_near_or_far() {
+    let (d, addr) = distributer();
+    let taken = "already has a sender";
+    let near = d.sender("obs", "hold").unwrap();
+    let e = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap_err().to_string();
+    assert!(e.contains(taken), "{e}");
+    assert!(d.status().iter().any(|f| f.flow == "hold" && f.sender));
+    near.close();
+    let far = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+    let e = d.sender("obs", "hold").unwrap_err().to_string();
+    assert!(e.contains(taken), "{e}");
+    far.close();
+    wait_no_sender(&d, "hold");
+    let _again = d.sender("obs", "hold").unwrap();
+    let e = d.sender("obs", "nope").unwrap_err().to_string();
+    assert!(e.contains("no flow \"nope\""), "{e}");
+    assert_eq!(d.sender("nope", "hold").unwrap_err().to_string(), "unknown stream \"nope\"");
 }
 
 #[test]
@@ -302,12 +351,13 @@ fn hold_waits_for_the_slowest_receiver_and_loses_nothing() {
 /// name; the others receive everything.
 #[test]
 fn a_stalled_receiver_is_dropped_and_reported_under_buffer_and_timeout() {
-    let (d, addr) = distributer();
-    for (flow, reason) in [("buffer", "bytes behind"), ("timeout", "took nothing for 1000 ms")] {
+    let cases = [("buffer", "bytes behind"), ("timeout", "took nothing for 1000 ms")];
+    for ((flow, reason), near) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
+        let (d, addr) = distributer();
         let (ok, progress) = counted_receiver(&addr, flow, "healthy");
         let stalled = Receiver::connect(&addr, "obs", flow, "stalled", Some("t0k")).unwrap();
         wait_names(&d, flow, &["healthy", "stalled"]);
-        let mut s = Sender::connect(&addr, "obs", flow, Some("t0k")).unwrap();
+        let mut s = sender(&d, &addr, flow, near);
         let bytes = data(64 << 20, 5);
         s.start(&Params::new()).unwrap();
         // Keep pace with the healthy receiver, so only the stalled one falls behind.
@@ -443,20 +493,30 @@ fn a_sender_that_dies_mid_flow_ends_the_run_with_an_error_never_a_stop() {
     let (d, addr) = distributer();
     let r = receiver(&addr, "hold", "archive", None);
     wait_names(&d, "hold", &["archive"]);
-    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
-    s.start(&params("doomed")).unwrap();
-    s.send(&data(3 << 20, 4)).unwrap();
-    s.close();
-    let (end, k) = r.recv_timeout(WAIT).unwrap();
-    assert!(matches!(&end, RunEnd::Failed(why) if why.contains("sender left mid-flow")), "{end:?}");
-    assert_eq!(k.stopped, None);
-    assert!(k.error.is_some());
-    // The flow takes a new sender, and the receiver the next run.
-    let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
-    s.start(&params("again")).unwrap();
-    s.send(b"fine").unwrap();
-    assert!(s.stop().unwrap().all_delivered());
-    assert_eq!(r.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(4));
+    // Over a connection, then in the distributer's process (dropped, as a panic would).
+    for near in [false, true] {
+        wait_no_sender(&d, "hold");
+        let mut s = sender(&d, &addr, "hold", near);
+        s.start(&params("doomed")).unwrap();
+        s.send(&data(3 << 20, 4)).unwrap();
+        if near {
+            drop(s)
+        } else {
+            s.close()
+        }
+        let (end, k) = r.recv_timeout(WAIT).unwrap();
+        let left = matches!(&end, RunEnd::Failed(why) if why.contains("sender left mid-flow"));
+        assert!(left, "{end:?}");
+        assert_eq!(k.stopped, None);
+        assert!(k.error.is_some());
+        // The flow takes a new sender, and the receiver the next run.
+        let mut s = Sender::connect(&addr, "obs", "hold", Some("t0k")).unwrap();
+        s.start(&params("again")).unwrap();
+        s.send(b"fine").unwrap();
+        assert!(s.stop().unwrap().all_delivered());
+        assert_eq!(r.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(4));
+        s.close();
+    }
 }
 
 /// A stream with a sender token of its own: the receivers' token admits no sender (a receiver
