@@ -103,8 +103,8 @@ pub struct Sender {
 
 /// How a sender's messages reach the distributer.
 enum Link {
-    /// Over its connection.
-    Remote(Binding),
+    /// Over its connection (boxed: a binding is large beside a forwarder).
+    Remote(Box<Binding>),
     /// Handed over in this process.
     Local(Forwarder),
 }
@@ -135,7 +135,7 @@ impl Sender {
         };
         let target = target.into();
         let (b, welcome) = join(&target, msg::ROLE_SENDER, &j)?;
-        Ok(Self::new(Link::Remote(b), target.addr.clone(), welcome))
+        Ok(Self::new(Link::Remote(Box::new(b)), target.addr.clone(), welcome))
     }
 
     /// The sender of a distributer in this process (see [`crate::Distributer::sender`]).
