@@ -17,7 +17,9 @@ Checks, each with the real `blobstream` processes:
   4. a sender killed mid-run: every receiver's run fails and nothing of it is kept;
   5. a udp flow paced at 150 Mbit/s: the two receivers behind 200 Mbit/s links keep the exact
      file; the one behind 100 Mbit/s loses datagrams at its link's queue (real loss, not a
-     simulated one), and the sender reports it by name with the datagrams it lost.
+     simulated one), and the sender reports it by name with the datagrams it lost;
+  6. the sender as its own distributer (`send --serve`, on the distributer's host): it waits
+     for the three receivers, and each keeps the exact file.
 Prints each receiver's achieved rate against its link (information, not an assertion).
 Everything it creates (namespaces, processes, files) is removed on exit.
 
@@ -269,6 +271,29 @@ def main():
               "far kept nothing of its lossy run")
         print(f"info: udp at 151 Mbit/s to a 100 Mbit/s link: {far_line.strip()}", flush=True)
         dist.terminate()
+        dist.communicate(timeout=60)
+
+        # 6. The sender as its own distributer, on that host: it waits for every receiver,
+        # and each keeps the exact file.
+        s = spawn("dist", "send", path, "--serve", cfg, "--distributer", "0.0.0.0:7082",
+                  "--stream", "obs", "--flow", "hold", "--receivers", "3",
+                  "--param", "name=served.bin")
+        said = s.stderr.readline()
+        check("waiting for 3 receivers" in said, f"the sender serves the flow: {said.strip()}")
+        ps = {}
+        for n in names:
+            i = {"fast1": 1, "fast2": 2, "far": 3}[n]
+            ps[n] = spawn(n, "receive", "--distributer", f"10.77.{i}.2:7082", "--stream", "obs",
+                          "--flow", "hold", "--name", n, "--runs", "1",
+                          "--out", os.path.join(work, f"served-{n}"))
+        out, err = s.communicate(timeout=300)
+        check(s.returncode == 0 and out.count("digest verified") == 3,
+              f"all three verified by the serving sender: {out}{err}")
+        for n, p in ps.items():
+            p.communicate(timeout=60)
+            got = os.path.join(work, f"served-{n}", "served.bin")
+            same = os.path.exists(got) and hashlib.sha256(open(got, "rb").read()).hexdigest() == want
+            check(p.returncode == 0 and same, f"{n} holds the exact file from the serving sender")
     finally:
         cleanup()
         shutil.rmtree(work, ignore_errors=True)
