@@ -8,7 +8,6 @@ import { parseRaster, renderImages, windowFromRange } from './raster.js';
 import { refreshListing, tileFor } from './browse.js';
 import { draw, updateWlReadout } from './viewer.js';
 
-
 export async function loadFilters() {
   try {
     const data = await getJSON('/api/filters');

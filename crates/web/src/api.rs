@@ -289,8 +289,37 @@ pub struct FilterRequest {
 #[serde(deny_unknown_fields)]
 pub struct Step {
     filter: String,
-    #[serde(default)]
+    /// A parameter given twice is refused (as `filter --param` given twice is), not the last
+    /// one taken.
+    #[serde(default, deserialize_with = "unique_keys")]
     params: BTreeMap<String, serde_json::Value>,
+}
+
+/// A JSON object as a map, refusing a key it has twice (serde's maps keep the last).
+fn unique_keys<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, serde_json::Value>, D::Error> {
+    struct Unique;
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = BTreeMap<String, serde_json::Value>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object of parameters")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((k, v)) = m.next_entry::<String, serde_json::Value>()? {
+                if out.contains_key(&k) {
+                    return Err(serde::de::Error::custom(format!("parameter {k:?} given twice")));
+                }
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Unique)
 }
 
 /// `POST /api/filter`.

@@ -139,6 +139,18 @@ impl Images {
         Ok((rec, decoded))
     }
 
+    /// The blob behind `src` decoded as far as its first frame, if it decodes within the
+    /// limits.
+    fn first_frame(&self, src: &bs_store::BlobSource) -> Option<Decoded> {
+        let rec = src.record();
+        if rec.size > self.limits.max_bytes {
+            return None;
+        }
+        let bytes = src.all().ok()?; // every chunk checked
+        let first = Limits { max_frames_decoded: 1, ..self.limits };
+        bs_imageio::decode(&bytes, Some(&rec.name), &first).ok()
+    }
+
     fn put_index(&self, rec: &BlobRecord, d: &Decoded) {
         let mut meta = serde_json::to_value(&d.meta).unwrap_or_else(|_| serde_json::json!({}));
         let mut fields = d.meta.to_map();
@@ -252,12 +264,23 @@ impl Images {
     /// A PNG thumbnail whose longer side is `size`, with the default window applied.
     /// A blob marked corrupt has none, even one made before the mark.
     pub fn thumbnail(&self, key: &str, size: u32) -> Result<Bytes, WebError> {
-        let rec = self.store.open_read(key)?.record().clone(); // refuses a blob marked corrupt
+        let src = self.store.open_read(key)?; // refuses a blob marked corrupt
+        let rec = src.record().clone();
         let ck = (rec.digest.clone(), size);
         if let Some(t) = self.thumbs.get(&ck) {
             return Ok(t);
         }
-        let (_, d) = self.decode(key)?;
+        // A thumbnail shows the first frame: an image not decoded yet is decoded that far for
+        // it (a cine of hundreds of frames is not decoded whole to draw one), and what that
+        // gives is not kept as the image. One that does not decode so goes through `decode`,
+        // which files why.
+        let d = match self.decoded.get(&rec.digest) {
+            Some(d) => d,
+            None => match self.first_frame(&src) {
+                Some(d) => Arc::new(d),
+                None => self.decode(key)?.1,
+            },
+        };
         let shown = bs_imageio::apply_window(&d);
         let DynImage::U8(img) = shown else {
             return Err(WebError::Internal("window did not give 8-bit pixels".into()));
@@ -449,6 +472,52 @@ mod tests {
         assert_eq!(found.len(), 1, "filed under its series");
         assert_eq!(found[0].name, "ct/big.dcm");
         assert!(!found[0].is_image && found[0].meta.contains("pixels"), "{}", found[0].meta);
+    }
+
+    /// A multi-frame image's thumbnail is drawn from its first frame, decoded that far only:
+    /// the same picture as from the whole decode, and nothing of it kept as the image (the
+    /// viewer's decode still has every frame).
+    #[test]
+    fn a_thumbnail_decodes_only_the_first_frame() {
+        use dicom_core::{DataElement, PrimitiveValue, VR};
+        use dicom_dictionary_std::tags;
+        use dicom_object::{FileMetaTableBuilder, InMemDicomObject};
+        let (n, frames) = (16u16, 40usize);
+        let px: Vec<u8> = (0..usize::from(n * n) * frames).map(|i| (i * 7 % 251) as u8).collect();
+        let el = |tag, vr, v: &str| DataElement::new(tag, vr, PrimitiveValue::from(v));
+        let us = |tag, v: u16| DataElement::new(tag, VR::US, PrimitiveValue::from(v));
+        let obj = InMemDicomObject::from_element_iter([
+            el(tags::SOP_CLASS_UID, VR::UI, "1.2.840.10008.5.1.4.1.1.7.2"),
+            el(tags::SOP_INSTANCE_UID, VR::UI, "2.25.7"),
+            el(tags::NUMBER_OF_FRAMES, VR::IS, &frames.to_string()),
+            us(tags::SAMPLES_PER_PIXEL, 1),
+            el(tags::PHOTOMETRIC_INTERPRETATION, VR::CS, "MONOCHROME2"),
+            us(tags::ROWS, n),
+            us(tags::COLUMNS, n),
+            us(tags::BITS_ALLOCATED, 8),
+            us(tags::BITS_STORED, 8),
+            us(tags::HIGH_BIT, 7),
+            us(tags::PIXEL_REPRESENTATION, 0),
+            DataElement::new(tags::PIXEL_DATA, VR::OB, PrimitiveValue::from(px)),
+        ]);
+        let meta = FileMetaTableBuilder::new()
+            .transfer_syntax("1.2.840.10008.1.2.1")
+            .media_storage_sop_class_uid("1.2.840.10008.5.1.4.1.1.7.2")
+            .media_storage_sop_instance_uid("2.25.7");
+        let mut bytes = Vec::new();
+        obj.with_meta(meta).unwrap().write_all(&mut bytes).unwrap();
+        let store: Arc<dyn Store> = Arc::new(bs_store::MemStore::new());
+        let spec = bs_store::RouteSpec { name: "cine.dcm".into(), ..Default::default() };
+        let rec = bs_store::put_bytes(store.as_ref(), &spec, &bytes).unwrap();
+        let index = || Arc::new(ImageIndex::open_in_memory().unwrap());
+        let first = Images::new(store.clone(), index(), Limits::default());
+        let thumb = first.thumbnail("cine.dcm", 8).unwrap();
+        assert!(first.decoded.get(&rec.digest).is_none(), "decoded whole for a thumbnail");
+        let whole = Images::new(store, index(), Limits::default());
+        let (_, d) = whole.decode("cine.dcm").unwrap();
+        assert_eq!(d.frame_count(), frames, "the viewer's decode has every frame");
+        assert_eq!(whole.thumbnail("cine.dcm", 8).unwrap(), thumb, "the same picture");
+        assert_eq!(first.decode("cine.dcm").unwrap().1.frame_count(), frames);
     }
 
     #[test]

@@ -936,6 +936,20 @@ async fn images_meta_pixels_thumbnails_and_filters() {
         let (st, _) = error_code(r).await;
         assert_eq!(st.as_u16(), code, "{body}");
     }
+    // A parameter given twice is refused, not the last one taken.
+    let twice = r#"{"key": "img/card.png", "steps": [{"filter": "blur", "params": {"size": 3, "size": 9}}]}"#;
+    let r = s
+        .http
+        .post(s.url("/api/filter"))
+        .header("content-type", "application/json")
+        .body(twice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    let told = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(told.contains("parameter \"size\" given twice"), "{v}");
     let r = s
         .http
         .post(s.url("/api/filter"))
