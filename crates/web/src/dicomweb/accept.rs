@@ -8,54 +8,88 @@
 //! header is absent, names `*/*`, `multipart/*` or `multipart/related` without a type, or an
 //! `application/dicom` range (in `multipart/related; type=…` or on its own) with
 //! `transfer-syntax=*` or without a transfer-syntax parameter (as Orthanc and dcm4chee answer
-//! that case); otherwise only the transfer syntaxes it lists. A range with `q=0` is refused by
-//! the client and ignored; other `q` values do not matter here, as every range taken is
-//! answered the same way.
+//! that case); otherwise only the transfer syntaxes it lists. Each transfer syntax is weighed
+//! by the most specific range that matches it (one naming it, then `application/dicom`
+//! parts, `multipart/related`, `multipart/*`, `*/*`), as RFC 9110 12.5.1 says: a `q=0` there
+//! refuses it whatever less specific ranges take; other `q` values do not matter here, as
+//! every instance taken is answered the same way.
 
 use crate::error::WebError;
 
-/// The transfer syntaxes a retrieval takes.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Syntaxes {
-    /// Any: the instances as stored.
-    Any,
-    /// Only these transfer syntax UIDs.
-    Only(Vec<String>),
-}
+/// The transfer syntaxes a retrieval takes: what the client's Accept ranges say of each
+/// (`None`: no Accept, every one).
+#[derive(Debug)]
+pub(crate) struct Syntaxes(Option<Vec<MediaRange>>);
 
 impl Syntaxes {
     pub(crate) fn takes(&self, ts: &str) -> bool {
-        match self {
-            Syntaxes::Any => true,
-            Syntaxes::Only(l) => l.iter().any(|t| t == ts),
+        let Some(ranges) = &self.0 else { return true };
+        let dicom =
+            |media: &str, params: &[_]| part_match(media, params, "application/dicom", ts, true);
+        weighed(ranges, dicom).is_some_and(|q| q > 0.0)
+    }
+}
+
+/// How specifically a range takes `multipart/related` parts of media type `part` in transfer
+/// syntax `ts` (higher: more; one naming `ts`, then one of that type, `multipart/related`,
+/// `multipart/*`, `*/*`), `None` when it does not match them. `alone`: a range of `part`
+/// itself takes them too (as single parts).
+fn part_match(
+    media: &str,
+    params: &[(String, String)],
+    part: &str,
+    ts: &str,
+    alone: bool,
+) -> Option<u8> {
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let named = match get("transfer-syntax") {
+        None | Some("*") => 0,
+        Some(t) if t == ts => 1,
+        Some(_) => return None,
+    };
+    let kind = get("type").map(str::to_ascii_lowercase);
+    let base = match media {
+        "*/*" => 1,
+        "multipart/*" => 2,
+        "multipart/related" => match kind.as_deref() {
+            None | Some("*/*") => 3,
+            Some(k) if k == part => 4,
+            Some(_) => return None,
+        },
+        m if alone && m == part => 4,
+        _ => return None,
+    };
+    Some(base * 2 + named)
+}
+
+/// The `q` of the most specific of `ranges` that matches (by `matches`, which says how
+/// specifically), the first of equals; `None` when none does. A range whose `q` is no number
+/// from 0 to 1 says nothing the server can follow and is passed over.
+fn weighed(
+    ranges: &[MediaRange],
+    matches: impl Fn(&str, &[(String, String)]) -> Option<u8>,
+) -> Option<f32> {
+    let mut best: Option<(u8, f32)> = None;
+    for (media, params) in ranges {
+        let (Some(s), Some(q)) = (matches(media, params), q_of(params)) else { continue };
+        if best.is_none_or(|(b, _)| s > b) {
+            best = Some((s, q));
         }
     }
+    best.map(|(_, q)| q)
 }
 
 /// Read an `Accept` header (`None`: absent) for an instance retrieval; 406 when it takes no
 /// `application/dicom` parts at all.
 pub(crate) fn dicom_syntaxes(accept: Option<&str>) -> Result<Syntaxes, WebError> {
-    let Some(ranges) = taken_ranges(accept) else { return Ok(Syntaxes::Any) };
-    let mut only = Vec::new();
-    let mut takes_dicom = false;
-    for (media, params) in ranges {
-        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        let kind = get("type").map(str::to_ascii_lowercase);
-        let dicom = match media.as_str() {
-            "*/*" | "multipart/*" => true,
-            "multipart/related" => matches!(kind.as_deref(), None | Some("application/dicom")),
-            "application/dicom" => true,
-            _ => false,
-        };
-        if !dicom {
-            continue;
-        }
-        takes_dicom = true;
-        match get("transfer-syntax") {
-            None | Some("*") => return Ok(Syntaxes::Any),
-            Some(ts) => only.push(ts.to_string()),
-        }
-    }
+    let Some(ranges) = all_ranges(accept) else { return Ok(Syntaxes(None)) };
+    let syntaxes = Syntaxes(Some(ranges));
+    // It takes some syntax if it takes one it names, or one it does not (the empty name).
+    let ranges = syntaxes.0.as_deref().unwrap_or_default();
+    let named = ranges.iter().filter_map(|(_, p)| {
+        p.iter().find(|(k, _)| k == "transfer-syntax").map(|(_, v)| v.as_str())
+    });
+    let takes_dicom = named.chain([""]).any(|ts| syntaxes.takes(ts));
     if !takes_dicom {
         return Err(WebError::NotAcceptable(format!(
             "instances are retrieved as multipart/related; type=\"application/dicom\", which \
@@ -63,7 +97,7 @@ pub(crate) fn dicom_syntaxes(accept: Option<&str>) -> Result<Syntaxes, WebError>
             accept.unwrap_or_default()
         )));
     }
-    Ok(Syntaxes::Only(only))
+    Ok(syntaxes)
 }
 
 /// The query parameters PS3.18 §8.3.3.1 lets every DICOMweb request carry in place of its
@@ -153,39 +187,27 @@ type MediaRange = (String, Vec<(String, String)>);
 /// The ranges of an `Accept` header the client takes (`q=0` and invalid ones left out), each a
 /// media type and its parameters; `None` when the header is absent or empty (anything is
 /// taken).
-fn taken_ranges(accept: Option<&str>) -> Option<Vec<MediaRange>> {
+fn all_ranges(accept: Option<&str>) -> Option<Vec<MediaRange>> {
     let accept = accept.map(str::trim).filter(|a| !a.is_empty())?;
-    // (A range whose q is no number from 0 to 1 is ignored, as `quality` ignores it.)
-    let ranges = split(accept, ',')
-        .map(media_type)
-        .filter(|(_, params)| q_of(params).is_some_and(|q| q > 0.0));
-    Some(ranges.collect())
+    Some(split(accept, ',').map(media_type).collect())
 }
 
 /// How much a client with this `Accept` header wants `media` (a `type/subtype`): the `q` of
 /// the most specific range that matches it (`type/subtype`, then `type/*`, then `*/*`, as
 /// RFC 9110 12.5.1 says), 1 when there is no header, 0 when no range matches.
 fn quality(accept: Option<&str>, media: &str) -> f32 {
-    let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else { return 1.0 };
+    let Some(ranges) = all_ranges(accept) else { return 1.0 };
     let kind = media.split('/').next().unwrap_or_default();
-    let mut best: Option<(u8, f32)> = None;
-    for (range, params) in split(accept, ',').map(media_type) {
-        let specificity = if range == media {
-            3
+    let specificity = |range: &str, _: &[(String, String)]| {
+        if range == media {
+            Some(3)
         } else if range.strip_suffix("/*") == Some(kind) {
-            2
-        } else if range == "*/*" {
-            1
+            Some(2)
         } else {
-            continue;
-        };
-        // A range whose q is no number from 0 to 1 says nothing the server can follow.
-        let Some(q) = q_of(&params) else { continue };
-        if best.is_none_or(|(s, _)| specificity > s) {
-            best = Some((specificity, q));
+            (range == "*/*").then_some(1)
         }
-    }
-    best.map_or(0.0, |(_, q)| q)
+    };
+    weighed(&ranges, specificity).unwrap_or(0.0)
 }
 
 /// The weight (`q`) of a range's parameters: 1 when it has none, `None` when it is no number
@@ -216,20 +238,12 @@ pub(crate) fn rendered_jpeg(accept: Option<&str>) -> Result<bool, WebError> {
 /// client asking for compressed frames, or one part without multipart, is told, not sent
 /// what it cannot read).
 pub(crate) fn native_frames(accept: Option<&str>) -> Result<(), WebError> {
-    let Some(ranges) = taken_ranges(accept) else { return Ok(()) };
-    let taken = ranges.iter().any(|(media, params)| {
-        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        let kind = get("type").map(str::to_ascii_lowercase);
-        let syntax = matches!(get("transfer-syntax"), None | Some("*" | "1.2.840.10008.1.2.1"));
-        match media.as_str() {
-            "*/*" | "multipart/*" => true,
-            "multipart/related" => {
-                syntax && matches!(kind.as_deref(), None | Some("application/octet-stream" | "*/*"))
-            }
-            _ => false,
-        }
-    });
-    if taken {
+    let Some(ranges) = all_ranges(accept) else { return Ok(()) };
+    // The most specific range matching such a part decides (as for instances' syntaxes).
+    let native = |media: &str, params: &[_]| {
+        part_match(media, params, "application/octet-stream", "1.2.840.10008.1.2.1", false)
+    };
+    if weighed(&ranges, native).is_some_and(|q| q > 0.0) {
         Ok(())
     } else {
         Err(WebError::NotAcceptable(format!(
@@ -277,6 +291,7 @@ mod tests {
 
     const EVRLE: &str = "1.2.840.10008.1.2.1";
     const J2K: &str = "1.2.840.10008.1.2.4.90";
+    const JPEG: &str = "1.2.840.10008.1.2.4.50";
 
     #[test]
     fn as_stored_unless_the_client_lists_transfer_syntaxes() {
@@ -291,7 +306,8 @@ mod tests {
             Some("application/dicom"),
             Some(&format!("multipart/related; type=application/dicom; transfer-syntax={J2K}, */*")),
         ] {
-            assert_eq!(dicom_syntaxes(a).unwrap(), Syntaxes::Any, "{a:?}");
+            let s = dicom_syntaxes(a).unwrap();
+            assert!([EVRLE, J2K, JPEG].iter().all(|ts| s.takes(ts)), "{a:?}");
         }
     }
 
@@ -303,8 +319,29 @@ mod tests {
              multipart/related; type=\"application/dicom\"; transfer-syntax=*; q=0"
         );
         let s = dicom_syntaxes(Some(&a)).unwrap();
-        assert_eq!(s, Syntaxes::Only(vec![EVRLE.into(), J2K.into()]));
-        assert!(s.takes(J2K) && !s.takes("1.2.840.10008.1.2.4.50"));
+        assert!(s.takes(EVRLE) && s.takes(J2K) && !s.takes(JPEG));
+        let only = format!("multipart/related; type=application/dicom; transfer-syntax={J2K}");
+        let s = dicom_syntaxes(Some(&only)).unwrap();
+        assert!(s.takes(J2K) && !s.takes(EVRLE));
+    }
+
+    /// The most specific range that matches a syntax decides: a `q=0` there refuses it,
+    /// whatever a broader range takes (RFC 9110 12.5.1).
+    #[test]
+    fn a_refusal_by_name_outweighs_a_broader_range() {
+        let dicom = "multipart/related; type=\"application/dicom\"";
+        let a = format!("{dicom}; transfer-syntax={JPEG}; q=0, {dicom}, */*");
+        let s = dicom_syntaxes(Some(&a)).unwrap();
+        assert!(s.takes(EVRLE) && s.takes(J2K) && !s.takes(JPEG));
+        // Refused as a type: no syntax is taken through */*.
+        let e = dicom_syntaxes(Some(&format!("{dicom}; q=0, */*"))).unwrap_err();
+        assert!(matches!(e, WebError::NotAcceptable(_)), "{e}");
+        let a = format!("{dicom}; q=0, {dicom}; transfer-syntax={J2K}");
+        let s = dicom_syntaxes(Some(&a)).unwrap();
+        assert!(s.takes(J2K) && !s.takes(EVRLE), "only the one named");
+        // A range whose q is no number says nothing: the broader one stands.
+        let s = dicom_syntaxes(Some(&format!("{dicom}; q=x, */*"))).unwrap();
+        assert!(s.takes(EVRLE));
     }
 
     #[test]
@@ -375,6 +412,8 @@ mod tests {
             ),
             "application/octet-stream",
             "multipart/related; type=\"application/octet-stream\"; q=0",
+            "multipart/related; type=\"application/octet-stream\"; q=0, */*",
+            "multipart/related; q=0, multipart/*",
             "image/png",
         ] {
             let e = native_frames(Some(a)).unwrap_err();
