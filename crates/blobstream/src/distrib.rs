@@ -172,7 +172,8 @@ pub fn send(g: &Global, a: SendArgs) -> Result<()> {
     }
     let report = s.stop()?;
     pb.finish_and_clear();
-    println!("sent {} bytes to {} receivers", report.total, report.receivers.len());
+    let n = report.receivers.len();
+    println!("sent {} bytes to {n} receiver{}", report.total, if n == 1 { "" } else { "s" });
     if report.receivers.is_empty() {
         // Not a failure (no receiver was left out), but rarely what was meant.
         eprintln!(

@@ -936,6 +936,45 @@ fn a_sender_serving_its_flow_itself() {
         assert!(c.wait().unwrap().success());
         assert_eq!(std::fs::read(out.join("s.bin")).unwrap(), bytes);
     }
+    // Over TLS: the receiver trusts the sender's certificate; one in plain TCP is refused.
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let mut send = Killed(
+        Command::new(BIN)
+            .arg("send")
+            .arg(&file)
+            .args(serving)
+            .args(["--distributer", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key])
+            .args(["--param", "name=t.bin"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut said = BufReader::new(send.0.stderr.take().unwrap()).lines();
+    let line = said.next().unwrap().unwrap();
+    assert!(line.contains("(TLS): waiting for 1 receiver"), "{line}");
+    let port = line.split(" on ").nth(1).and_then(|a| a.split(' ').next()).unwrap();
+    let named = format!("localhost:{}", port.rsplit(':').next().unwrap());
+    let flow = ["--distributer", &named, "--stream", "obs", "--flow", "raw"];
+    let out = dir.path().join("tls");
+    let args = [&["receive"][..], &flow, &["--name", "plain", "--runs", "1", "--out"]].concat();
+    let plain = Command::new(BIN).args(&args).arg(&out).output().unwrap();
+    fails_with(&plain, "TLS");
+    let args = [&["receive"][..], &flow, &["--distributer-ca", cert, "--name", "a", "--runs", "1"]]
+        .concat();
+    let (mut c, mut l) = spawn_saying(&[&args[..], &["--out"]].concat(), &out, "receiving");
+    let mut report = String::new();
+    std::io::Read::read_to_string(&mut send.0.stdout.take().unwrap(), &mut report).unwrap();
+    assert!(send.0.wait().unwrap().success(), "{report}");
+    assert!(report.contains("sent 5000000 bytes to 1 receiver\n"), "{report}");
+    assert!(l.next().unwrap().unwrap().contains("t.bin: 5000000 bytes, digest verified"));
+    assert!(c.wait().unwrap().success());
+    assert_eq!(std::fs::read(out.join("t.bin")).unwrap(), bytes);
+
     // Nobody joins within --wait: nothing is sent, and that is an error.
     let o = Command::new(BIN)
         .args(["-q", "send"])
