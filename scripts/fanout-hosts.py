@@ -102,15 +102,23 @@ def wait_for(pred, what, limit=60):
     raise RuntimeError(f"timed out waiting for {what}: {status()}")
 
 
-def receivers(work, flow, names, runs):
+def receivers(work, flow, names, runs, port=7080, joined=True):
+    """Receivers of `flow` into WORK/FLOW-NAME, from the distributer's address on each one's link
+    (at `port`); with `joined`, once the distributer's status lists them all."""
     ps = {}
     for name in names:
         i = {"fast1": 1, "fast2": 2, "far": 3}[name]
         out = os.path.join(work, f"{flow}-{name}")
-        ps[name] = spawn(name, "receive", "--distributer", f"10.77.{i}.2:7080", "--stream", "obs",
-                         "--flow", flow, "--name", name, "--runs", str(runs), "--out", out)
-    wait_for(lambda: all(f"  {n} " in status() for n in names), f"{names} to join {flow}")
+        ps[name] = spawn(name, "receive", "--distributer", f"10.77.{i}.2:{port}", "--stream",
+                         "obs", "--flow", flow, "--name", name, "--runs", str(runs), "--out", out)
+    if joined:
+        wait_for(lambda: all(f"  {n} " in status() for n in names), f"{names} to join {flow}")
     return ps
+
+
+def same_file(path, want):
+    """Whether `path` exists and its SHA-256 is `want`."""
+    return os.path.exists(path) and hashlib.sha256(open(path, "rb").read()).hexdigest() == want
 
 
 def send(path, flow, name):
@@ -201,11 +209,11 @@ def main():
         s = send(path, "hold", "scan.bin")
         out, err = s.communicate(timeout=300)
         secs = time.time() - t
-        check(s.returncode == 0 and out.count("digest verified") == 3, f"all three verified: {out}{err}")
+        check(s.returncode == 0 and out.count("digest verified") == 3,
+              f"all three verified: {out}{err}")
         for n, p in ps.items():
             p.communicate(timeout=60)
-            got = os.path.join(work, f"hold-{n}", "scan.bin")
-            same = os.path.exists(got) and hashlib.sha256(open(got, "rb").read()).hexdigest() == want
+            same = same_file(os.path.join(work, f"hold-{n}", "scan.bin"), want)
             check(p.returncode == 0 and same, f"{n} holds the exact file")
         mbit = len(data) * 8 / secs / 1e6
         print(f"info: hold, receivers behind {RATE}, {RATE} and {FAR_RATE} links: {mbit:.0f} "
@@ -261,8 +269,7 @@ def main():
         check(out.count("digest verified") == 2, "the two fast receivers verified", out)
         for n in ["fast1", "fast2"]:
             ps[n].communicate(timeout=60)
-            got = os.path.join(work, f"udp-{n}", "scan.bin")
-            same = os.path.exists(got) and hashlib.sha256(open(got, "rb").read()).hexdigest() == want
+            same = same_file(os.path.join(work, f"udp-{n}", "scan.bin"), want)
             check(ps[n].returncode == 0 and same, f"{n} holds the exact file over udp")
         ps["far"].communicate(timeout=60)
         check(ps["far"].returncode != 0, "far's udp run failed")
@@ -280,19 +287,14 @@ def main():
                   "--param", "name=served.bin")
         said = s.stderr.readline()
         check("waiting for 3 receivers" in said, f"the sender serves the flow: {said.strip()}")
-        ps = {}
-        for n in names:
-            i = {"fast1": 1, "fast2": 2, "far": 3}[n]
-            ps[n] = spawn(n, "receive", "--distributer", f"10.77.{i}.2:7082", "--stream", "obs",
-                          "--flow", "hold", "--name", n, "--runs", "1",
-                          "--out", os.path.join(work, f"served-{n}"))
+        # (It serves no status: it waits for them itself.)
+        ps = receivers(work, "hold", names, 1, port=7082, joined=False)
         out, err = s.communicate(timeout=300)
         check(s.returncode == 0 and out.count("digest verified") == 3,
               f"all three verified by the serving sender: {out}{err}")
         for n, p in ps.items():
             p.communicate(timeout=60)
-            got = os.path.join(work, f"served-{n}", "served.bin")
-            same = os.path.exists(got) and hashlib.sha256(open(got, "rb").read()).hexdigest() == want
+            same = same_file(os.path.join(work, f"hold-{n}", "served.bin"), want)
             check(p.returncode == 0 and same, f"{n} holds the exact file from the serving sender")
     finally:
         cleanup()

@@ -1,9 +1,9 @@
 //! `blobstream bench fanout`: the distributer against baselines moving the same bytes in the
 //! same run, as medians of paired runs — 1 → N receivers against ZeroMQ PUB/SUB without drops
 //! (pyzmq, `bench/zmq_fanout.py`), with the sender in the distributer's process (as ZeroMQ's
-//! publisher sends to its subscribers itself) and on a connection to a distributer of its own;
-//! 1 → 1 through the distributer against the same binding point to point; 1 → N through a
-//! distributer process against a bare TCP relay (what the hop alone costs); and what one
+//! publisher sends to its subscribers itself) and on a loopback connection to the distributer;
+//! 1 → 1 through the distributer against the same binding point to point; 1 → N with the
+//! sender on a connection against a bare TCP relay (what the hop alone costs); and what one
 //! stalled receiver under the `buffer` policy costs the others.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -399,8 +399,8 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             ));
             rows.push(row(
                 format!(
-                    "1 → {n} receivers, the same through a distributer process of its own \
-                     (one more hop)"
+                    "1 → {n} receivers, the same with the sender on a connection to the \
+                     distributer (one more hop)"
                 ),
                 o,
                 &ours,
@@ -410,7 +410,7 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             ));
         }
         rows.push(row(
-            format!("1 → {n} through a distributer process, against the least a hop costs"),
+            format!("1 → {n} with the sender on a connection, against the least a hop costs"),
             o,
             &ours,
             "a bare TCP relay (read → write to each, no protocol)",
@@ -428,7 +428,7 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
                 Some((0.8, true)),
             ));
             rows.push(row(
-                "1 → 1 through a distributer process (one more hop)".into(),
+                "1 → 1 through the distributer, the sender on a connection to it".into(),
                 o,
                 &ours,
                 p2p_name,
@@ -510,9 +510,16 @@ pub fn run_fanout(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
     );
     notes.push(
         "ZeroMQ has no broker: its publisher writes to each subscriber itself, as a sender in \
-         the distributer's process (`Distributer::sender`, `blobstream send --serve`) does; \
-         through a distributer process of its own every byte crosses loopback twice, on the \
-         same two cores (the bare relay rows show what that hop costs)"
+         the distributer's process (`Distributer::sender`, `blobstream send --serve`) does, so \
+         the targets are on those rows; a sender on a connection to the distributer (in a \
+         deployment another process or host; here a thread of this process over loopback) \
+         makes every byte cross loopback twice on the same two cores (the bare relay rows \
+         show what that hop costs)"
+            .into(),
+    );
+    notes.push(
+        "the sender in the distributer's process can beat point to point: it hashes on its own \
+         thread while a writer thread writes, where point to point does both on one"
             .into(),
     );
     notes.push(

@@ -536,7 +536,8 @@ pub struct SendArgs {
     pub params: Vec<(String, String)>,
     /// Be the distributer too: serve the streams of this configuration (TOML, as
     /// `distributer --config`) on --distributer's address, and hand the run to the receivers
-    /// from this process (no hop through a distributer of its own). No status service.
+    /// from this process (no hop through a distributer of its own). No status service;
+    /// --token and --distributer-ca, for joining another distributer, are not used.
     #[arg(long, value_name = "CONFIG")]
     pub serve: Option<PathBuf>,
     /// With --serve: wait until this many receivers have joined the flow before the run
@@ -695,8 +696,8 @@ pub struct FilterArgs {
 #[derive(Args)]
 pub struct ServerTls {
     /// Certificate chain (PEM): serve TLS (with --tls-key). `serve`: on both planes and HTTP;
-    /// `distributer`: to senders and receivers (and its status plane); `dpss`: the master,
-    /// the block servers.
+    /// `distributer`: to senders and receivers (and its status plane); `send --serve`: to its
+    /// receivers; `dpss`: the master, the block servers.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// Private key (PEM) for --tls-cert.

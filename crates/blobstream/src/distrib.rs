@@ -136,19 +136,21 @@ pub fn send(g: &Global, a: SendArgs) -> Result<()> {
         }
         (Box::new(file), Some(meta.len()).filter(|_| meta.is_file()))
     };
-    // With --serve this process is the distributer too (kept until the run is reported).
-    let (mut s, _serving) = match &a.serve {
+    // With --serve this process is the distributer too: declared before the sender, so the
+    // sender goes first however this ends (a run it leaves is aborted), then the distributer,
+    // once the receivers have been told.
+    let serving = match &a.serve {
+        Some(path) => Some(Serving(Some(serve_flow(g, &a, path)?))),
+        None => None,
+    };
+    let mut s = match serving.as_ref().and_then(|s| s.0.as_ref()) {
+        Some(d) => d.sender(&f.stream, &f.flow)?,
         None => {
             if a.tls.tls_cert.is_some() {
                 crate::commands::usage!("--tls-cert serves TLS with --serve only");
             }
-            let s = Sender::connect(target(f)?, &f.stream, &f.flow, f.token.as_deref())
-                .with_context(|| format!("joining {}/{} as its sender", f.stream, f.flow))?;
-            (s, None)
-        }
-        Some(path) => {
-            let d = serve_flow(g, &a, path)?;
-            (d.sender(&f.stream, &f.flow)?, Some(d))
+            Sender::connect(target(f)?, &f.stream, &f.flow, f.token.as_deref())
+                .with_context(|| format!("joining {}/{} as its sender", f.stream, f.flow))?
         }
     };
     let params: Params = a.params.iter().map(|(k, v)| (k.clone(), param_value(v))).collect();
@@ -212,6 +214,7 @@ fn serve_flow(g: &Global, a: &SendArgs, path: &Path) -> Result<Distributer> {
     let d = Distributer::start_with_tls(cfg, addr, tls)
         .with_context(|| format!("listening on {addr}"))?;
     let want = a.receivers;
+    let wait = std::time::Duration::from_secs(a.wait);
     if !g.quiet {
         eprintln!(
             "serving {}/{} on {} ({over}): waiting for {want} receiver{}",
@@ -221,24 +224,29 @@ fn serve_flow(g: &Global, a: &SendArgs, path: &Path) -> Result<Distributer> {
             if want == 1 { "" } else { "s" }
         );
     }
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(a.wait);
-    loop {
-        let joined = (d.status().iter())
-            .filter(|s| s.stream == f.stream && s.flow == f.flow)
-            .flat_map(|s| s.receivers.iter().filter(|r| r.connected))
-            .count();
-        if joined >= want {
-            return Ok(d);
+    let joined = d.wait_for_receivers(&f.stream, &f.flow, want, wait)?;
+    if joined < want {
+        bail!(
+            "{joined} of {want} receivers joined {}/{} within {} s (--wait): nothing sent",
+            f.stream,
+            f.flow,
+            a.wait
+        );
+    }
+    Ok(d)
+}
+
+/// `send --serve`'s distributer: stopped once its receivers have been written what is queued
+/// for them (at most [`TELL_WITHIN`]), so a run the sender leaves ends for them with why.
+struct Serving(Option<Distributer>);
+
+const TELL_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            d.stop(TELL_WITHIN);
         }
-        if std::time::Instant::now() >= until {
-            bail!(
-                "{joined} of {want} receivers joined {}/{} within {} s (--wait): nothing sent",
-                f.stream,
-                f.flow,
-                a.wait
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

@@ -2,7 +2,9 @@
 //! receiver of the flow, in parallel.
 //!
 //! Threads: one accepting connections; one per sender connection (the forwarder: it reads
-//! the sender's messages, queues each one for every receiver in the run, answers `STOP`);
+//! the sender's messages, queues each one for every receiver in the run, answers `STOP`; a
+//! sender in this process, [`Distributer::sender`], does the same on its own thread, through
+//! the same [`crate::run::Forwarder`]);
 //! one per receiver connection (the writer: it drains that receiver's queue onto its
 //! binding, and after `STOP` reads the receiver's `CONFIRM`). A `DATA` message is received
 //! once into a pooled buffer and the same buffer (an `Arc`) goes into every queue; each writer
@@ -86,6 +88,8 @@ pub(crate) struct Flow {
     pub(crate) stream: String,
     pub(crate) spec: FlowSpec,
     pub(crate) state: Mutex<FlowState>,
+    /// Set when the distributer stops: a sender in its process is refused from then on.
+    pub(crate) closed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -282,8 +286,12 @@ impl Distributer {
         let mut flows = HashMap::new();
         for s in &cfg.streams {
             for f in &s.flows {
-                let flow =
-                    Flow { stream: s.name.clone(), spec: f.clone(), state: Mutex::default() };
+                let flow = Flow {
+                    stream: s.name.clone(),
+                    spec: f.clone(),
+                    state: Mutex::default(),
+                    closed: AtomicBool::new(false),
+                };
                 flows.insert(key(&s.name, &f.name), Arc::new(flow));
             }
         }
@@ -316,13 +324,48 @@ impl Distributer {
     /// distributer first (receivers still join over the network). Refused when the flow has
     /// a sender already; no token is asked (this process runs the distributer).
     pub fn sender(&self, stream: &str, flow: &str) -> Result<crate::Sender, DistribError> {
-        self.inner.cfg.flow(stream, flow)?;
-        let f = self.inner.flows.lock().unwrap().get(&key(stream, flow)).cloned();
-        let f = f.ok_or_else(|| DistribError::UnknownFlow {
-            stream: stream.to_string(),
-            flow: flow.to_string(),
-        })?;
+        let f = self.inner.flow(stream, flow)?;
         Ok(crate::Sender::local(Forwarder::claim(f)?, self.addr))
+    }
+
+    /// Stop (as dropping it does) once what is queued for the receivers has been written to
+    /// them — an `ABORT` of a run its sender in this process left, so they hear why — or
+    /// `grace` has passed.
+    pub fn stop(self, grace: Duration) {
+        let until = Instant::now() + grace;
+        let flows: Vec<Arc<Flow>> = self.inner.flows.lock().unwrap().values().cloned().collect();
+        let pending = || {
+            flows.iter().any(|f| {
+                let st = f.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.receivers.iter().any(|r| {
+                    let q = r.q.lock().unwrap_or_else(|p| p.into_inner());
+                    q.gone.is_none() && q.held > 0
+                })
+            })
+        };
+        while pending() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Wait until `stream`/`flow` has at least `n` receivers connected, for at most `within`;
+    /// how many it has when the wait ends.
+    pub fn wait_for_receivers(
+        &self,
+        stream: &str,
+        flow: &str,
+        n: usize,
+        within: Duration,
+    ) -> Result<usize, DistribError> {
+        let f = self.inner.flow(stream, flow)?;
+        let until = Instant::now() + within;
+        loop {
+            let joined = (f.state.lock().unwrap().receivers.iter()).filter(|r| !r.closed()).count();
+            if joined >= n || Instant::now() >= until {
+                return Ok(joined);
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Every flow with its sender and receivers (the paper's receiver table).
@@ -343,6 +386,9 @@ impl Drop for Distributer {
     /// and receivers get an error and may connect again to a new distributer).
     fn drop(&mut self) {
         self.inner.closing.store(true, Ordering::SeqCst);
+        for f in self.inner.flows.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            f.closed.store(true, Ordering::SeqCst);
+        }
         let _ = TcpStream::connect(self.addr);
         if let Some(t) = self.accept.take() {
             let _ = t.join();
@@ -350,6 +396,30 @@ impl Drop for Distributer {
         for s in self.inner.conns.lock().unwrap().values() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+    }
+}
+
+impl Inner {
+    /// A flow of the configuration, or why there is none.
+    fn flow(&self, stream: &str, flow: &str) -> Result<Arc<Flow>, DistribError> {
+        self.cfg.flow(stream, flow)?;
+        let f = self.flows.lock().unwrap().get(&key(stream, flow)).cloned();
+        // (Every flow of the configuration has one: made with the distributer.)
+        Ok(f.expect("a configured flow"))
+    }
+}
+
+/// What a sender or receiver of this flow is told when it joins (the datagram fields, of a
+/// receiver's udp socket, left at 0).
+pub(crate) fn welcome(spec: &FlowSpec) -> msg::Welcome {
+    msg::Welcome {
+        policy: spec.policy.name().into(),
+        chunk: spec.chunk,
+        pace: spec.pace.unwrap_or(0),
+        socket_buffer: spec.socket_buffer.unwrap_or(0),
+        transport: spec.transport.name().into(),
+        datagram: 0,
+        udp_port: 0,
     }
 }
 
@@ -507,11 +577,10 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
     {
         return bad_token(b);
     }
-    let flow = match inner.cfg.flow(&join.stream, &join.flow) {
-        Ok(_) => inner.flows.lock().unwrap().get(&key(&join.stream, &join.flow)).cloned(),
+    let flow = match inner.flow(&join.stream, &join.flow) {
+        Ok(f) => f,
         Err(e) => return refuse(b, ErrorCode::NotFound, e.to_string()),
     };
-    let Some(flow) = flow else { return };
     // Joined: no longer among the connections that have proven nothing.
     drop(joining);
     // A receiver of a udp flow gets its datagrams from a socket of its own, on the address
@@ -529,13 +598,9 @@ fn serve_conn(inner: &Arc<Inner>, tcp: TcpStream, id: u64, joining: Unproven) {
         _ => None,
     };
     let w = msg::Welcome {
-        policy: flow.spec.policy.name().into(),
-        chunk: flow.spec.chunk,
-        pace: flow.spec.pace.unwrap_or(0),
-        socket_buffer: flow.spec.socket_buffer.unwrap_or(0),
-        transport: flow.spec.transport.name().into(),
         datagram: udp.as_ref().map_or(0, |u| u.1 as u64),
         udp_port: udp.as_ref().and_then(|u| u.0.local_addr().ok()).map_or(0, |a| a.port()),
+        ..welcome(&flow.spec)
     };
     // The flow's socket buffer on this end: sending towards a receiver, receiving from the
     // sender (best effort: the kernel caps it).
@@ -1040,7 +1105,7 @@ mod tests {
             socket_buffer: None,
             transport: Transport::Tcp,
         };
-        Flow { stream: "s".into(), spec, state: Mutex::default() }
+        Flow { stream: "s".into(), spec, state: Mutex::default(), closed: AtomicBool::new(false) }
     }
 
     fn rcv() -> Rcv {

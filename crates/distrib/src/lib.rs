@@ -1,7 +1,8 @@
 //! The distributer (the ALMA ACS bulk-data system): one sender, many receivers, every byte
 //! delivered or reported.
 //!
-//! A [`Sender`] sends each flow once to a [`Distributer`], which forwards every message to
+//! A [`Sender`] sends each flow once to a [`Distributer`] (over a connection, or in the
+//! distributer's own process: [`Distributer::sender`]), which forwards every message to
 //! every receiver of that flow in parallel — the same pooled buffer to each receiver's queue,
 //! one thread per receiver connection — and a [`Receiver`] hands what arrives to a
 //! [`FlowHandler`]. `stop` returns only when every receiver has confirmed the exact total and

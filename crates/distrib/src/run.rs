@@ -6,7 +6,8 @@
 //! first — no hop between sender and distributer, as ZeroMQ's publisher or ACS BulkDataNT's
 //! sender writes to its subscribers itself.
 
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use bs_binding::{Binding, BindingError, Msg};
@@ -86,7 +87,7 @@ impl Forwarder {
     /// Become `flow`'s sender, unless it has one.
     pub(crate) fn claim(flow: Arc<Flow>) -> Result<Self, DistribError> {
         {
-            let mut st = flow.state.lock().unwrap();
+            let mut st = flow.state.lock().unwrap_or_else(PoisonError::into_inner);
             if st.sender {
                 return Err(DistribError::SenderTaken(key(&flow.stream, &flow.spec.name)));
             }
@@ -100,17 +101,31 @@ impl Forwarder {
         &self.flow
     }
 
+    /// Refused once the distributer has stopped (a sender in its process would otherwise send
+    /// on into receivers it has let go).
+    fn open(&self) -> Result<(), DistribError> {
+        if self.flow.closed.load(Ordering::SeqCst) {
+            return Err(DistribError::Remote(
+                "the distributer was stopped: the run is lost for every receiver".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// A run begins: every receiver joined by now is in it and gets `START` first.
     pub(crate) fn start(&mut self, m: Wire) -> Result<(), DistribError> {
+        self.open()?;
         if self.running {
             return Err(DistribError::Order("START while the flow runs".into()));
         }
         let flow = &self.flow;
-        self.run = flow.state.lock().unwrap().receivers.clone();
-        self.run.retain(|r| r.q.lock().unwrap().gone.is_none());
+        self.run = flow.state.lock().unwrap_or_else(PoisonError::into_inner).receivers.clone();
+        self.run.retain(|r| r.q.lock().unwrap_or_else(PoisonError::into_inner).gone.is_none());
+        // Running from here: whatever happens next, a receiver given START is given its end.
+        (self.running, self.expected) = (true, 0);
         let m = Arc::new(m);
         for r in &self.run {
-            let mut q = r.q.lock().unwrap();
+            let mut q = r.q.lock().unwrap_or_else(PoisonError::into_inner);
             (q.confirm, q.reported, q.stopped) = (None, false, false);
             (q.run_started, q.last_progress) = (Instant::now(), Instant::now());
             let start = Item::Forward { m: m.clone(), len: 0, stop: false };
@@ -118,14 +133,14 @@ impl Forwarder {
             q.items.push_back(start);
             r.cv.notify_all();
         }
-        (self.running, self.expected) = (true, 0);
-        flow.state.lock().unwrap().running = true;
+        flow.state.lock().unwrap_or_else(PoisonError::into_inner).running = true;
         Ok(())
     }
 
     /// The run's next `len` bytes, at `offset`, to every receiver in it (waiting as the
     /// flow's policy says).
     pub(crate) fn data(&mut self, offset: u64, len: u64, m: Wire) -> Result<(), DistribError> {
+        self.open()?;
         if !self.running {
             return Err(DistribError::Order("DATA before START".into()));
         }
@@ -159,6 +174,7 @@ impl Forwarder {
         total: u64,
         m: Wire,
     ) -> Result<(Vec<msg::Outcome>, msg::Stopped), DistribError> {
+        self.open()?;
         if !self.running {
             return Err(DistribError::Order("STOP before START".into()));
         }
@@ -177,7 +193,7 @@ impl Forwarder {
         // The run is over before the sender hears so: status read after its `stop` returned
         // never shows it still running.
         self.running = false;
-        self.flow.state.lock().unwrap().running = false;
+        self.flow.state.lock().unwrap_or_else(PoisonError::into_inner).running = false;
         self.run.clear();
         Ok((gone, msg::Stopped { total, receivers }))
     }
@@ -187,7 +203,7 @@ impl Forwarder {
     pub(crate) fn newly_gone(&mut self) -> Vec<msg::Outcome> {
         let mut out = Vec::new();
         for r in &self.run {
-            let mut q = r.q.lock().unwrap();
+            let mut q = r.q.lock().unwrap_or_else(PoisonError::into_inner);
             if q.confirm.is_some() || q.reported {
                 continue;
             }
@@ -199,19 +215,18 @@ impl Forwarder {
     }
 
     /// The sender is done: the flow takes a new one from here on (before any receiver hears
-    /// of this end), and a run still going ends for its receivers with `why`.
+    /// of this end), and a run still going ends for its receivers with `why` — queued while
+    /// the flow is still held, so a new sender's `START` cannot get in ahead of it.
     pub(crate) fn finish(&mut self, why: &str) {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
-        {
-            let mut st = self.flow.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.sender = false;
-            st.running = false;
-        }
+        let mut st = self.flow.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.sender = false;
+        st.running = false;
         if self.running {
             for r in &self.run {
-                let mut q = r.q.lock().unwrap_or_else(|p| p.into_inner());
+                let mut q = r.q.lock().unwrap_or_else(PoisonError::into_inner);
                 if q.gone.is_none() {
                     q.items.push_back(Item::Abort(why.to_string()));
                     r.cv.notify_all();
@@ -230,11 +245,11 @@ impl Drop for Forwarder {
 /// Queue `item` for `r` as the flow's policy says.
 pub(crate) fn push(flow: &Flow, r: &Rcv, item: Item) {
     let len = item.len();
-    let mut q = r.q.lock().unwrap();
+    let mut q = r.q.lock().unwrap_or_else(PoisonError::into_inner);
     match flow.spec.policy {
         Policy::Hold => {
             while q.items.len() >= QUEUE_DEPTH && q.gone.is_none() {
-                q = r.cv.wait(q).unwrap();
+                q = r.cv.wait(q).unwrap_or_else(PoisonError::into_inner);
             }
         }
         Policy::Buffer(bound) => {
@@ -256,7 +271,7 @@ pub(crate) fn push(flow: &Flow, r: &Rcv, item: Item) {
                     r.dropped_locked(&mut q, format!("took nothing for {ms} ms"));
                     break;
                 }
-                q = r.cv.wait_timeout(q, t - idle).unwrap().0;
+                q = r.cv.wait_timeout(q, t - idle).unwrap_or_else(PoisonError::into_inner).0;
             }
         }
     }
@@ -274,7 +289,7 @@ fn settle(flow: &Flow, r: &Rcv, total: u64) -> msg::Outcome {
         Policy::Timeout(t) => t,
         _ => STOP_PATIENCE,
     };
-    let mut q = r.q.lock().unwrap();
+    let mut q = r.q.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
         if let Some(o) = q.outcome(&r.name, total) {
             return o;
@@ -292,6 +307,6 @@ fn settle(flow: &Flow, r: &Rcv, total: u64) -> msg::Outcome {
             r.dropped_locked(&mut q, why);
             continue;
         }
-        q = r.cv.wait_timeout(q, patience - idle).unwrap().0;
+        q = r.cv.wait_timeout(q, patience - idle).unwrap_or_else(PoisonError::into_inner).0;
     }
 }

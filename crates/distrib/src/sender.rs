@@ -140,16 +140,9 @@ impl Sender {
 
     /// The sender of a distributer in this process (see [`crate::Distributer::sender`]).
     pub(crate) fn local(fw: Forwarder, at: std::net::SocketAddr) -> Self {
-        let spec = &fw.flow().spec;
-        let welcome = msg::Welcome {
-            policy: spec.policy.name().into(),
-            chunk: spec.chunk,
-            pace: spec.pace.unwrap_or(0),
-            socket_buffer: 0,
-            transport: spec.transport.name().into(),
-            datagram: 0,
-            udp_port: 0,
-        };
+        // (No socket of its own: the flow's socket buffer is the distributer's business.)
+        let welcome =
+            msg::Welcome { socket_buffer: 0, ..crate::distributer::welcome(&fw.flow().spec) };
         Self::new(Link::Local(fw), format!("{at} (in this process)"), welcome)
     }
 

@@ -493,7 +493,7 @@ fn a_sender_that_dies_mid_flow_ends_the_run_with_an_error_never_a_stop() {
     let (d, addr) = distributer();
     let r = receiver(&addr, "hold", "archive", None);
     wait_names(&d, "hold", &["archive"]);
-    // Over a connection, then in the distributer's process (dropped, as a panic would).
+    // Over a connection (closed), then in the distributer's process (dropped, not closed).
     for near in [false, true] {
         wait_no_sender(&d, "hold");
         let mut s = sender(&d, &addr, "hold", near);
@@ -517,6 +517,43 @@ fn a_sender_that_dies_mid_flow_ends_the_run_with_an_error_never_a_stop() {
         assert_eq!(r.recv_timeout(WAIT).unwrap().0, RunEnd::Stopped(4));
         s.close();
     }
+}
+
+/// A sender in the distributer's process is told when the distributer stops: its next call
+/// fails, saying so, rather than sending on into receivers it has let go.
+#[test]
+fn a_sender_in_the_process_is_told_when_its_distributer_stops() {
+    let (d, addr) = distributer();
+    let r = receiver(&addr, "hold", "archive", None);
+    wait_names(&d, "hold", &["archive"]);
+    let mut s = d.sender("obs", "hold").unwrap();
+    s.start(&params("cut")).unwrap();
+    s.send(&data(1 << 20, 3)).unwrap();
+    drop(d);
+    let e = s.send(b"more").unwrap_err().to_string();
+    assert!(e.contains("the distributer was stopped"), "{e}");
+    let e = s.stop().unwrap_err().to_string();
+    assert!(e.contains("the distributer was stopped"), "{e}");
+    let (end, k) = r.recv_timeout(WAIT).unwrap();
+    assert!(matches!(end, RunEnd::Failed(_)), "{end:?}");
+    assert_eq!(k.stopped, None);
+}
+
+/// Stopped with a grace, the distributer first writes the receivers of a run its sender in
+/// this process left why it ended, rather than just closing their connections.
+#[test]
+fn stopped_with_a_grace_the_distributer_tells_the_receivers_why() {
+    let (d, addr) = distributer();
+    let r = receiver(&addr, "hold", "archive", None);
+    wait_names(&d, "hold", &["archive"]);
+    let mut s = d.sender("obs", "hold").unwrap();
+    s.start(&params("left")).unwrap();
+    s.send(&data(1 << 20, 3)).unwrap();
+    drop(s);
+    d.stop(Duration::from_secs(10));
+    let (end, _) = r.recv_timeout(WAIT).unwrap();
+    let told = matches!(&end, RunEnd::Failed(why) if why.contains("sender left mid-flow"));
+    assert!(told, "{end:?}");
 }
 
 /// A stream with a sender token of its own: the receivers' token admits no sender (a receiver

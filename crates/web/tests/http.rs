@@ -937,7 +937,10 @@ async fn images_meta_pixels_thumbnails_and_filters() {
         assert_eq!(st.as_u16(), code, "{body}");
     }
     // A parameter given twice is refused, not the last one taken.
-    let twice = r#"{"key": "img/card.png", "steps": [{"filter": "blur", "params": {"size": 3, "size": 9}}]}"#;
+    let twice = concat!(
+        r#"{"key": "img/card.png", "steps": "#,
+        r#"[{"filter": "blur", "params": {"size": 3, "size": 9}}]}"#
+    );
     let r = s
         .http
         .post(s.url("/api/filter"))

@@ -53,7 +53,8 @@ fn part_match(
         "multipart/*" => 2,
         "multipart/related" => match kind.as_deref() {
             None | Some("*/*") => 3,
-            Some(k) if k == part => 4,
+            // What is sent: parts of that type, in multipart/related.
+            Some(k) if k == part => 5,
             Some(_) => return None,
         },
         m if alone && m == part => 4,
@@ -184,9 +185,9 @@ pub(crate) fn dicom_json(accept: Option<&str>) -> Result<(), WebError> {
 /// A media type (lower case) and its parameters, as [`media_type`] reads them.
 type MediaRange = (String, Vec<(String, String)>);
 
-/// The ranges of an `Accept` header the client takes (`q=0` and invalid ones left out), each a
-/// media type and its parameters; `None` when the header is absent or empty (anything is
-/// taken).
+/// Every range of an `Accept` header (those with `q=0` or an invalid `q` too: [`weighed`]
+/// sorts them out), each a media type and its parameters; `None` when the header is absent or
+/// empty (anything is taken).
 fn all_ranges(accept: Option<&str>) -> Option<Vec<MediaRange>> {
     let accept = accept.map(str::trim).filter(|a| !a.is_empty())?;
     Some(split(accept, ',').map(media_type).collect())
@@ -329,6 +330,9 @@ mod tests {
     /// whatever a broader range takes (RFC 9110 12.5.1).
     #[test]
     fn a_refusal_by_name_outweighs_a_broader_range() {
+        // What is sent is multipart: its own range outweighs a bare application/dicom.
+        let a = "application/dicom; q=0, multipart/related; type=\"application/dicom\"";
+        assert!(dicom_syntaxes(Some(a)).unwrap().takes(EVRLE));
         let dicom = "multipart/related; type=\"application/dicom\"";
         let a = format!("{dicom}; transfer-syntax={JPEG}; q=0, {dicom}, */*");
         let s = dicom_syntaxes(Some(&a)).unwrap();
