@@ -424,7 +424,7 @@ pub async fn post(State(st): State<Arc<AppState>>, req: Request) -> Result<Respo
         };
         let route = RouteSpec { name: key, content_type, overwrite: true, ..RouteSpec::default() };
         // The whole body is paced (`paced_request`): not this part again.
-        let spec = UploadSpec { paced_already: true, ..UploadSpec::new(&st, route) };
+        let spec = UploadSpec { pace: None, ..UploadSpec::new(&st, route) };
         let chunks = (&mut field).map(|c| c.map_err(|e| multipart_failure(&e)));
         let rec = match store_stream(st.store.clone(), spec, chunks).await {
             Ok(r) => r,

@@ -20,11 +20,16 @@ pub struct UploadSpec {
     pub route: RouteSpec,
     /// Refuse more than this many bytes.
     pub max_bytes: u64,
+    /// How the client must keep sending; `None` when the body this upload is a part of is
+    /// paced as a whole already (a multipart POST), so the part is not paced again.
+    pub pace: Option<Pace>,
+}
+
+/// How an upload's client must keep sending.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
     /// Give up when the client sends nothing for this long.
     pub idle: std::time::Duration,
-    /// The body this upload is a part of is paced as a whole already (a multipart POST):
-    /// `idle` and `min_rate` are not applied again to the part.
-    pub paced_already: bool,
     /// Give up when, past the first `idle`, fewer bytes than this a second (on average since
     /// the start) have come: a client trickling a byte now and then holds an upload slot and a
     /// thread no longer. 0: no floor.
@@ -37,9 +42,7 @@ impl UploadSpec {
         Self {
             route,
             max_bytes: st.cfg.max_upload,
-            idle: st.cfg.idle_timeout,
-            min_rate: st.cfg.min_upload_rate,
-            paced_already: false,
+            pace: Some(Pace { idle: st.cfg.idle_timeout, min_rate: st.cfg.min_upload_rate }),
         }
     }
 }
@@ -59,10 +62,9 @@ where
     E: std::fmt::Display,
     S: Stream<Item = Result<Bytes, E>>,
 {
-    let body = if spec.paced_already {
-        crate::paced::Paced::unpaced(Box::pin(body))
-    } else {
-        crate::paced::Paced::new(Box::pin(body), spec.idle, spec.min_rate)
+    let body = match spec.pace {
+        None => crate::paced::Paced::unpaced(Box::pin(body)),
+        Some(p) => crate::paced::Paced::new(Box::pin(body), p.idle, p.min_rate),
     };
     let mut body = std::pin::pin!(body);
     if let Some(size) = spec.route.size
