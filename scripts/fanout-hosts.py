@@ -121,6 +121,17 @@ def same_file(path, want):
     return os.path.exists(path) and hashlib.sha256(open(path, "rb").read()).hexdigest() == want
 
 
+def all_kept(s, out, err, ps, work, name, want, by):
+    """The sender `s` (which printed `out`, `err`) reports every receiver verified, and each
+    receiver in `ps` ends well keeping the exact file as WORK/hold-RECEIVER/NAME."""
+    check(s.returncode == 0 and out.count("digest verified") == len(ps),
+          f"all {len(ps)} verified{by}: {out}{err}")
+    for n, p in ps.items():
+        p.communicate(timeout=60)
+        same = same_file(os.path.join(work, f"hold-{n}", name), want)
+        check(p.returncode == 0 and same, f"{n} holds the exact file{by}")
+
+
 def send(path, flow, name):
     return spawn("snd", "-q", "send", path, "--distributer", "10.77.0.2:7080", "--stream", "obs",
                  "--flow", flow, "--param", f"name={name}")
@@ -209,12 +220,7 @@ def main():
         s = send(path, "hold", "scan.bin")
         out, err = s.communicate(timeout=300)
         secs = time.time() - t
-        check(s.returncode == 0 and out.count("digest verified") == 3,
-              f"all three verified: {out}{err}")
-        for n, p in ps.items():
-            p.communicate(timeout=60)
-            same = same_file(os.path.join(work, f"hold-{n}", "scan.bin"), want)
-            check(p.returncode == 0 and same, f"{n} holds the exact file")
+        all_kept(s, out, err, ps, work, "scan.bin", want, "")
         mbit = len(data) * 8 / secs / 1e6
         print(f"info: hold, receivers behind {RATE}, {RATE} and {FAR_RATE} links: {mbit:.0f} "
               f"Mbit/s each ({mbit / 100:.2f}× the slowest link, which sets the pace)", flush=True)
@@ -290,12 +296,7 @@ def main():
         # (It serves no status: it waits for them itself.)
         ps = receivers(work, "hold", names, 1, port=7082, joined=False)
         out, err = s.communicate(timeout=300)
-        check(s.returncode == 0 and out.count("digest verified") == 3,
-              f"all three verified by the serving sender: {out}{err}")
-        for n, p in ps.items():
-            p.communicate(timeout=60)
-            same = same_file(os.path.join(work, f"hold-{n}", "served.bin"), want)
-            check(p.returncode == 0 and same, f"{n} holds the exact file from the serving sender")
+        all_kept(s, out, err, ps, work, "served.bin", want, " from the serving sender")
     finally:
         cleanup()
         shutil.rmtree(work, ignore_errors=True)

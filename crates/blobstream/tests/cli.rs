@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_blobstream");
@@ -759,6 +759,46 @@ fn bind_shows_negotiation_and_renegotiation_and_refuses_clearly() {
     assert_eq!(ok(&o).trim(), "[]", "every binding ended with its command");
 }
 
+/// A receiver process per name, of `flow` (its `--distributer`, `--stream`, `--flow` and any
+/// more arguments), each keeping one run in DIR/NAME; each has said it is receiving.
+type Receiving = (Child, std::io::Lines<BufReader<std::process::ChildStdout>>, PathBuf);
+fn receivers_of(dir: &Path, flow: &[&str], names: &[&str]) -> Vec<Receiving> {
+    (names.iter())
+        .map(|n| {
+            let out = dir.join(n);
+            let args = [&["receive"][..], flow, &["--name", n, "--runs", "1", "--out"]].concat();
+            let (c, l) = spawn_saying(&args, &out, "receiving obs/raw");
+            (c, l, out)
+        })
+        .collect()
+}
+
+/// `send FILE` with these arguments (`--serve …`), once it says what it serves, and where.
+fn serving_sender(file: &Path, args: &[&str]) -> (Killed, String) {
+    let mut send = Killed(
+        Command::new(BIN)
+            .arg("send")
+            .arg(file)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut said = BufReader::new(send.0.stderr.take().unwrap()).lines();
+    let line = said.next().unwrap().unwrap();
+    assert!(line.starts_with("serving obs/raw on "), "{line}");
+    (send, line)
+}
+
+/// What a sender process printed, once it ended well.
+fn report_of(mut send: Killed) -> String {
+    let mut report = String::new();
+    std::io::Read::read_to_string(&mut send.0.stdout.take().unwrap(), &mut report).unwrap();
+    assert!(send.0.wait().unwrap().success(), "{report}");
+    report
+}
+
 /// The distributer's three processes as docs/distributer.md runs them: a bad config is
 /// refused with its line; two receivers each keep the sent file, verified; status lists them.
 #[test]
@@ -785,15 +825,7 @@ fn distributer_send_and_receive_as_processes() {
     assert!(ok(&o).contains("to 0 receivers"));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("warning: no receiver had joined obs/raw"), "{err}");
-    let receivers: Vec<_> = ["archive", "pipeline"]
-        .iter()
-        .map(|n| {
-            let out = dir.path().join(n);
-            let args = [&["receive"][..], &flow, &["--name", n, "--runs", "1", "--out"]].concat();
-            let (c, l) = spawn_saying(&args, &out, "receiving obs/raw");
-            (c, l, out)
-        })
-        .collect();
+    let receivers = receivers_of(dir.path(), &flow, &["archive", "pipeline"]);
     let file = dir.path().join("scan.bin");
     let bytes = content(3_000_000);
     std::fs::write(&file, &bytes).unwrap();
@@ -900,34 +932,14 @@ fn a_sender_serving_its_flow_itself() {
     let bytes = content(5_000_000);
     std::fs::write(&file, &bytes).unwrap();
     let serving = ["--serve", cfg.to_str().unwrap(), "--stream", "obs", "--flow", "raw"];
-    let mut send = Killed(
-        Command::new(BIN)
-            .arg("send")
-            .arg(&file)
-            .args(serving)
-            .args(["--distributer", "127.0.0.1:0", "--receivers", "2", "--param", "name=s.bin"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut said = BufReader::new(send.0.stderr.take().unwrap()).lines();
-    let line = said.next().unwrap().unwrap();
-    assert!(line.contains("waiting for 2 receivers"), "{line}");
+    let here = ["--distributer", "127.0.0.1:0"];
+    let two = ["--receivers", "2", "--param", "name=s.bin"];
+    let (send, line) = serving_sender(&file, &[&serving[..], &here, &two].concat());
+    assert!(line.contains("(plain TCP): waiting for 2 receivers"), "{line}");
     let addr = line.split(" on ").nth(1).and_then(|a| a.split_whitespace().next()).unwrap();
     let flow = ["--distributer", addr, "--stream", "obs", "--flow", "raw"];
-    let receivers: Vec<_> = ["archive", "pipeline"]
-        .iter()
-        .map(|n| {
-            let out = dir.path().join(n);
-            let args = [&["receive"][..], &flow, &["--name", n, "--runs", "1", "--out"]].concat();
-            let (c, l) = spawn_saying(&args, &out, "receiving obs/raw");
-            (c, l, out)
-        })
-        .collect();
-    let mut report = String::new();
-    std::io::Read::read_to_string(&mut send.0.stdout.take().unwrap(), &mut report).unwrap();
-    assert!(send.0.wait().unwrap().success(), "{report}");
+    let receivers = receivers_of(dir.path(), &flow, &["archive", "pipeline"]);
+    let report = report_of(send);
     assert!(report.contains("sent 5000000 bytes to 2 receivers"), "{report}");
     assert_eq!(report.matches("digest verified").count(), 2, "{report}");
     for (mut c, mut l, out) in receivers {
@@ -942,20 +954,8 @@ fn a_sender_serving_its_flow_itself() {
     std::fs::write(&cert, c.cert.pem()).unwrap();
     std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
-    let mut send = Killed(
-        Command::new(BIN)
-            .arg("send")
-            .arg(&file)
-            .args(serving)
-            .args(["--distributer", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key])
-            .args(["--param", "name=t.bin"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut said = BufReader::new(send.0.stderr.take().unwrap()).lines();
-    let line = said.next().unwrap().unwrap();
+    let tls = ["--tls-cert", cert, "--tls-key", key, "--param", "name=t.bin"];
+    let (send, line) = serving_sender(&file, &[&serving[..], &here, &tls].concat());
     assert!(line.contains("(TLS): waiting for 1 receiver"), "{line}");
     let port = line.split(" on ").nth(1).and_then(|a| a.split(' ').next()).unwrap();
     let named = format!("localhost:{}", port.rsplit(':').next().unwrap());
@@ -967,9 +967,7 @@ fn a_sender_serving_its_flow_itself() {
     let args = [&["receive"][..], &flow, &["--distributer-ca", cert, "--name", "a", "--runs", "1"]]
         .concat();
     let (mut c, mut l) = spawn_saying(&[&args[..], &["--out"]].concat(), &out, "receiving");
-    let mut report = String::new();
-    std::io::Read::read_to_string(&mut send.0.stdout.take().unwrap(), &mut report).unwrap();
-    assert!(send.0.wait().unwrap().success(), "{report}");
+    let report = report_of(send);
     assert!(report.contains("sent 5000000 bytes to 1 receiver\n"), "{report}");
     assert!(l.next().unwrap().unwrap().contains("t.bin: 5000000 bytes, digest verified"));
     assert!(c.wait().unwrap().success());
@@ -980,7 +978,8 @@ fn a_sender_serving_its_flow_itself() {
         .args(["-q", "send"])
         .arg(&file)
         .args(serving)
-        .args(["--distributer", "127.0.0.1:0", "--wait", "1"])
+        .args(here)
+        .args(["--wait", "1"])
         .output()
         .unwrap();
     fails_with(&o, "0 of 1 receivers joined obs/raw within 1 s (--wait): nothing sent");

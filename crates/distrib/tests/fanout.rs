@@ -519,16 +519,22 @@ fn a_sender_that_dies_mid_flow_ends_the_run_with_an_error_never_a_stop() {
     }
 }
 
-/// A sender in the distributer's process is told when the distributer stops: its next call
-/// fails, saying so, rather than sending on into receivers it has let go.
-#[test]
-fn a_sender_in_the_process_is_told_when_its_distributer_stops() {
+/// A run under way from a sender in the distributer's process to one receiver ("archive").
+fn a_run_in_the_process() -> (Distributer, mpsc::Receiver<(RunEnd, Keep)>, Sender) {
     let (d, addr) = distributer();
     let r = receiver(&addr, "hold", "archive", None);
     wait_names(&d, "hold", &["archive"]);
     let mut s = d.sender("obs", "hold").unwrap();
-    s.start(&params("cut")).unwrap();
+    s.start(&params("under way")).unwrap();
     s.send(&data(1 << 20, 3)).unwrap();
+    (d, r, s)
+}
+
+/// A sender in the distributer's process is told when the distributer stops: its next call
+/// fails, saying so, rather than sending on into receivers it has let go.
+#[test]
+fn a_sender_in_the_process_is_told_when_its_distributer_stops() {
+    let (d, r, mut s) = a_run_in_the_process();
     drop(d);
     let e = s.send(b"more").unwrap_err().to_string();
     assert!(e.contains("the distributer was stopped"), "{e}");
@@ -543,12 +549,7 @@ fn a_sender_in_the_process_is_told_when_its_distributer_stops() {
 /// this process left why it ended, rather than just closing their connections.
 #[test]
 fn stopped_with_a_grace_the_distributer_tells_the_receivers_why() {
-    let (d, addr) = distributer();
-    let r = receiver(&addr, "hold", "archive", None);
-    wait_names(&d, "hold", &["archive"]);
-    let mut s = d.sender("obs", "hold").unwrap();
-    s.start(&params("left")).unwrap();
-    s.send(&data(1 << 20, 3)).unwrap();
+    let (d, r, s) = a_run_in_the_process();
     drop(s);
     d.stop(Duration::from_secs(10));
     let (end, _) = r.recv_timeout(WAIT).unwrap();

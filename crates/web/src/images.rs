@@ -479,33 +479,22 @@ mod tests {
     /// viewer's decode still has every frame).
     #[test]
     fn a_thumbnail_decodes_only_the_first_frame() {
+        use crate::samples::{el, grey_pixels, part10};
         use dicom_core::{DataElement, PrimitiveValue, VR};
         use dicom_dictionary_std::tags;
-        use dicom_object::{FileMetaTableBuilder, InMemDicomObject};
         let (n, frames) = (16u16, 40usize);
         let px: Vec<u8> = (0..usize::from(n * n) * frames).map(|i| (i * 7 % 251) as u8).collect();
-        let el = |tag, vr, v: &str| DataElement::new(tag, vr, PrimitiveValue::from(v));
-        let us = |tag, v: u16| DataElement::new(tag, VR::US, PrimitiveValue::from(v));
-        let obj = InMemDicomObject::from_element_iter([
-            el(tags::SOP_CLASS_UID, VR::UI, "1.2.840.10008.5.1.4.1.1.7.2"),
-            el(tags::SOP_INSTANCE_UID, VR::UI, "2.25.7"),
-            el(tags::NUMBER_OF_FRAMES, VR::IS, &frames.to_string()),
-            us(tags::SAMPLES_PER_PIXEL, 1),
-            el(tags::PHOTOMETRIC_INTERPRETATION, VR::CS, "MONOCHROME2"),
-            us(tags::ROWS, n),
-            us(tags::COLUMNS, n),
-            us(tags::BITS_ALLOCATED, 8),
-            us(tags::BITS_STORED, 8),
-            us(tags::HIGH_BIT, 7),
-            us(tags::PIXEL_REPRESENTATION, 0),
-            DataElement::new(tags::PIXEL_DATA, VR::OB, PrimitiveValue::from(px)),
-        ]);
-        let meta = FileMetaTableBuilder::new()
-            .transfer_syntax("1.2.840.10008.1.2.1")
-            .media_storage_sop_class_uid("1.2.840.10008.5.1.4.1.1.7.2")
-            .media_storage_sop_instance_uid("2.25.7");
-        let mut bytes = Vec::new();
-        obj.with_meta(meta).unwrap().write_all(&mut bytes).unwrap();
+        let obj = dicom_object::InMemDicomObject::from_element_iter(
+            [
+                el(tags::SOP_CLASS_UID, VR::UI, "1.2.840.10008.5.1.4.1.1.7.2"),
+                el(tags::SOP_INSTANCE_UID, VR::UI, "2.25.7"),
+                el(tags::NUMBER_OF_FRAMES, VR::IS, &frames.to_string()),
+                DataElement::new(tags::PIXEL_DATA, VR::OB, PrimitiveValue::from(px)),
+            ]
+            .into_iter()
+            .chain(grey_pixels(n, 8, false)),
+        );
+        let bytes = part10(obj, "1.2.840.10008.5.1.4.1.1.7.2", "2.25.7");
         let store: Arc<dyn Store> = Arc::new(bs_store::MemStore::new());
         let spec = bs_store::RouteSpec { name: "cine.dcm".into(), ..Default::default() };
         let rec = bs_store::put_bytes(store.as_ref(), &spec, &bytes).unwrap();

@@ -6,8 +6,9 @@
 
 use bs_imaging::{DynImage, Image};
 use dicom_core::value::PrimitiveValue;
-use dicom_core::{DataElement, VR};
+use dicom_core::{DataElement, Tag, VR};
 use dicom_dictionary_std::tags;
+use dicom_object::mem::InMemElement;
 use dicom_object::{FileMetaTableBuilder, InMemDicomObject};
 
 /// Name, media type and bytes of each sample.
@@ -118,9 +119,7 @@ fn ct_dicom(n: u16, slice: &Slice) -> Vec<u8> {
     let sop_uid = format!("{uid}.{}.{}", slice.series, slice.instance);
     let z_mm = format!("{:.1}", slice.z * 40.0);
     let position = format!("-125\\-125\\{z_mm}");
-    let el = |tag, vr, v: &str| DataElement::new(tag, vr, PrimitiveValue::from(v));
-    let us = |tag, v: u16| DataElement::new(tag, VR::US, PrimitiveValue::from(v));
-    let obj = InMemDicomObject::from_element_iter([
+    let obj = [
         el(tags::SOP_CLASS_UID, VR::UI, "1.2.840.10008.5.1.4.1.1.2"),
         el(tags::SOP_INSTANCE_UID, VR::UI, &sop_uid),
         el(tags::STUDY_DATE, VR::DA, "20260101"),
@@ -138,25 +137,50 @@ fn ct_dicom(n: u16, slice: &Slice) -> Vec<u8> {
         el(tags::SLICE_LOCATION, VR::DS, &z_mm),
         el(tags::IMAGE_POSITION_PATIENT, VR::DS, &position),
         el(tags::IMAGE_ORIENTATION_PATIENT, VR::DS, "1\\0\\0\\0\\1\\0"),
-        us(tags::SAMPLES_PER_PIXEL, 1),
-        el(tags::PHOTOMETRIC_INTERPRETATION, VR::CS, "MONOCHROME2"),
-        us(tags::ROWS, n),
-        us(tags::COLUMNS, n),
-        us(tags::BITS_ALLOCATED, 16),
-        us(tags::BITS_STORED, 16),
-        us(tags::HIGH_BIT, 15),
-        us(tags::PIXEL_REPRESENTATION, 1),
         el(tags::WINDOW_CENTER, VR::DS, "40"),
         el(tags::WINDOW_WIDTH, VR::DS, "400"),
         el(tags::RESCALE_INTERCEPT, VR::DS, "0"),
         el(tags::RESCALE_SLOPE, VR::DS, "1"),
         DataElement::new(tags::PIXEL_DATA, VR::OW, PrimitiveValue::I16(px.into())),
-    ]);
+    ]
+    .into_iter()
+    .chain(grey_pixels(n, 16, true));
+    part10(InMemDicomObject::from_element_iter(obj), "1.2.840.10008.5.1.4.1.1.2", &sop_uid)
+}
+
+/// The elements that describe `n` × `n` grey pixels of `bits` bits, signed or not, all of
+/// them stored.
+pub(crate) fn grey_pixels(n: u16, bits: u16, signed: bool) -> [InMemElement; 8] {
+    [
+        us(tags::SAMPLES_PER_PIXEL, 1),
+        el(tags::PHOTOMETRIC_INTERPRETATION, VR::CS, "MONOCHROME2"),
+        us(tags::ROWS, n),
+        us(tags::COLUMNS, n),
+        us(tags::BITS_ALLOCATED, bits),
+        us(tags::BITS_STORED, bits),
+        us(tags::HIGH_BIT, bits - 1),
+        us(tags::PIXEL_REPRESENTATION, u16::from(signed)),
+    ]
+}
+
+/// A DICOM element holding text.
+pub(crate) fn el(tag: Tag, vr: VR, v: &str) -> InMemElement {
+    DataElement::new(tag, vr, PrimitiveValue::from(v))
+}
+
+/// A DICOM element holding one unsigned short.
+pub(crate) fn us(tag: Tag, v: u16) -> InMemElement {
+    DataElement::new(tag, VR::US, PrimitiveValue::from(v))
+}
+
+/// `obj` as a DICOM Part 10 file (explicit VR little endian) of SOP class `class`, instance
+/// `uid`; empty if it cannot be written.
+pub(crate) fn part10(obj: InMemDicomObject, class: &str, uid: &str) -> Vec<u8> {
     let file = obj.with_meta(
         FileMetaTableBuilder::new()
             .transfer_syntax("1.2.840.10008.1.2.1")
-            .media_storage_sop_class_uid("1.2.840.10008.5.1.4.1.1.2")
-            .media_storage_sop_instance_uid(sop_uid.clone()),
+            .media_storage_sop_class_uid(class)
+            .media_storage_sop_instance_uid(uid),
     );
     let mut out = Vec::new();
     match file {
