@@ -536,10 +536,18 @@ pub struct SendArgs {
     pub params: Vec<(String, String)>,
     /// Be the distributer too: serve the streams of this configuration (TOML, as
     /// `distributer --config`) on --distributer's address, and hand the run to the receivers
-    /// from this process (no hop through a distributer of its own). No status service;
-    /// --token and --distributer-ca, for joining another distributer, are not used.
+    /// from this process (no hop through a distributer of its own); --token and
+    /// --distributer-ca, for joining another distributer, are not used.
     #[arg(long, value_name = "CONFIG")]
     pub serve: Option<PathBuf>,
+    /// With --serve: also serve the status (the gRPC call `distributer status` makes, and
+    /// GET /metrics) here, while the run lasts.
+    #[arg(long, value_name = "ADDR", requires = "serve")]
+    pub status_addr: Option<String>,
+    /// With --status-addr: require this token on it (as `distributer --status-token`).
+    /// @FILE reads it from FILE (keeps it out of the process list).
+    #[arg(long, env = "BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", value_parser = secret, hide_env_values = true)]
+    pub status_token: Option<String>,
     /// With --serve: wait until this many receivers have joined the flow before the run
     /// starts (a receiver joining later misses it).
     #[arg(long, default_value_t = 1, requires = "serve")]

@@ -25,16 +25,11 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
     let over = if tls.is_some() { "TLS" } else { "plain TCP" };
     let secure =
         bs_plane::Secure { tls: tls.clone(), token: a.status_token.clone(), ..Default::default() };
-    let status_offers = secure.describe();
     let d = Distributer::start_with_tls(cfg, addr, tls)
         .with_context(|| format!("listening on {addr}"))?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let status = rt
-        .block_on(tokio::net::TcpListener::bind(&a.status_addr))
-        .with_context(|| format!("--status-addr {}", a.status_addr))?;
-    let status_addr = status.local_addr()?;
+    let (rt, status, says) = status_listener(&a.status_addr, &secure)?;
     println!("blobstream distributer listening on {} ({over})", d.addr());
-    println!("  status (gRPC) and /metrics ({status_offers}) on {status_addr}");
+    println!("  {says}");
     for s in &d.config().streams {
         for f in &s.flows {
             let over = match f.transport {
@@ -64,6 +59,21 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
     // Best effort: whoever read our output may be gone by now.
     let _ = writeln!(std::io::stdout(), "{sig}: distributer stopped");
     Ok(())
+}
+
+/// The status service's listener on `addr`, bound on a runtime of its own, and a line saying
+/// where it is and what it asks.
+fn status_listener(
+    addr: &str,
+    secure: &bs_plane::Secure,
+) -> Result<(tokio::runtime::Runtime, tokio::net::TcpListener, String)> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(addr))
+        .with_context(|| format!("--status-addr {addr}"))?;
+    let at = listener.local_addr()?;
+    let says = format!("status (gRPC) and /metrics ({}) on {at}", secure.describe());
+    Ok((rt, listener, says))
 }
 
 fn status(addr: &str, json: bool, creds: &bs_plane::Credentials) -> Result<()> {
@@ -211,8 +221,24 @@ fn serve_flow(g: &Global, a: &SendArgs, path: &Path) -> Result<Distributer> {
         f.distributer.parse().with_context(|| format!("--distributer {:?}", f.distributer))?;
     let tls = crate::security::server_tls(&a.tls)?;
     let over = if tls.is_some() { "TLS" } else { "plain TCP" };
+    let secure =
+        bs_plane::Secure { tls: tls.clone(), token: a.status_token.clone(), ..Default::default() };
     let d = Distributer::start_with_tls(cfg, addr, tls)
         .with_context(|| format!("listening on {addr}"))?;
+    // The status service, for as long as this process runs.
+    let status = match &a.status_addr {
+        Some(at) => {
+            let (rt, listener, says) = status_listener(at, &secure)?;
+            let source = d.status_source();
+            std::thread::Builder::new().name("status".into()).spawn(move || {
+                if let Err(e) = rt.block_on(bs_distrib::service::serve(listener, source, secure)) {
+                    tracing::warn!(error = %e, "the status service ended");
+                }
+            })?;
+            Some(says)
+        }
+        None => None,
+    };
     let want = a.receivers;
     let wait = std::time::Duration::from_secs(a.wait);
     if !g.quiet {
@@ -223,6 +249,9 @@ fn serve_flow(g: &Global, a: &SendArgs, path: &Path) -> Result<Distributer> {
             d.addr(),
             if want == 1 { "" } else { "s" }
         );
+        if let Some(says) = status {
+            eprintln!("  {says}");
+        }
     }
     let joined = d.wait_for_receivers(&f.stream, &f.flow, want, wait)?;
     if joined < want {

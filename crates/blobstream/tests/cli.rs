@@ -773,8 +773,9 @@ fn receivers_of(dir: &Path, flow: &[&str], names: &[&str]) -> Vec<Receiving> {
         .collect()
 }
 
-/// `send FILE` with these arguments (`--serve …`), once it says what it serves, and where.
-fn serving_sender(file: &Path, args: &[&str]) -> (Killed, String) {
+/// `send FILE` with these arguments (`--serve …`), once it says what it serves and where, and
+/// its first `n` lines on stderr (the rest drained, so it never writes to a closed pipe).
+fn serving_sender(file: &Path, args: &[&str], n: usize) -> (Killed, Vec<String>) {
     let mut send = Killed(
         Command::new(BIN)
             .arg("send")
@@ -786,9 +787,10 @@ fn serving_sender(file: &Path, args: &[&str]) -> (Killed, String) {
             .unwrap(),
     );
     let mut said = BufReader::new(send.0.stderr.take().unwrap()).lines();
-    let line = said.next().unwrap().unwrap();
-    assert!(line.starts_with("serving obs/raw on "), "{line}");
-    (send, line)
+    let lines: Vec<String> = (0..n).map(|_| said.next().unwrap().unwrap()).collect();
+    assert!(lines[0].starts_with("serving obs/raw on "), "{lines:?}");
+    std::thread::spawn(move || said.for_each(drop));
+    (send, lines)
 }
 
 /// What a sender process printed, once it ended well.
@@ -934,13 +936,15 @@ fn a_sender_serving_its_flow_itself() {
     let serving = ["--serve", cfg.to_str().unwrap(), "--stream", "obs", "--flow", "raw"];
     let here = ["--distributer", "127.0.0.1:0"];
     let two = ["--receivers", "2", "--param", "name=s.bin"];
-    let (send, line) = serving_sender(&file, &[&serving[..], &here, &two].concat());
+    let (send, said) = serving_sender(&file, &[&serving[..], &here, &two].concat(), 1);
+    let line = &said[0];
     assert!(line.contains("(plain TCP): waiting for 2 receivers"), "{line}");
     let addr = line.split(" on ").nth(1).and_then(|a| a.split_whitespace().next()).unwrap();
     let flow = ["--distributer", addr, "--stream", "obs", "--flow", "raw"];
     let receivers = receivers_of(dir.path(), &flow, &["archive", "pipeline"]);
     let report = report_of(send);
     assert!(report.contains("sent 5000000 bytes to 2 receivers"), "{report}");
+    assert!(!report.contains("status"), "no status service unless asked: {report}");
     assert_eq!(report.matches("digest verified").count(), 2, "{report}");
     for (mut c, mut l, out) in receivers {
         let line = l.next().unwrap().unwrap();
@@ -948,6 +952,22 @@ fn a_sender_serving_its_flow_itself() {
         assert!(c.wait().unwrap().success());
         assert_eq!(std::fs::read(out.join("s.bin")).unwrap(), bytes);
     }
+    // With its status service: it lists the receivers as they join, with the token.
+    let status = ["--status-addr", "127.0.0.1:0", "--status-token", "st4tus"];
+    let name = ["--param", "name=u.bin"];
+    let (send, said) = serving_sender(&file, &[&serving[..], &here, &status, &name].concat(), 2);
+    let addr = said[0].split(" on ").nth(1).and_then(|a| a.split_whitespace().next()).unwrap();
+    assert!(said[1].contains("status (gRPC) and /metrics ("), "{said:?}");
+    let status_addr = said[1].rsplit(" on ").next().unwrap().to_string();
+    let flow = ["--distributer", addr, "--stream", "obs", "--flow", "raw"];
+    let r = receivers_of(dir.path(), &flow, &["watched"]);
+    let listed = wait_status_with(&status_addr, &["--token", "st4tus"], |s| s.contains("watched"));
+    assert!(listed.contains("obs/raw (tcp, hold"), "{listed}");
+    assert!(report_of(send).contains("sent 5000000 bytes to 1 receiver\n"));
+    for (mut c, _, _) in r {
+        assert!(c.wait().unwrap().success());
+    }
+
     // Over TLS: the receiver trusts the sender's certificate; one in plain TCP is refused.
     let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
@@ -955,7 +975,8 @@ fn a_sender_serving_its_flow_itself() {
     std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let tls = ["--tls-cert", cert, "--tls-key", key, "--param", "name=t.bin"];
-    let (send, line) = serving_sender(&file, &[&serving[..], &here, &tls].concat());
+    let (send, said) = serving_sender(&file, &[&serving[..], &here, &tls].concat(), 1);
+    let line = &said[0];
     assert!(line.contains("(TLS): waiting for 1 receiver"), "{line}");
     let port = line.split(" on ").nth(1).and_then(|a| a.split(' ').next()).unwrap();
     let named = format!("localhost:{}", port.rsplit(':').next().unwrap());
@@ -997,6 +1018,15 @@ fn a_sender_serving_its_flow_itself() {
         .output()
         .unwrap();
     usage_error(&o, "--tls-cert serves TLS with --serve only");
+    // A status token the environment sets (for `distributer`) is left unused by a plain send.
+    let o = Command::new(BIN)
+        .args(["-q", "send"])
+        .arg(&file)
+        .args(["--stream", "obs", "--flow", "raw", "--distributer", "127.0.0.1:1"])
+        .env("BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", "st4tus")
+        .output()
+        .unwrap();
+    fails_with(&o, "cannot reach the distributer at 127.0.0.1:1");
 }
 
 /// The archive receiver: each verified run becomes a blob (with its parameters as metadata);
@@ -1629,6 +1659,7 @@ fn help_of_commands_that_are_not_clients_leaves_out_client_options() {
         ("BLOBSTREAM_DPSS_TOKEN", &["dpss", "status"]),
         ("BLOBSTREAM_STREAM_TOKEN", &["send"]),
         ("BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", &["distributer"]),
+        ("BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", &["send"]),
     ];
     for (var, cmd) in secrets {
         let o = Command::new(BIN).args(cmd).arg("--help").env(var, "s3cret-value").output();
