@@ -20,13 +20,7 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
         crate::commands::usage!("--config FILE is required (see docs/distributer.md)");
     };
     let cfg = Config::load(&path)?;
-    let addr = a.addr.parse().with_context(|| format!("--addr {:?}", a.addr))?;
-    let tls = crate::security::server_tls(&a.tls)?;
-    let over = if tls.is_some() { "TLS" } else { "plain TCP" };
-    let secure =
-        bs_plane::Secure { tls: tls.clone(), token: a.status_token.clone(), ..Default::default() };
-    let d = Distributer::start_with_tls(cfg, addr, tls)
-        .with_context(|| format!("listening on {addr}"))?;
+    let (d, secure, over) = start(cfg, ("--addr", &a.addr), &a.tls, &a.status_token)?;
     let (rt, status, says) = status_listener(&a.status_addr, &secure)?;
     println!("blobstream distributer listening on {} ({over})", d.addr());
     println!("  {says}");
@@ -59,6 +53,25 @@ pub fn distributer(a: DistributerArgs) -> Result<()> {
     // Best effort: whoever read our output may be gone by now.
     let _ = writeln!(std::io::stdout(), "{sig}: distributer stopped");
     Ok(())
+}
+
+/// A distributer of `cfg` on the address a flag gave (its name, its value), in TLS when `tls`
+/// has a certificate; with what its status service asks (TLS as it, `status_token`) and what
+/// it speaks.
+fn start(
+    cfg: Config,
+    (flag, addr): (&str, &str),
+    tls: &crate::cli::ServerTls,
+    status_token: &Option<String>,
+) -> Result<(Distributer, bs_plane::Secure, &'static str)> {
+    let at: std::net::SocketAddr = addr.parse().with_context(|| format!("{flag} {addr:?}"))?;
+    let tls = crate::security::server_tls(tls)?;
+    let over = if tls.is_some() { "TLS" } else { "plain TCP" };
+    let secure =
+        bs_plane::Secure { tls: tls.clone(), token: status_token.clone(), ..Default::default() };
+    let d =
+        Distributer::start_with_tls(cfg, at, tls).with_context(|| format!("listening on {at}"))?;
+    Ok((d, secure, over))
 }
 
 /// The status service's listener on `addr`, bound on a runtime of its own, and a line saying
@@ -217,14 +230,7 @@ fn serve_flow(g: &Global, a: &SendArgs, path: &Path) -> Result<Distributer> {
     let f = &a.flow;
     let cfg = Config::load(path)?;
     cfg.flow(&f.stream, &f.flow)?;
-    let addr =
-        f.distributer.parse().with_context(|| format!("--distributer {:?}", f.distributer))?;
-    let tls = crate::security::server_tls(&a.tls)?;
-    let over = if tls.is_some() { "TLS" } else { "plain TCP" };
-    let secure =
-        bs_plane::Secure { tls: tls.clone(), token: a.status_token.clone(), ..Default::default() };
-    let d = Distributer::start_with_tls(cfg, addr, tls)
-        .with_context(|| format!("listening on {addr}"))?;
+    let (d, secure, over) = start(cfg, ("--distributer", &f.distributer), &a.tls, &a.status_token)?;
     // The status service, for as long as this process runs.
     let status = match &a.status_addr {
         Some(at) => {

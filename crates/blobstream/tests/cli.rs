@@ -773,6 +773,19 @@ fn receivers_of(dir: &Path, flow: &[&str], names: &[&str]) -> Vec<Receiving> {
         .collect()
 }
 
+/// Each receiver said it kept the run `name`, verified, ended well, and holds exactly `bytes`
+/// under that name (no part file left).
+fn each_kept(receivers: Vec<Receiving>, name: &str, bytes: &[u8]) {
+    for (mut c, mut l, out) in receivers {
+        let line = l.next().unwrap().unwrap();
+        let said = format!("{name}: {} bytes, digest verified", bytes.len());
+        assert!(line.contains(&said), "{line}");
+        assert!(c.wait().unwrap().success());
+        assert_eq!(std::fs::read(out.join(name)).unwrap(), bytes);
+        assert!(!out.join(format!(".{name}.blobstream-part")).exists());
+    }
+}
+
 /// `send FILE` with these arguments (`--serve …`), once it says what it serves and where, and
 /// its first `n` lines on stderr (the rest drained, so it never writes to a closed pipe).
 fn serving_sender(file: &Path, args: &[&str], n: usize) -> (Killed, Vec<String>) {
@@ -846,13 +859,7 @@ fn distributer_send_and_receive_as_processes() {
         .unwrap());
     assert!(sent.contains("sent 3000000 bytes to 2 receivers"), "{sent}");
     assert_eq!(sent.matches("digest verified").count(), 2, "{sent}");
-    for (mut c, mut l, out) in receivers {
-        let line = l.next().unwrap().unwrap();
-        assert!(line.contains("scan-7.bin: 3000000 bytes, digest verified"), "{line}");
-        assert!(c.wait().unwrap().success());
-        assert_eq!(std::fs::read(out.join("scan-7.bin")).unwrap(), bytes);
-        assert!(!out.join(".scan-7.bin.blobstream-part").exists());
-    }
+    each_kept(receivers, "scan-7.bin", &bytes);
     let json = ok(&Command::new(BIN)
         .args(["distributer", "status", "--json", "--addr", &status_addr])
         .output()
@@ -946,12 +953,7 @@ fn a_sender_serving_its_flow_itself() {
     assert!(report.contains("sent 5000000 bytes to 2 receivers"), "{report}");
     assert!(!report.contains("status"), "no status service unless asked: {report}");
     assert_eq!(report.matches("digest verified").count(), 2, "{report}");
-    for (mut c, mut l, out) in receivers {
-        let line = l.next().unwrap().unwrap();
-        assert!(line.contains("s.bin: 5000000 bytes, digest verified"), "{line}");
-        assert!(c.wait().unwrap().success());
-        assert_eq!(std::fs::read(out.join("s.bin")).unwrap(), bytes);
-    }
+    each_kept(receivers, "s.bin", &bytes);
     // With its status service: it lists the receivers as they join, with the token.
     let status = ["--status-addr", "127.0.0.1:0", "--status-token", "st4tus"];
     let name = ["--param", "name=u.bin"];
@@ -964,9 +966,7 @@ fn a_sender_serving_its_flow_itself() {
     let listed = wait_status_with(&status_addr, &["--token", "st4tus"], |s| s.contains("watched"));
     assert!(listed.contains("obs/raw (tcp, hold"), "{listed}");
     assert!(report_of(send).contains("sent 5000000 bytes to 1 receiver\n"));
-    for (mut c, _, _) in r {
-        assert!(c.wait().unwrap().success());
-    }
+    each_kept(r, "u.bin", &bytes);
 
     // Over TLS: the receiver trusts the sender's certificate; one in plain TCP is refused.
     let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
@@ -994,38 +994,22 @@ fn a_sender_serving_its_flow_itself() {
     assert!(c.wait().unwrap().success());
     assert_eq!(std::fs::read(out.join("t.bin")).unwrap(), bytes);
 
+    // `send -q FILE` with these arguments, and this environment.
+    let send = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = Command::new(BIN);
+        c.args(["-q", "send"]).arg(&file).args(args).envs(env.iter().copied());
+        c.output().unwrap()
+    };
     // Nobody joins within --wait: nothing is sent, and that is an error.
-    let o = Command::new(BIN)
-        .args(["-q", "send"])
-        .arg(&file)
-        .args(serving)
-        .args(here)
-        .args(["--wait", "1"])
-        .output()
-        .unwrap();
+    let o = send(&[&serving[..], &here, &["--wait", "1"]].concat(), &[]);
     fails_with(&o, "0 of 1 receivers joined obs/raw within 1 s (--wait): nothing sent");
-    let o = Command::new(BIN)
-        .args(["-q", "send"])
-        .arg(&file)
-        .args(["--serve", cfg.to_str().unwrap(), "--stream", "obs", "--flow", "nope"])
-        .output()
-        .unwrap();
+    let o = send(&["--serve", cfg.to_str().unwrap(), "--stream", "obs", "--flow", "nope"], &[]);
     fails_with(&o, "stream \"obs\" has no flow \"nope\"");
-    let o = Command::new(BIN)
-        .args(["send"])
-        .arg(&file)
-        .args(["--stream", "obs", "--flow", "raw", "--tls-cert", "c", "--tls-key", "k"])
-        .output()
-        .unwrap();
+    let o = send(&["--stream", "obs", "--flow", "raw", "--tls-cert", "c", "--tls-key", "k"], &[]);
     usage_error(&o, "--tls-cert serves TLS with --serve only");
     // A status token the environment sets (for `distributer`) is left unused by a plain send.
-    let o = Command::new(BIN)
-        .args(["-q", "send"])
-        .arg(&file)
-        .args(["--stream", "obs", "--flow", "raw", "--distributer", "127.0.0.1:1"])
-        .env("BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", "st4tus")
-        .output()
-        .unwrap();
+    let plain = ["--stream", "obs", "--flow", "raw", "--distributer", "127.0.0.1:1"];
+    let o = send(&plain, &[("BLOBSTREAM_DISTRIBUTER_STATUS_TOKEN", "st4tus")]);
     fails_with(&o, "cannot reach the distributer at 127.0.0.1:1");
 }
 
