@@ -207,7 +207,9 @@ pub fn run_dpss(opts: &BenchOptions) -> Result<RowsReport, BenchError> {
             rows.extend(r);
             notes.push(
                 "tiles: rates are medians; each ratio is the median of the per-run ratios (our \
-                 run i against nginx's run i), so it can differ from the ratio of the medians"
+                 run i against nginx's run i), so it can differ from the ratio of the medians; \
+                 every timed pass, ours or nginx's, starts once the machine is idle; the first \
+                 run checks every body against the tile's bytes, on both"
                     .into(),
             );
         }

@@ -1,7 +1,8 @@
 //! Random tile reads through the web server acting as a block-store client (IIIF) against
 //! nginx serving the same tiles as static files in the DZI layout — what a user would pick
 //! instead — with the same load: keep-alive HTTP/1.1 connections, each asking its share of one
-//! fixed random sequence of tiles; and the tiled viewer's time to first tile and to a full
+//! fixed random sequence of tiles — with every cache cold (the kernel's page cache dropped
+//! before the run, for both) and warm; and the tiled viewer's time to first tile and to a full
 //! viewport in headless Chromium, against the same page and tiles as static IIIF files on nginx.
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use crate::error::BenchError;
 use crate::http::{Nginx, NginxConfig, find_nginx, read_head};
 use crate::options::BenchOptions;
 use crate::payload::{median, paired_ratio};
+use crate::settle::settle;
 
 const SIDE: u64 = 8192;
 const TILE: u32 = 256;
@@ -113,7 +115,8 @@ fn load(
     Ok(reqs.len() as f64 / started.elapsed().as_secs_f64())
 }
 
-/// The rows: first reads and repeated reads, against nginx. `None` when nginx is missing.
+/// The rows: reads with every cache cold, repeated reads, and first reads with the page cache
+/// warm, against nginx. `None` when nginx is missing.
 pub fn tiles_vs_nginx(
     opts: &BenchOptions,
     runs: usize,
@@ -135,12 +138,13 @@ pub fn tiles_vs_nginx(
         .enable_all()
         .build()
         .map_err(err)?;
-    // Small block-server caches: a first read comes from the disk files.
+    // Block servers without caches of their own: a first read comes from their disk files
+    // (through the page cache), and no run starts with blocks an earlier one left.
     let mut servers = Vec::new();
     let mut refs = Vec::new();
     for s in 0..2 {
         let mut cfg = ServerConfig::new(vec![dir.path().join(format!("s{s}"))]);
-        cfg.cache_bytes = 1 << 20;
+        cfg.cache_bytes = 0;
         let srv = BlockServer::start("127.0.0.1:0", cfg).map_err(err)?;
         refs.push(ServerRef { name: srv.name().into(), addr: srv.addr().to_string(), disks: 1 });
         servers.push(srv);
@@ -196,16 +200,49 @@ pub fn tiles_vs_nginx(
         (0..WARM_PASSES).flat_map(|_| reqs.iter().cloned()).collect()
     };
     let (ours_warm, nginx_warm) = (passes(&ours_reqs), passes(&nginx_reqs));
+    // Cold means every cache empty, nginx's as well as ours: nginx has no cache of its own
+    // but the kernel's page cache, so before each cold run that is dropped (as root) and
+    // both read from the disk — our block servers their data files, nginx its tile files.
+    let disk_cold = match drop_page_cache() {
+        Ok(()) => true, // and the set-up's files are written out, once
+        Err(e) => {
+            opts.say(&format!("{e}: no tile rows with every cache cold"));
+            false
+        }
+    };
     opts.say(&format!("random tiles: {requests} per run over {CONNS} connections, {runs} runs"));
-    let (mut cold, mut warm, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut r = TileRuns::default();
+    // Each timed pass starts once the machine is idle: the block servers may still be sending
+    // what the last list asked ahead (the ring of medium tiles), and a dropped page cache is
+    // being refilled; neither is charged to the pass that follows, ours or nginx's.
+    let timed = |addr, reqs: &[(String, BlockId)], check| {
+        settle();
+        load(addr, reqs, check)
+    };
     for i in 0..runs {
-        // A fresh web server: its tile cache starts empty.
-        let web = web_rt.block_on(start_web(dir.path(), &maddr, i))?;
+        // The first run checks every body, ours and nginx's alike.
         let check = (i == 0).then_some(&bytes);
-        cold.push(load(web.addr(), &ours_reqs, check)?);
-        warm.push(load(web.addr(), &ours_warm, check)?);
+        if disk_cold {
+            // A fresh web server (its tile cache empty) on block servers reading from the disk.
+            let web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * i))?;
+            drop_page_cache().map_err(BenchError::Baseline)?;
+            r.cold.push(timed(web.addr(), &ours_reqs, check)?);
+            r.warm.push(timed(web.addr(), &ours_warm, check)?);
+            web_rt.block_on(web.shutdown());
+        }
+        // A fresh web server again, the block servers' files now in the page cache.
+        let web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * i + 1))?;
+        r.first.push(timed(web.addr(), &ours_reqs, check)?);
+        if !disk_cold {
+            r.warm.push(timed(web.addr(), &ours_warm, check)?);
+        }
         web_rt.block_on(web.shutdown());
-        theirs.push(load(nginx.addr(), &nginx_warm, None)?);
+        if disk_cold {
+            drop_page_cache().map_err(BenchError::Baseline)?;
+            r.nginx_cold.push(timed(nginx.addr(), &nginx_reqs, check)?);
+        }
+        // Its files in the page cache (the cold pass read them, or the warm-up did).
+        r.nginx_warm.push(timed(nginx.addr(), &nginx_warm, check)?);
     }
     // The viewer: cold web server against the same page and tiles as static files on nginx.
     let mut browser_rows = Vec::new();
@@ -214,7 +251,7 @@ pub fn tiles_vs_nginx(
             opts.say("no node/Chromium/playwright-core (scripts/browser-setup.sh): no viewer rows")
         }
         Some((node, script)) => {
-            let web = web_rt.block_on(start_web(dir.path(), &maddr, runs))?;
+            let web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * runs))?;
             let info = crate::http::get(web.addr(), "/iiif/tiles/info.json")?;
             web_rt.block_on(web.shutdown());
             static_viewer(&root, &layout, &bytes, &info.body)?;
@@ -223,7 +260,7 @@ pub fn tiles_vs_nginx(
             ));
             let (mut of, mut ov, mut nf, mut nv) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for i in 0..runs {
-                let web = web_rt.block_on(start_web(dir.path(), &maddr, runs + 1 + i))?;
+                let web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * runs + 1 + i))?;
                 let (f, v) = ttft(
                     &node,
                     &script,
@@ -264,41 +301,85 @@ pub fn tiles_vs_nginx(
         }
     }
     drop(servers);
-    let n = median(&theirs);
-    // Each ratio is the median of the per-run ratios (run i against nginx's run i).
-    let secs = |rates: &[f64]| rates.iter().map(|r| 1.0 / r).collect::<Vec<_>>();
-    let row = |what: &str, ours: &[f64]| Row {
-        group: "tiles",
-        what: what.into(),
-        ours: median(ours),
-        baseline: n,
-        baseline_name: "nginx, the same tiles as static files (DZI layout)".into(),
-        unit: "tiles/s",
-        ratio: paired_ratio(&secs(ours), &secs(&theirs)),
-        ratio_means: "ours / baseline",
-        target: Some((1.0, true)),
-    };
-    Ok(Some(
-        vec![
-        row(
-            &format!(
-                "random 256² tiles of an 8192² image over IIIF, {CONNS} keep-alive connections, \
-                 first read (the web server's cache empty, 2 block servers reading from disk; \
-                 the web server on 1 tokio worker thread, nginx 1 worker process)"
+    Ok(Some(r.rows().into_iter().chain(browser_rows).collect()))
+}
+
+/// Tiles per second of each run: ours and nginx's, every cache cold (when the page cache can
+/// be dropped) and warm, and our first reads with the page cache warm.
+#[derive(Default)]
+struct TileRuns {
+    cold: Vec<f64>,
+    nginx_cold: Vec<f64>,
+    warm: Vec<f64>,
+    nginx_warm: Vec<f64>,
+    first: Vec<f64>,
+}
+
+impl TileRuns {
+    fn rows(&self) -> Vec<Row> {
+        // Each ratio is the median of the per-run ratios (run i against nginx's run i).
+        let secs = |rates: &[f64]| rates.iter().map(|r| 1.0 / r).collect::<Vec<_>>();
+        let row = |what: String, ours: &[f64], theirs: &[f64], how: &str, target: bool| Row {
+            group: "tiles",
+            what,
+            ours: median(ours),
+            baseline: median(theirs),
+            baseline_name: format!("nginx, the same tiles as static files (DZI layout), {how}"),
+            unit: "tiles/s",
+            ratio: paired_ratio(&secs(ours), &secs(theirs)),
+            ratio_means: "ours / baseline",
+            target: target.then_some((1.0, true)),
+        };
+        let mut rows = Vec::new();
+        if !self.cold.is_empty() {
+            rows.push(row(
+                format!(
+                    "random 256² tiles of an 8192² image over IIIF, {CONNS} keep-alive \
+                     connections, every cache cold: the page cache dropped before the run, so \
+                     2 block servers (no cache of their own) read their data files from the \
+                     disk, and the web server's tile cache empty (the web server on 1 tokio \
+                     worker thread, nginx 1 worker process)"
+                ),
+                &self.cold,
+                &self.nginx_cold,
+                "its page cache dropped before the run",
+                true,
+            ));
+        }
+        rows.push(row(
+            format!(
+                "the same tiles read again, {WARM_PASSES} times over (the web server's cache \
+                 warm; nginx read them as often)"
             ),
-            &cold,
-        ),
-        row(
-            &format!(
-                "the same tiles read again, {WARM_PASSES} times over (the web server's cache warm; \
-                 nginx read them as often)"
-            ),
-            &warm,
-        ),
-    ]
-    .into_iter()
-    .chain(browser_rows)
-    .collect()))
+            &self.warm,
+            &self.nginx_warm,
+            "its files in the page cache",
+            true,
+        ));
+        rows.push(row(
+            "first reads of the same sequence with the page cache warm: the web server's tile \
+             cache empty, the block servers' files in the page cache (each miss is a round trip \
+             to a block server that nginx does not make)"
+                .to_string(),
+            &self.first,
+            &self.nginx_warm,
+            "its files in the page cache",
+            false,
+        ));
+        rows
+    }
+}
+
+/// Empty the kernel's page, dentry and inode caches, so that what is read next comes from
+/// the disk: `sync`, then `3` into `/proc/sys/vm/drop_caches` (as root).
+fn drop_page_cache() -> Result<(), String> {
+    match std::process::Command::new("sync").status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => return Err(format!("sync: {s}")),
+        Err(e) => return Err(format!("sync: {e}")),
+    }
+    std::fs::write("/proc/sys/vm/drop_caches", "3")
+        .map_err(|e| format!("the page cache cannot be dropped ({e})"))
 }
 
 async fn start_web(dir: &Path, master: &str, i: usize) -> Result<WebServer, BenchError> {
