@@ -216,6 +216,7 @@ pub fn tiles_vs_nginx(
     // what the last list asked ahead (the ring of medium tiles), and a dropped page cache is
     // being refilled; neither is charged to the pass that follows, ours or nginx's.
     let timed = |addr, reqs: &[(String, BlockId)], check| {
+        block_servers_done(&servers);
         settle();
         load(addr, reqs, check)
     };
@@ -367,6 +368,27 @@ impl TileRuns {
             false,
         ));
         rows
+    }
+}
+
+/// Wait until the block servers have no read queued and have stopped sending (what the web
+/// server's last list asked ahead is delivered): a disk read waiting on the disk is not busy
+/// CPU time, so [`settle`] alone would not see it. At most 10 s.
+fn block_servers_done(servers: &[BlockServer]) {
+    let sent = || -> (u64, bool) {
+        let st: Vec<_> = servers.iter().map(BlockServer::stats).collect();
+        let queued = st.iter().flat_map(|s| s.queued.iter()).any(|&q| q > 0);
+        (st.iter().map(|s| s.sent_blocks).sum(), queued)
+    };
+    let (mut last, _) = sent();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        let (now, queued) = sent();
+        if !queued && now == last {
+            return;
+        }
+        last = now;
     }
 }
 
