@@ -5,10 +5,11 @@
 //! Per server the client holds two connections (see [`crate::msg`]): `requests`, written from
 //! the caller's thread, and `blocks`, read by a thread of its own that hands every message to
 //! one channel. [`Client::next`] takes from that channel, checks each block against its
-//! digest, and re-asks a copy elsewhere for what failed.
+//! digest, and re-asks a copy elsewhere for what failed. A caller may also have each intact
+//! block handed to it on the reading thread as it arrives ([`Client::on_block`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::mpsc;
+use std::sync::{Arc, OnceLock, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -101,6 +102,11 @@ enum Raw {
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MOST: Duration = Duration::from_secs(30);
 
+/// Called on a server's reading thread with each block that arrived intact (its bytes match
+/// its digest, and it is of the client's data set), before [`Client::next`] gives it out: a
+/// caller whose waiters are on other threads hands them the block one thread hand-off sooner.
+pub type OnBlock = Arc<dyn Fn(BlockId, &[u8], [u8; 16]) + Send + Sync>;
+
 /// Makes a [`Client::next`] waiting in another thread return at once (with `None`), so a
 /// thread that owns the client can serve other work without polling.
 #[derive(Clone)]
@@ -142,6 +148,8 @@ pub struct Client {
     /// Per block asked: servers tried and what they said.
     tried: HashMap<BlockId, Vec<(usize, String)>>,
     queued: VecDeque<Event>,
+    /// Shared with every reading thread, those started before it was set too.
+    on_block: Arc<OnceLock<OnBlock>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -198,6 +206,7 @@ impl Client {
             got: vec![0; n],
             tried: HashMap::new(),
             queued: VecDeque::new(),
+            on_block: Arc::default(),
         };
         for s in 0..n {
             if let Err(e) = c.connect(s) {
@@ -233,12 +242,19 @@ impl Client {
         let tx = self.tx.clone();
         self.generation[s] += 1;
         let g = self.generation[s];
+        let (on_block, dataset) = (self.on_block.clone(), self.layout.dataset.clone());
         thread::Builder::new().name(format!("dpss-client-{s}")).spawn(move || {
             loop {
                 match blocks.recv() {
                     Ok(Some(m)) => {
                         let intact = match Message::parse(m.payload(), 0) {
-                            Ok(Message::Block { digest: want, data, .. }) => digest(data) == want,
+                            Ok(Message::Block { id, dataset: d, digest: want, data, .. }) => {
+                                let intact = digest(data) == want;
+                                if let Some(f) = on_block.get().filter(|_| intact && d == dataset) {
+                                    f(id, data, want);
+                                }
+                                intact
+                            }
                             _ => true,
                         };
                         if tx.send(Raw::Msg(s, g, m, intact)).is_err() {
@@ -263,6 +279,13 @@ impl Client {
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// Have `f` called with each intact block as it is read, on the reading thread (see
+    /// [`OnBlock`]); [`Client::next`] still gives every block out. Set once: false if it was
+    /// set already.
+    pub fn on_block(&self, f: OnBlock) -> bool {
+        self.on_block.set(f).is_ok()
     }
 
     /// A handle that wakes this client's [`Client::next`].
@@ -611,4 +634,88 @@ pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
         .build()
         .expect("a current-thread runtime builds")
         .block_on(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::sync::Mutex;
+
+    use bs_binding::Role;
+    use bs_transport::Conn;
+
+    use super::*;
+    use crate::layout::ServerRef;
+
+    /// A block server that answers the first list with three blocks of `img`: one intact, one
+    /// whose bytes do not match its digest, and one that says it is of another data set.
+    fn lying_server() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        thread::spawn(move || {
+            // The blocks go out once the list is in.
+            let (listed_tx, listed_rx) = mpsc::channel::<()>();
+            let (mut listed_tx, mut listed_rx) = (Some(listed_tx), Some(listed_rx));
+            let mut kept = Vec::new();
+            for tcp in listener.incoming().take(2) {
+                let mut b = crate::conn::binding(Conn::new(tcp.unwrap()), Role::Responder, 0);
+                let m = b.recv().unwrap().unwrap();
+                let Ok(Message::Hello(h)) = Message::parse(m.payload(), 0) else { panic!() };
+                let w = msg::Welcome { name: "liar".into(), disks: 1, max_list: 64, max_block: 64 };
+                b.send(&msg::welcome(&w)).unwrap();
+                let (tx, rx) = match h.role.as_str() {
+                    "requests" => (listed_tx.take(), None),
+                    _ => (None, listed_rx.take()),
+                };
+                kept.push(thread::spawn(move || {
+                    if h.role == "requests" {
+                        let _list = b.recv().unwrap().unwrap();
+                        drop(tx);
+                        while let Ok(Some(_)) = b.recv() {}
+                        return;
+                    }
+                    let _ = rx.expect("one blocks connection").recv();
+                    let mut block = |x: u32, data: &[u8], sum: &[u8], set: &str| {
+                        let id = BlockId::new(0, x, 0);
+                        let head = msg::block_head(1, id, data.len(), &digest(sum), set);
+                        b.send_parts(&head, data).unwrap();
+                    };
+                    block(0, b"tile 0", b"tile 0", "img");
+                    block(1, b"tile 1, rotted", b"tile 1", "img");
+                    block(2, b"tile 2", b"tile 2", "other");
+                    while let Ok(Some(_)) = b.recv() {}
+                }));
+            }
+            for k in kept {
+                let _ = k.join();
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn on_block_sees_only_intact_blocks_of_the_data_set() {
+        let servers = vec![ServerRef { name: "liar".into(), addr: lying_server(), disks: 1 }];
+        let layout = Layout::plan("img", "image", (768, 256), 256, servers, 1).unwrap();
+        let mut c = Client::with_layout(layout, ClientOptions::default()).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        assert!(
+            c.on_block(Arc::new(move |id, data, _| s.lock().unwrap().push((id, data.to_vec()))))
+        );
+        assert!(!c.on_block(Arc::new(|_, _, _| {})), "set once");
+        let ids: Vec<_> = (0..3).map(|x| (BlockId::new(0, x, 0), Priority::High)).collect();
+        c.request(&ids).unwrap();
+        let (mut blocks, mut lost) = (Vec::new(), Vec::new());
+        while blocks.len() + lost.len() < 3 {
+            match c.next(Duration::from_secs(10)).expect("an event") {
+                Event::Block { id, .. } => blocks.push(id),
+                Event::Lost { id, .. } => lost.push(id),
+                _ => {}
+            }
+        }
+        assert_eq!(blocks, [BlockId::new(0, 0, 0)]);
+        assert_eq!(lost, [BlockId::new(0, 1, 0), BlockId::new(0, 2, 0)]);
+        assert_eq!(*seen.lock().unwrap(), [(BlockId::new(0, 0, 0), b"tile 0".to_vec())]);
+    }
 }

@@ -21,7 +21,7 @@ pub mod simulate;
 pub mod tiffband;
 
 pub use block::{BlockId, Priority};
-pub use client::{Client, ClientOptions, Event, Waker};
+pub use client::{Client, ClientOptions, Event, OnBlock, Waker};
 pub use conn::Peer;
 pub use error::DpssError;
 pub use layout::{Layout, ServerRef};

@@ -9,12 +9,14 @@
 //!   the previous one;
 //! - `GET /api/dpss/datasets`: the published data sets.
 //!
-//! Per data set one thread (the pump) owns a `bs_dpss::Client`: it sends the lists, keeps the
-//! verified blocks that arrive in an LRU cache, and answers tile requests from it, asking for
-//! a tile high priority when no list has it yet — and, unless a viewer sent its viewport in
-//! the last seconds, its eight neighbours medium (sent when the block servers have time),
-//! since a viewer that asks for one tile asks for the tiles around it next: a IIIF client
-//! that sends no viewport gets the ISS paper's prefetching too.
+//! Per data set one thread (the pump) owns a `bs_dpss::Client` and sends the lists; the
+//! verified blocks that arrive go into an LRU cache and to the requests waiting for them
+//! straight from the client's reading threads (one thread hand-off less per miss than through
+//! the pump). A tile not in the cache is asked for high priority when no list has it yet —
+//! and, unless a viewer sent its viewport in the last seconds, its eight neighbours medium
+//! (sent when the block servers have time), since a viewer that asks for one tile asks for
+//! the tiles around it next: a IIIF client that sends no viewport gets the ISS paper's
+//! prefetching too.
 //!
 //! A data set dropped, or dropped and loaded again under its name, must not go on being
 //! served from what the pump kept: beside each pump a watcher asks the master for the data
@@ -62,9 +64,14 @@ pub const LAYOUT_CHECK: Duration = Duration::from_secs(1);
 /// A tile's bytes and digest, or why it cannot be had.
 type TileAnswer = Result<(Bytes, [u8; 16]), String>;
 
+/// Who waits for which tile: filled by the request handlers, answered by the client's reading
+/// threads as blocks arrive (or by the pump, with why a tile cannot be had).
+type Waiting = Mutex<HashMap<BlockId, Vec<oneshot::Sender<TileAnswer>>>>;
+
 enum Cmd {
     View(Vec<(BlockId, Priority)>),
-    Want(BlockId, oneshot::Sender<TileAnswer>),
+    /// A handler waits for this tile (it is in `Pump::waiting`): ask for it.
+    Want(BlockId),
     /// The data set is gone or was loaded again: fail the waiters with this and end.
     End(String),
 }
@@ -75,6 +82,8 @@ struct Pump {
     waker: bs_dpss::Waker,
     /// Verified tiles, shared so a request for one already here never waits on the pump.
     cache: Arc<Mutex<Cache>>,
+    /// Taken before `cache` when both are held.
+    waiting: Arc<Waiting>,
     /// Set (and the cache emptied) when the data set is gone or loaded again: the pump is
     /// not handed out any more.
     ended: Arc<AtomicBool>,
@@ -145,18 +154,39 @@ impl Tiles {
         let layout = client.layout().clone();
         let waker = client.waker();
         let cache = Arc::new(Mutex::new(Cache::new(CACHE_BYTES)));
+        let waiting = Arc::new(Waiting::default());
         let (tx, rx) = mpsc::channel();
         let ended = Arc::new(AtomicBool::new(false));
-        let (c, e) = (cache.clone(), ended.clone());
+        // A tile goes to its waiters from the thread that read it (checked against its
+        // digest there), not through the pump: one thread hand-off less on every miss.
+        let (c, w, e, d) = (cache.clone(), waiting.clone(), ended.clone(), dataset.to_string());
+        client.on_block(Arc::new(move |id, data, digest| {
+            let data = Bytes::copy_from_slice(data);
+            let mut waiters = w.lock().unwrap();
+            let mut kept = c.lock().unwrap();
+            // Once ended (the data set gone or loaded again), its emptied cache stays so.
+            if !e.load(Ordering::SeqCst) {
+                kept.insert(&d, id, Cached { data: data.clone(), digest });
+            }
+            drop(kept);
+            let txs = waiters.remove(&id);
+            drop(waiters);
+            for tx in txs.into_iter().flatten() {
+                let _ = tx.send(Ok((data.clone(), digest)));
+            }
+        }));
+        let (c, w, e) = (cache.clone(), waiting.clone(), ended.clone());
         std::thread::Builder::new()
             .name(format!("dpss-pump-{dataset}"))
             .spawn(move || {
-                pump(client, rx, &c, &e);
-                // However it ended, it is not handed out any more.
+                pump(client, rx, &c, &w);
+                // However it ended, it is not handed out any more, and nobody waits on it.
+                let mut waiters = w.lock().unwrap();
                 e.store(true, Ordering::SeqCst);
+                fail_all(&mut waiters, "the block store client ended; retry");
             })
             .map_err(WebError::internal)?;
-        let p = Arc::new(Pump { layout, tx, waker, cache, ended });
+        let p = Arc::new(Pump { layout, tx, waker, cache, waiting, ended });
         let (master, opts, watched) = (self.master.clone(), self.opts.clone(), Arc::downgrade(&p));
         std::thread::Builder::new()
             .name(format!("dpss-watch-{dataset}"))
@@ -225,9 +255,18 @@ fn dpss_error(e: bs_dpss::DpssError) -> WebError {
     }
 }
 
-fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>, ended: &AtomicBool) {
+/// Answer every waiter with `why`.
+fn fail_all(waiters: &mut HashMap<BlockId, Vec<oneshot::Sender<TileAnswer>>>, why: &str) {
+    for tx in waiters.drain().flat_map(|(_, txs)| txs) {
+        let _ = tx.send(Err(why.to_string()));
+    }
+}
+
+/// The pump's loop: turns wanted tiles and viewports into request lists. The blocks that
+/// arrive reach their waiters and the cache from the client's reading threads (`on_block`);
+/// here they only leave the list.
+fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>, waiting: &Waiting) {
     let dataset = client.layout().dataset.clone();
-    let mut waiters: HashMap<BlockId, Vec<oneshot::Sender<TileAnswer>>> = HashMap::new();
     let mut list: Vec<(BlockId, Priority)> = Vec::new();
     // When a viewer last said what it shows.
     let mut last_view: Option<std::time::Instant> = None;
@@ -240,12 +279,11 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>, ended
                     changed = true;
                     last_view = Some(std::time::Instant::now());
                 }
-                Ok(Cmd::Want(id, tx)) => {
-                    if let Some(c) = Cache::get_verified(cache, &dataset, id) {
-                        let _ = tx.send(Ok((c.data, c.digest)));
+                Ok(Cmd::Want(id)) => {
+                    // Arrived meanwhile: its waiters have it.
+                    if cache.lock().unwrap().contains(&dataset, id) {
                         continue;
                     }
-                    waiters.entry(id).or_default().push(tx);
                     changed |= ask_high(&mut list, id);
                     // A viewer that sends its viewport has its ring asked for already;
                     // for a client that sends none, the tile's neighbours. They alone do not
@@ -255,12 +293,7 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>, ended
                         ask_around(&mut list, client.layout(), id);
                     }
                 }
-                Ok(Cmd::End(why)) => {
-                    for tx in waiters.into_values().flatten() {
-                        let _ = tx.send(Err(why.clone()));
-                    }
-                    return;
-                }
+                Ok(Cmd::End(why)) => return fail_all(&mut waiting.lock().unwrap(), &why),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => return,
             }
@@ -269,8 +302,9 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>, ended
             // A new view replaces the list, but a tile someone waits for stays asked for:
             // dropped from the list (or only low in it), the block servers would flush its
             // request and the waiter would wait out TILE_WAIT for nothing.
-            for id in waiters.keys() {
-                ask_high(&mut list, *id);
+            let waited: Vec<BlockId> = waiting.lock().unwrap().keys().copied().collect();
+            for id in waited {
+                ask_high(&mut list, id);
             }
             // Blocks already here are not asked again.
             let have = cache.lock().unwrap();
@@ -284,22 +318,12 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>, ended
         // Commands wake this (Tiles::send); the timeout only bounds how long a closed
         // waiter is kept.
         match client.next(Duration::from_secs(1)) {
-            Some(Event::Block { id, data, .. }) => {
-                let digest = data.digest();
-                let data = Bytes::copy_from_slice(&data);
-                for tx in waiters.remove(&id).into_iter().flatten() {
-                    let _ = tx.send(Ok((data.clone(), digest)));
-                }
-                list.retain(|(b, _)| *b != id);
-                let mut kept = cache.lock().unwrap();
-                // Once ended (the data set gone or loaded again), its emptied cache stays so.
-                if !ended.load(Ordering::SeqCst) {
-                    kept.insert(&dataset, id, Cached { data, digest });
-                }
-            }
+            // Its waiters and the cache had it from the reading thread.
+            Some(Event::Block { id, .. }) => list.retain(|(b, _)| *b != id),
             Some(Event::Lost { id, reason }) => {
                 list.retain(|(b, _)| *b != id);
-                for tx in waiters.remove(&id).into_iter().flatten() {
+                let txs = waiting.lock().unwrap().remove(&id);
+                for tx in txs.into_iter().flatten() {
                     let _ = tx.send(Err(reason.clone()));
                 }
             }
@@ -308,18 +332,13 @@ fn pump(mut client: Client, rx: mpsc::Receiver<Cmd>, cache: &Mutex<Cache>, ended
                 if client.lost_servers().len() == client.layout().servers.len() {
                     // Nothing left to ask: end, so the next request starts a fresh client
                     // (servers back, or the data set loaded again).
-                    for (_, txs) in waiters.drain() {
-                        for tx in txs {
-                            let _ =
-                                tx.send(Err("every block server of the data set was lost".into()));
-                        }
-                    }
-                    return;
+                    let why = "every block server of the data set was lost";
+                    return fail_all(&mut waiting.lock().unwrap(), why);
                 }
             }
             Some(Event::ListDone { .. }) | None => {}
         }
-        waiters.retain(|_, txs| {
+        waiting.lock().unwrap().retain(|_, txs| {
             txs.retain(|t| !t.is_closed());
             !txs.is_empty()
         });
@@ -573,7 +592,21 @@ async fn want(
     id: BlockId,
 ) -> Result<(Bytes, [u8; 16]), WebError> {
     let (tx, rx) = oneshot::channel();
-    tiles(s)?.send(dataset, p, Cmd::Want(id, tx))?;
+    {
+        let mut waiters = p.waiting.lock().unwrap();
+        // Looked for again under the lock the reading threads answer waiters under: a tile
+        // that arrived since the handler looked is here now, one arriving later finds `tx`.
+        if let Some(c) = Cache::get_verified(&p.cache, dataset, id) {
+            return Ok((c.data, c.digest));
+        }
+        if p.ended.load(Ordering::SeqCst) {
+            return Err(WebError::Busy(format!(
+                "the block store client of {dataset:?} ended; retry"
+            )));
+        }
+        waiters.entry(id).or_default().push(tx);
+    }
+    tiles(s)?.send(dataset, p, Cmd::Want(id))?;
     Ok(match tokio::time::timeout(TILE_WAIT, rx).await {
         Ok(Ok(Ok(d))) => d,
         Ok(Ok(Err(reason))) => return Err(WebError::Busy(format!("tile {id}: {reason}"))),
