@@ -87,8 +87,8 @@ pub enum Event {
 
 enum Raw {
     /// A message from server `.0` over its connection of generation `.1`; `.3`: for a
-    /// `BLOCK`, whether its bytes match its digest (checked by the reading thread, while they
-    /// are still in its core's cache).
+    /// `BLOCK`, whether it is intact — its bytes match its digest (checked by the reading
+    /// thread, while they are still in its core's cache) and it is of the client's data set.
     Msg(usize, u32, bs_binding::Msg, bool),
     Gone(usize, u32, String),
     /// A lost server tried again (off the client's thread): its session's two connections,
@@ -249,8 +249,8 @@ impl Client {
                     Ok(Some(m)) => {
                         let intact = match Message::parse(m.payload(), 0) {
                             Ok(Message::Block { id, dataset: d, digest: want, data, .. }) => {
-                                let intact = digest(data) == want;
-                                if let Some(f) = on_block.get().filter(|_| intact && d == dataset) {
+                                let intact = d == dataset && digest(data) == want;
+                                if let Some(f) = on_block.get().filter(|_| intact) {
                                     f(id, data, want);
                                 }
                                 intact
@@ -473,10 +473,10 @@ impl Client {
             Err(e) => return self.server_lost(s, e.to_string()),
         };
         match parsed {
-            Message::Block { id, dataset, data, digest: want, .. } => {
+            Message::Block { id, data, digest: want, .. } => {
                 self.got[s] += 1;
                 let prio = self.take_outstanding(s, id);
-                if dataset != self.layout.dataset || !intact {
+                if !intact {
                     let why = format!("block {id} arrived damaged (digest or data set mismatch)");
                     let ev = self.fail_over(s, vec![(id, prio.unwrap_or(Priority::High))], &why);
                     self.queued.extend(ev);
