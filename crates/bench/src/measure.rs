@@ -82,34 +82,55 @@ pub fn measure_with(
     if runs == 0 {
         return Err(BenchError::Invalid("a measurement needs at least one run".into()));
     }
-    measure_interleaved(&mut [runner], mode, data, buffer, runs)
+    measure_interleaved(&mut [runner], mode, data, buffer, runs, 1)
         .pop()
         .expect("one runner, one result")
 }
 
 /// Measure every runner in `runners` on the same point, interleaved: one warm-up each, then
 /// run after run each path in turn, so drift on a shared machine hits every path alike and
-/// the ratios between them hold. Returns one result per runner, in order.
+/// the ratios between them hold. A run makes `per_run` transfers on each path, the paths
+/// taking turns transfer by transfer, and counts each path's summed time (a transfer of a few
+/// hundred microseconds is moved by half by a single late wake-up; a run of many is not).
+/// Returns one result per runner, in order.
 pub fn measure_interleaved(
     runners: &mut [&mut dyn PathRunner],
     mode: Mode,
     data: &Bytes,
     buffer: u32,
     runs: u32,
+    per_run: u32,
 ) -> Vec<Result<Measurement, BenchError>> {
     let mut samples: Vec<Result<Vec<f64>, BenchError>> = runners
         .iter_mut()
         .map(|r| r.prepare(mode, data, buffer).map(|_| Vec::with_capacity(runs as usize)))
         .collect();
+    let per_run = per_run.max(1);
+    let n = runners.len();
     for i in 0..=runs {
-        for (r, s) in runners.iter_mut().zip(samples.iter_mut()) {
-            let Ok(list) = s else { continue };
-            match r.transfer(mode, data, buffer).and_then(|t| {
-                check(r.path(), mode, data, t.received.as_deref()).map(|_| t.gbit_per_s)
-            }) {
-                Ok(g) if i > 0 => list.push(g), // run 0 is the warm-up
-                Ok(_) => {}
-                Err(e) => *s = Err(e),
+        // Each path's summed time per gigabit over this run's transfers.
+        let mut spent = vec![0.0f64; n];
+        // Transfer by transfer the paths take turns, the first of each round rotating, so a
+        // burst of descheduling lands on every path of the run alike.
+        for k in 0..per_run as usize {
+            for j in (0..n).map(|j| (j + k + i as usize) % n) {
+                let Ok(_) = &samples[j] else { continue };
+                let r = &mut *runners[j];
+                match r.transfer(mode, data, buffer).and_then(|t| {
+                    check(r.path(), mode, data, t.received.as_deref()).map(|_| t.gbit_per_s)
+                }) {
+                    Ok(g) => spent[j] += 1.0 / g,
+                    Err(e) => samples[j] = Err(e),
+                }
+            }
+        }
+        if i == 0 {
+            continue; // run 0 is the warm-up
+        }
+        for (s, spent) in samples.iter_mut().zip(spent) {
+            if let Ok(list) = s {
+                // The run's bytes over its summed time.
+                list.push(f64::from(per_run) / spent);
             }
         }
     }
@@ -127,6 +148,7 @@ pub fn measure_interleaved(
                 socket_buffer: buffer,
                 gbit_per_s: median(&s),
                 runs,
+                per_run,
                 samples: s,
             })
         })

@@ -51,6 +51,12 @@ impl TransferPlan {
         }
     }
 
+    /// Transfers a run of blobs of `size` bytes makes back to back: 16 of 1 MB (a run of
+    /// about as many bytes as one of 16 MB), one of anything larger.
+    pub fn per_run(&self, size: u64) -> u32 {
+        if size <= MB { 16 } else { 1 }
+    }
+
     /// Timed runs for blobs of `size` bytes.
     pub fn runs_for(&self, size: u64) -> u32 {
         match size {
@@ -101,7 +107,7 @@ pub fn run_transfer(opts: &BenchOptions) -> Result<TransferReport, BenchError> {
     let mut results = Vec::new();
     for &size in &plan.sizes {
         let data = payload(size);
-        let runs = plan.runs_for(size);
+        let (runs, per_run) = (plan.runs_for(size), plan.per_run(size));
         for &buffer in &plan.buffers {
             for mode in Mode::ALL {
                 let buf = if buffer == 0 { "default".into() } else { size_text(buffer.into()) };
@@ -112,13 +118,15 @@ pub fn run_transfer(opts: &BenchOptions) -> Result<TransferReport, BenchError> {
                     .collect();
                 let paths: Vec<Path> = active.iter().map(|r| r.path()).collect();
                 let names: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+                let each =
+                    if per_run > 1 { format!(" ({per_run} transfers each)") } else { "".into() };
                 say(&format!(
-                    "{mode} {}, socket buffer {buf}: {runs} runs each of {}, interleaved",
+                    "{mode} {}, socket buffer {buf}: {runs} runs{each} each of {}, interleaved",
                     size_text(size),
                     names.join(", ")
                 ));
                 let mut failed = None;
-                let measured = measure_interleaved(&mut active, mode, &data, buffer, runs);
+                let measured = measure_interleaved(&mut active, mode, &data, buffer, runs, per_run);
                 for (path, m) in paths.into_iter().zip(measured) {
                     match m {
                         Ok(m) => results.push(m),
@@ -154,5 +162,6 @@ mod tests {
         assert_eq!(f.sizes, [MB, 8 * MB, 32 * MB, 256 * MB]);
         assert_eq!(f.buffers, [0, 4 << 20]);
         assert_eq!((f.runs_for(MB), f.runs_for(32 * MB), f.runs_for(256 * MB)), (41, 11, 7));
+        assert_eq!((f.per_run(MB), f.per_run(8 * MB), q.per_run(MB)), (16, 1, 16));
     }
 }

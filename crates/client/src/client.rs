@@ -315,7 +315,11 @@ impl Client {
                 ClientError::Protocol("server sent a token of the wrong size".into())
             })?;
         let opts = self.socket_options(resp);
-        let key = Key { endpoint: resp.endpoint.clone(), tls: resp.tls };
+        let key = Key {
+            endpoint: resp.endpoint.clone(),
+            tls: resp.tls,
+            socket_buffer: self.settings.socket_buffer,
+        };
         let keepalive = Duration::from_millis(u64::from(resp.keepalive_ms));
         if reuse && let Some(mut conn) = self.pool.take(&key) {
             let ready = conn.apply(&opts).map_err(TransportError::from);
@@ -565,7 +569,7 @@ impl Client {
         if body.len() > bs_wire::MAX_BODY_LEN as usize {
             return None;
         }
-        let (key, mut conn, keepalive) = self.pool.take_any()?;
+        let (key, mut conn, keepalive) = self.pool.take_any(self.settings.socket_buffer)?;
         conn.write_frame(&Frame::Negotiate { body: body.into() }).ok()?;
         let resp = match read_grant(&mut conn) {
             Granted::Yes(r) => {

@@ -82,9 +82,10 @@ impl Client {
         };
         let request = Frame::Negotiate { body: body.into() }.encode();
         let head = Header::data(0, n).encode();
-        let (key, mut conn, keepalive) = self.pool.take_any()?;
-        // This client's buffers and waits (the connection may come from a clone with others):
-        // what it proposes, as the answer would have them but for a server's lowering.
+        let (key, mut conn, keepalive) = self.pool.take_any(self.settings.socket_buffer)?;
+        // This client's buffers and waits (the connection may come from a clone with other
+        // waits; the pool hands out only those whose buffers were asked for alike): what it
+        // proposes, as the answer would have them but for a server's lowering.
         let buf = (self.settings.socket_buffer > 0).then_some(self.settings.socket_buffer);
         let socket = SocketOptions {
             send_buffer: buf,
@@ -224,7 +225,11 @@ impl Client {
         // Pulls sent ahead on a kept-alive connection while it stays in step; whatever is
         // left when this block ends goes the usual way.
         'ahead: {
-            let conn = if self.pulls_ahead() { self.pool.take_any() } else { None };
+            let conn = if self.pulls_ahead() {
+                self.pool.take_any(self.settings.socket_buffer)
+            } else {
+                None
+            };
             let Some((key, mut conn, keepalive)) = conn else { break 'ahead };
             let socket = SocketOptions {
                 send_buffer: None,

@@ -17,11 +17,15 @@ use bs_transport::Conn;
 /// Most idle connections one client keeps (across its data endpoints).
 const MAX_IDLE: usize = 16;
 
-/// Where a data connection may be reused: its endpoint and whether it speaks TLS.
+/// Where a data connection may be reused: its endpoint, whether it speaks TLS, and the socket
+/// buffer size its client asked for (0 = kernel autotuning). A socket whose buffers were set
+/// once cannot go back to autotuning, so a client that asks for none must not be handed one
+/// that a clone with other settings pinned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Key {
     pub(crate) endpoint: String,
     pub(crate) tls: bool,
+    pub(crate) socket_buffer: u32,
 }
 
 #[derive(Debug)]
@@ -54,13 +58,15 @@ impl DataPool {
         None
     }
 
-    /// The most recently returned live connection to any endpoint, with its key and the
-    /// server's keep-alive (a client talks to one server: for an in-band request).
-    pub(crate) fn take_any(&self) -> Option<(Key, Conn, Duration)> {
+    /// The most recently returned live connection to any endpoint used with socket buffers of
+    /// `socket_buffer` bytes, with its key and the server's keep-alive (a client talks to one
+    /// server: for an in-band request).
+    pub(crate) fn take_any(&self, socket_buffer: u32) -> Option<(Key, Conn, Duration)> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         idle.retain(|i| i.until > now);
-        while let Some(mut i) = idle.pop() {
+        while let Some(at) = idle.iter().rposition(|i| i.key.socket_buffer == socket_buffer) {
+            let mut i = idle.remove(at);
             if let Ok(false) = i.conn.readable(Duration::ZERO) {
                 return Some((i.key, i.conn, i.keepalive));
             }
@@ -153,7 +159,7 @@ mod tests {
     }
 
     fn key(e: &str) -> Key {
-        Key { endpoint: e.into(), tls: false }
+        Key { endpoint: e.into(), tls: false, socket_buffer: 0 }
     }
 
     #[test]
@@ -169,7 +175,8 @@ mod tests {
         drop(p);
         assert_eq!(pool.len(), 1);
         assert!(pool.take(&key("h:2")).is_none());
-        assert!(pool.take(&Key { endpoint: "h:1".into(), tls: true }).is_none());
+        assert!(pool.take(&Key { tls: true, ..key("h:1") }).is_none());
+        assert!(pool.take(&Key { socket_buffer: 4 << 20, ..key("h:1") }).is_none());
         assert!(pool.take(&key("h:1")).is_some());
         assert_eq!(pool.len(), 0);
         let (c, _sc) = pair();
@@ -177,6 +184,28 @@ mod tests {
         p.done();
         drop(p);
         assert_eq!(pool.len(), 0, "no keep-alive from the server: nothing kept");
+    }
+
+    /// A connection whose buffers a clone pinned never serves a client that leaves them to the
+    /// kernel, in band either: the kernel cannot take back a set size.
+    #[test]
+    fn in_band_reuse_keeps_to_the_socket_buffer_asked_for() {
+        let pool = Arc::new(DataPool::default());
+        let long = Duration::from_secs(60);
+        let (a, _sa) = pair();
+        let pinned = Key { socket_buffer: 4 << 20, ..key("h:1") };
+        let mut p = Pooled::new(a, pool.clone(), pinned.clone(), long, false);
+        p.done();
+        drop(p);
+        assert!(pool.take_any(0).is_none());
+        assert_eq!(pool.len(), 1, "still there for a client that asks for 4 MiB");
+        let (b, _sb) = pair();
+        let mut p = Pooled::new(b, pool.clone(), key("h:1"), long, false);
+        p.done();
+        drop(p);
+        assert_eq!(pool.take_any(0).map(|t| t.0), Some(key("h:1")));
+        assert_eq!(pool.take_any(4 << 20).map(|t| t.0), Some(pinned));
+        assert_eq!(pool.len(), 0);
     }
 
     #[test]
