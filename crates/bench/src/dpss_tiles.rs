@@ -58,60 +58,120 @@ fn paths(l: &Layout, id: BlockId) -> (String, String) {
 /// Times the warm reads and nginx's go over the request sequence.
 const WARM_PASSES: usize = 3;
 
-/// Ask every path (split over `CONNS` keep-alive connections); tiles per second. With `check`,
+/// Slices the warm reads are cut into, ours and nginx's taking turns slice by slice: a whole
+/// pass of one then of the other (a second or two each) lets a burst of host contention
+/// land on one side only.
+const WARM_SLICES: usize = 12;
+
+/// Ours and nginx's warm reads (`(address, requests)` each), cut into [`WARM_SLICES`]
+/// slices that take turns (who goes first alternating with `run`), each side on its own
+/// keep-alive connections throughout; tiles per second of each, their requests over their
+/// summed time.
+fn warm_interleaved(
+    ours: (SocketAddr, &[(String, BlockId)]),
+    theirs: (SocketAddr, &[(String, BlockId)]),
+    run: usize,
+    check: Option<&HashMap<BlockId, Vec<u8>>>,
+) -> Result<(f64, f64), BenchError> {
+    let mut conns = [Conns::open(ours.0)?, Conns::open(theirs.0)?];
+    let per = ours.1.len().div_ceil(WARM_SLICES).max(1);
+    let mut spent = [0.0f64; 2];
+    for (k, (a, b)) in ours.1.chunks(per).zip(theirs.1.chunks(per)).enumerate() {
+        let order = if (run + k).is_multiple_of(2) { [(0, a), (1, b)] } else { [(1, b), (0, a)] };
+        for (side, reqs) in order {
+            spent[side] += reqs.len() as f64 / conns[side].ask(reqs, check)?;
+        }
+    }
+    Ok((ours.1.len() as f64 / spent[0], theirs.1.len() as f64 / spent[1]))
+}
+
+/// `CONNS` keep-alive HTTP/1.1 connections to one server, kept from one [`Conns::ask`] to the
+/// next.
+struct Conns {
+    addr: SocketAddr,
+    conns: Vec<(TcpStream, BufReader<TcpStream>)>,
+}
+
+impl Conns {
+    fn open(addr: SocketAddr) -> Result<Self, BenchError> {
+        let one = || -> std::io::Result<(TcpStream, BufReader<TcpStream>)> {
+            let tcp = TcpStream::connect(addr)?;
+            tcp.set_nodelay(true)?;
+            tcp.set_read_timeout(Some(Duration::from_secs(60)))?;
+            Ok((tcp.try_clone()?, BufReader::with_capacity(256 << 10, tcp)))
+        };
+        let conns = (0..CONNS).map(|_| one()).collect::<Result<_, _>>().map_err(err)?;
+        Ok(Self { addr, conns })
+    }
+
+    /// Ask every path, split over the connections; tiles per second. With `check`, every
+    /// body must equal the tile's bytes.
+    fn ask(
+        &mut self,
+        reqs: &[(String, BlockId)],
+        check: Option<&HashMap<BlockId, Vec<u8>>>,
+    ) -> Result<f64, BenchError> {
+        let addr = self.addr;
+        let started = Instant::now();
+        let results: Vec<Result<(), String>> = thread::scope(|s| {
+            let per = reqs.len().div_ceil(CONNS).max(1);
+            let hs: Vec<_> = reqs
+                .chunks(per)
+                .zip(self.conns.iter_mut())
+                .map(|(part, (w, r))| s.spawn(move || ask_on(addr, w, r, part, check)))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("a load thread panicked".into())))
+                .collect()
+        });
+        for r in results {
+            r.map_err(BenchError::Http)?;
+        }
+        Ok(reqs.len() as f64 / started.elapsed().as_secs_f64())
+    }
+}
+
+/// Ask every path on one connection, in order, each answer read whole before the next.
+fn ask_on(
+    addr: SocketAddr,
+    w: &mut TcpStream,
+    r: &mut BufReader<TcpStream>,
+    part: &[(String, BlockId)],
+    check: Option<&HashMap<BlockId, Vec<u8>>>,
+) -> Result<(), String> {
+    for (path, id) in part {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+        w.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+        let (status, headers) = read_head(r)?;
+        let len = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+            .ok_or_else(|| format!("{path}: no Content-Length"))?;
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).map_err(|e| e.to_string())?;
+        if status != 200 {
+            return Err(format!("{path}: HTTP {status}: {}", String::from_utf8_lossy(&body)));
+        }
+        if let Some(c) = check
+            && c.get(id).is_none_or(|want| *want != body)
+        {
+            return Err(format!("{path}: the body is not tile {id}"));
+        }
+    }
+    Ok(())
+}
+
+/// Ask every path over `CONNS` new keep-alive connections; tiles per second. With `check`,
 /// every body must equal the tile's bytes.
 fn load(
     addr: SocketAddr,
     reqs: &[(String, BlockId)],
     check: Option<&HashMap<BlockId, Vec<u8>>>,
 ) -> Result<f64, BenchError> {
+    // Their set-up counted.
     let started = Instant::now();
-    let results: Vec<Result<(), String>> = thread::scope(|s| {
-        let per = reqs.len().div_ceil(CONNS);
-        let hs: Vec<_> = reqs
-            .chunks(per)
-            .map(|part| {
-                s.spawn(move || -> Result<(), String> {
-                    let tcp = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-                    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-                    tcp.set_read_timeout(Some(Duration::from_secs(60)))
-                        .map_err(|e| e.to_string())?;
-                    let mut w = tcp.try_clone().map_err(|e| e.to_string())?;
-                    let mut r = BufReader::with_capacity(256 << 10, tcp);
-                    for (path, id) in part {
-                        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
-                        w.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
-                        let (status, headers) = read_head(&mut r)?;
-                        let len = headers
-                            .iter()
-                            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-                            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-                            .ok_or_else(|| format!("{path}: no Content-Length"))?;
-                        let mut body = vec![0u8; len];
-                        r.read_exact(&mut body).map_err(|e| e.to_string())?;
-                        if status != 200 {
-                            return Err(format!(
-                                "{path}: HTTP {status}: {}",
-                                String::from_utf8_lossy(&body)
-                            ));
-                        }
-                        if let Some(c) = check
-                            && c.get(id).is_none_or(|want| *want != body)
-                        {
-                            return Err(format!("{path}: the body is not tile {id}"));
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a load thread panicked".into())))
-            .collect()
-    });
-    for r in results {
-        r.map_err(BenchError::Http)?;
-    }
+    Conns::open(addr)?.ask(reqs, check)?;
     Ok(reqs.len() as f64 / started.elapsed().as_secs_f64())
 }
 
@@ -223,27 +283,38 @@ pub fn tiles_vs_nginx(
     for i in 0..runs {
         // The first run checks every body, ours and nginx's alike.
         let check = (i == 0).then_some(&bytes);
-        if disk_cold {
-            // A fresh web server (its tile cache empty) on block servers reading from the disk.
-            let web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * i))?;
-            drop_page_cache().map_err(BenchError::Baseline)?;
-            r.cold.push(timed(web.addr(), &ours_reqs, check)?);
-            r.warm.push(timed(web.addr(), &ours_warm, check)?);
-            web_rt.block_on(web.shutdown());
-        }
+        // A fresh web server (its tile cache empty) on block servers reading from the disk;
+        // kept for the warm reads.
+        let cold_web = match disk_cold {
+            true => {
+                let web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * i))?;
+                drop_page_cache().map_err(BenchError::Baseline)?;
+                r.cold.push(timed(web.addr(), &ours_reqs, check)?);
+                Some(web)
+            }
+            false => None,
+        };
         // A fresh web server again, the block servers' files now in the page cache.
-        let web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * i + 1))?;
-        r.first.push(timed(web.addr(), &ours_reqs, check)?);
-        if !disk_cold {
-            r.warm.push(timed(web.addr(), &ours_warm, check)?);
-        }
-        web_rt.block_on(web.shutdown());
+        let first_web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * i + 1))?;
+        r.first.push(timed(first_web.addr(), &ours_reqs, check)?);
         if disk_cold {
             drop_page_cache().map_err(BenchError::Baseline)?;
             r.nginx_cold.push(timed(nginx.addr(), &nginx_reqs, check)?);
         }
-        // Its files in the page cache (the cold pass read them, or the warm-up did).
-        r.nginx_warm.push(timed(nginx.addr(), &nginx_warm, check)?);
+        // Warm: our tile cache full (the first web server's if it read cold, else the
+        // second's), nginx's files in the page cache (its cold pass read them, or the
+        // warm-up did). The two take turns slice by slice.
+        let warm_web = cold_web.as_ref().unwrap_or(&first_web);
+        block_servers_done(&servers);
+        settle();
+        let (ours, theirs) =
+            warm_interleaved((warm_web.addr(), &ours_warm), (nginx.addr(), &nginx_warm), i, check)?;
+        r.warm.push(ours);
+        r.nginx_warm.push(theirs);
+        web_rt.block_on(first_web.shutdown());
+        if let Some(web) = cold_web {
+            web_rt.block_on(web.shutdown());
+        }
     }
     // The viewer: cold web server against the same page and tiles as static files on nginx.
     let mut browser_rows = Vec::new();
@@ -350,7 +421,8 @@ impl TileRuns {
         rows.push(row(
             format!(
                 "the same tiles read again, {WARM_PASSES} times over (the web server's cache \
-                 warm; nginx read them as often)"
+                 warm; nginx read them as often), ours and nginx's taking turns in \
+                 {WARM_SLICES} slices"
             ),
             &self.warm,
             &self.nginx_warm,
