@@ -44,8 +44,8 @@ impl TransferPlan {
             Self {
                 sizes: vec![MB, 8 * MB, 32 * MB, 256 * MB],
                 buffers: vec![0, CHOSEN_SOCKET_BUFFER],
-                runs: 11,
-                large_runs: 7,
+                runs: 21,
+                large_runs: 15,
                 small_runs: 41,
             }
         }
@@ -161,7 +161,7 @@ mod tests {
         let f = TransferPlan::new(false);
         assert_eq!(f.sizes, [MB, 8 * MB, 32 * MB, 256 * MB]);
         assert_eq!(f.buffers, [0, 4 << 20]);
-        assert_eq!((f.runs_for(MB), f.runs_for(32 * MB), f.runs_for(256 * MB)), (41, 11, 7));
+        assert_eq!((f.runs_for(MB), f.runs_for(32 * MB), f.runs_for(256 * MB)), (41, 21, 15));
         assert_eq!((f.per_run(MB), f.per_run(8 * MB), q.per_run(MB)), (16, 1, 16));
     }
 }

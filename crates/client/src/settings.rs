@@ -10,7 +10,8 @@ use bs_wire::DigestAlgo;
 pub struct TransferSettings {
     /// Chunk size proposal; 0 = server default.
     pub chunk_size: u32,
-    /// `SO_SNDBUF` / `SO_RCVBUF` for both ends; 0 = kernel autotuning.
+    /// `SO_SNDBUF` / `SO_RCVBUF` for both ends; 0 = kernel autotuning. A kept-alive data
+    /// connection is reused only by clones that ask for the same size.
     pub socket_buffer: u32,
     /// Acceptable digests, preferred first.
     pub digests: Vec<DigestAlgo>,

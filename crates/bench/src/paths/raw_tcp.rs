@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -107,6 +107,20 @@ impl RawServer {
             .name("bench-raw-tcp".into())
             .spawn(move || serve(listener, source, stopping, tx))?;
         Ok(Self { addr, conn: None, outcomes, stop, thread: Some(thread) })
+    }
+}
+
+impl RawServer {
+    /// The client's side of this connection failed with `e`: drop the connection, and say
+    /// what the server's side met, if it met something first (a closed connection on our
+    /// side is often only the echo of its error).
+    fn failed(&mut self, what: &str, e: io::Error) -> BenchError {
+        self.conn = None;
+        let theirs = self.outcomes.recv_timeout(Duration::from_secs(1)).ok().and_then(Result::err);
+        match theirs {
+            Some(t) => BenchError::io(format!("{what} (the server's side: {t})"))(e),
+            None => BenchError::io(what)(e),
+        }
     }
 }
 
@@ -206,8 +220,7 @@ impl PathRunner for RawTcpRunner {
                     s.read_exact(&mut ok)
                 })();
                 if let Err(e) = sent {
-                    server.conn = None;
-                    return Err(BenchError::io("raw TCP push")(e));
+                    return Err(server.failed("raw TCP push", e));
                 }
                 (start.elapsed(), None)
             }
@@ -218,8 +231,7 @@ impl PathRunner for RawTcpRunner {
                     s.read_exact(&mut out)
                 })();
                 if let Err(e) = got {
-                    server.conn = None;
-                    return Err(BenchError::io("raw TCP pull")(e));
+                    return Err(server.failed("raw TCP pull", e));
                 }
                 (start.elapsed(), Some(out))
             }
