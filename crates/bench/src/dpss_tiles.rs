@@ -285,14 +285,13 @@ pub fn tiles_vs_nginx(
         let check = (i == 0).then_some(&bytes);
         // A fresh web server (its tile cache empty) on block servers reading from the disk;
         // kept for the warm reads.
-        let cold_web = match disk_cold {
-            true => {
-                let web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * i))?;
-                drop_page_cache().map_err(BenchError::Baseline)?;
-                r.cold.push(timed(web.addr(), &ours_reqs, check)?);
-                Some(web)
-            }
-            false => None,
+        let cold_web = if disk_cold {
+            let web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * i))?;
+            drop_page_cache().map_err(BenchError::Baseline)?;
+            r.cold.push(timed(web.addr(), &ours_reqs, check)?);
+            Some(web)
+        } else {
+            None
         };
         // A fresh web server again, the block servers' files now in the page cache.
         let first_web = web_rt.block_on(start_web(dir.path(), &maddr, 2 * i + 1))?;

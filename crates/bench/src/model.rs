@@ -84,8 +84,8 @@ pub struct Measurement {
     pub gbit_per_s: f64,
     /// Timed runs (the warm-up is not counted).
     pub runs: u32,
-    /// Transfers each run makes back to back, each its own (request, bytes, confirmation); a
-    /// run's rate is their bytes over their summed time.
+    /// Transfers each run makes (the paths taking turns transfer by transfer), each its own
+    /// (request, bytes, confirmation); a run's rate is their bytes over their summed time.
     pub per_run: u32,
     /// Each timed run's Gbit/s, in run order. Runs of different paths with the same index
     /// ran back to back (interleaved), so they are compared pairwise.

@@ -259,9 +259,10 @@ impl TransferReport {
         md.push_str(
             "Gbit/s, median of the runs after one warm-up; each run moves the blob from memory on \
              one side into a fresh buffer on the other, the request and the final \
-             confirmation included (a run of 1 MB makes 16 such transfers back to back, \
-             \"41 × 16\", and its rate is their bytes over their summed time: one transfer \
-             takes a few hundred microseconds, which a single late wake-up moves by half); \
+             confirmation included (a run of 1 MB makes 16 such transfers on each path, \
+             the paths taking turns transfer by transfer, \"41 × 16\", and its rate is \
+             their bytes over their summed time: one transfer takes a few hundred \
+             microseconds, which a single late wake-up moves by half); \
              every path keeps its connection from run to run (raw \
              TCP its socket, gRPC its channel, blobstream its data connection, each transfer \
              negotiated in band on it, a push of up to 1 MiB pipelined), opened by the \

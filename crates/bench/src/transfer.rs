@@ -51,7 +51,7 @@ impl TransferPlan {
         }
     }
 
-    /// Transfers a run of blobs of `size` bytes makes back to back: 16 of 1 MB (a run of
+    /// Transfers a run of blobs of `size` bytes makes on each path: 16 of 1 MB (a run of
     /// about as many bytes as one of 16 MB), one of anything larger.
     pub fn per_run(&self, size: u64) -> u32 {
         if size <= MB { 16 } else { 1 }

@@ -108,9 +108,7 @@ impl RawServer {
             .spawn(move || serve(listener, source, stopping, tx))?;
         Ok(Self { addr, conn: None, outcomes, stop, thread: Some(thread) })
     }
-}
 
-impl RawServer {
     /// The client's side of this connection failed with `e`: drop the connection, and say
     /// what the server's side met, if it met something first (a closed connection on our
     /// side is often only the echo of its error).
