@@ -266,7 +266,9 @@ impl TransferReport {
              every path keeps its connection from run to run (raw \
              TCP its socket, gRPC its channel, blobstream its data connection, each transfer \
              negotiated in band on it, a push of up to 1 MiB pipelined), opened by the \
-             warm-up run. The paths take turns run by run, and each ratio is the \
+             warm-up run. The paths take turns, in an order shuffled anew each round (from a \
+             fixed seed), so that no path follows another more often than the rest; each \
+             ratio is the \
              median of the per-run ratios (blobstream's run i against the baseline's run i), \
              so drift on a shared machine cancels out. MB = 2²⁰ bytes; socket buffer \
              \"default\" = kernel autotuning. blobstream's figures include verification: a \
