@@ -954,18 +954,21 @@ fn a_sender_serving_its_flow_itself() {
     assert!(!report.contains("status"), "no status service unless asked: {report}");
     assert_eq!(report.matches("digest verified").count(), 2, "{report}");
     each_kept(receivers, "s.bin", &bytes);
-    // With its status service: it lists the receivers as they join, with the token.
+    // With its status service: it lists the receivers as they join, with the token. It waits
+    // for two, so it is still there (not sent and gone) when the first is looked for.
     let status = ["--status-addr", "127.0.0.1:0", "--status-token", "st4tus"];
     let name = ["--param", "name=u.bin"];
-    let (send, said) = serving_sender(&file, &[&serving[..], &here, &status, &name].concat(), 2);
+    let args = [&serving[..], &here, &status, &name, &["--receivers", "2"]].concat();
+    let (send, said) = serving_sender(&file, &args, 2);
     let addr = said[0].split(" on ").nth(1).and_then(|a| a.split_whitespace().next()).unwrap();
     assert!(said[1].contains("status (gRPC) and /metrics ("), "{said:?}");
     let status_addr = said[1].rsplit(" on ").next().unwrap().to_string();
     let flow = ["--distributer", addr, "--stream", "obs", "--flow", "raw"];
-    let r = receivers_of(dir.path(), &flow, &["watched"]);
+    let mut r = receivers_of(dir.path(), &flow, &["watched"]);
     let listed = wait_status_with(&status_addr, &["--token", "st4tus"], |s| s.contains("watched"));
     assert!(listed.contains("obs/raw (tcp, hold"), "{listed}");
-    assert!(report_of(send).contains("sent 5000000 bytes to 1 receiver\n"));
+    r.extend(receivers_of(dir.path(), &flow, &["second"]));
+    assert!(report_of(send).contains("sent 5000000 bytes to 2 receivers\n"));
     each_kept(r, "u.bin", &bytes);
 
     // Over TLS: the receiver trusts the sender's certificate; one in plain TCP is refused.
