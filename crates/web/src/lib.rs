@@ -12,6 +12,7 @@ mod auth;
 mod blobs;
 mod body;
 mod dicomweb;
+mod edge;
 mod error;
 mod follow;
 mod images;
@@ -37,7 +38,6 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::Uri;
-use axum::middleware;
 use axum::routing::{get, post};
 use bs_imageio::Limits;
 use bs_imaging::registry::Registry;
@@ -229,8 +229,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     static_files(dicomweb::routes(api))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), auth::check))
-        .layer(middleware::from_fn_with_state(state.clone(), metrics::record))
+        .layer(edge::EdgeLayer::new(state.clone()))
         .with_state(state)
 }
 

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -200,30 +199,43 @@ impl Metrics {
     }
 }
 
-/// Middleware recording every request, outside the auth check (so those it refuses are
-/// counted, under their route) and on the fallback too (route "unmatched").
-pub async fn record(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let m = &st.metrics;
-    let matched = req.extensions().get::<MatchedPath>().cloned();
-    let method = req.method().clone();
-    let t = Instant::now();
-    let resp = next.run(req).await;
-    // Looked up after the response, so a route's series appear with its first answer.
-    let route = m.route(matched.as_ref().map_or("unmatched", |p| p.as_str()));
-    route.latency.observe(t.elapsed().as_secs_f64());
-    // Its length: as the header says (a blob's stream), else as the body knows it (JSON).
-    let len = resp
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .or_else(|| axum::body::HttpBody::size_hint(resp.body()).exact());
-    if let Some(n) = len.filter(|_| method != Method::HEAD) {
-        let labels = || RouteLabels { route: route.route.clone() };
-        route.bytes_out.get_or_init(|| m.bytes_out.get_or_create(&labels()).clone()).inc_by(n);
+/// What a request's count needs from it, taken as it comes in (see [`crate::edge`]).
+pub struct Seen {
+    matched: Option<MatchedPath>,
+    method: Method,
+    at: Instant,
+}
+
+impl Seen {
+    pub fn new(req: &Request) -> Self {
+        let matched = req.extensions().get::<MatchedPath>().cloned();
+        Self { matched, method: req.method().clone(), at: Instant::now() }
     }
-    route.requests(m, &method, resp.status().as_u16()).inc();
-    resp
+}
+
+impl Metrics {
+    /// Count a request's answer (fallback's under route "unmatched"): its latency, the bytes
+    /// of its body, and the request by method and status.
+    pub fn count(&self, seen: &Seen, resp: &Response) {
+        // Looked up after the response, so a route's series appear with its first answer.
+        let route = self.route(seen.matched.as_ref().map_or("unmatched", |p| p.as_str()));
+        route.latency.observe(seen.at.elapsed().as_secs_f64());
+        // Its length: as the header says (a blob's stream), else as the body knows it (JSON).
+        let len = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .or_else(|| axum::body::HttpBody::size_hint(resp.body()).exact());
+        if let Some(n) = len.filter(|_| seen.method != Method::HEAD) {
+            let labels = || RouteLabels { route: route.route.clone() };
+            route
+                .bytes_out
+                .get_or_init(|| self.bytes_out.get_or_create(&labels()).clone())
+                .inc_by(n);
+        }
+        route.requests(self, &seen.method, resp.status().as_u16()).inc();
+    }
 }
 
 /// `GET /metrics`.
