@@ -172,9 +172,15 @@ mod tests {
         c.insert("d", id(4), block(1000)); // larger than the budget: not kept
         assert!(!c.contains("d", id(4)));
         assert_eq!(c.bytes(), 300);
+        // The same block of another data set is another entry (found by the borrowed name).
         c.insert("e", id(0), block(50));
+        assert_eq!(c.get("e", id(0)).map(|b| b.data.len()), Some(50));
+        assert_eq!(c.get("d", id(0)).map(|b| b.data.len()), Some(100));
+        assert!(!c.contains("d", id(2))); // the least recent, let go for e's
+        assert!(c.get("f", id(2)).is_none());
         c.drop_dataset("d");
         assert_eq!((c.len(), c.bytes()), (1, 50));
+        assert!(c.contains("e", id(0)) && !c.contains("d", id(0)));
     }
 
     #[test]
