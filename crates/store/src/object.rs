@@ -118,6 +118,23 @@ pub struct S3Config {
     pub timeout: Option<Duration>,
 }
 
+/// Retries for requests that each may take up to `timeout`: a few, with backoff, so that a
+/// server that is down is reported in seconds.
+fn retry_for(timeout: Duration) -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        max_retries: 3,
+        // Longer than one request may take, so that a request timed out (a server that took
+        // it and never answered) is tried again when it is idempotent, as a PUT of an object
+        // or of a part is: one stall is not a failed upload.
+        retry_timeout: timeout + Duration::from_secs(20),
+        backoff: object_store::BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+    }
+}
+
 impl std::fmt::Debug for S3Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("S3Config")
@@ -156,15 +173,7 @@ impl S3Config {
             .with_timeout(timeout)
             .with_connect_timeout(connect_timeout)
             .with_allow_http(self.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")));
-        let retry = object_store::RetryConfig {
-            max_retries: 3,
-            retry_timeout: Duration::from_secs(20),
-            backoff: object_store::BackoffConfig {
-                init_backoff: Duration::from_millis(100),
-                max_backoff: Duration::from_secs(2),
-                base: 2.0,
-            },
-        };
+        let retry = retry_for(timeout);
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(&self.bucket)
             .with_region(region)

@@ -419,6 +419,63 @@ mod tests {
         assert!(!puts_bytes(&parts(http::Method::GET, None)));
     }
 
+    /// A server that takes a PUT and never answers it: once the request times out, the PUT
+    /// (idempotent) goes again on a new connection, and the answer to that one counts.
+    #[test]
+    fn a_put_the_server_never_answers_is_sent_again_after_the_timeout() {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for answer in [false, true] {
+                let (s, _) = l.accept().unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let (mut line, mut len) = (String::new(), 0usize);
+                r.read_line(&mut line).unwrap();
+                seen.push(line.trim_end().to_string());
+                loop {
+                    let mut h = String::new();
+                    r.read_line(&mut h).unwrap();
+                    let h = h.trim_end().to_ascii_lowercase();
+                    if h.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0u8; len];
+                r.read_exact(&mut body).unwrap();
+                if answer {
+                    let mut s = s;
+                    s.write_all(b"HTTP/1.1 200 OK\r\nETag: \"e1\"\r\nContent-Length: 0\r\n\r\n")
+                        .unwrap();
+                    return (seen, body);
+                }
+                // The first connection: held open, never answered.
+                std::mem::forget(s);
+            }
+            unreachable!()
+        });
+        let cfg = crate::S3Config {
+            endpoint: Some(format!("http://{addr}")),
+            region: "garage".into(),
+            bucket: "b".into(),
+            prefix: "t".into(),
+            access_key_id: "GK1".into(),
+            secret_access_key: "secret".into(),
+            timeout: Some(Duration::from_secs(1)),
+        };
+        let os = cfg.build().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let put = rt.block_on(os.put(&ObjPath::from("t/k"), Bytes::from_static(b"bytes").into()));
+        assert_eq!(put.unwrap().e_tag.as_deref(), Some("\"e1\""));
+        let (seen, body) = server.join().unwrap();
+        assert_eq!(seen, ["PUT /b/t/k HTTP/1.1", "PUT /b/t/k HTTP/1.1"]);
+        assert_eq!(body, b"bytes");
+    }
+
     /// Against a real Garage: a PUT carrying the CRC of its body is stored; one carrying
     /// the CRC of other bytes is refused by the server, and nothing is stored; a part's CRC
     /// is taken as it leaves, and its upload completes.

@@ -1,6 +1,7 @@
 //! The object store's upload path against a bucket that refuses to start multipart uploads
 //! when told to (the in-memory backend otherwise): a failure the receiver cannot be told of
-//! when it happens (a part filled in place) reaches it from the next write, and nothing lands.
+//! when it happens (a part filled in place) reaches it from the next write, and nothing lands;
+//! and the retry budget outlasts a timed-out request.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -156,4 +157,17 @@ fn a_part_filled_in_place_that_cannot_go_up_fails_the_next_write_and_nothing_lan
     w.write_at(from as u64, &body[from..]).unwrap();
     w.commit(None).unwrap();
     assert_eq!(&s.open_read("b").unwrap().all().unwrap()[..], &body[..]);
+}
+
+/// Retries outlast one request's timeout, whatever it is set to: a request that timed out is
+/// tried again (`s3http`'s `a_put_the_server_never_answers_is_sent_again_after_the_timeout`
+/// shows the retry itself).
+#[test]
+fn the_retry_budget_outlasts_a_timed_out_request() {
+    for secs in [1, 30, 300] {
+        let t = std::time::Duration::from_secs(secs);
+        let r = retry_for(t);
+        assert!(r.retry_timeout > t, "{secs} s: {:?}", r.retry_timeout);
+        assert!(r.max_retries >= 1);
+    }
 }
