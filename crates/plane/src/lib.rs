@@ -212,6 +212,9 @@ pub async fn serve_http(
     let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     let per_address = Arc::new(PerAddress::default());
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Told to connections still waiting for their first bytes (or their TLS handshake): they
+    // hold a place in `graceful`, which would otherwise wait out their timeout.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -239,6 +242,7 @@ pub async fn serve_http(
         // headers, data and trailers) would wait on the client's delayed ACK.
         let _ = tcp.set_nodelay(true);
         let (acceptor, app, watcher) = (acceptor.clone(), app.clone(), graceful.watcher());
+        let mut stopping = stopping.clone();
         let local = tcp.local_addr().ok();
         tokio::spawn(async move {
             let _open = (permit, place);
@@ -275,16 +279,28 @@ pub async fn serve_http(
                     // The first bytes, too, within the header timeout: hyper's starts only
                     // once it knows the protocol, and it waits for a byte to tell.
                     // (A peek: readiness alone may be reported before any byte is there.)
+                    // A connection that has sent nothing when the server stops is closed.
                     let mut byte = [0u8; 1];
                     let first = tokio::time::timeout(limits.header_timeout, tcp.peek(&mut byte));
-                    let Ok(Ok(1..)) = first.await else { return };
+                    tokio::select! {
+                        first = first => {
+                            let Ok(Ok(1..)) = first else { return };
+                        }
+                        _ = stopping.wait_for(|s| *s) => return,
+                    }
                     let io = hyper_util::rt::TokioIo::new(tcp);
                     watcher.watch(builder.serve_connection(io, svc).into_owned()).await
                 }
                 Some(acceptor) => {
                     let handshake =
                         tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
-                    let Ok(Ok(stream)) = handshake.await else { return };
+                    let stream = tokio::select! {
+                        handshake = handshake => {
+                            let Ok(Ok(stream)) = handshake else { return };
+                            stream
+                        }
+                        _ = stopping.wait_for(|s| *s) => return,
+                    };
                     let io = hyper_util::rt::TokioIo::new(stream);
                     watcher.watch(builder.serve_connection(io, svc).into_owned()).await
                 }
@@ -294,6 +310,7 @@ pub async fn serve_http(
             }
         });
     }
+    let _ = stop.send(true);
     graceful.shutdown().await;
 }
 
@@ -526,6 +543,40 @@ mod tests {
             assert!(std::time::Instant::now() < until, "never served again: {page:?}");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Stopping waits for requests in flight, not for a connection that never sent a byte
+    /// (a client's pool may open one it does not use): that one is closed, and the server
+    /// is done long before its first bytes would have been due.
+    #[test]
+    fn stopping_does_not_wait_for_a_connection_that_sent_nothing() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits =
+            HttpLimits { header_timeout: Duration::from_secs(3600), ..HttpLimits::default() };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = rt.spawn(serve_http(
+            listener,
+            metrics_only(),
+            None,
+            async move {
+                let _ = stopped.await;
+            },
+            limits,
+        ));
+        assert!(get(addr, None).starts_with("HTTP/1.1 200"));
+        let mut silent = std::net::TcpStream::connect(addr).unwrap();
+        // Accepted (a request after it is answered: the server took it in before).
+        assert!(get(addr, None).starts_with("HTTP/1.1 200"));
+        stop.send(()).unwrap();
+        // Bounded only so that a hang fails the test instead of stalling it for an hour.
+        let done =
+            rt.block_on(async { tokio::time::timeout(Duration::from_secs(60), server).await });
+        assert!(done.is_ok(), "the server waited for the silent connection");
+        silent.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(silent.read(&mut buf).unwrap_or(0), 0, "closed, unanswered");
     }
 
     #[test]
