@@ -17,7 +17,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::AppState;
-use crate::metrics::Seen;
+use crate::metrics::{RouteMemo, Seen};
 
 /// Wraps each route's service (and the fallback's) in an [`Edge`].
 #[derive(Clone)]
@@ -35,7 +35,7 @@ impl<S> Layer<S> for EdgeLayer {
     type Service = Edge<S>;
 
     fn layer(&self, inner: S) -> Edge<S> {
-        Edge { inner, state: self.state.clone() }
+        Edge { inner, state: self.state.clone(), route: Arc::default() }
     }
 }
 
@@ -44,6 +44,8 @@ impl<S> Layer<S> for EdgeLayer {
 pub struct Edge<S> {
     inner: S,
     state: Arc<AppState>,
+    /// The metrics of the route this service answers for.
+    route: Arc<RouteMemo>,
 }
 
 impl<S> Service<Request> for Edge<S>
@@ -64,7 +66,7 @@ where
             Ok(()) => (Some(self.inner.call(req)), None),
             Err(e) => (None, Some(e.into_response())),
         };
-        EdgeFuture { inner, refused, seen, state: self.state.clone() }
+        EdgeFuture { inner, refused, seen, state: self.state.clone(), route: self.route.clone() }
     }
 }
 
@@ -76,6 +78,7 @@ pin_project_lite::pin_project! {
         refused: Option<Response>,
         seen: Seen,
         state: Arc<AppState>,
+        route: Arc<RouteMemo>,
     }
 }
 
@@ -95,7 +98,7 @@ where
             },
             (None, None) => panic!("EdgeFuture polled after it completed"),
         };
-        this.state.metrics.count(this.seen, &resp);
+        this.state.metrics.count(this.route, this.seen, &resp);
         Poll::Ready(Ok(resp))
     }
 }

@@ -213,12 +213,28 @@ impl Seen {
     }
 }
 
+/// The handles of the route one service answers for, kept by that service (each route has
+/// its own): a request finds them without the lock and the hashed lookup of
+/// [`Metrics::route`]. Checked against the request's route each time, so a service that
+/// answers for several (none does today) still counts each under its own.
+#[derive(Default)]
+pub struct RouteMemo(std::sync::OnceLock<Arc<RouteMetrics>>);
+
 impl Metrics {
     /// Count a request's answer (fallback's under route "unmatched"): its latency, the bytes
     /// of its body, and the request by method and status.
-    pub fn count(&self, seen: &Seen, resp: &Response) {
+    pub fn count(&self, memo: &RouteMemo, seen: &Seen, resp: &Response) {
+        let name = seen.matched.as_ref().map_or("unmatched", |p| p.as_str());
         // Looked up after the response, so a route's series appear with its first answer.
-        let route = self.route(seen.matched.as_ref().map_or("unmatched", |p| p.as_str()));
+        let looked_up;
+        let route = match memo.0.get() {
+            Some(r) if r.route == name => r,
+            _ => {
+                looked_up = self.route(name);
+                let _ = memo.0.set(looked_up.clone());
+                &looked_up
+            }
+        };
         route.latency.observe(seen.at.elapsed().as_secs_f64());
         // Its length: as the header says (a blob's stream), else as the body knows it (JSON).
         let len = resp
