@@ -138,6 +138,27 @@ impl Default for Metrics {
     }
 }
 
+/// What a request's count needs from it, taken as it comes in (see [`crate::edge`]).
+pub struct Seen {
+    matched: Option<MatchedPath>,
+    method: Method,
+    at: Instant,
+}
+
+impl Seen {
+    pub fn new(req: &Request) -> Self {
+        let matched = req.extensions().get::<MatchedPath>().cloned();
+        Self { matched, method: req.method().clone(), at: Instant::now() }
+    }
+}
+
+/// The handles of the route one service answers for, kept by that service (each route has
+/// its own): a request finds them without the lock and the hashed lookup of
+/// [`Metrics::route`]. Checked against the request's route each time, so a service that
+/// answers for several (none does today) still counts each under its own.
+#[derive(Default)]
+pub struct RouteMemo(std::sync::OnceLock<Arc<RouteMetrics>>);
+
 impl Metrics {
     /// The handles of `route` (a route's pattern, so there are few), made on first use.
     fn route(&self, route: &str) -> Arc<RouteMetrics> {
@@ -153,6 +174,38 @@ impl Metrics {
         });
         let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
         routes.entry(route.to_string()).or_insert(made).clone()
+    }
+
+    /// Count a request's answer (fallback's under route "unmatched"): its latency, the bytes
+    /// of its body, and the request by method and status.
+    pub fn count(&self, memo: &RouteMemo, seen: &Seen, resp: &Response) {
+        let name = seen.matched.as_ref().map_or("unmatched", |p| p.as_str());
+        // Looked up after the response, so a route's series appear with its first answer.
+        let looked_up;
+        let route = match memo.0.get() {
+            Some(r) if r.route == name => r,
+            _ => {
+                looked_up = self.route(name);
+                let _ = memo.0.set(looked_up.clone());
+                &looked_up
+            }
+        };
+        route.latency.observe(seen.at.elapsed().as_secs_f64());
+        // Its length: as the header says (a blob's stream), else as the body knows it (JSON).
+        let len = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .or_else(|| axum::body::HttpBody::size_hint(resp.body()).exact());
+        if let Some(n) = len.filter(|_| seen.method != Method::HEAD) {
+            let labels = || RouteLabels { route: route.route.clone() };
+            route
+                .bytes_out
+                .get_or_init(|| self.bytes_out.get_or_create(&labels()).clone())
+                .inc_by(n);
+        }
+        route.requests(self, &seen.method, resp.status().as_u16()).inc();
     }
 
     pub fn uploaded(&self, bytes: u64) {
@@ -196,61 +249,6 @@ impl Metrics {
             out.insert_str(end, &extra);
         }
         out
-    }
-}
-
-/// What a request's count needs from it, taken as it comes in (see [`crate::edge`]).
-pub struct Seen {
-    matched: Option<MatchedPath>,
-    method: Method,
-    at: Instant,
-}
-
-impl Seen {
-    pub fn new(req: &Request) -> Self {
-        let matched = req.extensions().get::<MatchedPath>().cloned();
-        Self { matched, method: req.method().clone(), at: Instant::now() }
-    }
-}
-
-/// The handles of the route one service answers for, kept by that service (each route has
-/// its own): a request finds them without the lock and the hashed lookup of
-/// [`Metrics::route`]. Checked against the request's route each time, so a service that
-/// answers for several (none does today) still counts each under its own.
-#[derive(Default)]
-pub struct RouteMemo(std::sync::OnceLock<Arc<RouteMetrics>>);
-
-impl Metrics {
-    /// Count a request's answer (fallback's under route "unmatched"): its latency, the bytes
-    /// of its body, and the request by method and status.
-    pub fn count(&self, memo: &RouteMemo, seen: &Seen, resp: &Response) {
-        let name = seen.matched.as_ref().map_or("unmatched", |p| p.as_str());
-        // Looked up after the response, so a route's series appear with its first answer.
-        let looked_up;
-        let route = match memo.0.get() {
-            Some(r) if r.route == name => r,
-            _ => {
-                looked_up = self.route(name);
-                let _ = memo.0.set(looked_up.clone());
-                &looked_up
-            }
-        };
-        route.latency.observe(seen.at.elapsed().as_secs_f64());
-        // Its length: as the header says (a blob's stream), else as the body knows it (JSON).
-        let len = resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .or_else(|| axum::body::HttpBody::size_hint(resp.body()).exact());
-        if let Some(n) = len.filter(|_| seen.method != Method::HEAD) {
-            let labels = || RouteLabels { route: route.route.clone() };
-            route
-                .bytes_out
-                .get_or_init(|| self.bytes_out.get_or_create(&labels()).clone())
-                .inc_by(n);
-        }
-        route.requests(self, &seen.method, resp.status().as_u16()).inc();
     }
 }
 
